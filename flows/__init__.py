@@ -1,0 +1,1 @@
+"""kernelsynth flows."""

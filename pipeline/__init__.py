@@ -1,0 +1,1 @@
+"""kernelsynth pipeline: pure stage functions, the CLI, datasets, publishing, catalog."""

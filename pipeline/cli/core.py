@@ -1,0 +1,90 @@
+"""Foundation commands: `config show`, `tasks validate`, `sql`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import duckdb
+import typer
+
+from pipeline.cli.app import app, config_app, tasks_app
+from pipeline.cli.common import (
+    ConfigOpt,
+    JsonOpt,
+    WorkspaceOpt,
+    emit_json,
+    fail,
+    open_context,
+    out,
+    print_table,
+)
+from pipeline.config import ConfigError, dump_config, load_config
+from pipeline.taskfile import validate_task_files
+from pipeline.workspace import WorkspaceError
+
+
+@config_app.command("show")
+def config_show(workspace: WorkspaceOpt = None, config: ConfigOpt = None,
+                json_: JsonOpt = False) -> None:
+    """Print the effective configuration (defaults merged with the config file)."""
+    try:
+        cfg = load_config(config, workspace)
+    except ConfigError as exc:
+        raise fail(str(exc), 2) from None
+    if json_:
+        emit_json(cfg.model_dump(mode="json"))
+    else:
+        out.print(dump_config(cfg), end="", highlight=False)
+
+
+@tasks_app.command("validate")
+def tasks_validate(
+    files: Annotated[list[Path], typer.Argument(help="KernelBench task files.")],
+    workspace: WorkspaceOpt = None,
+    config: ConfigOpt = None,
+    json_: JsonOpt = False,
+    timeout: Annotated[float, typer.Option(help="Seconds per file.")] = 30.0,
+    scale: Annotated[bool, typer.Option(help="Scale large dims down for the CPU run.")] = True,
+) -> None:
+    """Load each task file in a sandbox, run its reference on CPU; exit 0 only if all are valid."""
+    cfg, _ = open_context(workspace, config)
+    reports = validate_task_files(files, workers=cfg.tasks.workers, timeout_s=timeout,
+                                  scale=scale, cpu_max_numel=cfg.tasks.cpu_max_numel)
+    if json_:
+        for r in reports:
+            emit_json(r.to_json())
+    else:
+        rows = [[r.path, "yes" if r.valid else "no", r.task_id,
+                 "; ".join(f"{s.name}{s.shape}:{s.dtype}" for s in r.inputs), r.reason]
+                for r in reports]
+        print_table("task files", ["path", "valid", "task_id", "inputs", "reason"], rows)
+    if not all(r.valid for r in reports):
+        raise typer.Exit(1)
+
+
+@app.command("sql")
+def sql(
+    query: Annotated[str, typer.Argument(help="DuckDB SQL over raw_modules, tasks, ...")],
+    workspace: WorkspaceOpt = None,
+    config: ConfigOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Run DuckDB SQL over views of the workspace tables and print the result."""
+    _, ws = open_context(workspace, config)
+    try:
+        con = ws.duckdb()
+        rel = con.sql(query)
+    except WorkspaceError as exc:
+        raise fail(str(exc)) from None
+    except duckdb.Error as exc:
+        raise fail(f"SQL error: {str(exc).splitlines()[0]}") from None
+    if rel is None:
+        return
+    cols = rel.columns
+    rows = rel.fetchall()
+    if json_:
+        for row in rows:
+            emit_json(dict(zip(cols, row, strict=True)))
+    else:
+        print_table("", cols, [list(r) for r in rows])

@@ -1,0 +1,167 @@
+"""The one configuration object (`kernelsynth.yaml`), validated by pydantic, defaults built in.
+
+Each stage owns one section; code receives its section as an argument and never reads the
+environment itself (secrets such as GITHUB_TOKEN / HF_TOKEN are read once, at the CLI edge).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NNSmithConfig(Section):
+    count: int = 12
+    seed: int = 0
+    max_nodes: int = 5
+    include_ops: list[str] = Field(default_factory=list)
+    exclude_ops: list[str] = Field(default_factory=list)
+    dtypes: list[str] = Field(default_factory=lambda: ["float32"])
+    min_rank: int = 2
+    max_rank: int = 4
+    target_numel: int = 1 << 16  # graphs are scaled so the largest input has about this many
+
+
+class SourcesConfig(Section):
+    seed_corpus: bool = True
+    transformers_sample: int = 40  # modules sampled from the installed transformers (0: none)
+    transformers_models: list[str] = Field(default_factory=list)  # empty: all model folders
+    nnsmith: NNSmithConfig = Field(default_factory=NNSmithConfig)
+    manifest: str | None = None  # repo manifest YAML for git sources
+    license_allowlist: list[str] = Field(default_factory=lambda: [
+        "MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "Unlicense", "0BSD",
+        "Zlib", "MPL-2.0", "CC0-1.0", "PSF-2.0", "BSL-1.0"])
+    max_file_bytes: int = 1_000_000
+    clone_timeout_s: float = 300.0
+
+
+class TasksConfig(Section):
+    timeout_s: float = 20.0  # per module, for input inference and the reference run
+    workers: int = 2
+    target_gpu: str = "H100"
+    gpu_min_ms: float = 1.0  # aim the GPU-size inputs at about this reference time
+    cpu_max_numel: int = 1 << 18  # the scaled CPU copy keeps inputs at most this large
+    near_dup_threshold: float = 0.85
+    ngram: int = 5
+    decontaminate_against: list[str] = Field(default_factory=list)  # benchmark directories
+    decontam_threshold: float = 0.6
+    max_tasks: int | None = None
+
+
+class GenerateConfig(Section):
+    generators: list[str] = Field(default_factory=lambda: ["template"])
+    backend: Literal["auto", "cuda", "musa", "cpu"] = "auto"
+    variants_per_task: int = 3
+    samples: int = 4  # LLM samples per task
+    openai_base_url: str = "http://127.0.0.1:8000/v1"
+    openai_model: str = ""
+    hf_model: str = ""
+    temperature: float = 0.8
+    top_p: float = 0.95
+    max_tokens: int = 4096
+    concurrency: int = 8
+    request_timeout_s: float = 300.0
+    retries: int = 4
+    mutations_per_kernel: int = 1
+    include_reasoning: bool = True
+    performance_hint: bool = True
+
+
+class VerifyConfig(Section):
+    backend: Literal["auto", "cuda", "musa", "cpu"] = "auto"
+    workers: int = 2  # execution workers (one per GPU on GPU backends)
+    compile_workers: int = 2
+    compile_batch: int = 16  # candidates compiled per translation unit (1: no batching)
+    compile_timeout_s: float = 600.0
+    run_timeout_s: float = 60.0
+    trials: int = 5
+    atol_fp32: float = 1e-4
+    rtol_fp32: float = 1e-4
+    atol_low: float = 1e-2  # fp16 / bf16
+    rtol_low: float = 1e-2
+    fast_threshold: float = 1.1
+    perf_trials: int = 20
+    perf_warmup: int = 3
+    torch_compile_baseline: bool = False
+    compile_only: bool = False
+    memory_limit_mb: int = 8192
+    build_cache_dir: str | None = None  # default: <workspace>/cache/builds
+
+
+class RepairConfig(Section):
+    turns: int = 2
+    generator: str = "auto"  # auto: the known fix for mutations, else the configured LLM
+
+
+class SelectConfig(Section):
+    k: int = 4
+    diversity_weight: float = 0.5
+    seed: int = 0
+
+
+class PublishConfig(Section):
+    name: str = "kernelsynth"
+    validation_fraction: float = 0.1
+    hub_repo: str | None = None
+    private: bool = True
+
+
+class FlowsConfig(Section):
+    runner: Literal["local", "ray"] = "local"
+    ray_address: str | None = None  # None: start a local Ray instance
+    batch_size: int = 32
+    schedule_cron: str = "0 3 * * *"
+
+
+class Config(Section):
+    workspace: str = "./ks-data"
+    sources: SourcesConfig = Field(default_factory=SourcesConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
+    generate: GenerateConfig = Field(default_factory=GenerateConfig)
+    verify: VerifyConfig = Field(default_factory=VerifyConfig)
+    repair: RepairConfig = Field(default_factory=RepairConfig)
+    select: SelectConfig = Field(default_factory=SelectConfig)
+    publish: PublishConfig = Field(default_factory=PublishConfig)
+    flows: FlowsConfig = Field(default_factory=FlowsConfig)
+
+
+class ConfigError(ValueError):
+    """The config file cannot be read or does not validate; the message names file and field."""
+
+
+DEFAULT_CONFIG_NAME = "kernelsynth.yaml"
+
+
+def load_config(path: str | Path | None = None, workspace: str | Path | None = None) -> Config:
+    """Load `path` (or ./kernelsynth.yaml when present), else the built-in defaults."""
+    data: dict = {}
+    if path is None and Path(DEFAULT_CONFIG_NAME).is_file():
+        path = DEFAULT_CONFIG_NAME
+    if path is not None:
+        p = Path(path)
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{p}: cannot read config ({exc})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping")
+    try:
+        cfg = Config.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise ConfigError(f"{path or 'defaults'}: {where}: {first['msg']}") from None
+    if workspace is not None:
+        cfg = cfg.model_copy(update={"workspace": str(workspace)})
+    return cfg
+
+
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

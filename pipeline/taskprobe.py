@@ -1,0 +1,185 @@
+"""Child side of task-file loading: runs inside the sandbox with torch + stdlib only.
+
+Reads `task.py` and `options.json` from the working directory, checks the KernelBench interface,
+optionally scales module-level dims down until the inputs fit `cpu_max_numel`, runs the reference
+forward on CPU and writes `result.json` (shapes, dtypes, init inputs, scaled constants).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import math
+import sys
+import time
+import traceback
+import types
+from pathlib import Path
+
+
+def _write(result: dict) -> None:
+    Path("result.json").write_text(json.dumps(result, default=str), encoding="utf-8")
+
+
+def _fail(reason: str) -> None:
+    _write({"valid": False, "reason": reason})
+    sys.exit(0)
+
+
+def _int_constants(tree: ast.Module) -> dict[str, int]:
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            if (isinstance(target, ast.Name) and isinstance(value, ast.Constant)
+                    and type(value.value) is int):
+                out[target.id] = value.value
+    return out
+
+
+def _jsonable(value):
+    import torch
+
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, torch.dtype):
+        return str(value)
+    raise TypeError(f"init input of type {type(value).__name__} is not JSON-serializable")
+
+
+def _spec(name: str, t) -> dict:
+    import torch
+
+    spec = {"name": name, "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+            "init": "randn", "low": None, "high": None}
+    if t.device.type == "meta" or t.numel() == 0:
+        return spec
+    if t.dtype == torch.bool:
+        spec.update(init="randint", low=0.0, high=2.0)
+    elif not t.is_floating_point():
+        spec.update(init="randint", low=float(t.min()), high=float(t.max()) + 1)
+    else:
+        lo, hi = float(t.min()), float(t.max())
+        if lo >= 0.0 and hi <= 1.0:
+            spec.update(init="rand", low=0.0, high=1.0)
+    return spec
+
+
+def _input_numel(ns: dict) -> int:
+    import torch
+
+    with torch.device("meta"):
+        inputs = ns["get_inputs"]()
+    return sum(x.numel() for x in inputs if isinstance(x, torch.Tensor))
+
+
+def _scale(ns: dict, constants: dict[str, int], cap: int) -> dict[str, int]:
+    """Halve the largest dim constants that shrink the inputs until they fit `cap`."""
+    scaled: dict[str, int] = {}
+    useless: set[str] = set()
+    numel = _input_numel(ns)
+    while numel > cap:
+        live = [k for k, v in constants.items()
+                if k not in useless and ns.get(k) == (scaled.get(k, v)) and ns[k] >= 2]
+        if not live:
+            break
+        name = max(live, key=lambda k: ns[k])
+        old = ns[name]
+        ns[name] = max(1, old // 2)
+        try:
+            new = _input_numel(ns)
+        except Exception:  # noqa: BLE001 - a dim that breaks get_inputs is not scalable
+            new = numel
+        if new >= numel:
+            ns[name] = old
+            useless.add(name)
+            continue
+        scaled[name] = ns[name]
+        numel = new
+    return scaled
+
+
+def main() -> None:
+    opts = json.loads(Path("options.json").read_text(encoding="utf-8"))
+    src = Path("task.py").read_text(encoding="utf-8")
+    try:
+        tree = ast.parse(src, "task.py")
+    except SyntaxError as exc:
+        _fail(f"syntax error at line {exc.lineno}: {exc.msg}")
+    import torch
+
+    torch.set_num_threads(1)
+    module = types.ModuleType("kernelsynth_task")
+    module.__file__ = "task.py"
+    sys.modules[module.__name__] = module
+    ns = module.__dict__
+    try:
+        exec(compile(tree, "task.py", "exec"), ns)
+    except BaseException as exc:  # noqa: BLE001 - report anything the file raises
+        _fail(f"executing the file raised {type(exc).__name__}: {str(exc)[:200]}")
+    model_cls = ns.get("Model")
+    if not (isinstance(model_cls, type) and issubclass(model_cls, torch.nn.Module)):
+        _fail("no class Model(nn.Module)")
+    for fn in ("get_inputs", "get_init_inputs"):
+        if not callable(ns.get(fn)):
+            _fail(f"missing function {fn}()")
+    constants = _int_constants(tree)
+    scaled: dict[str, int] = {}
+    try:
+        if opts.get("scale") and opts.get("cpu_max_numel"):
+            scaled = _scale(ns, constants, int(opts["cpu_max_numel"]))
+        init_inputs = ns["get_init_inputs"]()
+        if not isinstance(init_inputs, list | tuple):
+            _fail(f"get_init_inputs() returned {type(init_inputs).__name__}, not a list")
+        init_json = _jsonable(list(init_inputs))
+        torch.manual_seed(opts.get("seed", 0))
+        model = model_cls(*init_inputs).eval()
+        torch.manual_seed(opts.get("seed", 0) + 1)
+        inputs = ns["get_inputs"]()
+        if not isinstance(inputs, list | tuple):
+            _fail(f"get_inputs() returned {type(inputs).__name__}, not a list")
+        params = list(inspect.signature(model.forward).parameters)
+        names = [params[i] if i < len(params) else f"arg{i}" for i in range(len(inputs))]
+        in_specs = []
+        for name, x in zip(names, inputs, strict=True):
+            if isinstance(x, torch.Tensor):
+                in_specs.append(_spec(name, x))
+            else:
+                in_specs.append({"name": name, "shape": [], "dtype": type(x).__name__,
+                                 "init": "given", "low": None, "high": None, "value": x})
+        clones = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = model(*inputs)
+        forward_ms = (time.perf_counter() - start) * 1e3
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        where = f" (line {last.lineno})" if last and last.filename == "task.py" else ""
+        _fail(f"reference raised {type(exc).__name__}{where}: {str(exc).splitlines()[0][:200]}"
+              if str(exc) else f"reference raised {type(exc).__name__}{where}")
+    outs = out if isinstance(out, list | tuple) else [out]
+    out_specs = []
+    for i, o in enumerate(outs):
+        if not isinstance(o, torch.Tensor):
+            _fail(f"forward output {i} is {type(o).__name__}, not a tensor")
+        out_specs.append(_spec(f"out{i}" if len(outs) > 1 else "out", o))
+    finite = all(bool(torch.isfinite(o).all()) for o in outs if o.is_floating_point())
+    mutated = [n for n, a, b in zip(names, inputs, clones, strict=True)
+               if isinstance(a, torch.Tensor) and not torch.equal(a, b)]
+    _write({
+        "valid": True, "reason": "", "init_inputs": init_json, "inputs": in_specs,
+        "outputs": out_specs, "constants": constants, "scaled_constants": scaled,
+        "forward_ms": forward_ms, "finite": finite, "mutated_inputs": mutated,
+        "num_params": sum(p.numel() for p in model.parameters()),
+        "output_abs_mean": [float(o.float().abs().mean()) if o.numel() else 0.0 for o in outs],
+        "input_numel": sum(math.prod(s["shape"]) for s in in_specs),
+    })
+
+
+if __name__ == "__main__":
+    main()

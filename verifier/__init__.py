@@ -1,0 +1,1 @@
+"""The kernelsynth execution verifier (torch + stdlib only). CLI: python -m verifier."""

@@ -1,0 +1,108 @@
+"""The verifier's public data contract (stdlib only: the verifier runs where only torch exists).
+
+`pipeline/` talks to the verifier through these types; verdict dicts carry exactly the fields of
+`schemas.Verdict` (the pipeline converts them with `Verdict.from_dict`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+VERIFIER_VERSION = "0.1.0"
+
+STAGES = ("extract", "static", "compile", "correctness", "performance", "done")
+
+# Ordered from worst to best; `compiled` ends a --compile-only run.
+STATUSES = (
+    "format_error",
+    "static_reject",
+    "compile_error",
+    "runtime_error",
+    "timeout",
+    "incorrect",
+    "cheat",
+    "compiled",
+    "correct_slow",
+    "correct_fast",
+)
+
+CORRECT_STATUSES = ("correct_slow", "correct_fast")
+
+
+@dataclass
+class VerifyRequest:
+    """One candidate to verify against its task."""
+
+    candidate_id: str
+    task_id: str
+    task_source: str  # the KernelBench reference file (Model, get_inputs, get_init_inputs)
+    response: str  # raw model response (markdown with code fences) or plain Python code
+    backend: str = "cpu"  # cpu | cuda | musa
+
+
+@dataclass
+class VerifyOptions:
+    """How to verify; mirrors pipeline's VerifyConfig (kept stdlib-only here)."""
+
+    backend: str = "auto"
+    workers: int = 2
+    compile_workers: int = 2
+    compile_batch: int = 16
+    compile_timeout_s: float = 600.0
+    run_timeout_s: float = 60.0
+    trials: int = 5
+    atol_fp32: float = 1e-4
+    rtol_fp32: float = 1e-4
+    atol_low: float = 1e-2
+    rtol_low: float = 1e-2
+    fast_threshold: float = 1.1
+    perf_trials: int = 20
+    perf_warmup: int = 3
+    torch_compile_baseline: bool = False
+    compile_only: bool = False
+    memory_limit_mb: int = 8192
+    build_cache_dir: str | None = None
+    baseline_cache_dir: str | None = None
+    seed: int = 0
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> VerifyOptions:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+@dataclass
+class VerdictData:
+    """A verdict as the verifier produces it; field names match `schemas.Verdict`."""
+
+    candidate_id: str
+    task_id: str
+    status: str
+    stage: str
+    backend: str
+    device: str = ""
+    verifier_version: str = VERIFIER_VERSION
+    compile_log: str = ""
+    error: str = ""
+    trials: int = 0
+    max_abs_diff: float | None = None
+    mean_abs_diff: float | None = None
+    mismatch_frac: float | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)  # {rule, message, line, severity}
+    kernel_names: list[str] = field(default_factory=list)
+    runtime_us: float | None = None
+    runtime_iqr_us: float | None = None
+    eager_us: float | None = None
+    compiled_us: float | None = None
+    speedup: float | None = None
+    speedup_compiled: float | None = None
+    faster: bool = False
+    reward: float = 0.0
+    reward_components: str = "{}"
+    feedback: str = ""
+    compile_s: float = 0.0
+    wall_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,185 @@
+"""Run untrusted Python in a child process with limits (stdlib only).
+
+Each run gets a fresh temp working directory, a scrubbed environment (no tokens), rlimits
+(address space, CPU time, file size, open files), its own process group (killed whole on timeout),
+a network namespace where `unshare -n` works, and stdout/stderr captured to size-capped files.
+The child reports its result by writing JSON to `result.json` in its working directory.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Variables a child may inherit; everything else (tokens, credentials, proxies) is dropped.
+_ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_HOME", "CUDA_PATH",
+             "CUDA_VISIBLE_DEVICES", "MUSA_HOME", "MUSA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+             "TORCH_CUDA_ARCH_LIST", "PYTHONPATH", "CC", "CXX", "NVCC_PREPEND_FLAGS",
+             "VIRTUAL_ENV")
+
+OUTPUT_CAP_BYTES = 256 * 1024
+
+
+@dataclass
+class SandboxLimits:
+    timeout_s: float = 60.0
+    memory_mb: int = 8192  # address-space limit; 0 disables (CUDA maps huge virtual ranges)
+    cpu_s: int = 0  # 0: derived from the timeout
+    file_mb: int = 64
+    open_files: int = 1024
+    isolate_network: bool = True
+
+
+@dataclass
+class SandboxResult:
+    returncode: int | None
+    timed_out: bool
+    wall_s: float
+    stdout: str
+    stderr: str
+    payload: dict | None = None
+    signal_name: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def crashed(self) -> bool:
+        return self.payload is None and not self.timed_out
+
+    def describe_failure(self) -> str:
+        """One line on why the child gave no result."""
+        if self.timed_out:
+            return f"timed out after {self.wall_s:.1f}s"
+        if self.signal_name:
+            hint = {"SIGSEGV": "segmentation fault", "SIGABRT": "abort",
+                    "SIGKILL": "killed (memory or CPU limit)", "SIGXCPU": "CPU time limit",
+                    "SIGXFSZ": "output/file size limit", "SIGBUS": "bus error"}
+            return f"worker died with {self.signal_name} ({hint.get(self.signal_name, 'signal')})"
+        tail = _last_line(self.stderr) or _last_line(self.stdout)
+        return f"worker exited with code {self.returncode}" + (f": {tail}" if tail else "")
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+@functools.cache
+def network_namespace_available() -> bool:
+    """True when `unshare -rn` can create a user+network namespace here."""
+    exe = shutil.which("unshare")
+    if not exe:
+        return False
+    try:
+        return subprocess.run([exe, "-rn", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: os.environ[k] for k in _ENV_KEEP if k in os.environ}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra or {})
+    return env
+
+
+def _preexec(limits: SandboxLimits):
+    def apply() -> None:
+        os.setsid()
+        if limits.memory_mb > 0:
+            cap = limits.memory_mb * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        cpu = limits.cpu_s or int(limits.timeout_s * 2 + 5)
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+        fsize = limits.file_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+def _read_capped(path: Path) -> str:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(OUTPUT_CAP_BYTES)
+            more = fh.read(1)
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    return text + ("\n[... output truncated ...]" if more else "")
+
+
+def run_sandboxed(
+    argv: list[str],
+    *,
+    limits: SandboxLimits | None = None,
+    input_files: dict[str, str | bytes] | None = None,
+    env: dict[str, str] | None = None,
+    workdir: str | Path | None = None,
+    keep_workdir: bool = False,
+) -> SandboxResult:
+    """Run `argv` (e.g. [sys.executable, "-m", "x"]) in a sandbox; parse its result.json."""
+    limits = limits or SandboxLimits()
+    own_dir = workdir is None
+    cwd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ks-sbx-"))
+    cwd.mkdir(parents=True, exist_ok=True)
+    for name, content in (input_files or {}).items():
+        mode = "wb" if isinstance(content, bytes) else "w"
+        with open(cwd / name, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as fh:
+            fh.write(content)
+    cmd = list(argv)
+    if limits.isolate_network and network_namespace_available():
+        cmd = [shutil.which("unshare") or "unshare", "-rn", *cmd]
+    start = time.monotonic()
+    timed_out = False
+    with open(cwd / ".stdout", "wb") as so, open(cwd / ".stderr", "wb") as se:
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=scrubbed_env(env), stdin=subprocess.DEVNULL, stdout=so, stderr=se,
+            preexec_fn=_preexec(limits), close_fds=True,
+        )
+        try:
+            proc.wait(timeout=limits.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_group(proc.pid)
+            proc.wait()
+    wall = time.monotonic() - start
+    payload = None
+    result_path = cwd / "result.json"
+    if result_path.is_file() and not timed_out:
+        try:
+            payload = json.loads(result_path.read_text(encoding="utf-8"))
+        except (ValueError, OSError):
+            payload = None
+    rc = proc.returncode
+    sig = signal.Signals(-rc).name if rc is not None and rc < 0 else None
+    result = SandboxResult(rc, timed_out, wall, _read_capped(cwd / ".stdout"),
+                           _read_capped(cwd / ".stderr"), payload, sig)
+    if own_dir and not keep_workdir:
+        shutil.rmtree(cwd, ignore_errors=True)
+    return result
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return
+
+
+def python_argv(module: str, *args: str) -> list[str]:
+    """argv to run `python -m module args` with this interpreter."""
+    return [sys.executable, "-m", module, *args]
