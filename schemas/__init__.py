@@ -2,6 +2,7 @@
 
 from schemas.base import Record, SchemaError, check_table, dumps
 from schemas.records import (
+    OP_FAMILIES,
     RECORD_TYPES,
     Candidate,
     Finding,
@@ -19,6 +20,7 @@ from schemas.records import (
 )
 
 __all__ = [
+    "OP_FAMILIES",
     "RECORD_TYPES",
     "Candidate",
     "Finding",

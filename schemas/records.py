@@ -274,3 +274,9 @@ RECORD_TYPES: dict[str, type[Record]] = {
     for cls in (RawModule, Task, Candidate, Verdict, Rejection, SftRow, RftRow, RepairRow,
                 PreferenceRow)
 }
+
+# The op-family vocabulary shared by curation (Task.op_families), templates and statistics.
+OP_FAMILIES = (
+    "elementwise", "activation", "broadcast", "reduction", "softmax", "norm", "matmul", "conv",
+    "conv_transpose", "pooling", "attention", "loss", "scan", "embedding", "shape", "other",
+)

@@ -1,0 +1,5 @@
+"""`kernelsynth` commands for the generate stage (registered on import)."""
+
+from __future__ import annotations
+
+from pipeline.cli.app import app  # noqa: F401
