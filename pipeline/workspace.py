@@ -175,4 +175,4 @@ def _first_per_key(table: pa.Table, key: str) -> pa.Table:
     indices = pa.array(range(table.num_rows), pa.int64())
     keyed = pa.table({"k": table.column(key), "i": indices})
     first = keyed.group_by("k", use_threads=False).aggregate([("i", "min")]).column("i_min")
-    return table.take(pc.sort_indices(first))
+    return table.take(pc.take(first, pc.sort_indices(first)))

@@ -280,3 +280,70 @@ OP_FAMILIES = (
     "elementwise", "activation", "broadcast", "reduction", "softmax", "norm", "matmul", "conv",
     "conv_transpose", "pooling", "attention", "loss", "scan", "embedding", "shape", "other",
 )
+
+
+# --- dataset rows added by the datasets stage (rl, review, perf_analysis) ----------------------
+
+
+@dataclass
+class RlRow(Record):
+    """A prompt-only row for online RL: the reward comes from running the verifier on `task_id`."""
+
+    TABLE = "rl"
+    KEY = "row_id"
+    SCHEMA_VERSION = 1
+
+    row_id: str
+    task_id: str
+    prompt: list[Message]
+    reference: str  # the KernelBench source the reward runs against
+    input_specs: list[TensorSpec]
+    backend: str
+    level: int
+    kind: str = "task"  # task | repair (an all-failed group, conditioned on verifier feedback)
+    feedback: str = ""
+    split: str = "train"
+
+
+@dataclass
+class ReviewRow(Record):
+    """A kernel with an injected bug; the assistant names the bug, its line and the fix."""
+
+    TABLE = "review"
+    KEY = "row_id"
+    SCHEMA_VERSION = 1
+
+    row_id: str
+    task_id: str
+    candidate_id: str
+    messages: list[Message]
+    bug_kind: str
+    bug_line: int | None
+    backend: str
+    observed_status: str  # what the verifier saw when it ran the buggy kernel
+    split: str = "train"
+
+
+@dataclass
+class PerfAnalysisRow(Record):
+    """A verified kernel with its measurements; the assistant explains the bottleneck."""
+
+    TABLE = "perf_analysis"
+    KEY = "row_id"
+    SCHEMA_VERSION = 1
+
+    row_id: str
+    task_id: str
+    candidate_id: str
+    messages: list[Message]
+    backend: str
+    device: str
+    runtime_us: float
+    eager_us: float | None
+    speedup: float | None
+    arithmetic_intensity: float | None  # FLOPs per byte moved
+    bottleneck: str  # memory | compute | launch | unknown
+    split: str = "train"
+
+
+RECORD_TYPES.update({cls.TABLE: cls for cls in (RlRow, ReviewRow, PerfAnalysisRow)})
