@@ -33,6 +33,7 @@ class SourcesConfig(Section):
     seed_corpus: bool = True
     transformers_sample: int = 40  # modules sampled from the installed transformers (0: none)
     transformers_models: list[str] = Field(default_factory=list)  # empty: all model folders
+    sample_seed: int = 0  # seeds the transformers sample
     nnsmith: NNSmithConfig = Field(default_factory=NNSmithConfig)
     manifest: str | None = None  # repo manifest YAML for git sources
     license_allowlist: list[str] = Field(default_factory=lambda: [
@@ -72,6 +73,18 @@ class GenerateConfig(Section):
     mutations_per_kernel: int = 1
     include_reasoning: bool = True
     performance_hint: bool = True
+    # prompt templates (pipeline/prompts.py); None: the built-in wording. Placeholders in
+    # user_template: {backend_name} {language} {reference} {inputs} {init_inputs} {requirements}
+    system_prompt: str | None = None
+    user_template: str | None = None
+    speedup_target: float = 1.1  # the performance requirement stated when performance_hint
+    openai_api_key_env: str = "OPENAI_API_KEY"  # read once at the CLI edge, never deep inside
+    retry_backoff_s: float = 1.0  # first retry delay; doubles each retry (429/5xx/timeouts)
+    hf_batch_size: int = 4
+    hf_device: str = "auto"  # auto | cpu | cuda | musa
+    hf_dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    mutation_kinds: list[str] = Field(default_factory=list)  # empty: every kind (mutate.py)
+    seed: int = 0
 
 
 class VerifyConfig(Section):
@@ -98,12 +111,17 @@ class VerifyConfig(Section):
 class RepairConfig(Section):
     turns: int = 2
     generator: str = "auto"  # auto: the known fix for mutations, else the configured LLM
+    # Buffered Dynamic Retry: a task group whose every first attempt failed gets this many
+    # feedback-conditioned samples from its best attempt (0: off)
+    retry_samples: int = 4
+    verify: bool = True  # verify each turn inside run_repair (needs pipeline.verify)
 
 
 class SelectConfig(Section):
     k: int = 4
     diversity_weight: float = 0.5
     seed: int = 0
+    method: Literal["diverse", "top_k", "random"] = "diverse"
 
 
 class PublishConfig(Section):
@@ -111,6 +129,9 @@ class PublishConfig(Section):
     validation_fraction: float = 0.1
     hub_repo: str | None = None
     private: bool = True
+    preference_pairs_per_task: int = 4
+    shard_rows: int = 100_000  # rows per Parquet file of a split
+    license: str = "apache-2.0"
 
 
 class FlowsConfig(Section):
@@ -118,6 +139,15 @@ class FlowsConfig(Section):
     ray_address: str | None = None  # None: start a local Ray instance
     batch_size: int = 32
     schedule_cron: str = "0 3 * * *"
+    schedule_timezone: str = "UTC"
+    deployment_name: str = "nightly"
+    io_workers: int = 4  # threads for I/O-bound tasks (ingest, publish)
+    cpu_pool: Literal["thread", "process"] = "thread"  # generate/repair batches (local runner)
+    cpu_workers: int = 2
+    verify_in_flight: int = 1  # batches verified at once locally (each uses verify.workers)
+    ray_num_cpus: int | None = None  # a local Ray instance's CPUs (None: all)
+    split_compile: bool = True  # GPU backends on Ray: compile on CPU tasks before GPU tasks
+    always_publish: bool = False  # publish even when nothing changed since the latest version
 
 
 class Config(Section):

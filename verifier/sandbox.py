@@ -4,11 +4,18 @@ Each run gets a fresh temp working directory, a scrubbed environment (no tokens)
 (address space, CPU time, file size, open files), its own process group (killed whole on timeout),
 a network namespace where `unshare -n` works, and stdout/stderr captured to size-capped files.
 The child reports its result by writing JSON to `result.json` in its working directory.
+
+Fork bombs: RLIMIT_NPROC does nothing for root (the kernel exempts it), and a child can leave its
+process group with setsid. Where a cgroup `pids` hierarchy is writable, each run gets its own
+cgroup with `pids.max`, and every process left in it is killed when the run ends, however it
+daemonized. Elsewhere RLIMIT_NPROC applies (effective for non-root users) and the process group
+is killed.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import resource
@@ -38,6 +45,7 @@ class SandboxLimits:
     file_mb: int = 64
     open_files: int = 1024
     isolate_network: bool = True
+    processes: int = 512  # tasks (processes + threads) in the run's pids cgroup / RLIMIT_NPROC
 
 
 @dataclass
@@ -85,6 +93,71 @@ def network_namespace_available() -> bool:
         return False
 
 
+_PIDS_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
+_cgroup_seq = itertools.count()
+
+
+@functools.cache
+def pids_cgroup_root() -> Path | None:
+    """A cgroup directory with a writable `pids` controller, or None."""
+    for root in map(Path, _PIDS_ROOTS):
+        probe = root / f"ks-probe-{os.getpid()}"
+        try:
+            probe.mkdir()
+        except OSError:
+            continue
+        try:
+            if (probe / "pids.max").exists():
+                return root
+        finally:
+            try:
+                probe.rmdir()
+            except OSError:
+                pass
+    return None
+
+
+def _make_pids_cgroup(limit: int) -> Path | None:
+    root = pids_cgroup_root()
+    if root is None:
+        return None
+    path = root / f"ks-sbx-{os.getpid()}-{next(_cgroup_seq)}"
+    try:
+        path.mkdir()
+        (path / "pids.max").write_text(str(limit))
+    except OSError:
+        return None
+    return path
+
+
+def kill_cgroup(path: Path, attempts: int = 50) -> int:
+    """SIGKILL every process in the cgroup until it is empty, then remove it; returns kills."""
+    killed = 0
+    for _ in range(attempts):
+        try:
+            pids = [int(x) for x in (path / "cgroup.procs").read_text().split()]
+        except OSError:
+            break
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        time.sleep(0.02)
+    for _ in range(50):
+        try:
+            path.rmdir()
+            break
+        except FileNotFoundError:
+            break
+        except OSError:
+            time.sleep(0.05)
+    return killed
+
+
 def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: os.environ[k] for k in _ENV_KEEP if k in os.environ}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -94,9 +167,16 @@ def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _preexec(limits: SandboxLimits):
+def _preexec(limits: SandboxLimits, cgroup: Path | None = None):
+    procs_file = str(cgroup / "cgroup.procs") if cgroup else None
+
     def apply() -> None:
         os.setsid()
+        if procs_file:
+            with open(procs_file, "w") as fh:
+                fh.write(str(os.getpid()))
+        if limits.processes > 0 and os.geteuid() != 0:
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
         if limits.memory_mb > 0:
             cap = limits.memory_mb * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
@@ -144,18 +224,24 @@ def run_sandboxed(
         cmd = [shutil.which("unshare") or "unshare", "-rn", *cmd]
     start = time.monotonic()
     timed_out = False
-    with open(cwd / ".stdout", "wb") as so, open(cwd / ".stderr", "wb") as se:
-        proc = subprocess.Popen(
-            cmd, cwd=cwd, env=scrubbed_env(env), stdin=subprocess.DEVNULL, stdout=so, stderr=se,
-            preexec_fn=_preexec(limits), close_fds=True,
-        )
-        try:
-            proc.wait(timeout=limits.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            _kill_group(proc.pid)
-            proc.wait()
+    cgroup = _make_pids_cgroup(limits.processes) if limits.processes > 0 else None
+    killed = 0
+    try:
+        with open(cwd / ".stdout", "wb") as so, open(cwd / ".stderr", "wb") as se:
+            proc = subprocess.Popen(
+                cmd, cwd=cwd, env=scrubbed_env(env), stdin=subprocess.DEVNULL, stdout=so,
+                stderr=se, preexec_fn=_preexec(limits, cgroup), close_fds=True,
+            )
+            try:
+                proc.wait(timeout=limits.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                _kill_group(proc.pid)
+                proc.wait()
+    finally:
+        if cgroup is not None:
+            killed = kill_cgroup(cgroup)
     wall = time.monotonic() - start
     payload = None
     result_path = cwd / "result.json"
@@ -167,7 +253,8 @@ def run_sandboxed(
     rc = proc.returncode
     sig = signal.Signals(-rc).name if rc is not None and rc < 0 else None
     result = SandboxResult(rc, timed_out, wall, _read_capped(cwd / ".stdout"),
-                           _read_capped(cwd / ".stderr"), payload, sig)
+                           _read_capped(cwd / ".stderr"), payload, sig,
+                           extra={"leftover_killed": killed, "pids_cgroup": cgroup is not None})
     if own_dir and not keep_workdir:
         shutil.rmtree(cwd, ignore_errors=True)
     return result

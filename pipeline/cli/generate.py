@@ -1,5 +1,126 @@
-"""`kernelsynth` commands for the generate stage (registered on import)."""
+"""`kernelsynth generate` and `kernelsynth repair` (registered on import)."""
 
 from __future__ import annotations
 
-from pipeline.cli.app import app  # noqa: F401
+import os
+from typing import Annotated
+
+import typer
+from rich.progress import Progress
+
+from pipeline.cli.app import app
+from pipeline.cli.common import (
+    ConfigOpt,
+    JsonOpt,
+    WorkspaceOpt,
+    console,
+    emit_json,
+    fail,
+    open_context,
+    print_table,
+)
+from pipeline.config import Config
+from pipeline.generate import GENERATORS, GenerateError, run_generate, run_repair
+from pipeline.llm import LLMError
+from pipeline.prompts import PromptError
+from pipeline.workspace import WorkspaceError
+from schemas import Task
+
+
+def _api_key(cfg: Config) -> str | None:
+    # secrets are read here, at the CLI edge, and passed down explicitly
+    return os.environ.get(cfg.generate.openai_api_key_env) or None
+
+
+def _apply(cfg: Config, **updates: object) -> Config:
+    gen = {k: v for k, v in updates.items() if v is not None}
+    return cfg.model_copy(update={"generate": cfg.generate.model_copy(update=gen)})
+
+
+def _summary(title: str, counts: dict[str, int], json_: bool) -> None:
+    if json_:
+        emit_json({"command": title, **counts})
+    else:
+        print_table(title, ["count", "value"], [[k, v] for k, v in sorted(counts.items())])
+
+
+@app.command("generate")
+def generate(
+    generator: Annotated[list[str] | None, typer.Option(
+        "--generator", "-g", help=f"Generator(s): {'|'.join(GENERATORS)} (repeatable).")] = None,
+    backend: Annotated[str | None, typer.Option(help="auto|cuda|musa|cpu.")] = None,
+    variants: Annotated[int | None, typer.Option(help="Template variants per task.")] = None,
+    samples: Annotated[int | None, typer.Option(help="LLM samples per task.")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Model: the served model (openai) or a local checkpoint (hf).")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL.")] = None,
+    temperature: Annotated[float | None, typer.Option()] = None,
+    max_tokens: Annotated[int | None, typer.Option()] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Concurrent LLM requests.")] = None,
+    workspace: WorkspaceOpt = None,
+    config: ConfigOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Generate candidate kernels for the workspace's tasks."""
+    cfg, ws = open_context(workspace, config)
+    gens = generator or cfg.generate.generators
+    unknown = [g for g in gens if g not in GENERATORS]
+    if unknown:
+        raise fail(f"--generator: unknown {', '.join(unknown)} (known: {', '.join(GENERATORS)})",
+                   2)
+    model_updates: dict[str, object] = {}
+    if model is not None:
+        model_updates["hf_model" if gens == ["hf"] else "openai_model"] = model
+    cfg = _apply(cfg, generators=gens, backend=backend, variants_per_task=variants,
+                 samples=samples, openai_base_url=base_url, temperature=temperature,
+                 max_tokens=max_tokens, concurrency=concurrency, **model_updates)
+    try:
+        n_tasks = len(ws.read(Task))
+        if n_tasks == 0:
+            raise fail(f"{ws.root}: no tasks; run `kernelsynth tasks build` first")
+        run = ws.new_run()
+        with Progress(console=console, transient=True, disable=json_) as bar:
+            steps = n_tasks * sum(g != "mutate" for g in gens)
+            job = bar.add_task("generating", total=steps or None)
+            counts = run_generate(ws, run, cfg, api_key=_api_key(cfg),
+                                  progress=lambda k: bar.advance(job, k))
+    except (GenerateError, PromptError, LLMError, WorkspaceError) as exc:
+        raise fail(str(exc)) from None
+    counts["run"] = run.run_id  # type: ignore[assignment]
+    _summary("generate", counts, json_)
+    if not any(counts.get(k, 0) for k in ("candidates", "skipped", "skipped_tasks")):
+        raise typer.Exit(1)
+
+
+@app.command("repair")
+def repair(
+    turns: Annotated[int | None, typer.Option(help="Repair turns (default: config).")] = None,
+    generator: Annotated[str | None, typer.Option(
+        help="auto (known fix for mutations, else the LLM) | fix | openai | hf.")] = None,
+    model: Annotated[str | None, typer.Option(help="The served model for LLM repairs.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL.")] = None,
+    no_verify: Annotated[bool, typer.Option(
+        "--no-verify", help="Do not verify each turn (only the first turn is made).")] = False,
+    workspace: WorkspaceOpt = None,
+    config: ConfigOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Continue failing candidates with verifier feedback as the next turn, up to N turns."""
+    cfg, ws = open_context(workspace, config)
+    rep = {k: v for k, v in {"turns": turns, "generator": generator}.items() if v is not None}
+    if no_verify:
+        rep["verify"] = False
+    if rep.get("generator") not in (None, "auto", "fix", "openai", "hf", "llm"):
+        raise fail(f"--generator {generator!r}: expected auto, fix, openai or hf", 2)
+    cfg = _apply(cfg, openai_model=model, openai_base_url=base_url)
+    cfg = cfg.model_copy(update={"repair": cfg.repair.model_copy(update=rep)})
+    try:
+        run = ws.new_run()
+        counts = run_repair(ws, run, cfg, api_key=_api_key(cfg))
+    except (LLMError, WorkspaceError, PromptError) as exc:
+        raise fail(str(exc)) from None
+    if counts.get("unverified"):
+        console.print("[yellow]note:[/yellow] turns after the first need verdicts: "
+                      "run `kernelsynth verify`, then `kernelsynth repair` again", highlight=False)
+    counts["run"] = run.run_id  # type: ignore[assignment]
+    _summary("repair", counts, json_)

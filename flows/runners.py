@@ -1,0 +1,91 @@
+"""Task runners from the config (local threads/processes or Ray) and the resources tasks ask for.
+
+Ray is reached only through prefect-ray's RayTaskRunner; resources are Ray `remote` options set
+with `prefect_ray.context.remote_options` around the submission, so the same flow code runs on a
+laptop and on a GPU cluster.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import urllib.error
+from typing import Any
+
+from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
+
+from pipeline.config import Config
+
+GPU_BACKENDS = ("cuda", "musa")
+
+
+def ray_runner(cfg: Config) -> TaskRunner:
+    """A RayTaskRunner on `flows.ray_address`, or on a local Ray instance it starts."""
+    from prefect_ray import RayTaskRunner
+
+    init: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if cfg.flows.ray_address is None and cfg.flows.ray_num_cpus is not None:
+        init["num_cpus"] = cfg.flows.ray_num_cpus
+    if cfg.flows.ray_address is not None:
+        init = {}  # an existing cluster's resources are its own
+    return RayTaskRunner(address=cfg.flows.ray_address, init_kwargs=init)
+
+
+def io_runner(cfg: Config) -> TaskRunner:
+    """Runner for I/O-bound stages (sources, publishing): threads."""
+    return ThreadPoolTaskRunner(max_workers=max(1, cfg.flows.io_workers))
+
+
+def cpu_runner(cfg: Config) -> TaskRunner:
+    """Runner for CPU-bound Python stages (generation, mutation, repair rounds)."""
+    if cfg.flows.runner == "ray":
+        return ray_runner(cfg)
+    if cfg.flows.cpu_pool == "process":
+        return ProcessPoolTaskRunner(max_workers=max(1, cfg.flows.cpu_workers))
+    return ThreadPoolTaskRunner(max_workers=max(1, cfg.flows.cpu_workers))
+
+
+def verify_runner(cfg: Config) -> TaskRunner:
+    """Runner for verification batches; the verifier starts its own sandboxed worker processes."""
+    if cfg.flows.runner == "ray":
+        return ray_runner(cfg)
+    return ThreadPoolTaskRunner(max_workers=max(1, cfg.flows.verify_in_flight))
+
+
+def verify_resources(cfg: Config, backend: str) -> dict[str, Any]:
+    """Ray remote options of one verification batch: a GPU on GPU backends, else CPUs."""
+    if backend in GPU_BACKENDS:
+        return {"num_gpus": 1, "num_cpus": 1}
+    return {"num_cpus": max(1, min(cfg.verify.workers, cfg.flows.ray_num_cpus or 10**6))}
+
+
+def compile_resources(cfg: Config) -> dict[str, Any]:
+    """Ray remote options of one compile-only batch (GPU backends): CPUs, no GPU."""
+    return {"num_cpus": max(1, min(cfg.verify.compile_workers, cfg.flows.ray_num_cpus or 10**6))}
+
+
+# Failures worth retrying: the network and git, never the verdict of a candidate.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionError, TimeoutError, urllib.error.URLError, subprocess.CalledProcessError,
+    subprocess.TimeoutExpired,
+)
+
+
+def is_transient(exc: BaseException | None) -> bool:
+    """True for network/git failures (worth a retry); False for everything else."""
+    if exc is None:
+        return False
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return True
+    name = type(exc).__module__ + "." + type(exc).__name__
+    # httpx / huggingface_hub / requests transport errors, without importing them here.
+    return any(part in name for part in ("httpx.", "requests.exceptions", "HTTPError",
+                                         "ConnectError", "ReadTimeout"))
+
+
+def retry_if_transient(task: Any, task_run: Any, state: Any) -> bool:
+    """Prefect `retry_condition_fn`: retry only when the failure is transient."""
+    try:
+        state.result()
+    except Exception as exc:  # the task's own exception, re-raised by the state
+        return is_transient(exc)
+    return False

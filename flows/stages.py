@@ -1,0 +1,117 @@
+"""The stage functions the flows call (pipeline/STAGES.md), gathered so a flow can be given others.
+
+Flows receive stages by import path (`"module:attribute"`), a plain string, so the choice survives
+deployment parameters and process/Ray boundaries. `None` means the built-in pipeline.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StageSet:
+    """One callable per stage, with the signatures of pipeline/STAGES.md."""
+
+    ingest: Callable[..., dict[str, int]]  # (ws, run, cfg) -> counts
+    tasks: Callable[..., dict[str, int]]  # (ws, run, cfg) -> counts
+    generate: Callable[..., tuple[list, list]]  # (tasks, GenerateConfig, backend)
+    verify: Callable[..., list]  # (tasks_by_id, candidates, VerifyConfig, cache_dir)
+    mutate: Callable[..., list]  # (tasks, candidates, verdicts, GenerateConfig)
+    repair: Callable[..., list]  # (tasks, candidates, verdicts, Config, turn)
+    select: Callable[..., list[str]]  # (candidates, verdicts, k, weight, seed)
+    build_datasets: Callable[..., dict[str, Any]]  # (tasks, candidates, verdicts, selected, cfg)
+    publish: Callable[..., Path]  # (ws, tables, cfg, lineage)
+    resolve_backend: Callable[[str], str]
+
+
+def _ingest(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
+    from pipeline.ingest import run_ingest
+
+    return run_ingest(ws, run, cfg)
+
+
+def _tasks(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
+    from pipeline.tasks_stage import run_tasks
+
+    return run_tasks(ws, run, cfg)
+
+
+def _generate(tasks: list, cfg: Any, backend: str) -> tuple[list, list]:
+    from pipeline.generate import generate_candidates
+
+    return generate_candidates(tasks, cfg, backend)
+
+
+def _verify(tasks: dict, candidates: list, cfg: Any, cache_dir: Path) -> list:
+    from pipeline.verify import verify_candidates
+
+    return verify_candidates(tasks, candidates, cfg, cache_dir)
+
+
+def _mutate(tasks: list, candidates: list, verdicts: list, cfg: Any) -> list:
+    from pipeline.mutate import mutate_candidates
+
+    return mutate_candidates(tasks, candidates, verdicts, cfg)
+
+
+def _repair(tasks: list, candidates: list, verdicts: list, cfg: Any, turn: int) -> list:
+    from pipeline.repair import repair_round
+
+    return repair_round(tasks, candidates, verdicts, cfg, turn)
+
+
+def _select(candidates: list, verdicts: list, k: int, weight: float, seed: int) -> list[str]:
+    from pipeline.select import select_diverse
+
+    return select_diverse(candidates, verdicts, k, weight, seed)
+
+
+def _build_datasets(tasks: list, candidates: list, verdicts: list, selected: list[str],
+                    cfg: Any) -> dict[str, Any]:
+    from pipeline.datasets import build_datasets
+
+    return build_datasets(tasks, candidates, verdicts, selected, cfg)
+
+
+def _publish(ws: Any, tables: dict, cfg: Any, lineage: dict) -> Path:
+    from pipeline.publish import publish_version
+
+    return publish_version(ws, tables, cfg, lineage)
+
+
+def _resolve_backend(requested: str) -> str:
+    from verifier.backends import select_backend
+
+    return select_backend(requested)
+
+
+BUILTIN = StageSet(
+    ingest=_ingest, tasks=_tasks, generate=_generate, verify=_verify, mutate=_mutate,
+    repair=_repair, select=_select, build_datasets=_build_datasets, publish=_publish,
+    resolve_backend=_resolve_backend,
+)
+
+
+class StageSetError(ValueError):
+    """A stage import path does not name a StageSet; the message names the path."""
+
+
+@cache
+def load_stages(spec: str | None) -> StageSet:
+    """The StageSet named by `module:attribute`, or the built-in pipeline for None."""
+    if not spec:
+        return BUILTIN
+    module_name, _, attr = spec.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr or "STAGES")
+    except (ImportError, AttributeError) as exc:
+        raise StageSetError(f"stages {spec!r}: cannot import ({exc})") from None
+    if not isinstance(obj, StageSet):
+        raise StageSetError(f"stages {spec!r}: is a {type(obj).__name__}, not a StageSet")
+    return obj

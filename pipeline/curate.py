@@ -1,0 +1,313 @@
+"""Curation of tasks: exact and near dedup, decontamination against named benchmarks.
+
+- exact: hash of the AST with user identifiers renamed in order of appearance, numbers zeroed,
+  docstrings dropped (so the same computation at other sizes or names is one task);
+- near: MinHash LSH (datasketch) over n-grams of that normalized token stream;
+- decontamination: every `.py` file under the directories in `decontaminate_against` is indexed
+  by the same n-grams (overlap = shared n-grams / the task's n-grams) and by its op-sequence
+  signature (layers built in `__init__` and calls made in `forward`, names normalized); a match
+  removes the task and records the benchmark file it matched.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import hashlib
+import io
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+from datasketch import MinHash, MinHashLSH
+
+from pipeline.config import TasksConfig
+from schemas import Rejection, Task, content_hash
+
+STAGE = "curate"
+_KEEP = frozenset(dir(builtins)) | {"self", "torch", "nn", "F", "math", "np", "Model",
+                                    "get_inputs", "get_init_inputs", "super", "forward",
+                                    "__init__"}
+
+
+class _Canon(ast.NodeTransformer):
+    """Rename identifiers bound in the file to v0, v1, ...; zero number literals."""
+
+    def __init__(self, bound: set[str]):
+        self.bound = bound
+        self.names: dict[str, str] = {}
+
+    def _n(self, name: str) -> str:
+        if name in _KEEP or name not in self.bound:
+            return name
+        return self.names.setdefault(name, f"v{len(self.names)}")
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        node.id = self._n(node.id)
+        return node
+
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        node.arg = self._n(node.arg)
+        node.annotation = None
+        return node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.Attribute:
+        self.generic_visit(node)
+        if isinstance(node.value, ast.Name) and node.value.id == "self":
+            node.attr = self._n(node.attr)
+        return node
+
+    def visit_keyword(self, node: ast.keyword) -> ast.keyword:
+        self.generic_visit(node)
+        if node.arg:
+            node.arg = self._n(node.arg)
+        return node
+
+    def visit_Constant(self, node: ast.Constant) -> ast.Constant:
+        if isinstance(node.value, int | float | complex) and not isinstance(node.value, bool):
+            node.value = 0
+        return node
+
+    def _def(self, node):
+        node.name = self._n(node.name)
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+        if hasattr(node, "returns"):
+            node.returns = None
+        self.generic_visit(node)
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _def
+
+    def visit_AnnAssign(self, node: ast.AnnAssign):
+        self.generic_visit(node)
+        if node.value is None:
+            return None
+        return ast.Assign(targets=[node.target], value=node.value, lineno=node.lineno)
+
+
+def _bound_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name) and node.value.id == "self"):
+            names.add(node.attr)
+    return names
+
+
+@functools.lru_cache(maxsize=4096)
+def normalized_source(source: str) -> str:
+    """Canonical text: identifiers renamed, numbers zeroed, docstrings/comments/imports gone."""
+    tree = ast.parse(source)
+    tree.body = [n for n in tree.body if not isinstance(n, ast.Import | ast.ImportFrom)
+                 and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    tree = _Canon(_bound_names(tree)).visit(tree)
+    ast.fix_missing_locations(tree)
+    return ast.unparse(tree)
+
+
+def exact_hash(source: str) -> str:
+    return content_hash(normalized_source(source))
+
+
+def tokens(text: str) -> list[str]:
+    out = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type in (tokenize.NAME, tokenize.OP, tokenize.NUMBER, tokenize.STRING):
+                out.append(tok.string)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        out = text.split()
+    return out
+
+
+def ngrams(source: str, n: int, normalize: bool = True) -> set[str]:
+    try:
+        text = normalized_source(source) if normalize else source
+    except (SyntaxError, ValueError, RecursionError):
+        text = source
+    toks = tokens(text)
+    if len(toks) < n:
+        return {" ".join(toks)} if toks else set()
+    return {" ".join(toks[i:i + n]) for i in range(len(toks) - n + 1)}
+
+
+def _minhash(grams: set[str], num_perm: int = 64) -> MinHash:
+    m = MinHash(num_perm=num_perm, seed=1)
+    m.update_batch([g.encode("utf-8") for g in grams])
+    return m
+
+
+# --- op-sequence signature --------------------------------------------------------------------
+
+_ALIASES = {"linear": "linear", "conv2d": "conv2d", "matmul": "matmul", "mm": "matmul",
+            "bmm": "matmul", "softmax": "softmax", "relu": "relu", "gelu": "gelu"}
+
+
+def _call_name(func: ast.expr) -> str:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return ""
+
+
+def op_signature(source: str) -> tuple[str, ...]:
+    """Layer types and calls of Model, in order: ('Conv2d', 'relu', 'max_pool2d')."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ()
+    model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"),
+                 None)
+    if model is None:
+        return ()
+    layers: dict[str, str] = {}
+    sig: list[str] = []
+    for fn in model.body:
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        if fn.name == "__init__":
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                    for t in node.targets:
+                        if isinstance(t, ast.Attribute):
+                            layers[t.attr] = _call_name(node.value.func)
+        elif fn.name == "forward":
+            calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call)]
+            calls.sort(key=lambda c: (c.lineno, c.col_offset))
+            for call in calls:
+                name = _call_name(call.func)
+                if (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+                        and call.func.value.id == "self" and name in layers):
+                    name = layers[name]
+                if name and name not in ("super", "size", "view", "reshape", "contiguous",
+                                         "dim", "shape", "float", "to"):
+                    sig.append(_ALIASES.get(name.lower(), name.lower()))
+    return tuple(sig)
+
+
+# --- benchmark index ---------------------------------------------------------------------------
+
+
+@dataclass
+class BenchmarkIndex:
+    files: list[str]
+    grams: dict[str, list[int]]  # n-gram -> file indices
+    sizes: list[int]
+    signatures: dict[tuple[str, ...], int]
+
+
+@functools.lru_cache(maxsize=8)
+def _index(dirs: tuple[str, ...], n: int) -> BenchmarkIndex:
+    files: list[str] = []
+    grams: dict[str, list[int]] = {}
+    sizes: list[int] = []
+    sigs: dict[tuple[str, ...], int] = {}
+    for d in dirs:
+        for path in sorted(Path(d).rglob("*.py")):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            idx = len(files)
+            files.append(str(path))
+            g = ngrams(text, n)
+            sizes.append(len(g))
+            for gram in g:
+                grams.setdefault(gram, []).append(idx)
+            sig = op_signature(text)
+            if sig:
+                sigs.setdefault(sig, idx)
+    return BenchmarkIndex(files, grams, sizes, sigs)
+
+
+def contamination(task: Task, index: BenchmarkIndex, cfg: TasksConfig) -> str:
+    """'clean', 'ngram:<file>' or 'opseq:<file>'."""
+    grams = ngrams(task.source, cfg.ngram)
+    if grams:
+        hits: dict[int, int] = {}
+        for g in grams:
+            for i in index.grams.get(g, ()):
+                hits[i] = hits.get(i, 0) + 1
+        if hits:
+            best = max(hits, key=lambda i: hits[i])
+            if hits[best] / len(grams) >= cfg.decontam_threshold:
+                return f"ngram:{index.files[best]}"
+    sig = op_signature(task.source)
+    if sig and sig in index.signatures:
+        return f"opseq:{index.files[index.signatures[sig]]}"
+    return "clean"
+
+
+# --- the stage ---------------------------------------------------------------------------------
+
+
+def _drop(t: Task, ref: str, reason: str, detail: str) -> Rejection:
+    """A curate rejection keyed by the module (so a re-run skips it) naming the task."""
+    return Rejection.make(STAGE, t.module_id or t.task_id, ref, reason,
+                          f"task {t.task_id} ({t.name}): {detail}")
+
+
+def curate_tasks(tasks: list[Task], cfg: TasksConfig, existing: list[Task]
+                 ) -> tuple[list[Task], list[Rejection]]:
+    """Dedup (against `existing` too) and decontaminate; every dropped task gets a Rejection."""
+    rejections: list[Rejection] = []
+    index = (_index(tuple(str(Path(d).resolve()) for d in cfg.decontaminate_against), cfg.ngram)
+             if cfg.decontaminate_against else None)
+    lsh = MinHashLSH(threshold=cfg.near_dup_threshold, num_perm=64)
+    exact: dict[str, str] = {}
+    for t in existing:
+        try:
+            exact.setdefault(exact_hash(t.source), t.task_id)
+            key = f"old:{t.task_id}"
+            if key not in lsh:
+                lsh.insert(key, _minhash(ngrams(t.source, cfg.ngram)))
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+    kept: list[Task] = []
+    for pos, t in enumerate(tasks):
+        ref = t.path or t.name
+        if cfg.max_tasks is not None and len(kept) + len(existing) >= cfg.max_tasks:
+            rejections.extend(_drop(u, u.path or u.name, "max_tasks",
+                                    f"over max_tasks={cfg.max_tasks}") for u in tasks[pos:])
+            break
+        try:
+            h = exact_hash(t.source)
+        except (SyntaxError, ValueError, RecursionError) as exc:
+            rejections.append(_drop(t, ref, "unparsable",
+                                             f"{ref}: {exc}"))
+            continue
+        if h in exact:
+            rejections.append(_drop(t, ref, "duplicate",
+                                             f"{ref}: same normalized AST as task {exact[h]}"))
+            continue
+        mh = _minhash(ngrams(t.source, cfg.ngram))
+        near = lsh.query(mh)
+        if near:
+            other = sorted(near)[0].split(":", 1)[1]
+            rejections.append(_drop(t, ref, "near_duplicate",
+                                             f"{ref}: near-duplicate of task {other}"))
+            continue
+        if index is not None:
+            verdict = contamination(t, index, cfg)
+            if verdict != "clean":
+                kind, bench = verdict.split(":", 1)
+                rejections.append(_drop(t, bench, "contaminated",
+                                                 f"{ref}: {kind} match with {bench}"))
+                continue
+        exact[h] = t.task_id
+        lsh.insert(f"new:{t.task_id}", mh)
+        t.dedup_cluster = hashlib.sha256(h.encode()).hexdigest()[:12]
+        t.decontamination = "clean"
+        kept.append(t)
+    return kept, rejections

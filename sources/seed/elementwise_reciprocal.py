@@ -1,0 +1,28 @@
+"""Elementwise reciprocal of values in [1, 2).
+
+Families: elementwise. Level 1.
+"""
+
+import torch
+import torch.nn as nn
+
+batch_size = 4096
+dim = 8192
+
+
+class Model(nn.Module):
+    """Elementwise reciprocal of values in [1, 2)."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.reciprocal(x + 1.0)
+
+
+def get_inputs():
+    return [torch.rand(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

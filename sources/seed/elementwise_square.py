@@ -1,0 +1,28 @@
+"""Elementwise square of a 2D tensor.
+
+Families: elementwise. Level 1.
+"""
+
+import torch
+import torch.nn as nn
+
+batch_size = 4096
+dim = 8192
+
+
+class Model(nn.Module):
+    """Elementwise square of a 2D tensor."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x * x
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,32 @@
+"""3D average pooling, kernel 3, stride 2, padding 1.
+
+Families: pooling. Level 1.
+"""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+batch_size = 8
+channels = 32
+depth = 32
+height = 64
+width = 64
+
+
+class Model(nn.Module):
+    """3D average pooling, kernel 3, stride 2, padding 1."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return F.avg_pool3d(x, kernel_size=3, stride=2, padding=1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, channels, depth, height, width)]
+
+
+def get_init_inputs():
+    return []

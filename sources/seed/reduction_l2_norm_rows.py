@@ -1,0 +1,28 @@
+"""Euclidean norm of every row.
+
+Families: reduction. Level 1.
+"""
+
+import torch
+import torch.nn as nn
+
+batch_size = 4096
+dim = 8192
+
+
+class Model(nn.Module):
+    """Euclidean norm of every row."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.linalg.vector_norm(x, ord=2, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

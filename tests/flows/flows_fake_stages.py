@@ -1,0 +1,132 @@
+"""Small deterministic stand-ins for the slow stages (sources, extraction, generation, verifier).
+
+They follow the contracts of pipeline/STAGES.md with real records and the real workspace, so the
+flows' batching, skipping, resuming, scheduling and Ray placement are exercised in seconds.
+Selection, dataset building and publishing are the real ones. Knobs come from the environment
+because these run in subprocesses too (the SIGKILL test, the served deployment):
+KS_FAKE_VERIFY_SLEEP (seconds per candidate) and KS_FAKE_MODULES (modules ingested).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from flows.stages import BUILTIN
+from schemas import Candidate, RawModule, Rejection, Task, Verdict, content_hash
+
+SOURCE = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x) * {scale}
+
+def get_inputs():
+    return [torch.randn(16, {dim})]
+
+def get_init_inputs():
+    return []
+'''
+
+def ingest(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
+    count = int(os.environ.get("KS_FAKE_MODULES", "6"))
+    done = ws.done_keys(RawModule)
+    mods = []
+    for i in range(count):
+        code = SOURCE.format(scale=i + 1, dim=64 * (i + 1))
+        mid = RawModule.make_id("seed", "builtin://seed", "0", f"m{i}.py", "Model", code)
+        if mid not in done:
+            mods.append(RawModule(mid, "seed", "builtin://seed", "0", f"m{i}.py", "MIT", "Model",
+                                  code))
+    run.write(mods)
+    return {"raw_modules": len(mods), "skipped": count - len(mods)}
+
+def tasks(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
+    have = {t.module_id for t in ws.read(Task)}
+    new = []
+    for m in ws.read(RawModule):
+        if m.module_id in have:
+            continue
+        new.append(Task(task_id=content_hash("task", m.code), name=f"relu_{m.path[:-3]}",
+                        source=m.code, cpu_source=m.code, module_id=m.module_id,
+                        source_kind=m.source_kind, op_inventory=["aten.relu", "aten.mul"],
+                        op_families=["activation"], level=2, dedup_cluster=m.module_id))
+    run.write(new)
+    return {"tasks": len(new)}
+
+def generate(task_list: list[Task], cfg: Any, backend: str) -> tuple[list, list]:
+    cands, rejs = [], []
+    for t in task_list:
+        if t.name.endswith("m5"):  # one task no template covers
+            rejs.append(Rejection.make("generate", t.task_id, t.name, "no_template", "fake"))
+            continue
+        for v in range(cfg.variants_per_task):
+            code = f"# relu kernel for {t.task_id} variant {v}\nclass ModelNew: pass\n"
+            cands.append(Candidate(Candidate.make_id(t.task_id, backend, code), t.task_id,
+                                   backend, f"template:activation/v{v}", code))
+    return cands, rejs
+
+def _status(code: str) -> str:
+    if "# bug" in code and "# fix" not in code:
+        return "incorrect"
+    h = int(content_hash(code)[:4], 16) % 4
+    return ("correct_fast", "correct_slow", "incorrect", "compile_error")[h]
+
+def verify(task_map: dict, candidates: list[Candidate], cfg: Any, cache_dir: Path) -> list:
+    pause = float(os.environ.get("KS_FAKE_VERIFY_SLEEP", "0"))
+    out = []
+    for c in candidates:
+        time.sleep(pause)
+        status = _status(c.code)
+        ok = status.startswith("correct")
+        speedup = (1.5 if status == "correct_fast" else 0.8) if ok else None
+        out.append(Verdict(
+            candidate_id=c.candidate_id, task_id=c.task_id, status=status,
+            stage="done" if ok else ("compile" if status == "compile_error" else "correctness"),
+            backend=c.backend, device="fake-cpu", verifier_version="fake-1",
+            trials=5 if ok else 0, runtime_us=10.0 if ok else None,
+            eager_us=15.0 if ok else None, speedup=speedup, faster=status == "correct_fast",
+            reward=1.0 + (speedup or 0) if ok else 0.1,
+            feedback="" if ok else f"{status}: output mismatch at index 3"))
+    return out
+
+def mutate(task_list: list, candidates: list[Candidate], verdicts: list, cfg: Any) -> list:
+    ok = {v.candidate_id for v in verdicts if v.status.startswith("correct")}
+    out = []
+    for c in candidates:
+        if c.candidate_id in ok and c.turn == 0 and not c.generator.startswith("mutate:"):
+            code = c.code + "# bug: off by one\n"
+            out.append(Candidate(Candidate.make_id(c.task_id, c.backend, code), c.task_id,
+                                 c.backend, "mutate:off_by_one", code, parent_id=c.candidate_id,
+                                 meta=json.dumps({"kind": "off_by_one", "fix": c.code})))
+    return out
+
+def repair(task_list: list, candidates: list[Candidate], verdicts: list, cfg: Any,
+           turn: int) -> list:
+    vmap = {v.candidate_id: v for v in verdicts}
+    parents = {c.parent_id for c in candidates if c.parent_id}
+    out = []
+    for c in candidates:
+        v = vmap.get(c.candidate_id)
+        if (v is None or v.status.startswith("correct") or c.turn != turn - 1
+                or c.candidate_id in parents):
+            continue
+        code = c.code + f"# fix {turn}\n"
+        out.append(replace(c, candidate_id=Candidate.make_id(c.task_id, c.backend, code),
+                           code=code, generator=f"repair:{turn}", parent_id=c.candidate_id,
+                           turn=turn, meta="{}"))
+    return out
+
+STAGES = replace(BUILTIN, ingest=ingest, tasks=tasks, generate=generate, verify=verify,
+                 mutate=mutate, repair=repair, resolve_backend=lambda requested: "cpu")
+
+# The same, but verification "needs a GPU" so the flows place it with num_gpus on Ray.
+GPU_STAGES = replace(STAGES, resolve_backend=lambda requested: "cuda")

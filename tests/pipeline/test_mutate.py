@@ -1,0 +1,330 @@
+"""Bug mutation: every kind edits real CUDA and C++ kernels where expected, and C++ mutants
+compute something different from the original (compiled with g++ and run on fixed data)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import GenerateConfig
+from pipeline.mutate import (
+    CPU_KINDS,
+    GPU_KINDS,
+    MutationError,
+    find_sites,
+    kernel_spans,
+    mutate_candidates,
+    mutate_code,
+)
+from schemas import Candidate, Task, Verdict
+
+CPU_KERNELS = r"""
+#ifndef KS_HARNESS
+#include <torch/extension.h>
+#endif
+#include <cstdint>
+
+// row sums: one output per row, accumulated over the columns
+void row_sum_kernel(const float* x, float* out, int64_t rows, int64_t cols) {
+    #pragma omp parallel for
+    for (int64_t r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (int64_t c = 0; c < cols; ++c) {
+            acc += x[r * cols + c];
+        }
+        out[r] = acc;
+    }
+}
+
+void conv1d_kernel(const float* x, const float* w, float* out, int64_t n, int64_t k,
+                   int64_t pad) {
+    for (int64_t i = 0; i < n; ++i) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < k; ++j) {
+            const int64_t src = i + j - pad;
+            if (src >= 0 && src < n) {
+                acc += x[src] * w[j];
+            }
+        }
+        out[i] = acc;
+    }
+}
+
+double total_sum(const float* x, int64_t n) {
+    double s = 0.0;
+    #pragma omp parallel for reduction(+:s)
+    for (int64_t i = 0; i < n; ++i) {
+        s += x[i];
+    }
+    return s;
+}
+
+#ifndef KS_HARNESS
+torch::Tensor row_sum(torch::Tensor x) {
+    auto out = torch::empty({x.size(0)}, x.options());
+    row_sum_kernel(x.data_ptr<float>(), out.data_ptr<float>(), x.size(0), x.size(1));
+    return out;
+}
+#endif
+"""
+
+CPU_CANDIDATE = f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = r"""{CPU_KERNELS}"""
+
+ext = load_inline(name="row_sum_ext", cpp_sources=cpp_source, functions=["row_sum"],
+                  extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return ext.row_sum(x.contiguous())
+'''
+
+HARNESS = r"""
+#define KS_HARNESS
+#include <cstdio>
+#include <vector>
+#include "kernel.cpp"
+
+int main() {
+    const int64_t rows = 8, cols = 5, n = 12, k = 3, guard = 16;
+    std::vector<float> x(rows * cols), out(rows, 0.0f);
+    for (int64_t i = 0; i < rows * cols; ++i) x[i] = 0.37f * (float)((i * 7) % 11) - 1.3f;
+    row_sum_kernel(x.data(), out.data(), rows, cols);
+    for (float v : out) std::printf("%.6f\n", v);
+    // conv input inside a canary band, so a read outside [0, n) is visible in the result
+    std::vector<float> buf(n + 2 * guard, 100.0f), w(k), y(n, 0.0f);
+    for (int64_t i = 0; i < n; ++i) buf[guard + i] = 0.5f * (float)(i % 5) - 0.7f;
+    for (int64_t j = 0; j < k; ++j) w[j] = 0.25f * (float)(j + 1);
+    conv1d_kernel(buf.data() + guard, w.data(), y.data(), n, k, 1);
+    for (float v : y) std::printf("%.6f\n", v);
+    std::printf("%.6f\n", total_sum(x.data(), rows * cols));
+    return 0;
+}
+"""
+
+CUDA_KERNELS = r"""
+#include <cuda_runtime.h>
+#define TILE 16
+
+__global__ void matmul_tiled(const float* A, const float* B, float* C, int M, int N, int K) {
+    __shared__ float As[TILE][TILE];
+    __shared__ float Bs[TILE][TILE];
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    float acc = 0.0f;
+    for (int t = 0; t < (K + TILE - 1) / TILE; ++t) {
+        int ak = t * TILE + threadIdx.x;
+        int bk = t * TILE + threadIdx.y;
+        As[threadIdx.y][threadIdx.x] = (row < M && ak < K) ? A[row * K + ak] : 0.0f;
+        Bs[threadIdx.y][threadIdx.x] = (bk < K && col < N) ? B[bk * N + col] : 0.0f;
+        __syncthreads();
+        for (int i = 0; i < TILE; ++i) {
+            acc += As[threadIdx.y][i] * Bs[i][threadIdx.x];
+        }
+        __syncthreads();
+    }
+    if (row < M && col < N) {
+        C[row * N + col] = acc;
+    }
+}
+
+__global__ void relu_kernel(const float* x, float* y, int n) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < n) {
+        float v = x[idx];
+        y[idx] = v > 0.0f ? v : 0.0f;
+    }
+}
+
+void launch_matmul(const float* A, const float* B, float* C, int M, int N, int K) {
+    dim3 block(TILE, TILE);
+    dim3 grid((N + TILE - 1) / TILE, (M + TILE - 1) / TILE);
+    matmul_tiled<<<grid, block>>>(A, B, C, M, N, K);
+}
+
+void launch_relu(const float* x, float* y, int n) {
+    const int threads = 256;
+    const int blocks = (n + threads - 1) / threads;
+    relu_kernel<<<blocks, threads>>>(x, y, n);
+}
+"""
+
+CUDA_CANDIDATE = f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = r"""{CUDA_KERNELS}"""
+cpp_source = "void launch_relu(const float* x, float* y, int n);"
+
+ext = load_inline(name="mm_ext", cpp_sources=cpp_source, cuda_sources=cuda_source,
+                  functions=["launch_relu"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.launch_relu(x)
+'''
+
+# kind -> (a fragment of the mutated line, the original line it replaces)
+CPU_EXPECT = {
+    "off_by_one": ("r < rows - 1", "r < rows;"),
+    "missing_bound_check": ("{", "if (src >= 0 && src < n) {"),
+    "wrong_stride": ("x[c * cols + r]", "x[r * cols + c]"),
+    "wrong_cast": ("int acc = 0.0f;", "float acc = 0.0f;"),
+    "uninit_accumulator": ("float acc = 0.0f;", "float acc = 0.0f;"),
+    "omp_race": ("#pragma omp parallel for", "reduction(+:s)"),
+}
+GPU_EXPECT = {
+    "off_by_one": ("t < (K + TILE - 1) / TILE - 1", "t < (K + TILE - 1) / TILE;"),
+    "missing_bound_check": ("{", "if (row < M && col < N) {"),
+    "missing_syncthreads": ("", "__syncthreads();"),
+    "wrong_stride": ("A[ak * K + row]", "A[row * K + ak]"),
+    "wrong_index": ("threadIdx.y * blockDim.y + blockIdx.y", "blockIdx.y * blockDim.y"),
+    "wrong_cast": ("int acc = 0.0f;", "float acc = 0.0f;"),
+    "uninit_accumulator": ("float acc;", "float acc = 0.0f;"),
+    "bad_launch_config": ("const int threads = 2048;", "const int threads = 256;"),
+}
+
+
+def _kernel_text(code: str) -> str:
+    (start, end), *_ = [s for s in kernel_spans(code) if "KS_HARNESS" in code[s[0]:s[1]]
+                        or "__global__" in code[s[0]:s[1]]]
+    return ast.literal_eval(code[start:end])
+
+
+def test_kernel_spans_find_only_cxx_literals() -> None:
+    spans = kernel_spans(CUDA_CANDIDATE)
+    texts = [CUDA_CANDIDATE[s:e] for s, e in spans]
+    assert len(spans) == 1  # the CUDA source; the one-line declaration has nothing to mutate
+    assert "__global__" in texts[0] and texts[0].startswith('r"""')
+    assert not any("load_inline" in t for t in texts)
+
+
+@pytest.mark.parametrize("kind", CPU_KINDS)
+def test_cpu_mutation_edits_expected_line(kind: str) -> None:
+    m = mutate_code(CPU_CANDIDATE, kind, "cpu")
+    assert m is not None, kind
+    fragment, original = CPU_EXPECT[kind]
+    assert original in m.before
+    assert fragment in m.after
+    assert m.code.splitlines()[m.line - 1] in m.after.splitlines()
+    ast.parse(m.code)  # the Python file around the kernel is intact
+    assert m.code != CPU_CANDIDATE
+
+
+@pytest.mark.parametrize("kind", GPU_KINDS)
+def test_gpu_mutation_edits_expected_line(kind: str) -> None:
+    m = mutate_code(CUDA_CANDIDATE, kind, "cuda")
+    assert m is not None, kind
+    fragment, original = GPU_EXPECT[kind]
+    assert original in m.before, (kind, m.before)
+    if kind == "missing_syncthreads":
+        assert m.code.count("__syncthreads();") == CUDA_CANDIDATE.count("__syncthreads();") - 1
+    else:
+        assert fragment in m.after, (kind, m.after)
+    ast.parse(m.code)
+
+
+def test_comments_and_strings_are_never_mutated() -> None:
+    code = CPU_CANDIDATE.replace("// row sums", "// for (int i = 0; i < n; ++i) x[a * b + c]")
+    sites = find_sites(code, "off_by_one", "cpu") + find_sites(code, "wrong_stride", "cpu")
+    comment_start = code.index("// for (int i")
+    assert sites and all(not (comment_start <= s.start < comment_start + 50) for s in sites)
+
+
+def test_unknown_kind_is_refused() -> None:
+    with pytest.raises(MutationError, match="unknown mutation kind"):
+        find_sites(CPU_CANDIDATE, "typo_kind", "cpu")
+
+
+def _run_harness(tmp: Path, kernel: str, name: str) -> list[float]:
+    src = tmp / name
+    src.mkdir()
+    (src / "kernel.cpp").write_text(kernel)
+    (src / "main.cpp").write_text(HARNESS)
+    exe = src / "main"
+    subprocess.run(["g++", "-O2", "-fopenmp", "-o", str(exe), str(src / "main.cpp")], check=True,
+                   capture_output=True, timeout=60)
+    res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=30,
+                         env={"OMP_NUM_THREADS": "2"})
+    return [float(v) for v in res.stdout.split()] if res.returncode == 0 else []
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_cpu_mutations_change_behaviour(tmp_path: Path) -> None:
+    baseline = _run_harness(tmp_path, _kernel_text(CPU_CANDIDATE), "orig")
+    assert len(baseline) == 8 + 12 + 1
+    # omp_race is a data race: whether it shows depends on scheduling, so only its text is
+    # checked above; every other kind must change the numbers deterministically
+    for kind in [k for k in CPU_KINDS if k != "omp_race"]:
+        m = mutate_code(CPU_CANDIDATE, kind, "cpu")
+        assert m is not None
+        got = _run_harness(tmp_path, _kernel_text(m.code), kind)
+        assert got != baseline and (
+            len(got) != len(baseline)
+            or max(abs(a - b) for a, b in zip(got, baseline, strict=True)) > 1e-3), kind
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_gpu_mutants_still_compile(tmp_path: Path) -> None:
+    # one translation unit, one namespace per mutant: a bug must be a runtime bug, not a typo
+    parts = []
+    for kind in GPU_KINDS:
+        m = mutate_code(CUDA_CANDIDATE, kind, "cuda")
+        assert m is not None
+        body = _kernel_text(m.code).replace("#include <cuda_runtime.h>", "")
+        parts.append(f"namespace {kind} {{\n{body}\n}}\n")
+    unit = tmp_path / "mutants.cu"
+    unit.write_text("#include <cuda_runtime.h>\n" + "".join(parts))
+    res = subprocess.run(["nvcc", "-c", "-o", str(tmp_path / "m.o"), str(unit)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+def _task() -> Task:
+    return Task(task_id="t1", name="row_sum", source="src", cpu_source="src")
+
+
+def test_mutate_candidates_tags_kind_and_keeps_fix() -> None:
+    cand = Candidate(candidate_id=Candidate.make_id("t1", "cpu", CPU_CANDIDATE), task_id="t1",
+                     backend="cpu", generator="template:reduction/omp", code=CPU_CANDIDATE)
+    wrong = Candidate(candidate_id="c-wrong", task_id="t1", backend="cpu",
+                      generator="template:reduction/omp", code=CPU_CANDIDATE + "\n# other\n")
+    verdicts = [Verdict(candidate_id=cand.candidate_id, task_id="t1", status="correct_slow",
+                        stage="done", backend="cpu"),
+                Verdict(candidate_id="c-wrong", task_id="t1", status="incorrect",
+                        stage="correctness", backend="cpu")]
+    cfg = GenerateConfig(mutations_per_kernel=3)
+    out = mutate_candidates([_task()], [cand, wrong], verdicts, cfg)
+    assert len(out) == 3  # only the correct kernel is mutated
+    kinds = set()
+    for m in out:
+        meta = json.loads(m.meta)
+        kind = m.generator.removeprefix("mutate:")
+        kinds.add(kind)
+        assert kind in CPU_KINDS and meta["mutation"] == kind
+        assert meta["fix_code"] == CPU_CANDIDATE and meta["fix_candidate_id"] == cand.candidate_id
+        assert m.code != CPU_CANDIDATE
+        assert m.code.splitlines()[meta["bug_line"] - 1] == meta["bug_after"].splitlines()[0]
+        assert m.prompt and m.prompt[-1].role == "user"  # built from the task
+        assert re.search(r"```python\n", m.raw_response)
+    assert len(kinds) == 3
+    # deterministic for a fixed seed, and restricted to the configured kinds
+    again = mutate_candidates([_task()], [cand], verdicts, cfg)
+    assert [c.candidate_id for c in again] == [c.candidate_id for c in out]
+    only = mutate_candidates([_task()], [cand], verdicts,
+                             GenerateConfig(mutations_per_kernel=3, mutation_kinds=["omp_race"]))
+    assert [c.generator for c in only] == ["mutate:omp_race"]

@@ -1,0 +1,337 @@
+"""The verifier's Python API: `verify_batch(requests, options) -> verdicts`.
+
+Stages per candidate: extract and static checks in the caller (pure Python, fast); extension
+specs from literal arguments or a sandboxed collect run; C++ static checks; batch builds on a
+compile pool (threads driving compiler processes, `options.compile_workers` at a time); as soon as
+all of a candidate's extensions are built it goes to the execution pool (`options.workers`
+sandboxed worker processes, one candidate each), so execution overlaps compilation. Status,
+reward and feedback are decided here from what the workers measured.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verifier.backends import Backend, BackendUnavailable, get_backend, select_backend
+from verifier.build import BuildContext, Builder, BuildResult, _flags_key, copy_for_worker
+from verifier.extract import FormatError, check_candidate, extract_code
+from verifier.extspec import ExtensionSpec, specs_from_source
+from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
+from verifier.reward import finalize
+from verifier.sandbox import SandboxLimits, run_sandboxed
+from verifier.static import check_cpp, check_python
+
+_PKG_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernelsynth"
+
+
+@dataclass
+class _Item:
+    req: VerifyRequest
+    verdict: VerdictData
+    code: str = ""
+    specs: list[ExtensionSpec] = field(default_factory=list)
+    built: dict[str, BuildResult] = field(default_factory=dict)
+    done: bool = False
+    t0: float = field(default_factory=time.monotonic)
+
+    def stop(self, status: str, stage: str, error: str = "") -> None:
+        self.verdict.status, self.verdict.stage = status, stage
+        if error:
+            self.verdict.error = error[:4000]
+        self.done = True
+
+
+def _worker_env() -> dict[str, str]:
+    return {"PYTHONPATH": _PKG_ROOT}
+
+
+def _collect_specs(item: _Item, opts: VerifyOptions) -> None:
+    """Fill item.specs from literals, else by running the module in a collect sandbox."""
+    specs = specs_from_source(item.code)
+    if specs is not None:
+        item.specs = specs
+        return
+    res = run_sandboxed([sys.executable, "-m", "verifier.collect"],
+                        limits=SandboxLimits(timeout_s=min(opts.run_timeout_s, 60.0),
+                                             memory_mb=opts.memory_limit_mb),
+                        input_files={"candidate.py": item.code}, env=_worker_env())
+    if res.timed_out:
+        item.stop("timeout", "compile", "running the candidate module (to find its load_inline "
+                                        f"calls) {res.describe_failure()}")
+        return
+    if res.payload is None:
+        item.stop("runtime_error", "compile", "running the candidate module failed: "
+                  + res.describe_failure())
+        return
+    item.specs = [ExtensionSpec.from_dict(d) for d in res.payload.get("specs", [])]
+    if res.payload.get("error") and not item.specs:
+        line = res.payload.get("line")
+        item.stop("runtime_error", "compile",
+                  (f"candidate.py line {line}: " if line else "") + res.payload["error"])
+
+
+def _baseline_path(opts: VerifyOptions, backend: Backend, task_source: str, device: str) -> Path:
+    import torch
+
+    key = hashlib.sha256("\0".join([task_source, backend.name, device, torch.__version__,
+                                    str(opts.perf_trials), str(opts.seed)]).encode()).hexdigest()
+    base = Path(opts.baseline_cache_dir) if opts.baseline_cache_dir else (
+        default_cache_dir() / "baselines")
+    return base / f"{key[:24]}.json"
+
+
+class _Baselines:
+    """Eager / torch.compile timings per (task, device, torch version), on disk."""
+
+    def __init__(self, opts: VerifyOptions, backend: Backend):
+        self.opts, self.backend = opts, backend
+        self.lock = threading.Lock()
+
+    def get(self, task_source: str, device: str) -> dict[str, Any]:
+        try:
+            return json.loads(_baseline_path(self.opts, self.backend, task_source,
+                                             device).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def put(self, task_source: str, device: str, data: dict[str, Any]) -> None:
+        path = _baseline_path(self.opts, self.backend, task_source, device)
+        with self.lock:
+            merged = {**self.get(task_source, device), **data}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(merged))
+            os.replace(tmp, path)
+
+
+def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Baselines,
+             threads: int) -> None:
+    """Run the correctness and performance stages for one candidate in a sandboxed worker."""
+    v = item.verdict
+    device_label = backend.name
+    base = baselines.get(item.req.task_source, device_label)
+    nonce = secrets.token_hex(16)
+    workdir = Path(tempfile.mkdtemp(prefix="ks-run-"))
+    try:
+        entries = copy_for_worker(list(item.built.values()), workdir)
+        job = {"nonce": nonce, "backend": backend.name, "extensions": entries,
+               "options": {k: getattr(opts, k) for k in (
+                   "trials", "atol_fp32", "rtol_fp32", "atol_low", "rtol_low", "perf_trials",
+                   "perf_warmup", "torch_compile_baseline", "seed")},
+               "eager_us": base.get("eager_us"), "compiled_us": base.get("compiled_us"),
+               "threads": threads}
+        res = run_sandboxed(
+            [sys.executable, "-m", "verifier.worker"],
+            limits=SandboxLimits(timeout_s=opts.run_timeout_s,
+                                 memory_mb=backend.sandbox_memory_mb(opts.memory_limit_mb)),
+            input_files={"job.json": json.dumps(job), "task.py": item.req.task_source,
+                         "candidate.py": item.code},
+            env={**_worker_env(), "OMP_NUM_THREADS": str(threads)}, workdir=workdir)
+        progress = {}
+        try:
+            progress = json.loads((workdir / "progress.json").read_text())
+        except (OSError, ValueError):
+            pass
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    stage = progress.get("stage", "correctness")
+    if res.timed_out:
+        return item.stop("timeout", stage, f"{stage} stage {res.describe_failure()}")
+    p = res.payload
+    if p is None:
+        return item.stop("runtime_error", stage, res.describe_failure())
+    if p.get("nonce") != nonce:
+        v.findings.append({"rule": "forged_result", "message": "result.json was not written by "
+                           "the harness", "line": None, "severity": "error"})
+        return item.stop("cheat", stage, "the candidate wrote the harness's result file")
+    v.device = p.get("device", v.device)
+    v.trials = int(p.get("trials", 0))
+    for k in ("max_abs_diff", "mean_abs_diff", "mismatch_frac"):
+        if p.get(k) is not None:
+            setattr(v, k, float(p[k]))
+    v.findings.extend(p.get("findings", []))
+    v.kernel_names = [str(k) for k in p.get("kernel_names", [])]
+    outcome = p.get("outcome")
+    if outcome != "ok":
+        status = {"task_error": "runtime_error"}.get(outcome, outcome)
+        return item.stop(status if status in ("runtime_error", "incorrect", "cheat")
+                         else "runtime_error", p.get("stage", stage), p.get("error", ""))
+    if p.get("eager_measured"):
+        baselines.put(item.req.task_source, device_label, {"eager_us": p["eager_us"]})
+    if p.get("compiled_measured"):
+        baselines.put(item.req.task_source, device_label, {"compiled_us": p["compiled_us"]})
+    v.runtime_us, v.runtime_iqr_us = p.get("runtime_us"), p.get("runtime_iqr_us")
+    v.eager_us, v.compiled_us = p.get("eager_us"), p.get("compiled_us")
+    if v.runtime_us and v.eager_us:
+        v.speedup = round(v.eager_us / v.runtime_us, 4)
+    if v.runtime_us and v.compiled_us:
+        v.speedup_compiled = round(v.compiled_us / v.runtime_us, 4)
+    v.faster = bool(v.speedup and v.speedup > opts.fast_threshold)
+    item.stop("correct_fast" if v.faster else "correct_slow", "done")
+
+
+def _front_stages(item: _Item) -> None:
+    """extract and static (Python) in the caller."""
+    try:
+        item.code = extract_code(item.req.response)
+        tree = check_candidate(item.code, item.req.task_source)
+    except FormatError as exc:
+        return item.stop("format_error", "extract", str(exc))
+    findings = check_python(tree, item.req.task_source)
+    if findings:
+        item.verdict.findings = findings
+        return item.stop("static_reject", "static", "; ".join(
+            f"{f['rule']}: {f['message']}" for f in findings[:3]))
+    if "load_inline" not in item.code and "cpp_extension" not in item.code:
+        return item.stop("static_reject", "static",
+                         "no load_inline call: the candidate has no kernel of its own")
+    return None
+
+
+def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = None,
+                 progress: Callable[[VerdictData], None] | None = None) -> list[VerdictData]:
+    """Verify every request; one verdict each, in order. Raises BackendUnavailable up front."""
+    opts = options or VerifyOptions()
+    names = {select_backend(opts.backend if opts.backend != "auto" else (r.backend or "auto"))
+             for r in requests} if requests else set()
+    items = []
+    for r in requests:
+        name = select_backend(opts.backend if opts.backend != "auto" else (r.backend or "auto"))
+        items.append(_Item(r, VerdictData(r.candidate_id, r.task_id, "runtime_error", "extract",
+                                          name)))
+    for name in sorted(names):
+        group = [it for it in items if it.verdict.backend == name]
+        _verify_group(group, get_backend(name), opts, progress)
+    return [it.verdict for it in items]
+
+
+def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
+                  progress: Callable[[VerdictData], None] | None) -> None:
+    cache = Path(opts.build_cache_dir) if opts.build_cache_dir else default_cache_dir() / "builds"
+    lock = threading.Lock()
+
+    def finish(item: _Item) -> None:
+        item.verdict.wall_s = round(time.monotonic() - item.t0, 3)
+        finalize(item.verdict)
+        if progress:
+            progress(item.verdict)
+
+    for it in items:
+        _front_stages(it)
+    pending = [it for it in items if not it.done]
+    with ThreadPoolExecutor(max(1, opts.compile_workers)) as pool:
+        list(pool.map(lambda it: _collect_specs(it, opts), pending))
+    for it in pending:
+        if it.done:
+            continue
+        if not it.specs:
+            it.stop("static_reject", "static", "no load_inline call ran: the candidate has no "
+                                               "kernel of its own")
+            continue
+        cpp_findings = check_cpp(it.specs, it.code, it.req.task_source)
+        if cpp_findings:
+            it.verdict.findings = cpp_findings
+            it.stop("static_reject", "static", "; ".join(
+                f"{f['rule']}: {f['message']}" for f in cpp_findings[:3]))
+    for it in items:
+        if it.done:
+            finish(it)
+    pending = [it for it in pending if not it.done]
+    if not pending:
+        return
+
+    ctx = BuildContext(backend, cache, timeout_s=opts.compile_timeout_s,
+                       code_of={s.key: it.code for it in pending for s in it.specs})
+    unique: dict[str, ExtensionSpec] = {}
+    for it in pending:
+        for s in it.specs:
+            unique.setdefault(s.key, s)
+    ordered = sorted(unique.values(), key=lambda s: (not s.batchable, repr(_flags_key(s))))
+    size = max(1, opts.compile_batch)
+    chunks = [ordered[i:i + size] for i in range(0, len(ordered), size)]
+    results: dict[str, BuildResult] = {}
+    threads = 1
+    exec_pool = ThreadPoolExecutor(max(1, opts.workers))
+    baselines = _Baselines(opts, backend)
+    futures = []
+
+    def run_exec(it: _Item) -> None:
+        try:
+            _execute(it, backend, opts, baselines, threads)
+        except Exception as exc:  # a harness failure must still yield a verdict
+            it.stop("runtime_error", "correctness", f"verifier error: {exc}")
+        finish(it)
+
+    def after_build(chunk_results: dict[str, BuildResult]) -> None:
+        with lock:
+            results.update(chunk_results)
+            ready = [it for it in pending if not it.done and not it.built
+                     and all(s.key in results for s in it.specs)]
+            for it in ready:
+                it.built = {s.key: results[s.key] for s in it.specs}
+        for it in ready:
+            v = it.verdict
+            v.compile_s = round(sum(r.seconds for r in it.built.values()), 3)
+            failed = [r for r in it.built.values() if not r.ok]
+            if failed:
+                v.compile_log = "\n".join(r.log for r in failed)[-20000:]
+                first = next((ln for ln in v.compile_log.splitlines() if "error" in ln),
+                             v.compile_log.strip()[:300])
+                it.stop("compile_error", "compile", first)
+                finish(it)
+            elif opts.compile_only:
+                it.stop("compiled", "compile")
+                finish(it)
+            else:
+                with lock:
+                    futures.append(exec_pool.submit(run_exec, it))
+
+    def build_chunk(chunk: list[ExtensionSpec]) -> None:
+        try:
+            after_build(Builder(ctx).build(chunk))
+        except Exception as exc:  # keep the batch going; these specs fail with the reason
+            after_build({s.key: BuildResult(s.key, False, log=f"build error: {exc}")
+                         for s in chunk})
+
+    try:
+        if not opts.compile_only or backend.name == "cpu":
+            Builder(ctx).prepare_pch(ordered)
+        with ThreadPoolExecutor(max(1, opts.compile_workers)) as cpool:
+            list(cpool.map(build_chunk, chunks))
+        while True:
+            with lock:
+                waiting = [f for f in futures if not f.done()]
+            if not waiting:
+                break
+            for f in waiting:
+                f.result()
+    finally:
+        exec_pool.shutdown(wait=True)
+
+
+def verify_one(task_source: str, response: str, options: VerifyOptions | None = None,
+               candidate_id: str = "candidate", task_id: str = "task") -> VerdictData:
+    """Verify a single candidate (the CLI's single mode)."""
+    opts = options or VerifyOptions()
+    return verify_batch([VerifyRequest(candidate_id, task_id, task_source, response,
+                                       opts.backend)], opts)[0]
+
+
+__all__ = ["BackendUnavailable", "verify_batch", "verify_one", "default_cache_dir"]

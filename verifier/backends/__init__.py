@@ -1,0 +1,260 @@
+"""Backends: what differs between cpu, cuda and musa; everything else in the verifier is shared.
+
+A backend is a `Backend` subclass registered with `register(cls)`. The core calls it at three
+places, each in a different process:
+
+1. **Parent** (`verifier.api`): `is_available()` / `unavailable_reason()` to resolve `auto`,
+   `execution_slots(options)` to start one execution worker per slot (cpu: `options.workers`
+   slots; cuda: one per GPU with `CUDA_VISIBLE_DEVICES` pinned), `sandbox_memory_mb(options)` for
+   the worker's address-space limit (0 for CUDA, which maps huge virtual ranges).
+2. **Compile worker** (`verifier.build`, a CPU process, no device needed): the core turns the
+   `load_inline` calls of many candidates into *units*: one host unit (`.cpp`: all candidates'
+   `cpp_sources`, each wrapped in `namespace ks_<hash>`, includes hoisted, `#line` directives so
+   compiler errors name `ks_<hash>.cpp:<candidate line>`, plus one PYBIND11_MODULE binding
+   `<hash>__<fn>`) and, when candidates have `cuda_sources`, one device unit (suffix
+   `device_suffix`, same wrapping, prefixed by `device_prelude`). The backend compiles each unit to
+   an object with `compile_unit(unit, obj, flags, pch_dir, log)` and links with `link(objs, out,
+   ldflags, log)`. `host_flags()` / `link_flags()` give torch's include paths, ABI defines and
+   libraries for the backend (the CPU ones are in `host_flags_common()`; reuse them). Host units
+   are compiled with a gcc precompiled header of `torch/extension.h` that the core builds once per
+   (torch version, flags) with `compile_pch()`. `ValueError` from `compile_unit` for a unit kind a
+   backend cannot build (cpu + `.cu`) becomes a compile_error naming the reason.
+3. **Execution worker** (`verifier.worker`, sandboxed, one candidate at a time): `device()` is the
+   torch device string, `synchronize()`, `time_us(fn, warmup, trials)` returns per-trial
+   microseconds (default: wall clock around `fn` with `synchronize()`; cuda overrides with events
+   and an L2 flush), `kernel_names(fn)` returns the kernels launched by one call (default: none;
+   cuda uses torch.profiler), `device_name()` for the verdict's `device` field,
+   `torch_compile_supported()`.
+
+Everything here imports torch lazily so that `select_backend` is cheap to import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shlex
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class BackendUnavailable(RuntimeError):
+    """A backend was requested explicitly but cannot run here; the message says what it needs."""
+
+
+@dataclass
+class BuildUnit:
+    """One translation unit of a batch build: the file to compile and its kind."""
+
+    path: Path  # the source file on disk
+    kind: str  # "host" (.cpp, C++ with torch/extension.h) | "device" (.cu / .mu)
+
+
+@dataclass
+class ExecutionSlot:
+    """One execution worker: a label and the environment pinning it to its device."""
+
+    label: str  # e.g. "cpu0", "cuda:1"
+    env: dict[str, str]
+
+
+class Backend:
+    """Base class; the defaults are the CPU behaviour (host C++ through g++)."""
+
+    name = "base"
+    device_type = "cpu"  # torch device type
+    device_suffix = ".cu"  # file suffix of device units (.cu / .mu)
+    device_prelude = ""  # text prepended to device units (headers)
+    supports_device_sources = False  # can it build cuda_sources?
+
+    # --- parent side -------------------------------------------------------------------------
+    @classmethod
+    def is_available(cls) -> bool:
+        return True
+
+    @classmethod
+    def unavailable_reason(cls) -> str:
+        return ""
+
+    def execution_slots(self, workers: int) -> list[ExecutionSlot]:
+        return [ExecutionSlot(f"{self.name}{i}", {}) for i in range(max(1, workers))]
+
+    def sandbox_memory_mb(self, requested_mb: int) -> int:
+        return requested_mb
+
+    # --- compile worker side -----------------------------------------------------------------
+    def host_flags(self) -> list[str]:
+        """g++ flags every host unit needs (includes, defines); candidate flags come after."""
+        return host_flags_common()
+
+    def link_flags(self) -> list[str]:
+        return link_flags_common()
+
+    def host_compiler(self) -> str:
+        return os.environ.get("CXX", "g++")
+
+    def compile_pch(self, header: Path, out_gch: Path, flags: list[str], log: list[str],
+                    timeout_s: float) -> bool:
+        """Precompile `header` (which includes torch/extension.h) to `out_gch` with `flags`."""
+        cmd = [self.host_compiler(), "-x", "c++-header", *self.host_flags(), *flags,
+               str(header), "-o", str(out_gch)]
+        return run_tool(cmd, log, timeout_s)
+
+    def compile_unit(self, unit: BuildUnit, obj: Path, flags: list[str], pch_dir: Path | None,
+                     log: list[str], timeout_s: float) -> bool:
+        """Compile one unit to `obj`; append the command and its output to `log`; True on success."""
+        if unit.kind != "host":
+            raise ValueError(f"the {self.name} backend cannot build device sources "
+                             f"({unit.path.name}); use a GPU backend")
+        include = ["-I", str(pch_dir), "-include", "ks_pch.h", "-Winvalid-pch"] if pch_dir else []
+        cmd = [self.host_compiler(), *include, *self.host_flags(), *flags, "-c", str(unit.path),
+               "-o", str(obj)]
+        return run_tool(cmd, log, timeout_s)
+
+    def link(self, objs: list[Path], out: Path, ldflags: list[str], log: list[str],
+             timeout_s: float) -> bool:
+        cmd = [self.host_compiler(), "-shared", *map(str, objs), *ldflags, *self.link_flags(),
+               "-o", str(out)]
+        return run_tool(cmd, log, timeout_s)
+
+    # --- execution worker side ---------------------------------------------------------------
+    def device(self) -> str:
+        return self.device_type
+
+    def device_name(self) -> str:
+        return self.device_type
+
+    def synchronize(self) -> None:
+        return None
+
+    def time_us(self, fn: Callable[[], Any], warmup: int, trials: int) -> list[float]:
+        """Per-trial runtimes of `fn()` in microseconds."""
+        for _ in range(warmup):
+            fn()
+        self.synchronize()
+        times = []
+        for _ in range(trials):
+            start = time.perf_counter()
+            fn()
+            self.synchronize()
+            times.append((time.perf_counter() - start) * 1e6)
+        return times
+
+    def kernel_names(self, fn: Callable[[], Any]) -> list[str]:
+        """Names of device kernels one call of `fn` launches (empty where not observable)."""
+        return []
+
+    def torch_compile_supported(self) -> bool:
+        return False
+
+
+_REGISTRY: dict[str, type[Backend]] = {}
+# Backends that live in their own modules; imported on first lookup so a missing one (or one
+# whose module fails to import) only affects requests for it.
+_MODULES = {"cpu": "verifier.backends.cpu", "cuda": "verifier.backends.cuda",
+            "musa": "verifier.backends.musa"}
+
+
+def register(cls: type[Backend]) -> type[Backend]:
+    """Class decorator: make `cls` available under `cls.name`."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The registered class for `name`, importing its module on first use."""
+    if name not in _REGISTRY and name in _MODULES:
+        try:
+            importlib.import_module(_MODULES[name])
+        except ImportError as exc:
+            raise BackendUnavailable(f"backend {name!r}: cannot import {_MODULES[name]} "
+                                     f"({exc})") from None
+    if name not in _REGISTRY:
+        raise BackendUnavailable(f"unknown backend {name!r} (known: {', '.join(_MODULES)})")
+    return _REGISTRY[name]
+
+
+def get_backend(name: str) -> Backend:
+    """An instance of the backend `name` (no availability check: compile-only hosts use it)."""
+    return backend_class(name)()
+
+
+def _available(name: str) -> bool:
+    try:
+        return backend_class(name).is_available()
+    except BackendUnavailable:
+        return False
+
+
+def select_backend(requested: str) -> str:
+    """Resolve `auto` to cuda, else musa, else cpu; check an explicit request can run here."""
+    if requested == "auto":
+        for name in ("cuda", "musa"):
+            if _available(name):
+                return name
+        return "cpu"
+    cls = backend_class(requested)
+    if not cls.is_available():
+        raise BackendUnavailable(f"backend {requested!r} is not available here: "
+                                 f"{cls.unavailable_reason() or 'no device'}")
+    return requested
+
+
+# --- shared helpers for host builds ------------------------------------------------------------
+
+
+def run_tool(cmd: list[str], log: list[str], timeout_s: float) -> bool:
+    """Run a compiler command, appending the command line and its output to `log`."""
+    log.append("$ " + shlex.join(cmd))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                              errors="replace")
+    except subprocess.TimeoutExpired:
+        log.append(f"compiler timed out after {timeout_s:.0f}s")
+        return False
+    except OSError as exc:
+        log.append(f"cannot run {cmd[0]}: {exc}")
+        return False
+    out = (proc.stdout + proc.stderr).strip()
+    if out:
+        log.append(out[-200_000:])
+    return proc.returncode == 0
+
+
+def _torch_paths() -> tuple[list[str], str]:
+    from torch.utils import cpp_extension
+
+    import torch
+
+    return cpp_extension.include_paths(), str(Path(torch.__file__).parent / "lib")
+
+
+def host_flags_common() -> list[str]:
+    """Flags torch's cpp_extension uses for a host C++ extension, without the module name."""
+    import torch
+
+    includes, _ = _torch_paths()
+    flags = []
+    for path in [*includes, sysconfig.get_paths()["include"]]:
+        flags += ["-isystem", path]
+    flags += ["-DTORCH_API_INCLUDE_EXTENSION_H", "-fPIC", "-std=c++20"]
+    abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
+    if abi is not None:
+        flags.append(f"-D_GLIBCXX_USE_CXX11_ABI={int(abi)}")
+    return flags
+
+
+def link_flags_common() -> list[str]:
+    _, lib = _torch_paths()
+    return [f"-L{lib}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python",
+            f"-Wl,-rpath,{lib}"]
+
+
+def python_executable() -> str:
+    return sys.executable

@@ -1,0 +1,375 @@
+"""Batch builds: many candidates' extensions compiled as one translation unit, cached by content.
+
+Each batchable spec's sources are wrapped in `namespace ks_<key>` with their `#include` lines
+hoisted to the top and `#line` directives pointing at the candidate file, and one PYBIND11_MODULE
+binds `k<key>__<fn>` for every spec. Host units include a gcc precompiled header of
+`torch/extension.h` built once per (backend, torch version, flags). When a batch fails, the specs
+named in the errors are rebuilt alone and the rest rebuilt together (bisection when no spec is
+named), so one bad candidate fails only itself, with errors mapped to its own lines. Results are
+cached per spec key in `<cache>/index/`, so a re-run or a later batch never compiles a spec twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verifier.backends import Backend, BuildUnit
+from verifier.extspec import ExtensionSpec
+from verifier.sandbox import SandboxLimits, run_sandboxed
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s*([<"][^>"]+[>"])')
+_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)")
+_DIAG = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)? "
+                   r"(?P<kind>fatal error|error|warning|note)?")
+CAND_FILE = "candidate.py"
+
+
+@dataclass
+class BuildResult:
+    """The outcome of building one spec."""
+
+    key: str
+    ok: bool
+    module: str = ""  # PyInit name of the shared object
+    path: str = ""  # the shared object
+    mode: str = "batch"  # batch: functions are k<key>__<fn>; module: the sources' own module
+    log: str = ""  # compiler output for this spec (errors mapped to candidate lines)
+    seconds: float = 0.0  # this spec's share of the build time
+    batch_size: int = 1
+    cached: bool = False
+
+    def to_entry(self) -> dict:
+        return {"module": self.module, "path": self.path, "mode": self.mode}
+
+
+@dataclass
+class BuildContext:
+    """Where builds go and how long they may take."""
+
+    backend: Backend
+    cache_dir: Path
+    timeout_s: float = 600.0
+    use_pch: bool = True
+    pch_min_specs: int = 3  # build a new PCH only when at least this many specs need it
+    code_of: dict[str, str] = field(default_factory=dict)  # spec key -> candidate code (for #line)
+    check_import: bool = True
+
+    @property
+    def root(self) -> Path:
+        import torch
+
+        tag = hashlib.sha256(f"{self.backend.name}|{torch.__version__}".encode()).hexdigest()[:10]
+        return self.cache_dir / f"{self.backend.name}-{tag}"
+
+
+def _flags_key(spec: ExtensionSpec) -> tuple:
+    return (tuple(spec.extra_cflags), tuple(spec.extra_ldflags), tuple(spec.extra_include_paths),
+            tuple(spec.extra_cuda_cflags), spec.no_implicit_headers)
+
+
+def _hash(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _source_line(code: str, text: str) -> int:
+    """1-based line in `code` where `text` starts (0 when it is not there verbatim)."""
+    probe = text.lstrip("\n")
+    skipped = text[: len(text) - len(probe)].count("\n")
+    idx = code.find(probe[:400]) if probe else -1
+    return code.count("\n", 0, idx) + 1 - skipped if idx >= 0 else 0
+
+
+def _wrap(spec: ExtensionSpec, sources: list[str], code: str, includes: list[str]) -> str:
+    """The spec's sources in its namespace, includes hoisted into `includes`, #line mapped."""
+    parts = [f"namespace ks_{spec.key} {{"]
+    defines: list[str] = []
+    for i, src in enumerate(sources):
+        line = _source_line(code, src) if code else 0
+        where = f"{spec.key}/{CAND_FILE}" if line else f"{spec.key}/source{i}.cpp"
+        parts.append(f'#line {line or 1} "{where}"')
+        out = []
+        for ln in src.split("\n"):
+            m = _INCLUDE.match(ln)
+            if m:
+                if m.group(1) not in includes:
+                    includes.append(m.group(1))
+                out.append("")
+                continue
+            d = _DEFINE.match(ln)
+            if d:
+                defines.append(d.group(1))
+            out.append(ln)
+        parts.append("\n".join(out))
+    parts.append(f"}}  // namespace ks_{spec.key}")
+    parts += [f"#undef {d}" for d in dict.fromkeys(defines)]
+    return "\n".join(parts)
+
+
+def batch_sources(specs: list[ExtensionSpec], module: str, code_of: dict[str, str],
+                  device_prelude: str) -> tuple[str, str]:
+    """(host unit, device unit or "") for batchable `specs` bound into module `module`."""
+    includes: list[str] = []
+    bodies = [_wrap(s, s.cpp_sources, code_of.get(s.key, ""), includes) for s in specs]
+    binds = [f'  m.def("k{s.key}__{fn}", torch::wrap_pybind_function(ks_{s.key}::{fn}), "{fn}");'
+             for s in specs for fn in (s.functions or [])]
+    host = "\n".join([
+        "#include <torch/extension.h>", *(f"#include {i}" for i in includes), *bodies,
+        "#line 1 \"ks_bindings.cpp\"", f"PYBIND11_MODULE({module}, m) {{", *binds, "}", ""])
+    device = ""
+    if any(s.cuda_sources for s in specs):
+        dincludes: list[str] = []
+        dbodies = [_wrap(s, s.cuda_sources, code_of.get(s.key, ""), dincludes)
+                   for s in specs if s.cuda_sources]
+        device = "\n".join([device_prelude, *(f"#include {i}" for i in dincludes), *dbodies, ""])
+    return host, device
+
+
+def module_sources(spec: ExtensionSpec) -> tuple[str, str]:
+    """Sources of a spec that defines its own PYBIND11_MODULE (built alone, unchanged)."""
+    head = [] if spec.no_implicit_headers else ["#include <torch/extension.h>"]
+    return "\n".join([*head, *spec.cpp_sources, ""]), "\n".join(spec.cuda_sources)
+
+
+class Builder:
+    """Builds specs into shared objects under the cache, batching where it can."""
+
+    def __init__(self, ctx: BuildContext):
+        self.ctx = ctx
+        self.root = ctx.root
+        (self.root / "index").mkdir(parents=True, exist_ok=True)
+
+    # --- cache -------------------------------------------------------------------------------
+    def _index_path(self, key: str) -> Path:
+        return self.root / "index" / f"{key}.json"
+
+    def cached(self, spec: ExtensionSpec) -> BuildResult | None:
+        try:
+            data = json.loads(self._index_path(spec.key).read_text())
+        except (OSError, ValueError):
+            return None
+        if data["ok"] and not Path(data["path"]).is_file():
+            return None
+        res = BuildResult(**data)
+        res.cached = True
+        res.seconds = 0.0
+        return res
+
+    def _store(self, res: BuildResult) -> None:
+        path = self._index_path(res.key)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        data = {k: v for k, v in res.__dict__.items() if k != "cached"}
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+
+    # --- PCH ---------------------------------------------------------------------------------
+    def pch_dir(self, cflags: list[str], n_specs: int, log: list[str]) -> Path | None:
+        if not self.ctx.use_pch:
+            return None
+        d = self.root / "pch" / _hash(*self.ctx.backend.host_flags(), *cflags)
+        if (d / "ks_pch.h.gch").is_file():
+            return d
+        if n_specs < self.ctx.pch_min_specs:
+            return None
+        d.mkdir(parents=True, exist_ok=True)
+        lock = d / ".lock"
+        try:  # one builder makes the PCH; others compile without it meanwhile
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            if time.time() - lock.stat().st_mtime > self.ctx.timeout_s:
+                lock.unlink(missing_ok=True)
+            return None
+        os.close(fd)
+        try:
+            (d / "ks_pch.h").write_text("#include <torch/extension.h>\n")
+            tmp = d / f"tmp{os.getpid()}.gch"
+            if self.ctx.backend.compile_pch(d / "ks_pch.h", tmp, cflags, log, self.ctx.timeout_s):
+                os.replace(tmp, d / "ks_pch.h.gch")
+                return d
+            tmp.unlink(missing_ok=True)
+            return None
+        finally:
+            lock.unlink(missing_ok=True)
+
+    def prepare_pch(self, specs: list[ExtensionSpec]) -> None:
+        """Build the PCH of every flag group big enough, before parallel builds race for it."""
+        groups: dict[tuple, list[ExtensionSpec]] = {}
+        for s in specs:
+            if s.batchable and not self.cached(s):
+                groups.setdefault(_flags_key(s), []).append(s)
+        for group in groups.values():
+            first = group[0]
+            cflags = [*first.extra_cflags, *(f"-I{p}" for p in first.extra_include_paths)]
+            self.pch_dir(cflags, len(group), [])
+
+    # --- builds ------------------------------------------------------------------------------
+    def build(self, specs: list[ExtensionSpec]) -> dict[str, BuildResult]:
+        """Build all `specs` (any mix of flags and kinds); one result per spec key."""
+        results: dict[str, BuildResult] = {}
+        todo: dict[str, ExtensionSpec] = {}
+        for s in specs:
+            if s.key in results or s.key in todo:
+                continue
+            hit = self.cached(s)
+            if hit:
+                results[s.key] = hit
+            elif s.unsupported:
+                results[s.key] = BuildResult(s.key, False, log=s.unsupported)
+            elif s.cuda_sources and not self.ctx.backend.supports_device_sources:
+                results[s.key] = BuildResult(
+                    s.key, False, log=f"cuda_sources cannot be built by the "
+                                      f"{self.ctx.backend.name} backend (it needs cuda or musa)")
+            else:
+                todo[s.key] = s
+        groups: dict[tuple, list[ExtensionSpec]] = {}
+        for s in todo.values():
+            groups.setdefault((s.batchable, _flags_key(s)), []).append(s)
+        for (batchable, _), group in groups.items():
+            if batchable:
+                self._attempt(group, results)
+            else:
+                for s in group:
+                    results[s.key] = self._build_one_module(s)
+        for res in results.values():
+            if not res.cached:
+                self._store(res)
+        return results
+
+    def _attempt(self, specs: list[ExtensionSpec], results: dict[str, BuildResult]) -> None:
+        ok, log, so, module, secs = self._build_batch(specs)
+        if ok:
+            for s in specs:
+                results[s.key] = BuildResult(s.key, True, module, str(so), "batch", "",
+                                             secs / len(specs), len(specs))
+            return
+        if len(specs) == 1:
+            s = specs[0]
+            results[s.key] = BuildResult(s.key, False, log=self._spec_log(log, s.key),
+                                         seconds=secs)
+            return
+        blamed = {s.key for s in specs if s.key in log}
+        if blamed and len(blamed) < len(specs):
+            for s in specs:
+                if s.key in blamed:
+                    self._attempt([s], results)
+            self._attempt([s for s in specs if s.key not in blamed], results)
+        else:
+            half = len(specs) // 2
+            self._attempt(specs[:half], results)
+            self._attempt(specs[half:], results)
+
+    def _spec_log(self, log: str, key: str) -> str:
+        """The compiler output with the spec's file names shown as the candidate's."""
+        lines = [ln for ln in log.splitlines() if not ln.startswith("$ ")]
+        text = "\n".join(lines).replace(f"{key}/{CAND_FILE}", CAND_FILE)
+        return text.replace(f"ks_{key}::", "").replace(f"k{key}__", "")
+
+    def _build_batch(self, specs: list[ExtensionSpec]) -> tuple[bool, str, Path, str, float]:
+        t0 = time.monotonic()
+        bkey = _hash(*sorted(s.key for s in specs))
+        module = f"ks_b{bkey}"
+        out_dir = self.root / "builds" / bkey
+        so = out_dir / f"{module}.so"
+        if so.is_file():
+            return True, "", so, module, 0.0
+        host, device = batch_sources(specs, module, self.ctx.code_of,
+                                     self.ctx.backend.device_prelude)
+        ok, log = self._compile_link(specs[0], out_dir, module, host, device, len(specs))
+        if ok and self.ctx.check_import:
+            ok, imp = self._check_import(so, module)
+            if not ok:
+                log += "\n" + imp
+                so.unlink(missing_ok=True)
+        return ok, log, so, module, time.monotonic() - t0
+
+    def _build_one_module(self, spec: ExtensionSpec) -> BuildResult:
+        t0 = time.monotonic()
+        module = f"ks_m{spec.key}"
+        out_dir = self.root / "builds" / f"m{spec.key}"
+        so = out_dir / f"{module}.so"
+        host, device = module_sources(spec)
+        flags_extra = [f"-DTORCH_EXTENSION_NAME={module}"]
+        ok, log = self._compile_link(spec, out_dir, module, host, device, 1, flags_extra)
+        if ok and self.ctx.check_import:
+            ok, imp = self._check_import(so, module)
+            log += "\n" + imp if not ok else ""
+        secs = time.monotonic() - t0
+        if not ok:
+            return BuildResult(spec.key, False, log=self._spec_log(log, spec.key), seconds=secs)
+        return BuildResult(spec.key, True, module, str(so), "module", "", secs, 1)
+
+    def _compile_link(self, first: ExtensionSpec, out_dir: Path, module: str, host: str,
+                      device: str, n: int, extra: list[str] | None = None) -> tuple[bool, str]:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        be = self.ctx.backend
+        cflags = [*first.extra_cflags, *(f"-I{p}" for p in first.extra_include_paths)]
+        log: list[str] = []
+        pch = self.pch_dir(cflags, n, log)
+        (out_dir / "host.cpp").write_text(host)
+        objs = [out_dir / "host.o"]
+        try:
+            ok = be.compile_unit(BuildUnit(out_dir / "host.cpp", "host"), objs[0],
+                                 [*cflags, *(extra or [])], pch, log, self.ctx.timeout_s)
+            if ok and device:
+                dpath = out_dir / f"device{be.device_suffix}"
+                dpath.write_text(device)
+                objs.append(out_dir / "device.o")
+                ok = be.compile_unit(BuildUnit(dpath, "device"), objs[1],
+                                     [*first.extra_cuda_cflags, *(extra or [])], None, log,
+                                     self.ctx.timeout_s)
+        except ValueError as exc:
+            return False, str(exc)
+        if ok:
+            tmp = out_dir / f".{module}.so.tmp"
+            ok = be.link(objs, tmp, first.extra_ldflags, log, self.ctx.timeout_s)
+            if ok:
+                os.replace(tmp, out_dir / f"{module}.so")
+        for o in objs:
+            o.unlink(missing_ok=True)
+        return ok, "\n".join(log)
+
+    def _check_import(self, so: Path, module: str) -> tuple[bool, str]:
+        """Import the object in a sandbox: undefined symbols and crashing initializers fail here."""
+        script = ("import json, torch\nfrom verifier.extspec import load_extension_module\n"
+                  f"load_extension_module({module!r}, {so.name!r})\n"
+                  "open('result.json', 'w').write(json.dumps({'ok': True}))\n")
+        from verifier.sandbox import python_argv  # noqa: F401  (same interpreter)
+        import sys
+
+        res = run_sandboxed([sys.executable, "-c", script],
+                            limits=SandboxLimits(timeout_s=120, memory_mb=0),
+                            input_files={so.name: so.read_bytes()},
+                            env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+        if res.payload and res.payload.get("ok"):
+            return True, ""
+        return False, "import of the built extension failed: " + (
+            _last_error(res.stderr) or res.describe_failure())
+
+
+def _last_error(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def demangle_hint(log: str) -> str:
+    """Undefined-symbol lines from an import error, with our namespaces stripped."""
+    return re.sub(r"ks_[0-9a-f]{16}::", "", log)
+
+
+def copy_for_worker(results: list[BuildResult], dest: Path) -> dict[str, dict]:
+    """Copy the built objects into `dest` (the worker's directory); entries for install_shim."""
+    entries = {}
+    for r in results:
+        if not r.ok:
+            continue
+        target = dest / Path(r.path).name
+        if not target.exists():
+            shutil.copyfile(r.path, target)
+        entries[r.key] = {"module": r.module, "path": target.name, "mode": r.mode}
+    return entries

@@ -1,0 +1,287 @@
+"""Stage 2, static checks on the candidate's Python and C++/CUDA source.
+
+Every finding is `{rule, message, line, severity}`; `line` is a line of the candidate file (C++
+lines are mapped through where the source literal sits in the Python file). Rules:
+`torch_compute` (torch/F/nn compute in ModelNew's methods), `nn_layer` (an nn layer called in
+forward), `try_fallback`, `reference_model` (subclassing, calling or importing `Model`),
+`monkey_patch` (assigning attributes of torch/time/...), `threads_streams`, `precision_downgrade`,
+`escape` (files, network, processes, ctypes, environment, introspection), `cpp_torch_compute`
+(ATen/torch compute from C++), `compiler_flag` (flags outside an allowlist).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from verifier.extspec import ExtensionSpec
+
+# torch.<name>(...) calls a forward may make: allocation, shapes, dtypes, grad mode.
+TORCH_ALLOWED = frozenset({
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
+    "full_like", "Size", "device", "no_grad", "inference_mode", "is_tensor", "numel",
+    "is_floating_point", "get_default_dtype", "tensor", "as_tensor", "arange", "finfo", "iinfo",
+    "result_type", "promote_types", "broadcast_shapes",
+})
+# Tensor methods that compute (the rest: views, shapes, pointers, copies are fine).
+TENSOR_COMPUTE = frozenset({
+    "relu", "relu_", "sigmoid", "tanh", "exp", "log", "sum", "mean", "max", "min", "amax",
+    "amin", "softmax", "log_softmax", "matmul", "mm", "bmm", "addmm", "baddbmm", "mv", "dot",
+    "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "pow", "sqrt", "rsqrt", "abs",
+    "clamp", "clamp_", "clip", "norm", "var", "std", "prod", "cumsum", "cumprod", "argmax",
+    "argmin", "sort", "topk", "where", "masked_fill", "gelu", "silu", "erf", "neg", "reciprocal",
+    "sin", "cos", "floor", "ceil", "round", "sign", "logsumexp", "addcmul", "addcdiv", "lerp",
+    "maximum", "minimum", "conv2d", "einsum", "outer", "square", "exp_", "sigmoid_", "tanh_",
+    "layer_norm", "hardtanh", "leaky_relu", "elu", "softplus", "mish", "any", "all", "eq", "ne",
+    "gt", "lt", "ge", "le", "fmod", "remainder", "scatter", "gather", "index_select",
+    "scatter_add", "bernoulli", "log1p", "expm1", "tril", "triu", "flip", "roll", "diff",
+    "unique", "cross", "kron", "tensordot",
+})
+ESCAPE_MODULES = frozenset({
+    "os", "sys", "subprocess", "socket", "ctypes", "cffi", "shutil", "pathlib", "io", "urllib",
+    "http", "requests", "multiprocessing", "threading", "asyncio", "concurrent", "signal",
+    "importlib", "inspect", "gc", "builtins", "pickle", "marshal", "tempfile", "glob", "pty",
+    "fcntl", "mmap", "resource", "code", "runpy", "pdb", "traceback", "atexit", "weakref",
+})
+ESCAPE_CALLS = frozenset({"open", "exec", "eval", "compile", "__import__", "globals", "locals",
+                          "vars", "setattr", "delattr", "breakpoint", "input", "memoryview"})
+PATCHABLE = frozenset({"torch", "time", "F", "nn", "np", "numpy", "threading", "builtins", "sys",
+                       "os", "math", "functional", "cpp_extension"})
+REFERENCE_MODULES = frozenset({"reference", "ks_reference", "task", "__main__", "model"})
+LOW_PRECISION = re.compile(r"\b(float16|half|bfloat16|__half|__nv_bfloat16|kHalf|kBFloat16|"
+                           r"at::Half|c10::Half|at::BFloat16|c10::BFloat16|kFloat16)\b")
+_CPP_TORCH = re.compile(r"\b(at|torch)::((?:\w+::)*)(\w+)\s*(\(|<)")
+CPP_TORCH_ALLOWED = frozenset({
+    "empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like", "full", "empty_strided",
+    "from_blob", "Tensor", "TensorOptions", "device", "dtype", "IntArrayRef", "Scalar",
+    "ScalarType", "Device", "get_num_threads", "parallel_for", "Half", "BFloat16",
+    "getCurrentCUDAStream", "CUDAGuard", "OptionalCUDAGuard", "make_tuple", "tensor", "arange",
+    "check", "checkAll", "TensorArg", "autocast", "CheckedFrom", "Generator", "optional",
+    "musa", "cuda", "getCurrentMUSAStream", "MUSAGuard", "OptionalMUSAGuard", "elementSize",
+    "typeMetaToScalarType", "toString", "isFloatingType", "DeviceGuard", "NoGradGuard",
+    "irange", "divup", "ceil_div", "TensorIterator", "acc_type", "kFloat", "kInt", "kLong",
+})
+CPP_TENSOR_COMPUTE = re.compile(
+    r"\.\s*(matmul|mm|bmm|addmm|conv2d|relu|relu_|sigmoid|tanh|softmax|log_softmax|sum|mean|"
+    r"exp|log|pow|sqrt|rsqrt|clamp|max|min|amax|norm|var|std|mul|add|sub|div|mul_|add_|sub_|"
+    r"div_|gelu|silu|layer_norm|batch_norm|linear|einsum|cumsum|argmax|topk|sort|where|"
+    r"index_select|gather|scatter|baddbmm)\s*\(")
+CPP_ESCAPES = re.compile(
+    r"\b(fopen|freopen|ifstream|ofstream|fstream|popen|system|fork|vfork|execv|execve|execvp|"
+    r"execl|execlp|socket|connect|dlopen|dlsym|getenv|setenv|syscall|ptrace|unlink|remove|"
+    r"mmap|open|creat|kill|std::filesystem)\s*\(|#\s*include\s*[<\"](fstream|filesystem|"
+    r"sys/socket\.h|unistd\.h|dlfcn\.h|sys/syscall\.h|sys/mman\.h|netinet/in\.h|"
+    r"sys/ptrace\.h|spawn\.h)[>\"]|#\s*include\s*\"(/|[^\"]*\.\.)|\b__asm__\b|\basm\s*\(")
+CPP_THREADS = re.compile(
+    r"\b(std::thread|std::async|std::jthread|pthread_create|cudaStreamCreate\w*|"
+    r"getStreamFromPool|musaStreamCreate\w*|cudaLaunchHostFunc)\b")
+_FLAG_OK = re.compile(
+    r"^(-O[0-3sfg]?|-Ofast|-fopenmp|-lgomp|-lm|-march=native|-mtune=native|-ffast-math|"
+    r"-funroll-loops|-fno-\w[\w-]*|-f(tree-vectorize|strict-aliasing|omit-frame-pointer)|"
+    r"-std=(c|gnu)\+\+(14|17|20)|-D\w+(=[\w.]*)?|-U\w+|-w|-W[\w-]+(=\w+)?|-m(avx\w*|fma|"
+    r"sse\w*|f16c|bmi2?|popcnt|arch=[\w-]+)|-g|--use_fast_math|-use_fast_math|"
+    r"--expt-relaxed-constexpr|--expt-extended-lambda|-lineinfo|-Xptxas=?[-\w,=]*|"
+    r"-arch=sm_\d+a?|-gencode=?[\w,=]*|--ptxas-options=[-\w,=]*|-maxrregcount=\d+|"
+    r"-Xcompiler=?-?[\w,=-]*|-lcublas|-lcuda|-lcudart|-lmusa\w*|-res-usage)$")
+
+
+def _finding(rule: str, message: str, line: int | None) -> dict[str, Any]:
+    return {"rule": rule, "message": message, "line": line, "severity": "error"}
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def _task_is_low_precision(task_source: str) -> bool:
+    return bool(re.search(r"\b(float16|half|bfloat16)\b", task_source))
+
+
+def _layer_attrs(cls: ast.ClassDef) -> dict[str, str]:
+    """self.<attr> = nn.<Layer>(...) assignments of the class (parameter holders aside)."""
+    out = {}
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            fn = _dotted(node.value.func)
+            if fn.startswith(("nn.", "torch.nn.")) and fn.split(".")[-1] not in (
+                    "Parameter", "ParameterList", "ParameterDict", "Module", "ModuleList",
+                    "ModuleDict", "Identity", "BufferList"):
+                for t in node.targets:
+                    if isinstance(t, ast.Attribute) and _dotted(t.value) == "self":
+                        out[t.attr] = fn
+    return out
+
+
+def check_python(tree: ast.Module, task_source: str) -> list[dict[str, Any]]:
+    """Findings on the candidate's Python source."""
+    out: list[dict[str, Any]] = []
+    low_ok = _task_is_low_precision(task_source)
+    model_new = next((n for n in tree.body if isinstance(n, ast.ClassDef)
+                      and n.name == "ModelNew"), None)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""])
+            for name in names:
+                root = name.split(".")[0]
+                if root in ESCAPE_MODULES:
+                    rule = "threads_streams" if root in ("threading", "multiprocessing",
+                                                         "concurrent", "asyncio") else "escape"
+                    out.append(_finding(rule, f"imports {name}", node.lineno))
+                if root in REFERENCE_MODULES:
+                    out.append(_finding("reference_model", f"imports {name} (the reference)",
+                                        node.lineno))
+            if isinstance(node, ast.ImportFrom) and any(a.name == "Model" for a in node.names):
+                out.append(_finding("reference_model", "imports the reference Model",
+                                    node.lineno))
+        elif isinstance(node, ast.Name) and node.id == "Model":
+            out.append(_finding("reference_model", "uses the reference Model", node.lineno))
+        elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
+            out.append(_finding("escape", f"accesses {node.id}", node.lineno))
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr in (
+                "__subclasses__", "__globals__", "__code__", "__closure__", "__builtins__",
+                "__dict__", "__class__", "__bases__", "__mro__", "__self__"):
+            out.append(_finding("escape", f"introspection through {node.attr}", node.lineno))
+        elif isinstance(node, ast.Call):
+            fn = _dotted(node.func)
+            if fn in ESCAPE_CALLS:
+                out.append(_finding("escape", f"calls {fn}()", node.lineno))
+            elif fn.split(".")[0] in ("os", "sys") or fn in ("torch.load", "torch.save"):
+                out.append(_finding("escape", f"calls {fn}()", node.lineno))
+            if fn.endswith(("cuda.Stream", "cuda.stream", "musa.Stream", "musa.stream")) or \
+                    fn.endswith(("Thread", "Process", "ThreadPoolExecutor")):
+                out.append(_finding("threads_streams", f"creates {fn}", node.lineno))
+            if fn.split(".")[-1] in ("half", "bfloat16") and not low_ok and isinstance(
+                    node.func, ast.Attribute):
+                out.append(_finding("precision_downgrade",
+                                    f".{fn.split('.')[-1]}() in an fp32 task", node.lineno))
+            if fn in ("torch.set_default_dtype", "torch.set_float32_matmul_precision",
+                      "torch.set_num_threads", "torch._C._set_dispatch_mode") or fn.startswith(
+                    ("torch._C.", "torch.utils._python_dispatch", "torch._dynamo")):
+                out.append(_finding("monkey_patch", f"calls {fn}", node.lineno))
+        elif isinstance(node, ast.Attribute) and _dotted(node) in (
+                "os.environ", "sys.modules", "torch.backends"):
+            out.append(_finding("escape", f"accesses {_dotted(node)}", node.lineno))
+        elif isinstance(node, ast.Attribute) and node.attr in ("float16", "half", "bfloat16") \
+                and _dotted(node).startswith("torch.") and not low_ok:
+            out.append(_finding("precision_downgrade", f"uses {_dotted(node)} in an fp32 task",
+                                node.lineno))
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                d = _dotted(t) if isinstance(t, ast.Attribute) else ""
+                if d and d.split(".")[0] in PATCHABLE:
+                    out.append(_finding("monkey_patch", f"assigns {d}", node.lineno))
+        if isinstance(node, ast.Try | ast.TryStar) and model_new is not None and any(
+                node is n for n in ast.walk(model_new)):
+            out.append(_finding("try_fallback", "try/except in ModelNew (a fallback path)",
+                                node.lineno))
+    if model_new is not None:
+        ext_names = {t.id for n in tree.body if isinstance(n, ast.Assign)
+                     and isinstance(n.value, ast.Call)
+                     and _dotted(n.value.func).split(".")[-1] in ("load_inline", "load")
+                     for t in n.targets if isinstance(t, ast.Name)}
+        out += _check_model_new(model_new, ext_names)
+    return _dedupe(out)
+
+
+def _check_model_new(cls: ast.ClassDef, ext_names: set[str]) -> list[dict[str, Any]]:
+    out = []
+    for base in cls.bases:
+        if _dotted(base).split(".")[-1] == "Model":
+            out.append(_finding("reference_model", "ModelNew subclasses the reference Model",
+                                cls.lineno))
+    layers = _layer_attrs(cls)
+    for fn in cls.body:
+        if not isinstance(fn, ast.FunctionDef) or fn.name == "__init__":
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+                out.append(_finding("torch_compute", "the @ operator computes with torch",
+                                    node.lineno))
+            if not isinstance(node, ast.Call):
+                continue
+            name = _dotted(node.func)
+            head, _, last = name.rpartition(".")
+            if head in ("torch", "torch.nn.functional", "F", "torch.special", "torch.linalg",
+                        "torch.fft") and last not in TORCH_ALLOWED:
+                out.append(_finding("torch_compute", f"{name}() computes with torch in "
+                                                     f"ModelNew.{fn.name}", node.lineno))
+            elif head == "self" and last in layers:
+                out.append(_finding("nn_layer", f"self.{last} ({layers[last]}) is called in "
+                                                f"ModelNew.{fn.name}", node.lineno))
+            elif isinstance(node.func, ast.Attribute) and last in TENSOR_COMPUTE and \
+                    not head.startswith(("self.", "torch")) and head != "self" and \
+                    head not in ext_names:
+                out.append(_finding("torch_compute", f".{last}() computes with torch in "
+                                                     f"ModelNew.{fn.name}", node.lineno))
+    return out
+
+
+def _dedupe(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen, out = set(), []
+    for f in findings:
+        k = (f["rule"], f["message"], f["line"])
+        if k not in seen:
+            seen.add(k)
+            out.append(f)
+    return out
+
+
+def _strip_comments(src: str) -> str:
+    src = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), src, flags=re.S)
+    return re.sub(r"//[^\n]*", "", src)
+
+
+def check_cpp(specs: list[ExtensionSpec], code: str, task_source: str) -> list[dict[str, Any]]:
+    """Findings on the C++/CUDA sources and flags of the candidate's extensions."""
+    from verifier.build import _source_line
+
+    out: list[dict[str, Any]] = []
+    low_ok = _task_is_low_precision(task_source)
+    for spec in specs:
+        for flag in [*spec.extra_cflags, *spec.extra_cuda_cflags, *spec.extra_ldflags]:
+            if not _FLAG_OK.match(flag.strip()):
+                out.append(_finding("compiler_flag", f"compiler/linker flag {flag!r} is not "
+                                                     "allowed", spec.line or None))
+        if spec.extra_include_paths:
+            out.append(_finding("compiler_flag", "extra_include_paths are not allowed",
+                                spec.line or None))
+        for src in [*spec.cpp_sources, *spec.cuda_sources]:
+            base = _source_line(code, src)
+            clean = _strip_comments(src)
+
+            def line_of(pos: int, _clean: str = clean, _base: int = base) -> int | None:
+                return _base + _clean.count("\n", 0, pos) if _base else (spec.line or None)
+
+            for m in _CPP_TORCH.finditer(clean):
+                ns, name = m.group(2), m.group(3)
+                if ns.startswith(("native::", "nn::functional::", "linalg::", "special::",
+                                  "fft::")) or (name not in CPP_TORCH_ALLOWED
+                                                and not ns.startswith(("cuda::", "musa::"))):
+                    out.append(_finding("cpp_torch_compute",
+                                        f"{m.group(1)}::{ns}{name} computes with ATen from C++",
+                                        line_of(m.start())))
+            for m in CPP_TENSOR_COMPUTE.finditer(clean):
+                out.append(_finding("cpp_torch_compute", f"tensor method .{m.group(1)}() "
+                                                         "computes with ATen from C++",
+                                    line_of(m.start())))
+            for m in CPP_ESCAPES.finditer(clean):
+                out.append(_finding("escape", f"{m.group(0).strip()} (file/process/network "
+                                              "access from C++)", line_of(m.start())))
+            for m in CPP_THREADS.finditer(clean):
+                out.append(_finding("threads_streams", f"{m.group(1)} in C++",
+                                    line_of(m.start())))
+            if not low_ok:
+                for m in LOW_PRECISION.finditer(clean):
+                    out.append(_finding("precision_downgrade", f"{m.group(1)} in an fp32 task",
+                                        line_of(m.start())))
+    return _dedupe(out)
