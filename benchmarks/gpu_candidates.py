@@ -244,7 +244,7 @@ def add_candidates() -> list[GpuCandidate]:
                                                                          "a[i] - b[i]"))),
         mk("add_type_bug", "buggy", "compile_error",
            _add(_ADD_PLAIN).replace("a.data_ptr<float>(), b", "a, b")),
-        mk("add_inplace_bug", "buggy", "incorrect", _add(_ADD_PLAIN, out="a")),
+        mk("add_inplace_mutation", "hack", "incorrect", _add(_ADD_PLAIN, out="a")),
         mk("add_python_op", "hack", "cheat", _add(_ADD_PLAIN),
            "a, b):\n        return a + b"),
         mk("add_infinite_loop", "buggy", "timeout",

@@ -123,11 +123,12 @@ class GpuSampler:
 
 
 def run_ours(cands: list, cache: Path, args: argparse.Namespace, repeat: int = 1,
-             run_timeout: float = 30.0) -> tuple[list[dict], dict, float | None]:
+             run_timeout: float = 30.0, torch_compile: bool = False
+             ) -> tuple[list[dict], dict, float | None]:
     from verifier.gpu_service import GpuJob, GpuService, ServiceOptions
 
     opts = ServiceOptions(compile_workers=args.compile_workers, run_timeout_s=run_timeout,
-                          torch_compile_baseline=args.torch_compile, repeat_timing=repeat,
+                          torch_compile_baseline=torch_compile, repeat_timing=repeat,
                           job_extra={"atol": ATOL, "rtol": RTOL, "budget_s": 3.0})
     svc = GpuService(cache, opts)
     jobs = [GpuJob(c.candidate_id, TASKS[c.task], c.source, c.task) for c in cands]
@@ -176,6 +177,50 @@ def run_baseline(cands: list, workdir: Path, timeout: float, parallel: int = 1
     return results, time.monotonic() - start, sampler.mean
 
 
+def compile_ab(cand, cache: Path) -> dict[str, float]:
+    """One candidate's units built each way, one at a time: where the compile seconds go."""
+    from verifier.backends import BuildUnit
+    from verifier.backends.cuda import CudaBackend
+    from verifier.inline_builds import find_inline_builds
+
+    backend = CudaBackend()
+    build = find_inline_builds(cand.source)[0][0]
+    work = Path(tempfile.mkdtemp(prefix="ks-ab-"))
+    name = "ks_ab"
+    host = work / "main.cpp"
+    host.write_text(build.host_source(name), encoding="utf-8")
+    dev = work / "cuda.cu"
+    dev.write_text(build.device_source(backend.device_prelude), encoding="utf-8")
+    out: dict[str, float] = {}
+    flags = [f"-DTORCH_EXTENSION_NAME={name}"]
+
+    def timed(label: str, fn) -> bool:
+        log: list[str] = []
+        t = time.monotonic()
+        ok = fn(log)
+        out[label] = round(time.monotonic() - t, 2)
+        if not ok:
+            out[label + "_failed"] = 1.0
+            print("\n".join(log)[-1500:], flush=True)
+        return ok
+
+    backend.light_header = False
+    timed("device_full_header", lambda log: backend.compile_device_unit(
+        dev, work / "full.o", flags, log, 600))
+    backend.light_header = True
+    timed("device_light_header", lambda log: backend.compile_device_unit(
+        dev, work / "cuda.o", flags, log, 600))
+    timed("host_no_pch", lambda log: backend.compile_unit(
+        BuildUnit(host, "host"), work / "nopch.o", flags, None, log, 600))
+    pch = cache / "pch"
+    if (pch / "ks_pch.h.gch").exists():
+        timed("host_pch", lambda log: backend.compile_unit(
+            BuildUnit(host, "host"), work / "main.o", flags, pch, log, 600))
+    timed("link", lambda log: backend.link([work / "main.o", work / "cuda.o"],
+                                           work / f"{name}.so", [], log, 600))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="bench_out")
@@ -187,6 +232,7 @@ def main() -> int:
                     help="run the baseline on this many more candidates, in parallel (verdicts)")
     ap.add_argument("--baseline-parallel", type=int, default=8)
     ap.add_argument("--torch-compile", action="store_true")
+    ap.add_argument("--compile-ab", action="store_true")
     ap.add_argument("--only", default="", help="comma-separated candidate ids")
     args = ap.parse_args()
     out = Path(args.out)
@@ -215,7 +261,8 @@ def main() -> int:
               "mm_naive16", "relu_vec4", "softmax_warp"}
     warm_cands = [c for c in cands if c.candidate_id in cv_ids]
     t0 = time.monotonic()
-    warm, wstats, _ = run_ours(warm_cands, cache, args, repeat=5, run_timeout=120.0)
+    warm, wstats, _ = run_ours(warm_cands, cache, args, repeat=5, run_timeout=120.0,
+                               torch_compile=args.torch_compile)
     report["ours_warm"] = {"wall_s": time.monotonic() - t0, "stats": wstats, "results": warm}
     print(f"[ours warm] {len(warm_cands)} candidates in {time.monotonic() - t0:.1f}s", flush=True)
     # 3. Baseline, sequential (throughput) on the first N; optional parallel pass for verdicts.
@@ -231,7 +278,13 @@ def main() -> int:
                                        parallel=args.baseline_parallel)
         report["baseline_par"] = {"wall_s": ewall, "results": extra}
         base = base + extra
+    if args.compile_ab:
+        report["compile_ab"] = compile_ab(cands[0], cache)
+        print("[compile a/b]", report["compile_ab"], flush=True)
     table = make_table(cands, ours, warm, base, report)
+    if "compile_ab" in report:
+        table += "compile a/b, one candidate, one unit at a time (s): " + json.dumps(
+            report["compile_ab"]) + "\n"
     (out / "table.txt").write_text(table, encoding="utf-8")
     (out / "results.json").write_text(json.dumps(report, indent=1, default=str),
                                       encoding="utf-8")
@@ -254,10 +307,11 @@ def make_table(cands: list, ours: list[dict], warm: list[dict], base: list[dict]
         ok = coarse(r["status"]) == c.expected
         right += ok
         us = r.get("runtime_us")
+        sp = f"{r['speedup']:.2f}" if r.get("speedup") else "-"
         lines.append(f"{c.candidate_id:26} {c.kind:7} {c.expected:13} {r['status']:13} "
                      f"{b.get('verdict', '-'):13} {r.get('compile_s', 0):9.1f} "
                      f"{r.get('gpu_s', 0):6.1f} {(f'{us:.1f}' if us else '-'):>9} "
-                     f"{(f'{r['speedup']:.2f}' if r.get('speedup') else '-'):>7}"
+                     f"{sp:>7}"
                      + ("" if ok else "   <-- unexpected"))
     cold = report["ours_cold"]
     n = len(cands)

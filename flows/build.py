@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -120,7 +121,8 @@ def build_tasks(workspace: str, run_id: str, cfg: Config, stages: str | None) ->
     return dict(load_stages(stages).tasks(ws, run, cfg))
 
 
-@task(name="generate-batch", cache_policy=NO_CACHE, task_run_name="generate-{label}")
+@task(name="generate-batch", cache_policy=NO_CACHE, task_run_name="generate-{label}",
+      retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_if_transient)
 def generate_batch(tasks: list[Task], cfg: Config, backend: str, stages: str | None,
                    label: str = "") -> tuple[list[Candidate], list[Rejection]]:
     """First-attempt candidates for one batch of tasks."""
@@ -155,11 +157,16 @@ def mutate_batch(tasks: list[Task], candidates: list[Candidate], verdicts: list[
     return list(load_stages(stages).mutate(tasks, candidates, verdicts, cfg.generate))
 
 
-@task(name="repair-batch", cache_policy=NO_CACHE, task_run_name="repair-{label}")
+@task(name="repair-batch", cache_policy=NO_CACHE, task_run_name="repair-{label}",
+      retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_if_transient)
 def repair_batch(tasks: list[Task], candidates: list[Candidate], verdicts: list[Verdict],
-                 cfg: Config, turn: int, stages: str | None, label: str = "") -> list[Candidate]:
+                 cfg: Config, turn: int, stages: str | None, label: str = ""
+                 ) -> tuple[list[Candidate], list[Rejection]]:
     """The next repair turn for every failing chain end of one batch of tasks."""
-    return list(load_stages(stages).repair(tasks, candidates, verdicts, cfg, turn))
+    made = load_stages(stages).repair(tasks, candidates, verdicts, cfg, turn)
+    if isinstance(made, tuple):
+        return list(made[0]), list(made[1])
+    return list(made), []
 
 
 # --- flows ---------------------------------------------------------------------------------------
@@ -183,21 +190,49 @@ def tasks_flow(workspace: str, run_id: str, cfg: Config, stages: str | None = No
     return counts
 
 
-def generated_task_ids(ws: Workspace, backend: str) -> set[str]:
-    """Tasks whose first attempts exist for `backend`, or that generation rejected."""
+GENERATOR_PREFIX = {"template": "template:", "openai": "llm:", "hf": "hf:"}
+
+
+def generated_task_ids(ws: Workspace, backend: str, generators: list[str]) -> set[str]:
+    """Tasks every configured generator has answered on `backend` (a candidate or a rejection).
+
+    A rejection for an unreachable LLM does not count: the next run asks again.
+    """
     cands = ws.read_table(Candidate).select(["task_id", "backend", "turn", "generator"]).to_pylist()
-    done = {c["task_id"] for c in cands if c["backend"] == backend and c["turn"] == 0
-            and not c["generator"].startswith(("mutate:", "repair:"))}
-    rejs = ws.read_table(Rejection).select(["stage", "item_id"]).to_pylist()
-    done.update(r["item_id"] for r in rejs if r["stage"] == "generate")
-    return done
+    rejs = ws.read_table(Rejection).select(["stage", "item_id", "reason"]).to_pylist()
+    rejected = {r["item_id"] for r in rejs
+                if r["stage"] == "generate" and not r["reason"].startswith("llm")}
+    prefixes = [GENERATOR_PREFIX[g] for g in generators if g in GENERATOR_PREFIX]
+    have: dict[str, set[str]] = {}
+    for c in cands:
+        if c["backend"] == backend and c["turn"] == 0:
+            have.setdefault(c["task_id"], set()).update(
+                p for p in prefixes if c["generator"].startswith(p))
+    task_ids = set(have) | rejected
+    return {t for t in task_ids
+            if all(p in have.get(t, ()) or (t in rejected and p == "template:") for p in prefixes)}
+
+
+def completed(futures: list[PrefectFuture]) -> Iterator[PrefectFuture]:
+    """Futures in the order they finish (Ray futures through `ray.wait`, others via Prefect)."""
+    refs = [getattr(f, "wrapped_future", None) for f in futures]
+    ray = sys.modules.get("ray")  # only when a Ray runner is in use; importing it costs seconds
+    if ray is None or not futures or not all(isinstance(r, ray.ObjectRef) for r in refs):
+        yield from as_completed(futures)
+        return
+    by_ref = dict(zip(refs, futures, strict=True))
+    pending = list(by_ref)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        for ref in ready:
+            yield by_ref[ref]
 
 
 def _collect(futures: list[PrefectFuture], progress: _Progress, run: Run,
              done_candidates: set[str] | None = None) -> dict[str, int]:
     """Write each batch's records as soon as its future finishes; count what was written."""
     counts = {"candidates": 0, "rejections": 0, "verdicts": 0, "failed_batches": 0}
-    for fut in as_completed(futures):
+    for fut in completed(futures):
         try:
             result = fut.result()
         except Exception as exc:
@@ -223,7 +258,7 @@ def generate_flow(workspace: str, run_id: str, cfg: Config, backend: str,
                   stages: str | None = None) -> dict[str, int]:
     """Tasks -> first-attempt Candidates, for tasks not generated yet."""
     ws, run = _open_run(workspace, run_id)
-    done = generated_task_ids(ws, backend)
+    done = generated_task_ids(ws, backend, cfg.generate.generators)
     pending = [t for t in ws.read(Task) if t.task_id not in done]
     groups = batches(pending, cfg.flows.batch_size)
     _say(f"generate: {len(pending)} tasks pending ({len(done)} done) in {len(groups)} batches")
@@ -257,35 +292,41 @@ def verify_flow(workspace: str, run_id: str, cfg: Config, backend: str,
     cache_dir = cfg.verify.build_cache_dir or str(ws.cache_dir / "builds")
     _say(f"verify[{backend}]: {len(pending)} candidates pending ({len(done)} done) "
          f"in {len(groups)} batches")
-    compiled: Any = None
-    if groups and backend in GPU_BACKENDS and cfg.flows.runner == "ray" and cfg.flows.split_compile:
-        from prefect_ray.context import remote_options
-
-        with remote_options(**compile_resources(cfg)):
-            compiled = compile_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
-                                         unmapped(stages), label=labels)
-    resources = verify_resources(cfg, backend) if cfg.flows.runner == "ray" else {}
-    if resources:
-        from prefect_ray.context import remote_options
-
-        with remote_options(**resources):
-            futures = _map_verify(subsets, groups, cfg, cache_dir, stages, labels, compiled)
+    if cfg.flows.runner != "ray":
+        futures = list(verify_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
+                                        unmapped(stages), label=labels))
+    elif backend in GPU_BACKENDS and cfg.flows.split_compile and groups:
+        futures = _compile_then_verify(subsets, groups, cfg, cache_dir, stages, labels)
     else:
-        futures = _map_verify(subsets, groups, cfg, cache_dir, stages, labels, compiled)
+        from prefect_ray.context import remote_options
+
+        with remote_options(**verify_resources(cfg, backend)):
+            futures = list(verify_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
+                                            unmapped(stages), label=labels))
     counts = _collect(futures, _Progress(f"verify[{backend}]", len(groups)), run)
     counts["pending"] = len(pending)
     counts["orphans"] = len(orphans)
     return counts
 
 
-def _map_verify(subsets: list, groups: list, cfg: Config, cache_dir: str, stages: str | None,
-                labels: list[str], compiled: Any) -> list[PrefectFuture]:
-    if compiled is None:
-        return list(verify_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
-                                     unmapped(stages), label=labels))
-    # Each GPU batch waits only for its own compile batch, so GPUs start as soon as one is built.
-    return [verify_batch.submit(s, g, cfg, cache_dir, stages, label=lb, wait_for=[fut])
-            for s, g, lb, fut in zip(subsets, groups, labels, compiled, strict=True)]
+def _compile_then_verify(subsets: list, groups: list, cfg: Config, cache_dir: str,
+                         stages: str | None, labels: list[str]) -> list[PrefectFuture]:
+    """GPU backends on Ray: compile each batch on CPU workers (filling the shared build cache),
+    then verify it on a GPU worker as soon as its own compile is done, so GPUs never wait on nvcc.
+    """
+    from prefect_ray.context import remote_options
+
+    with remote_options(**compile_resources(cfg)):
+        compiles = list(compile_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
+                                          unmapped(stages), label=labels))
+    index = {id(f): i for i, f in enumerate(compiles)}
+    futures = []
+    for fut in completed(compiles):
+        i = index[id(fut)]
+        with remote_options(**verify_resources(cfg, cfg.verify.backend)):
+            futures.append(verify_batch.submit(subsets[i], groups[i], cfg, cache_dir, stages,
+                                               label=labels[i]))
+    return futures
 
 
 def _chains_by_task(ws: Workspace, backend: str, task_ids: set[str] | None = None
@@ -327,7 +368,8 @@ def mutate_flow(workspace: str, run_id: str, cfg: Config, backend: str,
     mutated = {c.parent_id for cs in by_task.values() for c in cs
                if c.generator.startswith("mutate:")}
     todo = {tid: cs for tid, cs in by_task.items()
-            if any(c.candidate_id in correct and c.candidate_id not in mutated for c in cs)}
+            if any(c.candidate_id in correct and c.candidate_id not in mutated
+                   and not c.generator.startswith(("mutate:", "repair:")) for c in cs)}
     groups = list(_task_batches(tasks, todo, verdicts, cfg.flows.batch_size))
     _say(f"mutate: {len(todo)} tasks with unmutated correct kernels in {len(groups)} batches")
     futures = mutate_batch.map([g[0] for g in groups], [g[1] for g in groups],
@@ -363,9 +405,9 @@ def repair_flow(workspace: str, run_id: str, cfg: Config, backend: str, turn: in
     done_parents = set(has_child)
     counts = {"candidates": 0, "failed_batches": 0}
     progress = _Progress(f"repair turn {turn}", len(groups))
-    for fut in as_completed(list(futures)):
+    for fut in completed(list(futures)):
         try:
-            new = fut.result()
+            new, rejected = fut.result()
         except Exception as exc:
             counts["failed_batches"] += 1
             progress.step(f"failed ({type(exc).__name__}: {exc})")
@@ -379,7 +421,9 @@ def repair_flow(workspace: str, run_id: str, cfg: Config, backend: str, turn: in
                 done_parents.add(c.parent_id)
             fresh.append(c)
         run.write(fresh)
+        run.write(rejected)
         counts["candidates"] += len(fresh)
+        counts["rejections"] = counts.get("rejections", 0) + len(rejected)
         progress.step(f"+{len(fresh)} candidates")
     counts["pending"] = len(todo)
     return counts
@@ -559,7 +603,7 @@ def build_dataset(workspace: str = "./ks-data", config: str | None = None,
         stage_rows.append(row)
         return counts
 
-    with _ray_session(cfg):
+    with ray_session(cfg):
         stage("ingest", ingest_flow, io_runner(cfg))
         stage("tasks", tasks_flow, None)
         stage("generate", generate_flow, cpu_runner(cfg), backend=backend)
@@ -583,21 +627,23 @@ def build_dataset(workspace: str = "./ks-data", config: str | None = None,
     return summary
 
 
-class _ray_session:
+class ray_session:
     """One Ray instance for the whole build (each RayTaskRunner reuses it) when runner is ray."""
 
     def __init__(self, cfg: Config):
         self.cfg, self.owned = cfg, False
 
-    def __enter__(self) -> _ray_session:
+    def __enter__(self) -> ray_session:
         if self.cfg.flows.runner == "ray":
             import ray
 
             if not ray.is_initialized():
                 kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                       "namespace": "prefect"}
-                if self.cfg.flows.ray_address is None and self.cfg.flows.ray_num_cpus:
+                if self.cfg.flows.ray_num_cpus is not None:
                     kw["num_cpus"] = self.cfg.flows.ray_num_cpus
+                if self.cfg.flows.ray_num_gpus is not None:
+                    kw["num_gpus"] = self.cfg.flows.ray_num_gpus
                 if self.cfg.flows.ray_address is not None:
                     kw = {"address": self.cfg.flows.ray_address, "namespace": "prefect"}
                 ray.init(**kw)

@@ -23,8 +23,10 @@ def ray_runner(cfg: Config) -> TaskRunner:
     from prefect_ray import RayTaskRunner
 
     init: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-    if cfg.flows.ray_address is None and cfg.flows.ray_num_cpus is not None:
+    if cfg.flows.ray_num_cpus is not None:
         init["num_cpus"] = cfg.flows.ray_num_cpus
+    if cfg.flows.ray_num_gpus is not None:
+        init["num_gpus"] = cfg.flows.ray_num_gpus
     if cfg.flows.ray_address is not None:
         init = {}  # an existing cluster's resources are its own
     return RayTaskRunner(address=cfg.flows.ray_address, init_kwargs=init)

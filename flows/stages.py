@@ -23,7 +23,7 @@ class StageSet:
     generate: Callable[..., tuple[list, list]]  # (tasks, GenerateConfig, backend)
     verify: Callable[..., list]  # (tasks_by_id, candidates, VerifyConfig, cache_dir)
     mutate: Callable[..., list]  # (tasks, candidates, verdicts, GenerateConfig)
-    repair: Callable[..., list]  # (tasks, candidates, verdicts, Config, turn)
+    repair: Callable[..., Any]  # (tasks, candidates, verdicts, Config, turn) -> list | (list, list)
     select: Callable[..., list[str]]  # (candidates, verdicts, k, weight, seed)
     build_datasets: Callable[..., dict[str, Any]]  # (tasks, candidates, verdicts, selected, cfg)
     publish: Callable[..., Path]  # (ws, tables, cfg, lineage)
@@ -33,13 +33,13 @@ class StageSet:
 def _ingest(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
     from pipeline.ingest import run_ingest
 
-    return run_ingest(ws, run, cfg)
+    return run_ingest(ws, run, cfg, batch_size=cfg.flows.batch_size)
 
 
 def _tasks(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
     from pipeline.tasks_stage import run_tasks
 
-    return run_tasks(ws, run, cfg)
+    return run_tasks(ws, run, cfg, batch_size=cfg.flows.batch_size)
 
 
 def _generate(tasks: list, cfg: Any, backend: str) -> tuple[list, list]:
@@ -60,10 +60,13 @@ def _mutate(tasks: list, candidates: list, verdicts: list, cfg: Any) -> list:
     return mutate_candidates(tasks, candidates, verdicts, cfg)
 
 
-def _repair(tasks: list, candidates: list, verdicts: list, cfg: Any, turn: int) -> list:
+def _repair(tasks: list, candidates: list, verdicts: list, cfg: Any, turn: int
+            ) -> tuple[list, list]:
     from pipeline.repair import repair_round
 
-    return repair_round(tasks, candidates, verdicts, cfg, turn)
+    rejections: list = []
+    made = repair_round(tasks, candidates, verdicts, cfg, turn, rejections=rejections)
+    return made, rejections
 
 
 def _select(candidates: list, verdicts: list, k: int, weight: float, seed: int) -> list[str]:

@@ -28,12 +28,12 @@ def run_notebook(workspace: str | Path = "./ks-data", dataset: str = "", version
                  ) -> nbformat.NotebookNode:
     """Execute the notebook with these parameters; return the executed notebook."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    os.environ["KS_WORKSPACE"] = str(workspace)
-    os.environ["KS_DATASET"] = dataset
-    os.environ["KS_VERSION"] = version
+    # The parameters go to the kernel's environment only, not to this process's.
+    env = {**os.environ, "KS_WORKSPACE": str(workspace), "KS_DATASET": dataset,
+           "KS_VERSION": version}
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(cwd or HERE.parent)}})
-    client.execute()
+    client.execute(env=env)
     if out is not None:
         nbformat.write(nb, out)
     return nb

@@ -106,6 +106,9 @@ class VerifyConfig(Section):
     compile_only: bool = False
     memory_limit_mb: int = 8192
     build_cache_dir: str | None = None  # default: <workspace>/cache/builds
+    baseline_cache_dir: str | None = None  # default: <workspace>/cache/baselines
+    write_batch: int = 32  # verdicts written per Parquet part (a crash loses at most one)
+    seed: int = 0
 
 
 class RepairConfig(Section):
@@ -146,6 +149,7 @@ class FlowsConfig(Section):
     cpu_workers: int = 2
     verify_in_flight: int = 1  # batches verified at once locally (each uses verify.workers)
     ray_num_cpus: int | None = None  # a local Ray instance's CPUs (None: all)
+    ray_num_gpus: int | None = None  # a local Ray instance's GPUs (None: detected)
     split_compile: bool = True  # GPU backends on Ray: compile on CPU tasks before GPU tasks
     always_publish: bool = False  # publish even when nothing changed since the latest version
 

@@ -25,7 +25,7 @@ import libcst as cst
 ALLOWED_MODULES = frozenset({
     "torch", "math", "typing", "typing_extensions", "collections", "functools", "itertools",
     "dataclasses", "enum", "numbers", "operator", "abc", "copy", "warnings", "__future__",
-    "numpy", "einops", "random", "logging",
+    "numpy", "einops", "random", "logging", "inspect", "contextlib", "types", "re",
 })
 _BUILTINS = frozenset(dir(builtins)) | {"__name__", "__file__", "__class__"}
 
@@ -35,7 +35,8 @@ SHIMS: dict[str, str] = {
     """Activation name -> a fresh module (stand-in for transformers' ACT2FN)."""
 
     def __getitem__(self, key):
-        return super().__getitem__(key)()
+        # activations this stand-in does not know fall back to GELU (recorded in the task meta)
+        return (super().__getitem__(key) if key in self else nn.GELU)()
 
 
 ACT2FN = _Activations({
@@ -46,7 +47,13 @@ ACT2FN = _Activations({
     "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "mish": nn.Mish, "elu": nn.ELU, "selu": nn.SELU,
     "leaky_relu": nn.LeakyReLU, "linear": nn.Identity, "softplus": nn.Softplus,
     "hardswish": nn.Hardswish, "hardsigmoid": nn.Hardsigmoid, "prelu": nn.PReLU,
-})''',
+    "relu2": lambda: _ReLUSquared(), "gelu_accurate": lambda: nn.GELU(approximate="tanh"),
+})
+
+
+class _ReLUSquared(nn.Module):
+    def forward(self, x):
+        return torch.square(torch.relu(x))''',
     "ALL_ATTENTION_FUNCTIONS": '''class _AttentionFunctions(dict):
     """Always the eager implementation (stand-in for transformers' attention registry)."""
 
@@ -55,10 +62,29 @@ ACT2FN = _Activations({
 
 
 ALL_ATTENTION_FUNCTIONS = _AttentionFunctions()''',
+    "ACT2CLS": '''ACT2CLS = {
+    "gelu": nn.GELU, "relu": nn.ReLU, "relu6": nn.ReLU6, "silu": nn.SiLU, "swish": nn.SiLU,
+    "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "mish": nn.Mish, "elu": nn.ELU, "selu": nn.SELU,
+    "leaky_relu": nn.LeakyReLU, "linear": nn.Identity, "softplus": nn.Softplus,
+}''',
     "is_torchdynamo_compiling": "def is_torchdynamo_compiling():\n    return False",
-    "logger": "logger = logging.getLogger(__name__)",
+    "torch_compilable_check": '''def torch_compilable_check(cond, msg, error_type=ValueError):
+    """Input validation of transformers; the task's inputs are fixed, so it checks nothing."""
+    return None''',
+    "get_activation": "def get_activation(name):\n    return ACT2FN[name]",
+    "init": "from torch.nn import init",
+    "maybe_autocast": ("def maybe_autocast(*args, **kwargs):\n"
+                       "    return contextlib.nullcontext()  # tasks run in fp32, no autocast"),
+    "Cache": "class Cache:\n    pass",
+    "DynamicCache": "class DynamicCache(Cache):\n    pass",
+    "EncoderDecoderCache": "class EncoderDecoderCache(Cache):\n    pass",
+    "StaticCache": "class StaticCache(Cache):\n    pass",
+    "logger": "logger = logging.getLogger(__name__)\nlogger.warning_once = logger.warning",
 }
-_SHIM_NEEDS = {"ACT2FN": {"nn"}, "logger": {"logging"}}
+_SHIM_NEEDS = {"ACT2FN": {"nn"}, "ACT2CLS": {"nn"}, "logger": {"logging"},
+               "DynamicCache": {"Cache"}, "EncoderDecoderCache": {"Cache"},
+               "StaticCache": {"Cache"}, "get_activation": {"ACT2FN"},
+               "maybe_autocast": {"contextlib"}}  # torch is always imported
 
 # Base classes that are nn.Module with extra machinery irrelevant to the computation.
 MODULE_BASES = frozenset({"GradientCheckpointingLayer"})
@@ -77,6 +103,16 @@ GENERIC_CONFIG: dict[str, object] = {
     "attention_dropout": 0.0, "attention_bias": False, "mlp_bias": False, "d_model": 256,
     "initializer_range": 0.02, "dropout": 0.0, "activation_function": "gelu",
     "_attn_implementation": "eager", "pad_token_id": 0, "type_vocab_size": 2,
+    "num_labels": 2, "num_channels": 3, "patch_size": 4, "image_size": 32,
+    "layer_norm_epsilon": 1e-5,
+    "hidden_dropout": 0.0, "attention_dropout_prob": 0.0, "activation_dropout": 0.0,
+    "rope_theta": 10000.0, "num_experts": 4, "num_experts_per_tok": 2, "num_local_experts": 4,
+    "moe_intermediate_size": 256, "head_dim": 32, "classifier_dropout": 0.0, "use_bias": True,
+    "bias": True, "qkv_bias": True, "norm_eps": 1e-5, "eps": 1e-5,
+    "embed_dim": 256, "projection_dim": 256, "d_ff": 1024, "d_kv": 32, "num_heads": 8,
+    "partial_rotary_factor": 1.0, "sliding_window": None, "output_attentions": False,
+    "use_cache": False, "is_decoder": False, "chunk_size_feed_forward": 0,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
 }
 _DIM_FIELD = re.compile(r"(^|_)(hidden_size|intermediate_size|d_model|d_ff|ffn_dim|embed_dim|"
                         r"hidden_dim|d_kv|head_dim|dim|n_embd|n_inner|kv_channels|"
@@ -298,6 +334,10 @@ class _Collector:
         b = info.bindings.get(name)
         if b is None:
             return  # a local/global the runtime will report if it is really missing
+        if name in SHIMS and (b.kind != "def" or name == "logger"):
+            if name not in self.closure.shims:
+                self._shim_needs(name)
+            return
         if b.kind == "def":
             node = info.tree.body[b.index]
             if (info.path, b.index) in self.closure.stmts:
@@ -342,10 +382,7 @@ class _Collector:
             return
         if name in SHIMS:
             if name not in self.closure.shims:
-                self.closure.shims.append(name)
-                for mod in _SHIM_NEEDS.get(name, ()):
-                    self._add_import({"nn": "from torch import nn",
-                                      "logging": "import logging"}[mod])
+                self._shim_needs(name)
             return
         if b.orig.endswith("Config"):
             self.closure.config_refs.append((info.path, b.orig))
@@ -363,6 +400,16 @@ class _Collector:
         if b.orig != name:
             raise ExtractError("unresolved_name", f"{name} is an alias of {b.orig}")
         self.need(other, b.orig, depth + 1, f"{found[0]}")
+
+    def _shim_needs(self, name: str) -> None:
+        for dep in _SHIM_NEEDS.get(name, ()):
+            if dep in SHIMS:
+                if dep not in self.closure.shims:
+                    self._shim_needs(dep)
+            else:
+                self._add_import({"nn": "from torch import nn", "logging": "import logging",
+                                  "contextlib": "import contextlib"}[dep])
+        self.closure.shims.append(name)
 
     def _add_import(self, line: str) -> None:
         if line not in self.closure.imports:
@@ -467,12 +514,21 @@ def small_config(defaults: dict[str, object], fields: list[str]) -> dict[str, ob
         cfg["head_dim"] = (hidden // factor) // int(heads)
     if "num_key_value_heads" in cfg and cfg["num_key_value_heads"] is None:
         cfg["num_key_value_heads"] = heads
+    if "layer_types" in cfg and not isinstance(cfg["layer_types"], list):
+        cfg["layer_types"] = ["full_attention"] * 4
+    if "rope_parameters" in cfg and not isinstance(cfg["rope_parameters"], dict):
+        cfg["rope_parameters"] = dict(GENERIC_CONFIG["rope_parameters"])  # type: ignore[arg-type]
     cfg["_attn_implementation"] = "eager"
     return dict(sorted(cfg.items()))
 
 
-def _config_source(name: str, values: dict[str, object]) -> str:
-    body = "\n".join(f"    {k} = {v!r}" for k, v in values.items() if k.isidentifier())
+def _config_source(name: str, values: dict[str, object], subs: dict[str, list[str]]) -> str:
+    lines = [f"    {k} = {v!r}" for k, v in values.items() if k.isidentifier() and k not in subs]
+    for sub, fields in sorted(subs.items()):
+        inner = small_config({}, fields)
+        lines.append(f"\n    class {sub}:\n" + "\n".join(
+            f"        {k} = {v!r}" for k, v in inner.items() if k.isidentifier()) + "\n")
+    body = "\n".join(lines)
     return (f'class ModelConfig:\n    """Small concrete stand-in for {name} '
             f'(the fields the model reads)."""\n\n{body}\n\n'
             "    def get(self, key, default=None):\n        return getattr(self, key, default)\n")
@@ -520,6 +576,8 @@ class _Rewrite(cst.CSTTransformer):
         if updated.returns is not None and not self._annotation_ok(updated.returns.annotation):
             updated = updated.with_changes(returns=None)
         in_model = bool(self.class_stack) and self.class_stack[-1] in ("Model", self.original)
+        if in_model and updated.name.value == "forward":
+            updated = _split_position_embeddings(updated)
         if in_model and updated.name.value == "__init__" and self.config_param:
             params = updated.params
             kept = [p for p in params.params if p.name.value != self.config_param]
@@ -551,6 +609,29 @@ class _Rewrite(cst.CSTTransformer):
     def _annotation_ok(self, expr: cst.BaseExpression) -> bool:
         names = {n.value for n in _cst_names(expr)}
         return all(n in self.known or n in _BUILTINS for n in names)
+
+
+def _split_position_embeddings(fn: cst.FunctionDef) -> cst.FunctionDef:
+    """`position_embeddings=(cos, sin)` becomes two tensor arguments, so inputs stay tensors."""
+    params = list(fn.params.params)
+    names = [p.name.value for p in params]
+    if "position_embeddings" not in names or "cos" in names or "sin" in names:
+        return fn
+    params = [p for p in params if p.name.value != "position_embeddings"]
+    at = 0
+    while at < len(params) and params[at].default is None:
+        at += 1
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    new = [cst.Param(cst.Name("cos"), comma=comma), cst.Param(cst.Name("sin"), comma=comma)]
+    params = [p.with_changes(comma=comma) for p in params[:at]] + new + params[at:]
+    if isinstance(fn.params.star_kwarg, cst.MaybeSentinel) and isinstance(
+            fn.params.star_arg, cst.MaybeSentinel) and not fn.params.kwonly_params:
+        params[-1] = params[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    body = list(fn.body.body)
+    at_body = 1 if body and _is_docstring(body[0]) else 0
+    body.insert(at_body, cst.parse_statement("position_embeddings = (cos, sin)"))
+    return fn.with_changes(params=fn.params.with_changes(params=params),
+                           body=fn.body.with_changes(body=body))
 
 
 def _cst_names(expr: cst.CSTNode) -> list[cst.Name]:
@@ -649,6 +730,20 @@ def _is_module_class(info: _FileInfo, cls: ast.ClassDef, depth: int = 0) -> bool
     return False
 
 
+def _has_torch_base(info: _FileInfo, cls: ast.ClassDef, depth: int = 0) -> bool:
+    """True when forward comes from a torch.nn class (e.g. a subclass of nn.Conv2d)."""
+    for base in cls.bases:
+        text = ast.unparse(base)
+        if text.startswith(("nn.", "torch.nn.")) and text not in ("nn.Module", "torch.nn.Module"):
+            return True
+        b = info.bindings.get(_root_name(base))
+        if b and b.kind == "def" and depth < 6:
+            node = info.tree.body[b.index]
+            if isinstance(node, ast.ClassDef) and _has_torch_base(info, node, depth + 1):
+                return True
+    return False
+
+
 def _config_fields(text: str, param: str) -> list[str]:
     fields = re.findall(rf"\b{re.escape(param)}\.([A-Za-z_]\w*)", text)
     fields += re.findall(rf"getattr\(\s*{re.escape(param)}\s*,\s*[\"'](\w+)[\"']", text)
@@ -677,8 +772,11 @@ def extract_class(code: str, class_name: str, path: str = "<file>",
     closure = collector.closure
     init_fn = _method(info, cls, "__init__")
     fwd_fn = _method(info, cls, "forward")
+    inherited_forward = False
     if fwd_fn is None:
-        raise ExtractError("no_forward", f"{class_name} has no forward()")
+        if not _has_torch_base(info, cls):
+            raise ExtractError("no_forward", f"{class_name} has no forward()")
+        inherited_forward = True
     init_params = _params(init_fn)
     config_param = None
     config_name = ""
@@ -696,6 +794,7 @@ def extract_class(code: str, class_name: str, path: str = "<file>",
         parts.append("".join(finfo.lines[first - 1: node.end_lineno]).rstrip() + "\n")
     body_text = "\n\n".join(parts)
     config_values = None
+    subs: dict[str, list[str]] = {}
     if config_param:
         fields = _config_fields(body_text, config_param)
         if not fields and "config" in body_text:
@@ -708,6 +807,9 @@ def extract_class(code: str, class_name: str, path: str = "<file>",
             defaults = config_defaults(info, ref, resolver)
         config_values = small_config(defaults, fields)
         config_name = config_name or ref
+        for sub, attr in re.findall(rf"\b{re.escape(config_param)}\.(\w+_config)\.(\w+)",
+                                    body_text):
+            subs.setdefault(sub, []).append(attr)
     header = ["import torch", "import torch.nn as nn"] + [
         i for i in closure.imports if i not in ("import torch", "import torch.nn as nn")]
     if any(i == "from torch import nn" for i in header):
@@ -716,7 +818,7 @@ def extract_class(code: str, class_name: str, path: str = "<file>",
     if closure.shims:
         text += "\n\n\n".join(SHIMS[s] for s in closure.shims) + "\n\n\n"
     if config_values is not None:
-        text += _config_source(config_name or "the config", config_values) + "\n\n"
+        text += _config_source(config_name or "the config", config_values, subs) + "\n\n"
     text += body_text
     known = set(_BUILTINS) | set(collector.defined) | set(closure.shims) | {
         "ModelConfig", "Model", "torch", "nn"}
@@ -731,7 +833,15 @@ def extract_class(code: str, class_name: str, path: str = "<file>",
         out = module.code
     except cst.ParserSyntaxError as exc:
         raise ExtractError("syntax_error", f"rewritten {class_name}: {exc}") from None
-    fwd_params = [p for p in _params(fwd_fn)]
+    fwd_params = [Param("input")] if inherited_forward else _params(fwd_fn)
+    out_tree = ast.parse(out)
+    model_node = next((n for n in out_tree.body if isinstance(n, ast.ClassDef)
+                       and n.name == "Model"), None)
+    if model_node is not None:
+        own = next((n for n in model_node.body if isinstance(n, ast.FunctionDef)
+                    and n.name == "forward"), None)
+        if own is not None:
+            fwd_params = _params(own)
     init_rest = [p for p in init_params if p.name != config_param]
     return Extraction(out, class_name, init_rest, fwd_params, config_values, config_name,
                       [f"{p}:{i}" for p, i in closure.stmts], closure.inlined, closure.shims)

@@ -44,7 +44,6 @@ _CXX_MARKERS = ("#include", "__global__", "torch::Tensor", "at::Tensor", "data_p
 _MASK = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])'", re.S)
 _IF = re.compile(r"\bif\s*\(")
 _COMPARE = re.compile(r"(?<![<>])(<=|>=|<|>)(?![<>=])")
-_TYPES = r"(?:float|double|scalar_t|acc_t|accscalar_t|half|__half|int|int64_t|long|unsigned)"
 
 
 @dataclass
@@ -224,8 +223,12 @@ def _missing_syncthreads(view: str, base: int, backend: str) -> list[Site]:
     return sites
 
 
-_SUBSCRIPT = re.compile(r"\[\s*([A-Za-z_][\w.]*)\s*\*\s*([A-Za-z_][\w.]*)\s*\+\s*"
-                        r"([A-Za-z_][\w.]*)\s*\]")
+_TERM = r"(\([^()\[\]]+\)|[A-Za-z_][\w.]*)"
+_SUBSCRIPT = re.compile(rf"\[\s*{_TERM}\s*\*\s*([A-Za-z_][\w.]*)\s*\+\s*([A-Za-z_][\w.]*)\s*\]")
+_TWO_STRIDES = re.compile(r"\b([A-Za-z_]\w*)\s*\*\s*([A-Za-z_]\w*)\s*\+\s*([A-Za-z_]\w*)\s*\*\s*"
+                          r"([A-Za-z_]\w*)")
+_SHUFFLE_LOOP = re.compile(r"\bfor\s*\(\s*(?:unsigned\s+)?int\s+(\w+)\s*=\s*(16|warpSize\s*/\s*2)"
+                           r"\s*;\s*\1\s*>\s*0\s*;\s*\1\s*(?:>>=\s*1|/=\s*2)\s*\)")
 
 
 def _wrong_stride(view: str, base: int, backend: str) -> list[Site]:
@@ -237,18 +240,34 @@ def _wrong_stride(view: str, base: int, backend: str) -> list[Site]:
         sites.append(Site(base + m.start(), base + m.end(), f"[{col} * {stride} + {row}]",
                           f"index `[{row} * {stride} + {col}]` uses the wrong stride "
                           f"(`[{col} * {stride} + {row}]`)", priority=0))
+    for sub in re.finditer(r"\[([^\[\]]+)\]", view):
+        for m in _TWO_STRIDES.finditer(sub.group(1)):
+            i, si, k, sk = m.groups()
+            if si == sk or i == k:
+                continue
+            at = base + sub.start(1) + m.start()
+            sites.append(Site(at, at + len(m.group(0)), f"{i} * {sk} + {k} * {si}",
+                              f"strides swapped: `{i}` steps by `{sk}` and `{k}` by `{si}`",
+                              priority=0))
+    for m in _SHUFFLE_LOOP.finditer(view):
+        sites.append(Site(base + m.start(2), base + m.end(2), "8",
+                          "warp reduction starts at offset 8 instead of 16: lanes 16-31 never "
+                          "reach lane 0", priority=1))
     return sites
 
 
-_GLOBAL_INDEX = re.compile(r"blockIdx\.([xyz])\s*\*\s*blockDim\.\1\s*\+\s*threadIdx\.\1")
+_GLOBAL_INDEX = re.compile(r"blockIdx\.([xyz])\s*\*\s*(\(\s*\w+\s*\)\s*)?blockDim\.\1\s*\+\s*"
+                           r"threadIdx\.\1")
 
 
 def _wrong_index(view: str, base: int, backend: str) -> list[Site]:
-    return [Site(base + m.start(), base + m.end(),
-                 f"threadIdx.{m.group(1)} * blockDim.{m.group(1)} + blockIdx.{m.group(1)}",
-                 "global index swaps block and thread index "
-                 f"(`threadIdx.{m.group(1)} * blockDim.{m.group(1)} + blockIdx.{m.group(1)}`)")
-            for m in _GLOBAL_INDEX.finditer(view)]
+    sites = []
+    for m in _GLOBAL_INDEX.finditer(view):
+        d, cast = m.group(1), m.group(2) or ""
+        text = f"threadIdx.{d} * {cast}blockDim.{d} + blockIdx.{d}"
+        sites.append(Site(base + m.start(), base + m.end(), text,
+                          f"global index swaps block and thread index (`{text}`)"))
+    return sites
 
 
 _FLOAT_DECL = re.compile(r"\b(float|double|scalar_t|acc_t|accscalar_t|half|__half)\s+(\w+)"
@@ -294,22 +313,43 @@ def _for_header_start(view: str, brace: int) -> int | None:
     return None
 
 
-_ACC_DECL = re.compile(rf"\b((?:const\s+)?{_TYPES})\s+(\w+)\s*=\s*([^;{{}},]+);")
+_NOT_TYPES = {"return", "else", "case", "goto", "delete", "new", "typedef", "using", "do",
+              "const", "static", "volatile", "auto"}
+_ACC_DECL = re.compile(r"\b((?:const\s+)?[A-Za-z_][\w:]*)\s+(\w+\s*=\s*[^;{},]+"
+                       r"(?:,\s*\w+\s*=\s*[^;{},]+)*);")
+_RESET = re.compile(r"\b(?:std::)?(?:fill|memset)\s*\([^;]*\)\s*;")
+
+
+def _is_accumulator(name: str, rest: str) -> bool:
+    """`name` is updated later: `+=`-style, `x = f(x, ..)`, or by reference as a first argument."""
+    return bool(re.search(rf"\b{name}\s*(\+=|-=|\*=|/=)|\b{name}\s*=\s*[^;]*\b{name}\b"
+                          rf"|\b\w+\s*\(\s*{name}\s*,", rest))
 
 
 def _uninit_accumulator(view: str, base: int, backend: str) -> list[Site]:
     sites = []
+    gpu = backend != "cpu"
     for m in _ACC_DECL.finditer(view):
-        typ, name, init = m.group(1), m.group(2), m.group(3).strip()
-        stmt_from = max(view.rfind(ch, 0, m.start()) for ch in ";{}") + 1
-        if re.search(r"\bfor\s*\(\s*$", view[stmt_from:m.start()]):
-            continue  # a loop variable, not an accumulator
-        if typ.startswith("const") or not re.search(rf"\b{name}\s*(\+=|-=|\*=|=\s*fmaxf?\(|"
-                                                    rf"=\s*max\()", view[m.end():]):
+        typ = m.group(1)
+        if typ in _NOT_TYPES or typ.startswith("const") or typ.split("::")[-1] in _NOT_TYPES:
             continue
+        prev = max(view.rfind(ch, 0, m.start()) for ch in ";{}()")
+        if (prev >= 0 and view[prev] in "()") or view[prev + 1:m.start()].strip():
+            continue  # part of a larger statement (a for header, a call), not a declaration
+        decls = [d.split("=", 1) for d in _split_top(m.group(2))]
+        names = [d[0].strip() for d in decls]
+        if not all(len(d) == 2 and re.fullmatch(r"[A-Za-z_]\w*", n)
+                   for d, n in zip(decls, names, strict=True)):
+            continue
+        if not any(_is_accumulator(n, view[m.end():]) for n in names):
+            continue
+        bare = f"{typ} {', '.join(names)};"
+        what = ", ".join(f"`{n}`" for n in names)
         start, end = _delete_span(view, m.start(), m.end())
         brace = _enclosing_open_brace(view, m.start())
         at = _for_header_start(view, brace) if brace is not None else None
+        # On a GPU a thread often handles one output, so hoisting may not show; an
+        # uninitialised register does. On a CPU each thread loops over many outputs.
         if at is not None:
             stmt = _line_start(view, at)
             pragma_line = _line_start(view, max(0, stmt - 1))
@@ -318,24 +358,69 @@ def _uninit_accumulator(view: str, base: int, backend: str) -> list[Site]:
             indent = re.match(r"[ \t]*", view[stmt:]).group(0)
             sites.append(Site(
                 base + start, base + end, "",
-                f"accumulator `{name}` initialised once outside the loop instead of per "
-                "iteration: it carries over between outputs", priority=0,
-                insert_at=base + stmt, insert_text=f"{indent}{typ} {name} = {init};\n"))
-        else:
-            sites.append(Site(base + m.start(), base + m.end(), f"{typ} {name};",
-                              f"accumulator `{name}` declared without an initial value",
-                              priority=1))
+                f"accumulator {what} initialised once outside the loop instead of per "
+                "iteration: it carries over between outputs", priority=1 if gpu else 0,
+                insert_at=base + stmt, insert_text=f"{indent}{view[m.start():m.end()]}\n"))
+        sites.append(Site(base + m.start(), base + m.end(), bare,
+                          f"accumulator {what} declared without an initial value",
+                          priority=0 if gpu else 1))
+    for m in _RESET.finditer(view):
+        start, end = _delete_span(view, m.start(), m.end())
+        sites.append(Site(base + start, base + end, "",
+                          "the accumulator buffer is no longer reset before each output "
+                          f"(`{' '.join(m.group(0).split())}` removed)", priority=0))
     return sites
 
 
-_LAUNCH = re.compile(r"<<<\s*([^,<>]+?)\s*,\s*([^,<>]+?)\s*(?:,[^<>]*)?>>>")
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside brackets."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return parts
+
+
+def _launches(view: str) -> Iterable[tuple[int, int, list[tuple[int, int]]]]:
+    """(start, end, argument spans) of each `<<<...>>>` launch configuration."""
+    for m in re.finditer(r"<<<", view):
+        close = view.find(">>>", m.end())
+        if close < 0:
+            continue
+        spans, depth, arg_start = [], 0, m.end()
+        for i in range(m.end(), close):
+            ch = view[i]
+            if ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                depth -= 1
+            elif ch == "," and depth == 0:
+                spans.append((arg_start, i))
+                arg_start = i + 1
+        spans.append((arg_start, close))
+        yield m.start(), close + 3, spans
 
 
 def _bad_launch_config(view: str, base: int, backend: str) -> list[Site]:
     sites = []
-    for m in _LAUNCH.finditer(view):
-        block = m.group(2).strip()
-        if re.fullmatch(r"\w+", block) and not block.isdigit():
+    for _start, _end, args in _launches(view):
+        if len(args) < 2:
+            continue
+        a, b = args[1]
+        while a < b and view[a].isspace():
+            a += 1
+        while b > a and view[b - 1].isspace():
+            b -= 1
+        block = view[a:b]
+        if re.fullmatch(r"[A-Za-z_]\w*", block):
             define = re.search(rf"\b(?:int|int64_t|unsigned|size_t|long|auto)\s+{block}\s*=\s*"
                                r"(\d+)\s*;", view)
             if define:
@@ -343,7 +428,7 @@ def _bad_launch_config(view: str, base: int, backend: str) -> list[Site]:
                                   f"`{block}` = 2048 threads per block, above the device "
                                   "limit of 1024: the kernel never launches", priority=0))
                 continue
-        sites.append(Site(base + m.start(2), base + m.end(2), "2048",
+        sites.append(Site(base + a, base + b, "2048",
                           "launched with 2048 threads per block, above the device limit of "
                           "1024: the kernel never launches"))
     return sites

@@ -10,23 +10,31 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import re
 import shutil
+import subprocess
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
 from pipeline.config import Config
-from pipeline.datasets import CONFIGS, config_schema
+from pipeline.datasets import CONFIGS, build_datasets, config_schema
+from pipeline.select import SELECTORS
+from pipeline.stats import compute_stats
 from pipeline.workspace import Workspace
+from schemas import Candidate, RawModule, Rejection, Task, Verdict
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "validation")
 MANIFEST = "manifest.json"
@@ -116,8 +124,7 @@ def _write_split(table: pa.Table, folder: Path, split: str, shard_rows: int) -> 
         part = table.slice(i * shard_rows, shard_rows)
         path = folder / f"{split}-{i:05d}-of-{shards:05d}.parquet"
         # Fixed writer options and no timestamps: identical rows give identical bytes.
-        pq.write_table(part, path, compression="zstd", write_statistics=True,
-                       row_group_size=min(max(part.num_rows, 1), 10_000))
+        pq.write_table(part, path, compression="zstd", row_group_size=10_000)
         paths.append(path)
     return paths
 
@@ -157,6 +164,9 @@ def _card(name: str, version: str, manifest: dict[str, Any], stats: dict[str, An
         c = manifest["counts"][config]
         lines.append(f"| `{config}` | {c.get('train', 0)} | {c.get('validation', 0)} | "
                      f"{CONFIG_DESCRIPTIONS.get(config, '')} |")
+    if manifest.get("empty_configs"):
+        lines += ["", "Empty in this version (left out so every listed subset loads): "
+                  + ", ".join(f"`{c}`" for c in manifest["empty_configs"]) + "."]
     lines += ["", "Splits are made per dedup cluster, so no near-duplicate task appears in both "
               "train and validation.", "", "```python", "from datasets import load_dataset",
               'ds = load_dataset("<repo or folder>", name="sft")', "```", ""]
@@ -206,19 +216,27 @@ def publish_version(ws: Workspace, tables: dict[str, pa.Table], cfg: Config,
     if unknown:
         raise PublishError(f"unknown dataset configs {sorted(unknown)}")
 
+    if not any(t.num_rows for t in tables.values()):
+        raise PublishError(f"nothing to publish for {name!r}: every dataset config is empty "
+                           "(no tasks in the workspace?)")
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".tmp-{version}-{uuid.uuid4().hex[:8]}"
     try:
         counts: dict[str, dict[str, int]] = {}
         files: dict[str, dict[str, Any]] = {}
+        empty: list[str] = []
         for config in [c for c in CONFIGS if c in tables]:
             table = _sort_rows(_check_table(config, tables[config]))
+            if table.num_rows == 0:
+                # `datasets` cannot load a split without rows, so an empty subset is left out
+                # of this version (and named in the manifest and the card) rather than broken.
+                empty.append(config)
+                continue
             split_col = table.column("split")
             counts[config] = {}
             for split in SPLITS:
                 part = table.filter(pc.equal(split_col, split))
-                # Every config keeps a train file even when empty, so each one loads.
-                if part.num_rows == 0 and split != "train":
+                if part.num_rows == 0:
                     continue
                 counts[config][split] = part.num_rows
                 for path in _write_split(part, tmp / config, split, cfg.publish.shard_rows):
@@ -230,7 +248,7 @@ def publish_version(ws: Workspace, tables: dict[str, pa.Table], cfg: Config,
         manifest: dict[str, Any] = {
             "name": name, "version": version, "parent_version": parent,
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "configs": [c for c in CONFIGS if c in tables], "counts": counts,
+            "configs": list(counts), "empty_configs": empty, "counts": counts,
             "content_hash": data_hash,
             "lineage": {
                 "source_commits": lineage.get("source_commits", []),
@@ -260,7 +278,12 @@ def publish_version(ws: Workspace, tables: dict[str, pa.Table], cfg: Config,
         raise
     from pipeline.catalog import register_version  # catalog imports publish's readers
 
-    register_version(ws, final)
+    try:
+        register_version(ws, final)
+    except duckdb.Error as exc:
+        # The version is complete and valid; the catalog picks it up the next time it opens.
+        log.warning("%s: published, but catalog.duckdb could not register it (%s)", final,
+                    str(exc).splitlines()[0])
     return final
 
 
@@ -314,3 +337,50 @@ def read_stats(version_dir: str | Path) -> dict[str, Any]:
     verify_version(root)
     path = root / STATS
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _code_commit() -> str:
+    """The kernelsynth source commit, when the code runs from a git checkout."""
+    try:
+        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return res.stdout.strip() if res.returncode == 0 else ""
+
+
+def _workspace_records(ws: Workspace) -> dict[str, Any]:
+    return {"tasks": ws.read(Task), "candidates": ws.read(Candidate), "verdicts": ws.read(Verdict),
+            "sourced": ws.read_table(RawModule).num_rows, "rejections": ws.read(Rejection)}
+
+
+def workspace_stats(ws: Workspace, cfg: Config) -> dict[str, Any]:
+    """Statistics of everything in the workspace."""
+    rec = _workspace_records(ws)
+    return compute_stats(rec["tasks"], rec["candidates"], rec["verdicts"],
+                         sourced=rec["sourced"], rejections=rec["rejections"],
+                         fast_threshold=cfg.verify.fast_threshold)
+
+
+def publish_workspace(ws: Workspace, cfg: Config, version: str | None = None) -> Path:
+    """Select, build every config, compute statistics and publish a new version."""
+    rec = _workspace_records(ws)
+    sel = cfg.select
+    selected = SELECTORS[sel.method](rec["candidates"], rec["verdicts"], sel.k,
+                                     sel.diversity_weight, sel.seed)
+    tables = build_datasets(rec["tasks"], rec["candidates"], rec["verdicts"], selected, cfg)
+    stats = compute_stats(rec["tasks"], rec["candidates"], rec["verdicts"],
+                          sourced=rec["sourced"], rejections=rec["rejections"],
+                          fast_threshold=cfg.verify.fast_threshold)
+    stats["selected"] = len(selected)
+    lineage = {
+        "source_commits": sorted({f"{t.repo_url}@{t.commit}" for t in rec["tasks"]
+                                  if t.repo_url or t.commit}),
+        "verifier_versions": sorted({v.verifier_version for v in rec["verdicts"]
+                                     if v.verifier_version}),
+        "devices": sorted({v.device for v in rec["verdicts"] if v.device}),
+        "code_commit": _code_commit(),
+        "runs": ws.runs(),
+        "host": {"platform": platform.platform(), "python": platform.python_version()},
+    }
+    return publish_version(ws, tables, cfg, lineage, stats=stats, version=version)

@@ -23,7 +23,7 @@ from pipeline.publish import read_stats, verify_version  # noqa: E402
 
 def _png(fig: Any) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=72, bbox_inches="tight")
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
@@ -87,6 +87,8 @@ def render_report(version_dir: Path) -> str:
         funnel = stats.get("funnel", {})
         images.append(("funnel", _bar("funnel", list(funnel), [float(v) for v in
                                                                 funnel.values()])))
+        parts.append("<h2>Funnel</h2>" + _table([[k, v] for k, v in funnel.items()],
+                                                ["stage", "count"]))
         parts.append("<h2>Metrics</h2>" + _table(
             [[k, v] for k, v in stats.get("metrics", {}).items()], ["metric", "value"]))
         parts.append("<h2>Speedup quantiles</h2>" + _table(
@@ -108,8 +110,10 @@ def render_report(version_dir: Path) -> str:
             images.append(("speedups", hist))
         errors = stats.get("compile_errors", {})
         if errors:
-            images.append(("compile errors", _bar("compile-error taxonomy", list(errors),
-                                                  [float(v) for v in errors.values()])))
+            images.append(("compile-error taxonomy", _bar(
+                "compile-error taxonomy", list(errors), [float(v) for v in errors.values()])))
+            parts.append("<h2>Compile-error taxonomy</h2>" + _table(
+                [[k, v] for k, v in errors.items()], ["class", "count"]))
     else:
         parts.append("<p>This version has no stored statistics.</p>")
     parts.append("<h2>Plots</h2>")

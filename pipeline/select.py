@@ -16,9 +16,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
-from datasketch import MinHash
 
 from schemas import Candidate, Verdict
 from verifier.protocol import CORRECT_STATUSES
@@ -135,10 +135,14 @@ def kernel_features(code: str) -> KernelFeatures:
 
 
 @lru_cache(maxsize=65536)
-def _sketch(code: str) -> tuple[MinHash, np.ndarray]:
+def _sketch(code: str) -> tuple[Any, np.ndarray]:
     tokens = normalized_tokens(code)
     shingles = {" ".join(tokens[i:i + SHINGLE]).encode()
                 for i in range(max(len(tokens) - SHINGLE + 1, 1))}
+    # Imported here: datasketch's package import pulls in scipy (about a second), which CLI
+    # commands that never select should not pay for.
+    from datasketch import MinHash
+
     mh = MinHash(num_perm=NUM_PERM, seed=1)
     mh.update_batch(list(shingles))
     return mh, kernel_features(code).vector()

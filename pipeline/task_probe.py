@@ -353,31 +353,116 @@ def _first_layer(model):
     return None
 
 
-def _shape_candidates(hint, n_tensor: int, base: dict, feature_guess: list[int]):
-    """Ordered (layout, roles, shape) candidates for one tensor argument."""
+def _model_dims(model, hint) -> list[int]:
+    """Feature sizes the model's layers expect or produce, the first layer's first."""
+    torch = _torch()
+    nn = torch.nn
+    dims: list[int] = []
+
+    def add(d) -> None:
+        if isinstance(d, int) and d > 0 and d not in dims:
+            dims.append(d)
+
+    if hint and hint[0] != "embedding":
+        add(hint[1])
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            add(m.in_features)
+            add(m.out_features)
+        elif isinstance(m, nn.LayerNorm) and m.normalized_shape:
+            add(int(m.normalized_shape[-1]))
+        elif isinstance(m, nn.Conv1d | nn.Conv2d | nn.Conv3d):
+            add(m.in_channels)
+            add(m.out_channels)
+        elif isinstance(m, nn.Embedding):
+            add(m.embedding_dim)
+    return dims
+
+
+def _head_dim(model) -> int | None:
+    for m in model.modules():
+        hd = getattr(m, "head_dim", None)
+        if isinstance(hd, int) and hd > 0:
+            return hd
+    return None
+
+
+_INT_NAMES = ("input_ids", "ids", "index", "indices", "labels", "token_type_ids")
+
+
+def _layouts(hint, f: int, base: dict) -> list[tuple[str, list[str], list[int]]]:
     b, s, sp = base["batch"], base["seq"], base["spatial"]
-    feats = []
     kind = hint[0] if hint else None
-    if hint and kind != "embedding":
-        feats.append(hint[1])
-    feats += [f for f in feature_guess if f not in feats]
     out = []
-    if kind == "embedding":
-        out.append(("tokens", ["batch", "seq"], [b, s]))
-    for f in feats:
-        if kind == "conv2d":
-            out.append(("nchw", ["batch", "feature", "height", "width"], [b, f, sp, sp]))
-        elif kind == "conv1d":
-            out.append(("ncl", ["batch", "feature", "seq"], [b, f, s]))
-        elif kind == "conv3d":
-            out.append(("ncdhw", ["batch", "feature", "depth", "height", "width"],
-                        [b, f, 8, sp // 2, sp // 2]))
-        out.append(("bsf", ["batch", "seq", "feature"], [b, s, f]))
-        out.append(("bf", ["batch", "feature"], [b, f]))
+    if kind == "conv2d":
         out.append(("nchw", ["batch", "feature", "height", "width"], [b, f, sp, sp]))
-        out.append(("bhsd", ["batch", "heads", "seq", "feature"], [b, 4, s, f]))
-        out.append(("nhwc", ["batch", "height", "width", "feature"], [b, sp, sp, f]))
-    return out
+    elif kind == "conv1d":
+        out.append(("ncl", ["batch", "feature", "seq"], [b, f, s]))
+    elif kind == "conv3d":
+        out.append(("ncdhw", ["batch", "feature", "depth", "height", "width"],
+                    [b, f, 4, sp // 2, sp // 2]))
+    out += [("bsf", ["batch", "seq", "feature"], [b, s, f]),
+            ("bf", ["batch", "feature"], [b, f]),
+            ("nchw", ["batch", "feature", "height", "width"], [b, f, sp, sp]),
+            ("bhsd", ["batch", "fixed", "seq", "feature"], [b, 4, s, f]),
+            ("nhwc", ["batch", "height", "width", "feature"], [b, sp, sp, f])]
+    seen, uniq = set(), []
+    for item in out:
+        if item[0] not in seen:
+            seen.add(item[0])
+            uniq.append(item)
+    return uniq
+
+
+def _candidates(model, params: list[dict], base: dict, guesses: list[int], limit: int = 48):
+    """Spec lists for the tensor arguments, most plausible first."""
+    hint = _first_layer(model)
+    dims = _model_dims(model, hint)
+    dims += [g for g in guesses if g not in dims]
+    hd = _head_dim(model)
+    b, s = base["batch"], base["seq"]
+    n = 0
+    first_is_tokens = hint is not None and hint[0] == "embedding" or params[0]["name"] in (
+        "input_ids", "ids", "tokens")
+    if first_is_tokens:
+        high = float(min(hint[1], 1000)) if hint and hint[0] == "embedding" else 100.0
+        layouts = [("tokens", ["batch", "seq"], [b, s], None)]
+    else:
+        layouts = [(*lay, f) for f in dims[:4] for lay in _layouts(hint, f, base)]
+        layouts.sort(key=lambda x: 0 if x[3] == dims[0] else 1)
+    for layout, roles, shape, f in layouts:
+        for rest_f in ([f] + [d for d in dims[:4] if d != f]) if f is not None else [None]:
+            specs = []
+            for i, p in enumerate(params):
+                name = p["name"]
+                if i == 0 and layout == "tokens":
+                    specs.append({"name": name, "shape": shape, "dtype": "int64", "init": "randint",
+                                  "low": 0.0, "high": high, "roles": roles})
+                elif name in ("cos", "sin"):
+                    d = hd or (rest_f or 32)
+                    specs.append({"name": name, "shape": [b, s, d], "dtype": "float32",
+                                  "init": "rand", "low": 0.0, "high": 1.0,
+                                  "roles": ["batch", "seq", "fixed"]})
+                elif i > 0 and any(k in name for k in _INT_NAMES):
+                    specs.append({"name": name, "shape": [b, s], "dtype": "int64",
+                                  "init": "randint", "low": 0.0, "high": 2.0,
+                                  "roles": ["batch", "seq"]})
+                elif i == 0 or rest_f is None:
+                    sh = shape if layout != "tokens" else [b, s, dims[0] if dims else 64]
+                    ro = roles if layout != "tokens" else ["batch", "seq", "feature"]
+                    specs.append({"name": name, "shape": list(sh), "dtype": "float32",
+                                  "init": "randn", "low": None, "high": None, "roles": ro})
+                else:
+                    sh = [rest_f if r == "feature" else d for r, d in zip(roles, shape,
+                                                                           strict=True)]
+                    specs.append({"name": name, "shape": sh, "dtype": "float32",
+                                  "init": "randn", "low": None, "high": None, "roles": roles})
+            yield specs
+            n += 1
+            if n >= limit or len(params) == 1:
+                break
+        if n >= limit:
+            return
 
 
 def _build_model(ns, init_args, device="cpu"):
@@ -391,14 +476,16 @@ def _build_model(ns, init_args, device="cpu"):
     return model.eval()
 
 
+_PRIMARY = ("hidden_states", "input_ids", "pixel_values", "inputs_embeds", "x", "input",
+            "features", "embeddings", "hidden_state", "input_features", "inputs")
+
+
 def _infer_inputs(ns: dict, job: dict):
     """Try init candidates x shape candidates; the first forward that runs wins."""
-    torch = _torch()
     params = job["forward_params"]
     tensor_params = [p for p in params if not p.get("has_default")]
-    optional_pos = [p for p in params if p.get("has_default") and p.get("name") in
-                    job.get("required_optional", [])]
-    tensor_params += optional_pos
+    if not tensor_params:
+        tensor_params = [p for p in params if p.get("name") in _PRIMARY][:1]
     if not tensor_params:
         raise ProbeReject("no_inputs", "forward takes no required arguments")
     for p in tensor_params:
@@ -408,6 +495,7 @@ def _infer_inputs(ns: dict, job: dict):
     base = job["base"]
     last_err: BaseException | None = None
     tried = 0
+    deadline = time.monotonic() + 0.6 * float(job.get("timeout_s", 20.0))
     for init_args in job["init_candidates"]:
         try:
             model = _build_model(ns, init_args)
@@ -415,28 +503,22 @@ def _infer_inputs(ns: dict, job: dict):
             raise
         except BaseException as exc:  # noqa: BLE001
             last_err = exc
+            if _classify(exc) in ("needs_gpu", "reads_files", "downloads"):
+                raise ProbeReject(_classify(exc), _short(exc)) from None
             continue
-        hint = _first_layer(model)
-        for layout, roles, shape in _shape_candidates(hint, len(tensor_params), base,
-                                                       job.get("feature_guess", [])):
+        for specs in _candidates(model, tensor_params, base, job.get("feature_guess", [])):
+            if time.monotonic() > deadline:
+                break
             tried += 1
-            specs = []
-            for i, p in enumerate(tensor_params):
-                init = "randint" if layout == "tokens" else "randn"
-                high = float(min(hint[1], 1000)) if layout == "tokens" else None
-                spec = {"name": p["name"], "shape": list(shape), "dtype":
-                        "int64" if layout == "tokens" else "float32", "init": init,
-                        "low": 0.0 if high else None, "high": high, "roles": roles}
-                if i > 0 and layout == "tokens":
-                    spec.update(dtype="float32", init="randn", low=None, high=None)
-                specs.append(spec)
-            torch.manual_seed(1)
+            _torch().manual_seed(1)
             inputs = [_make_input(s) for s in specs]
             try:
-                with torch.no_grad():
+                with _torch().no_grad():
                     _tensor_outputs(model(*inputs))
             except ProbeReject as rej:
                 last_err = rej
+                if rej.args[0] in ("output_none", "output_not_tensor"):
+                    raise
                 continue
             except BaseException as exc:  # noqa: BLE001 - the next candidate may fit
                 last_err = exc
@@ -448,11 +530,19 @@ def _infer_inputs(ns: dict, job: dict):
         raise last_err
     detail = _short(last_err) if last_err else "no candidate"
     reason = _classify(last_err) if last_err else "no_inputs"
+    if last_err is not None and tried == 0:
+        raise ProbeReject("init_error", f"constructor raised {detail}")
     raise ProbeReject("no_inputs" if reason == "runtime_error" else reason,
                       f"no input shape fits after {tried} tries; last: {detail}")
 
 
 # --- sizing ----------------------------------------------------------------------------------
+
+
+def _role_base(base: dict) -> dict:
+    sp = base["spatial"]
+    return {"batch": base["batch"], "seq": base["seq"], "height": sp, "width": sp,
+            "depth": 4, **base}
 
 
 def _sized_specs(specs: list[dict], sizes: dict) -> list[dict]:
@@ -481,6 +571,7 @@ def _gpu_sizes(ns, init_args, specs, base: dict, job: dict) -> tuple[dict, dict 
     cap_bytes = job.get("gpu_max_bytes", 4e9)
     roles = {r for s in specs for r in s.get("roles", [])}
     growable = [r for r in ("batch", "seq", "height", "width", "depth") if r in roles]
+    base = _role_base(base)
     sizes = {r: base[r] for r in growable}
     try:
         stats = _meta_stats(ns, init_args, _sized_specs(specs, sizes), False)
@@ -667,12 +758,12 @@ def _extracted(job: dict) -> dict:
     try:
         gpu_stats = _meta_stats(ns, init_args, gpu_specs, True)
     except BaseException:  # noqa: BLE001 - meta unsupported: GPU file keeps the CPU sizes
-        sizes = {r: base[r] for r in sizes}
+        sizes = {r: _role_base(base)[r] for r in sizes}
         gpu_specs = specs
         model = _build_model(ns, init_args)
         torch.manual_seed(1)
         gpu_stats = _analyze_run(model, [_make_input(s) for s in specs], True)
-    cpu_sizes = {r: base[r] for r in sizes}
+    cpu_sizes = {r: _role_base(base)[r] for r in sizes}
     return {"ok": True, "init_inputs": init_args, "cpu_init_inputs": init_args,
             "inputs": gpu_specs, "cpu_inputs": cpu_specs, "scaled_constants": {},
             "gpu": gpu_stats, "cpu": cpu_stats, "validity": validity,

@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import logging
 import math
+import os
 import random
+import subprocess
+import sys
+import tempfile
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
+from pathlib import Path
 
 from pipeline.config import NNSmithConfig
 from schemas import RawModule, Rejection
@@ -347,13 +354,14 @@ def build_opset(cfg: NNSmithConfig) -> list[type]:
             continue
         if name in cfg.exclude_ops or short in cfg.exclude_ops:
             continue
-        pairs = [(i, o) for i, o in zip(op.in_dtypes, op.out_dtypes, strict=False)
-                 if set(i) <= allowed and set(o) <= allowed]
-        if not pairs:
+        # the two lists are not aligned pairwise: narrow each on its own
+        ins = [t for t in op.in_dtypes if set(t) <= allowed]
+        outs = [t for t in op.out_dtypes if set(t) <= allowed]
+        if not ins or not outs:
             continue
         # auto_opset already rebinds these class attributes per process; we narrow them further
-        op.in_dtypes = [i for i, _ in pairs]
-        op.out_dtypes = [o for _, o in pairs]
+        op.in_dtypes = ins
+        op.out_dtypes = outs
         kept.append(op)
     return kept
 
@@ -377,20 +385,63 @@ def _make_gen_class():
     return SizedConcolicGen
 
 
-def generate_graph(opset: list[type], cfg: NNSmithConfig, seed: int):
-    """One concrete GraphIR from nnsmith, seeded, with ranks/dtypes/size from cfg."""
+@contextlib.contextmanager
+def _deterministic_ids() -> Iterator[None]:
+    """Number new IR instructions from a counter instead of id(): nnsmith falls back to memory
+    addresses for instruction ids, which makes the same seed give different graphs."""
+    import nnsmith.gir as gir
+
+    original = gir.id_maker
+    counter = itertools.count(1 << 32)
+
+    def id_maker(fallback, irctx=None):
+        if irctx is None:
+            return next(counter)
+        return original(fallback, irctx)
+
+    gir.id_maker = id_maker
+    try:
+        yield
+    finally:
+        gir.id_maker = original
+
+
+class GraphConstraintError(ValueError):
+    """No graph within the configured ranks came out of nnsmith for this seed."""
+
+
+def _within_ranks(ir, cfg: NNSmithConfig) -> bool:
+    # nnsmith only applies rank_choices to the first placeholder; backward insertion can add
+    # inputs of any rank an op asks for, so check every input and every intermediate
+    inputs_ok = all(cfg.min_rank <= len(ir.vars[v].shape) <= cfg.max_rank
+                    for v in ir.input_var())
+    return inputs_ok and all(len(t.shape) <= cfg.max_rank for t in ir.vars.values())
+
+
+def generate_graph(opset: list[type], cfg: NNSmithConfig, seed: int, tries: int = 8):
+    """One concrete GraphIR from nnsmith, seeded, within cfg's ranks/dtypes/size.
+
+    Raises GraphConstraintError when `tries` sub-seeds all leave the rank bounds.
+    """
     from nnsmith.abstract.dtype import DType
 
     gen_cls = _make_gen_class()
     gen_cls.target_numel = cfg.target_numel
-    random.seed(seed)
     ranks = list(range(cfg.min_rank, cfg.max_rank + 1))
     dtypes = [DType.from_str(d) for d in cfg.dtypes]
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        gen = gen_cls(opset, seed=seed, init_fp=True, rank_choices=ranks, dtype_choices=dtypes,
-                      max_elem_per_tensor=cfg.target_numel * 16)
-        gen.abstract_gen(max_node_size=cfg.max_nodes, max_gen_millisec=5000)
-        return gen.make_concrete()
+    for k in range(tries):
+        sub_seed = seed * 31 + k
+        random.seed(sub_seed)
+        with contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()), _deterministic_ids():
+            gen = gen_cls(opset, seed=sub_seed, init_fp=True, rank_choices=ranks,
+                          dtype_choices=dtypes, max_elem_per_tensor=cfg.target_numel * 16)
+            gen.abstract_gen(max_node_size=cfg.max_nodes, max_gen_millisec=5000)
+            ir = gen.make_concrete()
+        if _within_ranks(ir, cfg):
+            return ir
+    raise GraphConstraintError(f"seed {seed}: {tries} graphs all left ranks "
+                               f"[{cfg.min_rank}, {cfg.max_rank}]")
 
 
 def _check_runs(source: str) -> str | None:
@@ -413,23 +464,13 @@ def _check_runs(source: str) -> str | None:
     return None
 
 
-def iter_nnsmith_modules(cfg: NNSmithConfig, count: int | None = None,
-                         seed: int | None = None) -> Iterator[RawModule | Rejection]:
-    """Generate `count` graphs (seeded) and yield each as a RawModule, or a Rejection naming why."""
-    count = cfg.count if count is None else count
-    seed = cfg.seed if seed is None else seed
-    if count <= 0:
-        return
-    try:
-        nnsmith_version = package_version("nnsmith")
-        opset = build_opset(cfg)
-    except ImportError as exc:
-        yield Rejection.make("ingest", "nnsmith", "nnsmith", "nnsmith_unavailable",
-                             f"nnsmith cannot be imported ({exc}); pip install nnsmith==0.1.0")
-        return
+def generate_sources(cfg: NNSmithConfig, count: int, seed: int) -> Iterator[dict]:
+    """In this process: `count` emitted graphs as dicts ({"source", "ops", ...} or
+    {"reason", "detail"} for a skipped graph). Used by the child process of the iterator."""
+    opset = build_opset(cfg)
     if not opset:
-        yield Rejection.make("ingest", "nnsmith", "nnsmith", "nnsmith_opset",
-                             "no nnsmith op fits the configured dtypes/include/exclude lists")
+        yield {"ref": "nnsmith", "reason": "nnsmith_opset",
+               "detail": "no nnsmith op fits the configured dtypes/include/exclude lists"}
         return
     made = attempts = 0
     while made < count and attempts < count * 4:
@@ -440,26 +481,91 @@ def iter_nnsmith_modules(cfg: NNSmithConfig, count: int | None = None,
             ir = generate_graph(opset, cfg, graph_seed)
             emitted = emit_source(ir, title=f"NNSmith graph (seed {graph_seed})")
         except UnsupportedOp as exc:
-            yield Rejection.make("ingest", ref, ref, "nnsmith_unsupported_op",
-                                 f"{ref}: graph uses {exc.op}, which the emitter cannot write")
+            yield {"ref": ref, "reason": "nnsmith_unsupported_op",
+                   "detail": f"{ref}: graph uses {exc.op}, which the emitter cannot write"}
+            continue
+        except GraphConstraintError as exc:
+            yield {"ref": ref, "reason": "nnsmith_constraint", "detail": f"{ref}: {exc}"}
             continue
         except Exception as exc:  # noqa: BLE001 - nnsmith's solver raises many kinds
-            yield Rejection.make("ingest", ref, ref, "nnsmith_gen",
-                                 f"{ref}: generation failed ({type(exc).__name__}: "
-                                 f"{str(exc).splitlines()[0][:160] if str(exc) else ''})")
+            first = str(exc).splitlines()[0][:160] if str(exc) else ""
+            yield {"ref": ref, "reason": "nnsmith_gen",
+                   "detail": f"{ref}: generation failed ({type(exc).__name__}: {first})"}
             continue
         problem = _check_runs(emitted.source)
         if problem:
-            yield Rejection.make("ingest", ref, ref, "nnsmith_check", f"{ref}: {problem}")
+            yield {"ref": ref, "reason": "nnsmith_check", "detail": f"{ref}: {problem}"}
             continue
-        commit = f"nnsmith-{nnsmith_version}"
-        meta = json.dumps({"seed": graph_seed, "ops": emitted.ops,
-                           "input_shapes": emitted.input_shapes}, sort_keys=True)
         made += 1
+        yield {"ref": ref, "seed": graph_seed, "source": emitted.source, "ops": emitted.ops,
+               "input_shapes": emitted.input_shapes}
+
+
+def iter_nnsmith_modules(cfg: NNSmithConfig, count: int | None = None, seed: int | None = None,
+                         timeout_s: float | None = None) -> Iterator[RawModule | Rejection]:
+    """Generate `count` graphs and yield each as a RawModule, or a Rejection naming why.
+
+    Generation runs in a fresh child process: z3 and nnsmith keep process-wide state, so only a
+    fresh process gives the same graphs for the same seed (and a solver crash stays there).
+    """
+    count = cfg.count if count is None else count
+    seed = cfg.seed if seed is None else seed
+    if count <= 0:
+        return
+    try:
+        nnsmith_version = package_version("nnsmith")
+    except PackageNotFoundError:
+        yield Rejection.make("ingest", "nnsmith", "nnsmith", "nnsmith_unavailable",
+                             "nnsmith is not installed; pip install nnsmith==0.1.0")
+        return
+    commit = f"nnsmith-{nnsmith_version}"
+    request = json.dumps({"cfg": cfg.model_dump(mode="json"), "count": count, "seed": seed})
+    timeout_s = timeout_s if timeout_s is not None else 60.0 + 30.0 * count
+    with tempfile.TemporaryDirectory(prefix="ks-nnsmith-") as tmp:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "sources.nnsmith_graphs"], input=request,
+                                  capture_output=True, text=True, timeout=timeout_s, cwd=tmp,
+                                  env={**os.environ, "PYTHONPATH": _import_root()}, check=False)
+        except subprocess.TimeoutExpired:
+            yield Rejection.make("ingest", "nnsmith", f"nnsmith/seed{seed}", "timeout",
+                                 f"nnsmith generation took more than {timeout_s:.0f}s")
+            return
+    items = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 and not items:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        yield Rejection.make("ingest", "nnsmith", f"nnsmith/seed{seed}", "nnsmith_unavailable",
+                             f"nnsmith generation failed: {tail}")
+        return
+    for item in items:
+        ref = item["ref"]
+        if "source" not in item:
+            yield Rejection.make("ingest", ref, ref, item["reason"], item["detail"])
+            continue
+        source = item["source"]
+        meta = json.dumps({"seed": item["seed"], "ops": item["ops"],
+                           "input_shapes": item["input_shapes"]}, sort_keys=True)
         yield RawModule(
-            module_id=RawModule.make_id("nnsmith", NNSMITH_REPO, commit, ref, "Model",
-                                        emitted.source),
+            module_id=RawModule.make_id("nnsmith", NNSMITH_REPO, commit, ref, "Model", source),
             source_kind="nnsmith", repo_url=NNSMITH_REPO, commit=commit, path=ref,
-            license="Apache-2.0", module_name="Model", code=emitted.source,
-            line_start=1, line_end=emitted.source.count("\n"), meta=meta,
-        )
+            license="Apache-2.0", module_name="Model", code=source, line_start=1,
+            line_end=source.count("\n"), meta=meta)
+
+
+def _import_root() -> str:
+    """The directory holding the `sources` package, for the child's import path."""
+    root = str(Path(__file__).resolve().parent.parent)
+    existing = os.environ.get("PYTHONPATH")
+    return f"{root}{os.pathsep}{existing}" if existing else root
+
+
+def main() -> None:
+    """Child side: read {"cfg", "count", "seed"} on stdin, write one JSON line per graph."""
+    request = json.loads(sys.stdin.read())
+    cfg = NNSmithConfig.model_validate(request["cfg"])
+    for item in generate_sources(cfg, int(request["count"]), int(request["seed"])):
+        sys.stdout.write(json.dumps(item) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
 import secrets
 import shutil
 import sys
@@ -50,6 +51,7 @@ class _Item:
     built: dict[str, BuildResult] = field(default_factory=dict)
     done: bool = False
     t0: float = field(default_factory=time.monotonic)
+    timing: dict[str, float] = field(default_factory=dict)  # collect_s, exec_s, candidate_s
 
     def stop(self, status: str, stage: str, error: str = "") -> None:
         self.verdict.status, self.verdict.stage = status, stage
@@ -68,10 +70,12 @@ def _collect_specs(item: _Item, opts: VerifyOptions) -> None:
     if specs is not None:
         item.specs = specs
         return
+    t0 = time.monotonic()
     res = run_sandboxed([sys.executable, "-m", "verifier.collect"],
                         limits=SandboxLimits(timeout_s=min(opts.run_timeout_s, 60.0),
                                              memory_mb=opts.memory_limit_mb),
                         input_files={"candidate.py": item.code}, env=_worker_env())
+    item.timing["collect_s"] = time.monotonic() - t0
     if res.timed_out:
         item.stop("timeout", "compile", "running the candidate module (to find its load_inline "
                                         f"calls) {res.describe_failure()}")
@@ -122,10 +126,10 @@ class _Baselines:
 
 
 def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Baselines,
-             threads: int) -> None:
+             threads: int, slot_env: dict[str, str] | None = None) -> None:
     """Run the correctness and performance stages for one candidate in a sandboxed worker."""
     v = item.verdict
-    device_label = backend.name
+    device_label = backend.baseline_key()
     base = baselines.get(item.req.task_source, device_label)
     nonce = secrets.token_hex(16)
     workdir = Path(tempfile.mkdtemp(prefix="ks-run-"))
@@ -143,7 +147,11 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Bas
                                  memory_mb=backend.sandbox_memory_mb(opts.memory_limit_mb)),
             input_files={"job.json": json.dumps(job), "task.py": item.req.task_source,
                          "candidate.py": item.code},
-            env={**_worker_env(), "OMP_NUM_THREADS": str(threads)}, workdir=workdir)
+            env={**_worker_env(), "OMP_NUM_THREADS": str(threads), **(slot_env or {})},
+            workdir=workdir)
+        item.timing["exec_s"] = res.wall
+        if res.payload and "candidate_s" in res.payload:
+            item.timing["candidate_s"] = float(res.payload["candidate_s"])
         progress = {}
         try:
             progress = json.loads((workdir / "progress.json").read_text())
@@ -206,8 +214,13 @@ def _front_stages(item: _Item) -> None:
 
 
 def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = None,
-                 progress: Callable[[VerdictData], None] | None = None) -> list[VerdictData]:
-    """Verify every request; one verdict each, in order. Raises BackendUnavailable up front."""
+                 progress: Callable[[VerdictData], None] | None = None,
+                 timings: dict[str, dict[str, float]] | None = None) -> list[VerdictData]:
+    """Verify every request; one verdict each, in order. Raises BackendUnavailable up front.
+
+    `progress` is called with each verdict as it is final; `timings`, when given, receives
+    per-candidate collect/exec/candidate seconds (for benchmarks).
+    """
     opts = options or VerifyOptions()
     names = {select_backend(opts.backend if opts.backend != "auto" else (r.backend or "auto"))
              for r in requests} if requests else set()
@@ -219,6 +232,9 @@ def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = 
     for name in sorted(names):
         group = [it for it in items if it.verdict.backend == name]
         _verify_group(group, get_backend(name), opts, progress)
+    if timings is not None:
+        for it in items:
+            timings[it.req.candidate_id] = dict(it.timing)
     return [it.verdict for it in items]
 
 
@@ -267,16 +283,22 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
     size = max(1, opts.compile_batch)
     chunks = [ordered[i:i + size] for i in range(0, len(ordered), size)]
     results: dict[str, BuildResult] = {}
-    threads = 1
-    exec_pool = ThreadPoolExecutor(max(1, opts.workers))
+    threads = 1  # one intra-op thread per worker: workers share the cores, baselines too
+    slots: queue.Queue = queue.Queue()
+    for slot in backend.execution_slots(opts.workers):
+        slots.put(slot)
+    exec_pool = ThreadPoolExecutor(max(1, slots.qsize()))
     baselines = _Baselines(opts, backend)
     futures = []
 
     def run_exec(it: _Item) -> None:
+        slot = slots.get()
         try:
-            _execute(it, backend, opts, baselines, threads)
+            _execute(it, backend, opts, baselines, threads, slot.env)
         except Exception as exc:  # a harness failure must still yield a verdict
             it.stop("runtime_error", "correctness", f"verifier error: {exc}")
+        finally:
+            slots.put(slot)
         finish(it)
 
     def after_build(chunk_results: dict[str, BuildResult]) -> None:
@@ -311,8 +333,7 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
                          for s in chunk})
 
     try:
-        if not opts.compile_only or backend.name == "cpu":
-            Builder(ctx).prepare_pch(ordered)
+        Builder(ctx).prepare_pch(ordered)
         with ThreadPoolExecutor(max(1, opts.compile_workers)) as cpool:
             list(cpool.map(build_chunk, chunks))
         while True:

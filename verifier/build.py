@@ -26,8 +26,6 @@ from verifier.sandbox import SandboxLimits, run_sandboxed
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*([<"][^>"]+[>"])')
 _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)")
-_DIAG = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)? "
-                   r"(?P<kind>fatal error|error|warning|note)?")
 CAND_FILE = "candidate.py"
 
 
@@ -339,8 +337,9 @@ class Builder:
         script = ("import json, torch\nfrom verifier.extspec import load_extension_module\n"
                   f"load_extension_module({module!r}, {so.name!r})\n"
                   "open('result.json', 'w').write(json.dumps({'ok': True}))\n")
-        from verifier.sandbox import python_argv  # noqa: F401  (same interpreter)
         import sys
+
+        from verifier.sandbox import python_argv  # noqa: F401  (same interpreter)
 
         res = run_sandboxed([sys.executable, "-c", script],
                             limits=SandboxLimits(timeout_s=120, memory_mb=0),

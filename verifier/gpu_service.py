@@ -129,7 +129,7 @@ class _Worker:
         self.gpu = gpu
         rfd, wfd = os.pipe()
         env = scrubbed_env({"CUDA_VISIBLE_DEVICES": gpu,
-                            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+                            "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sys.path if p)})
         self.log_path = log_dir / f"worker-{gpu}-{time.time_ns()}.log"
         self.log = open(self.log_path, "wb")  # noqa: SIM115 (lives as long as the worker)
         self.proc = subprocess.Popen(

@@ -259,8 +259,9 @@ def check_cpp(specs: list[ExtensionSpec], code: str, task_source: str) -> list[d
             base = _source_line(code, src)
             clean = _strip_comments(src)
 
-            def line_of(pos: int, _clean: str = clean, _base: int = base) -> int | None:
-                return _base + _clean.count("\n", 0, pos) if _base else (spec.line or None)
+            def line_of(pos: int, _clean: str = clean, _base: int = base,
+                        _call: int = spec.line) -> int | None:
+                return _base + _clean.count("\n", 0, pos) if _base else (_call or None)
 
             for m in _CPP_TORCH.finditer(clean):
                 ns, name = m.group(2), m.group(3)

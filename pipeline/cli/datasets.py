@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import platform
-import subprocess
 from pathlib import Path
 from typing import Annotated, Any
 
+import duckdb
 import typer
 
-from pipeline.catalog import open_catalog
 from pipeline.cli.app import app
 from pipeline.cli.common import (
     ConfigOpt,
@@ -23,70 +21,21 @@ from pipeline.cli.common import (
     out,
     print_table,
 )
-from pipeline.config import Config
-from pipeline.datasets import build_datasets
-from pipeline.hub import HubError, push_version
 from pipeline.publish import (
     PublishError,
     VersionIntegrityError,
     find_version,
-    publish_version,
+    publish_workspace,
+    read_manifest,
     read_stats,
+    workspace_stats,
 )
-from pipeline.report import write_report
-from pipeline.select import SELECTORS
-from pipeline.stats import compute_stats
-from pipeline.workspace import Workspace, WorkspaceError
-from schemas import Candidate, RawModule, Rejection, Task, Verdict
+from pipeline.workspace import WorkspaceError
+
+# huggingface_hub, matplotlib and datasketch are imported inside the commands that use them, so
+# `kernelsynth --help` and the other commands start quickly.
 
 NameOpt = Annotated[str | None, typer.Option("--name", help="Dataset name (default: config).")]
-
-
-def _code_commit() -> str:
-    """The kernelsynth source commit, when the code runs from a git checkout."""
-    try:
-        res = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return res.stdout.strip() if res.returncode == 0 else ""
-
-
-def _workspace_records(ws: Workspace) -> dict[str, Any]:
-    return {"tasks": ws.read(Task), "candidates": ws.read(Candidate), "verdicts": ws.read(Verdict),
-            "sourced": ws.read_table(RawModule).num_rows, "rejections": ws.read(Rejection)}
-
-
-def workspace_stats(ws: Workspace, cfg: Config) -> dict[str, Any]:
-    """Statistics of everything in the workspace."""
-    rec = _workspace_records(ws)
-    return compute_stats(rec["tasks"], rec["candidates"], rec["verdicts"],
-                         sourced=rec["sourced"], rejections=rec["rejections"],
-                         fast_threshold=cfg.verify.fast_threshold)
-
-
-def publish_workspace(ws: Workspace, cfg: Config, version: str | None = None) -> Path:
-    """Select, build every config, compute statistics and publish a new version."""
-    rec = _workspace_records(ws)
-    sel = cfg.select
-    selected = SELECTORS[sel.method](rec["candidates"], rec["verdicts"], sel.k,
-                                     sel.diversity_weight, sel.seed)
-    tables = build_datasets(rec["tasks"], rec["candidates"], rec["verdicts"], selected, cfg)
-    stats = compute_stats(rec["tasks"], rec["candidates"], rec["verdicts"],
-                          sourced=rec["sourced"], rejections=rec["rejections"],
-                          fast_threshold=cfg.verify.fast_threshold)
-    stats["selected"] = len(selected)
-    lineage = {
-        "source_commits": sorted({f"{t.repo_url}@{t.commit}" for t in rec["tasks"]
-                                  if t.repo_url or t.commit}),
-        "verifier_versions": sorted({v.verifier_version for v in rec["verdicts"]
-                                     if v.verifier_version}),
-        "devices": sorted({v.device for v in rec["verdicts"] if v.device}),
-        "code_commit": _code_commit(),
-        "runs": ws.runs(),
-        "host": {"platform": platform.platform(), "python": platform.python_version()},
-    }
-    return publish_version(ws, tables, cfg, lineage, stats=stats, version=version)
 
 
 @app.command("publish")
@@ -105,8 +54,6 @@ def publish(
         path = publish_workspace(ws, cfg, version)
     except (WorkspaceError, PublishError, VersionIntegrityError) as exc:
         raise fail(str(exc)) from None
-    from pipeline.publish import read_manifest
-
     manifest = read_manifest(path)
     if json_:
         emit_json({"path": str(path), "version": manifest["version"],
@@ -131,6 +78,8 @@ def push(
     name: NameOpt = None,
 ) -> None:
     """Upload a version to the Hugging Face Hub in one commit and tag it with the version."""
+    from pipeline.hub import HubError, push_version
+
     cfg, ws = open_context(workspace, config)
     # The token is read here, at the CLI edge: HF_TOKEN first, then the saved login.
     token = os.environ.get("HF_TOKEN")
@@ -180,6 +129,8 @@ def stats(
     name: NameOpt = None,
 ) -> None:
     """Print the funnel, pass rates, pass@k / fast_p metrics, speedups and compile errors."""
+    from pipeline.catalog import open_catalog
+
     cfg, ws = open_context(workspace, config)
     try:
         if version:
@@ -188,7 +139,11 @@ def stats(
                 raise fail(f"version {version} has no stored statistics")
         else:
             data = workspace_stats(ws, cfg)
-            open_catalog(ws).close()  # keep catalog.duckdb's views current with the workspace
+            try:  # keep catalog.duckdb's views current with the workspace
+                open_catalog(ws).close()
+            except duckdb.Error as exc:
+                console.print(f"[yellow]warning:[/yellow] catalog.duckdb not refreshed: "
+                              f"{str(exc).splitlines()[0]}", highlight=False)
     except (WorkspaceError, PublishError, VersionIntegrityError) as exc:
         raise fail(str(exc)) from None
     if json_:
@@ -207,6 +162,8 @@ def report(
     name: NameOpt = None,
 ) -> None:
     """Write an HTML page with plots of a version's statistics."""
+    from pipeline.report import write_report
+
     _, ws = open_context(workspace, config)
     try:
         path = write_report(find_version(ws, version, name), out_file)

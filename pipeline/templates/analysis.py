@@ -107,6 +107,42 @@ def refs(value) -> list[str]:
 
 
 _CACHE: dict[str, Graph] = {}
+_FAILED: dict[str, str] = {}  # source hash -> why it could not be traced
+
+
+def _graph(p: dict) -> Graph:
+    if not p.get("ok"):
+        raise NoTemplate(f"reference could not be traced: {p.get('reason', 'unknown')}")
+    return Graph(params=p["params"],
+                 nodes=[Node(**{k: d[k] for k in ("name", "op", "target", "args", "named",
+                                                   "meta", "users")}) for d in p["nodes"]],
+                 num_inputs=p["num_inputs"], training=p.get("training", True))
+
+
+def trace_sources(sources: list[str], *, timeout_s: float = 600.0) -> dict[str, Graph | str]:
+    """Trace many sources in one sandboxed child (one torch import); fills the cache.
+
+    Returns source hash -> Graph, or the reason it could not be traced.
+    """
+    keys = [hashlib.sha256(s.encode()).hexdigest() for s in sources]
+    todo = [s for s, k in zip(sources, keys, strict=True) if k not in _CACHE]
+    out: dict[str, Graph | str] = {}
+    if todo:
+        res = run_sandboxed([sys.executable, str(_PROBE)],
+                            limits=SandboxLimits(timeout_s=timeout_s, memory_mb=8192),
+                            input_files={"tasks.json": json.dumps(todo)})
+        batch = (res.payload or {}).get("batch")
+        if batch is None:
+            raise NoTemplate(f"batch trace failed: {res.describe_failure()}")
+        for src, p in zip(todo, batch, strict=True):
+            key = hashlib.sha256(src.encode()).hexdigest()
+            try:
+                _CACHE[key] = _graph(p)
+            except NoTemplate as exc:
+                _FAILED[key] = str(exc)
+    for k in keys:
+        out[k] = _CACHE.get(k) or _FAILED.get(k, "not traced")
+    return out
 
 
 def trace_source(source: str, *, timeout_s: float = 120.0) -> Graph:
@@ -114,18 +150,18 @@ def trace_source(source: str, *, timeout_s: float = 120.0) -> Graph:
     key = hashlib.sha256(source.encode()).hexdigest()
     if key in _CACHE:
         return _CACHE[key]
+    if key in _FAILED:
+        raise NoTemplate(_FAILED[key])
     res = run_sandboxed([sys.executable, str(_PROBE)],
                         limits=SandboxLimits(timeout_s=timeout_s, memory_mb=8192),
                         input_files={"task.py": source})
     if res.payload is None:
         raise NoTemplate(f"reference could not be traced: {res.describe_failure()}")
-    p = res.payload
-    if not p.get("ok"):
-        raise NoTemplate(f"reference could not be traced: {p.get('reason', 'unknown')}")
-    graph = Graph(params=p["params"],
-                  nodes=[Node(**{k: d[k] for k in ("name", "op", "target", "args", "named",
-                                                    "meta", "users")}) for d in p["nodes"]],
-                  num_inputs=p["num_inputs"], training=p.get("training", True))
+    try:
+        graph = _graph(res.payload)
+    except NoTemplate as exc:
+        _FAILED[key] = str(exc)
+        raise
     _CACHE[key] = graph
     return graph
 

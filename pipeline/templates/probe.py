@@ -50,12 +50,29 @@ def _meta_of(val, torch) -> dict | list | None:
 
 
 def main() -> None:
-    src = Path("task.py").read_text(encoding="utf-8")
+    many = Path("tasks.json")
+    if many.exists():  # batch mode: one torch import for many references
+        results = []
+        for src in json.loads(many.read_text(encoding="utf-8")):
+            _write({"ok": False, "reason": "probe crashed"})
+            try:
+                trace(src)
+                results.append(json.loads(Path("result.json").read_text(encoding="utf-8")))
+            except BaseException as exc:  # noqa: BLE001 - one bad task must not end the batch
+                results.append({"ok": False, "reason": f"probe raised {type(exc).__name__}"})
+        _write({"ok": True, "batch": results})
+        return
+    trace(Path("task.py").read_text(encoding="utf-8"))
+
+
+def trace(src: str) -> None:
+    """Trace one reference source and write its result.json."""
     import torch
     import torch.fx as fx
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.func import functional_call
 
+    torch.set_num_threads(1)
     module = types.ModuleType("kernelsynth_ref")
     module.__file__ = "task.py"
     sys.modules[module.__name__] = module

@@ -8,10 +8,8 @@ flows, the SIGKILL subprocesses and the served deployment): a server costs secon
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -19,37 +17,17 @@ from pathlib import Path
 
 import pytest
 
-_HOME = Path(tempfile.mkdtemp(prefix="ks-prefect-"))
-PREFECT_ENV = {
-    "PREFECT_HOME": str(_HOME),
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE": "true",
-    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
-    "PREFECT_SERVER_LOGGING_LEVEL": "WARNING",
-    "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "false",
-}
+HERE = Path(__file__).resolve().parent
+# --import-mode=importlib adds nothing to sys.path; the fake stages are imported by name (also
+# by subprocesses, through PYTHONPATH), so this folder goes on the path.
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from flows_harness import PREFECT_ENV, free_port  # noqa: E402
+
 os.environ.update(PREFECT_ENV)
 os.environ.pop("PREFECT_API_URL", None)
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 VENV_BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def child_env(api_url: str, **extra: str) -> dict[str, str]:
-    """Environment for subprocesses: our Prefect settings, the server, the fake stages."""
-    env = dict(os.environ)
-    env.update(PREFECT_ENV)
-    env["PREFECT_API_URL"] = api_url
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(REPO), env.get("PYTHONPATH", "")])
-    env.update(extra)
-    return env
 
 
 @pytest.fixture(scope="session")
@@ -79,10 +57,13 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             raise RuntimeError(f"prefect server did not start: "
                                f"{(home / 'server.log').read_text(errors='replace')[-2000:]}")
         time.sleep(0.3)
+    # Worker processes (Ray, process pools) read the environment, this process its settings.
+    os.environ["PREFECT_API_URL"] = url
     try:
         with temporary_settings(updates={PREFECT_API_URL: url}):
             yield url
     finally:
+        os.environ.pop("PREFECT_API_URL", None)
         proc.terminate()
         try:
             proc.wait(20)

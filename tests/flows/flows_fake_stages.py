@@ -80,8 +80,27 @@ def _status(code: str) -> str:
     h = int(content_hash(code)[:4], 16) % 4
     return ("correct_fast", "correct_slow", "incorrect", "compile_error")[h]
 
+def _placement() -> str:
+    """Where this call ran: the Ray resources it holds (or 'fake-cpu' outside Ray)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            res = ray.get_runtime_context().get_assigned_resources()
+            return json.dumps({k: res[k] for k in sorted(res)})
+    except ImportError:
+        pass
+    return "fake-cpu"
+
+
 def verify(task_map: dict, candidates: list[Candidate], cfg: Any, cache_dir: Path) -> list:
     pause = float(os.environ.get("KS_FAKE_VERIFY_SLEEP", "0"))
+    device = _placement()
+    if cfg.compile_only:
+        log = os.environ.get("KS_FAKE_COMPILE_LOG")
+        if log:
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"n": len(candidates), "device": device}) + "\n")
     out = []
     for c in candidates:
         time.sleep(pause)
@@ -91,7 +110,7 @@ def verify(task_map: dict, candidates: list[Candidate], cfg: Any, cache_dir: Pat
         out.append(Verdict(
             candidate_id=c.candidate_id, task_id=c.task_id, status=status,
             stage="done" if ok else ("compile" if status == "compile_error" else "correctness"),
-            backend=c.backend, device="fake-cpu", verifier_version="fake-1",
+            backend=c.backend, device=device, verifier_version="fake-1",
             trials=5 if ok else 0, runtime_us=10.0 if ok else None,
             eager_us=15.0 if ok else None, speedup=speedup, faster=status == "correct_fast",
             reward=1.0 + (speedup or 0) if ok else 0.1,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 from schemas import Candidate, Message, RawModule, Rejection, Task, TensorSpec, Verdict
 
@@ -233,3 +234,26 @@ def raw_modules(tasks: list[Task]) -> list[RawModule]:
 def rejections() -> list[Rejection]:
     return [Rejection.make("extract", "m-extra", "x.py", "no_forward", "Bad has no forward"),
             Rejection.make("curate", "task-dup", "models/dup.py", "near_duplicate", "dup of c000")]
+
+
+def fill_workspace(ws, n_tasks: int = 6, run_id: str = "r1") -> None:  # noqa: ANN001
+    """Write the synthetic pool, its raw modules and rejections as one run of `ws`."""
+    tasks, cands, verdicts = pool(n_tasks)
+    run = ws.new_run(run_id)
+    for records in (raw_modules(tasks), tasks, cands, verdicts, rejections()):
+        run.write(records)
+
+
+def hf_offline(monkeypatch, tmp_path) -> Path:  # noqa: ANN001
+    """Make `datasets` work offline with a private cache; returns the cache dir."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    return cache

@@ -4,9 +4,10 @@ A backend is a `Backend` subclass registered with `register(cls)`. The core call
 places, each in a different process:
 
 1. **Parent** (`verifier.api`): `is_available()` / `unavailable_reason()` to resolve `auto`,
-   `execution_slots(options)` to start one execution worker per slot (cpu: `options.workers`
-   slots; cuda: one per GPU with `CUDA_VISIBLE_DEVICES` pinned), `sandbox_memory_mb(options)` for
-   the worker's address-space limit (0 for CUDA, which maps huge virtual ranges).
+   `execution_slots(workers)` for the execution workers (cpu: `workers` slots; cuda: one per GPU
+   with `CUDA_VISIBLE_DEVICES` pinned; the slot's env is added to the worker's environment),
+   `sandbox_memory_mb(mb)` for the worker's address-space limit (0 for CUDA, which maps huge
+   virtual ranges), `baseline_key()` naming the device model for the eager-baseline cache.
 2. **Compile worker** (`verifier.build`, a CPU process, no device needed): the core turns the
    `load_inline` calls of many candidates into *units*: one host unit (`.cpp`: all candidates'
    `cpp_sources`, each wrapped in `namespace ks_<hash>`, includes hoisted, `#line` directives so
@@ -87,6 +88,11 @@ class Backend:
 
     def sandbox_memory_mb(self, requested_mb: int) -> int:
         return requested_mb
+
+    def baseline_key(self) -> str:
+        """Names the device model in the parent (eager baselines are cached per device model);
+        must not initialize a device context in the parent."""
+        return self.device_name()
 
     # --- compile worker side -----------------------------------------------------------------
     def host_flags(self) -> list[str]:
@@ -228,9 +234,8 @@ def run_tool(cmd: list[str], log: list[str], timeout_s: float) -> bool:
 
 
 def _torch_paths() -> tuple[list[str], str]:
-    from torch.utils import cpp_extension
-
     import torch
+    from torch.utils import cpp_extension
 
     return cpp_extension.include_paths(), str(Path(torch.__file__).parent / "lib")
 

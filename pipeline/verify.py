@@ -1,0 +1,92 @@
+"""The verify stage: candidates and their tasks in, verdicts out (a client of `verifier.api`).
+
+For the cpu backend the reference is `Task.cpu_source` (dims scaled down), for GPU backends
+`Task.source`. `run_verify` skips candidates that already have verdicts and writes verdicts in
+parts of `cfg.verify.write_batch`, so a crash loses at most the batch in flight.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.config import Config, VerifyConfig
+from pipeline.workspace import Run, Workspace
+from schemas import Candidate, Rejection, Task, Verdict
+from verifier.api import verify_batch
+from verifier.backends import BackendUnavailable, select_backend
+from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
+
+
+def verify_options(cfg: VerifyConfig, cache_dir: Path) -> VerifyOptions:
+    """The verifier's options from the pipeline config; caches default under `cache_dir`."""
+    opts = VerifyOptions.from_mapping(cfg.model_dump())
+    opts.build_cache_dir = cfg.build_cache_dir or str(cache_dir / "builds")
+    opts.baseline_cache_dir = cfg.baseline_cache_dir or str(cache_dir / "baselines")
+    return opts
+
+
+def _reference(task: Task, backend: str) -> str:
+    return (task.cpu_source or task.source) if backend == "cpu" else task.source
+
+
+def verify_with_rejections(
+    tasks: dict[str, Task], candidates: list[Candidate], cfg: VerifyConfig, cache_dir: Path,
+    progress: Callable[[VerdictData], None] | None = None,
+) -> tuple[list[Verdict], list[Rejection]]:
+    """Verdicts for the candidates that can be verified here; rejections (with reasons) else."""
+    rejections: list[Rejection] = []
+    groups: dict[str, list[VerifyRequest]] = {}
+    for c in candidates:
+        task = tasks.get(c.task_id)
+        if task is None:
+            rejections.append(Rejection.make("verify", c.candidate_id, f"task {c.task_id}",
+                                             "missing_task", f"candidate {c.candidate_id}: task "
+                                             f"{c.task_id} is not in the workspace"))
+            continue
+        requested = cfg.backend if cfg.backend != "auto" else (c.backend or "auto")
+        try:
+            backend = select_backend(requested)
+        except BackendUnavailable as exc:
+            rejections.append(Rejection.make("verify", c.candidate_id, f"backend {requested}",
+                                             "backend_unavailable", str(exc)))
+            continue
+        groups.setdefault(backend, []).append(VerifyRequest(
+            c.candidate_id, c.task_id, _reference(task, backend), c.code or c.raw_response,
+            backend))
+    verdicts: list[Verdict] = []
+    opts = verify_options(cfg, cache_dir)
+    for backend, reqs in groups.items():
+        opts.backend = backend
+        for v in verify_batch(reqs, opts, progress):
+            verdicts.append(Verdict.from_dict(v.to_dict()))
+    return verdicts, rejections
+
+
+def verify_candidates(tasks: dict[str, Task], candidates: list[Candidate], cfg: VerifyConfig,
+                      cache_dir: Path) -> list[Verdict]:
+    """One verdict per candidate whose task is known and whose backend can run here."""
+    return verify_with_rejections(tasks, candidates, cfg, cache_dir)[0]
+
+
+def run_verify(ws: Workspace, run: Run, cfg: Config, *, limit: int | None = None,
+               progress: Callable[[VerdictData], None] | None = None) -> dict[str, int]:
+    """Verify the workspace's candidates that have no verdict yet; write verdicts in parts."""
+    tasks = {t.task_id: t for t in ws.read(Task)}
+    done = ws.done_keys(Verdict)
+    candidates = ws.read(Candidate)
+    todo = [c for c in candidates if c.candidate_id not in done]
+    if limit is not None:
+        todo = todo[:limit]
+    counts: Counter[str] = Counter(candidates=len(candidates), skipped=len(candidates) - len(todo))
+    size = max(1, cfg.verify.write_batch)
+    for i in range(0, len(todo), size):
+        verdicts, rejections = verify_with_rejections(tasks, todo[i:i + size], cfg.verify,
+                                                      ws.cache_dir, progress)
+        run.write(verdicts)
+        run.write(rejections)
+        counts["verified"] += len(verdicts)
+        counts["rejected"] += len(rejections)
+        counts.update(v.status for v in verdicts)
+    return dict(counts)

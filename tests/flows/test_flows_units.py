@@ -1,0 +1,175 @@
+"""Flow building blocks without a Prefect server: runners, retries, batching, pending sets."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import flows_fake_stages as fake
+import pytest
+import yaml
+from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
+from prefect_ray import RayTaskRunner
+
+from flows.build import (
+    batches,
+    generate_batch,
+    generated_task_ids,
+    latest_version,
+    verify_batch,
+)
+from flows.env import configure_prefect, prefect_environment
+from flows.runners import (
+    compile_resources,
+    cpu_runner,
+    is_transient,
+    retry_if_transient,
+    verify_resources,
+    verify_runner,
+)
+from flows.stages import BUILTIN, StageSetError, load_stages
+from pipeline.config import Config, FlowsConfig
+from schemas import Candidate, Rejection, Task
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cfg(**flows: object) -> Config:
+    return Config(flows=FlowsConfig(**flows))
+
+
+def test_batches_cover_every_item_once() -> None:
+    items = list(range(10))
+    got = batches(items, 4)
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert batches([], 3) == []
+    assert batches(items, 0) == [[i] for i in items]
+
+
+def test_runners_follow_the_config() -> None:
+    assert isinstance(cpu_runner(_cfg()), ThreadPoolTaskRunner)
+    assert isinstance(cpu_runner(_cfg(cpu_pool="process", cpu_workers=3)), ProcessPoolTaskRunner)
+    local = verify_runner(_cfg(verify_in_flight=2))
+    assert isinstance(local, ThreadPoolTaskRunner) and local._max_workers == 2
+    ray = verify_runner(_cfg(runner="ray", ray_address="ray://head:10001"))
+    assert isinstance(ray, RayTaskRunner) and ray.address == "ray://head:10001"
+    assert ray.init_kwargs == {"namespace": "prefect"}  # a cluster keeps its own resources
+    local_ray = cpu_runner(_cfg(runner="ray", ray_num_cpus=2))
+    assert isinstance(local_ray, RayTaskRunner) and local_ray.address is None
+    assert local_ray.init_kwargs["num_cpus"] == 2
+
+
+def test_gpu_batches_ask_for_a_gpu_and_compiles_for_cpus() -> None:
+    cfg = Config()
+    assert verify_resources(cfg, "cuda")["num_gpus"] == 1
+    assert verify_resources(cfg, "musa")["num_gpus"] == 1
+    assert "num_gpus" not in verify_resources(cfg, "cpu")
+    assert compile_resources(cfg) == {"num_cpus": cfg.verify.compile_workers}
+
+
+class _State:
+    def __init__(self, exc: BaseException | None):
+        self.exc = exc
+
+    def result(self) -> None:
+        if self.exc is not None:
+            raise self.exc
+
+
+def test_only_transient_failures_are_retried() -> None:
+    git_fail = subprocess.CalledProcessError(128, ["git", "fetch"])
+    assert retry_if_transient(None, None, _State(git_fail))
+    assert retry_if_transient(None, None, _State(ConnectionResetError("peer reset")))
+    assert retry_if_transient(None, None, _State(TimeoutError("read timed out")))
+    assert not retry_if_transient(None, None, _State(ValueError("bad verdict")))
+    assert not retry_if_transient(None, None, _State(AssertionError()))
+    assert not retry_if_transient(None, None, _State(None))
+    assert not is_transient(KeyError("x"))
+    # the verifier's task has no retries at all: a verdict is never re-rolled
+    assert verify_batch.retries == 0
+
+
+def test_stage_sets_load_by_import_path() -> None:
+    assert load_stages(None) is BUILTIN
+    assert load_stages("flows_fake_stages:STAGES") is fake.STAGES
+    with pytest.raises(StageSetError, match="cannot import"):
+        load_stages("no_such_module_xyz:STAGES")
+    with pytest.raises(StageSetError, match="not a StageSet"):
+        load_stages("flows_fake_stages:SOURCE")
+
+
+def test_task_functions_run_directly(workspace) -> None:
+    run = workspace.new_run("r1")
+    fake.ingest(workspace, run, Config())
+    fake.tasks(workspace, run, Config())
+    tasks = workspace.read(Task)
+    cands, rejs = generate_batch.fn(tasks, Config(), "cpu", "flows_fake_stages:STAGES")
+    assert len(rejs) == 1 and rejs[0].reason == "no_template"
+    assert len(cands) == 5 * Config().generate.variants_per_task
+    verdicts = verify_batch.fn({t.task_id: t for t in tasks}, cands[:4], Config(), "/tmp",
+                               "flows_fake_stages:STAGES")
+    assert [v.candidate_id for v in verdicts] == [c.candidate_id for c in cands[:4]]
+
+
+def test_generator_errors_become_rejections(workspace) -> None:
+    run = workspace.new_run("r1")
+    fake.ingest(workspace, run, Config())
+    fake.tasks(workspace, run, Config())
+    tasks = workspace.read(Task)
+    cfg = Config.model_validate({"generate": {"generators": ["no-such-generator"]}})
+    cands, rejs = generate_batch.fn(tasks, cfg, "cpu", None)  # the real generate stage
+    assert cands == []
+    assert {r.item_id for r in rejs} == {t.task_id for t in tasks}
+    assert all(r.reason == "generator_error" and "no-such-generator" in r.detail for r in rejs)
+
+
+def test_pending_generation_skips_answered_tasks(workspace) -> None:
+    run = workspace.new_run("r1")
+    task_a = Task(task_id="a", name="a", source="", cpu_source="")
+    task_b = Task(task_id="b", name="b", source="", cpu_source="")
+    run.write([task_a, task_b])
+    assert generated_task_ids(workspace, "cpu", ["template"]) == set()
+    run.write([Candidate("c1", "a", "cpu", "template:activation/v0", "code")])
+    run.write([Rejection.make("generate", "b", "b", "no_template")])
+    assert generated_task_ids(workspace, "cpu", ["template"]) == {"a", "b"}
+    assert generated_task_ids(workspace, "cuda", ["template"]) == {"b"}
+    # adding an LLM generator makes both pending again until it has answered
+    assert generated_task_ids(workspace, "cpu", ["template", "openai"]) == set()
+
+
+def test_latest_version_is_the_highest_number(workspace) -> None:
+    root = workspace.datasets_dir / "kernelsynth"
+    for v in ("v2", "v10", "v9"):
+        (root / v).mkdir(parents=True)
+        (root / v / "manifest.json").write_text("{}")
+    assert latest_version(workspace, "kernelsynth").name == "v10"
+    assert latest_version(workspace, "other") is None
+
+
+def test_prefect_environment_is_local_quiet_and_user_settings_win(tmp_path, monkeypatch) -> None:
+    env = prefect_environment(tmp_path / "ws")
+    assert env["PREFECT_HOME"] == str(tmp_path / "ws" / ".prefect")
+    assert env["PREFECT_SERVER_ANALYTICS_ENABLED"] == "false"
+    assert env["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] == "WARNING"
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "mine"))
+    monkeypatch.delenv("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", raising=False)
+    configure_prefect(tmp_path / "ws", quiet=False)
+    assert os.environ["PREFECT_HOME"] == str(tmp_path / "mine")
+    assert (tmp_path / "mine").is_dir()
+    assert os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] == "INFO"
+
+
+def test_prefect_yaml_deploys_build_dataset_nightly() -> None:
+    from prefect.client.schemas.schedules import CronSchedule
+    from prefect.flows import load_flow_from_entrypoint
+
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    (dep,) = spec["deployments"]
+    flow = load_flow_from_entrypoint(str(REPO / dep["entrypoint"]))
+    assert flow.name == "build_dataset"
+    (sched,) = dep["schedules"]
+    assert sched["cron"] == FlowsConfig().schedule_cron
+    CronSchedule(cron=sched["cron"], timezone=sched["timezone"])  # validates the expression
+    assert dep["parameters"]["always_publish"] is True
+    assert set(dep["parameters"]) <= set(flow.parameters.properties)

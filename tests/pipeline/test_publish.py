@@ -1,0 +1,167 @@
+"""Dataset versions: offline loading of every config, reproducible hashes, integrity, atomicity."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.config import Config
+from pipeline.datasets import build_datasets
+from pipeline.publish import (
+    PublishError,
+    VersionIntegrityError,
+    list_versions,
+    publish_version,
+    publish_workspace,
+    read_version,
+    verify_version,
+)
+from pipeline.workspace import Workspace
+from tests.pipeline.ks_synthetic import fill_workspace, hf_offline, pool
+
+
+@pytest.fixture
+def published(workspace: Workspace) -> tuple[Workspace, Path]:
+    fill_workspace(workspace)
+    cfg = Config(workspace=str(workspace.root))
+    return workspace, publish_workspace(workspace, cfg)
+
+
+def test_every_config_loads_offline_with_load_dataset(published, monkeypatch, tmp_path) -> None:
+    _, path = published
+    cache = hf_offline(monkeypatch, tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["configs"] == ["tasks", "sft", "rft", "rl", "repair", "preference", "review",
+                                   "perf_analysis"]
+    for config in manifest["configs"]:
+        ds = datasets.load_dataset(str(path), name=config, cache_dir=str(cache))
+        assert {s: ds[s].num_rows for s in ds} == manifest["counts"][config], config
+    sft = datasets.load_dataset(str(path), name="sft", cache_dir=str(cache))["train"]
+    assert "role" in str(sft.features["messages"])
+    assert sft[0]["messages"][-1]["role"] == "assistant"
+
+
+def test_card_lists_every_config_with_data_files(published) -> None:
+    _, path = published
+    text = (path / "README.md").read_text()
+    front = yaml.safe_load(text.split("---")[1])
+    names = [c["config_name"] for c in front["configs"]]
+    assert names == json.loads((path / "manifest.json").read_text())["configs"]
+    for c in front["configs"]:
+        for entry in c["data_files"]:
+            assert list(path.glob(entry["path"])), entry
+    assert "## Statistics" in text and "| correct |" in text and "## How it was made" in text
+
+
+def test_publishing_twice_gives_same_hashes_and_a_parent(published) -> None:
+    ws, first = published
+    second = publish_workspace(ws, Config(workspace=str(ws.root)))
+    m1 = json.loads((first / "manifest.json").read_text())
+    m2 = json.loads((second / "manifest.json").read_text())
+    assert (m1["version"], m2["version"], m2["parent_version"]) == ("v1", "v2", "v1")
+    assert m1["content_hash"] == m2["content_hash"]
+    data = {p: f["sha256"] for p, f in m1["files"].items() if p.endswith(".parquet")}
+    assert data == {p: f["sha256"] for p, f in m2["files"].items() if p.endswith(".parquet")}
+    assert list_versions(ws, "kernelsynth") == ["v1", "v2"]
+    assert m2["lineage"]["verifier_versions"] == ["0.1.0"]
+    assert m2["lineage"]["devices"] == ["NVIDIA H100 80GB HBM3"]
+    assert len(m2["lineage"]["source_commits"]) == 6
+    assert m2["config"]["select"]["k"] == 4
+
+
+def test_hand_edited_version_is_a_hash_mismatch(published) -> None:
+    _, path = published
+    verify_version(path)
+    shard = next(path.glob("sft/train-*.parquet"))
+    table = pq.read_table(shard)
+    pq.write_table(table.slice(0, 1), shard)
+    with pytest.raises(VersionIntegrityError, match=r"sft/train-.*content hash mismatch"):
+        read_version(path)
+
+
+def test_added_or_removed_file_is_reported(published) -> None:
+    _, path = published
+    (path / "notes.txt").write_text("hand-written")
+    with pytest.raises(VersionIntegrityError, match="notes.txt: file not in the manifest"):
+        verify_version(path)
+    (path / "notes.txt").unlink()
+    (path / "README.md").unlink()
+    with pytest.raises(VersionIntegrityError, match="README.md: listed in the manifest but"):
+        verify_version(path)
+
+
+def test_a_failed_publish_leaves_nothing_behind(workspace: Workspace, monkeypatch) -> None:
+    tasks, cands, verdicts = pool(n_tasks=3)
+    cfg = Config(workspace=str(workspace.root))
+    tables = build_datasets(tasks, cands, verdicts, [], cfg)
+    bad = dict(tables, sft=tables["sft"].drop_columns(["reward"]))
+    with pytest.raises(PublishError, match="config 'sft': schema differs"):
+        publish_version(workspace, bad, cfg, {})
+    with pytest.raises(PublishError, match="nothing to publish"):
+        publish_version(workspace, {k: t.slice(0, 0) for k, t in tables.items()}, cfg, {})
+    import pipeline.publish as publish_mod
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(publish_mod, "_card", crash)
+    with pytest.raises(OSError, match="disk full"):
+        publish_version(workspace, tables, cfg, {})
+    root = workspace.datasets_dir / "kernelsynth"
+    assert list(root.iterdir()) == []  # no version and no temp folder
+    monkeypatch.undo()
+    path = publish_version(workspace, tables, cfg, {})
+    assert path.name == "v1"
+    with pytest.raises(PublishError, match="already exists"):
+        publish_version(workspace, tables, cfg, {}, version="v1")
+
+
+def test_empty_config_is_left_out_and_the_rest_loads(workspace: Workspace, monkeypatch,
+                                                     tmp_path) -> None:
+    tasks, cands, verdicts = pool(n_tasks=2)
+    cfg = Config(workspace=str(workspace.root))
+    tables = build_datasets(tasks, [], [], [], cfg)
+    assert tables["review"].num_rows == 0 and tables["tasks"].num_rows == 2
+    path = publish_version(workspace, tables, cfg, {})
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["configs"] == ["tasks", "rl"]
+    assert "review" in manifest["empty_configs"] and not (path / "review").exists()
+    assert "`review`" in (path / "README.md").read_text()
+    cache = hf_offline(monkeypatch, tmp_path)
+    for config in manifest["configs"]:
+        ds = datasets.load_dataset(str(path), name=config, cache_dir=str(cache))
+        assert sum(d.num_rows for d in ds.values()) == 2
+
+
+@pytest.mark.parametrize("kind", ["corrupt", "foreign"])
+def test_bad_parquet_in_workspace_is_a_clear_cli_error(workspace: Workspace, kind: str) -> None:
+    fill_workspace(workspace)
+    part = workspace.root / "runs" / "r2" / "verdicts" / "part-00000-deadbeef.parquet"
+    part.parent.mkdir(parents=True)
+    if kind == "corrupt":
+        part.write_bytes(b"PAR1 this is not parquet")
+    else:
+        pq.write_table(pa.table({"something": [1, 2]}), part)
+    res = CliRunner().invoke(app, ["publish", "--workspace", str(workspace.root)])
+    assert res.exit_code == 1
+    assert "part-00000-deadbeef.parquet" in res.output
+    assert ("not a readable Parquet" if kind == "corrupt" else "foreign schema") in res.output
+    assert not (workspace.datasets_dir / "kernelsynth").exists()
+
+
+def test_cli_publish_json(workspace: Workspace) -> None:
+    fill_workspace(workspace, n_tasks=3)
+    res = CliRunner().invoke(app, ["publish", "--workspace", str(workspace.root), "--json",
+                                   "--name", "small"])
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    assert info["version"] == "v1" and Path(info["path"]).parent.name == "small"
+    assert info["counts"]["tasks"]["train"] + info["counts"]["tasks"].get("validation", 0) == 3

@@ -1,0 +1,30 @@
+"""Backend registry and auto-selection."""
+
+from __future__ import annotations
+
+import pytest
+
+from verifier.backends import BackendUnavailable, get_backend, select_backend
+
+
+def test_auto_resolves_to_cpu_without_devices() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    assert select_backend("auto") in ("cpu", "musa")
+    assert select_backend("cpu") == "cpu"
+
+
+def test_unknown_backend_is_a_clear_error() -> None:
+    with pytest.raises(BackendUnavailable, match="unknown backend 'tpu'"):
+        select_backend("tpu")
+
+
+def test_cpu_backend_interface() -> None:
+    be = get_backend("cpu")
+    assert be.device() == "cpu" and be.device_name().startswith("cpu:")
+    assert any("torch/include" in f for f in be.host_flags())
+    assert "-ltorch" in be.link_flags()
+    times = be.time_us(lambda: sum(range(100)), warmup=1, trials=3)
+    assert len(times) == 3 and all(t > 0 for t in times)
