@@ -86,6 +86,9 @@ def main() -> None:
     ok = sum(status.get(c.candidate_id) in CORRECT for c in fixes)
     print(f"{'repair turn 1 (known fix)':<28}{len(fixes):>4}{ok:>9}{len(fixes) - ok:>8}  "
           f"{dict(Counter(status.get(c.candidate_id, 'none') for c in fixes))}")
+    for v in (v_orig + v_mut + v_fix):
+        if v.status not in CORRECT and v.status != "incorrect":
+            print(f"  {v.candidate_id[:10]} {v.status}: {(v.error or v.compile_log)[-300:]!r}")
     print(f"time: templates+verify {t_orig - t0:.0f}s, mutants verify {t_mut - t_orig:.0f}s, "
           f"fixes verify {t_fix - t_mut:.0f}s")
 

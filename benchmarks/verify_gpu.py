@@ -221,6 +221,12 @@ def compile_ab(cand, cache: Path) -> dict[str, float]:
     return out
 
 
+def save(out: Path, report: dict) -> None:
+    """Write what is known so far (a run cut short still leaves its numbers)."""
+    (out / "results.json").write_text(json.dumps(report, indent=1, default=str),
+                                      encoding="utf-8")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="bench_out")
@@ -233,6 +239,9 @@ def main() -> int:
     ap.add_argument("--baseline-parallel", type=int, default=8)
     ap.add_argument("--torch-compile", action="store_true")
     ap.add_argument("--compile-ab", action="store_true")
+    ap.add_argument("--run-timeout", type=float, default=15.0)
+    ap.add_argument("--cv-ids", default="relu_plain256,add_plain256,softmax_block256,"
+                    "ln_block256,mm_tiled16,mm_naive16")
     ap.add_argument("--only", default="", help="comma-separated candidate ids")
     args = ap.parse_args()
     out = Path(args.out)
@@ -251,19 +260,20 @@ def main() -> int:
 
     # 1. Ours, cold cache.
     t0 = time.monotonic()
-    ours, stats, util = run_ours(cands, cache, args)
+    ours, stats, util = run_ours(cands, cache, args, run_timeout=args.run_timeout)
     ours_wall = time.monotonic() - t0
     report["ours_cold"] = {"wall_s": ours_wall, "stats": stats, "nvsmi_util_mean": util,
                            "results": ours}
+    save(out, report)
     print(f"[ours cold] {len(cands)} candidates in {ours_wall:.1f}s", flush=True)
     # 2. Ours, warm (cached builds and baselines), with 5 repeated timings for the CV.
-    cv_ids = {"relu_plain256", "add_plain256", "softmax_block256", "ln_block256", "mm_tiled16",
-              "mm_naive16", "relu_vec4", "softmax_warp"}
+    cv_ids = set(args.cv_ids.split(","))
     warm_cands = [c for c in cands if c.candidate_id in cv_ids]
     t0 = time.monotonic()
     warm, wstats, _ = run_ours(warm_cands, cache, args, repeat=5, run_timeout=120.0,
                                torch_compile=args.torch_compile)
     report["ours_warm"] = {"wall_s": time.monotonic() - t0, "stats": wstats, "results": warm}
+    save(out, report)
     print(f"[ours warm] {len(warm_cands)} candidates in {time.monotonic() - t0:.1f}s", flush=True)
     # 3. Baseline, sequential (throughput) on the first N; optional parallel pass for verdicts.
     order = sorted(cands, key=lambda c: (c.kind != "correct", c.candidate_id))
@@ -271,8 +281,11 @@ def main() -> int:
     kb_dir = Path(tempfile.mkdtemp(prefix="ks-kb-"))
     base, base_wall, base_util = run_baseline(seq, kb_dir, args.baseline_timeout)
     report["baseline_seq"] = {"wall_s": base_wall, "results": base, "nvsmi_util_mean": base_util}
+    save(out, report)
     print(f"[baseline seq] {len(seq)} candidates in {base_wall:.1f}s", flush=True)
-    more = order[args.baseline_limit: args.baseline_limit + args.baseline_verdicts]
+    buggy = [c for c in order[args.baseline_limit:] if c.kind == "buggy"]
+    buggy.sort(key=lambda c: c.expected == "timeout")  # a hang costs the whole timeout: last
+    more = buggy[: args.baseline_verdicts]
     if more:
         extra, ewall, _ = run_baseline(more, kb_dir, args.baseline_timeout,
                                        parallel=args.baseline_parallel)

@@ -296,7 +296,7 @@ def verify_flow(workspace: str, run_id: str, cfg: Config, backend: str,
         futures = list(verify_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
                                         unmapped(stages), label=labels))
     elif backend in GPU_BACKENDS and cfg.flows.split_compile and groups:
-        futures = _compile_then_verify(subsets, groups, cfg, cache_dir, stages, labels)
+        futures = _compile_then_verify(subsets, groups, cfg, backend, cache_dir, stages, labels)
     else:
         from prefect_ray.context import remote_options
 
@@ -309,7 +309,7 @@ def verify_flow(workspace: str, run_id: str, cfg: Config, backend: str,
     return counts
 
 
-def _compile_then_verify(subsets: list, groups: list, cfg: Config, cache_dir: str,
+def _compile_then_verify(subsets: list, groups: list, cfg: Config, backend: str, cache_dir: str,
                          stages: str | None, labels: list[str]) -> list[PrefectFuture]:
     """GPU backends on Ray: compile each batch on CPU workers (filling the shared build cache),
     then verify it on a GPU worker as soon as its own compile is done, so GPUs never wait on nvcc.
@@ -323,7 +323,7 @@ def _compile_then_verify(subsets: list, groups: list, cfg: Config, cache_dir: st
     futures = []
     for fut in completed(compiles):
         i = index[id(fut)]
-        with remote_options(**verify_resources(cfg, cfg.verify.backend)):
+        with remote_options(**verify_resources(cfg, backend)):
             futures.append(verify_batch.submit(subsets[i], groups[i], cfg, cache_dir, stages,
                                                label=labels[i]))
     return futures

@@ -487,6 +487,7 @@ def tasks_table(tasks: list[Task], splits: dict[str, str]) -> pa.Table:
 
 
 def tasks_schema() -> pa.Schema:
+    """The tasks config's schema: Task's columns plus `split`."""
     return Task.arrow_schema().append(pa.field("split", pa.string(), nullable=False))
 
 

@@ -32,6 +32,7 @@ class PushPlan:
     commit_url: str = ""
 
     def describe(self) -> list[str]:
+        """One line per Hub operation, in the order a push makes them."""
         lines = [f"create_repo {self.repo_id} (dataset, private={self.private}, exist_ok)"]
         lines += [f"add {path_in_repo} ({local.stat().st_size} bytes)"
                   for path_in_repo, local in self.files]

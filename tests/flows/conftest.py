@@ -27,6 +27,9 @@ from flows_harness import PREFECT_ENV, free_port  # noqa: E402
 
 os.environ.update(PREFECT_ENV)
 os.environ.pop("PREFECT_API_URL", None)
+# Worker processes (Ray, process pools) import the fake stages by name too.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
 VENV_BIN = Path(sys.executable).parent
 
 

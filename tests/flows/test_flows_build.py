@@ -172,7 +172,7 @@ def test_ray_runs_the_verify_flow_with_gpu_and_cpu_placement(prefect_api: str,
                 str(ws.root), "r-ray", cfg, backend="cuda", stages="flows_fake_stages:GPU_STAGES")
     finally:
         os.environ.pop("KS_FAKE_COMPILE_LOG", None)
-    assert counts["verdicts"] == len(cands) == 10
+    assert counts["verdicts"] == len(cands) == 10, counts
     verdicts = ws.read(Verdict)
     assert {v.candidate_id for v in verdicts} == {c.candidate_id for c in cands}
     # every GPU batch ran in a Ray task holding one GPU; compiles ran on CPUs only

@@ -21,6 +21,7 @@ from pipeline.publish import (
     list_versions,
     publish_version,
     publish_workspace,
+    read_stats,
     read_version,
     verify_version,
 )
@@ -165,3 +166,16 @@ def test_cli_publish_json(workspace: Workspace) -> None:
     info = json.loads(res.stdout.strip().splitlines()[-1])
     assert info["version"] == "v1" and Path(info["path"]).parent.name == "small"
     assert info["counts"]["tasks"]["train"] + info["counts"]["tasks"].get("validation", 0) == 3
+
+
+def test_publish_version_without_stats_stores_workspace_stats(workspace: Workspace) -> None:
+    fill_workspace(workspace, n_tasks=3)
+    cfg = Config(workspace=str(workspace.root))
+    tasks, cands, verdicts = pool(n_tasks=3)
+    path = publish_version(workspace, build_datasets(tasks, cands, verdicts, [], cfg), cfg,
+                           {"source_commits": ["r@c"]})
+    stats = read_stats(path)
+    assert stats["funnel"]["deduped"] == 3 and stats["funnel"]["generated"] == len(cands)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["lineage"]["source_commits"] == ["r@c"]
+    assert "stats.json" in manifest["files"]

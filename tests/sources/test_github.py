@@ -66,7 +66,8 @@ def server():
     FakeGitHub.requests = []
     FakeGitHub.limited_once = False
     srv = ThreadingHTTPServer(("127.0.0.1", 0), FakeGitHub)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{srv.server_address[1]}"
     srv.shutdown()
@@ -115,3 +116,18 @@ def test_query_and_link_parsing():
     assert next_link('<https://a/x?page=2>; rel="next", <https://a/x?page=9>; rel="last"') == (
         "https://a/x?page=2")
     assert next_link('<https://a/x?page=9>; rel="last"') is None
+
+
+def test_cli_writes_manifest(server, tmp_path: Path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    monkeypatch.setenv("GITHUB_TOKEN", "envtoken")
+    out = tmp_path / "repos.yaml"
+    res = CliRunner().invoke(app, ["github-search", "kernels", "--api-url", server, "--limit",
+                                   "2", "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    assert [s.url for s in load_manifest(out)] == ["https://github.com/org/repo0.git",
+                                                   "https://github.com/org/repo1.git"]
+    assert FakeGitHub.requests[0][2]["Authorization"] == "Bearer envtoken"

@@ -73,3 +73,41 @@ def test_other_module_attribute_is_not_nn():
 def test_python2_source_raises_scan_error():
     with pytest.raises(ScanError, match="x.py: syntax error"):
         find_module_classes('print "hello"\n', "x.py")
+
+
+DECORATED = '''"""Module docstring."""
+# a comment
+
+import torch.nn as nn
+
+
+@register
+@other(
+    arg=1,
+)
+class Decorated(nn.Module):
+    # trailing comment inside
+    def forward(self, x):
+        return x
+
+    # comment at the end of the body
+
+
+# comment before
+class After(Decorated):
+    pass
+'''
+
+
+def test_line_spans_match_the_stdlib_ast():
+    import ast
+
+    from sources.seed import seed_files
+
+    sources = [CODE, DECORATED] + [p.read_text() for p in seed_files()[:10]]
+    for code in sources:
+        spans = {c.name: (c.line_start, c.line_end) for c in find_module_classes(code)}
+        expected = {n.name: (n.lineno, n.end_lineno) for n in ast.parse(code).body
+                    if isinstance(n, ast.ClassDef) and n.name in spans}
+        assert spans == expected
+    assert [c.name for c in find_module_classes(DECORATED)] == ["Decorated", "After"]

@@ -247,12 +247,20 @@ CASES: list[tuple[str, str, set[str], str]] = [
             "o[i] = in[i] > 0.f ? in[i] : 0.f;",
             "o[i] = i > 0 && in[i - 1] > 0.f ? in[i - 1] : 0.f;"))),
     ("incorrect_bounds_stride", "linear", {"incorrect"}, linear_candidate(off=" + 1")),
-    ("incorrect_race", "linear", {"incorrect"},
-     linear_candidate(decl="float acc = 0.f;", init="acc = 0.f;",
-                      pragma="#pragma omp parallel for num_threads(8)").replace(
-         "po[r] = acc > 0.f ? acc : 0.f;",
-         "for (int spin = 0; spin < 200; ++spin) { acc += 0.f; }\n        "
-         "po[r] = acc > 0.f ? acc : 0.f;")),
+    ("incorrect_race", "relu", {"incorrect"}, relu_candidate(
+        "#include <omp.h>\n" + _sub(
+            "  auto out = torch::empty_like(x);\n"
+            "  const float* in = x.data_ptr<float>(); float* o = out.data_ptr<float>();\n"
+            "  static float scratch[1024];  // shared by all threads: a data race\n"
+            "  int64_t rows = x.size(0), cols = x.size(1);\n"
+            "  #pragma omp parallel for num_threads(8)\n"
+            "  for (int64_t r = 0; r < rows; ++r) {\n"
+            "    for (int64_t c = 0; c < cols; ++c) scratch[c] = in[r * cols + c];\n"
+            "    for (volatile int spin = 0; spin < 20000; ++spin) {}\n"
+            "    for (int64_t c = 0; c < cols; ++c)\n"
+            "      o[r * cols + c] = scratch[c] > 0.f ? scratch[c] : 0.f;\n"
+            "  }\n"
+            "  return out;"))),
     ("incorrect_dtype", "relu", {"incorrect"}, relu_candidate(_sub(
         "  auto out = torch::empty(x.sizes(), x.options().dtype(torch::kFloat64));\n"
         "  const float* in = x.data_ptr<float>(); double* o = out.data_ptr<double>();\n"
