@@ -58,19 +58,23 @@ def prepare(out_dir: Path, names: list[str]) -> None:
           f"{sum(i['kind'] != 'original' for i in items)} mutants -> {out_dir / 'bundle.json'}")
 
 
-def run(bundle_path: Path, out: Path | None) -> None:
+def run(bundle_path: Path, out: Path | None, only: list[str] | None = None) -> None:
     """Verify the bundle on this machine's GPU and print the table."""
     from verifier.api import verify_batch
     from verifier.protocol import VerifyOptions, VerifyRequest
 
     bundle = json.loads(bundle_path.read_text())
     tasks, items = bundle["tasks"], bundle["items"]
+    if only:
+        items = [i for i in items if i["task"] in only]
+    kinds = {i["id"]: i["kind"] for i in items}
     reqs = [VerifyRequest(i["id"], i["task"], tasks[i["task"]], i["code"], "cuda")
             for i in items]
     opts = VerifyOptions(backend="cuda", workers=1, compile_workers=8, trials=3, perf_trials=5,
                          perf_warmup=2, run_timeout_s=120)
     t0 = time.monotonic()
-    verdicts = verify_batch(reqs, opts)
+    verdicts = verify_batch(reqs, opts, progress=lambda v: print(
+        f"  {v.task_id:<24}{kinds[v.candidate_id]:<22}{v.status}", flush=True))
     wall = time.monotonic() - t0
     status = {v.candidate_id: v.status for v in verdicts}
     ok_orig = {i["id"] for i in items if i["kind"] == "original" and status[i["id"]] in CORRECT}
@@ -104,11 +108,12 @@ def main() -> None:
     r = sub.add_parser("run")
     r.add_argument("bundle", type=Path)
     r.add_argument("--out", type=Path)
+    r.add_argument("--tasks", default="")
     args = ap.parse_args()
     if args.cmd == "prepare":
         prepare(args.out_dir, args.tasks.split(","))
     else:
-        run(args.bundle, args.out)
+        run(args.bundle, args.out, [t for t in args.tasks.split(",") if t])
 
 
 if __name__ == "__main__":

@@ -240,6 +240,7 @@ def main() -> int:
     ap.add_argument("--torch-compile", action="store_true")
     ap.add_argument("--compile-ab", action="store_true")
     ap.add_argument("--run-timeout", type=float, default=15.0)
+    ap.add_argument("--baseline-ids", default="")
     ap.add_argument("--cv-ids", default="relu_plain256,add_plain256,softmax_block256,"
                     "ln_block256,mm_tiled16,mm_naive16")
     ap.add_argument("--only", default="", help="comma-separated candidate ids")
@@ -279,17 +280,23 @@ def main() -> int:
     order = sorted(cands, key=lambda c: (c.kind != "correct", c.candidate_id))
     seq = order[: args.baseline_limit]
     kb_dir = Path(tempfile.mkdtemp(prefix="ks-kb-"))
-    base, base_wall, base_util = run_baseline(seq, kb_dir, args.baseline_timeout)
+    base, base_wall, base_util = (run_baseline(seq, kb_dir, args.baseline_timeout) if seq
+                                  else ([], 0.0, None))
     report["baseline_seq"] = {"wall_s": base_wall, "results": base, "nvsmi_util_mean": base_util}
     save(out, report)
     print(f"[baseline seq] {len(seq)} candidates in {base_wall:.1f}s", flush=True)
-    buggy = [c for c in order[args.baseline_limit:] if c.kind == "buggy"]
+    if args.baseline_ids:
+        want = args.baseline_ids.split(",")
+        order = sorted(cands, key=lambda c: want.index(c.candidate_id)
+                       if c.candidate_id in want else len(want))
+    buggy = [c for c in order[args.baseline_limit:] if c.kind != "hack"]
     buggy.sort(key=lambda c: c.expected == "timeout")  # a hang costs the whole timeout: last
     more = buggy[: args.baseline_verdicts]
     if more:
         extra, ewall, _ = run_baseline(more, kb_dir, args.baseline_timeout,
                                        parallel=args.baseline_parallel)
         report["baseline_par"] = {"wall_s": ewall, "results": extra}
+        save(out, report)
         base = base + extra
     if args.compile_ab:
         report["compile_ab"] = compile_ab(cands[0], cache)

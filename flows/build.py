@@ -137,9 +137,13 @@ def generate_batch(tasks: list[Task], cfg: Config, backend: str, stages: str | N
 
 @task(name="verify-batch", cache_policy=NO_CACHE, task_run_name="verify-{label}")
 def verify_batch(tasks: dict[str, Task], candidates: list[Candidate], cfg: Config,
-                 cache_dir: str, stages: str | None, label: str = "") -> list[Verdict]:
-    """Verdicts for one batch of candidates. No retries: a verdict is final."""
-    return list(load_stages(stages).verify(tasks, candidates, cfg.verify, Path(cache_dir)))
+                 cache_dir: str, stages: str | None, label: str = ""
+                 ) -> tuple[list[Verdict], list[Rejection]]:
+    """Verdicts (and rejections) for one batch of candidates. No retries: a verdict is final."""
+    made = load_stages(stages).verify(tasks, candidates, cfg.verify, Path(cache_dir))
+    if isinstance(made, tuple):  # (verdicts, rejections)
+        return list(made[0]), list(made[1])
+    return list(made), []
 
 
 @task(name="compile-batch", cache_policy=NO_CACHE, task_run_name="compile-{label}")
@@ -289,7 +293,7 @@ def verify_flow(workspace: str, run_id: str, cfg: Config, backend: str,
     groups = batches(pending, cfg.flows.batch_size)
     subsets = [{c.task_id: tasks[c.task_id] for c in g} for g in groups]
     labels = [f"{i + 1}of{len(groups)}" for i in range(len(groups))]
-    cache_dir = cfg.verify.build_cache_dir or str(ws.cache_dir / "builds")
+    cache_dir = str(ws.cache_dir)  # the verifier keeps builds/ and baselines/ under it
     _say(f"verify[{backend}]: {len(pending)} candidates pending ({len(done)} done) "
          f"in {len(groups)} batches")
     if cfg.flows.runner != "ray":

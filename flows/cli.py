@@ -33,6 +33,11 @@ StagesOpt = Annotated[str | None, typer.Option(
     "--stages", hidden=True, help="module:attribute of a flows.stages.StageSet to run instead.")]
 
 
+# The count that says how many records a stage added (the rest of its counts are details).
+NEW_KEY = {"ingest": "modules", "tasks": "tasks", "generate": "candidates",
+           "mutate": "candidates", "repair": "candidates", "verify": "verdicts"}
+
+
 def _attach_progress(json_: bool, verbose: bool) -> None:
     """Show the flows' progress lines on the terminal (stderr), one per batch and stage."""
     from rich.logging import RichHandler
@@ -53,9 +58,7 @@ def print_summary(summary: dict[str, Any], wall_s: float) -> None:
     rows = []
     for row in summary["stages"]:
         counts = {k: v for k, v in row.items() if k not in ("stage", "seconds")}
-        new = sum(v for k, v in counts.items() if k in ("candidates", "verdicts", "tasks",
-                                                          "modules", "raw_modules", "written")
-                  and isinstance(v, int))
+        new = int(counts.get(NEW_KEY.get(row["stage"].split(":")[0], ""), 0) or 0)
         rate = f"{new / row['seconds']:.2f}" if new and row["seconds"] > 0 else ""
         rows.append([row["stage"], f"{row['seconds']:.1f}", new, rate,
                      ", ".join(f"{k}={v}" for k, v in counts.items())])

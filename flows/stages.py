@@ -21,7 +21,7 @@ class StageSet:
     ingest: Callable[..., dict[str, int]]  # (ws, run, cfg) -> counts
     tasks: Callable[..., dict[str, int]]  # (ws, run, cfg) -> counts
     generate: Callable[..., tuple[list, list]]  # (tasks, GenerateConfig, backend)
-    verify: Callable[..., list]  # (tasks_by_id, candidates, VerifyConfig, cache_dir)
+    verify: Callable[..., Any]  # (tasks_by_id, candidates, VerifyConfig, cache_dir) -> list | (list, list)
     mutate: Callable[..., list]  # (tasks, candidates, verdicts, GenerateConfig)
     repair: Callable[..., Any]  # (tasks, candidates, verdicts, Config, turn) -> list | (list, list)
     select: Callable[..., list[str]]  # (candidates, verdicts, k, weight, seed)
@@ -48,10 +48,10 @@ def _generate(tasks: list, cfg: Any, backend: str) -> tuple[list, list]:
     return generate_candidates(tasks, cfg, backend)
 
 
-def _verify(tasks: dict, candidates: list, cfg: Any, cache_dir: Path) -> list:
-    from pipeline.verify import verify_candidates
+def _verify(tasks: dict, candidates: list, cfg: Any, cache_dir: Path) -> tuple[list, list]:
+    from pipeline.verify import verify_with_rejections
 
-    return verify_candidates(tasks, candidates, cfg, cache_dir)
+    return verify_with_rejections(tasks, candidates, cfg, cache_dir)
 
 
 def _mutate(tasks: list, candidates: list, verdicts: list, cfg: Any) -> list:

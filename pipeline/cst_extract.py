@@ -207,7 +207,7 @@ class _Binding:
     orig: str = ""  # imported name
 
 
-@dataclass
+@dataclass(eq=False)
 class _FileInfo:
     path: str
     source: str
@@ -869,9 +869,10 @@ def _import_names(line: str) -> set[str]:
     return set()
 
 
-def _all_decorator_roots(info: _FileInfo) -> set[str]:
+@functools.lru_cache(maxsize=64)
+def _all_decorator_roots(info: _FileInfo) -> frozenset[str]:
     roots = set()
     for node in ast.walk(info.tree):
         for d in getattr(node, "decorator_list", []):
             roots.add(_root_name(d))
-    return roots
+    return frozenset(roots)

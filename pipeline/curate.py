@@ -32,14 +32,21 @@ _KEEP = frozenset(dir(builtins)) | {"self", "torch", "nn", "F", "math", "np", "M
 
 
 class _Canon(ast.NodeTransformer):
-    """Rename identifiers bound in the file to v0, v1, ...; zero number literals."""
+    """Rename bound identifiers (module names v0.., function locals a0.. per function), zero
+    number literals, drop docstrings and annotations."""
 
     def __init__(self, bound: set[str]):
         self.bound = bound
         self.names: dict[str, str] = {}
+        self.scopes: list[tuple[set[str], dict[str, str]]] = []
 
     def _n(self, name: str) -> str:
-        if name in _KEEP or name not in self.bound:
+        if name in _KEEP:
+            return name
+        if self.scopes and name in self.scopes[-1][0]:
+            local = self.scopes[-1][1]
+            return local.setdefault(name, f"a{len(local)}")
+        if name not in self.bound:
             return name
         return self.names.setdefault(name, f"v{len(self.names)}")
 
@@ -60,8 +67,6 @@ class _Canon(ast.NodeTransformer):
 
     def visit_keyword(self, node: ast.keyword) -> ast.keyword:
         self.generic_visit(node)
-        if node.arg:
-            node.arg = self._n(node.arg)
         return node
 
     def visit_Constant(self, node: ast.Constant) -> ast.Constant:
@@ -69,18 +74,33 @@ class _Canon(ast.NodeTransformer):
             node.value = 0
         return node
 
-    def _def(self, node):
-        node.name = self._n(node.name)
+    def _strip(self, node):
         body = node.body
         if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
                 and isinstance(body[0].value.value, str):
             node.body = body[1:] or [ast.Pass()]
-        if hasattr(node, "returns"):
-            node.returns = None
+
+    def visit_ClassDef(self, node: ast.ClassDef):
+        node.name = self._n(node.name)
+        self._strip(node)
         self.generic_visit(node)
         return node
 
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _def
+    def visit_FunctionDef(self, node):
+        if node.name not in _KEEP and not self.scopes:
+            node.name = self._n(node.name)
+        self._strip(node)
+        node.returns = None
+        local = {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+        local |= {n.id for b in node.body for n in ast.walk(b)
+                  if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        local.discard("self")
+        self.scopes.append((local, {}))
+        self.generic_visit(node)
+        self.scopes.pop()
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_AnnAssign(self, node: ast.AnnAssign):
         self.generic_visit(node)
@@ -141,7 +161,40 @@ def ngrams(source: str, n: int, normalize: bool = True) -> set[str]:
     return {" ".join(toks[i:i + n]) for i in range(len(toks) - n + 1)}
 
 
-def _minhash(grams: set[str], num_perm: int = 64) -> MinHash:
+_PERM = 128
+
+
+_TEMPLATE = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x
+"""
+
+
+def computation_ngrams(source: str, n: int) -> set[str]:
+    """N-grams of the computation only: no input functions, constants or template lines."""
+    try:
+        tree = ast.parse(source)
+        tree.body = [b for b in tree.body if isinstance(b, ast.ClassDef | ast.FunctionDef)
+                     and b.name not in ("get_inputs", "get_init_inputs")]
+        text = ast.unparse(tree)
+    except (SyntaxError, ValueError, RecursionError):
+        text = source
+    return ngrams(text, n) - _template_grams(n)
+
+
+@functools.lru_cache(maxsize=8)
+def _template_grams(n: int) -> frozenset[str]:
+    return frozenset(ngrams(_TEMPLATE, n))
+
+
+def _minhash(grams: set[str], num_perm: int = _PERM) -> MinHash:
     m = MinHash(num_perm=num_perm, seed=1)
     m.update_batch([g.encode("utf-8") for g in grams])
     return m
@@ -221,7 +274,7 @@ def _index(dirs: tuple[str, ...], n: int) -> BenchmarkIndex:
                 continue
             idx = len(files)
             files.append(str(path))
-            g = ngrams(text, n)
+            g = computation_ngrams(text, n)
             sizes.append(len(g))
             for gram in g:
                 grams.setdefault(gram, []).append(idx)
@@ -233,7 +286,7 @@ def _index(dirs: tuple[str, ...], n: int) -> BenchmarkIndex:
 
 def contamination(task: Task, index: BenchmarkIndex, cfg: TasksConfig) -> str:
     """'clean', 'ngram:<file>' or 'opseq:<file>'."""
-    grams = ngrams(task.source, cfg.ngram)
+    grams = computation_ngrams(task.source, cfg.ngram)
     if grams:
         hits: dict[int, int] = {}
         for g in grams:
@@ -264,14 +317,18 @@ def curate_tasks(tasks: list[Task], cfg: TasksConfig, existing: list[Task]
     rejections: list[Rejection] = []
     index = (_index(tuple(str(Path(d).resolve()) for d in cfg.decontaminate_against), cfg.ngram)
              if cfg.decontaminate_against else None)
-    lsh = MinHashLSH(threshold=cfg.near_dup_threshold, num_perm=64)
+    # LSH proposes candidates (its banding needs a threshold below ~0.95); the estimated
+    # Jaccard similarity then decides against the configured threshold
+    lsh = MinHashLSH(threshold=min(cfg.near_dup_threshold, 0.9), num_perm=_PERM)
+    hashes: dict[str, MinHash] = {}
     exact: dict[str, str] = {}
     for t in existing:
         try:
             exact.setdefault(exact_hash(t.source), t.task_id)
             key = f"old:{t.task_id}"
-            if key not in lsh:
-                lsh.insert(key, _minhash(ngrams(t.source, cfg.ngram)))
+            if key not in hashes:
+                hashes[key] = _minhash(ngrams(t.source, cfg.ngram))
+                lsh.insert(key, hashes[key])
         except (SyntaxError, ValueError, RecursionError):
             continue
     kept: list[Task] = []
@@ -292,7 +349,7 @@ def curate_tasks(tasks: list[Task], cfg: TasksConfig, existing: list[Task]
                                              f"{ref}: same normalized AST as task {exact[h]}"))
             continue
         mh = _minhash(ngrams(t.source, cfg.ngram))
-        near = lsh.query(mh)
+        near = [k for k in lsh.query(mh) if hashes[k].jaccard(mh) >= cfg.near_dup_threshold]
         if near:
             other = sorted(near)[0].split(":", 1)[1]
             rejections.append(_drop(t, ref, "near_duplicate",
@@ -306,6 +363,7 @@ def curate_tasks(tasks: list[Task], cfg: TasksConfig, existing: list[Task]
                                                  f"{ref}: {kind} match with {bench}"))
                 continue
         exact[h] = t.task_id
+        hashes[f"new:{t.task_id}"] = mh
         lsh.insert(f"new:{t.task_id}", mh)
         t.dedup_cluster = hashlib.sha256(h.encode()).hexdigest()[:12]
         t.decontamination = "clean"

@@ -10,11 +10,13 @@ file at GPU sizes gets shape comments in `forward`; `cpu_source` is the same fil
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import json
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,8 +47,11 @@ def _reject(m: RawModule, reason: str, detail: str) -> Rejection:
     return Rejection.make(STAGE, m.module_id, ref, reason, f"{ref}: {detail}"[:500])
 
 
+@functools.lru_cache(maxsize=256)
 def is_complete_task(code: str) -> bool:
     """True when the file already is a KernelBench task (Model, get_inputs, get_init_inputs)."""
+    if "def get_inputs" not in code or "def get_init_inputs" not in code:
+        return False
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
@@ -318,31 +323,32 @@ def extract_tasks(modules: list[RawModule], cfg: TasksConfig, *, pool: ProbePool
     """RawModules -> (tasks, rejections); every module ends up in exactly one of the two."""
     own = pool is None
     pool = pool or ProbePool(cfg.workers)
-    tasks: list[Task] = []
-    rejections: list[Rejection] = []
+    outcome: list[Task | Rejection | None] = [None] * len(modules)
+
+    def one(i: int) -> None:
+        # extraction (host CPU) of one module overlaps the probing of another in its worker
+        m = modules[i]
+        try:
+            prep = prepare(m, cfg)
+        except Exception as exc:  # noqa: BLE001 - a bad file must not end the batch
+            prep = _Prepared(m, rejection=_reject(m, "extract_error",
+                                                  f"{type(exc).__name__}: {str(exc)[:200]}"))
+        if prep.rejection is not None or prep.job is None:
+            item: Task | Rejection = prep.rejection or _reject(m, "extract_error", "no job")
+        else:
+            item = finish(prep, pool.analyze(prep.job), cfg)
+        outcome[i] = item
+        if on_result:
+            on_result(m, item)
+
     try:
-        prepared = [prepare(m, cfg) for m in modules]
-        runnable = [p for p in prepared if p.job is not None]
-        outcome: dict[int, Task | Rejection] = {}
-
-        def done(i: int, result: dict) -> None:
-            item = finish(runnable[i], result, cfg)
-            outcome[i] = item
-            if on_result:
-                on_result(runnable[i].module, item)
-
-        for p in prepared:
-            if p.rejection is not None:
-                rejections.append(p.rejection)
-                if on_result:
-                    on_result(p.module, p.rejection)
-        pool.map([p.job for p in runnable], done)
-        for i in range(len(runnable)):
-            item = outcome[i]
-            (tasks if isinstance(item, Task) else rejections).append(item)
+        with ThreadPoolExecutor(max_workers=max(1, cfg.workers)) as threads:
+            list(threads.map(one, range(len(modules))))
     finally:
         if own:
             pool.close()
+    tasks = [x for x in outcome if isinstance(x, Task)]
+    rejections = [x for x in outcome if isinstance(x, Rejection)]
     return tasks, rejections
 
 

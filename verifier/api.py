@@ -36,6 +36,7 @@ from verifier.sandbox import SandboxLimits, run_sandboxed
 from verifier.static import check_cpp, check_python
 
 _PKG_ROOT = str(Path(__file__).resolve().parent.parent)
+_FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
 
 
 def default_cache_dir() -> Path:
@@ -149,7 +150,7 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Bas
                          "candidate.py": item.code},
             env={**_worker_env(), "OMP_NUM_THREADS": str(threads), **(slot_env or {})},
             workdir=workdir)
-        item.timing["exec_s"] = res.wall
+        item.timing["exec_s"] = res.wall_s
         if res.payload and "candidate_s" in res.payload:
             item.timing["candidate_s"] = float(res.payload["candidate_s"])
         progress = {}
@@ -157,9 +158,15 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Bas
             progress = json.loads((workdir / "progress.json").read_text())
         except (OSError, ValueError):
             pass
+        # Python ignores SIGXFSZ, so a flood ends in failed writes, not a signal: look at sizes.
+        flood = sum((workdir / n).stat().st_size for n in (".stdout", ".stderr")
+                    if (workdir / n).exists()) >= _FLOOD_BYTES
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     stage = progress.get("stage", "correctness")
+    if flood:
+        return item.stop("runtime_error", stage, "the candidate flooded stdout/stderr (over "
+                         f"{_FLOOD_BYTES >> 20} MB); output is capped and the run was ended")
     if res.timed_out:
         return item.stop("timeout", stage, f"{stage} stage {res.describe_failure()}")
     p = res.payload

@@ -98,9 +98,10 @@ def launched_kernels(fn: Callable[..., Any], args: Sequence[Any],
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
-    if torch.device(device).type == "cuda":
+    kind = torch.device(device).type
+    if kind == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    elif hasattr(ProfilerActivity, "PrivateUse1"):
+    elif kind != "cpu" and hasattr(ProfilerActivity, "PrivateUse1"):  # musa is PrivateUse1
         activities.append(ProfilerActivity.PrivateUse1)
     with torch.no_grad(), profile(activities=activities) as prof:
         fn(*args)

@@ -211,14 +211,22 @@ class GpuService:
             s.env["CUDA_VISIBLE_DEVICES"] for s in self.backend.execution_slots(1)]
         self.stats: dict[str, Any] = {"gpu_busy_s": {}, "worker_restarts": 0,
                                       "compile_s": [], "pch_s": 0.0}
+        self._key_locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
         self.log_dir = self.cache / "logs"
         self.log_dir.mkdir(exist_ok=True)
 
-    def _compile_job(self, job: GpuJob, pch: Callable[[], Path | None]) -> tuple[GpuJob, list[BuildOutcome],
-                                                                 list[InlineBuild], list[str]]:
+    def _compile_job(self, job: GpuJob, pch: Callable[[], Path | None]
+                     ) -> tuple[GpuJob, list[BuildOutcome], list[InlineBuild], list[str]]:
         builds, notes = find_inline_builds(job.candidate_source)
-        outs = [build_inline(b, self.backend, self.cache, pch, self.options.compile_timeout_s,
-                             self.options.compile_only) for b in builds]
+        outs = []
+        for b in builds:
+            with self._locks_guard:  # one build per content key; twins wait and hit the cache
+                lock = self._key_locks.setdefault(b.key, threading.Lock())
+            with lock:
+                outs.append(build_inline(b, self.backend, self.cache, pch,
+                                         self.options.compile_timeout_s,
+                                         self.options.compile_only))
         return job, outs, builds, notes
 
     def run(self, jobs: list[GpuJob]) -> list[dict[str, Any]]:

@@ -118,7 +118,7 @@ void NAME(torch::Tensor x, torch::Tensor w, torch::Tensor bias, torch::Tensor ou
     K_Geom g{d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
              d[13], d[14], d[15], d[16], d[17], d[18], d[19], d[20], d[21]};
     const int64_t total = out.numel();
-    LAUNCH
+    @LAUNCH@
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 """
@@ -197,7 +197,7 @@ def lower_conv(b: Builder, node: Node) -> None:
                       "has_bias ? (const W_T*)bias.data_ptr() : nullptr, (X_T*)out.data_ptr(), g, "
                       "total);")
             kern = _CUDA_THREAD
-        src = geom_src + kern + _CUDA_HOST.replace("LAUNCH", launch)
+        src = geom_src + kern + _CUDA_HOST.replace("@LAUNCH@", launch)
     else:
         src = geom_src + _CPU_HOST
     src = src.replace("K_", f"{k}_").replace("X_T", x_t).replace("W_T", w_t)

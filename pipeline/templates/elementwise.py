@@ -40,7 +40,7 @@ BINARY = {
 OTHER = {"add", "sub", "rsub", "pow", "leaky_relu", "gelu", "hardtanh", "elu", "softplus",
          "clamp", "clamp_min", "clamp_max", "where", "_to_copy", "clone", "threshold",
          "hardshrink", "softshrink", "masked_fill", "lerp", "xlogy", "copy", "celu", "selu",
-         "relu6", "logit", "alias", "lift_fresh_copy", "bitwise_not", "ks_huber"}
+         "relu6", "logit", "alias", "lift_fresh_copy", "bitwise_not", "ks_huber", "ks_bce_logits"}
 OPS = set(UNARY) | set(BINARY) | OTHER
 
 
@@ -118,12 +118,12 @@ def _op_expr(node: Node, arg, acc: str) -> str:
         x = arg("self")
         lo = node.a("min") if base != "clamp_max" else None
         hi = node.a("max") if base != "clamp_min" else None
-        if isinstance(lo, dict) and "node" in lo or isinstance(hi, dict) and "node" in hi:
-            raise NoTemplate("clamp with tensor bounds")
         if lo is not None:
-            x = f"fmax{f}({x}, {lit(lo, acc)})"
+            lo_e = arg("min") if isinstance(lo, dict) and "node" in lo else lit(lo, acc)
+            x = f"fmax{f}({x}, {lo_e})"
         if hi is not None:
-            x = f"fmin{f}({x}, {lit(hi, acc)})"
+            hi_e = arg("max") if isinstance(hi, dict) and "node" in hi else lit(hi, acc)
+            x = f"fmin{f}({x}, {hi_e})"
         return x
     if base == "where":
         return f"(({arg('condition')}) != 0 ? ({arg('self')}) : ({arg('other')}))"
@@ -158,6 +158,9 @@ def _op_expr(node: Node, arg, acc: str) -> str:
         lin = (f"(fabs{f}({d}) - {lit(0.5, acc)} * {delta})" if smooth
                else f"{delta} * (fabs{f}({d}) - {lit(0.5, acc)} * {delta})")
         return f"(fabs{f}({d}) < {delta} ? {quad} : {lin})"
+    if base == "ks_bce_logits":  # loss.py: stable BCE with logits
+        x, t = arg("self"), arg("other")
+        return (f"(fmax{f}({x}, 0) - ({x}) * ({t}) + log1p{f}(exp{f}(-fabs{f}({x}))))")
     if base == "bitwise_not":
         return f"(({arg('self')}) == 0 ? {one} : 0)"
     raise NoTemplate(f"elementwise op {node.target} has no expression")

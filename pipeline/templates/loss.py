@@ -35,6 +35,12 @@ def lower_pointwise_loss(b: Builder, node: Node) -> None:
         d = _fake(b, node, "d", "aten.sub.Tensor", {"self": x, "other": t}, elem_meta)
         e = _fake(b, node, "e", "aten.abs", {"self": {"node": d.name}}, elem_meta)
         members = [d, e]
+    elif base == "binary_cross_entropy_with_logits":
+        for opt in ("weight", "pos_weight"):
+            if isinstance(node.named.get(opt), dict):
+                raise NoTemplate(f"binary_cross_entropy_with_logits with {opt}")
+        e = _fake(b, node, "e", "aten.ks_bce_logits", {"self": x, "other": t}, elem_meta)
+        members = [e]
     else:
         smooth = base == "smooth_l1_loss"
         delta = node.a("beta", 1.0) if smooth else node.a("delta", 1.0)
@@ -140,4 +146,5 @@ def lower_nll(b: Builder, node: Node) -> None:
 
 LOWERINGS = {"mse_loss": lower_pointwise_loss, "l1_loss": lower_pointwise_loss,
              "huber_loss": lower_pointwise_loss, "smooth_l1_loss": lower_pointwise_loss,
+             "binary_cross_entropy_with_logits": lower_pointwise_loss,
              "nll_loss_forward": lower_nll, "nll_loss": lower_nll}

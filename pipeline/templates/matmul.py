@@ -119,7 +119,6 @@ void NAME(torch::Tensor a, torch::Tensor b, torch::Tensor bias, torch::Tensor c,
 """
 
 _WMMA = r"""
-#include <mma.h>
 // Tensor cores: a 128-thread block (4 warps) computes a 32x32 tile; each warp one 16x16
 // accumulator fragment, fed from shared-memory tiles converted to the fragment element type.
 __global__ void K_kernel(const A_T* __restrict__ A, const B_T* __restrict__ B,
@@ -285,7 +284,6 @@ def lower_matmul(b: Builder, node: Node) -> None:
     elif half and b.variant % 3 != 1:
         frag = "__half" if am["dtype"] == "float16" else "__nv_bfloat16"
         tpl = _WMMA.replace("FRAG_T", frag)
-        tpl = ("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + tpl)
         how = ("tensor cores via WMMA 16x16x16 fragments (fp32 accumulation); 4 warps per 32x32 "
                "block tile, operands staged through shared memory")
         variant = "wmma"

@@ -137,4 +137,64 @@ __global__ void {k}_kernel({ptrs}, {t}* __restrict__ out, int64_t n) {{
     b.env[node.name] = out
 
 
-LOWERINGS = {"flip": lower_flip, "diag": lower_diag, "diag_embed": lower_diag, "cat": lower_cat}
+def lower_triangle(b: Builder, node: Node) -> None:
+    """triu / tril over the last two dims: keep or zero each element by its (row, col)."""
+    x = node.named["self"]
+    shape = b.meta(x)["shape"]
+    if len(shape) < 2:
+        raise NoTemplate(f"{node.base} of a tensor with fewer than 2 dims")
+    rows, cols = shape[-2], shape[-1]
+    diag = node.a("diagonal", 0)
+    keep = f"c - r >= {diag}" if node.base == "triu" else f"c - r <= {diag}"
+    code = (f"const int64_t c = i % {cols}, r = (i / {cols}) % {rows};\n"
+            f"        out[i] = ({keep}) ? in[i] : (T)0;")
+    _gather(b, node, x, code, f"{node.base} (diagonal {diag}) of {shape}")
+
+
+def lower_embedding(b: Builder, node: Node) -> None:
+    """embedding: out[i, :] = weight[ids[i], :] (one thread per output element)."""
+    w, ids = node.named["weight"], node.named["indices"]
+    wm, im = b.meta(w), b.meta(ids)
+    if len(wm["shape"]) != 2 or im["dtype"] not in ("int64", "int32"):
+        raise NoTemplate("embedding beyond a 2-d table with integer ids")
+    dim = wm["shape"][1]
+    win, iin = b.contiguous(w), b.contiguous(ids)
+    t, it = ctype(wm["dtype"]), ctype(im["dtype"])
+    k = f"emb{len(b.kernels)}"
+    body = f"out[i] = table[(int64_t)ids[i / {dim}] * {dim} + i % {dim}];"
+    decl = "void NAME(torch::Tensor table_, torch::Tensor ids_, torch::Tensor out_)"
+    ptrs = (f"const {t}* table = (const {t}*)table_.data_ptr();\n    "
+            f"const {it}* ids = (const {it}*)ids_.data_ptr();\n    "
+            f"{t}* out = ({t}*)out_.data_ptr();\n    const int64_t n = out_.numel();")
+    if b.cuda:
+        src = f"""
+__global__ void {k}_kernel(const {t}* __restrict__ table, const {it}* __restrict__ ids,
+                           {t}* __restrict__ out, int64_t n) {{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {body}
+}}
+{decl} {{
+    {ptrs}
+    {k}_kernel<<<ks_blocks(n, 256), 256, 0, KS_STREAM>>>(table, ids, out, n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}}
+"""
+    else:
+        src = f"""
+{decl} {{
+    {ptrs}
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {body}
+}}
+"""
+    note = (f"Embedding lookup of {im['shape']} ids into a {wm['shape']} table: one "
+            f"{'thread' if b.cuda else 'iteration'} per output element, so consecutive threads "
+            "copy consecutive columns of the same row (coalesced).")
+    name = b.add_kernel("embedding", k, src, decl, note)
+    out = b.alloc(node.shape, node.dtype)
+    b.call(name, win, iin, out)
+    b.env[node.name] = out
+
+
+LOWERINGS = {"triu": lower_triangle, "tril": lower_triangle, "embedding": lower_embedding,
+             "flip": lower_flip, "diag": lower_diag, "diag_embed": lower_diag, "cat": lower_cat}

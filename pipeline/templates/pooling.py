@@ -22,7 +22,18 @@ HD float K_point(const X_T* __restrict__ x, const K_Geom& g, int64_t o) {
     const int64_t od = t % g.Do; const int64_t nc = t / g.Do;
     const X_T* xc = x + nc * g.D * g.H * g.W;
     const int64_t d0 = od * g.sd - g.pd, h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
-#if IS_MAX
+#if IS_ADAPTIVE
+    // Adaptive windows: [floor(o * In / Out), ceil((o + 1) * In / Out)) on every dim.
+    const int64_t ds = od * g.D / g.Do, de = ((od + 1) * g.D + g.Do - 1) / g.Do;
+    const int64_t hs = oh * g.H / g.Ho, he = ((oh + 1) * g.H + g.Ho - 1) / g.Ho;
+    const int64_t ws = ow * g.W / g.Wo, we = ((ow + 1) * g.W + g.Wo - 1) / g.Wo;
+    float s = 0.f;
+    for (int64_t id = ds; id < de; ++id)
+        for (int64_t ih = hs; ih < he; ++ih)
+            for (int64_t iw = ws; iw < we; ++iw) s += (float)xc[(id * g.H + ih) * g.W + iw];
+    (void)d0; (void)h0; (void)w0;
+    return s / (float)((de - ds) * (he - hs) * (we - ws));
+#elif IS_MAX
     float best = -INFINITY;
     for (int64_t a = 0; a < g.kd; ++a) {
         const int64_t id = d0 + a * g.dd;
@@ -99,6 +110,9 @@ def _pad3(vals, fill: int, nsp: int) -> list[int]:
 def lower_pool(b: Builder, node: Node) -> None:
     """Emit a pooling kernel for max_pool*d(_with_indices) / avg_pool*d."""
     base = node.base
+    adaptive = base.startswith("_adaptive_avg_pool") or base.startswith("adaptive_avg_pool")
+    if adaptive:
+        base = base.removeprefix("_").replace("adaptive_", "")
     is_max = base.startswith("max_pool")
     x_ref = node.named["self"]
     xm = b.meta(x_ref)
@@ -108,8 +122,8 @@ def lower_pool(b: Builder, node: Node) -> None:
         raise NoTemplate(f"{node.target} input rank {len(xm['shape'])}")
     sp_in = xm["shape"][-nsp:]
     sp_out = out_meta["shape"][-nsp:]
-    ks = node.a("kernel_size")
-    stride = node.a("stride") or ks
+    ks = node.a("kernel_size") if not adaptive else [1] * nsp
+    stride = (node.a("stride") or ks) if not adaptive else [1] * nsp
     k3 = _pad3(ks, 1, nsp)
     s3 = _pad3(stride, 1, nsp)
     p3 = _pad3(node.a("padding", 0), 0, nsp)
@@ -123,8 +137,9 @@ def lower_pool(b: Builder, node: Node) -> None:
     k = f"pool{len(b.kernels)}"
     threads = (256, 128, 512)[b.variant % 3]
     tpl = (_POINT + (_CUDA if b.cuda else _CPU)).replace("IS_MAX", "1" if is_max else "0")
+    tpl = tpl.replace("IS_ADAPTIVE", "1" if adaptive else "0")
     src = (tpl.replace("K_", f"{k}_").replace("X_T", x_t).replace("THREADS", str(threads)))
-    note = (f"{nsp}-D {'max' if is_max else 'average'} pooling {xm['shape']} -> "
+    note = (f"{nsp}-D {'adaptive ' if adaptive else ''}{'max' if is_max else 'average'} pooling {xm['shape']} -> "
             f"{out_meta['shape']} (kernel {ks}, stride {stride}, padding {node.a('padding', 0)}"
             + (f", dilation {node.a('dilation', 1)}" if is_max else "")
             + "): one " + ("thread" if b.cuda else "loop iteration") + " per output walks its "
@@ -143,4 +158,4 @@ def lower_pool(b: Builder, node: Node) -> None:
 LOWERINGS = {k: lower_pool for k in (
     "max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices",
     "max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool1d", "avg_pool2d",
-    "avg_pool3d")}
+    "avg_pool3d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_avg_pool1d")}

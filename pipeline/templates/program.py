@@ -25,6 +25,9 @@ FLOATS = ("float32", "float64", "float16", "bfloat16")
 CUDA_HEADER = r"""#include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <mma.h>
 #include <cstdint>
 #include <cmath>
 #include <cfloat>
@@ -104,8 +107,8 @@ class Built:
 
 
 FAMILY_ORDER = ("matmul", "conv", "conv_transpose", "attention", "norm", "softmax", "pooling",
-                "loss", "scan", "reduction", "broadcast", "activation", "elementwise", "shape",
-                "other")
+                "loss", "scan", "embedding", "reduction", "broadcast", "activation", "elementwise",
+                "shape", "other")
 
 
 @dataclass

@@ -225,5 +225,49 @@ void NAME(torch::Tensor x, torch::Tensor out_, torch::Tensor idx_, int64_t outer
         {"kind": kind, "block_per_output": block_mode, "threads": threads})
 
 
-LOWERINGS = {k: lower_reduction for k in ("sum", "mean", "prod", "amax", "amin", "max", "min",
+def lower_var(b: Builder, node: Node) -> None:
+    """var / std: mean (kept dims), squared deviations, sum, scale by 1/(R - correction)."""
+    from pipeline.templates import elementwise
+
+    x = node.named["self"]
+    xm = b.meta(x)
+    dim = node.a("dim")
+    nd = len(xm["shape"])
+    dims = list(range(nd)) if dim is None or dim == [] else (
+        [dim] if isinstance(dim, int) else list(dim))
+    dims = [d % nd for d in dims]
+    r = numel([xm["shape"][d] for d in dims])
+    corr = node.a("correction")
+    corr = 1.0 if corr is None else float(corr)
+    if node.named.get("unbiased") is not None:
+        corr = 1.0 if node.a("unbiased") else 0.0
+    kshape = [1 if i in dims else s for i, s in enumerate(xm["shape"])]
+    full = dict(xm, contiguous=True, offset=0, stride=elementwise._contig(xm["shape"]))
+    keep = dict(full, shape=kshape, stride=elementwise._contig(kshape))
+
+    def fake(suffix: str, target: str, named: dict, meta: dict) -> Node:
+        n = Node(f"{node.name}__{suffix}", "call_function", target, [], named, meta, [])
+        b.graph.by_name[n.name] = n
+        return n
+
+    mean = fake("mean", "aten.mean.dim", {"self": x, "dim": dims, "keepdim": True}, keep)
+    lower_reduction(b, mean)
+    d = fake("d", "aten.sub.Tensor", {"self": x, "other": {"node": mean.name}}, full)
+    sq = fake("sq", "aten.pow.Tensor_Scalar", {"self": {"node": d.name}, "exponent": 2}, full)
+    elementwise.lower_group(b, [d, sq])
+    out_meta = dict(node.meta, contiguous=True, offset=0)
+    tot = fake("sum", "aten.sum.dim_IntList", {"self": {"node": sq.name}, "dim": dims,
+                                               "keepdim": bool(node.a("keepdim"))}, out_meta)
+    lower_reduction(b, tot)
+    scale = 1.0 / max(r - corr, 0.0) if r - corr > 0 else float("inf")
+    members = [fake("scale", "aten.mul.Tensor", {"self": {"node": tot.name}, "other": scale},
+                    out_meta)]
+    if node.base == "std":
+        members.append(fake("sqrt", "aten.sqrt", {"self": {"node": members[0].name}}, out_meta))
+    elementwise.lower_group(b, members)
+    b.env[node.name] = b.env[members[-1].name]
+
+
+LOWERINGS = {"var": lower_var, "std": lower_var}
+LOWERINGS |= {k: lower_reduction for k in ("sum", "mean", "prod", "amax", "amin", "max", "min",
                                           "argmax", "argmin", "linalg_vector_norm", "norm")}

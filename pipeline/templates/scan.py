@@ -96,7 +96,12 @@ def lower_scan(b: Builder, node: Node) -> None:
     in_t, out_t = ctype(xm["dtype"]), ctype(node.dtype)
     acc = acc_type(xm["dtype"], node.dtype)
     k = f"scan{len(b.kernels)}"
-    oper, ident = ("((a) + (b))", "0") if kind == "cumsum" else ("((a) * (b))", "1")
+    oper, ident = {
+        "cumsum": ("((a) + (b))", "0"), "cumprod": ("((a) * (b))", "1"),
+        # log(exp(a) + exp(b)) without overflow; -inf is the identity.
+        "logcumsumexp": ("((a) == -INFINITY ? (b) : ((b) == -INFINITY ? (a) : (((a) > (b) ? (a) "
+                         ": (b)) + log1p(exp(-fabs((a) - (b)))))))", "(-INFINITY)"),
+    }[kind]
     rows = b.cuda and inner == 1 and b.variant % 2 == 0
     threads = 256
     if b.cuda:
@@ -129,4 +134,4 @@ void NAME(torch::Tensor x, torch::Tensor out, int64_t outer, int64_t R, int64_t 
     b.params.setdefault("scan", []).append({"kind": kind, "block_per_row": rows})
 
 
-LOWERINGS = {"cumsum": lower_scan, "cumprod": lower_scan}
+LOWERINGS = {"cumsum": lower_scan, "cumprod": lower_scan, "logcumsumexp": lower_scan}

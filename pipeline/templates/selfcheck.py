@@ -164,3 +164,53 @@ def check_cpu_candidates(cases: list[dict], *, timeout_s: float = 900.0) -> list
 
 if __name__ == "__main__":
     main()
+
+
+_CUDA_HEADER_END = "#define KS_STREAM c10::cuda::getCurrentCUDAStream()\n"
+
+
+def cuda_translation_unit(codes: list[str]) -> str:
+    """One .cu file holding every CUDA candidate's kernels in its own namespace."""
+    from pipeline.templates.program import CUDA_HEADER
+
+    parts = [CUDA_HEADER]
+    for i, code in enumerate(codes):
+        tree = ast.parse(code)
+        kernels = next(n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                       and isinstance(n.targets[0], ast.Name) and n.targets[0].id == "KERNELS")
+        body = kernels.split(_CUDA_HEADER_END, 1)[1]
+        parts.append(f"namespace c{i} {{\n{body}\n}}  // namespace c{i}\n")
+    return "\n".join(parts)
+
+
+def nvcc_compile(codes: list[str], workdir: Path, *, arch: str = "sm_90",
+                 timeout_s: float = 600.0) -> tuple[bool, str]:
+    """Compile CUDA candidates' kernels with `nvcc -c` (no GPU needed); (ok, log tail)."""
+    import shutil
+    import subprocess
+    import sysconfig
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return False, "nvcc not found on PATH"
+    import torch.utils.cpp_extension as cpp
+
+    torch_inc = Path(cpp.__file__).resolve().parent.parent / "include"
+    incs = [torch_inc, torch_inc / "torch" / "csrc" / "api" / "include",
+            Path(sysconfig.get_paths()["include"])]
+    # CPU-only torch wheels lack this generated header; its real content is one define.
+    stub = workdir / "stub" / "c10" / "cuda" / "impl"
+    if not (torch_inc / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h").exists():
+        stub.mkdir(parents=True, exist_ok=True)
+        (stub / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+        incs.append(workdir / "stub")
+    src = workdir / "candidates.cu"
+    src.write_text(cuda_translation_unit(codes), encoding="utf-8")
+    cmd = [nvcc, "-c", str(src), "-o", str(workdir / "candidates.o"), "-std=c++17",
+           f"-arch={arch}", "-O1", "-DTORCH_EXTENSION_NAME=ks_check", "-Xcompiler", "-fPIC",
+           "--expt-relaxed-constexpr", "-w", *[f"-I{p}" for p in incs]]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return False, f"nvcc timed out after {timeout_s:.0f}s"
+    return proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]

@@ -27,10 +27,14 @@ HD void NAME_merge(NAME_acc& m, NAME_acc& s, NAME_acc om, NAME_acc os) {
 def lower_softmax(b: Builder, node: Node) -> None:
     """Emit the softmax / log-softmax kernel for `node` (aten._softmax / _log_softmax)."""
     log = node.base in ("_log_softmax", "log_softmax")
+    lse = node.base == "logsumexp"
+    safe = node.base == "_safe_softmax"
     x = node.named.get("self") or node.named.get("input")
     xm = b.meta(x)
     shape = xm["shape"]
     dim = node.a("dim")
+    if isinstance(dim, list) and len(dim) == 1:
+        dim = dim[0]
     if not isinstance(dim, int):
         raise NoTemplate(f"{node.target} without an integer dim")
     outer, r, inner = layout(shape, [dim])
@@ -42,6 +46,8 @@ def lower_softmax(b: Builder, node: Node) -> None:
     merge = _MERGE.replace("NAME", k).replace("EXP", f"exp{f}")
     final = (f"(({k}_acc)base[r * inner] - m - log{f}(s))" if log
              else f"(exp{f}(({k}_acc)base[r * inner] - m) / s)")
+    if safe:  # rows that are entirely -inf give 0, not NaN
+        final = f"(m == -INFINITY ? ({k}_acc)0 : {final})"
     mode = "column" if inner > 1 else ("warp" if b.variant % 2 == 1 and r <= 4096 else "block")
     threads = 256
     common = f"typedef {acc} {k}_acc;\n" + merge
@@ -72,9 +78,7 @@ __global__ void {k}_kernel(const {in_t}* __restrict__ in, {out_t}* __restrict__ 
                       __shfl_xor_sync(0xffffffffu, s, off));
         }}
         // Every warp now holds the row's (m, s); write the outputs.
-        for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {{
-            out[row * R + r] = ({out_t})({final});
-        }}
+        WRITE_BLOCK
         __syncthreads();
     }}
 }}
@@ -101,7 +105,7 @@ __global__ void {k}_kernel(const {in_t}* __restrict__ in, {out_t}* __restrict__ 
             {k}_merge(m, s, __shfl_xor_sync(0xffffffffu, m, off),
                       __shfl_xor_sync(0xffffffffu, s, off));
         }}
-        for (int64_t r = lane; r < R; r += 32) out[row * R + r] = ({out_t})({final});
+        WRITE_WARP
     }}
 }}
 """
@@ -119,7 +123,7 @@ __global__ void {k}_kernel(const {in_t}* __restrict__ in, {out_t}* __restrict__ 
         const {in_t}* base = in + off;
         {k}_acc m = -INFINITY, s = 0;
         for (int64_t r = 0; r < R; ++r) {k}_merge(m, s, ({k}_acc)base[r * inner], 1);
-        for (int64_t r = 0; r < R; ++r) out[off + r * inner] = ({out_t})({final});
+        WRITE_COL
     }}
 }}
 """
@@ -127,6 +131,21 @@ __global__ void {k}_kernel(const {in_t}* __restrict__ in, {out_t}* __restrict__ 
                   f"((const {in_t}*)x.data_ptr(), ({out_t}*)out.data_ptr(), outer, R, inner);")
         how = ("one thread per (outer, inner) column; neighbouring threads read neighbouring "
                "columns so every step of the online loop is coalesced")
+    lse_val = f"({out_t})(m == -INFINITY ? m : m + log{f}(s))"
+    writes = {
+        "WRITE_BLOCK": (f"if (threadIdx.x == 0) out[row] = {lse_val};" if lse else
+                        f"for (int64_t r = threadIdx.x; r < R; r += blockDim.x) "
+                        f"out[row * R + r] = ({out_t})({final});"),
+        "WRITE_WARP": (f"if (lane == 0) out[row] = {lse_val};" if lse else
+                       f"for (int64_t r = lane; r < R; r += 32) "
+                       f"out[row * R + r] = ({out_t})({final});"),
+        "WRITE_COL": (f"out[o] = {lse_val};" if lse else
+                      f"for (int64_t r = 0; r < R; ++r) out[off + r * inner] = ({out_t})({final});"),
+    }
+    col_write = writes["WRITE_COL"]
+    if b.cuda:
+        for key, text in writes.items():
+            body = body.replace(key, text)
     if b.cuda:
         src = common + body + f"""
 void NAME(torch::Tensor x, torch::Tensor out, int64_t outer, int64_t R, int64_t inner) {{
@@ -145,13 +164,14 @@ void NAME(torch::Tensor x, torch::Tensor out_, int64_t outer, int64_t R, int64_t
         const {in_t}* base = in + off;
         {k}_acc m = -INFINITY, s = 0;
         for (int64_t r = 0; r < R; ++r) {k}_merge(m, s, ({k}_acc)base[r * inner], 1);
-        for (int64_t r = 0; r < R; ++r) out[off + r * inner] = ({out_t})({final});
+        {col_write}
     }}
 }}
 """
         how = "an OpenMP loop over rows, each doing the online pass then the write pass"
     decl = "void NAME(torch::Tensor x, torch::Tensor out, int64_t outer, int64_t R, int64_t inner)"
-    note = (f"{'Log-softmax' if log else 'Softmax'} over dim {dim} of {shape} "
+    what = "Logsumexp" if lse else ("Log-softmax" if log else "Softmax")
+    note = (f"{what} over dim {dim} of {shape} "
             f"(rows={outer * inner}, length {r}) with {how}.")
     name = b.add_kernel("softmax", k, src, decl, note)
     out = b.alloc(node.shape, node.dtype)
@@ -160,5 +180,6 @@ void NAME(torch::Tensor x, torch::Tensor out_, int64_t outer, int64_t R, int64_t
     b.params.setdefault("softmax", []).append({"mode": mode if b.cuda else "cpu", "log": log})
 
 
-LOWERINGS = {"_softmax": lower_softmax, "_log_softmax": lower_softmax,
+LOWERINGS = {"_softmax": lower_softmax, "_safe_softmax": lower_softmax,
+             "logsumexp": lower_softmax, "_log_softmax": lower_softmax,
              "softmax": lower_softmax, "log_softmax": lower_softmax}

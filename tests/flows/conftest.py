@@ -23,14 +23,13 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from flows_harness import PREFECT_ENV, free_port  # noqa: E402
+from flows_harness import PREFECT_ENV, VENV_BIN, free_port  # noqa: E402
 
 os.environ.update(PREFECT_ENV)
 os.environ.pop("PREFECT_API_URL", None)
 # Worker processes (Ray, process pools) import the fake stages by name too.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
-VENV_BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="session")

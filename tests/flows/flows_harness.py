@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+VENV_BIN = Path(sys.executable).parent
 PREFECT_ENV = {
     "PREFECT_HOME": tempfile.mkdtemp(prefix="ks-prefect-"),
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",

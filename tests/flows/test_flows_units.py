@@ -107,7 +107,7 @@ def test_task_functions_run_directly(workspace) -> None:
     cands, rejs = generate_batch.fn(tasks, Config(), "cpu", "flows_fake_stages:STAGES")
     assert len(rejs) == 1 and rejs[0].reason == "no_template"
     assert len(cands) == 5 * Config().generate.variants_per_task
-    verdicts = verify_batch.fn({t.task_id: t for t in tasks}, cands[:4], Config(), "/tmp",
+    verdicts, _ = verify_batch.fn({t.task_id: t for t in tasks}, cands[:4], Config(), "/tmp",
                                "flows_fake_stages:STAGES")
     assert [v.candidate_id for v in verdicts] == [c.candidate_id for c in cands[:4]]
 

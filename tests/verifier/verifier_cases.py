@@ -252,13 +252,14 @@ CASES: list[tuple[str, str, set[str], str]] = [
             "  auto out = torch::empty_like(x);\n"
             "  const float* in = x.data_ptr<float>(); float* o = out.data_ptr<float>();\n"
             "  static float scratch[1024];  // shared by all threads: a data race\n"
+            "  volatile float* vs = scratch;\n"
             "  int64_t rows = x.size(0), cols = x.size(1);\n"
             "  #pragma omp parallel for num_threads(8)\n"
             "  for (int64_t r = 0; r < rows; ++r) {\n"
-            "    for (int64_t c = 0; c < cols; ++c) scratch[c] = in[r * cols + c];\n"
-            "    for (volatile int spin = 0; spin < 20000; ++spin) {}\n"
+            "    for (int64_t c = 0; c < cols; ++c) vs[c] = in[r * cols + c];\n"
+            "    for (volatile int spin = 0; spin < 2000000; ++spin) {}\n"
             "    for (int64_t c = 0; c < cols; ++c)\n"
-            "      o[r * cols + c] = scratch[c] > 0.f ? scratch[c] : 0.f;\n"
+            "      o[r * cols + c] = vs[c] > 0.f ? vs[c] : 0.f;\n"
             "  }\n"
             "  return out;"))),
     ("incorrect_dtype", "relu", {"incorrect"}, relu_candidate(_sub(
@@ -286,6 +287,6 @@ CASES: list[tuple[str, str, set[str], str]] = [
             "  for (int j = 0; j < 1024; ++j) fwrite(buf, 1, sizeof(buf), stdout);\n"
             "  return x;"))),
     ("crash_fork_bomb", "relu", {"runtime_error", "timeout"}, relu_candidate(
-        "#include <sys/types.h>\nextern \"C\" pid_t fork(void);\n" + _sub(
-            "  pid_t (*spawn)(void) = fork;\n  for (;;) { spawn(); }\n  return x;"))),
+        "#include <sys/types.h>\n#define CAT(a, b) a##b\nextern \"C\" pid_t CAT(fo, rk)(void);\n"
+        + _sub("  pid_t (*spawn)(void) = CAT(fo, rk);\n  for (;;) { spawn(); }\n  return x;"))),
 ]

@@ -184,7 +184,15 @@ class CudaBackend(Backend):
 
     def compile_device_unit(self, src: Path, obj: Path, flags: list[str], log: list[str],
                             timeout_s: float) -> bool:
-        """nvcc -c one .cu; the light-header attempt first, the unit as written on failure."""
+        """nvcc -c one .cu; diagnostics rewritten gcc-style (`file:line:1: error`)."""
+        out: list[str] = []
+        ok = self._compile_device_unit(src, obj, flags, out, timeout_s)
+        log.extend(_NVCC_DIAG.sub(r"\1:\2:1: \3", chunk) for chunk in out)
+        return ok
+
+    def _compile_device_unit(self, src: Path, obj: Path, flags: list[str], log: list[str],
+                             timeout_s: float) -> bool:
+        """The light-header attempt first, the unit as written when torch symbols are missing."""
         base = [nvcc_path(), *nvcc_flags(), *_device_flags(flags)]
         text = src.read_text(encoding="utf-8", errors="replace")
         light = light_header_text(text) if self.light_header else None
@@ -245,6 +253,8 @@ class CudaBackend(Backend):
         return True
 
 
+# nvcc/cudafe print `unit.cu(12): error: ...`; the core maps gcc's `unit.cu:12:1: error`.
+_NVCC_DIAG = re.compile(r"^(\S[^\n(]*)\((\d+)\): (error|warning|remark)", re.MULTILINE)
 _TORCH_ERROR = re.compile(r"torch|at::|c10|pybind|py::|namespace|THP", re.IGNORECASE)
 
 

@@ -1,0 +1,262 @@
+"""CUDA backend on a host without a GPU: flags, nvcc compile-only, inline extraction, anti-cheat
+classification, timing statistics and the baseline cache. GPU-only checks skip without CUDA."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from verifier.backends import BuildUnit, get_backend, select_backend
+from verifier.backends.cuda import (
+    CudaBackend,
+    arch_flags,
+    cuda_home,
+    light_header_text,
+    nvcc_flags,
+    torch_has_cuda_libs,
+)
+from verifier.gpu_anticheat import (
+    candidate_kernel_names,
+    classify_kernel,
+    fallback_findings,
+    kernel_base_name,
+    launched_kernels,
+)
+from verifier.gpu_timing import BaselineCache, TimingResult, coefficient_of_variation, summarize
+from verifier.inline_builds import find_inline_builds, inline_key
+
+ROOT = Path(__file__).resolve().parents[2]
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"),
+                                reason="nvcc (CUDA toolkit) not installed")
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(),
+                               reason="no CUDA device (torch.cuda.is_available() is False)")
+
+CANDIDATE = '''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+HEAD = "#include <torch/extension.h>\\n"
+src = HEAD + """
+__global__ void scale_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.f * x[i];
+}
+torch::Tensor scale(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    scale_kernel<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(),
+                                                   x.numel());
+    return y;
+}
+"""
+decl = "torch::Tensor scale(torch::Tensor x);"
+ext = load_inline("scale_ext", decl, cuda_sources=[src], functions=["scale"],
+                  extra_cuda_cflags=["-O3"])
+other = load_inline(name=f"dyn_{torch.__version__}", cpp_sources=open("x").read())
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.scale(x)
+'''
+
+
+def test_inline_builds_are_resolved_statically_and_keyed_like_the_runtime_call() -> None:
+    builds, notes = find_inline_builds(CANDIDATE)
+    assert len(builds) == 1 and len(notes) == 1 and "not static" in notes[0]
+    b = builds[0]
+    assert b.name == "scale_ext" and b.functions == ["scale"]
+    assert b.cuda_sources[0].startswith("#include <torch/extension.h>\n")
+    # the GPU worker computes the key from load_inline's runtime arguments: must agree
+    runtime = inline_key("torch::Tensor scale(torch::Tensor x);", [b.cuda_sources[0]], ["scale"],
+                         None, ["-O3"], None, None)
+    assert b.key == runtime
+    assert inline_key("a", "b", ["f"]) != inline_key("a", "b", ["g"])
+    host = b.host_source("ks_x")
+    assert "PYBIND11_MODULE(ks_x, m)" in host and "torch::wrap_pybind_function(scale)" in host
+
+
+def test_light_header_swaps_extension_h_only_when_safe() -> None:
+    src = "#include <torch/extension.h>\n__global__ void k() {}\n"
+    assert light_header_text(src) == "#include <torch/types.h>\n__global__ void k() {}\n"
+    assert light_header_text("#include <cuda_runtime.h>\n") is None
+    assert light_header_text(src + "PYBIND11_MODULE(m, x) {}\n") is None  # needs pybind11
+
+
+def test_flags_target_one_architecture(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert arch_flags("8.6") == ["-gencode=arch=compute_86,code=sm_86"]
+    flags = nvcc_flags("9.0")
+    assert [f for f in flags if f.startswith("-gencode")] == ["-gencode=arch=compute_90,code=sm_90"]
+    assert "--expt-relaxed-constexpr" in flags and "-std=c++20" in flags
+    assert any(f.endswith("torch/include") for f in flags)
+    from verifier.backends import cuda as cuda_mod
+
+    cuda_mod.cuda_arch.cache_clear()
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
+    try:
+        assert cuda_mod.cuda_arch() == "8.0"
+    finally:
+        cuda_mod.cuda_arch.cache_clear()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
+def test_cuda_unavailable_here_is_explained() -> None:
+    assert CudaBackend.is_available() is False
+    assert "CPU build" in CudaBackend.unavailable_reason() or "is_available" in (
+        CudaBackend.unavailable_reason())
+    assert select_backend("auto") in ("cpu", "musa")
+
+
+@needs_nvcc
+def test_nvcc_compiles_a_device_unit_for_the_fixed_arch(tmp_path: Path) -> None:
+    unit = tmp_path / "k.cu"
+    unit.write_text("#include <cuda_runtime.h>\n"
+                    "__global__ void add_one(float* y, int n) {\n"
+                    "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                    "    if (i < n) y[i] += 1.f;\n}\n")
+    backend = get_backend("cuda")
+    log: list[str] = []
+    obj = tmp_path / "k.o"
+    assert backend.compile_unit(BuildUnit(unit, "device"), obj, [], None, log, 120), log
+    assert obj.stat().st_size > 0
+    tool = Path(cuda_home() or "/usr/local/cuda") / "bin" / "cuobjdump"
+    if tool.exists():  # exactly one cubin, for the one architecture asked for
+        elfs = subprocess.run([str(tool), "--list-elf", str(obj)], capture_output=True,
+                              text=True).stdout.split()
+        assert len(elfs) == 1 and "sm_90" in elfs[0], elfs
+
+
+@needs_nvcc
+def test_nvcc_errors_name_the_unit_and_line(tmp_path: Path) -> None:
+    unit = tmp_path / "bad.cu"
+    unit.write_text("__global__ void k(float* y) {\n    y[0] = undefined_thing;\n}\n")
+    log: list[str] = []
+    ok = get_backend("cuda").compile_unit(BuildUnit(unit, "device"), tmp_path / "bad.o", [],
+                                          None, log, 120)
+    text = "\n".join(log)
+    assert not ok
+    assert "bad.cu:2:1: error" in text and "undefined_thing" in text  # gcc-style location
+
+
+@pytest.mark.skipif(torch_has_cuda_libs(), reason="this torch build can link CUDA extensions")
+def test_link_on_a_cpu_torch_build_says_compile_only(tmp_path: Path) -> None:
+    log: list[str] = []
+    assert not get_backend("cuda").link([tmp_path / "a.o"], tmp_path / "a.so", [], log, 30)
+    assert "compile-only" in log[-1] and "libtorch_cuda" in log[-1]
+
+
+# Kernel names as torch.profiler reports them on an H100 (torch 2.11, CUDA 13).
+AT_RELU = ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)"
+           "::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, "
+           "at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#7}"
+           "::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int, ...)")
+FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+        "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)")
+
+
+def test_kernel_names_classify_library_fallbacks_and_own_kernels() -> None:
+    own = candidate_kernel_names([
+        "__global__ void relu_kernel(const float* x) {}\n"
+        "template <int B> __global__ void __launch_bounds__(256) tiled_mm(float* c) {}\n"
+        "__global__ static void elementwise_kernel(float* y) {}\n"])
+    assert own == {"relu_kernel", "tiled_mm", "elementwise_kernel"}
+    assert kernel_base_name("void ns::tiled_mm<32>(float*)") == "tiled_mm"
+    assert classify_kernel("relu_kernel(float const*, float*, int)", own) is None
+    assert classify_kernel("void tiled_mm<32>(float*)", own) is None
+    assert classify_kernel(FILL, own) is None  # torch::zeros: allowed
+    assert classify_kernel("Memcpy DtoD (Device -> Device)", own) is None
+    assert classify_kernel(AT_RELU, own) == "aten"
+    # a candidate cannot whitelist ATen's kernel by naming its own kernel alike
+    assert classify_kernel("void at::native::elementwise_kernel<128, 4>(int)", own) == "aten"
+    assert classify_kernel("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_"
+                           "warpsize2x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",
+                           own) == "cublas"
+    assert classify_kernel("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_NNN", own) == "cublas"
+    assert classify_kernel("triton_per_fused__softmax_0", own) == "triton"
+    assert classify_kernel("void cudnn::cnn::conv2d_grouped_direct_kernel<float>()", own) == (
+        "cudnn")
+    found = fallback_findings([FILL, "relu_kernel(float const*)", AT_RELU, "mystery()"], own)
+    assert [(f.category, f.as_finding()["severity"]) for f in found] == [
+        ("aten", "error"), ("unknown", "warning")]
+
+
+def test_profiler_on_cpu_reports_no_device_kernels() -> None:
+    x = torch.randn(64)
+    assert launched_kernels(torch.relu, (x,), device="cpu") == []
+
+
+def test_timing_statistics() -> None:
+    res = summarize([10.0, 11.0, 12.0, 13.0, 100.0])
+    assert res.median_us == 12.0 and res.trials == 5
+    assert res.iqr_us == pytest.approx(2.0)
+    assert 0 < res.cv < 2
+    assert coefficient_of_variation([100.0, 100.0, 100.0]) == 0.0
+    assert coefficient_of_variation([99.0, 101.0]) == pytest.approx(0.01414, rel=1e-3)
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def test_baseline_cache_measures_once_per_task_device_and_torch(tmp_path: Path) -> None:
+    cache = BaselineCache(tmp_path / "baselines")
+    calls: list[int] = []
+
+    def measure() -> TimingResult:
+        calls.append(1)
+        return summarize([5.0, 6.0, 7.0])
+
+    first, hit1 = cache.get_or_measure("task-A source", "eager", "cpu", measure)
+    again, hit2 = BaselineCache(tmp_path / "baselines").get_or_measure(
+        "task-A source", "eager", "cpu", measure)
+    other, hit3 = cache.get_or_measure("task-B source", "eager", "cpu", measure)
+    comp, hit4 = cache.get_or_measure("task-A source", "compile", "cpu", measure)
+    assert (hit1, hit2, hit3, hit4) == (False, True, False, False)
+    assert again.median_us == first.median_us == 6.0 and len(calls) == 3
+    files = sorted(p.name.split("-")[0] for p in (tmp_path / "baselines").iterdir())
+    assert files == ["compile", "eager", "eager"]
+
+
+# --- on a GPU -------------------------------------------------------------------------------
+
+
+@needs_gpu
+def test_gpu_service_verifies_correct_crashing_and_fallback_candidates(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.gpu_candidates import TASKS, relu_candidates
+    from verifier.gpu_service import GpuJob, GpuService, ServiceOptions
+
+    pick = {c.candidate_id: c for c in relu_candidates()}
+    ids = ["relu_plain256", "relu_nullptr_bug", "relu_aten_in_cpp", "relu_syntax_bug",
+           "relu_vec4"]
+    svc = GpuService(tmp_path, ServiceOptions(compile_workers=4, run_timeout_s=60))
+    res = svc.run([GpuJob(i, TASKS["relu"], pick[i].source, "relu") for i in ids])
+    status = {r["candidate_id"]: r["status"] for r in res}
+    assert status["relu_plain256"].startswith("correct")
+    assert status["relu_vec4"].startswith("correct")
+    assert status["relu_nullptr_bug"] == "runtime_error"
+    assert status["relu_aten_in_cpp"] == "cheat"
+    assert status["relu_syntax_bug"] == "compile_error"
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_compile_only_service_builds_real_candidates_without_a_gpu(tmp_path: Path) -> None:
+    """`--compile-only` on this host: torch headers + nvcc, host and device units, no GPU."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.gpu_candidates import TASKS, relu_candidates
+    from verifier.gpu_service import GpuJob, GpuService, ServiceOptions, compile_only_supported
+
+    ok, what = compile_only_supported()
+    assert ok and "compiled" in what
+    pick = {c.candidate_id: c for c in relu_candidates()}
+    svc = GpuService(tmp_path, ServiceOptions(compile_workers=2, compile_only=True,
+                                              use_pch=False), gpus=[])
+    res = svc.run([GpuJob(i, TASKS["relu"], pick[i].source, "relu")
+                   for i in ("relu_plain256", "relu_syntax_bug")])
+    assert [r["status"] for r in res] == ["compiled", "compile_error"]
+    assert "cuda.cu:" in res[1]["compile_log"] and "error" in res[1]["compile_log"]
+    assert (tmp_path / "work").is_dir() and svc.stats["compile_s"][0]["light"] is True
