@@ -31,15 +31,17 @@ from pipeline.cst_extract import _is_module_class, _parse  # noqa: E402
 from pipeline.curate import curate_tasks  # noqa: E402
 from pipeline.extract import extract_tasks  # noqa: E402
 from pipeline.taskfile import inspect_task_source  # noqa: E402
-from schemas import RawModule  # noqa: E402
+from schemas import RawModule, Rejection  # noqa: E402
 
 
-def transformers_modules(limit_models: int | None, per_model: int | None) -> list[RawModule]:
+def transformers_modules(limit_models: int | None, per_model: int | None, every: int = 1
+                         ) -> list[RawModule]:
     """Every nn.Module class of the installed transformers modeling files."""
     spec = importlib.util.find_spec("transformers")
     assert spec and spec.origin, "transformers is not installed"
     root = Path(spec.origin).parent
     folders = sorted(p for p in (root / "models").iterdir() if p.is_dir())
+    folders = folders[::max(1, every)]
     if limit_models:
         folders = folders[:limit_models]
     out = []
@@ -77,6 +79,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", type=int, default=None, help="only the first N model folders")
     ap.add_argument("--per-model", type=int, default=None, help="at most N classes per file")
+    ap.add_argument("--every", type=int, default=1, help="every k-th model folder (a sample)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=20.0)
     ap.add_argument("--baseline", type=int, default=12, help="seed files for the baseline")
@@ -92,9 +95,18 @@ def main() -> None:
     seed_tasks, _ = extract_tasks(seeds, cfg)
     fork = (time.monotonic() - t0) / max(1, len(seeds))
 
-    modules = transformers_modules(args.models, args.per_model)
+    modules = transformers_modules(args.models, args.per_model, args.every)
     t0 = time.monotonic()
-    tasks, rejections = extract_tasks(modules, cfg)
+    seen = [0, 0]
+
+    def progress(_m: RawModule, item: object) -> None:
+        seen[0] += 1
+        seen[1] += not isinstance(item, Rejection)
+        if seen[0] % 250 == 0:
+            print(f"  {seen[0]}/{len(modules)} modules, {seen[1]} tasks, "
+                  f"{time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
+
+    tasks, rejections = extract_tasks(modules, cfg, on_result=progress)
     extract_s = time.monotonic() - t0
     t0 = time.monotonic()
     kept, dropped = curate_tasks(tasks, cfg, [])

@@ -14,25 +14,26 @@ forward on seeded inputs and compares with the reference, sequentially.
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import subprocess
+import os
 import sys
-import tempfile
-import time
-import uuid
-from pathlib import Path
+
+# Run as a script, this folder is sys.path[0]; its select.py would shadow the stdlib module.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "verifier"))
 
-from verifier.api import verify_batch  # noqa: E402
-from verifier.backends import get_backend  # noqa: E402
-from verifier.build import BuildContext, Builder  # noqa: E402
-from verifier.extspec import specs_from_source  # noqa: E402
-from verifier.protocol import VerifyOptions, VerifyRequest  # noqa: E402
 from verifier_cases import (  # noqa: E402
     CASES,
     LINEAR_TASK,
@@ -40,6 +41,12 @@ from verifier_cases import (  # noqa: E402
     linear_candidate,
     relu_ok,
 )
+
+from verifier.api import verify_batch  # noqa: E402
+from verifier.backends import get_backend  # noqa: E402
+from verifier.build import BuildContext, Builder  # noqa: E402
+from verifier.extspec import specs_from_source  # noqa: E402
+from verifier.protocol import VerifyOptions, VerifyRequest  # noqa: E402
 
 TASKS = {"relu": RELU_TASK, "linear": LINEAR_TASK}
 KEEP = {"incorrect_off_by_one", "incorrect_zeros", "incorrect_dtype", "cheat_hidden_aten",

@@ -96,7 +96,7 @@ class _Annotator(cst.CSTTransformer):
                 small = new.body[-1]
                 if isinstance(small, cst.Return) and self.outputs:
                     start = self.get_metadata(PositionProvider, old).start.line
-                    if start in self.before:
+                    if start in self.before or not self.before:  # untraced: outputs only
                         comment = "# returns " + ", ".join(
                             f"{o['shape']} {o['dtype']}" for o in self.outputs)
                 else:

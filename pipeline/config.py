@@ -54,6 +54,8 @@ class TasksConfig(Section):
     decontaminate_against: list[str] = Field(default_factory=list)  # benchmark directories
     decontam_threshold: float = 0.6
     max_tasks: int | None = None
+    gpu_max_gb: float = 4.0  # GPU-size inputs, weights and outputs stay below this
+    probe_memory_mb: int = 6144  # address-space limit of each sandboxed probe worker
 
 
 class GenerateConfig(Section):

@@ -486,8 +486,8 @@ def small_config(defaults: dict[str, object], fields: list[str]) -> dict[str, ob
     cfg = {k: v for k, v in defaults.items() if k in fields or k in ("hidden_size",
                                                                        "num_attention_heads")}
     for k in fields:
-        if k not in cfg:
-            cfg[k] = GENERIC_CONFIG.get(k)
+        if cfg.get(k) is None:
+            cfg[k] = GENERIC_CONFIG.get(k, _guess_field(k))
     hidden = cfg.get("hidden_size") or cfg.get("d_model") or cfg.get("n_embd")
     factor = 1
     if isinstance(hidden, int) and hidden > MAX_HIDDEN:
@@ -517,9 +517,32 @@ def small_config(defaults: dict[str, object], fields: list[str]) -> dict[str, ob
     if "layer_types" in cfg and not isinstance(cfg["layer_types"], list):
         cfg["layer_types"] = ["full_attention"] * 4
     if "rope_parameters" in cfg and not isinstance(cfg["rope_parameters"], dict):
-        cfg["rope_parameters"] = dict(GENERIC_CONFIG["rope_parameters"])  # type: ignore[arg-type]
+        # both access styles: rope_parameters["rope_theta"] and rope_parameters[layer_type]
+        default = dict(GENERIC_CONFIG["rope_parameters"])  # type: ignore[arg-type]
+        cfg["rope_parameters"] = {**default, "full_attention": dict(default),
+                                  "sliding_attention": dict(default)}
+    vocab = cfg.get("vocab_size")
+    for k in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        if isinstance(vocab, int) and isinstance(cfg.get(k), int) and cfg[k] >= vocab:
+            cfg[k] = 0
     cfg["_attn_implementation"] = "eager"
     return dict(sorted(cfg.items()))
+
+
+def _guess_field(name: str) -> object:
+    """A value for a config field that has no literal default (None means unknown)."""
+    if re.search(r"(_size|_dim|_dims|^dim|_channels|_features|_width)$", name) and \
+            "window" not in name and "max" not in name:
+        return 256
+    if re.search(r"^(num|n)_", name):
+        return 4
+    if re.search(r"eps|epsilon", name):
+        return 1e-5
+    if re.search(r"dropout|drop_prob|_prob$", name):
+        return 0.0
+    if "vocab" in name:
+        return 1024
+    return None
 
 
 def _config_source(name: str, values: dict[str, object], subs: dict[str, list[str]]) -> str:
@@ -781,8 +804,9 @@ def extract_class(code: str, class_name: str, path: str = "<file>",
     config_param = None
     config_name = ""
     for p in init_params:
-        if p.name == "config" or p.annotation.split("|")[0].strip().strip("'\"").endswith(
-                "Config"):
+        if p.name == "config" or (p.name.endswith("_config") and not p.has_default) or \
+                p.annotation.split(
+                "|")[0].strip().strip("'\"").endswith("Config"):
             config_param = p.name
             config_name = p.annotation.split("|")[0].strip().strip("'\"")
             break

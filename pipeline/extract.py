@@ -92,6 +92,9 @@ _DIM_NAME = re.compile(r"dim|size|features|channels|hidden|d_model|embed|width|p
                        r"^d$|^n$|^c$|^in_|^out_|ch$")
 
 
+_LAYER_INDEX = ("layer_idx", "layer_id", "layer_index", "layer_number")
+
+
 def _guess_value(p: Param, dim: int) -> object:
     ann = p.annotation.replace("Optional[", "").lower()
     name = p.name.lower()
@@ -119,10 +122,23 @@ def _guess_value(p: Param, dim: int) -> object:
 def init_candidates(params: list[Param], config: dict | None) -> list[list]:
     """Candidate constructor argument lists for the required parameters, best first."""
     required = [p for p in params if not p.has_default]
+    # a layer index with a None default selects per-layer config entries: pass 0 explicitly
+    last = max((i for i, p in enumerate(params) if p.name in _LAYER_INDEX and p.has_default),
+               default=-1)
+    if last >= 0:
+        try:
+            tail = {p.name: ast.literal_eval(p.default) for p in params[:last] if p.has_default}
+        except (ValueError, SyntaxError):
+            tail = None
+        if tail is not None:
+            required = params[:last + 1]
     out: list[list] = []
     for dim in (256, 64, 512):
         args = []
         for p in required:
+            if p.has_default:
+                args.append(0 if p.name in _LAYER_INDEX else ast.literal_eval(p.default))
+                continue
             if config and p.name in config and config[p.name] is not None:
                 args.append(config[p.name])
             else:
@@ -192,7 +208,8 @@ def assemble_task(ext: Extraction, probe: dict) -> tuple[str, dict[str, int]]:
             lo, hi = int(spec.get("low") or 0), int(spec.get("high") or 2)
             input_exprs.append(f"torch.randint({lo}, {hi}, ({shape}))")
         else:
-            dt = "" if spec.get("dtype", "float32") == "float32" else f", dtype=torch.{spec['dtype']}"
+            dtype = spec.get("dtype", "float32")
+            dt = "" if dtype == "float32" else f", dtype=torch.{dtype}"
             input_exprs.append(f"torch.randn({shape}{dt})")
     init_exprs = []
     required = [p for p in ext.init_params if not p.has_default]
@@ -271,7 +288,8 @@ def prepare(m: RawModule, cfg: TasksConfig) -> _Prepared:
     """Extraction (host side, no execution) and the probe job for one module."""
     gpu = GPUS.get(cfg.target_gpu, GPUS["H100"])
     common = {"timeout_s": cfg.timeout_s, "cpu_max_numel": cfg.cpu_max_numel, "gpu": gpu,
-              "gpu_min_ms": cfg.gpu_min_ms, "base": BASE_SIZES}
+              "gpu_min_ms": cfg.gpu_min_ms, "base": BASE_SIZES,
+              "gpu_max_bytes": cfg.gpu_max_gb * 1e9}
     if is_complete_task(m.code) and m.module_name in ("", "Model") or m.source_kind in (
             "seed", "nnsmith"):
         if not is_complete_task(m.code):
@@ -290,9 +308,6 @@ def prepare(m: RawModule, cfg: TasksConfig) -> _Prepared:
             v = ext.config.get(key)
             if isinstance(v, int) and v not in feature_guess:
                 feature_guess.append(v)
-    for p in ext.init_params:
-        if not p.has_default and _DIM_NAME.search(p.name.lower()):
-            pass
     max_seq = 4096
     if ext.config and isinstance(ext.config.get("max_position_embeddings"), int):
         max_seq = max(16, min(max_seq, int(ext.config["max_position_embeddings"])))
@@ -322,7 +337,7 @@ def extract_tasks(modules: list[RawModule], cfg: TasksConfig, *, pool: ProbePool
                   ) -> tuple[list[Task], list[Rejection]]:
     """RawModules -> (tasks, rejections); every module ends up in exactly one of the two."""
     own = pool is None
-    pool = pool or ProbePool(cfg.workers)
+    pool = pool or ProbePool(cfg.workers, cfg.probe_memory_mb)
     outcome: list[Task | Rejection | None] = [None] * len(modules)
 
     def one(i: int) -> None:

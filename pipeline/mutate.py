@@ -343,8 +343,15 @@ def _uninit_accumulator(view: str, base: int, backend: str) -> list[Site]:
             continue
         if not any(_is_accumulator(n, view[m.end():]) for n in names):
             continue
-        bare = f"{typ} {', '.join(names)};"
+        # a running sum needs its zero; a running max/min often does not (softmax is
+        # shift-invariant), so a bare declaration drops only the sums' initialisers if any
+        rest = view[m.end():]
+        summed = [n for n in names if re.search(rf"\b{n}\s*(\+=|-=)", rest)]
+        bare = f"{typ} " + ", ".join(
+            n if not summed or n in summed else f"{n} ={d[1]}"
+            for n, d in zip(names, decls, strict=True)) + ";"
         what = ", ".join(f"`{n}`" for n in names)
+        bare_what = ", ".join(f"`{n}`" for n in (summed or names))
         start, end = _delete_span(view, m.start(), m.end())
         brace = _enclosing_open_brace(view, m.start())
         at = _for_header_start(view, brace) if brace is not None else None
@@ -359,11 +366,11 @@ def _uninit_accumulator(view: str, base: int, backend: str) -> list[Site]:
             sites.append(Site(
                 base + start, base + end, "",
                 f"accumulator {what} initialised once outside the loop instead of per "
-                "iteration: it carries over between outputs", priority=1 if gpu else 0,
+                "iteration: it carries over between outputs", priority=2 if gpu else 0,
                 insert_at=base + stmt, insert_text=f"{indent}{view[m.start():m.end()]}\n"))
         sites.append(Site(base + m.start(), base + m.end(), bare,
-                          f"accumulator {what} declared without an initial value",
-                          priority=0 if gpu else 1))
+                          f"accumulator {bare_what} declared without an initial value",
+                          priority=(0 if summed else 1) + (0 if gpu else 1)))
     for m in _RESET.finditer(view):
         start, end = _delete_span(view, m.start(), m.end())
         sites.append(Site(base + start, base + end, "",
@@ -520,6 +527,20 @@ def mutate_code(code: str, kind: str, backend: str, site_index: int = 0) -> Muta
     return None
 
 
+def best_mutations(code: str, kind: str, backend: str) -> list[Mutation]:
+    """Every working mutation of `kind` among the sites of the best priority class."""
+    out: list[Mutation] = []
+    best: int | None = None
+    for site in find_sites(code, kind, backend):
+        if best is not None and site.priority > best:
+            break
+        mutation = apply_site(code, site, kind)
+        if mutation is not None:
+            best = site.priority
+            out.append(mutation)
+    return out
+
+
 # --- the stage ---------------------------------------------------------------------------------
 
 
@@ -551,9 +572,12 @@ def mutate_candidates(tasks: dict[str, Task] | Iterable[Task], candidates: list[
         for kind in kinds:
             if made >= cfg.mutations_per_kernel:
                 break
-            mutation = mutate_code(cand.code, kind, cand.backend)
-            if mutation is None:
+            options = best_mutations(cand.code, kind, cand.backend)
+            if not options:
                 continue
+            # a seeded choice among equally good sites: a guard on a dimension of size one or
+            # a declaration on a path the task never takes does not always show, another may
+            mutation = options[rng.randrange(len(options))]
             new = _mutant(cand, mutation, task_map.get(cand.task_id), cfg)
             if new.candidate_id in seen:
                 continue

@@ -493,7 +493,7 @@ def _infer_inputs(ns: dict, job: dict):
         if ann and any(t in ann for t in ("int", "float", "bool", "str")) and "Tensor" not in ann:
             raise ProbeReject("non_tensor_input", f"forward argument {p['name']} is {ann}")
     base = job["base"]
-    last_err: BaseException | None = None
+    first_err: BaseException | None = None
     tried = 0
     deadline = time.monotonic() + 0.6 * float(job.get("timeout_s", 20.0))
     for init_args in job["init_candidates"]:
@@ -502,7 +502,7 @@ def _infer_inputs(ns: dict, job: dict):
         except ProbeReject:
             raise
         except BaseException as exc:  # noqa: BLE001
-            last_err = exc
+            first_err = first_err or exc
             if _classify(exc) in ("needs_gpu", "reads_files", "downloads"):
                 raise ProbeReject(_classify(exc), _short(exc)) from None
             continue
@@ -516,24 +516,24 @@ def _infer_inputs(ns: dict, job: dict):
                 with _torch().no_grad():
                     _tensor_outputs(model(*inputs))
             except ProbeReject as rej:
-                last_err = rej
+                first_err = first_err or rej
                 if rej.args[0] in ("output_none", "output_not_tensor"):
                     raise
                 continue
             except BaseException as exc:  # noqa: BLE001 - the next candidate may fit
-                last_err = exc
+                first_err = first_err or exc
                 if _classify(exc) in ("needs_gpu", "reads_files", "downloads"):
                     raise ProbeReject(_classify(exc), _short(exc)) from None
                 continue
             return init_args, specs
-    if isinstance(last_err, ProbeReject):
-        raise last_err
-    detail = _short(last_err) if last_err else "no candidate"
-    reason = _classify(last_err) if last_err else "no_inputs"
-    if last_err is not None and tried == 0:
+    if isinstance(first_err, ProbeReject):
+        raise first_err
+    detail = _short(first_err) if first_err else "no candidate"
+    reason = _classify(first_err) if first_err else "no_inputs"
+    if first_err is not None and tried == 0:
         raise ProbeReject("init_error", f"constructor raised {detail}")
     raise ProbeReject("no_inputs" if reason == "runtime_error" else reason,
-                      f"no input shape fits after {tried} tries; last: {detail}")
+                      f"no input shape fits after {tried} tries; first: {detail}")
 
 
 # --- sizing ----------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ def run_tasks(ws: Workspace, run: Run, cfg: Config, *, batch_size: int | None = 
     counts: Counter[str] = Counter(modules=len(modules), skipped=len(modules) - len(pending))
     reasons: Counter[str] = Counter()
     size = max(1, batch_size or cfg.flows.batch_size)
-    with ProbePool(cfg.tasks.workers) as pool:
+    with ProbePool(cfg.tasks.workers, cfg.tasks.probe_memory_mb) as pool:
         for start in range(0, len(pending), size):
             batch = pending[start:start + size]
             tasks, rejections = extract_tasks(batch, cfg.tasks, pool=pool)

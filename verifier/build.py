@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -309,22 +310,24 @@ class Builder:
         cflags = [*first.extra_cflags, *(f"-I{p}" for p in first.extra_include_paths)]
         log: list[str] = []
         pch = self.pch_dir(cflags, n, log)
-        (out_dir / "host.cpp").write_text(host)
-        objs = [out_dir / "host.o"]
+        # unique names: another process may be building the same batch into this folder
+        tag = f"{os.getpid()}-{threading.get_ident()}"
+        (out_dir / f"host-{tag}.cpp").write_text(host)
+        objs = [out_dir / f"host-{tag}.o"]
         try:
-            ok = be.compile_unit(BuildUnit(out_dir / "host.cpp", "host"), objs[0],
+            ok = be.compile_unit(BuildUnit(out_dir / f"host-{tag}.cpp", "host"), objs[0],
                                  [*cflags, *(extra or [])], pch, log, self.ctx.timeout_s)
             if ok and device:
-                dpath = out_dir / f"device{be.device_suffix}"
+                dpath = out_dir / f"device-{tag}{be.device_suffix}"
                 dpath.write_text(device)
-                objs.append(out_dir / "device.o")
+                objs.append(out_dir / f"device-{tag}.o")
                 ok = be.compile_unit(BuildUnit(dpath, "device"), objs[1],
                                      [*first.extra_cuda_cflags, *(extra or [])], None, log,
                                      self.ctx.timeout_s)
         except ValueError as exc:
             return False, str(exc)
         if ok:
-            tmp = out_dir / f".{module}.so.tmp"
+            tmp = out_dir / f".{module}.so.{tag}.tmp"
             ok = be.link(objs, tmp, first.extra_ldflags, log, self.ctx.timeout_s)
             if ok:
                 os.replace(tmp, out_dir / f"{module}.so")

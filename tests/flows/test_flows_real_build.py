@@ -16,13 +16,14 @@ import duckdb
 import yaml
 from flows_harness import VENV_BIN, child_env
 
+# Three structurally different modules (curation dedups on a canonicalized AST).
 MODULES = {
     "act/relu.py": "class Relu(nn.Module):\n    def forward(self, x):\n"
                    "        return torch.relu(x)\n",
-    "act/sigmoid.py": "class Sigmoid(nn.Module):\n    def forward(self, x):\n"
-                      "        return torch.sigmoid(x)\n",
-    "act/tanh.py": "class Tanh(nn.Module):\n    def forward(self, x):\n"
-                   "        return torch.tanh(x)\n",
+    "act/affine.py": "class Affine(nn.Module):\n    def forward(self, x):\n"
+                     "        return x * 2.0 + 1.0\n",
+    "norm/softmax.py": "class Softmax(nn.Module):\n    def forward(self, x):\n"
+                       "        return torch.softmax(x, dim=-1)\n",
 }
 BUILD_CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "builds"
 

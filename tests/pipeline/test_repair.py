@@ -58,7 +58,9 @@ def test_mutation_chain_is_answered_by_its_known_fix() -> None:
     assert "incorrect" in fix.prompt[-1].content
     assert extract_code(fix.raw_response) == CPU_CANDIDATE
     meta = json.loads(mutant.meta)
-    assert f"line {meta['bug_line']}" in fix.raw_response and "r < rows - 1" in fix.raw_response
+    assert f"line {meta['bug_line']}" in fix.raw_response
+    assert meta["bug_after"].strip() in fix.raw_response and "- 1" in meta["bug_after"]
+    assert meta["bug_before"].strip() in fix.raw_response
 
 
 def test_only_failing_unrepaired_chain_ends_within_turns_continue() -> None:

@@ -54,3 +54,18 @@ def test_unavailable_backend_exits_2(tmp_path: Path) -> None:
     p = _run("--task", str(tmp_path / "t.py"), "--candidate", str(tmp_path / "t.py"),
              "--backend", "cuda")
     assert p.returncode == 2 and "cuda" in p.stderr
+
+
+def test_batch_parquet_round_trip(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"candidate_id": "p1", "task_id": "relu", "task_source": RELU_TASK,
+             "response": relu_ok().replace("import torch\n", "import os\nimport torch\n", 1)}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in.parquet")
+    p = _run("--batch", str(tmp_path / "in.parquet"), "--out", str(tmp_path / "out.parquet"),
+             "--backend", "cpu")
+    assert p.returncode == 0, p.stderr
+    out = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert out[0]["candidate_id"] == "p1" and out[0]["status"] == "static_reject"
+    assert json.loads(out[0]["findings"])[0]["rule"] == "escape"
