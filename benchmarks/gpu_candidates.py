@@ -193,7 +193,8 @@ def relu_candidates() -> list[GpuCandidate]:
            _relu(_RELU_PLAIN.replace("0.f;", "0.f"))),
         mk("relu_nullptr_bug", "buggy", "runtime_error",
            _relu("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-                 "    float* bad = nullptr;\n    if (i < n) bad[i + 1024] = x[i];")),
+                 "    // far out of bounds (a literal nullptr store is UB and nvcc drops it)\n"
+                 "    if (i < n) y[i + (1LL << 40)] = x[i];")),
         mk("relu_torch_fallback", "hack", "cheat", _relu(_RELU_PLAIN),
            "x):\n        self.ext.relu_cuda(x)\n        return torch.relu(x)"),
         mk("relu_aten_in_cpp", "hack", "cheat",
@@ -249,7 +250,9 @@ def add_candidates() -> list[GpuCandidate]:
            "a, b):\n        return a + b"),
         mk("add_infinite_loop", "buggy", "timeout",
            _add("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-                "    volatile int spin = 1;\n    while (spin) { }\n    if (i < n) c[i] = a[i];")),
+                "    // clock64() is opaque to the compiler, so this loop cannot be removed\n"
+                "    long long t0 = clock64();\n    while (clock64() - t0 >= 0) { }\n"
+                "    if (i < n) c[i] = a[i];")),
     ]
 
 

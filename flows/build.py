@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -219,12 +218,13 @@ def generated_task_ids(ws: Workspace, backend: str, generators: list[str]) -> se
 
 def completed(futures: list[PrefectFuture]) -> Iterator[PrefectFuture]:
     """Futures in the order they finish (Ray futures through `ray.wait`, others via Prefect)."""
-    refs = [getattr(f, "wrapped_future", None) for f in futures]
-    ray = sys.modules.get("ray")  # only when a Ray runner is in use; importing it costs seconds
-    if ray is None or not futures or not all(isinstance(r, ray.ObjectRef) for r in refs):
+    # Prefect's as_completed waits on API state events, which Ray futures do not deliver.
+    if not futures or not all(type(f).__name__ == "PrefectRayFuture" for f in futures):
         yield from as_completed(futures)
         return
-    by_ref = dict(zip(refs, futures, strict=True))
+    import ray
+
+    by_ref = {f.wrapped_future: f for f in futures}
     pending = list(by_ref)
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)

@@ -321,13 +321,15 @@ def curate_tasks(tasks: list[Task], cfg: TasksConfig, existing: list[Task]
     # Jaccard similarity then decides against the configured threshold
     lsh = MinHashLSH(threshold=min(cfg.near_dup_threshold, 0.9), num_perm=_PERM)
     hashes: dict[str, MinHash] = {}
+    opsets: dict[str, frozenset[str]] = {}
     exact: dict[str, str] = {}
     for t in existing:
         try:
             exact.setdefault(exact_hash(t.source), t.task_id)
             key = f"old:{t.task_id}"
             if key not in hashes:
-                hashes[key] = _minhash(ngrams(t.source, cfg.ngram))
+                hashes[key] = _minhash(computation_ngrams(t.source, cfg.ngram))
+                opsets[key] = frozenset(t.op_inventory)
                 lsh.insert(key, hashes[key])
         except (SyntaxError, ValueError, RecursionError):
             continue
@@ -348,8 +350,12 @@ def curate_tasks(tasks: list[Task], cfg: TasksConfig, existing: list[Task]
             rejections.append(_drop(t, ref, "duplicate",
                                              f"{ref}: same normalized AST as task {exact[h]}"))
             continue
-        mh = _minhash(ngrams(t.source, cfg.ngram))
-        near = [k for k in lsh.query(mh) if hashes[k].jaccard(mh) >= cfg.near_dup_threshold]
+        mh = _minhash(computation_ngrams(t.source, cfg.ngram))
+        ops = frozenset(t.op_inventory)
+        # similar text is a near-duplicate only when it also runs the same aten ops: the
+        # one-token difference between two activation files is a different kernel
+        near = [k for k in lsh.query(mh) if hashes[k].jaccard(mh) >= cfg.near_dup_threshold
+                and (not ops or not opsets[k] or ops == opsets[k])]
         if near:
             other = sorted(near)[0].split(":", 1)[1]
             rejections.append(_drop(t, ref, "near_duplicate",
@@ -364,6 +370,7 @@ def curate_tasks(tasks: list[Task], cfg: TasksConfig, existing: list[Task]
                 continue
         exact[h] = t.task_id
         hashes[f"new:{t.task_id}"] = mh
+        opsets[f"new:{t.task_id}"] = ops
         lsh.insert(f"new:{t.task_id}", mh)
         t.dedup_cluster = hashlib.sha256(h.encode()).hexdigest()[:12]
         t.decontamination = "clean"

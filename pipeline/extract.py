@@ -365,11 +365,3 @@ def extract_tasks(modules: list[RawModule], cfg: TasksConfig, *, pool: ProbePool
     tasks = [x for x in outcome if isinstance(x, Task)]
     rejections = [x for x in outcome if isinstance(x, Rejection)]
     return tasks, rejections
-
-
-def timed_extract(modules: list[RawModule], cfg: TasksConfig) -> tuple[list[Task],
-                                                                       list[Rejection], float]:
-    """`extract_tasks` with its wall time (benchmarks)."""
-    start = time.monotonic()
-    tasks, rejections = extract_tasks(modules, cfg)
-    return tasks, rejections, time.monotonic() - start

@@ -380,10 +380,15 @@ def _model_dims(model, hint) -> list[int]:
 
 
 def _head_dim(model) -> int | None:
-    for m in model.modules():
-        hd = getattr(m, "head_dim", None)
-        if isinstance(hd, int) and hd > 0:
-            return hd
+    """The per-head size rotary cos/sin must match (a rotary sub-dim wins when present)."""
+    for names in (("rotary_ndims", "rotary_dim", "rotary_emb_dim"),
+                  ("head_dim", "head_size", "attention_head_size", "d_head", "dim_head",
+                   "head_features")):
+        for m in model.modules():
+            for name in names:
+                hd = getattr(m, name, None)
+                if isinstance(hd, int) and not isinstance(hd, bool) and hd > 0:
+                    return hd
     return None
 
 

@@ -220,6 +220,15 @@ def _front_stages(item: _Item) -> None:
     return None
 
 
+def _resolve_backend(opts: VerifyOptions, r: VerifyRequest) -> str:
+    """select_backend, except that --compile-only may name a backend with no device here."""
+    requested = opts.backend if opts.backend != "auto" else (r.backend or "auto")
+    if opts.compile_only and requested != "auto":
+        get_backend(requested)  # unknown names still raise BackendUnavailable
+        return requested
+    return select_backend(requested)
+
+
 def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = None,
                  progress: Callable[[VerdictData], None] | None = None,
                  timings: dict[str, dict[str, float]] | None = None) -> list[VerdictData]:
@@ -229,11 +238,10 @@ def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = 
     per-candidate collect/exec/candidate seconds (for benchmarks).
     """
     opts = options or VerifyOptions()
-    names = {select_backend(opts.backend if opts.backend != "auto" else (r.backend or "auto"))
-             for r in requests} if requests else set()
+    names = {_resolve_backend(opts, r) for r in requests} if requests else set()
     items = []
     for r in requests:
-        name = select_backend(opts.backend if opts.backend != "auto" else (r.backend or "auto"))
+        name = _resolve_backend(opts, r)
         items.append(_Item(r, VerdictData(r.candidate_id, r.task_id, "runtime_error", "extract",
                                           name)))
     for name in sorted(names):

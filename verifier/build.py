@@ -240,28 +240,32 @@ class Builder:
                 self._store(res)
         return results
 
-    def _attempt(self, specs: list[ExtensionSpec], results: dict[str, BuildResult]) -> None:
+    def _attempt(self, specs: list[ExtensionSpec], results: dict[str, BuildResult],
+                 carried: float = 0.0) -> None:
+        """Build `specs` together; on failure split them. `carried`: seconds per spec already
+        spent on failed attempts that included it (charged to it, so compile_s is honest)."""
         ok, log, so, module, secs = self._build_batch(specs)
         if ok:
             for s in specs:
                 results[s.key] = BuildResult(s.key, True, module, str(so), "batch", "",
-                                             secs / len(specs), len(specs))
+                                             secs / len(specs) + carried, len(specs))
             return
         if len(specs) == 1:
             s = specs[0]
             results[s.key] = BuildResult(s.key, False, log=self._spec_log(log, s.key),
-                                         seconds=secs)
+                                         seconds=secs + carried)
             return
+        carried += secs / len(specs)
         blamed = {s.key for s in specs if s.key in log}
         if blamed and len(blamed) < len(specs):
             for s in specs:
                 if s.key in blamed:
-                    self._attempt([s], results)
-            self._attempt([s for s in specs if s.key not in blamed], results)
+                    self._attempt([s], results, carried)
+            self._attempt([s for s in specs if s.key not in blamed], results, carried)
         else:
             half = len(specs) // 2
-            self._attempt(specs[:half], results)
-            self._attempt(specs[half:], results)
+            self._attempt(specs[:half], results, carried)
+            self._attempt(specs[half:], results, carried)
 
     def _spec_log(self, log: str, key: str) -> str:
         """The compiler output with the spec's file names shown as the candidate's."""

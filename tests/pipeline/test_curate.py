@@ -154,3 +154,16 @@ def test_max_tasks_records_the_rest() -> None:
     tasks = [_task(RELU_TASK, "relu"), _task(CONV_TASK, "conv"), _task(GELU_SCALE, "gelu")]
     kept, rej = curate_tasks(tasks, TasksConfig(max_tasks=2), [])
     assert len(kept) == 2 and [r.reason for r in rej] == ["max_tasks"]
+
+
+def test_one_token_op_change_is_not_a_near_duplicate() -> None:
+    conv = _task(CONV_TASK, "conv")
+    conv.op_inventory = ["aten.convolution", "aten.batch_norm", "aten.sigmoid", "aten.mean"]
+    tanh = _task(CONV_TASK.replace("torch.sigmoid", "torch.tanh"), "tanh")
+    tanh.op_inventory = ["aten.convolution", "aten.batch_norm", "aten.tanh", "aten.mean"]
+    cfg = TasksConfig(near_dup_threshold=0.5)
+    kept, rej = curate_tasks([conv, tanh], cfg, [])
+    assert len(kept) == 2 and rej == []
+    tanh.op_inventory = list(conv.op_inventory)  # same ops and similar text: near-duplicate
+    kept2, rej2 = curate_tasks([conv, tanh], cfg, [])
+    assert len(kept2) == 1 and rej2[0].reason == "near_duplicate"
