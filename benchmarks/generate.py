@@ -135,14 +135,20 @@ def main() -> None:
         opts = VerifyOptions(backend=args.backend, workers=args.workers,
                              compile_workers=args.compile_workers)
         t3 = time.perf_counter()
-        verdicts = verify_batch(reqs, opts)
+        done = [0]
+
+        def progress(vd) -> None:  # a line per verdict, so a cut-off run still shows results
+            done[0] += 1
+            print(f"  [{done[0]}/{len(reqs)}] {vd.status} {vd.candidate_id}", flush=True)
+
+        verdicts = verify_batch(reqs, opts, progress=progress)
         t_ver = time.perf_counter() - t3
         print(f"\nVerification on {args.backend} ({len(reqs)} candidates, {t_ver:.0f}s); "
               "baseline = eager PyTorch timed by the verifier")
         print(f"{'group':<22}{'cands':>6}{'correct':>9}{'share':>8}{'faster':>8}{'share':>8}"
               f"{'median speedup':>16}")
         vg = collections.defaultdict(list)
-        for (v, fam, level, k), vd in zip(kernels, verdicts, strict=True):
+        for (_v, _fam, level, k), vd in zip(kernels, verdicts, strict=True):
             vg[f"level {level}"].append(vd)
             vg[f"  {k.family}"].append(vd)
             vg["all"].append(vd)

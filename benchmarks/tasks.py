@@ -23,6 +23,7 @@ sys.path.insert(0, str(_HERE.parent))
 import argparse  # noqa: E402
 import ast  # noqa: E402
 import importlib.util  # noqa: E402
+import resource  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
 
@@ -68,6 +69,19 @@ def transformers_modules(limit_models: int | None, per_model: int | None, every:
     return out
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and its reaped children (the sandboxed probes)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _load() -> float:
+    import os
+
+    return os.getloadavg()[0]
+
+
 def seed_modules() -> list[RawModule]:
     root = Path(__file__).resolve().parents[1] / "sources" / "seed"
     return [RawModule(f"seed-{p.stem}", "seed", "", "", str(p.relative_to(root.parents[1])),
@@ -96,6 +110,7 @@ def main() -> None:
     fork = (time.monotonic() - t0) / max(1, len(seeds))
 
     modules = transformers_modules(args.models, args.per_model, args.every)
+    cpu0 = _cpu_s()
     t0 = time.monotonic()
     seen = [0, 0]
 
@@ -108,6 +123,7 @@ def main() -> None:
 
     tasks, rejections = extract_tasks(modules, cfg, on_result=progress)
     extract_s = time.monotonic() - t0
+    extract_cpu = _cpu_s() - cpu0  # the probe workers are reaped when extract_tasks returns
     t0 = time.monotonic()
     kept, dropped = curate_tasks(tasks, cfg, [])
     curate_s = time.monotonic() - t0
@@ -122,6 +138,10 @@ def main() -> None:
         ("distinct tasks after dedup", str(len(kept))),
         ("extract wall time (s)", f"{extract_s:.1f}"),
         ("time per module (s, wall / modules)", f"{extract_s / max(1, len(modules)):.3f}"),
+        ("extract CPU time, host + sandboxes (s)", f"{extract_cpu:.1f}"),
+        ("CPU s per module", f"{extract_cpu / max(1, len(modules)):.3f}"),
+        ("projected wall on 2 idle cores (s)", f"{extract_cpu / 2:.0f}"),
+        ("load average during the run (1 min)", f"{_load():.1f}"),
         ("curate wall time (s)", f"{curate_s:.1f}"),
         ("level 1/2/3", "/".join(str(sum(t.level == k for t in kept)) for k in (1, 2, 3))),
     ]

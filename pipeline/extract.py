@@ -14,7 +14,6 @@ import functools
 import importlib.util
 import json
 import re
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass

@@ -317,6 +317,8 @@ _NOT_TYPES = {"return", "else", "case", "goto", "delete", "new", "typedef", "usi
               "const", "static", "volatile", "auto"}
 _ACC_DECL = re.compile(r"\b((?:const\s+)?[A-Za-z_][\w:]*)\s+(\w+\s*=\s*[^;{},]+"
                        r"(?:,\s*\w+\s*=\s*[^;{},]+)*);")
+_CONSTANT = re.compile(r"[-+]?\s*(?:[\d.]+(?:[eE][-+]?\d+)?[fFlLuU]*|[A-Z_][A-Z0-9_]*"
+                       r"|std::numeric_limits<[\w\s]+>::\w+\(\)|\(\w+\)\s*\(?[\d.]+f?\)?)")
 _RESET = re.compile(r"\b(?:std::)?(?:fill|memset)\s*\([^;]*\)\s*;")
 
 
@@ -357,7 +359,8 @@ def _uninit_accumulator(view: str, base: int, backend: str) -> list[Site]:
         at = _for_header_start(view, brace) if brace is not None else None
         # On a GPU a thread often handles one output, so hoisting may not show; an
         # uninitialised register does. On a CPU each thread loops over many outputs.
-        if at is not None:
+        constant = all(_CONSTANT.fullmatch(d[1].strip()) for d in decls)
+        if at is not None and constant:  # an initialiser naming loop variables cannot move
             stmt = _line_start(view, at)
             pragma_line = _line_start(view, max(0, stmt - 1))
             if view[pragma_line:stmt].lstrip().startswith("#pragma"):
@@ -527,20 +530,6 @@ def mutate_code(code: str, kind: str, backend: str, site_index: int = 0) -> Muta
     return None
 
 
-def best_mutations(code: str, kind: str, backend: str) -> list[Mutation]:
-    """Every working mutation of `kind` among the sites of the best priority class."""
-    out: list[Mutation] = []
-    best: int | None = None
-    for site in find_sites(code, kind, backend):
-        if best is not None and site.priority > best:
-            break
-        mutation = apply_site(code, site, kind)
-        if mutation is not None:
-            best = site.priority
-            out.append(mutation)
-    return out
-
-
 # --- the stage ---------------------------------------------------------------------------------
 
 
@@ -572,12 +561,11 @@ def mutate_candidates(tasks: dict[str, Task] | Iterable[Task], candidates: list[
         for kind in kinds:
             if made >= cfg.mutations_per_kernel:
                 break
-            options = best_mutations(cand.code, kind, cand.backend)
-            if not options:
+            # the first site of the best class: measured on the built-in tasks, the first
+            # (outermost) loop or guard changes behaviour far more often than a random one
+            mutation = mutate_code(cand.code, kind, cand.backend)
+            if mutation is None:
                 continue
-            # a seeded choice among equally good sites: a guard on a dimension of size one or
-            # a declaration on a path the task never takes does not always show, another may
-            mutation = options[rng.randrange(len(options))]
             new = _mutant(cand, mutation, task_map.get(cand.task_id), cfg)
             if new.candidate_id in seen:
                 continue

@@ -101,6 +101,10 @@ def op_families(ops: list[str]) -> list[str]:
         fam = op_family(op)
         if fam not in fams and (fam != "shape" or len(ops) == 1):
             fams.append(fam)
+    # eager attention: a batched matmul feeding a softmax (QK^T, softmax, PV)
+    if "softmax" in fams and "attention" not in fams and {"aten.bmm", "aten.matmul",
+                                                          "aten.baddbmm"} & set(ops):
+        fams.append("attention")
     return fams or ["other"]
 
 

@@ -288,7 +288,9 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
     if not pending:
         return
 
+    # a CUDA/MUSA extension cannot be imported on a host without the device's torch build
     ctx = BuildContext(backend, cache, timeout_s=opts.compile_timeout_s,
+                       check_import=not opts.compile_only or backend.is_available(),
                        code_of={s.key: it.code for it in pending for s in it.specs})
     unique: dict[str, ExtensionSpec] = {}
     for it in pending:

@@ -257,7 +257,15 @@ class Builder:
             return
         carried += secs / len(specs)
         blamed = {s.key for s in specs if s.key in log}
-        if blamed and len(blamed) < len(specs):
+        if len(blamed) == 1 and len(specs) > 1:
+            # Errors only in one candidate's own file (#line-mapped): fail it with those errors
+            # and rebuild the rest; if the rest fails too, the recursion bisects it further.
+            (key,) = blamed
+            rest = [s for s in specs if s.key != key]
+            results[key] = BuildResult(key, False, log=self._spec_log(log, key),
+                                       seconds=carried)
+            self._attempt(rest, results, carried)
+        elif blamed and len(blamed) < len(specs):
             for s in specs:
                 if s.key in blamed:
                     self._attempt([s], results, carried)
@@ -269,7 +277,9 @@ class Builder:
 
     def _spec_log(self, log: str, key: str) -> str:
         """The compiler output with the spec's file names shown as the candidate's."""
-        lines = [ln for ln in log.splitlines() if not ln.startswith("$ ")]
+        other = re.compile(r"([0-9a-f]{16})/" + re.escape(CAND_FILE))
+        lines = [ln for ln in log.splitlines() if not ln.startswith("$ ")
+                 and all(m.group(1) == key for m in other.finditer(ln))]
         text = "\n".join(lines).replace(f"{key}/{CAND_FILE}", CAND_FILE)
         return text.replace(f"ks_{key}::", "").replace(f"k{key}__", "")
 

@@ -352,6 +352,6 @@ def compile_only_supported() -> tuple[bool, str]:
         nvcc_path()
     except FileNotFoundError as exc:
         return False, str(exc)
-    what = ("host and device units compiled to objects" if not torch_has_cuda_libs()
-            else "host and device units compiled and linked")
+    what = ("host and device units compiled and linked (CUDA parts of torch left to load time)"
+            if not torch_has_cuda_libs() else "host and device units compiled and linked")
     return True, what

@@ -10,7 +10,7 @@ vectorised loop when every operand is a contiguous fp32 tensor of the output's s
 from __future__ import annotations
 
 from pipeline.templates.analysis import Node, NoTemplate
-from pipeline.templates.program import Builder, acc_type, ctype, fn, lit, numel
+from pipeline.templates.program import Builder, acc_type, ctype, lit, numel
 
 UNARY = {
     "abs": "fabs{f}({x})", "neg": "(-{x})", "exp": "exp{f}({x})", "exp2": "exp2{f}({x})",

@@ -69,8 +69,8 @@ def trace(src: str) -> None:
     """Trace one reference source and write its result.json."""
     import torch
     import torch.fx as fx
-    from torch.fx.experimental.proxy_tensor import make_fx
     from torch.func import functional_call
+    from torch.fx.experimental.proxy_tensor import make_fx
 
     torch.set_num_threads(1)
     module = types.ModuleType("kernelsynth_ref")

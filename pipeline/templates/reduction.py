@@ -150,7 +150,7 @@ __global__ void {kname}_kernel(const {in_t}* __restrict__ in, {out_param},
     }}
 }}
 """
-        grid = f"(unsigned int)std::min<int64_t>(outer * inner, 65535)"
+        grid = "(unsigned int)std::min<int64_t>(outer * inner, 65535)"
         how = (f"one {threads}-thread block per output: threads stride over the {r} reduced "
                "elements, then warp shuffles and a shared-memory pass combine the partials")
     elif b.cuda:

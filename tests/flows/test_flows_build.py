@@ -148,6 +148,7 @@ def test_sigkill_during_verification_then_resume_gives_the_same_dataset(
     assert resumed["funnel"] == reference["summary"]["funnel"]
 
 
+@pytest.mark.slow  # a local Ray instance costs 15-40 s to start here
 def test_ray_runs_the_verify_flow_with_gpu_and_cpu_placement(prefect_api: str,
                                                                tmp_path: Path) -> None:
     import flows_fake_stages as fake

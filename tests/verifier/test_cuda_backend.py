@@ -143,11 +143,19 @@ def test_nvcc_errors_name_the_unit_and_line(tmp_path: Path) -> None:
     assert "bad.cu:2:1: error" in text and "undefined_thing" in text  # gcc-style location
 
 
+@needs_nvcc
 @pytest.mark.skipif(torch_has_cuda_libs(), reason="this torch build can link CUDA extensions")
-def test_link_on_a_cpu_torch_build_says_compile_only(tmp_path: Path) -> None:
+def test_link_on_a_cpu_torch_build_leaves_cuda_symbols_for_the_gpu_node(tmp_path: Path) -> None:
+    unit = tmp_path / "k.cu"
+    unit.write_text("#include <cuda_runtime.h>\n__global__ void k(float* y) { y[0] = 1.f; }\n"
+                    "void launch(float* y) { k<<<1, 1>>>(y); cudaDeviceSynchronize(); }\n")
+    backend = get_backend("cuda")
     log: list[str] = []
-    assert not get_backend("cuda").link([tmp_path / "a.o"], tmp_path / "a.so", [], log, 30)
-    assert "compile-only" in log[-1] and "libtorch_cuda" in log[-1]
+    assert backend.compile_unit(BuildUnit(unit, "device"), tmp_path / "k.o", [], None, log, 120)
+    assert backend.link([tmp_path / "k.o"], tmp_path / "k.so", [], log, 60), log
+    assert (tmp_path / "k.so").stat().st_size > 0
+    assert any("compile-only host" in line for line in log)
+    assert not any("-ltorch_cuda" in line for line in log if line.startswith("$"))
 
 
 # Kernel names as torch.profiler reports them on an H100 (torch 2.11, CUDA 13).
