@@ -21,6 +21,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# `python benchmarks/build.py` puts benchmarks/ first on sys.path, where select.py would shadow
+# the standard library's `select`; the repository root goes there instead.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO / "benchmarks"]
 sys.path.insert(0, str(REPO))
 
 NEW_KEY = {"ingest": "modules", "tasks": "tasks", "generate": "candidates", "mutate": "candidates",

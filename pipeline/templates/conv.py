@@ -222,6 +222,8 @@ def lower_conv(b: Builder, node: Node) -> None:
             + f"{how}; fp32 accumulation over {per} products per output.")
     name = b.add_kernel("conv_transpose" if transposed else "conv", k, src, _DECL, note)
     out = b.alloc(out_shape, node.dtype)
+    b.emit("# geometry: N, Ci, Co, Di, Hi, Wi, Do, Ho, Wo, Kd, Kh, Kw, stride d/h/w, "
+           "padding d/h/w, dilation d/h/w, groups")
     b.call(name, xin, win, bvar, out, str(has_bias), repr(geom))
     b.env[node.name] = out
     b.params.setdefault("conv", []).append({"transposed": transposed, "shared_filter": use_shared,

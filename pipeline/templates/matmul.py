@@ -194,10 +194,22 @@ void NAME(torch::Tensor a, torch::Tensor b, torch::Tensor bias_, torch::Tensor c
         for (int64_t br = 0; br < batch * M; ++br) {
             const int64_t bt = br / M, i = br % M;
             std::fill(row.begin(), row.end(), 0.0);
-            for (int64_t k = 0; k < K; ++k) {  // i-k-j: the inner loop streams a row of B
-                const double av = (double)A[bt * sab + i * sam + k * sak];
-                const B_T* brow = B + bt * sbb + k * sbk;
-                for (int64_t j = 0; j < N; ++j) row[j] += av * (double)brow[j * sbn];
+            if (sbn == 1) {
+                for (int64_t k = 0; k < K; ++k) {  // i-k-j: the inner loop streams a row of B
+                    const double av = (double)A[bt * sab + i * sam + k * sak];
+                    const B_T* brow = B + bt * sbb + k * sbk;
+                    for (int64_t j = 0; j < N; ++j) row[j] += av * (double)brow[j];
+                }
+            } else {
+                // B is k-contiguous (e.g. a transposed nn.Linear weight): dot products walk
+                // both operands along k instead of striding through B.
+                const A_T* arow = A + bt * sab + i * sam;
+                for (int64_t j = 0; j < N; ++j) {
+                    const B_T* bcol = B + bt * sbb + j * sbn;
+                    double s = 0.0;
+                    for (int64_t k = 0; k < K; ++k) s += (double)arow[k * sak] * (double)bcol[k * sbk];
+                    row[j] = s;
+                }
             }
             for (int64_t j = 0; j < N; ++j) {
                 double v = alpha * row[j];
@@ -278,8 +290,9 @@ def lower_matmul(b: Builder, node: Node) -> None:
     half = am["dtype"] in ("float16", "bfloat16") and bm["dtype"] == am["dtype"]
     k_name = f"gemm{len(b.kernels)}"
     if not b.cuda:
-        tpl, how = _CPU, ("OpenMP over the output rows, i-k-j loop order with a double row "
-                          "accumulator so the innermost loop walks B contiguously")
+        tpl, how = _CPU, ("OpenMP over the output rows with a double row accumulator; i-k-j "
+                          "order when B's rows are contiguous, k-contiguous dot products when B "
+                          "is a transposed weight, so the innermost loop never strides")
         variant = "cpu_ikj"
     elif half and b.variant % 3 != 1:
         frag = "__half" if am["dtype"] == "float16" else "__nv_bfloat16"

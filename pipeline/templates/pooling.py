@@ -148,6 +148,8 @@ def lower_pool(b: Builder, node: Node) -> None:
     name = b.add_kernel("pooling", k, src, "void NAME(torch::Tensor x, torch::Tensor out, "
                         "std::vector<int64_t> d)", note)
     out = b.alloc(out_meta["shape"], out_meta["dtype"])
+    b.emit("# geometry: input D/H/W, output D/H/W, kernel, stride, padding, dilation (d/h/w), "
+           "divisor override, count_include_pad")
     b.call(name, xin, out, repr(geom))
     b.tuples[node.name] = {0: out}
     b.env[node.name] = out

@@ -251,11 +251,14 @@ def render(b: Builder) -> str:
             "    verbose=False,\n)"
         )
         sources = f'KERNELS = r"""\n{header}\n{body}\n"""\n'
+    base_imports = {"import torch", "import torch.nn as nn",
+                     "from torch.utils.cpp_extension import load_inline"}
+    preamble = "\n".join(ln for ln in b.ref.preamble.splitlines() if ln not in base_imports)
     init = "\n".join("    " + ln for ln in b.ref.init_source.splitlines())
     fwd = "\n".join("        " + ln for ln in b.lines)
     return (
         "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
-        f"{b.ref.preamble}\n\n{sources}\n{build}\n\n\n"
+        f"{preamble}\n\n{sources}\n{build}\n\n\n"
         "class ModelNew(nn.Module):\n"
         f"{init}\n\n"
         f"    def forward({b.ref.forward_signature}):\n"

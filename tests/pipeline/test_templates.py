@@ -227,11 +227,16 @@ def test_cpu_candidates_match_reference_in_one_build(traced) -> None:
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_cuda_sources_compile_with_nvcc(traced, tmp_path) -> None:
+    # One variant each, chosen to touch every CUDA template once (nvcc is slow here: torch headers).
     codes = []
-    for name, variants in (("fused_chain", 2), ("argmax_and_mean", 1), ("softmax_logsumexp", 2),
-                           ("linear_layernorm", 2), ("conv_bn_pool", 2),
-                           ("conv_transpose_groupnorm", 1), ("scans_and_bmm", 1), ("losses", 1)):
-        codes += [k.code for k in template_kernels(_view(name), "cuda", variants)]
+    for name, variant in (("linear_layernorm", 1), ("conv_bn_pool", 1), ("softmax_logsumexp", 1),
+                          ("scans_and_bmm", 0), ("argmax_and_mean", 0), ("losses", 0),
+                          ("conv_transpose_groupnorm", 0)):
+        codes.append(template_kernels(_view(name), "cuda", variant + 1)[variant].code)
+    joined = "\n".join(codes)
+    for needle in ("float As[16][64 + 4]", "_smem[]", "__shfl_up_sync", "float4", "nll",
+                   "__shfl_xor_sync", "TRANSPOSED 1"):
+        assert needle in joined, needle
     half = HEAD + """
 class Model(nn.Module):
     def forward(self, a, b):
