@@ -116,7 +116,9 @@ def main() -> None:
 
         cache = default_ws / "cache"
         cfg = root / "bench.yaml"
-        cfg.write_text(yaml.safe_dump({"verify": {"build_cache_dir": str(cache / "builds"),
+        cfg.write_text(yaml.safe_dump({"sources": {"seed_corpus": False, "transformers_sample": 0,
+                                                   "nnsmith": {"count": 0}},
+                                       "verify": {"build_cache_dir": str(cache / "builds"),
                                                   "baseline_cache_dir": str(cache / "baselines")},
                                        "flows": {"ray_num_cpus": 2}}))
         for name, runner in (("local", "local"), ("ray", "ray")):
