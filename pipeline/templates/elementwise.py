@@ -249,7 +249,13 @@ def lower_group(b: Builder, members: list[Node]) -> None:
     acc = acc_type(out_dtype, *[m["dtype"] for m in metas])
     n = numel(out_shape)
     strides = [_bcast_strides(m, out_shape) for m in metas]
-    flat = all(m["shape"] == out_shape and m["contiguous"] for m in metas)
+    # PyTorch keeps a permuted input's layout for elementwise results; match the traced strides
+    # so later views see the same memory layout as the reference's.
+    rm = root.meta
+    out_strided = not rm.get("contiguous", True)
+    if out_strided:
+        strides.append(list(rm["stride"]))
+    flat = all(m["shape"] == out_shape and m["contiguous"] for m in metas) and not out_strided
     vec = (flat and out_dtype == "float32" and all(m["dtype"] == "float32" for m in metas)
            and n % 4 == 0 and all(m["offset"] % 4 == 0 for m in metas) and b.variant % 2 == 0)
     threads = (256, 512, 256, 128)[b.variant % 4]
@@ -260,8 +266,9 @@ def lower_group(b: Builder, members: list[Node]) -> None:
     ptr_params = ", ".join(f"const {t}* __restrict__ in{k}" for k, t in enumerate(in_types))
     offset_code, offs = ("", ["i"] * len(leaves)) if flat else _offset_code(strides, out_shape, "i")
     loads = ", ".join(f"({acc})in{k}[{offs[k]}]" for k in range(len(leaves)))
-    store = (f"out[i] = ({out_t})({kname}_op({loads}));" if out_dtype != "bool"
-             else f"out[i] = {kname}_op({loads}) != 0;")
+    o = offs[len(leaves)] if out_strided else "i"
+    store = (f"out[{o}] = ({out_t})({kname}_op({loads}));" if out_dtype != "bool"
+             else f"out[{o}] = {kname}_op({loads}) != 0;")
     ptr_args = ", ".join(f"(const {t}*)a{k}.data_ptr()" for k, t in enumerate(in_types))
     host_params = ", ".join(f"torch::Tensor a{k}" for k in range(len(leaves)))
     decl = f"void NAME(torch::Tensor out, {host_params})"
@@ -333,7 +340,12 @@ __global__ void {kname}_kernel({ptr_params}, {out_t}* __restrict__ out, int64_t 
     family = "activation" if any(m.base.removesuffix("_") in ACTIVATIONS for m in members) \
         else ("broadcast" if not flat else "elementwise")
     name = b.add_kernel(family, kname, src, decl, note)
-    var = b.alloc(out_shape, out_dtype)
+    if out_strided:
+        var = b.fresh("buf")
+        b.emit(f"{var} = torch.empty_strided({tuple(out_shape)!r}, {tuple(rm['stride'])!r}, "
+               f"dtype=torch.{out_dtype}, device=dev)")
+    else:
+        var = b.alloc(out_shape, out_dtype)
     b.call(name, var, *[b.val(lf) for lf in leaves])
     b.env[root.name] = var
     b.params.setdefault("elementwise", []).append(

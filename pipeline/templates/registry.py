@@ -123,6 +123,9 @@ def lower_node(b: Builder, node: Node, groups: dict[str, list[Node]],
     if low is None:
         raise NoTemplate(f"no template for {node.target}")
     low(b, node)
+    if isinstance(node.meta, dict) and not node.meta.get("contiguous", True):
+        # Our kernels write contiguous outputs; a later view would see another layout.
+        raise NoTemplate(f"{node.target} yields a non-contiguous layout in the reference")
 
 
 def _alloc(b: Builder, node: Node) -> None:
