@@ -24,7 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# `python benchmarks/generate.py` puts benchmarks/ first on sys.path, where select.py would shadow
+# the stdlib module that subprocess imports; only the repository root belongs there.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
 
 from pipeline.templates import NoTemplate, TaskView, template_kernels  # noqa: E402
 from pipeline.templates.analysis import trace_sources  # noqa: E402
