@@ -44,6 +44,24 @@ def _ref(task: Task) -> str:
     return task.path or task.name or task.task_id
 
 
+def _prefetch_traces(tasks: list[Task], backend: str) -> None:
+    """Trace the batch's references in one sandboxed child (one torch import, not one per task).
+
+    A failed batch trace is not an error: each task is then traced on its own, so one bad
+    reference only costs its own task.
+    """
+    from pipeline.templates import NoTemplate
+    from pipeline.templates.analysis import trace_sources
+
+    sources = [t.cpu_source if backend == "cpu" else t.source for t in tasks]
+    if len(sources) < 2:
+        return
+    try:
+        trace_sources(sources, timeout_s=60.0 + 5.0 * len(sources))
+    except NoTemplate:
+        return
+
+
 def template_stage(tasks: list[Task], cfg: GenerateConfig, backend: str
                    ) -> tuple[list[Candidate], list[Rejection]]:
     """The built-in teacher: template kernels; uncovered tasks become `no_template` rejections."""
@@ -55,6 +73,7 @@ def template_stage(tasks: list[Task], cfg: GenerateConfig, backend: str
                     for t in tasks]
     out: list[Candidate] = []
     rejected: list[Rejection] = []
+    _prefetch_traces(tasks, backend)
     for task in tasks:
         try:
             made = template_candidates(task, backend, cfg.variants_per_task)

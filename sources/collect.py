@@ -17,7 +17,7 @@ from schemas import RawModule, Rejection
 from sources.git_repos import iter_manifest_modules
 from sources.nnsmith_graphs import iter_nnsmith_modules
 from sources.scan import ScanError, find_module_classes
-from sources.seed import seed_families, seed_files
+from sources.seed import sample_seed_files, seed_families
 from sources.transformers_src import iter_transformers_modules
 
 # the seed corpus ships inside this package, so its provenance is the package itself
@@ -31,10 +31,10 @@ def _seed_commit() -> str:
         return "kernelsynth-dev"
 
 
-def iter_seed_modules() -> Iterator[RawModule | Rejection]:
-    """The built-in seed task files, one RawModule (`Model`) each."""
+def iter_seed_modules(sample: int = 0, seed: int = 0) -> Iterator[RawModule | Rejection]:
+    """The built-in seed task files (all, or a family-stratified sample), one RawModule each."""
     commit = _seed_commit()
-    for path in seed_files():
+    for path in sample_seed_files(sample, seed):
         rel = f"sources/seed/{path.name}"
         code = path.read_text(encoding="utf-8")
         try:
@@ -59,7 +59,7 @@ def iter_modules(cfg: SourcesConfig, cache_dir: Path, *, manifest: Path | None =
                  ) -> Iterator[RawModule | Rejection]:
     """All modules the config asks for (seed, transformers, nnsmith, then git repos)."""
     if cfg.seed_corpus:
-        yield from iter_seed_modules()
+        yield from iter_seed_modules(cfg.seed_sample, cfg.sample_seed)
     if cfg.transformers_sample > 0:
         yield from iter_transformers_modules(
             cfg.transformers_sample, models=cfg.transformers_models, seed=cfg.sample_seed,

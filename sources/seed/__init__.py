@@ -6,6 +6,7 @@ Each `<family>_<name>.py` here is a complete task file (`Model`, module-level sh
 
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
@@ -16,6 +17,29 @@ _FAMILIES_LINE = re.compile(r"^Families: (?P<families>[a-z_, ]+)\. Level (?P<lev
 def seed_files() -> list[Path]:
     """The seed task files, sorted by name (package data, so they ship in the wheel)."""
     return sorted(p for p in SEED_DIR.glob("*.py") if not p.name.startswith("_"))
+
+
+def sample_seed_files(count: int, seed: int = 0) -> list[Path]:
+    """`count` seed files spread round-robin over the family prefixes (0 or more than all: all).
+
+    Deterministic for a given `seed`, so a small default build still sees every op family.
+    """
+    files = seed_files()
+    if count <= 0 or count >= len(files):
+        return files
+    rng = random.Random(seed)
+    groups: dict[str, list[Path]] = {}
+    for path in files:
+        groups.setdefault(path.name.split("_", 1)[0], []).append(path)
+    for members in groups.values():
+        rng.shuffle(members)
+    order = sorted(groups)
+    picked: list[Path] = []
+    while len(picked) < count:
+        for family in order:
+            if groups[family] and len(picked) < count:
+                picked.append(groups[family].pop())
+    return sorted(picked)
 
 
 def seed_families(source: str) -> tuple[list[str], int]:
