@@ -33,7 +33,7 @@ def _repo(path: Path) -> Path:
 
 
 def _config(**sources) -> Config:
-    return Config.model_validate({"sources": {"transformers_sample": 2,
+    return Config.model_validate({"sources": {"transformers_sample": 2, "seed_sample": 0,
                                               "nnsmith": {"count": 1, "target_numel": 2048},
                                               **sources}})
 

@@ -61,3 +61,16 @@ def test_task_file_runs_deterministically(path):
         assert torch.equal(a, b)
         if a.is_floating_point():
             assert torch.isfinite(a).all()
+
+
+def test_seed_sample_is_stratified_deterministic_and_bounded():
+    from sources.seed import sample_seed_files
+
+    all_files = seed_files()
+    families = {p.name.split("_", 1)[0] for p in all_files}
+    picked = sample_seed_files(len(families) * 2, seed=3)
+    assert len(picked) == len(families) * 2 == len(set(picked))
+    assert {p.name.split("_", 1)[0] for p in picked} == families  # every family is seen
+    assert picked == sample_seed_files(len(families) * 2, seed=3)
+    assert picked != sample_seed_files(len(families) * 2, seed=4)
+    assert sample_seed_files(0) == all_files == sample_seed_files(10_000)
