@@ -25,6 +25,8 @@ import time
 import traceback
 import types
 
+from pipeline.taskprobe import scale_constants
+
 _BLOCKED = "kernelsynth: file access blocked"
 
 
@@ -608,32 +610,6 @@ def _gpu_sizes(ns, init_args, specs, base: dict, job: dict) -> tuple[dict, dict 
     return sizes, stats
 
 
-def _scale_constants(ns: dict, constants: dict[str, int], cap: int, input_numel) -> dict:
-    """Halve the largest dim constants that shrink the inputs until they fit `cap`."""
-    scaled: dict[str, int] = {}
-    useless: set[str] = set()
-    numel = input_numel()
-    while numel > cap:
-        live = [k for k, v in constants.items()
-                if k not in useless and ns.get(k) == scaled.get(k, v) and ns[k] >= 2]
-        if not live:
-            break
-        name = max(live, key=lambda k: ns[k])
-        old = ns[name]
-        ns[name] = max(1, old // 2)
-        try:
-            new = input_numel()
-        except Exception:  # noqa: BLE001 - a dim that breaks get_inputs is not scalable
-            new = numel
-        if new >= numel:
-            ns[name] = old
-            useless.add(name)
-            continue
-        scaled[name] = ns[name]
-        numel = new
-    return scaled
-
-
 def _spec_of(name: str, t) -> dict:
     torch = _torch()
     spec = {"name": name, "shape": list(t.shape), "dtype": _dtype_name(t.dtype), "init": "randn",
@@ -703,7 +679,7 @@ def _complete(job: dict) -> dict:
             xs = ns["get_inputs"]()
         return sum(x.numel() for x in xs if isinstance(x, torch.Tensor))
 
-    scaled = _scale_constants(ns, constants, int(job["cpu_max_numel"]), input_numel)
+    scaled = scale_constants(ns, constants, int(job["cpu_max_numel"]), input_numel)
     try:
         init_cpu = _jsonable(list(ns["get_init_inputs"]()))
         model = _build_model(ns, init_cpu)

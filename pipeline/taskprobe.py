@@ -15,6 +15,7 @@ import sys
 import time
 import traceback
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -76,21 +77,25 @@ def _input_numel(ns: dict) -> int:
     return sum(x.numel() for x in inputs if isinstance(x, torch.Tensor))
 
 
-def _scale(ns: dict, constants: dict[str, int], cap: int) -> dict[str, int]:
-    """Halve the largest dim constants that shrink the inputs until they fit `cap`."""
+def scale_constants(ns: dict, constants: dict[str, int], cap: int,
+                    input_numel: Callable[[], int]) -> dict[str, int]:
+    """Halve the largest dim constants that shrink the inputs until `input_numel()` fits `cap`.
+
+    `ns` is the task module's namespace, changed in place; returns the constants it changed.
+    """
     scaled: dict[str, int] = {}
     useless: set[str] = set()
-    numel = _input_numel(ns)
+    numel = input_numel()
     while numel > cap:
         live = [k for k, v in constants.items()
-                if k not in useless and ns.get(k) == (scaled.get(k, v)) and ns[k] >= 2]
+                if k not in useless and ns.get(k) == scaled.get(k, v) and ns[k] >= 2]
         if not live:
             break
         name = max(live, key=lambda k: ns[k])
         old = ns[name]
         ns[name] = max(1, old // 2)
         try:
-            new = _input_numel(ns)
+            new = input_numel()
         except Exception:  # noqa: BLE001 - a dim that breaks get_inputs is not scalable
             new = numel
         if new >= numel:
@@ -130,7 +135,8 @@ def main() -> None:
     scaled: dict[str, int] = {}
     try:
         if opts.get("scale") and opts.get("cpu_max_numel"):
-            scaled = _scale(ns, constants, int(opts["cpu_max_numel"]))
+            scaled = scale_constants(ns, constants, int(opts["cpu_max_numel"]),
+                                     lambda: _input_numel(ns))
         init_inputs = ns["get_init_inputs"]()
         if not isinstance(init_inputs, list | tuple):
             _fail(f"get_init_inputs() returned {type(init_inputs).__name__}, not a list")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 CORRECT = {"correct_slow", "correct_fast"}
 
-# The same tasks as tests/conftest.py (RELU_TASK, LINEAR_TASK); conftest is not importable.
+# tests/conftest.py serves these two tasks as fixtures too.
 RELU_TASK = '''import torch
 import torch.nn as nn
 
