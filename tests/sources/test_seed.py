@@ -7,7 +7,7 @@ import ast
 import pytest
 import torch
 
-from pipeline.taskprobe import _int_constants, _scale
+from pipeline.taskprobe import _input_numel, _int_constants, scale_constants
 from schemas import OP_FAMILIES
 from sources.seed import seed_families, seed_files
 
@@ -48,7 +48,8 @@ def test_task_file_runs_deterministically(path):
     assert "dropout" not in source.lower()
     ns: dict = {"__name__": "seed_task"}
     exec(compile(tree, str(path), "exec"), ns)
-    _scale(ns, _int_constants(tree), 1 << 12)  # the pipeline's own CPU scale-down
+    # the pipeline's own CPU scale-down
+    scale_constants(ns, _int_constants(tree), 1 << 12, lambda: _input_numel(ns))
     outs = []
     for _ in range(2):
         torch.manual_seed(0)
