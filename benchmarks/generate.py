@@ -1,7 +1,7 @@
 """Template generator coverage and, with --verify, how many template kernels verify correct/fast.
 
     PYTHONPATH=. python3 benchmarks/generate.py [--tasks-dir sources/seed] [--backend cuda|cpu]
-        [--variants 3] [--verify] [--limit N] [--out DIR]
+        [--variants 3] [--verify] [--limit N] [--shard K/N] [--out DIR]
 
 Coverage: share of task files with at least one template candidate, per level and per family
 (the family a seed file declares first). Baseline in the same run: the share a single-op
@@ -76,9 +76,13 @@ def main() -> None:
     ap.add_argument("--backend", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--variants", type=int, default=3)
     ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--shard", default="0/1",
+                    help="K/N: only every N-th task starting at K (split a GPU run into calls)")
+    ap.add_argument("--tasks", default="", help="comma-separated task names to add to the shard")
     ap.add_argument("--verify", action="store_true")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--compile-workers", type=int, default=8)
+    ap.add_argument("--compile-batch", type=int, default=16, help="candidates per translation unit")
     ap.add_argument("--cpu-cache", default=None, help="JSON cache of scaled cpu sources")
     ap.add_argument("--out", default=None, help="write results.json here")
     args = ap.parse_args()
@@ -86,6 +90,9 @@ def main() -> None:
     t0 = time.perf_counter()
     views = load_views(Path(args.tasks_dir), args.backend, args.limit,
                        Path(args.cpu_cache) if args.cpu_cache else None)
+    k, n = (int(x) for x in args.shard.split("/"))
+    extra = set(filter(None, args.tasks.split(",")))
+    views = [v for i, v in enumerate(views) if i % n == k or v[0].name in extra]
     t_load = time.perf_counter() - t0
     sources = [v.cpu_source if args.backend == "cpu" else v.source for v, _, _ in views]
     t1 = time.perf_counter()
@@ -137,13 +144,16 @@ def main() -> None:
                               response=k.raw_response(), backend=args.backend)
                 for v, _, _, k in kernels]
         opts = VerifyOptions(backend=args.backend, workers=args.workers,
-                             compile_workers=args.compile_workers)
+                             compile_workers=args.compile_workers,
+                             compile_batch=args.compile_batch)
         t3 = time.perf_counter()
         done = [0]
 
         def progress(vd) -> None:  # a line per verdict, so a cut-off run still shows results
             done[0] += 1
-            print(f"  [{done[0]}/{len(reqs)}] {vd.status} {vd.candidate_id}", flush=True)
+            print(f"  [{done[0]}/{len(reqs)}] {time.perf_counter() - t3:6.1f}s {vd.status:14} "
+                  f"{vd.candidate_id} compile {vd.compile_s or 0:.1f}s wall {vd.wall_s or 0:.1f}s "
+                  f"{(vd.error or '')[:120]!r}", flush=True)
 
         verdicts = verify_batch(reqs, opts, progress=progress)
         t_ver = time.perf_counter() - t3
@@ -176,7 +186,9 @@ def main() -> None:
         (out / "results.json").write_text(json.dumps({
             "coverage": rows,
             "verdicts": [{"task": v.name, "variant": k.variant, "family": k.family,
-                          "status": d.status, "speedup": d.speedup, "error": d.error[:500]}
+                          "status": d.status, "speedup": d.speedup, "runtime_us": d.runtime_us,
+                          "eager_us": d.eager_us, "compile_s": d.compile_s, "wall_s": d.wall_s,
+                          "error": d.error[:500]}
                          for (v, _, _, k), d in zip(kernels, verdicts, strict=False)],
         }, indent=1))
 

@@ -287,6 +287,10 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
     pending = [it for it in pending if not it.done]
     if not pending:
         return
+    if (backend.name == "cuda" and opts.gpu_service and not opts.compile_only
+            and backend.is_available()):
+        _verify_on_gpu_service(pending, opts, cache, finish)
+        return
 
     # a CUDA/MUSA extension cannot be imported on a host without the device's torch build
     ctx = BuildContext(backend, cache, timeout_s=opts.compile_timeout_s,
@@ -362,6 +366,56 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
                 f.result()
     finally:
         exec_pool.shutdown(wait=True)
+
+
+# gpu_worker result keys that are verdict fields (the rest are diagnostics)
+_SERVICE_FIELDS = ("status", "stage", "error", "compile_log", "trials", "max_abs_diff",
+                   "mean_abs_diff", "mismatch_frac", "findings", "kernel_names", "runtime_us",
+                   "runtime_iqr_us", "eager_us", "compiled_us", "speedup", "speedup_compiled",
+                   "faster")
+
+
+def apply_service_result(verdict: VerdictData, result: dict[str, Any]) -> None:
+    """Copy a `verifier.gpu_service` result dict onto a verdict (api field names)."""
+    for key in _SERVICE_FIELDS:
+        if key == "findings":  # keep what the static stage recorded
+            verdict.findings = [*verdict.findings, *(result.get("findings") or [])]
+        elif result.get(key) is not None:
+            setattr(verdict, key, result[key])
+    verdict.faster = bool(result.get("faster", verdict.status == "correct_fast"))
+    verdict.compile_s = round(float(result.get("compile_s") or 0.0), 3)
+    if verdict.status == "compile_error" and not verdict.error:
+        log = verdict.compile_log
+        verdict.error = next((ln for ln in log.splitlines() if "error" in ln), log.strip()[:300])
+    if result.get("gpu") is not None:
+        verdict.device = f"cuda:{result['gpu']}"
+
+
+def _verify_on_gpu_service(items: list[_Item], opts: VerifyOptions, cache: Path,
+                           finish: Callable[[_Item], None]) -> None:
+    """Compile pool + one persistent worker per GPU for items that passed the static stage."""
+    from verifier.gpu_service import GpuJob, GpuService, ServiceOptions
+
+    sopts = ServiceOptions(
+        compile_workers=max(1, opts.compile_workers), compile_timeout_s=opts.compile_timeout_s,
+        run_timeout_s=opts.run_timeout_s, trials=opts.trials,
+        torch_compile_baseline=opts.torch_compile_baseline, fast_threshold=opts.fast_threshold,
+        job_extra={"atol": opts.atol_fp32, "rtol": opts.rtol_fp32, "atol_low": opts.atol_low,
+                   "rtol_low": opts.rtol_low, "seed": opts.seed})
+    service = GpuService(Path(opts.baseline_cache_dir or cache) / "gpu-service", sopts)
+    # ids unique within the run (the service keys results by id; requests may repeat one)
+    jobs = [GpuJob(f"c{i}", it.req.task_source, it.code, it.req.task_id)
+            for i, it in enumerate(items)]
+    try:
+        results = service.run(jobs)
+    except Exception as exc:  # the service itself failed: every item still gets a verdict
+        results = [{"status": "runtime_error", "stage": "correctness",
+                    "error": f"verifier error (gpu service): {type(exc).__name__}: {exc}"}
+                   for _ in items]
+    for it, res in zip(items, results, strict=True):
+        apply_service_result(it.verdict, res)
+        it.done = True
+        finish(it)
 
 
 def verify_one(task_source: str, response: str, options: VerifyOptions | None = None,

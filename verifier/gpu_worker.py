@@ -92,6 +92,16 @@ def _make_inputs(task: dict[str, Any], seed: int, device: str) -> list[Any]:
         return list(_to_device(task["get_inputs"](), device))
 
 
+def exact_fp32() -> None:
+    """Reference math in true fp32: no TF32 in cuBLAS or cuDNN (torch enables it for cuDNN).
+
+    With TF32 on, an fp32 conv reference carries ~1e-3 relative error, so an exact fp32 kernel
+    fails the fp32 tolerance (1e-4) against it; TF32 is a precision downgrade, not the task.
+    """
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
 def _tolerance(dtype: torch.dtype, job: dict[str, Any]) -> tuple[float, float]:
     if dtype in (torch.float16, torch.bfloat16):
         return job.get("atol_low", 1e-2), job.get("rtol_low", 1e-2)
@@ -118,6 +128,51 @@ def _compare(ref: Any, out: Any, job: dict[str, Any]) -> dict[str, Any] | None:
             "mean_abs_diff": float(diff.mean()) if diff.numel() else 0.0, "ok": True}
 
 
+def _against_fp64(model: Any, inputs: list[Any], ref: Any, out: Any,
+                  job: dict[str, Any]) -> dict[str, Any] | None:
+    """Second opinion for an fp32 mismatch: is `out` as close to an fp64 reference as torch's
+    own fp32 result is? Long reductions (matmul with K = 8192, long scans) differ from cuBLAS
+    by more than 1e-4 in any summation order; that is fp32, not a bug. Passes when the
+    candidate's max and mean error against fp64 are at most twice the reference's plus atol.
+    None when no fp64 reference can be made (non-float outputs, a model that fails in fp64).
+    """
+    import copy
+
+    if not (isinstance(ref, torch.Tensor) and ref.dtype == torch.float32
+            and isinstance(out, torch.Tensor) and out.shape == ref.shape):
+        return None
+    try:
+        model64 = copy.deepcopy(model).double()
+        args = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                for x in inputs]
+        exact = model64(*args)
+    except Exception:  # fp64 unsupported by some op here: the fp32 verdict stands
+        return None
+    if not isinstance(exact, torch.Tensor) or exact.shape != ref.shape:
+        return None
+    atol = float(job.get("atol", 1e-4))
+    err_new = (out.double() - exact).abs().nan_to_num(1e30)
+    err_ref = (ref.double() - exact).abs().nan_to_num(1e30)
+    ok = (float(err_new.max()) <= 2 * float(err_ref.max()) + atol
+          and float(err_new.mean()) <= 2 * float(err_ref.mean()) + atol)
+    result = {"max_abs_diff": float(err_new.max()), "mean_abs_diff": float(err_new.mean()),
+              "ref_max_abs_err": float(err_ref.max())}
+    if ok:
+        return {**result, "ok": True}
+    return {**result, "reason": "values differ (also against an fp64 reference: error "
+            f"{float(err_new.max()):.3g} vs torch's own {float(err_ref.max()):.3g})",
+            "mismatch_frac": float((err_new > 2 * err_ref + atol).double().mean())}
+
+
+def _mismatch_text(cmp: dict[str, Any], trial: int) -> str:
+    """One line for a failed comparison, with the numbers a repair prompt needs."""
+    text = f"trial {trial + 1}: {cmp.get('reason', 'mismatch')}"
+    if cmp.get("max_abs_diff") is not None:
+        text += (f": max abs diff {cmp['max_abs_diff']:.3g}, mean {cmp['mean_abs_diff']:.3g}, "
+                 f"{cmp['mismatch_frac']:.2%} of elements beyond tolerance")
+    return text
+
+
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor):
         return isinstance(b, torch.Tensor) and torch.equal(a, b)
@@ -132,6 +187,7 @@ def run_job(job: dict[str, Any], baseline_cache: Any) -> dict[str, Any]:
     from verifier.gpu_timing import L2Flusher, coefficient_of_variation, time_device_fn
 
     device = "cuda"
+    exact_fp32()  # every job: an earlier candidate may have flipped them
     res: dict[str, Any] = {"candidate_id": job["candidate_id"], "findings": []}
     _PREBUILT.update(job.get("prebuilt", {}))
     t0 = time.monotonic()
@@ -165,9 +221,13 @@ def run_job(job: dict[str, Any], baseline_cache: Any) -> dict[str, Any]:
                 return {**res, "status": "incorrect", "stage": "correctness", "trials": t + 1,
                         "error": "ModelNew.forward modified its inputs in place"}
             cmp = _compare(ref, out, job)
+            if cmp and cmp.get("reason") == "values differ":
+                cmp = _against_fp64(ref_model, before, ref, out, job) or cmp
+                if cmp.get("ok"):
+                    res["tolerance"] = "fp64_reference"
             if not cmp or not cmp.get("ok"):
                 return {**res, "status": "incorrect", "stage": "correctness", "trials": t + 1,
-                        "error": (cmp or {}).get("reason", "mismatch"),
+                        "error": _mismatch_text(cmp or {}, t),
                         **{k: v for k, v in (cmp or {}).items() if k != "reason"}}
             if cmp["max_abs_diff"] >= worst.get("max_abs_diff", -1.0):
                 worst = cmp
@@ -195,7 +255,7 @@ def run_job(job: dict[str, Any], baseline_cache: Any) -> dict[str, Any]:
         counter[0] += 1
         return _make_inputs(task, seed + 5000 + counter[0], device)
 
-    timing_kw = {"warmup": int(job.get("warmup", 3)), "min_trials": int(job.get("min_trials", 10)),
+    timing_kw = {"warmup": int(job.get("warmup", 3)), "min_trials": int(job.get("min_trials", 25)),
                  "max_trials": int(job.get("max_trials", 100)),
                  "target_rel_iqr": float(job.get("target_rel_iqr", 0.02)),
                  "budget_s": float(job.get("budget_s", 5.0)), "flusher": flusher}
@@ -205,7 +265,13 @@ def run_job(job: dict[str, Any], baseline_cache: Any) -> dict[str, Any]:
     cand_t = runs[0]
     res.update(runtime_us=cand_t.median_us, runtime_iqr_us=cand_t.iqr_us,
                timing_trials=cand_t.trials, timing_cv=cand_t.cv,
-               persisting_l2_reset=cand_t.persisting_l2_reset)
+               persisting_l2_reset=cand_t.persisting_l2_reset, timing_method=cand_t.method,
+               hidden_us=cand_t.hidden_us)
+    if cand_t.method == "device_sync":  # paid for in the timing; worth knowing in the data
+        res["findings"].append({
+            "rule": "hidden_work", "severity": "warning", "line": None,
+            "message": f"{cand_t.hidden_us:.0f} us of GPU work was still running after forward's "
+                       "stream finished (side streams or threads); timed to device idle"})
     if repeats > 1:
         medians = [r.median_us for r in runs]
         res["repeat_medians_us"] = medians

@@ -61,6 +61,9 @@ class VerifyOptions:
     perf_warmup: int = 3
     torch_compile_baseline: bool = False
     compile_only: bool = False
+    # cuda: run candidates in one persistent worker per GPU (verifier.gpu_service) instead of a
+    # fresh sandboxed process per candidate (~35 s each on an H100 node: torch import + CUPTI)
+    gpu_service: bool = True
     memory_limit_mb: int = 8192
     build_cache_dir: str | None = None
     baseline_cache_dir: str | None = None

@@ -212,6 +212,9 @@ def run(job: dict[str, Any], task_src: str, cand_src: str) -> None:
     backend = get_backend(job["backend"])
     opts = job["options"]
     torch.set_num_threads(int(job.get("threads", 1)))
+    # fp32 references in true fp32 (torch enables TF32 in cuDNN): see gpu_worker.exact_fp32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     device = backend.device()
     res.data["device"] = backend.device_name()
 

@@ -3,8 +3,10 @@
 Device units are compiled with nvcc for the present architecture only (one `-gencode`, from
 `TORCH_CUDA_ARCH_LIST`, else `nvidia-smi`'s compute capability, else sm_90), with torch's own
 nvcc flags. The compile side needs nvcc and torch's headers, not a GPU: on a CPU node with a CPU
-torch build the objects compile (the full check of the candidate's C++/CUDA) but cannot be
-linked, because the CPU build lacks libtorch_cuda; `link` says so in the log (`--compile-only`).
+torch build the objects compile (the full check of the candidate's C++/CUDA; the one header
+CMake generates for c10/cuda, missing from CPU wheels, is supplied by `cpu_torch_shim_dir`) but
+cannot be linked, because the CPU build lacks libtorch_cuda; `link` says so in the log
+(`--compile-only`).
 
 Compile speed: torch's `torch/extension.h` (all of libtorch's C++ API plus pybind11) dominates a
 device unit's compile time; `<torch/types.h>` (ATen and the torch:: factories) is enough for
@@ -106,7 +108,37 @@ def nvcc_flags(arch: str | None = None) -> list[str]:
     home = cuda_home()
     if home:
         flags += ["-isystem", str(Path(home) / "include")]
+    shim = cpu_torch_shim_dir()
+    if shim:
+        flags += ["-I", shim]
     return flags
+
+
+# A CPU torch wheel ships c10/cuda's headers but not the header CMake generates for them; the
+# one macro it defines (shared-library build) is what every CUDA wheel sets.
+_CMAKE_MACROS = ("#pragma once\n// kernelsynth: stands in for the header a CUDA torch build generates\n"
+                 "#define C10_CUDA_BUILD_SHARED_LIBS\n")
+
+
+@functools.cache
+def cpu_torch_shim_dir() -> str | None:
+    """Include dir with c10/cuda/impl/cuda_cmake_macros.h when torch lacks it (CPU build)."""
+    import tempfile
+
+    import torch
+    from torch.utils import cpp_extension
+
+    rel = Path("c10") / "cuda" / "impl" / "cuda_cmake_macros.h"
+    if any((Path(p) / rel).exists() for p in cpp_extension.include_paths()):
+        return None
+    root = Path(tempfile.gettempdir()) / f"kernelsynth-cuda-shim-{torch.__version__}"
+    target = root / rel
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(_CMAKE_MACROS, encoding="utf-8")
+        tmp.replace(target)
+    return str(root)
 
 
 @functools.cache
