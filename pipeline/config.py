@@ -104,10 +104,14 @@ class VerifyConfig(Section):
     atol_low: float = 1e-2  # fp16 / bf16
     rtol_low: float = 1e-2
     fast_threshold: float = 1.1
-    perf_trials: int = 20
+    perf_trials: int = 20  # timed calls at least; more until IQR/median < perf_target_rel_iqr
+    perf_max_trials: int = 100
+    perf_budget_s: float = 3.0
+    perf_target_rel_iqr: float = 0.02
     perf_warmup: int = 3
     torch_compile_baseline: bool = False
     compile_only: bool = False
+    fork_server: bool = True  # sandboxed runs forked from one torch-importing server
     memory_limit_mb: int = 8192
     build_cache_dir: str | None = None  # default: <workspace>/cache/builds
     baseline_cache_dir: str | None = None  # default: <workspace>/cache/baselines

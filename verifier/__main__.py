@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-only", action="store_true")
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--perf-trials", type=int, default=20)
+    ap.add_argument("--torch-compile", action="store_true",
+                    help="also time a torch.compile baseline (speedup_compiled)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per run stage")
     ap.add_argument("--cache-dir", help="build cache (default ~/.cache/kernelsynth/builds)")
     ap.add_argument("--json", action="store_true", help="print JSON verdicts")
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = VerifyOptions(backend=a.backend, workers=a.workers, compile_workers=a.compile_workers,
                          compile_batch=a.compile_batch, compile_only=a.compile_only,
                          trials=a.trials, perf_trials=a.perf_trials, run_timeout_s=a.timeout,
-                         build_cache_dir=a.cache_dir)
+                         torch_compile_baseline=a.torch_compile, build_cache_dir=a.cache_dir)
     from verifier.api import verify_batch
 
     if a.batch:

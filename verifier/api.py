@@ -2,9 +2,12 @@
 
 Stages per candidate: extract and static checks in the caller (pure Python, fast); extension
 specs from literal arguments or a sandboxed collect run; C++ static checks; batch builds on a
-compile pool (threads driving compiler processes, `options.compile_workers` at a time); as soon as
-all of a candidate's extensions are built it goes to the execution pool (`options.workers`
-sandboxed worker processes, one candidate each), so execution overlaps compilation. Status,
+compile pool (threads driving compiler processes, `options.compile_workers` at a time, many
+candidates per translation unit, load-checked); as soon as all of a candidate's extensions are
+built it goes to an execution slot, so execution overlaps compilation and devices never wait for
+the compiler. Slots: on cpu (and musa) `options.workers` sandboxed children, one per candidate,
+forked from `verifier.forkserver` (torch imported once); on cuda one persistent worker per GPU
+(`verifier.gpu_worker`, replaced after a failure). Both run `verifier.worker.run_job`. Status,
 reward and feedback are decided here from what the workers measured.
 """
 
@@ -30,12 +33,13 @@ from verifier.backends import Backend, BackendUnavailable, get_backend, select_b
 from verifier.build import BuildContext, Builder, BuildResult, _flags_key, copy_for_worker
 from verifier.extract import FormatError, check_candidate, extract_code
 from verifier.extspec import ExtensionSpec, specs_from_source
+from verifier.forkserver import ForkServer, ForkServerError
+from verifier.gpu_pool import GpuWorkerProcess, RunOutcome
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
 from verifier.reward import finalize
-from verifier.sandbox import SandboxLimits, run_sandboxed
+from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
 from verifier.static import check_cpp, check_python
 
-_PKG_ROOT = str(Path(__file__).resolve().parent.parent)
 _FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
 
 
@@ -52,7 +56,7 @@ class _Item:
     built: dict[str, BuildResult] = field(default_factory=dict)
     done: bool = False
     t0: float = field(default_factory=time.monotonic)
-    timing: dict[str, float] = field(default_factory=dict)  # collect_s, exec_s, candidate_s
+    timing: dict[str, Any] = field(default_factory=dict)  # collect/compile/exec seconds
 
     def stop(self, status: str, stage: str, error: str = "") -> None:
         self.verdict.status, self.verdict.stage = status, stage
@@ -61,21 +65,17 @@ class _Item:
         self.done = True
 
 
-def _worker_env() -> dict[str, str]:
-    return {"PYTHONPATH": _PKG_ROOT}
-
-
-def _collect_specs(item: _Item, opts: VerifyOptions) -> None:
+def _collect_specs(item: _Item, opts: VerifyOptions, launcher: Launcher) -> None:
     """Fill item.specs from literals, else by running the module in a collect sandbox."""
     specs = specs_from_source(item.code)
     if specs is not None:
         item.specs = specs
         return
     t0 = time.monotonic()
-    res = run_sandboxed([sys.executable, "-m", "verifier.collect"],
-                        limits=SandboxLimits(timeout_s=min(opts.run_timeout_s, 60.0),
-                                             memory_mb=opts.memory_limit_mb),
-                        input_files={"candidate.py": item.code}, env=_worker_env())
+    res = launcher.run_module("verifier.collect",
+                              limits=SandboxLimits(timeout_s=min(opts.run_timeout_s, 60.0),
+                                                   memory_mb=opts.memory_limit_mb),
+                              input_files={"candidate.py": item.code})
     item.timing["collect_s"] = time.monotonic() - t0
     if res.timed_out:
         item.stop("timeout", "compile", "running the candidate module (to find its load_inline "
@@ -126,72 +126,124 @@ class _Baselines:
             os.replace(tmp, path)
 
 
+_JOB_OPTIONS = ("trials", "atol_fp32", "rtol_fp32", "atol_low", "rtol_low", "perf_trials",
+                "perf_max_trials", "perf_budget_s", "perf_target_rel_iqr", "perf_warmup",
+                "repeat_timing", "torch_compile_baseline", "seed")
+
+
+_TIMING_DIAGNOSTICS = ("candidate_s", "timing_cv", "timing_trials", "timing_method", "hidden_us",
+                      "repeat_medians_us", "repeat_cv", "tolerance", "worker_pid")
+
+
+class _SandboxRunner:
+    """One execution slot: each candidate in a fresh sandboxed child (forked or spawned)."""
+
+    def __init__(self, launcher: Launcher, backend: Backend, opts: VerifyOptions,
+                 env: dict[str, str], threads: int) -> None:
+        self.launcher, self.backend, self.opts = launcher, backend, opts
+        self.env, self.threads = env, threads
+
+    def run(self, item: _Item, job: dict[str, Any]) -> RunOutcome:
+        workdir = Path(tempfile.mkdtemp(prefix="ks-run-"))
+        try:
+            job = {**job, "extensions": copy_for_worker(list(item.built.values()), workdir),
+                   "threads": self.threads}
+            res = self.launcher.run_module(
+                "verifier.worker",
+                limits=SandboxLimits(timeout_s=self.opts.run_timeout_s,
+                                     memory_mb=self.backend.sandbox_memory_mb(
+                                         self.opts.memory_limit_mb)),
+                input_files={"job.json": json.dumps(job), "task.py": item.req.task_source,
+                             "candidate.py": item.code},
+                env={"OMP_NUM_THREADS": str(self.threads), **self.env}, workdir=workdir)
+            try:
+                stage = json.loads((workdir / "progress.json").read_text()).get(
+                    "stage", "correctness")
+            except (OSError, ValueError):
+                stage = "correctness"
+            # Python ignores SIGXFSZ, so a flood ends in failed writes, not a signal: sizes.
+            flood = sum((workdir / n).stat().st_size for n in (".stdout", ".stderr")
+                        if (workdir / n).exists()) >= _FLOOD_BYTES
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        failure = "" if res.payload is not None else res.describe_failure()
+        if res.payload is None and "fork server" in res.stderr:
+            failure = "the verifier's fork server stopped answering (" + failure + ")"
+        return RunOutcome(res.payload, stage, res.timed_out, failure, flood, res.wall_s)
+
+    def close(self) -> None:
+        return None
+
+
+class _GpuRunner:
+    """One execution slot pinned to a GPU: a persistent `verifier.gpu_worker` process."""
+
+    def __init__(self, opts: VerifyOptions, env: dict[str, str], backend: str) -> None:
+        self.opts = opts
+        self.worker = GpuWorkerProcess(env, backend)
+        self.lock = threading.Lock()  # warm() and run() never drive the process at once
+
+    def warm(self) -> None:
+        """Start the worker ahead of the first job (it warms while candidates compile)."""
+        with self.lock:
+            if not self.worker.alive():
+                self.worker.start()
+
+    def run(self, item: _Item, job: dict[str, Any]) -> RunOutcome:
+        entries = {r.key: {**r.to_entry(), "path": os.path.abspath(r.path)}
+                   for r in item.built.values() if r.ok}
+        job = {**job, "extensions": entries,
+               "device_sources": [src for s in item.specs
+                                  for src in (*s.cuda_sources, *s.cpp_sources)]}
+        with self.lock:
+            return self.worker.run({"job": job, "task_source": item.req.task_source,
+                                    "candidate_source": item.code}, self.opts.run_timeout_s)
+
+    def close(self) -> None:
+        with self.lock:
+            self.worker.stop()
+
+
 def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Baselines,
-             threads: int, slot_env: dict[str, str] | None = None) -> None:
-    """Run the correctness and performance stages for one candidate in a sandboxed worker."""
+             runner: _SandboxRunner | _GpuRunner) -> None:
+    """Run the correctness and performance stages for one candidate on one execution slot."""
     v = item.verdict
     device_label = backend.baseline_key()
     base = baselines.get(item.req.task_source, device_label)
     nonce = secrets.token_hex(16)
-    workdir = Path(tempfile.mkdtemp(prefix="ks-run-"))
-    try:
-        entries = copy_for_worker(list(item.built.values()), workdir)
-        job = {"nonce": nonce, "backend": backend.name, "extensions": entries,
-               "options": {k: getattr(opts, k) for k in (
-                   "trials", "atol_fp32", "rtol_fp32", "atol_low", "rtol_low", "perf_trials",
-                   "perf_warmup", "torch_compile_baseline", "seed")},
-               "eager_us": base.get("eager_us"), "compiled_us": base.get("compiled_us"),
-               "threads": threads}
-        res = run_sandboxed(
-            [sys.executable, "-m", "verifier.worker"],
-            limits=SandboxLimits(timeout_s=opts.run_timeout_s,
-                                 memory_mb=backend.sandbox_memory_mb(opts.memory_limit_mb)),
-            input_files={"job.json": json.dumps(job), "task.py": item.req.task_source,
-                         "candidate.py": item.code},
-            env={**_worker_env(), "OMP_NUM_THREADS": str(threads), **(slot_env or {})},
-            workdir=workdir)
-        item.timing["exec_s"] = res.wall_s
-        if res.payload and "candidate_s" in res.payload:
-            item.timing["candidate_s"] = float(res.payload["candidate_s"])
-        progress = {}
-        try:
-            progress = json.loads((workdir / "progress.json").read_text())
-        except (OSError, ValueError):
-            pass
-        # Python ignores SIGXFSZ, so a flood ends in failed writes, not a signal: look at sizes.
-        flood = sum((workdir / n).stat().st_size for n in (".stdout", ".stderr")
-                    if (workdir / n).exists()) >= _FLOOD_BYTES
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    stage = progress.get("stage", "correctness")
-    if flood:
+    job = {"nonce": nonce, "backend": backend.name,
+           "options": {k: getattr(opts, k) for k in _JOB_OPTIONS},
+           "eager_us": base.get("eager_us"), "compiled_us": base.get("compiled_us")}
+    out = runner.run(item, job)
+    item.timing["exec_s"] = out.wall_s
+    p = out.payload
+    for key in _TIMING_DIAGNOSTICS:  # for benchmarks (verify_batch's `timings`)
+        if p and p.get(key) is not None:
+            item.timing[key] = p[key]
+    stage = out.stage
+    if out.flood:
         return item.stop("runtime_error", stage, "the candidate flooded stdout/stderr (over "
                          f"{_FLOOD_BYTES >> 20} MB); output is capped and the run was ended")
-    if res.timed_out:
-        return item.stop("timeout", stage, f"{stage} stage {res.describe_failure()}")
-    p = res.payload
+    if out.timed_out:
+        return item.stop("timeout", stage, f"{stage} stage {out.failure}")
     if p is None:
-        return item.stop("runtime_error", stage, res.describe_failure())
+        return item.stop("runtime_error", stage, out.failure)
     if p.get("nonce") != nonce:
-        v.findings.append({"rule": "forged_result", "message": "result.json was not written by "
+        v.findings.append({"rule": "forged_result", "message": "the result was not written by "
                            "the harness", "line": None, "severity": "error"})
-        return item.stop("cheat", stage, "the candidate wrote the harness's result file")
-    v.device = p.get("device", v.device)
-    v.trials = int(p.get("trials", 0))
-    for k in ("max_abs_diff", "mean_abs_diff", "mismatch_frac"):
-        if p.get(k) is not None:
-            setattr(v, k, float(p[k]))
-    v.findings.extend(p.get("findings", []))
-    v.kernel_names = [str(k) for k in p.get("kernel_names", [])]
-    outcome = p.get("outcome")
-    if outcome != "ok":
-        status = {"task_error": "runtime_error"}.get(outcome, outcome)
-        return item.stop(status if status in ("runtime_error", "incorrect", "cheat")
-                         else "runtime_error", p.get("stage", stage), p.get("error", ""))
+        return item.stop("cheat", stage, "the candidate wrote the harness's result")
+    _record_measurements(v, p)
     if p.get("eager_measured"):
         baselines.put(item.req.task_source, device_label, {"eager_us": p["eager_us"]})
     if p.get("compiled_measured"):
         baselines.put(item.req.task_source, device_label, {"compiled_us": p["compiled_us"]})
+    outcome = p.get("outcome")
+    if outcome != "ok":
+        if outcome == "task_error":
+            return item.stop("runtime_error", p.get("stage", stage),
+                             "task error (not the candidate's): " + p.get("error", ""))
+        return item.stop(outcome if outcome in ("runtime_error", "incorrect", "cheat")
+                         else "runtime_error", p.get("stage", stage), p.get("error", ""))
     v.runtime_us, v.runtime_iqr_us = p.get("runtime_us"), p.get("runtime_iqr_us")
     v.eager_us, v.compiled_us = p.get("eager_us"), p.get("compiled_us")
     if v.runtime_us and v.eager_us:
@@ -200,6 +252,17 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Bas
         v.speedup_compiled = round(v.compiled_us / v.runtime_us, 4)
     v.faster = bool(v.speedup and v.speedup > opts.fast_threshold)
     item.stop("correct_fast" if v.faster else "correct_slow", "done")
+
+
+def _record_measurements(v: VerdictData, p: dict[str, Any]) -> None:
+    """Copy what the worker measured onto the verdict (also for failed candidates)."""
+    v.device = p.get("device", v.device)
+    v.trials = int(p.get("trials", 0))
+    for k in ("max_abs_diff", "mean_abs_diff", "mismatch_frac"):
+        if p.get(k) is not None:
+            setattr(v, k, float(p[k]))
+    v.findings.extend(p.get("findings", []))
+    v.kernel_names = [str(k) for k in p.get("kernel_names", [])]
 
 
 def _front_stages(item: _Item) -> None:
@@ -235,7 +298,7 @@ def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = 
     """Verify every request; one verdict each, in order. Raises BackendUnavailable up front.
 
     `progress` is called with each verdict as it is final; `timings`, when given, receives
-    per-candidate collect/exec/candidate seconds (for benchmarks).
+    per-candidate collect/compile/exec/candidate seconds (for benchmarks).
     """
     opts = options or VerifyOptions()
     names = {_resolve_backend(opts, r) for r in requests} if requests else set()
@@ -244,19 +307,65 @@ def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = 
         name = _resolve_backend(opts, r)
         items.append(_Item(r, VerdictData(r.candidate_id, r.task_id, "runtime_error", "extract",
                                           name)))
-    for name in sorted(names):
-        group = [it for it in items if it.verdict.backend == name]
-        _verify_group(group, get_backend(name), opts, progress)
+    server = ForkServer() if opts.fork_server and items else None
+    try:
+        for name in sorted(names):
+            group = [it for it in items if it.verdict.backend == name]
+            _verify_group(group, get_backend(name), opts, progress, server)
+    finally:
+        if server is not None:
+            server.close()
     if timings is not None:
         for it in items:
             timings[it.req.candidate_id] = dict(it.timing)
     return [it.verdict for it in items]
 
 
+class _ForkOrSpawn:
+    """The fork server while it works, else a fresh interpreter per run (said once on stderr).
+
+    `device_safe`: runs that may initialize the device (a candidate module's top level in a
+    collect run) fork only when the server's children can still initialize CUDA; load checks
+    only import a shared object and fork regardless.
+    """
+
+    def __init__(self, server: ForkServer | None, device_safe: bool) -> None:
+        self.server, self.spawn = server, SpawnLauncher()
+        self.device_safe = device_safe
+        self.lock = threading.Lock()
+
+    def _server(self) -> ForkServer | None:
+        with self.lock:
+            if self.server is None:
+                return None
+            try:
+                self.server.start()
+            except ForkServerError as exc:
+                print(f"kernelsynth verifier: {exc}; starting a fresh interpreter per run "
+                      "instead", file=sys.stderr)
+                self.server = None
+                return None
+            if self.device_safe and not self.server.cuda_fork_safe:
+                return None
+            return self.server
+
+    def run_module(self, entry: str, **kwargs: Any) -> Any:
+        server = self._server()
+        if server is not None:
+            return server.run_module(entry, **kwargs)
+        return self.spawn.run_module(entry, **kwargs)
+
+
 def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
-                  progress: Callable[[VerdictData], None] | None) -> None:
+                  progress: Callable[[VerdictData], None] | None,
+                  server: ForkServer | None) -> None:
     cache = Path(opts.build_cache_dir) if opts.build_cache_dir else default_cache_dir() / "builds"
     lock = threading.Lock()
+    persistent = backend.persistent_worker and not opts.compile_only
+    # cpu children, collect runs and load checks are forked; cuda candidates run in GPU workers
+    launcher = _ForkOrSpawn(server if backend.fork_safe else None, device_safe=False)
+    collect_launcher = _ForkOrSpawn(server if backend.fork_safe else None,
+                                    device_safe=backend.name != "cpu")
 
     def finish(item: _Item) -> None:
         item.verdict.wall_s = round(time.monotonic() - item.t0, 3)
@@ -267,8 +376,36 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
     for it in items:
         _front_stages(it)
     pending = [it for it in items if not it.done]
+    slots: queue.Queue = queue.Queue()
+    runners: list[_SandboxRunner | _GpuRunner] = []
+    if pending and not opts.compile_only:
+        for slot in backend.execution_slots(opts.workers):
+            runner: _SandboxRunner | _GpuRunner = (
+                _GpuRunner(opts, slot.env, backend.name) if persistent else
+                _SandboxRunner(launcher, backend, opts, slot.env, threads=1))
+            runners.append(runner)
+            slots.put(runner)
+    warmers = [threading.Thread(target=r.warm, daemon=True) for r in runners
+               if isinstance(r, _GpuRunner)]
+    for t in warmers:  # GPU workers start (torch, CUDA, profiler) while candidates compile
+        t.start()
+    try:
+        _build_and_run(pending, items, backend, opts, cache, lock, slots,
+                       (launcher, collect_launcher), finish)
+    finally:
+        for t in warmers:
+            t.join()
+        for r in runners:
+            r.close()
+
+
+def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
+                   opts: VerifyOptions, cache: Path, lock: threading.Lock, slots: queue.Queue,
+                   launchers: tuple[_ForkOrSpawn, _ForkOrSpawn],
+                   finish: Callable[[_Item], None]) -> None:
+    launcher, collect_launcher = launchers
     with ThreadPoolExecutor(max(1, opts.compile_workers)) as pool:
-        list(pool.map(lambda it: _collect_specs(it, opts), pending))
+        list(pool.map(lambda it: _collect_specs(it, opts, collect_launcher), pending))
     for it in pending:
         if it.done:
             continue
@@ -287,39 +424,36 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
     pending = [it for it in pending if not it.done]
     if not pending:
         return
-    if (backend.name == "cuda" and opts.gpu_service and not opts.compile_only
-            and backend.is_available()):
-        _verify_on_gpu_service(pending, opts, cache, finish)
-        return
 
     # a CUDA/MUSA extension cannot be imported on a host without the device's torch build
     ctx = BuildContext(backend, cache, timeout_s=opts.compile_timeout_s,
                        check_import=not opts.compile_only or backend.is_available(),
-                       code_of={s.key: it.code for it in pending for s in it.specs})
+                       code_of={s.key: it.code for it in pending for s in it.specs},
+                       launcher=launcher)
     unique: dict[str, ExtensionSpec] = {}
     for it in pending:
         for s in it.specs:
             unique.setdefault(s.key, s)
     ordered = sorted(unique.values(), key=lambda s: (not s.batchable, repr(_flags_key(s))))
-    size = max(1, opts.compile_batch)
+    # Chunks of at most compile_batch specs, spread over the compile workers, but at least 8 a
+    # chunk: a translation unit pays ~30 s for torch's headers and ~0.3 s per spec (H100 node,
+    # benchmarks/gpu_diag.py), and parallel units slow each other down.
+    workers = max(1, opts.compile_workers)
+    size = max(1, min(opts.compile_batch, max(8, -(-len(ordered) // workers))))
     chunks = [ordered[i:i + size] for i in range(0, len(ordered), size)]
     results: dict[str, BuildResult] = {}
-    threads = 1  # one intra-op thread per worker: workers share the cores, baselines too
-    slots: queue.Queue = queue.Queue()
-    for slot in backend.execution_slots(opts.workers):
-        slots.put(slot)
     exec_pool = ThreadPoolExecutor(max(1, slots.qsize()))
     baselines = _Baselines(opts, backend)
     futures = []
 
     def run_exec(it: _Item) -> None:
-        slot = slots.get()
+        runner = slots.get()
         try:
-            _execute(it, backend, opts, baselines, threads, slot.env)
+            _execute(it, backend, opts, baselines, runner)
         except Exception as exc:  # a harness failure must still yield a verdict
             it.stop("runtime_error", "correctness", f"verifier error: {exc}")
         finally:
-            slots.put(slot)
+            slots.put(runner)
         finish(it)
 
     def after_build(chunk_results: dict[str, BuildResult]) -> None:
@@ -332,6 +466,7 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
         for it in ready:
             v = it.verdict
             v.compile_s = round(sum(r.seconds for r in it.built.values()), 3)
+            it.timing["compile_s"] = v.compile_s
             failed = [r for r in it.built.values() if not r.ok]
             if failed:
                 v.compile_log = "\n".join(r.log for r in failed)[-20000:]
@@ -355,7 +490,7 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
 
     try:
         Builder(ctx).prepare_pch(ordered)
-        with ThreadPoolExecutor(max(1, opts.compile_workers)) as cpool:
+        with ThreadPoolExecutor(workers) as cpool:
             list(cpool.map(build_chunk, chunks))
         while True:
             with lock:
@@ -366,56 +501,6 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
                 f.result()
     finally:
         exec_pool.shutdown(wait=True)
-
-
-# gpu_worker result keys that are verdict fields (the rest are diagnostics)
-_SERVICE_FIELDS = ("status", "stage", "error", "compile_log", "trials", "max_abs_diff",
-                   "mean_abs_diff", "mismatch_frac", "findings", "kernel_names", "runtime_us",
-                   "runtime_iqr_us", "eager_us", "compiled_us", "speedup", "speedup_compiled",
-                   "faster")
-
-
-def apply_service_result(verdict: VerdictData, result: dict[str, Any]) -> None:
-    """Copy a `verifier.gpu_service` result dict onto a verdict (api field names)."""
-    for key in _SERVICE_FIELDS:
-        if key == "findings":  # keep what the static stage recorded
-            verdict.findings = [*verdict.findings, *(result.get("findings") or [])]
-        elif result.get(key) is not None:
-            setattr(verdict, key, result[key])
-    verdict.faster = bool(result.get("faster", verdict.status == "correct_fast"))
-    verdict.compile_s = round(float(result.get("compile_s") or 0.0), 3)
-    if verdict.status == "compile_error" and not verdict.error:
-        log = verdict.compile_log
-        verdict.error = next((ln for ln in log.splitlines() if "error" in ln), log.strip()[:300])
-    if result.get("gpu") is not None:
-        verdict.device = f"cuda:{result['gpu']}"
-
-
-def _verify_on_gpu_service(items: list[_Item], opts: VerifyOptions, cache: Path,
-                           finish: Callable[[_Item], None]) -> None:
-    """Compile pool + one persistent worker per GPU for items that passed the static stage."""
-    from verifier.gpu_service import GpuJob, GpuService, ServiceOptions
-
-    sopts = ServiceOptions(
-        compile_workers=max(1, opts.compile_workers), compile_timeout_s=opts.compile_timeout_s,
-        run_timeout_s=opts.run_timeout_s, trials=opts.trials,
-        torch_compile_baseline=opts.torch_compile_baseline, fast_threshold=opts.fast_threshold,
-        job_extra={"atol": opts.atol_fp32, "rtol": opts.rtol_fp32, "atol_low": opts.atol_low,
-                   "rtol_low": opts.rtol_low, "seed": opts.seed})
-    service = GpuService(Path(opts.baseline_cache_dir or cache) / "gpu-service", sopts)
-    # ids unique within the run (the service keys results by id; requests may repeat one)
-    jobs = [GpuJob(f"c{i}", it.req.task_source, it.code, it.req.task_id)
-            for i, it in enumerate(items)]
-    try:
-        results = service.run(jobs)
-    except Exception as exc:  # the service itself failed: every item still gets a verdict
-        results = [{"status": "runtime_error", "stage": "correctness",
-                    "error": f"verifier error (gpu service): {type(exc).__name__}: {exc}"}
-                   for _ in items]
-    for it, res in zip(items, results, strict=True):
-        apply_service_result(it.verdict, res)
-        it.done = True
-        finish(it)
 
 
 def verify_one(task_source: str, response: str, options: VerifyOptions | None = None,

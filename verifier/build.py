@@ -23,7 +23,7 @@ from pathlib import Path
 
 from verifier.backends import Backend, BuildUnit
 from verifier.extspec import ExtensionSpec
-from verifier.sandbox import SandboxLimits, run_sandboxed
+from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*([<"][^>"]+[>"])')
 _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)")
@@ -59,6 +59,7 @@ class BuildContext:
     pch_min_specs: int = 3  # build a new PCH only when at least this many specs need it
     code_of: dict[str, str] = field(default_factory=dict)  # spec key -> candidate code (for #line)
     check_import: bool = True
+    launcher: Launcher = field(default_factory=SpawnLauncher)  # sandboxed runs (load checks)
 
     @property
     def root(self) -> Path:
@@ -351,17 +352,10 @@ class Builder:
 
     def _check_import(self, so: Path, module: str) -> tuple[bool, str]:
         """Import the object in a sandbox: undefined symbols and crashing initializers fail here."""
-        script = ("import json, torch\nfrom verifier.extspec import load_extension_module\n"
-                  f"load_extension_module({module!r}, {so.name!r})\n"
-                  "open('result.json', 'w').write(json.dumps({'ok': True}))\n")
-        import sys
-
-        from verifier.sandbox import python_argv  # noqa: F401  (same interpreter)
-
-        res = run_sandboxed([sys.executable, "-c", script],
-                            limits=SandboxLimits(timeout_s=120, memory_mb=0),
-                            input_files={so.name: so.read_bytes()},
-                            env={"PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+        job = json.dumps({"module": module, "path": so.name})
+        res = self.ctx.launcher.run_module(
+            "verifier.loadcheck", limits=SandboxLimits(timeout_s=120, memory_mb=0),
+            input_files={so.name: so.read_bytes(), "loadcheck.json": job})
         if res.payload and res.payload.get("ok"):
             return True, ""
         return False, "import of the built extension failed: " + (

@@ -15,6 +15,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -224,14 +225,21 @@ class _BoundExtension:
             setattr(self, fn, getattr(module, f"k{key}__{fn}"))
 
 
+_LOADED: dict[str, Any] = {}  # real path -> module: a persistent worker loads a batch once
+
+
 def load_extension_module(module_name: str, path: str) -> Any:
-    """Import a built extension file under its PyInit name."""
+    """Import a built extension file under its PyInit name (once per file and process)."""
+    real = os.path.realpath(path)
+    if real in _LOADED:
+        return _LOADED[real]
     loader = importlib.machinery.ExtensionFileLoader(module_name, path)
     spec = importlib.util.spec_from_file_location(module_name, path, loader=loader)
     if spec is None:
         raise ExtensionError(f"cannot load extension {path}")
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
+    _LOADED[real] = module
     return module
 
 

@@ -26,8 +26,8 @@ _ALLOWED = re.compile(r"^(Memset|Memcpy)|FillFunctor|fill_kernel|direct_copy_ker
 
 # Namespaced library kernels: a candidate cannot whitelist these by naming its kernel alike.
 _STRONG_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("cublas", re.compile(r"cublas|nvjet|xmma|cutlass::|splitKreduce", re.I)),
-    ("cudnn", re.compile(r"cudnn", re.I)),
+    ("cublas", re.compile(r"cublas|nvjet|xmma|cutlass::|splitKreduce|mublas", re.I)),
+    ("cudnn", re.compile(r"cudnn|mudnn", re.I)),
     ("triton", re.compile(r"^triton_", re.I)),
     ("aten", re.compile(r"at::native::|at_cuda_detail|\bat::", re.I)),
     ("cub", re.compile(r"^(void )?(cub|thrust)::", re.I)),

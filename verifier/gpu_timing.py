@@ -185,7 +185,7 @@ def time_device_fn(
             tail.append(t)
             empty.append(_bracket(api, device, spin_cycles, None)[1])
             n = len(body)
-            if n >= min_trials and _rel_iqr(body) < target_rel_iqr:
+            if n >= min_trials and relative_iqr(body) < target_rel_iqr:
                 break
             if n >= min_trials and time.monotonic() - start_wall > budget_s:
                 break
@@ -211,7 +211,8 @@ def _quartiles(samples: Sequence[float]) -> tuple[float, float, float]:
     return q[0], q[1], q[2]
 
 
-def _rel_iqr(samples: Sequence[float]) -> float:
+def relative_iqr(samples: Sequence[float]) -> float:
+    """IQR / median: the spread a timing loop stops on."""
     q1, med, q3 = _quartiles(samples)
     return (q3 - q1) / med if med > 0 else float("inf")
 

@@ -57,13 +57,17 @@ class VerifyOptions:
     atol_low: float = 1e-2
     rtol_low: float = 1e-2
     fast_threshold: float = 1.1
-    perf_trials: int = 20
+    perf_trials: int = 20  # timed calls at least; more until the spread is small
+    perf_max_trials: int = 100
+    perf_budget_s: float = 3.0  # stop adding timed calls after this (past perf_trials)
+    perf_target_rel_iqr: float = 0.02  # stop when IQR / median is under this
     perf_warmup: int = 3
+    repeat_timing: int = 1  # >1: time the candidate that many times (benchmarks: repeat CV)
     torch_compile_baseline: bool = False
     compile_only: bool = False
-    # cuda: run candidates in one persistent worker per GPU (verifier.gpu_service) instead of a
-    # fresh sandboxed process per candidate (~35 s each on an H100 node: torch import + CUPTI)
-    gpu_service: bool = True
+    # sandboxed runs are children forked from one server that imported torch once
+    # (verifier.forkserver) instead of fresh interpreters; False: spawn each (slower)
+    fork_server: bool = True
     memory_limit_mb: int = 8192
     build_cache_dir: str | None = None
     baseline_cache_dir: str | None = None

@@ -27,6 +27,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 # Variables a child may inherit; everything else (tokens, credentials, proxies) is dropped.
 _ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_HOME", "CUDA_PATH",
@@ -117,7 +118,7 @@ def pids_cgroup_root() -> Path | None:
     return None
 
 
-def _make_pids_cgroup(limit: int) -> Path | None:
+def make_pids_cgroup(limit: int) -> Path | None:
     root = pids_cgroup_root()
     if root is None:
         return None
@@ -170,25 +171,33 @@ def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _preexec(limits: SandboxLimits, cgroup: Path | None = None):
-    procs_file = str(cgroup / "cgroup.procs") if cgroup else None
+def apply_limits(limits: SandboxLimits) -> None:
+    """rlimits for the calling process (a sandboxed child, before it runs untrusted code)."""
+    if limits.processes > 0 and os.geteuid() != 0:
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+    if limits.memory_mb > 0:
+        cap = limits.memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    cpu = limits.cpu_s or int(limits.timeout_s * 2 + 5)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
+    fsize = limits.file_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
+
+def join_cgroup(cgroup: Path | None) -> None:
+    """Move the calling process into `cgroup` (its pids limit then covers all descendants)."""
+    if cgroup is not None:
+        with open(cgroup / "cgroup.procs", "w") as fh:
+            fh.write(str(os.getpid()))
+
+
+def _preexec(limits: SandboxLimits, cgroup: Path | None = None):
     def apply() -> None:
         os.setsid()
-        if procs_file:
-            with open(procs_file, "w") as fh:
-                fh.write(str(os.getpid()))
-        if limits.processes > 0 and os.geteuid() != 0:
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
-        if limits.memory_mb > 0:
-            cap = limits.memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-        cpu = limits.cpu_s or int(limits.timeout_s * 2 + 5)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-        fsize = limits.file_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        join_cgroup(cgroup)
+        apply_limits(limits)
 
     return apply
 
@@ -216,18 +225,13 @@ def run_sandboxed(
     """Run `argv` (e.g. [sys.executable, "-m", "x"]) in a sandbox; parse its result.json."""
     limits = limits or SandboxLimits()
     own_dir = workdir is None
-    cwd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ks-sbx-"))
-    cwd.mkdir(parents=True, exist_ok=True)
-    for name, content in (input_files or {}).items():
-        mode = "wb" if isinstance(content, bytes) else "w"
-        with open(cwd / name, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as fh:
-            fh.write(content)
+    cwd = prepare_workdir(workdir, input_files)
     cmd = list(argv)
     if limits.isolate_network and network_namespace_available():
         cmd = [shutil.which("unshare") or "unshare", "-rn", *cmd]
     start = time.monotonic()
     timed_out = False
-    cgroup = _make_pids_cgroup(limits.processes) if limits.processes > 0 else None
+    cgroup = make_pids_cgroup(limits.processes) if limits.processes > 0 else None
     killed = 0
     try:
         with open(cwd / ".stdout", "wb") as so, open(cwd / ".stderr", "wb") as se:
@@ -245,7 +249,29 @@ def run_sandboxed(
     finally:
         if cgroup is not None:
             killed = kill_cgroup(cgroup)
-    wall = time.monotonic() - start
+    result = collect_result(cwd, proc.returncode, timed_out, time.monotonic() - start,
+                            {"leftover_killed": killed, "pids_cgroup": cgroup is not None})
+    if own_dir and not keep_workdir:
+        shutil.rmtree(cwd, ignore_errors=True)
+    return result
+
+
+def prepare_workdir(workdir: str | Path | None,
+                    input_files: dict[str, str | bytes] | None) -> Path:
+    """The run's working directory (a fresh temp dir unless given) with its input files."""
+    cwd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ks-sbx-"))
+    cwd.mkdir(parents=True, exist_ok=True)
+    for name, content in (input_files or {}).items():
+        if isinstance(content, bytes):
+            (cwd / name).write_bytes(content)
+        else:
+            (cwd / name).write_text(content, encoding="utf-8")
+    return cwd
+
+
+def collect_result(cwd: Path, returncode: int | None, timed_out: bool, wall_s: float,
+                   extra: dict) -> SandboxResult:
+    """What a finished child left in `cwd`: result.json (unless it timed out) and its output."""
     payload = None
     result_path = cwd / "result.json"
     if result_path.is_file() and not timed_out:
@@ -253,14 +279,9 @@ def run_sandboxed(
             payload = json.loads(result_path.read_text(encoding="utf-8"))
         except (ValueError, OSError):
             payload = None
-    rc = proc.returncode
-    sig = signal.Signals(-rc).name if rc is not None and rc < 0 else None
-    result = SandboxResult(rc, timed_out, wall, _read_capped(cwd / ".stdout"),
-                           _read_capped(cwd / ".stderr"), payload, sig,
-                           extra={"leftover_killed": killed, "pids_cgroup": cgroup is not None})
-    if own_dir and not keep_workdir:
-        shutil.rmtree(cwd, ignore_errors=True)
-    return result
+    sig = signal.Signals(-returncode).name if returncode is not None and returncode < 0 else None
+    return SandboxResult(returncode, timed_out, wall_s, _read_capped(cwd / ".stdout"),
+                         _read_capped(cwd / ".stderr"), payload, sig, extra=extra)
 
 
 def _kill_group(pid: int) -> None:
@@ -268,6 +289,28 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         return
+
+
+class Launcher(Protocol):
+    """Runs a verifier entry module (`python -m entry` semantics) in a sandboxed child."""
+
+    def run_module(self, entry: str, *, limits: SandboxLimits | None = None,
+                   input_files: dict[str, str | bytes] | None = None,
+                   env: dict[str, str] | None = None, workdir: str | Path | None = None,
+                   keep_workdir: bool = False) -> SandboxResult: ...
+
+
+class SpawnLauncher:
+    """A fresh interpreter per run (`run_sandboxed`); `verifier.forkserver` forks instead."""
+
+    def run_module(self, entry: str, *, limits: SandboxLimits | None = None,
+                   input_files: dict[str, str | bytes] | None = None,
+                   env: dict[str, str] | None = None, workdir: str | Path | None = None,
+                   keep_workdir: bool = False) -> SandboxResult:
+        root = str(Path(__file__).resolve().parent.parent)
+        return run_sandboxed([sys.executable, "-m", entry], limits=limits,
+                             input_files=input_files, env={"PYTHONPATH": root, **(env or {})},
+                             workdir=workdir, keep_workdir=keep_workdir)
 
 
 def python_argv(module: str, *args: str) -> list[str]:

@@ -26,8 +26,11 @@ def test_cpu_backend_interface() -> None:
     assert be.device() == "cpu" and be.device_name().startswith("cpu:")
     assert any("torch/include" in f for f in be.host_flags())
     assert "-ltorch" in be.link_flags()
-    times = be.time_us(lambda: sum(range(100)), warmup=1, trials=3)
-    assert len(times) == 3 and all(t > 0 for t in times)
+    calls: list[int] = []
+    res = be.time_call(lambda n: sum(range(n)), lambda i: (calls.append(i) or 1000,), warmup=1,
+                       min_trials=3, max_trials=5, budget_s=0.0)
+    assert res.trials == 3 and all(t > 0 for t in res.samples_us) and res.median_us > 0
+    assert calls == [-1, 0, 1, 2]  # fresh arguments for the warmup call and for every trial
 
 
 def test_compilers_run_niced(tmp_path) -> None:

@@ -20,12 +20,15 @@ places, each in a different process:
    are compiled with a gcc precompiled header of `torch/extension.h` that the core builds once per
    (torch version, flags) with `compile_pch()`. `ValueError` from `compile_unit` for a unit kind a
    backend cannot build (cpu + `.cu`) becomes a compile_error naming the reason.
-3. **Execution worker** (`verifier.worker`, sandboxed, one candidate at a time): `device()` is the
-   torch device string, `synchronize()`, `time_us(fn, warmup, trials)` returns per-trial
-   microseconds (default: wall clock around `fn` with `synchronize()`; cuda overrides with events
-   and an L2 flush), `kernel_names(fn)` returns the kernels launched by one call (default: none;
-   cuda uses torch.profiler), `device_name()` for the verdict's `device` field,
-   `torch_compile_supported()`.
+3. **Execution worker** (`verifier.worker`, one candidate at a time): `device()` is the torch
+   device string, `synchronize()`, `time_call(fn, make_args, ...)` times calls with fresh
+   arguments until the spread is small (default: host clock around `fn` and `synchronize()`;
+   cuda and musa use events and an L2 flush), `kernel_names(fn)` returns the kernels launched by
+   one call and `kernel_findings(names, sources)` flags library kernels (default: none; cuda
+   uses torch.profiler), `device_name()` for the verdict's `device` field,
+   `torch_compile_supported()`, `persistent_worker` (cuda: one long-lived worker per GPU,
+   `verifier.gpu_worker`, instead of a sandboxed child per candidate) and `fork_safe` (whether
+   a child forked by `verifier.forkserver` may use the device).
 
 Everything here imports torch lazily so that `select_backend` is cheap to import.
 """
@@ -74,6 +77,8 @@ class Backend:
     device_suffix = ".cu"  # file suffix of device units (.cu / .mu)
     device_prelude = ""  # text prepended to device units (headers)
     supports_device_sources = False  # can it build cuda_sources?
+    persistent_worker = False  # run candidates in one long-lived worker per device
+    fork_safe = True  # a child forked from the verifier's fork server can use the device
 
     # --- parent side -------------------------------------------------------------------------
     @classmethod
@@ -140,21 +145,42 @@ class Backend:
     def synchronize(self) -> None:
         return None
 
-    def time_us(self, fn: Callable[[], Any], warmup: int, trials: int) -> list[float]:
-        """Per-trial runtimes of `fn()` in microseconds."""
-        for _ in range(warmup):
-            fn()
+    def time_call(self, fn: Callable[..., Any], make_args: Callable[[int], Any], *,
+                  warmup: int = 3, min_trials: int = 20, max_trials: int = 100,
+                  budget_s: float = 3.0, target_rel_iqr: float = 0.02) -> Any:
+        """Time `fn(*make_args(i))` (fresh arguments per call, made outside the timed region):
+        warmup calls, then trials until the relative IQR is under the target, `max_trials`, or
+        `budget_s` after `min_trials`. Returns a `verifier.gpu_timing.TimingResult` in us.
+        Default: the host clock around the call and `synchronize()`; GPU backends use events.
+        """
+        from verifier.gpu_timing import relative_iqr, summarize
+
+        for i in range(max(0, warmup)):
+            fn(*make_args(-1 - i))
         self.synchronize()
-        times = []
-        for _ in range(trials):
-            start = time.perf_counter()
-            fn()
+        samples: list[float] = []
+        start = time.monotonic()
+        for i in range(max(1, max_trials)):
+            args = make_args(i)
             self.synchronize()
-            times.append((time.perf_counter() - start) * 1e6)
-        return times
+            t0 = time.perf_counter()
+            fn(*args)
+            self.synchronize()
+            samples.append((time.perf_counter() - t0) * 1e6)
+            if len(samples) >= min_trials and (relative_iqr(samples) < target_rel_iqr
+                                               or time.monotonic() - start > budget_s):
+                break
+        result = summarize(samples)
+        result.l2_flushed = False
+        return result
 
     def kernel_names(self, fn: Callable[[], Any]) -> list[str]:
         """Names of device kernels one call of `fn` launches (empty where not observable)."""
+        return []
+
+    def kernel_findings(self, kernels: list[str], sources: list[str]) -> list[dict[str, Any]]:
+        """Findings for launched kernels that are not the candidate's own (`sources`: its C++
+        and device sources); severity `error` means a library fallback."""
         return []
 
     def torch_compile_supported(self) -> bool:

@@ -167,6 +167,7 @@ class CudaBackend(Backend):
     device_prelude = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
     supports_device_sources = True
     light_header = True  # try torch/types.h before torch/extension.h in device units
+    persistent_worker = True  # CUDA context + profiler start cost ~6 s per process (H100)
 
     # --- parent side -------------------------------------------------------------------------
     @classmethod
@@ -273,18 +274,26 @@ class CudaBackend(Backend):
 
         torch.cuda.synchronize()
 
-    def time_us(self, fn: Callable[[], Any], warmup: int, trials: int) -> list[float]:
-        """Synchronized-event timing with L2 flush (see verifier.gpu_timing)."""
+    def time_call(self, fn: Callable[..., Any], make_args: Callable[[int], Any], *,
+                  warmup: int = 3, min_trials: int = 20, max_trials: int = 100,
+                  budget_s: float = 3.0, target_rel_iqr: float = 0.02) -> Any:
+        """Events around each call, L2 flushed, hidden side-stream work charged (gpu_timing)."""
         from verifier.gpu_timing import time_device_fn
 
-        result = time_device_fn(lambda: fn(), lambda i: (), device="cuda", warmup=warmup,
-                                min_trials=trials, max_trials=max(trials, 4 * trials))
-        return result.samples_us
+        return time_device_fn(fn, make_args, device="cuda", warmup=warmup,
+                              min_trials=min_trials, max_trials=max_trials, budget_s=budget_s,
+                              target_rel_iqr=target_rel_iqr)
 
     def kernel_names(self, fn: Callable[[], Any]) -> list[str]:
         from verifier.gpu_anticheat import launched_kernels
 
         return launched_kernels(fn, (), device="cuda")
+
+    def kernel_findings(self, kernels: list[str], sources: list[str]) -> list[dict[str, Any]]:
+        from verifier.gpu_anticheat import candidate_kernel_names, fallback_findings
+
+        own = candidate_kernel_names(sources)
+        return [f.as_finding() for f in fallback_findings(kernels, own)]
 
     def torch_compile_supported(self) -> bool:
         return True

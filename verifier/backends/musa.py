@@ -103,6 +103,7 @@ class MusaBackend(Backend):
     device_suffix = ".mu"
     device_prelude = "#include <torch/types.h>\n#include <musa.h>\n#include <musa_runtime.h>\n"
     supports_device_sources = True
+    fork_safe = False  # unverified without MUSA hardware: a fresh interpreter per candidate
 
     @classmethod
     def is_available(cls) -> bool:
@@ -169,19 +170,27 @@ class MusaBackend(Backend):
     def synchronize(self) -> None:
         require_torch_musa().synchronize()
 
-    def time_us(self, fn: Callable[[], Any], warmup: int, trials: int) -> list[float]:
+    def time_call(self, fn: Callable[..., Any], make_args: Callable[[int], Any], *,
+                  warmup: int = 3, min_trials: int = 20, max_trials: int = 100,
+                  budget_s: float = 3.0, target_rel_iqr: float = 0.02) -> Any:
         """torch.musa events around each call, device-synchronized, L2 flushed."""
         from verifier.gpu_timing import time_device_fn
 
         require_torch_musa()
-        result = time_device_fn(lambda: fn(), lambda i: (), device="musa", warmup=warmup,
-                                min_trials=trials, max_trials=max(trials, 4 * trials))
-        return result.samples_us
+        return time_device_fn(fn, make_args, device="musa", warmup=warmup,
+                              min_trials=min_trials, max_trials=max_trials, budget_s=budget_s,
+                              target_rel_iqr=target_rel_iqr)
 
     def kernel_names(self, fn: Callable[[], Any]) -> list[str]:
         from verifier.gpu_anticheat import launched_kernels
 
         return launched_kernels(fn, (), device="musa")
+
+    def kernel_findings(self, kernels: list[str], sources: list[str]) -> list[dict[str, Any]]:
+        from verifier.gpu_anticheat import candidate_kernel_names, fallback_findings
+
+        own = candidate_kernel_names(sources)
+        return [f.as_finding() for f in fallback_findings(kernels, own)]
 
 
 def host_flags_common_no_std() -> list[str]:

@@ -1,0 +1,106 @@
+"""The persistent execution worker (`verifier.gpu_worker`), run here with the cpu backend.
+
+On a GPU host the same loop keeps one process per GPU; what it must guarantee does not need a
+GPU to test: one job after another in one process, each verdict as the sandboxed path gives it,
+and a candidate that crashes, hangs or tampers with the process ends only its own run, the next
+candidate getting a fresh worker.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from verifier.api import verify_batch
+from verifier.backends.cpu import CpuBackend
+from verifier.gpu_pool import GpuWorkerProcess
+from verifier.gpu_worker import global_flags, watched_state
+from verifier.protocol import VerifyOptions, VerifyRequest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from verifier_cases import RELU_TASK, relu_candidate, relu_ok  # noqa: E402
+
+CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
+
+WRONG = relu_ok().replace("in[i] > 0.f ? in[i] : 0.f", "in[i] > 0.f ? in[i] : 0.1f")
+SEGFAULT = relu_candidate(
+    "torch::Tensor relu_fwd(torch::Tensor x) {\n  volatile float* p = nullptr;\n"
+    "  *p = 1.f;\n  return x;\n}")
+HANG = relu_ok().replace("return ext.relu_fwd(x)", "while True:\n            pass")
+
+
+def _opts(tmp_path: Path) -> VerifyOptions:
+    return VerifyOptions(backend="cpu", workers=1, compile_workers=1, compile_batch=16,
+                         run_timeout_s=15.0, trials=3, perf_trials=3, perf_warmup=1,
+                         build_cache_dir=str(CACHE), baseline_cache_dir=str(tmp_path / "bl"))
+
+
+def test_one_process_many_jobs_and_bad_jobs_end_only_themselves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(CpuBackend, "persistent_worker", True)
+    order = [("ok1", relu_ok()), ("wrong", WRONG), ("ok2", relu_ok("relu_b")),
+             ("crash", SEGFAULT), ("ok3", relu_ok("relu_c")), ("hang", HANG),
+             ("ok4", relu_ok("relu_d"))]
+    timings: dict = {}
+    verdicts = verify_batch([VerifyRequest(n, "relu", RELU_TASK, c, "cpu") for n, c in order],
+                            _opts(tmp_path), timings=timings)
+    v = {x.candidate_id: x for x in verdicts}
+    for name in ("ok1", "ok2", "ok3", "ok4"):
+        assert v[name].status in ("correct_slow", "correct_fast"), (name, v[name].error)
+        assert v[name].runtime_us and v[name].eager_us and v[name].trials == 3
+    assert v["wrong"].status == "incorrect" and v["wrong"].max_abs_diff
+    assert v["crash"].status == "runtime_error" and "SIGSEGV" in v["crash"].error
+    assert v["hang"].status == "timeout"
+    pid = {n: timings[n].get("worker_pid") for n in timings}
+    # the same process ran the good and the merely wrong candidates in a row ...
+    assert pid["ok1"] == pid["wrong"] == pid["ok2"]
+    # ... and a fresh one took over after the crash and after the hang
+    assert len({pid["ok2"], pid["ok3"], pid["ok4"]}) == 3
+
+
+def test_tampering_the_static_stage_missed_is_caught_between_jobs() -> None:
+    """A candidate that replaces a torch function (here without an extension, straight to the
+    worker) is a cheat, and the worker it used is not trusted with the next candidate."""
+    task = RELU_TASK
+    patcher = ("import torch\nimport torch.nn.functional as F\nF.gelu = lambda x: x\n"
+               "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+               "        return x.clamp_min(0)\n")
+    job = {"nonce": "n1", "backend": "cpu", "extensions": {},
+           "options": {"trials": 2, "perf_trials": 2, "perf_warmup": 1}}
+    worker = GpuWorkerProcess({}, backend="cpu")
+    try:
+        first = worker.run({"job": job, "task_source": task, "candidate_source": patcher}, 60)
+        assert first.payload and first.payload["outcome"] == "cheat"
+        msgs = [f["message"] for f in first.payload["findings"]]
+        assert any("torch.nn.functional.gelu changed" in m for m in msgs), msgs
+        plain = patcher.replace("F.gelu = lambda x: x\n", "")
+        second = worker.run({"job": {**job, "nonce": "n2"}, "task_source": task,
+                             "candidate_source": plain}, 60)
+        assert second.payload and second.payload["nonce"] == "n2"
+        assert second.payload["worker_pid"] != first.payload["worker_pid"]
+        assert worker.starts == 2
+    finally:
+        worker.stop()
+
+
+def test_the_watch_sees_replaced_functions_and_global_state() -> None:
+    import torch
+    import torch.nn.functional as F
+
+    state, flags = watched_state(), global_flags()
+    assert "torch.nn.functional.softmax" in state and "torch.Tensor.__eq__" in state
+    original = F.softmax
+    try:
+        F.softmax = lambda *a, **k: None
+        assert watched_state()["torch.nn.functional.softmax"] != state[
+            "torch.nn.functional.softmax"]
+    finally:
+        F.softmax = original
+    assert watched_state() == state
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert global_flags()["default_dtype"] != flags["default_dtype"]
+    finally:
+        torch.set_default_dtype(torch.float32)
