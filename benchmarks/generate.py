@@ -83,6 +83,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--compile-workers", type=int, default=8)
     ap.add_argument("--compile-batch", type=int, default=16, help="candidates per translation unit")
+    ap.add_argument("--perf-budget", type=float, default=3.0, help="seconds of timing per kernel")
     ap.add_argument("--cpu-cache", default=None, help="JSON cache of scaled cpu sources")
     ap.add_argument("--out", default=None, help="write results.json here")
     args = ap.parse_args()
@@ -145,7 +146,7 @@ def main() -> None:
                 for v, _, _, k in kernels]
         opts = VerifyOptions(backend=args.backend, workers=args.workers,
                              compile_workers=args.compile_workers,
-                             compile_batch=args.compile_batch)
+                             compile_batch=args.compile_batch, perf_budget_s=args.perf_budget)
         t3 = time.perf_counter()
         done = [0]
 

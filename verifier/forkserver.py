@@ -251,13 +251,19 @@ class ForkServer:
         self.info: dict[str, Any] = {}
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
         self._pending: dict[int, Future] = {}
         self._seq = 0
         self.restarts = -1
 
     # lifecycle
     def start(self) -> None:
-        """Start the server (a no-op while it runs); ForkServerError when it cannot start."""
+        """Start the server (a no-op while it runs); ForkServerError when it cannot start.
+        Concurrent callers wait until the server is ready (or failed)."""
+        with self._start_lock:
+            self._start()
+
+    def _start(self) -> None:
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
                 return

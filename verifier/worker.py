@@ -190,37 +190,62 @@ def _compare(ref: Any, new: Any, atol: float, rtol: float, atol_low: float, rtol
     return "ok", "", stats
 
 
+# An fp32 result that misses the tolerance is still accepted when it is at least this many
+# times more accurate (against fp64) than the task's outputs computed from inputs rounded to a
+# 10-bit mantissa, the precision of fp16 and TF32. Measured (CPU, fp64 references): a
+# sequential fp32 cumsum over 16k elements and a K-chunked matmul are 60x and >1000x more
+# accurate than that yardstick; fp16/TF32 inputs or arithmetic are at about 1x and bf16 worse.
+LOW_PRECISION_MARGIN = 8.0
+
+
+def round_mantissa(x: Any, bits: int = 10) -> Any:
+    """fp32 `x` rounded to nearest with `bits` mantissa bits (fp16/TF32 precision, fp32 range)."""
+    import torch
+
+    drop = 23 - bits
+    i = x.contiguous().view(torch.int32)
+    q = ((i + (1 << (drop - 1))) & ~((1 << drop) - 1)).view(torch.float32)
+    return torch.where(torch.isfinite(x), q, x)
+
+
 def against_fp64(model: Any, inputs: list[Any], ref: Any, out: Any, atol: float
                  ) -> dict[str, Any] | None:
-    """Second opinion on an fp32 mismatch: is `out` as close to an fp64 reference as torch's own
-    fp32 result is? Long reductions (a matmul with K = 8192, long scans) differ from cuBLAS or
-    ATen by more than 1e-4 in any summation order; that is fp32, not a bug. `ok` when the
-    candidate's max and mean errors against fp64 are at most twice torch's plus atol (TF32 or
-    fp16 arithmetic, ~1e-3 relative, does not pass). None when no fp64 reference can be made.
+    """Second opinion on an fp32 mismatch, calibrated per task: is `out` fp32-accurate?
+
+    Long reductions (a matmul with K = 8192, long scans) differ from torch by more than 1e-4 in
+    any other summation order, and torch's own error differs between devices (its CPU cumsum
+    accumulates in double), so neither the tolerance nor torch's error is the yardstick. The
+    task's sensitivity is: fp64 outputs from inputs rounded to a 10-bit mantissa against fp64
+    outputs from the inputs. `ok` when the candidate's max and mean errors against fp64 are both
+    LOW_PRECISION_MARGIN times smaller than that (or within atol). None when no fp64 reference
+    can be made (no fp64 kernel for some op) or the output is not one fp32 tensor.
     """
     import torch
 
     if not (type(ref) is torch.Tensor and ref.dtype == torch.float32
             and type(out) is torch.Tensor and out.shape == ref.shape):
         return None
+    floats = [isinstance(x, torch.Tensor) and x.dtype == torch.float32 for x in inputs]
     try:
         model64 = copy.deepcopy(model).double()
-        args = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                for x in inputs]
         with torch.no_grad():
-            exact = model64(*args)
+            exact = model64(*[x.double() if f else x for x, f in zip(inputs, floats, strict=True)])
+            coarse = model64(*[round_mantissa(x).double() if f else x
+                               for x, f in zip(inputs, floats, strict=True)])
     except Exception:  # some op has no fp64 kernel: the fp32 verdict stands
         return None
     if type(exact) is not torch.Tensor or exact.shape != ref.shape:
         return None
     err_new = (out.double() - exact).abs().nan_to_num(1e30)
+    err_low = (coarse.double() - exact).abs().nan_to_num(0.0)
     err_ref = (ref.double() - exact).abs().nan_to_num(1e30)
-    new_max, ref_max = float(err_new.max()), float(err_ref.max())
-    ok = (new_max <= 2 * ref_max + atol
-          and float(err_new.mean()) <= 2 * float(err_ref.mean()) + atol)
+    k = LOW_PRECISION_MARGIN
+    new_max, low_max = float(err_new.max()), float(err_low.max())
+    ok = (new_max <= max(low_max / k, atol)
+          and float(err_new.mean()) <= max(float(err_low.mean()) / k, atol))
     return {"ok": ok, "max_abs_diff": new_max, "mean_abs_diff": float(err_new.mean()),
-            "ref_max_abs_err": ref_max,
-            "mismatch_frac": float((err_new > 2 * err_ref + atol).double().mean())}
+            "ref_max_abs_err": float(err_ref.max()), "low_precision_max_abs_err": low_max,
+            "mismatch_frac": float((err_new > err_low / k + atol).double().mean())}
 
 
 def _clone(xs: Any) -> Any:
@@ -329,6 +354,8 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     install_shim(job["extensions"])
     guard = _guard_snapshot()
     threads_before = threading.active_count()
+    # threads the harness itself started (torch.compile's helpers): not the candidate's
+    res.data["harness_threads"] = threads_before
 
     class _Trace(TorchDispatchMode):
         def __init__(self) -> None:
@@ -392,8 +419,9 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
                 verdict, stats = "ok", {k: second[k] for k in ("max_abs_diff", "mean_abs_diff")}
                 res.data["tolerance"] = "fp64_reference"
             elif second:
-                msg += (f" (against an fp64 reference too: error {second['max_abs_diff']:.3g}, "
-                        f"torch's own fp32 error {second['ref_max_abs_err']:.3g})")
+                msg += (f" (against an fp64 reference too: error {second['max_abs_diff']:.3g}; "
+                        f"torch's own fp32 error {second['ref_max_abs_err']:.3g}, fp16-precision "
+                        f"inputs would give {second['low_precision_max_abs_err']:.3g})")
         for k, v in stats.items():
             worst[k] = max(worst.get(k, 0.0), v)
         res.data.update(worst)

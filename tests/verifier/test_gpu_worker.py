@@ -104,3 +104,25 @@ def test_the_watch_sees_replaced_functions_and_global_state() -> None:
         assert global_flags()["default_dtype"] != flags["default_dtype"]
     finally:
         torch.set_default_dtype(torch.float32)
+
+
+def test_threads_the_harness_started_are_not_held_against_the_candidate() -> None:
+    """torch.compile baselines start helper threads before the candidate runs: not a cheat.
+    A thread that appears after the candidate's code ran is."""
+    import threading
+
+    from verifier.gpu_worker import after_job
+
+    state, flags, threads = watched_state(), global_flags(), threading.active_count()
+    stop = threading.Event()
+    helper = threading.Thread(target=stop.wait, daemon=True)
+    helper.start()
+    try:
+        harness = {"outcome": "ok", "findings": [], "harness_threads": threading.active_count()}
+        assert not after_job(harness, state, flags, threads) and harness["outcome"] == "ok"
+        candidate = {"outcome": "ok", "findings": [], "harness_threads": threads}
+        assert after_job(candidate, state, flags, threads) and candidate["outcome"] == "cheat"
+        assert "threads" in candidate["error"]
+    finally:
+        stop.set()
+        helper.join()
