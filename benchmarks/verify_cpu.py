@@ -137,6 +137,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--compile-batch", type=int, default=16)
     ap.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "kernelsynth-bench"))
+    ap.add_argument("--compare-spawn", action="store_true",
+                    help="re-run the batch (builds cached) with a fresh interpreter per run "
+                         "instead of the fork server, for the harness-overhead row")
     a = ap.parse_args()
     salt = uuid.uuid4().hex[:8]
     batch = mixed_batch(a.n, salt)
@@ -166,6 +169,16 @@ def main() -> None:
     for v in verdicts:
         statuses[v.status] = statuses.get(v.status, 0) + 1
 
+    spawn_over: list[float] = []
+    if a.compare_spawn:
+        stimings: dict[str, dict[str, float]] = {}
+        sopts = VerifyOptions(**{**opts.__dict__, "fork_server": False,
+                                 "baseline_cache_dir": str(tmp / "baselines-spawn")})
+        again = verify_batch(reqs, sopts, timings=stimings)
+        assert [v.status for v in again] == [v.status for v in verdicts], "verdicts differ"
+        spawn_over = [t["exec_s"] - t.get("candidate_s", 0.0) for t in stimings.values()
+                      if "exec_s" in t]
+
     base = run_baseline(batch, a.baseline, tmp)
     b_wall = statistics.mean(r["wall_s"] for r in base)
     b_compile = statistics.mean(r["compile_s"] for r in base)
@@ -183,6 +196,9 @@ def main() -> None:
          f"{statistics.mean(overhead):.2f}" if overhead else "n/a", f"{b_over:.2f}"),
         ("wall s for the batch", f"{wall:.1f}", f"{b_wall * len(batch):.0f} (extrapolated)"),
     ]
+    if spawn_over:
+        rows.insert(3, ("  same, a fresh interpreter per run (no fork server)",
+                        f"{statistics.mean(spawn_over):.2f}", "-"))
     w = max(len(r[0]) for r in rows)
     print(f"{'metric':<{w}} | {'kernelsynth verifier':>20} | {'plain load_inline':>18}")
     print("-" * (w + 44))
