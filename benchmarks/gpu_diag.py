@@ -1,90 +1,130 @@
-"""Where a GPU verification's fixed costs go (device runs only): process start, CUDA context and
-profiler start in a fresh interpreter vs in a child forked from a parent that imported torch
-without touching CUDA; and nvcc/g++ time for one candidate's extension vs a batch of them in one
-translation unit (verifier.build.Builder, CUDA backend, cold cache).
+"""Where a GPU verification's fixed costs go (device runs only).
 
-    PYTHONPATH=. python3 benchmarks/gpu_diag.py [--out DIR]
+1. process start-up: a fresh interpreter's `import torch`, CUDA context and first/second
+   profiler session; then the same in a child forked from a parent that ran a setup line
+   (`import torch` alone, with cpp_extension/profiler imported, with NVML-based CUDA checks, with
+   a CPU profiler session): which parents leave their children able to initialize CUDA;
+2. the profiler's start-up cost split (a CPU-only session first, then a CUDA one);
+3. nvcc/g++ time for one candidate's extension vs batches in one translation unit
+   (verifier.build.Builder, CUDA backend, cold cache).
+
+Measured on an H100 node (2026-11-22, benchmarks/results/gpu_diag.txt): a child forked after
+`import torch` initializes CUDA in 0.35-0.5 s; torch.utils.cpp_extension + torch.profiler
+imported without PYTORCH_NVML_BASED_CUDA_CHECK=1 poison the fork; the first profiler session of
+a process costs 3.5-6.5 s whatever its activities, and one in the parent breaks CUDA in the
+child. Hence verifier.forkserver for CPU-side runs and one persistent verifier.gpu_worker per
+GPU for CUDA runs.
+
+    PYTHONPATH=. python3 benchmarks/gpu_diag.py [--out DIR] [--skip-compile]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Run as a script, benchmarks/ is sys.path[0], where select.py would shadow the stdlib module.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
 
-CHILD_STEPS = r'''
-import time
-def steps(t0, out):
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+
+# The measured steps, run in a fresh interpreter or in a forked child (prints one JSON line).
+STEPS = r'''
+import json, os, sys, time
+def steps(t0):
+    out = {}
     import torch
     out["import_s"] = time.monotonic() - t0
-    t = time.monotonic(); torch.zeros(1, device="cuda"); torch.cuda.synchronize()
-    out["cuda_init_s"] = time.monotonic() - t
-    from torch.profiler import ProfilerActivity, profile
-    for k in ("profiler1_s", "profiler2_s"):
-        t = time.monotonic()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
-            torch.ones(4, device="cuda").add_(1); torch.cuda.synchronize()
-        names = [e.name for e in p.events() if getattr(e, "device_type", None) is not None
-                 and e.device_type != torch.autograd.DeviceType.CPU]
-        out[k] = time.monotonic() - t
-    out["kernels"] = names[:3]
-    t = time.monotonic()
-    buf = torch.empty(100 << 20, dtype=torch.uint8, device="cuda"); buf.zero_()
-    torch.cuda.synchronize(); out["alloc_s"] = time.monotonic() - t
+    out["bad_fork"] = bool(getattr(torch._C, "_cuda_isInBadFork", lambda: False)())
+    try:
+        t = time.monotonic(); torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+        out["cuda_init_s"] = time.monotonic() - t
+        from torch.profiler import ProfilerActivity, profile
+        for k in ("profiler1_s", "profiler2_s"):
+            t = time.monotonic()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+                torch.ones(4, device="cuda").add_(1); torch.cuda.synchronize()
+            out[k] = time.monotonic() - t
+        out["kernels"] = sum(1 for e in p.events()
+                             if e.device_type != torch.autograd.DeviceType.CPU)
+    except BaseException as exc:
+        out["error"] = repr(exc)[:300]
     return out
 '''
 
+FRESH = STEPS + "\nprint(json.dumps(steps(time.monotonic())))\n"
 
-def fresh_process() -> dict:
-    code = CHILD_STEPS + ("\nimport json, sys\nt0 = time.monotonic()\n"
-                          "print(json.dumps(steps(t0, {})))\n")
+# argv[1]: a setup line the parent runs before forking the child that runs `steps`.
+FORKED = STEPS + r'''
+import threading
+t = time.monotonic(); exec(sys.argv[1]); setup_s = time.monotonic() - t
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r); os.write(w, json.dumps(steps(time.monotonic())).encode()); os._exit(0)
+os.close(w)
+data = b""
+while chunk := os.read(r, 65536):
+    data += chunk
+os.waitpid(pid, 0)
+print(json.dumps({"setup_s": setup_s, "parent_threads": len(os.listdir("/proc/self/task")),
+                  "child": json.loads(data)}))
+'''
+
+SETUPS = {
+    "import torch": "import torch",
+    "import torch (NVML check)": "os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'] = '1'; import torch",
+    "+ cpp_extension, profiler": "import torch, torch.utils.cpp_extension, torch.profiler",
+    "+ is_available() (NVML)": ("os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'] = '1'; import torch;"
+                                " torch.cuda.is_available()"),
+    "+ CPU profiler session": ("import torch\nfrom torch.profiler import profile, ProfilerActivity"
+                               "\nwith profile(activities=[ProfilerActivity.CPU]): torch.ones(2)"),
+}
+
+SPLIT = r'''
+import json, time, torch
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+from torch.profiler import ProfilerActivity, profile
+out = {}
+for key, acts in (("cpu_only_first_s", [ProfilerActivity.CPU]),
+                  ("cuda_after_s", [ProfilerActivity.CUDA])):
     t = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300)
-    res = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {
+    with profile(activities=acts):
+        torch.ones(4, device="cuda").add_(1); torch.cuda.synchronize()
+    out[key] = time.monotonic() - t
+print(json.dumps(out))
+'''
+
+
+def _python(code: str, *args: str) -> dict:
+    t = time.monotonic()
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code, *args],
+                          capture_output=True, text=True, timeout=300)
+    lines = proc.stdout.strip().splitlines()
+    res = json.loads(lines[-1]) if proc.returncode == 0 and lines else {
         "error": proc.stderr[-500:]}
-    res["wall_s"] = time.monotonic() - t
+    res["wall_s"] = round(time.monotonic() - t, 2)
     return res
 
 
-def forked_children(n: int) -> list[dict]:
-    """Children forked from this process, which has imported torch but never touched CUDA."""
-    import torch  # noqa: F401
-    import torch.utils.cpp_extension  # noqa: F401
-    ns: dict = {}
-    exec(CHILD_STEPS, ns)
-    assert not torch.cuda.is_initialized()
-    out = []
-    for _ in range(n):
-        r, w = os.pipe()
-        t = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            try:
-                res = ns["steps"](time.monotonic(), {})
-            except BaseException as exc:  # report, never return into the parent's code
-                res = {"error": repr(exc)}
-            os.write(w, json.dumps(res).encode())
-            os._exit(0)
-        os.close(w)
-        data = b""
-        while chunk := os.read(r, 65536):
-            data += chunk
-        os.close(r)
-        os.waitpid(pid, 0)
-        res = json.loads(data)
-        res["wall_s"] = time.monotonic() - t
-        out.append(res)
-    return out
+def process_costs() -> dict:
+    report = {"fresh": [_python(FRESH) for _ in range(2)],
+              "forked": {name: _python(FORKED, setup) for name, setup in SETUPS.items()},
+              "profiler_split": _python(SPLIT)}
+    for r in report["fresh"]:
+        print("fresh process:", json.dumps(r), flush=True)
+    for name, r in report["forked"].items():
+        print(f"forked after {name!r}:", json.dumps(r), flush=True)
+    print("profiler split:", json.dumps(report["profiler_split"]), flush=True)
+    return report
 
 
 def compile_costs(workers: int) -> list[dict]:
@@ -125,17 +165,12 @@ def compile_costs(workers: int) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 4)
     ap.add_argument("--skip-compile", action="store_true")
     args = ap.parse_args()
-    report: dict = {"forked": forked_children(3)}
-    for r in report["forked"]:
-        print("forked child:", json.dumps(r), flush=True)
-    report["fresh"] = [fresh_process() for _ in range(2)]
-    for r in report["fresh"]:
-        print("fresh process:", json.dumps(r), flush=True)
+    report: dict = {"processes": process_costs()}
     if not args.skip_compile:
         report["compile"] = compile_costs(args.workers)
     if args.out:

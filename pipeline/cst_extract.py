@@ -640,6 +640,12 @@ def _split_position_embeddings(fn: cst.FunctionDef) -> cst.FunctionDef:
     names = [p.name.value for p in params]
     if "position_embeddings" not in names or "cos" in names or "sin" in names:
         return fn
+    param = params[names.index("position_embeddings")]
+    ann = cst.Module([]).code_for_node(param.annotation.annotation) if param.annotation else ""
+    body = cst.Module([]).code_for_node(fn.body)
+    if not re.search(r"\btuple\b|\bTuple\b", ann) and not re.search(
+            r"=\s*position_embeddings\b", body):
+        return fn  # a positional-embedding tensor (DETR), not rotary (cos, sin)
     params = [p for p in params if p.name.value != "position_embeddings"]
     at = 0
     while at < len(params) and params[at].default is None:

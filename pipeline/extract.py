@@ -203,7 +203,9 @@ def assemble_task(ext: Extraction, probe: dict) -> tuple[str, dict[str, int]]:
             else:
                 dims.append(str(d))
         shape = ", ".join(dims) + ("," if len(dims) == 1 else "")
-        if spec.get("init") == "randint":
+        if spec.get("init") == "none":
+            input_exprs.append("None")
+        elif spec.get("init") == "randint":
             lo, hi = int(spec.get("low") or 0), int(spec.get("high") or 2)
             input_exprs.append(f"torch.randint({lo}, {hi}, ({shape}))")
         else:
@@ -227,7 +229,8 @@ def _specs(items: list[dict]) -> list[TensorSpec]:
     return [TensorSpec(name=s.get("name", f"out{i}"), shape=[int(x) for x in s["shape"]]
                        if isinstance(s["shape"], list) and all(isinstance(x, int)
                                                                for x in s["shape"]) else [],
-                       dtype=str(s.get("dtype", "float32")), init=s.get("init", "randn"),
+                       dtype="NoneType" if s.get("init") == "none" else
+                       str(s.get("dtype", "float32")), init=s.get("init", "randn"),
                        low=s.get("low"), high=s.get("high")) for i, s in enumerate(items)]
 
 

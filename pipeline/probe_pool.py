@@ -14,7 +14,6 @@ import queue
 import resource
 import selectors
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from verifier.sandbox import network_namespace_available, scrubbed_env
+from verifier.sandbox import network_namespace_available, scrubbed_env, stop_process
 
 _STARTUP_S = 60.0
 
@@ -102,17 +101,7 @@ class ProbeWorker:
 
     def close(self) -> None:
         if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self.proc.wait()
-            for fh in (self.proc.stdin, self.proc.stdout):
-                try:
-                    if fh:
-                        fh.close()
-                except OSError:
-                    pass
+            stop_process(self.proc)
             self.proc = None
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)

@@ -132,6 +132,8 @@ def describe_inputs(task: Task, backend: str) -> str:
 
 
 def _spec_text(spec: TensorSpec, shape: bool) -> str:
+    if spec.init == "none":
+        return "None (an optional argument the task leaves unset)"
     if spec.init == "given" or (not spec.shape and spec.dtype in ("int", "float", "bool")):
         return f"{spec.dtype} scalar" if not spec.shape else f"{spec.dtype} {spec.shape}"
     text = f"tensor {spec.dtype}"

@@ -135,9 +135,11 @@ def _exec_source(source: str) -> dict:
 
 def _make_input(spec: dict, device: str = "cpu"):
     torch = _torch()
+    init = spec.get("init", "randn")
+    if init == "none":  # an Optional argument left unset (attention_mask=None)
+        return None
     shape = [int(s) for s in spec["shape"]]
     dt = getattr(torch, spec.get("dtype", "float32"))
-    init = spec.get("init", "randn")
     if device == "meta":
         return torch.empty(shape, dtype=dt, device="meta")
     if init == "randint":
@@ -397,12 +399,30 @@ def _head_dim(model) -> int | None:
 _INT_NAMES = ("input_ids", "ids", "index", "indices", "labels", "token_type_ids")
 
 
-def _layouts(hint, f: int, base: dict) -> list[tuple[str, list[str], list[int]]]:
+def _image_sizes(model) -> list[int]:
+    """Input resolutions the model checks against (`image_size` of ViT-style embeddings)."""
+    sizes: list[int] = []
+    for m in model.modules():
+        for name in ("image_size", "img_size"):
+            v = getattr(m, name, None)
+            if isinstance(v, list | tuple) and v and isinstance(v[0], int):
+                v = v[0]
+            if isinstance(v, int) and not isinstance(v, bool) and 8 <= v <= 1024 \
+                    and v not in sizes:
+                sizes.append(v)
+    return sizes[:2]
+
+
+def _layouts(hint, f: int, base: dict, images: list[int] = ()
+             ) -> list[tuple[str, list[str], list[int]]]:
     b, s, sp = base["batch"], base["seq"], base["spatial"]
     kind = hint[0] if hint else None
     out = []
     if kind == "conv2d":
         out.append(("nchw", ["batch", "feature", "height", "width"], [b, f, sp, sp]))
+        # a patch embedding that insists on its configured resolution (fixed, not grown)
+        out += [(f"nchw{px}", ["batch", "feature", "fixed", "fixed"], [b, f, px, px])
+                for px in images if px != sp]
     elif kind == "conv1d":
         out.append(("ncl", ["batch", "feature", "seq"], [b, f, s]))
     elif kind == "conv3d":
@@ -421,9 +441,18 @@ def _layouts(hint, f: int, base: dict) -> list[tuple[str, list[str], list[int]]]
     return uniq
 
 
-def _candidates(model, params: list[dict], base: dict, guesses: list[int], limit: int = 48):
-    """Spec lists for the tensor arguments, most plausible first."""
+def _optional(param: dict) -> bool:
+    """An argument that may be None: annotated Optional, or a mask (None: nothing masked)."""
+    ann = param.get("annotation") or ""
+    return "None" in ann or "Optional" in ann or param["name"].endswith("mask")
+
+
+def _candidates(model, params: list[dict], base: dict, guesses: list[int], limit: int = 48,
+                none_optional: bool = False):
+    """Spec lists for the tensor arguments, most plausible first. `none_optional`: arguments
+    after the first whose annotation admits None (attention_mask: Optional[Tensor]) get None."""
     hint = _first_layer(model)
+    images = _image_sizes(model)
     dims = _model_dims(model, hint)
     dims += [g for g in guesses if g not in dims]
     hd = _head_dim(model)
@@ -435,14 +464,17 @@ def _candidates(model, params: list[dict], base: dict, guesses: list[int], limit
         high = float(min(hint[1], 1000)) if hint and hint[0] == "embedding" else 100.0
         layouts = [("tokens", ["batch", "seq"], [b, s], None)]
     else:
-        layouts = [(*lay, f) for f in dims[:4] for lay in _layouts(hint, f, base)]
+        layouts = [(*lay, f) for f in dims[:4] for lay in _layouts(hint, f, base, images)]
         layouts.sort(key=lambda x: 0 if x[3] == dims[0] else 1)
     for layout, roles, shape, f in layouts:
         for rest_f in ([f] + [d for d in dims[:4] if d != f]) if f is not None else [None]:
             specs = []
             for i, p in enumerate(params):
                 name = p["name"]
-                if i == 0 and layout == "tokens":
+                if i > 0 and none_optional and _optional(p):
+                    specs.append({"name": name, "shape": [], "dtype": "float32", "init": "none",
+                                  "low": None, "high": None, "roles": []})
+                elif i == 0 and layout == "tokens":
                     specs.append({"name": name, "shape": shape, "dtype": "int64", "init": "randint",
                                   "low": 0.0, "high": high, "roles": roles})
                 elif name in ("cos", "sin"):
@@ -501,6 +533,7 @@ def _infer_inputs(ns: dict, job: dict):
             raise ProbeReject("non_tensor_input", f"forward argument {p['name']} is {ann}")
     base = job["base"]
     first_err: BaseException | None = None
+    fallback = None
     tried = 0
     deadline = time.monotonic() + 0.6 * float(job.get("timeout_s", 20.0))
     for init_args in job["init_candidates"]:
@@ -513,7 +546,9 @@ def _infer_inputs(ns: dict, job: dict):
             if _classify(exc) in ("needs_gpu", "reads_files", "downloads"):
                 raise ProbeReject(_classify(exc), _short(exc)) from None
             continue
-        for specs in _candidates(model, tensor_params, base, job.get("feature_guess", [])):
+        modes = (True, False) if any(_optional(p) for p in tensor_params[1:]) else (False,)
+        for specs in (sp for mode in modes for sp in _candidates(
+                model, tensor_params, base, job.get("feature_guess", []), none_optional=mode)):
             if time.monotonic() > deadline:
                 break
             tried += 1
@@ -521,7 +556,7 @@ def _infer_inputs(ns: dict, job: dict):
             inputs = [_make_input(s) for s in specs]
             try:
                 with _torch().no_grad():
-                    _tensor_outputs(model(*inputs))
+                    outs = _tensor_outputs(model(*inputs))
             except ProbeReject as rej:
                 first_err = first_err or rej
                 if rej.args[0] in ("output_none", "output_not_tensor"):
@@ -532,7 +567,14 @@ def _infer_inputs(ns: dict, job: dict):
                 if _classify(exc) in ("needs_gpu", "reads_files", "downloads"):
                     raise ProbeReject(_classify(exc), _short(exc)) from None
                 continue
+            if any(o.is_floating_point() and not bool(_torch().isfinite(o).all()) for o in outs):
+                # runs, but inf/nan out (a None mask where a -inf fill needed one): keep looking,
+                # and fall back to it only if nothing else runs
+                fallback = fallback or (init_args, specs)
+                continue
             return init_args, specs
+    if fallback is not None:
+        return fallback
     if isinstance(first_err, ProbeReject):
         raise first_err
     detail = _short(first_err) if first_err else "no candidate"
@@ -729,7 +771,7 @@ def _extracted(job: dict) -> dict:
     inputs = [_make_input(s) for s in cpu_specs]
     try:
         validity = _check_validity(model, inputs, lambda: [_make_input(s) for s in cpu_specs])
-        cpu_stats = _analyze_run(model, [x.clone() for x in inputs], False)
+        cpu_stats = _analyze_run(model, [x.clone() if x is not None else x for x in inputs], False)
     except ProbeReject:
         raise
     except BaseException as exc:  # noqa: BLE001

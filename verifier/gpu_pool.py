@@ -30,6 +30,7 @@ from verifier.sandbox import (
     make_pids_cgroup,
     network_namespace_available,
     scrubbed_env,
+    stop_process,
 )
 
 _PKG_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -176,16 +177,7 @@ class GpuWorkerProcess:
 
     def stop(self) -> None:
         if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self.proc.wait()
-            if self.proc.stdin:
-                try:
-                    self.proc.stdin.close()
-                except OSError:
-                    pass
+            stop_process(self.proc)
             self.proc = None
             self.log.close()
         if self.rfd >= 0:

@@ -1,7 +1,7 @@
 """Persistent GPU execution worker: one process per GPU runs candidates one after another.
 
 A fresh process per candidate costs ~8 s on an H100 node (import torch 3 s, CUDA context 0.4 s,
-the profiler's first session 4-6 s: measured by benchmarks/gpu_fork_study.py) and a CUDA
+the profiler's first session 4-6 s: measured by benchmarks/gpu_diag.py) and a CUDA
 context cannot be forked, so the verifier keeps one warm worker per GPU, pinned with
 CUDA_VISIBLE_DEVICES. The checks are `verifier.worker.run_job`'s, the same as on the CPU.
 

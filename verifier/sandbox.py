@@ -284,6 +284,18 @@ def collect_result(cwd: Path, returncode: int | None, timed_out: bool, wall_s: f
                          _read_capped(cwd / ".stderr"), payload, sig, extra=extra)
 
 
+def stop_process(proc: subprocess.Popen) -> None:
+    """Kill a worker's whole process group, reap it and close the pipes we hold to it."""
+    _kill_group(proc.pid)
+    proc.wait()
+    for fh in (proc.stdin, proc.stdout, proc.stderr):
+        try:
+            if fh:
+                fh.close()
+        except OSError:
+            pass
+
+
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)

@@ -77,6 +77,40 @@ class TakesInt(nn.Module):
         return torch.arange(n)
 
 
+class MaskedAttention(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.qkv = nn.Linear(dim, 3 * dim)
+
+    def forward(self, hidden_states, attention_mask: torch.Tensor | None):
+        q, k, v = self.qkv(hidden_states).chunk(3, dim=-1)
+        scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        if attention_mask is not None:
+            scores = scores + attention_mask
+        return scores.softmax(-1) @ v
+
+
+class AddsPositions(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, hidden_states, position_embeddings: torch.Tensor):
+        return self.fc(hidden_states + position_embeddings)
+
+
+class PatchEmbed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.image_size = 24
+        self.proj = nn.Conv2d(3, 16, kernel_size=4, stride=4)
+
+    def forward(self, pixel_values):
+        if pixel_values.shape[-1] != self.image_size:
+            raise ValueError(f"Input image size doesn't match model ({self.image_size}).")
+        return self.proj(pixel_values).flatten(2).transpose(1, 2)
+
+
 class Good(nn.Module):
     def __init__(self, dim: int):
         super().__init__()
@@ -113,7 +147,8 @@ def built() -> tuple[list[Task], list, list[RawModule]]:
                _raw("transformers", llama_path, "LlamaRMSNorm", llama),
                _raw("transformers", llama_path, "LlamaAttention", llama),
                _raw("transformers", llama_path, "LlamaForCausalLM", llama)]
-    modules += [_raw("git", "repo/bad.py", name, BAD) for name in [*EXPECT, "Good"]]
+    modules += [_raw("git", "repo/bad.py", name, BAD) for name in
+                [*EXPECT, "Good", "MaskedAttention", "AddsPositions", "PatchEmbed"]]
     # generous enough for LlamaAttention on a loaded 2-core machine; Hangs still times out
     cfg = TasksConfig(workers=2, timeout_s=12.0)
     with ProbePool(2) as pool:
@@ -184,3 +219,21 @@ def test_cpu_copy_is_scaled_and_runs(built) -> None:
     assert json.loads(mlp.meta)["cpu_inputs"][0]["shape"] == report.inputs[0].shape
     linear = next(t for t in tasks if t.path == "seed/linear.py")
     assert linear.source.startswith(LINEAR_TASK.split("class")[0])
+
+
+def test_optional_masks_tensor_positions_and_fixed_resolutions(built) -> None:
+    """An Optional mask is left None, a positional-embedding tensor stays one argument, and a
+    patch embedding gets the resolution it checks for."""
+    tasks, rejections, _ = built
+    by = {t.original_name: t for t in tasks}
+    assert {"MaskedAttention", "AddsPositions", "PatchEmbed"} <= set(by), [
+        (r.ref, r.detail) for r in rejections if r.ref.startswith("repo/bad.py")]
+    att = by["MaskedAttention"]
+    assert [(s.name, s.init) for s in att.input_specs][1] == ("attention_mask", "none")
+    assert "return [torch.randn(" in att.source and ", None]" in att.source
+    assert inspect_task_source(att.cpu_source, "att_cpu", timeout_s=60).valid
+    pos = by["AddsPositions"]
+    assert [s.name for s in pos.input_specs] == ["hidden_states", "position_embeddings"]
+    assert pos.input_specs[0].shape == pos.input_specs[1].shape
+    patch = by["PatchEmbed"]
+    assert patch.input_specs[0].shape[-2:] == [24, 24]
