@@ -25,7 +25,7 @@ import time
 import traceback
 import types
 
-from pipeline.taskprobe import scale_constants
+from pipeline.taskprobe import footprint, scale_constants
 
 _BLOCKED = "kernelsynth: file access blocked"
 
@@ -721,7 +721,8 @@ def _complete(job: dict) -> dict:
             xs = ns["get_inputs"]()
         return sum(x.numel() for x in xs if isinstance(x, torch.Tensor))
 
-    scaled = scale_constants(ns, constants, int(job["cpu_max_numel"]), input_numel)
+    scaled = scale_constants(ns, constants, int(job["cpu_max_numel"]), input_numel,
+                             lambda: footprint(ns))
     try:
         init_cpu = _jsonable(list(ns["get_init_inputs"]()))
         model = _build_model(ns, init_cpu)

@@ -77,16 +77,59 @@ def _input_numel(ns: dict) -> int:
     return sum(x.numel() for x in inputs if isinstance(x, torch.Tensor))
 
 
+# The CPU copy's whole footprint (inputs, parameters and buffers, outputs) may be this many times
+# the input cap: an embedding lookup with small integer inputs once kept a 512 MB output, an
+# outer product of two 8k vectors a 67M-element one, and their CPU verification ran out of time.
+FOOTPRINT_FACTOR = 32
+# ...and one forward may cost at most this many FLOPs: a SwiGLU MLP copy with 65k inputs still
+# did 2.2 GFLOP a call, which a single-threaded CPU kernel timed 25 times does not finish in 60 s.
+CPU_MAX_FLOPS = 1 << 28
+
+
+def footprint(ns: dict) -> tuple[int, float]:
+    """(elements of the inputs, parameters, buffers and outputs; FLOPs) of one forward on meta.
+    The inputs alone and 0 FLOPs when the model cannot be built or run on meta."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        inputs = ns["get_inputs"]()
+    total = sum(x.numel() for x in inputs if isinstance(x, torch.Tensor))
+    try:
+        with torch.device("meta"), torch.no_grad():
+            model = ns["Model"](*ns["get_init_inputs"]())
+            with FlopCounterMode(display=False) as counter:
+                out = model(*inputs)
+    except Exception:  # noqa: BLE001 - no meta kernel for some op: inputs only
+        return total, 0.0
+    total += sum(t.numel() for t in (*model.parameters(), *model.buffers()))
+    outs = out if isinstance(out, list | tuple) else [out]
+    total += sum(o.numel() for o in outs if isinstance(o, torch.Tensor))
+    return total, float(counter.get_total_flops())
+
+
 def scale_constants(ns: dict, constants: dict[str, int], cap: int,
-                    input_numel: Callable[[], int]) -> dict[str, int]:
-    """Halve the largest dim constants that shrink the inputs until `input_numel()` fits `cap`.
+                    input_numel: Callable[[], int],
+                    cost: Callable[[], tuple[int, float]] | None = None) -> dict[str, int]:
+    """Halve the largest dim constants until `input_numel()` fits `cap` and, when `cost` (see
+    `footprint`) is given, the footprint fits FOOTPRINT_FACTOR * cap and the FLOPs
+    CPU_MAX_FLOPS; a halving that does not shrink the largest overshoot is undone (and retried
+    after the next halving that does).
 
     `ns` is the task module's namespace, changed in place; returns the constants it changed.
     """
+
+    def excess() -> float:
+        over = input_numel() / cap
+        if cost is not None:
+            elements, flops = cost()
+            over = max(over, elements / (cap * FOOTPRINT_FACTOR), flops / CPU_MAX_FLOPS)
+        return over
+
     scaled: dict[str, int] = {}
     useless: set[str] = set()
-    numel = input_numel()
-    while numel > cap:
+    size = excess()
+    while size > 1:
         live = [k for k, v in constants.items()
                 if k not in useless and ns.get(k) == scaled.get(k, v) and ns[k] >= 2]
         if not live:
@@ -95,15 +138,16 @@ def scale_constants(ns: dict, constants: dict[str, int], cap: int,
         old = ns[name]
         ns[name] = max(1, old // 2)
         try:
-            new = input_numel()
+            new = excess()
         except Exception:  # noqa: BLE001 - a dim that breaks get_inputs is not scalable
-            new = numel
-        if new >= numel:
+            new = size
+        if new >= size:
             ns[name] = old
             useless.add(name)
             continue
         scaled[name] = ns[name]
-        numel = new
+        size = new
+        useless.clear()  # a dim that did not help before may help now (the other bound leads)
     return scaled
 
 
@@ -136,7 +180,7 @@ def main() -> None:
     try:
         if opts.get("scale") and opts.get("cpu_max_numel"):
             scaled = scale_constants(ns, constants, int(opts["cpu_max_numel"]),
-                                     lambda: _input_numel(ns))
+                                     lambda: _input_numel(ns), lambda: footprint(ns))
         init_inputs = ns["get_init_inputs"]()
         if not isinstance(init_inputs, list | tuple):
             _fail(f"get_init_inputs() returned {type(init_inputs).__name__}, not a list")
