@@ -36,6 +36,7 @@ from verifier.sandbox import (
 _PKG_ROOT = str(Path(__file__).resolve().parent.parent)
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session
 FLOOD_BYTES = 16 << 20
+EXIT_GRACE_S = 10.0  # from the worker's pipe closing to its exit status being there
 # torch.compile baselines compile in the worker itself: inductor's default pool of compile
 # subprocesses kept running beside the timed kernels (H100: 100-200 us kernels timed with a
 # repeat CV of 7-15% next to it, 1.7% without)
@@ -69,6 +70,7 @@ class GpuWorkerProcess:
         self.cgroup: Path | None = None
         self.starts = 0
         self.ready: dict[str, Any] | None = None
+        self.eof = False
 
     def start(self) -> bool:
         """Start the worker and wait until it is warm; False (with `ready` None) on failure."""
@@ -85,7 +87,7 @@ class GpuWorkerProcess:
             pass_fds=(wfd,),
             cwd=self.workdir, preexec_fn=_preexec(self.limits, self.cgroup))
         os.close(wfd)
-        self.rfd, self.buf = rfd, b""
+        self.rfd, self.buf, self.eof = rfd, b"", False
         self.starts += 1
         self.ready = self._read(STARTUP_S)
         if self.ready is None or not self.ready.get("ready"):
@@ -106,6 +108,7 @@ class GpuWorkerProcess:
             if ready:
                 chunk = os.read(self.rfd, 1 << 20)
                 if not chunk:
+                    self.eof = True
                     return None
                 self.buf += chunk
             elif self.proc is None or self.proc.poll() is not None:
@@ -145,8 +148,14 @@ class GpuWorkerProcess:
         while True:
             msg = self._read(max(0.0, deadline - time.monotonic()))
             if msg is None:
+                closed = ""
+                if self.eof:  # the pipe closes in exit() a moment before the pid is reapable
+                    try:
+                        self.proc.wait(timeout=EXIT_GRACE_S)
+                    except subprocess.TimeoutExpired:
+                        closed = " (it closed its result pipe and did not exit)"
                 timed_out = self.proc.poll() is None
-                failure = (f"timed out after {timeout_s:.0f}s" if timed_out
+                failure = (f"timed out after {timeout_s:.0f}s{closed}" if timed_out
                            else self.describe_exit())
                 flood = self.log_size() - log_before >= FLOOD_BYTES
                 self.stop()

@@ -1,8 +1,9 @@
 """GPU timing: CUDA/MUSA events around one call, device-synchronized, L2 flushed, adaptive trials.
 
 Each trial: fresh inputs (made outside the timed region), L2 flushed by overwriting a buffer twice
-the L2 size, device synchronized, a short GPU spin (so the host has queued the call's kernels by
-the time the GPU reaches the start event: host launch jitter stays out of the interval), start
+the L2 size, device synchronized, a GPU spin sized to outlast the host's launch of the call (so
+the call's kernels are queued by the time the GPU reaches the start event: host launch time stays
+out of the interval; every trial checks it and a trial it fails is redone with a longer spin), start
 event, the call, an event on the call's stream, **device synchronize**, end event. The runtime
 is start -> call's event (no host noise); the synchronize-inclusive interval, against an empty
 bracket interleaved with every trial, detects work hidden on side streams or other threads'
@@ -44,6 +45,11 @@ class TimingResult:
     method: str = "events"  # events: start -> end of the call's stream; device_sync: see below
     hidden_us: float = 0.0  # work still running on the device after the call's stream finished
     sync_latency_us: float = 0.0  # host synchronize latency (the empty bracket), median
+    spin_us: float = 0.0  # GPU spin before each start event (covers the host's launch time)
+    host_us: float = 0.0  # host time to queue one call, median
+    uncovered_trials: int = 0  # kept trials whose launch outlasted the spin (host-bound calls)
+    discarded_trials: int = 0  # trials dropped because the spin was too short, then lengthened
+    clock_mhz: float = 0.0  # SM clock during the trials, from the spin's cycles and GPU time
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,27 +113,43 @@ def reset_persisting_l2() -> bool:
     return rc1 == 0 and rc2 == 0
 
 
-def _spin(device: torch.device | str, cycles: int) -> None:
-    """Keep the GPU busy for `cycles` clocks (~50 us at 2 GHz for 100k) on the current stream."""
-    if cycles > 0 and torch.device(device).type == "cuda":
-        torch.cuda._sleep(cycles)
+def _spin(api: Any, cycles: int) -> None:
+    """Keep the GPU busy for `cycles` SM clocks (~50 us at 2 GHz for 100k) on the current stream
+    (torch.cuda._sleep; a device API without it gets no spin and its trials count as uncovered)."""
+    sleep = getattr(api, "_sleep", None)
+    if cycles > 0 and sleep is not None:
+        sleep(int(cycles))
 
 
-def _bracket(api: Any, device: torch.device | str, spin_cycles: int,
-             call: Callable[[], Any] | None) -> tuple[float, float]:
-    """One timed bracket: (start -> after the call on this stream, after the call -> after a
-    device synchronize), both in microseconds of GPU time."""
-    ev = [api.Event(enable_timing=True) for _ in range(3)]
+@dataclass
+class _Trial:
+    body_us: float  # start event -> after the call, on the call's stream
+    tail_us: float  # after the call -> after a device-wide synchronize
+    spin_us: float  # GPU time of the spin before the start event
+    host_us: float  # host time from queueing the spin to queueing the end event
+
+
+def _bracket(api: Any, spin_cycles: int, call: Callable[[], Any] | None) -> _Trial:
+    """One timed bracket. The spin keeps the GPU busy while the host queues the call, so that
+    the GPU reaches the start event only when the call's work is already queued: host launch
+    time stays out of the body, provided the spin outlasts it (`host_us < spin_us`: the spin
+    cannot start on the GPU before the host queued it, when `host_us` starts counting)."""
+    ev = [api.Event(enable_timing=True) for _ in range(4)]
     api.synchronize()
-    _spin(device, spin_cycles)  # not timed: it runs before the start event
     ev[0].record()
+    h0 = time.perf_counter()  # the spin starts on the GPU no earlier than this
+    _spin(api, spin_cycles)  # not timed: it runs before the start event
+    ev[1].record()
     if call is not None:
         call()
-    ev[1].record()
-    api.synchronize()  # the whole device, not just this stream: no hidden side-stream work
     ev[2].record()
-    ev[2].synchronize()
-    return ev[0].elapsed_time(ev[1]) * 1000.0, ev[1].elapsed_time(ev[2]) * 1000.0
+    host_us = (time.perf_counter() - h0) * 1e6
+    api.synchronize()  # the whole device, not just this stream: no hidden side-stream work
+    ev[3].record()
+    ev[3].synchronize()
+    return _Trial(body_us=ev[1].elapsed_time(ev[2]) * 1000.0,
+                  tail_us=ev[2].elapsed_time(ev[3]) * 1000.0,
+                  spin_us=ev[0].elapsed_time(ev[1]) * 1000.0, host_us=host_us)
 
 
 def time_device_fn(
@@ -143,20 +165,27 @@ def time_device_fn(
     flusher: L2Flusher | None = None,
     warmup_min_s: float = 0.1,
     spin_cycles: int = 100_000,
+    max_spin_us: float = 5000.0,
     hidden_threshold_us: float = 10.0,
     hidden_threshold_rel: float = 0.05,
 ) -> TimingResult:
     """Time `fn(*make_args(i))` on the device; stop when IQR/median < target or a cap.
 
-    Each trial records three events: start, right after the call (on the current stream), and
-    after a device-wide synchronize. The first interval is the call's GPU time without host
-    noise (repeat CV 0.05% on an H100 where the synchronize-inclusive interval gave 3-15%); the
-    second is the host's synchronize latency plus any work the call left on other streams. An
-    empty bracket interleaved with every trial measures that latency alone. When the call's
-    median tail exceeds the empty one's by more than max(hidden_threshold_us,
-    hidden_threshold_rel * runtime), work was hidden from the current stream (side streams,
-    other threads' streams): the samples become the synchronize-inclusive times minus the
-    latency, so hidden work is always paid for, and `hidden_us` says how much there was.
+    Each trial records four events: before a GPU spin, start (after the spin), right after the
+    call (on the current stream), and after a device-wide synchronize. The start -> call interval
+    is the call's GPU time without host noise, **when the spin outlasted the host's time to queue
+    the call**: otherwise the GPU idled after the start event waiting for the launch, and that
+    gap was timed. On an H100 a 50 us spin against a ~50 us Python forward made 5-repeat medians
+    jump 12-27% (CV 5.7% and 11% for 140 us and 99 us kernels). So the spin is sized from the
+    host time of the warmup calls, every trial checks `host < spin` (host clock vs the spin's GPU
+    time), and an uncovered trial is discarded and the spin doubled, up to `max_spin_us`; past
+    that the call is host-bound (it synchronizes inside, say) and its gaps are its own cost.
+    The call -> synchronize interval is the host's synchronize latency plus any work the call
+    left on other streams. An empty bracket interleaved with every trial measures that latency
+    alone. When the call's median tail exceeds the empty one's by more than
+    max(hidden_threshold_us, hidden_threshold_rel * runtime), work was hidden from the current
+    stream (side streams, other threads' streams): the samples become the synchronize-inclusive
+    times minus the latency, so hidden work is always paid for, and `hidden_us` says how much.
     """
     api = device_api(device)
     flusher = flusher if flusher is not None else L2Flusher(device)
@@ -166,40 +195,71 @@ def time_device_fn(
         # repeated measurements of a 160 us kernel came out 18% slower after 3 warmup calls
         # (clocks still ramping), which alone made the repeat CV 8%.
         t_warm = time.monotonic()
+        host: list[float] = []
         i = 0
         while i < warmup or time.monotonic() - t_warm < warmup_min_s:
-            fn(*make_args(-1 - i))
+            args = make_args(-1 - i)
+            h0 = time.perf_counter()
+            fn(*args)
+            host.append((time.perf_counter() - h0) * 1e6)
             i += 1
             if i % 8 == 0:
                 api.synchronize()
         api.synchronize()
-        body: list[float] = []  # start -> after the call, this stream
-        tail: list[float] = []  # after the call -> device idle (host latency + hidden work)
-        empty: list[float] = []  # the same tail around no call
+        probe = _bracket(api, spin_cycles, None)
+        # cycles per us; a device API without a spin (or a spin that took no time) cannot cover
+        # launches: its trials are all kept, counted as uncovered
+        rate = spin_cycles / probe.spin_us if probe.spin_us > 1.0 else 0.0
+        spin_cap = int(rate * max_spin_us) if rate > 0 else spin_cycles
+        steady = sorted(host[len(host) // 2:])  # the first calls pay one-time costs
+        want_us = 2.0 * steady[len(steady) // 2] + 20.0
+        spin = min(spin_cap, max(spin_cycles, int(rate * want_us)))
+        trials: list[_Trial] = []
+        empty: list[float] = []  # the synchronize tail around no call
+        clocks: list[float] = []
+        discarded = 0
         start_wall = time.monotonic()
-        for i in range(max_trials):
+        max_discards = 16
+        for i in range(max_trials + max_discards):
             args = make_args(i)
             flusher.flush()
-            b, t = _bracket(api, device, spin_cycles, lambda args=args: fn(*args))
-            body.append(b)
-            tail.append(t)
-            empty.append(_bracket(api, device, spin_cycles, None)[1])
-            n = len(body)
+            trial = _bracket(api, spin, lambda args=args: fn(*args))
+            if trial.spin_us > 0:
+                clocks.append(spin / trial.spin_us)
+            if trial.host_us >= trial.spin_us and spin < spin_cap and discarded < max_discards:
+                discarded += 1  # the GPU waited for the launch inside the timed interval
+                spin = min(spin_cap, max(2 * spin, int(rate * 2 * trial.host_us)))
+                continue
+            trials.append(trial)
+            empty.append(_bracket(api, spin, None).tail_us)
+            n = len(trials)
+            body = [t.body_us for t in trials]
+            if n >= max_trials:
+                break
             if n >= min_trials and relative_iqr(body) < target_rel_iqr:
                 break
             if n >= min_trials and time.monotonic() - start_wall > budget_s:
                 break
+    if not trials:  # every attempt was discarded: the spin never caught up (keep the last)
+        trials.append(trial)
+        empty.append(_bracket(api, spin, None).tail_us)
+    body = [t.body_us for t in trials]
     latency = statistics.median(empty)
-    hidden = statistics.median(tail) - latency
+    hidden = statistics.median([t.tail_us for t in trials]) - latency
     runtime = statistics.median(body)
     if hidden > max(hidden_threshold_us, hidden_threshold_rel * runtime):
-        samples = [b + t - latency for b, t in zip(body, tail, strict=True)]
+        samples = [t.body_us + t.tail_us - latency for t in trials]
         result = summarize(samples, persisting_l2_reset=persisting)
         result.method = "device_sync"
     else:
         result = summarize(body, persisting_l2_reset=persisting)
     result.hidden_us = round(max(0.0, hidden), 3)
     result.sync_latency_us = round(latency, 3)
+    result.spin_us = round(statistics.median([t.spin_us for t in trials]), 3)
+    result.host_us = round(statistics.median([t.host_us for t in trials]), 3)
+    result.uncovered_trials = sum(t.host_us >= t.spin_us for t in trials)
+    result.discarded_trials = discarded
+    result.clock_mhz = round(statistics.median(clocks), 1) if clocks else 0.0
     return result
 
 

@@ -461,6 +461,8 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     res.data.update(runtime_us=cand_t.median_us, runtime_iqr_us=cand_t.iqr_us,
                     timing_trials=cand_t.trials, timing_cv=cand_t.cv,
                     timing_method=cand_t.method, hidden_us=cand_t.hidden_us)
+    for key in ("spin_us", "host_us", "uncovered_trials", "discarded_trials", "clock_mhz"):
+        res.data[key] = getattr(cand_t, key, None)  # device timing only (gpu_timing)
     cand_s += cand_t.mean_us * cand_t.trials / 1e6
     res.data["candidate_s"] = cand_s
     if len(runs) > 1:

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -294,16 +295,49 @@ def test_cpu_torch_build_gets_the_generated_c10_cuda_header(tmp_path: Path) -> N
 
 
 class _FakeGpu:
-    """A simulated device: events stamp a GPU clock that calls and synchronizes advance."""
+    """A simulated device and host: the host queues work, one stream runs it in order.
 
-    def __init__(self, latency_us: float) -> None:
-        self.now = 0.0  # microseconds
-        self.latency = latency_us
-        self.pending = 0.0  # work queued on other streams, finishing after the current stream
+    Times are microseconds on one clock. The host clock advances by what the host does (a
+    Python forward's dispatch time, enqueue costs, waiting in synchronize); the stream starts
+    queued work when it is free and the work has been queued. `time` stands in for the timing
+    module's clock, so `perf_counter` reads the simulated host time.
+    """
+
+    def __init__(self, latency_us: float, clock_mhz: float = 2000.0) -> None:
+        self.host = 0.0  # host clock
+        self.stream = 0.0  # when the stream's queued work is done
+        self.side = 0.0  # when work queued on a side stream is done
+        self.latency = latency_us  # synchronize wake-up latency
+        self.clock = clock_mhz  # spin cycles per microsecond
+        gpu = self
+
+        class _Clock:
+            @staticmethod
+            def perf_counter() -> float:
+                return gpu.host / 1e6
+
+            monotonic = perf_counter
+
+        self.time = _Clock
+
+    def _queue(self, duration_us: float) -> float:
+        start = max(self.stream, self.host + 1.0)  # launch latency 1 us
+        self.stream = start + duration_us
+        self.host += 1.0
+        return start
+
+    def launch(self, host_us: float, body_us: float, hidden_us: float = 0.0) -> None:
+        """A forward: `host_us` of Python, then a kernel; `hidden_us` more on a side stream."""
+        self.host += host_us
+        self._queue(body_us)
+        if hidden_us:
+            self.side = self.stream + hidden_us
+
+    def _sleep(self, cycles: int) -> None:  # torch.cuda._sleep
+        self._queue(cycles / self.clock)
 
     def synchronize(self) -> None:
-        self.now += self.pending + self.latency
-        self.pending = 0.0
+        self.host = max(self.host, self.stream, self.side) + self.latency
 
     def Event(self, enable_timing: bool = True) -> Any:  # noqa: N802 (torch.cuda.Event)
         gpu = self
@@ -312,10 +346,10 @@ class _FakeGpu:
             t = 0.0
 
             def record(self) -> None:
-                self.t = gpu.now
+                self.t = gpu._queue(0.0)
 
             def synchronize(self) -> None:
-                return None
+                gpu.host = max(gpu.host, self.t)
 
             def elapsed_time(self, other: Any) -> float:
                 return (other.t - self.t) / 1000.0
@@ -328,20 +362,22 @@ class _NoFlush:
         return None
 
 
-def _time_on_fake(monkeypatch: pytest.MonkeyPatch, body_us: float, hidden_us: float):
+def _time_on_fake(monkeypatch: pytest.MonkeyPatch, body_us: float, hidden_us: float = 0.0,
+                  host_us: Callable[[int], float] = lambda n: 5.0, **kw: Any):
     from verifier import gpu_timing
 
     gpu = _FakeGpu(latency_us=20.0)
     monkeypatch.setattr(gpu_timing, "device_api", lambda device: gpu)
+    monkeypatch.setattr(gpu_timing, "time", gpu.time)
     step = [0]
 
     def call() -> None:
         step[0] += 1
-        gpu.now += body_us + (step[0] % 3) * 0.5  # a little spread, like a real kernel
-        gpu.pending = hidden_us  # work left on a side stream
+        # a little spread, like a real kernel
+        gpu.launch(host_us(step[0]), body_us + (step[0] % 3) * 0.5, hidden_us)
 
-    return gpu_timing.time_device_fn(call, lambda i: (), device="cpu", flusher=_NoFlush(),
-                                     warmup=1, warmup_min_s=0.0, min_trials=10, max_trials=40)
+    opts = {"warmup": 4, "warmup_min_s": 0.0, "min_trials": 10, "max_trials": 40, **kw}
+    return gpu_timing.time_device_fn(call, lambda i: (), device="cpu", flusher=_NoFlush(), **opts)
 
 
 def test_timing_excludes_host_latency_but_charges_hidden_side_stream_work(
@@ -349,7 +385,8 @@ def test_timing_excludes_host_latency_but_charges_hidden_side_stream_work(
     honest = _time_on_fake(monkeypatch, body_us=150.0, hidden_us=0.0)
     assert honest.method == "events" and honest.hidden_us == 0.0
     assert 150.0 <= honest.median_us <= 151.0  # the 20 us synchronize latency is not in it
-    assert honest.sync_latency_us == pytest.approx(20.0)
+    assert honest.sync_latency_us == pytest.approx(21.0)  # latency + the end event's launch
+    assert honest.clock_mhz == pytest.approx(2000.0, rel=0.03) and honest.uncovered_trials == 0
     # forward returns after 5 us of work on its stream and leaves 300 us on a side stream
     hider = _time_on_fake(monkeypatch, body_us=5.0, hidden_us=300.0)
     assert hider.method == "device_sync" and hider.hidden_us == pytest.approx(300.0)
@@ -357,6 +394,44 @@ def test_timing_excludes_host_latency_but_charges_hidden_side_stream_work(
     # below the threshold (max(10 us, 5%)) a tail is host noise, not hidden work
     small = _time_on_fake(monkeypatch, body_us=400.0, hidden_us=8.0)
     assert small.method == "events" and 400.0 <= small.median_us <= 401.0
+
+
+def test_spin_outlasts_the_host_launch_so_python_overhead_is_not_timed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # warmup calls dispatch in 5 us; from the 10th call on, forward spends 400 us in Python
+    # before its kernel launches (a slow path, a GC pause): longer than the initial 50 us spin
+    slow_later = _time_on_fake(monkeypatch, body_us=150.0,
+                               host_us=lambda n: 5.0 if n < 10 else 400.0)
+    assert 150.0 <= slow_later.median_us <= 151.0
+    assert slow_later.discarded_trials >= 1 and slow_later.uncovered_trials == 0
+    assert slow_later.spin_us > 400.0  # grown past the launch time
+    # the same forward timed without a spin that can grow: the GPU idles inside the interval
+    # waiting for the launch, and the median is mostly Python
+    no_spin = _time_on_fake(monkeypatch, body_us=150.0, host_us=lambda n: 400.0,
+                            spin_cycles=0)
+    assert no_spin.median_us > 500.0 and no_spin.uncovered_trials == no_spin.trials
+
+
+def test_a_forward_that_synchronizes_is_host_bound_and_still_gets_a_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from verifier import gpu_timing
+
+    gpu = _FakeGpu(latency_us=20.0)
+    monkeypatch.setattr(gpu_timing, "device_api", lambda device: gpu)
+    monkeypatch.setattr(gpu_timing, "time", gpu.time)
+
+    def call() -> None:  # launches, then waits for its own kernel (.item(), a sync inside)
+        gpu.launch(5.0, 150.0)
+        gpu.synchronize()
+
+    res = gpu_timing.time_device_fn(call, lambda i: (), device="cpu", flusher=_NoFlush(),
+                                    warmup=4, warmup_min_s=0.0, min_trials=10, max_trials=20,
+                                    max_spin_us=1000.0)
+    # the spin stops growing at its cap, the discards are bounded, every kept trial says so
+    assert res.discarded_trials <= 16 and res.uncovered_trials == res.trials >= 10
+    assert res.spin_us <= 1000.0 + 1.0
+    # the kernel plus the 20 us its own synchronize costs before the end event can be queued
+    assert 170.0 <= res.median_us <= 172.0
 
 
 class Cumsum(torch.nn.Module):
