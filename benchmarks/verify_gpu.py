@@ -15,6 +15,7 @@ Prints a table; writes results.json and table.txt under --out.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -233,6 +234,7 @@ def main() -> int:
     report["device"] = torch.cuda.get_device_name(0)
     report["torch"] = torch.__version__
     report["cpus"] = os.cpu_count()
+    report["gpus"] = torch.cuda.device_count()  # one execution worker each
 
     # 1. Ours, cold cache.
     t0 = time.monotonic()
@@ -305,12 +307,17 @@ def make_table(cands: list, ours: list[dict], warm: list[dict], base: list[dict]
     cold = report["ours_cold"]
     n = len(cands)
     wall = cold["wall_s"]
-    busy = cold["stats"]["gpu_busy_s"]
+    busy = cold["stats"]["gpu_busy_s"] / max(1, int(report.get("gpus") or 1))
     comp = [r["compile_s"] for r in ours if r.get("compile_s")]
     warm_comp = [r.get("compile_s", 0.0) for r in warm]
     lines.append("")
     lines.append(f"ours: verdicts as expected {right}/{n}")
-    lines.append(f"ours cold: {n} candidates in {wall:.1f}s = {n / wall * 3600:.0f} per GPU-hour; "
+    per_device = collections.Counter(r.get("worker_device") for r in ours if r.get("worker_device"))
+    lines.append(f"ours: {len(per_device)} GPU worker device(s): "
+                 + ", ".join(f"{d} ran {k}" for d, k in sorted(per_device.items())))
+    gpus = max(1, int(report.get("gpus") or 1))
+    lines.append(f"ours cold: {n} candidates in {wall:.1f}s on {gpus} GPU(s) = "
+                 f"{n / (wall * gpus) * 3600:.0f} per GPU-hour; "
                  f"GPU worker busy {busy / wall:.0%} of wall; nvidia-smi util mean "
                  f"{cold['nvsmi_util_mean'] or 0:.0f}%")
     if comp:
@@ -346,7 +353,7 @@ def make_table(cands: list, ours: list[dict], warm: list[dict], base: list[dict]
                      f"{seq['wall_s']:.1f}s = {3600 / per:.0f} per GPU-hour; load_inline cold "
                      f"median {statistics.median(bc):.1f}s; nvidia-smi util mean "
                      f"{seq['nvsmi_util_mean'] or 0:.0f}%")
-        ours_rate = n / wall * 3600
+        ours_rate = n / (wall * gpus) * 3600
         lines.append(f"throughput ratio ours/baseline: {ours_rate / (3600 / per):.1f}x")
     same = diff = 0
     for c in cands:

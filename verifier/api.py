@@ -133,7 +133,8 @@ _JOB_OPTIONS = ("trials", "atol_fp32", "rtol_fp32", "atol_low", "rtol_low", "per
 
 _TIMING_DIAGNOSTICS = ("candidate_s", "timing_cv", "timing_trials", "timing_method", "hidden_us",
                       "repeat_medians_us", "repeat_cv", "tolerance", "worker_pid",
-                      "spin_us", "host_us", "uncovered_trials", "discarded_trials", "clock_mhz")
+                      "spin_us", "host_us", "uncovered_trials", "discarded_trials", "clock_mhz",
+                      "worker_device")
 
 
 class _SandboxRunner:

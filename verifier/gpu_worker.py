@@ -140,8 +140,9 @@ def main(argv: list[str]) -> int:
              "options": {"trials": 1, "perf_trials": 2, "perf_max_trials": 2, "perf_warmup": 1}},
             _WARMUP_TASK, _WARMUP_CANDIDATE)
     state, flags, threads = watched_state(), global_flags(), threading.active_count()
-    out.write(json.dumps({"ready": True, "pid": os.getpid(),
-                          "device": backend.device_name()}) + "\n")
+    ident = device_ident(backend.device())
+    out.write(json.dumps({"ready": True, "pid": os.getpid(), "device": backend.device_name(),
+                          "worker_device": ident}) + "\n")
 
     def progress(stage: str) -> None:
         out.write(json.dumps({"progress": stage}) + "\n")
@@ -160,11 +161,24 @@ def main(argv: list[str]) -> int:
         sys.stderr.flush()
         leave = after_job(result, state, flags, threads)
         threads = max(threads, int(result.get("harness_threads") or 0))  # torch.compile's
-        result["worker_pid"] = os.getpid()
+        result["worker_pid"], result["worker_device"] = os.getpid(), ident
         out.write(json.dumps(result, default=str) + "\n")
         if leave:
             return 3
     return 0
+
+
+def device_ident(device: str) -> str:
+    """Which physical device this worker got: its pinning variable and the device's UUID."""
+    import torch
+
+    var = {"cuda": "CUDA_VISIBLE_DEVICES", "musa": "MUSA_VISIBLE_DEVICES"}.get(device)
+    pinned = os.environ.get(var, "") if var else ""
+    api = getattr(torch, device, None)
+    uuid = ""
+    if device != "cpu" and api is not None and hasattr(api, "get_device_properties"):
+        uuid = str(getattr(api.get_device_properties(0), "uuid", ""))
+    return f"{device}[{var}={pinned}] {uuid}".strip() if var else device
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ def test_one_process_many_jobs_and_bad_jobs_end_only_themselves(
     assert v["wrong"].status == "incorrect" and v["wrong"].max_abs_diff
     assert v["crash"].status == "runtime_error" and "SIGSEGV" in v["crash"].error
     assert v["hang"].status == "timeout"
+    assert {t.get("worker_device") for n, t in timings.items() if n.startswith("ok")} == {"cpu"}
     pid = {n: timings[n].get("worker_pid") for n in timings}
     # the same process ran the good and the merely wrong candidates in a row ...
     assert pid["ok1"] == pid["wrong"] == pid["ok2"]
