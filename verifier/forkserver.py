@@ -22,6 +22,7 @@ request {"id", "entry", "workdir", "limits", "env", "cgroup"} with {"id", "retur
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -44,6 +45,7 @@ from verifier.sandbox import (
     collect_result,
     join_cgroup,
     kill_cgroup,
+    kill_group,
     make_pids_cgroup,
     prepare_workdir,
     scrubbed_env,
@@ -186,7 +188,7 @@ def serve(preload: list[str]) -> int:
                     eof = True
                     sel.unregister(0)
                     for r in running.values():  # the client is gone: end its runs
-                        _kill(r.pid)
+                        kill_group(r.pid)
                     continue
                 buf += chunk
                 while b"\n" in buf:
@@ -197,7 +199,7 @@ def serve(preload: list[str]) -> int:
         for pid, r in list(running.items()):
             timed_out = now >= r.deadline
             if timed_out:
-                _kill(pid)
+                kill_group(pid)
                 done, status = os.waitpid(pid, 0)
             else:
                 done, status = os.waitpid(pid, os.WNOHANG)
@@ -225,16 +227,6 @@ def _start(req: dict[str, Any], running: dict[int, _Running], sel: selectors.Bas
     except (AttributeError, OSError):  # old kernel: poll with waitpid instead
         pidfd = None
     running[pid] = _Running(req, pid, pidfd)
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 # --- client side -------------------------------------------------------------------------------
@@ -309,16 +301,13 @@ class ForkServer:
             proc, self._proc = self._proc, None
         if proc is None:
             return
-        try:
+        # EOF on its stdin ends the server's loop; one that is stuck or whose pipe broke is
+        # killed below either way
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             if proc.stdin:
                 proc.stdin.close()
             proc.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(proc.pid)  # children of runs it could not end
         proc.wait()
 
     def __enter__(self) -> ForkServer:
@@ -405,7 +394,7 @@ def _readline_with_timeout(proc: subprocess.Popen, timeout_s: float) -> bytes | 
 
 
 def _drain(stream: Any) -> None:
-    """Read the server's stderr so it never blocks on a full pipe (the tail is kept)."""
+    """Read and discard the server's stderr so it never blocks on a full pipe."""
     if stream is None:
         return
     for _ in iter(lambda: stream.read(1 << 16), b""):

@@ -23,7 +23,6 @@ import json
 import os
 import sys
 import threading
-import traceback
 from typing import Any
 
 # Modules whose public attributes a candidate must leave alone (compared by identity per job).
@@ -140,7 +139,7 @@ def main(argv: list[str]) -> int:
              "options": {"trials": 1, "perf_trials": 2, "perf_max_trials": 2, "perf_warmup": 1}},
             _WARMUP_TASK, _WARMUP_CANDIDATE)
     state, flags, threads = watched_state(), global_flags(), threading.active_count()
-    ident = device_ident(backend.device())
+    ident = device_ident(backend)
     out.write(json.dumps({"ready": True, "pid": os.getpid(), "device": backend.device_name(),
                           "worker_device": ident}) + "\n")
 
@@ -150,13 +149,7 @@ def main(argv: list[str]) -> int:
     for line in sys.stdin:
         msg = json.loads(line)
         job = msg["job"]
-        try:
-            result = run_job(job, msg["task_source"], msg["candidate_source"], progress)
-        except BaseException as exc:  # harness bug or exotic candidate error: still report it
-            result = {"nonce": job.get("nonce"), "outcome": "runtime_error",
-                      "stage": "correctness", "findings": [],
-                      "error": f"{type(exc).__name__}: {exc}"[:2000],
-                      "traceback": traceback.format_exc()[-3000:]}
+        result = run_job(job, msg["task_source"], msg["candidate_source"], progress)
         sys.stdout.flush()
         sys.stderr.flush()
         leave = after_job(result, state, flags, threads)
@@ -168,17 +161,16 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def device_ident(device: str) -> str:
+def device_ident(backend: Any) -> str:
     """Which physical device this worker got: its pinning variable and the device's UUID."""
     import torch
 
-    var = {"cuda": "CUDA_VISIBLE_DEVICES", "musa": "MUSA_VISIBLE_DEVICES"}.get(device)
-    pinned = os.environ.get(var, "") if var else ""
-    api = getattr(torch, device, None)
-    uuid = ""
-    if device != "cpu" and api is not None and hasattr(api, "get_device_properties"):
-        uuid = str(getattr(api.get_device_properties(0), "uuid", ""))
-    return f"{device}[{var}={pinned}] {uuid}".strip() if var else device
+    var = getattr(backend, "visible_devices_env", "")
+    if not var:
+        return backend.device()
+    props = getattr(torch, backend.device()).get_device_properties(0)
+    pinned = f"{backend.device()}[{var}={os.environ.get(var, '')}]"
+    return f"{pinned} {getattr(props, 'uuid', '')}".rstrip()
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ is killed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -244,7 +245,7 @@ def run_sandboxed(
             except subprocess.TimeoutExpired:
                 timed_out = True
             finally:
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
                 proc.wait()
     finally:
         if cgroup is not None:
@@ -286,21 +287,24 @@ def collect_result(cwd: Path, returncode: int | None, timed_out: bool, wall_s: f
 
 def stop_process(proc: subprocess.Popen) -> None:
     """Kill a worker's whole process group, reap it and close the pipes we hold to it."""
-    _kill_group(proc.pid)
+    kill_group(proc.pid)
     proc.wait()
     for fh in (proc.stdin, proc.stdout, proc.stderr):
-        try:
+        # closing stdin flushes it: EPIPE from the dead worker is expected, nothing is lost
+        with contextlib.suppress(OSError):
             if fh:
                 fh.close()
-        except OSError:
-            pass
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group `pid` leads, or the process alone when it has no group of its
+    own (left its session, or already reaped)."""
     try:
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
         return
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):  # gone already: nothing to kill
+            os.kill(pid, signal.SIGKILL)
 
 
 class Launcher(Protocol):

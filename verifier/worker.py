@@ -248,6 +248,25 @@ def against_fp64(model: Any, inputs: list[Any], ref: Any, out: Any, atol: float
             "mismatch_frac": float((err_new > err_low / k + atol).double().mean())}
 
 
+def _judge(model: Any, inputs: list[Any], ref_out: Any, new_out: Any,
+           tol: tuple[float, float, float, float]
+           ) -> tuple[str, str, dict[str, float], bool]:
+    """`_compare` at the tolerances; a numbers-only miss then gets the fp64 second opinion.
+    (verdict ok | incorrect | cheat | values, message, stats, whether the fp64 reference
+    accepted the output)."""
+    verdict, msg, stats = _compare(ref_out, new_out, *tol)
+    if verdict != "values":
+        return verdict, msg, stats, False
+    second = against_fp64(model, inputs, ref_out, new_out, tol[0])
+    if second and second["ok"]:
+        return "ok", "", {k: second[k] for k in ("max_abs_diff", "mean_abs_diff")}, True
+    if second:
+        msg += (f" (against an fp64 reference too: error {second['max_abs_diff']:.3g}; "
+                f"torch's own fp32 error {second['ref_max_abs_err']:.3g}, fp16-precision "
+                f"inputs would give {second['low_precision_max_abs_err']:.3g})")
+    return verdict, msg, stats, False
+
+
 def _clone(xs: Any) -> Any:
     import torch
 
@@ -301,8 +320,12 @@ def run_job(job: dict[str, Any], task_src: str, cand_src: str,
     res = _Result(job["nonce"], on_progress)
     try:
         _run(res, job, task_src, cand_src)
-    except Finished:
-        pass
+    except Finished:  # the verdict is in res.data
+        return res.data
+    except BaseException as exc:  # harness bug or exotic candidate error: still report it
+        return {"nonce": job.get("nonce"), "outcome": "runtime_error", "stage": "correctness",
+                "findings": [], "error": f"{type(exc).__name__}: {exc}"[:2000],
+                "traceback": traceback.format_exc()[-3000:]}
     return res.data
 
 
@@ -412,16 +435,9 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
             res.data["trials"] = t + 1
             res.finding("result_caching", "the same output for different inputs")
             res.finish("cheat", "the output did not change with new inputs (cached result)")
-        verdict, msg, stats = _compare(ref_out, new_out, *tol)
-        if verdict == "values":
-            second = against_fp64(ref, pristine, ref_out, new_out, tol[0])
-            if second and second["ok"]:
-                verdict, stats = "ok", {k: second[k] for k in ("max_abs_diff", "mean_abs_diff")}
-                res.data["tolerance"] = "fp64_reference"
-            elif second:
-                msg += (f" (against an fp64 reference too: error {second['max_abs_diff']:.3g}; "
-                        f"torch's own fp32 error {second['ref_max_abs_err']:.3g}, fp16-precision "
-                        f"inputs would give {second['low_precision_max_abs_err']:.3g})")
+        verdict, msg, stats, by_fp64 = _judge(ref, pristine, ref_out, new_out, tol)
+        if by_fp64:
+            res.data["tolerance"] = "fp64_reference"
         for k, v in stats.items():
             worst[k] = max(worst.get(k, 0.0), v)
         res.data.update(worst)
@@ -474,10 +490,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         res.finding("hidden_work", f"{cand_t.hidden_us:.0f} us of device work was still "
                     "running after forward's stream finished (side streams or threads); timed "
                     "to device idle", severity="warning")
-    verdict, msg, _ = _compare(first_ref, again, *tol)
-    if verdict == "values":
-        second = against_fp64(ref, first_inputs, first_ref, again, tol[0])
-        verdict = "ok" if second and second["ok"] else verdict
+    verdict, msg, _, _ = _judge(ref, first_inputs, first_ref, again, tol)
     if verdict != "ok":
         res.finding("changed_after_timing", msg)
         res.finish("cheat", f"outputs changed after the timing runs: {msg}")
@@ -548,14 +561,8 @@ def main() -> None:
     cand_src = Path("candidate.py").read_text(encoding="utf-8")
     os.unlink("job.json")
     os.unlink("task.py")
-    start = time.perf_counter()
-    try:
-        data = run_job(job, task_src, cand_src,
-                       on_progress=lambda stage: _write("progress.json", {"stage": stage}))
-    except BaseException as exc:  # harness bug or exotic candidate error: still report it
-        data = {"nonce": job["nonce"], "outcome": "runtime_error", "stage": "correctness",
-                "findings": [], "error": f"{type(exc).__name__}: {exc}"[:2000],
-                "harness_s": time.perf_counter() - start}
+    data = run_job(job, task_src, cand_src,
+                   on_progress=lambda stage: _write("progress.json", {"stage": stage}))
     _write("result.json", data)
     sys.stdout.flush()
     os._exit(0)  # skip atexit/finalizers the candidate may have registered

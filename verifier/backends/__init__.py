@@ -187,6 +187,40 @@ class Backend:
         return False
 
 
+class DeviceBackend(Backend):
+    """A GPU backend (cuda, musa): event timing, profiler kernel names, one worker per device.
+
+    `device()` names the torch device type and `visible_devices_env` the variable that pins a
+    worker to one device; `synchronize()` must raise the backend's own clear error when the
+    device cannot be used.
+    """
+
+    visible_devices_env = ""  # CUDA_VISIBLE_DEVICES, MUSA_VISIBLE_DEVICES
+
+    def time_call(self, fn: Callable[..., Any], make_args: Callable[[int], Any], *,
+                  warmup: int = 3, min_trials: int = 20, max_trials: int = 100,
+                  budget_s: float = 3.0, target_rel_iqr: float = 0.02) -> Any:
+        """Events around each call, L2 flushed, host launch kept out, hidden side-stream work
+        charged (verifier.gpu_timing)."""
+        from verifier.gpu_timing import time_device_fn
+
+        self.synchronize()  # an unusable device fails here, with the backend's reason
+        return time_device_fn(fn, make_args, device=self.device(), warmup=warmup,
+                              min_trials=min_trials, max_trials=max_trials, budget_s=budget_s,
+                              target_rel_iqr=target_rel_iqr)
+
+    def kernel_names(self, fn: Callable[[], Any]) -> list[str]:
+        from verifier.gpu_anticheat import launched_kernels
+
+        return launched_kernels(fn, (), device=self.device())
+
+    def kernel_findings(self, kernels: list[str], sources: list[str]) -> list[dict[str, Any]]:
+        from verifier.gpu_anticheat import candidate_kernel_names, fallback_findings
+
+        own = candidate_kernel_names(sources)
+        return [f.as_finding() for f in fallback_findings(kernels, own)]
+
+
 _REGISTRY: dict[str, type[Backend]] = {}
 # Backends that live in their own modules; imported on first lookup so a missing one (or one
 # whose module fails to import) only affects requests for it.

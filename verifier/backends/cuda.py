@@ -22,13 +22,11 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from verifier.backends import (
-    Backend,
     BuildUnit,
+    DeviceBackend,
     ExecutionSlot,
     host_flags_common,
     link_flags_common,
@@ -158,7 +156,7 @@ def light_header_text(text: str) -> str | None:
 
 
 @register
-class CudaBackend(Backend):
+class CudaBackend(DeviceBackend):
     """NVIDIA GPUs through torch.cuda and nvcc."""
 
     name = "cuda"
@@ -168,6 +166,7 @@ class CudaBackend(Backend):
     supports_device_sources = True
     light_header = True  # try torch/types.h before torch/extension.h in device units
     persistent_worker = True  # CUDA context + profiler start cost ~6 s per process (H100)
+    visible_devices_env = "CUDA_VISIBLE_DEVICES"
 
     # --- parent side -------------------------------------------------------------------------
     @classmethod
@@ -189,13 +188,13 @@ class CudaBackend(Backend):
         """One worker per visible GPU, pinned with CUDA_VISIBLE_DEVICES."""
         import torch
 
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        visible = os.environ.get(self.visible_devices_env)
         ids = [v for v in visible.split(",") if v.strip()] if visible else [
             str(i) for i in range(torch.cuda.device_count())]
         if not ids:
             ids = ["0"]
         arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or cuda_arch()
-        return [ExecutionSlot(f"cuda:{gpu}", {"CUDA_VISIBLE_DEVICES": gpu,
+        return [ExecutionSlot(f"cuda:{gpu}", {self.visible_devices_env: gpu,
                                               "TORCH_CUDA_ARCH_LIST": arch}) for gpu in ids]
 
     def sandbox_memory_mb(self, requested_mb: int) -> int:
@@ -273,27 +272,6 @@ class CudaBackend(Backend):
         import torch
 
         torch.cuda.synchronize()
-
-    def time_call(self, fn: Callable[..., Any], make_args: Callable[[int], Any], *,
-                  warmup: int = 3, min_trials: int = 20, max_trials: int = 100,
-                  budget_s: float = 3.0, target_rel_iqr: float = 0.02) -> Any:
-        """Events around each call, L2 flushed, hidden side-stream work charged (gpu_timing)."""
-        from verifier.gpu_timing import time_device_fn
-
-        return time_device_fn(fn, make_args, device="cuda", warmup=warmup,
-                              min_trials=min_trials, max_trials=max_trials, budget_s=budget_s,
-                              target_rel_iqr=target_rel_iqr)
-
-    def kernel_names(self, fn: Callable[[], Any]) -> list[str]:
-        from verifier.gpu_anticheat import launched_kernels
-
-        return launched_kernels(fn, (), device="cuda")
-
-    def kernel_findings(self, kernels: list[str], sources: list[str]) -> list[dict[str, Any]]:
-        from verifier.gpu_anticheat import candidate_kernel_names, fallback_findings
-
-        own = candidate_kernel_names(sources)
-        return [f.as_finding() for f in fallback_findings(kernels, own)]
 
     def torch_compile_supported(self) -> bool:
         return True

@@ -14,14 +14,13 @@ import functools
 import importlib.util
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from verifier.backends import (
-    Backend,
     BackendUnavailable,
     BuildUnit,
+    DeviceBackend,
     ExecutionSlot,
     host_flags_common,
     link_flags_common,
@@ -95,7 +94,7 @@ def torch_musa_include_dirs() -> list[str]:
 
 
 @register
-class MusaBackend(Backend):
+class MusaBackend(DeviceBackend):
     """Moore Threads GPUs through torch_musa and mcc."""
 
     name = "musa"
@@ -104,6 +103,7 @@ class MusaBackend(Backend):
     device_prelude = "#include <torch/types.h>\n#include <musa.h>\n#include <musa_runtime.h>\n"
     supports_device_sources = True
     fork_safe = False  # unverified without MUSA hardware: a fresh interpreter per candidate
+    visible_devices_env = "MUSA_VISIBLE_DEVICES"
 
     @classmethod
     def is_available(cls) -> bool:
@@ -122,12 +122,13 @@ class MusaBackend(Backend):
 
     def execution_slots(self, workers: int) -> list[ExecutionSlot]:
         """One worker per visible MUSA GPU, pinned with MUSA_VISIBLE_DEVICES."""
-        visible = os.environ.get("MUSA_VISIBLE_DEVICES")
+        visible = os.environ.get(self.visible_devices_env)
         if visible:
             ids = [v for v in visible.split(",") if v.strip()]
         else:
             ids = [str(i) for i in range(require_torch_musa().device_count())]
-        return [ExecutionSlot(f"musa:{d}", {"MUSA_VISIBLE_DEVICES": d}) for d in ids or ["0"]]
+        return [ExecutionSlot(f"musa:{d}", {self.visible_devices_env: d})
+                for d in ids or ["0"]]
 
     def sandbox_memory_mb(self, requested_mb: int) -> int:
         return 0
@@ -170,27 +171,6 @@ class MusaBackend(Backend):
     def synchronize(self) -> None:
         require_torch_musa().synchronize()
 
-    def time_call(self, fn: Callable[..., Any], make_args: Callable[[int], Any], *,
-                  warmup: int = 3, min_trials: int = 20, max_trials: int = 100,
-                  budget_s: float = 3.0, target_rel_iqr: float = 0.02) -> Any:
-        """torch.musa events around each call, device-synchronized, L2 flushed."""
-        from verifier.gpu_timing import time_device_fn
-
-        require_torch_musa()
-        return time_device_fn(fn, make_args, device="musa", warmup=warmup,
-                              min_trials=min_trials, max_trials=max_trials, budget_s=budget_s,
-                              target_rel_iqr=target_rel_iqr)
-
-    def kernel_names(self, fn: Callable[[], Any]) -> list[str]:
-        from verifier.gpu_anticheat import launched_kernels
-
-        return launched_kernels(fn, (), device="musa")
-
-    def kernel_findings(self, kernels: list[str], sources: list[str]) -> list[dict[str, Any]]:
-        from verifier.gpu_anticheat import candidate_kernel_names, fallback_findings
-
-        own = candidate_kernel_names(sources)
-        return [f.as_finding() for f in fallback_findings(kernels, own)]
 
 
 def host_flags_common_no_std() -> list[str]:
