@@ -25,10 +25,9 @@ from typing import Any
 
 from verifier.sandbox import (
     SandboxLimits,
-    _preexec,
     kill_cgroup,
     make_pids_cgroup,
-    network_namespace_available,
+    sandboxed_argv,
     scrubbed_env,
     stop_process,
 )
@@ -76,16 +75,15 @@ class GpuWorkerProcess:
         """Start the worker and wait until it is warm; False (with `ready` None) on failure."""
         self.workdir = Path(tempfile.mkdtemp(prefix="ks-gpu-"))
         rfd, wfd = os.pipe()
-        cmd = [sys.executable, "-m", "verifier.gpu_worker", str(wfd), self.backend]
-        if self.limits.isolate_network and network_namespace_available():
-            cmd = [shutil.which("unshare") or "unshare", "-rn", *cmd]
         self.cgroup = make_pids_cgroup(self.limits.processes)
+        cmd = sandboxed_argv([sys.executable, "-m", "verifier.gpu_worker", str(wfd),
+                              self.backend], self.limits, self.cgroup)
         self.log = open(self.workdir / "worker.log", "wb")  # noqa: SIM115 (lives with the worker)
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
             env=scrubbed_env({"PYTHONPATH": _PKG_ROOT, **_QUIET_COMPILE, **self.env}),
             pass_fds=(wfd,),
-            cwd=self.workdir, preexec_fn=_preexec(self.limits, self.cgroup))
+            cwd=self.workdir, start_new_session=True)
         os.close(wfd)
         self.rfd, self.buf, self.eof = rfd, b"", False
         self.starts += 1

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -194,13 +194,35 @@ def join_cgroup(cgroup: Path | None) -> None:
             fh.write(str(os.getpid()))
 
 
-def _preexec(limits: SandboxLimits, cgroup: Path | None = None):
-    def apply() -> None:
-        os.setsid()
-        join_cgroup(cgroup)
-        apply_limits(limits)
+def sandboxed_argv(argv: list[str], limits: SandboxLimits, cgroup: Path | None) -> list[str]:
+    """`argv` behind the sandbox's exec wrapper (and `unshare -rn` where it works).
 
-    return apply
+    Start it with `start_new_session=True` (setsid, done in C). The limits are entered by a
+    fresh single-threaded interpreter (`main` below) that then execs `argv`, not by a
+    `preexec_fn`: Python code between fork and exec can deadlock when the parent has other
+    threads (on an H100 host a GPU worker started from a warm-up thread hung forever while the
+    main thread was importing a module: the fork held logging's lock and waited for the import
+    lock).
+    """
+    cmd = list(argv)
+    if limits.isolate_network and network_namespace_available():
+        cmd = [shutil.which("unshare") or "unshare", "-rn", *cmd]
+    spec = json.dumps({"limits": asdict(limits), "cgroup": str(cgroup) if cgroup else None})
+    return [sys.executable, "-S", "-c", _ENTER, spec, *cmd]
+
+
+# argv[1]: limits and cgroup; argv[2:]: the command. -S and an explicit path: no site packages
+# or PYTHONPATH are needed to import this stdlib-only module.
+_ENTER = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r}); "
+          "from verifier.sandbox import enter_and_exec; enter_and_exec(sys.argv[1:])")
+
+
+def enter_and_exec(args: list[str]) -> None:
+    """In the wrapper: join the run's pids cgroup, set the rlimits, exec the command."""
+    spec, cmd = json.loads(args[0]), args[1:]
+    join_cgroup(Path(spec["cgroup"]) if spec["cgroup"] else None)
+    apply_limits(SandboxLimits(**spec["limits"]))
+    os.execvp(cmd[0], cmd)
 
 
 def _read_capped(path: Path) -> str:
@@ -227,18 +249,16 @@ def run_sandboxed(
     limits = limits or SandboxLimits()
     own_dir = workdir is None
     cwd = prepare_workdir(workdir, input_files)
-    cmd = list(argv)
-    if limits.isolate_network and network_namespace_available():
-        cmd = [shutil.which("unshare") or "unshare", "-rn", *cmd]
     start = time.monotonic()
     timed_out = False
     cgroup = make_pids_cgroup(limits.processes) if limits.processes > 0 else None
+    cmd = sandboxed_argv(list(argv), limits, cgroup)
     killed = 0
     try:
         with open(cwd / ".stdout", "wb") as so, open(cwd / ".stderr", "wb") as se:
             proc = subprocess.Popen(
                 cmd, cwd=cwd, env=scrubbed_env(env), stdin=subprocess.DEVNULL, stdout=so,
-                stderr=se, preexec_fn=_preexec(limits, cgroup), close_fds=True,
+                stderr=se, start_new_session=True, close_fds=True,
             )
             try:
                 proc.wait(timeout=limits.timeout_s)
