@@ -73,12 +73,14 @@ def push(
     private: Annotated[bool | None, typer.Option("--private/--public",
                                                  help="Repo visibility (default: config).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List the operations only.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace main even when it holds a "
+                                        "newer, diverged or foreign version.")] = False,
     workspace: WorkspaceOpt = None,
     config: ConfigOpt = None,
     json_: JsonOpt = False,
     name: NameOpt = None,
 ) -> None:
-    """Upload a version to the Hugging Face Hub in one commit and tag it with the version."""
+    """Make the Hub repo's main exactly a version in one commit (stale files deleted), tag it."""
     from pipeline.hub import HubError, push_version
 
     cfg, ws = open_context(workspace, config)
@@ -93,7 +95,7 @@ def push(
         raise fail("no Hub repo: pass --repo ORG/NAME or set publish.hub_repo in the config")
     try:
         path = find_version(ws, version, name or None)
-        plan = push_version(path, repo, token=token, dry_run=dry_run,
+        plan = push_version(path, repo, token=token, dry_run=dry_run, force=force,
                             private=cfg.publish.private if private is None else private)
     except (PublishError, VersionIntegrityError, HubError) as exc:
         raise fail(str(exc)) from None

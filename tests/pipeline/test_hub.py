@@ -1,102 +1,155 @@
-"""Pushing a version to the Hub, offline: HfApi patched to record calls and keep the upload."""
+"""Pushing versions to a loopback Hub (tests/pipeline/hub_server.py) through the real HfApi."""
 
 from __future__ import annotations
 
 import json
-import shutil
+from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
 
 import datasets
 import huggingface_hub
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, snapshot_download
 from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import Config
 from pipeline.hub import HubError, check_repo_id, push_version
-from pipeline.publish import publish_workspace
+from pipeline.publish import publish_workspace, read_version
 from pipeline.workspace import Workspace
+from tests.pipeline.hub_server import HubServer
 from tests.pipeline.ks_synthetic import fill_workspace, hf_offline
 
-
-class RecordingHub:
-    """Replaces HfApi's network methods; a commit's files land in `tree`."""
-
-    def __init__(self, tree: Path, fail_commit: bool = False):
-        self.tree = tree
-        self.calls: list[tuple[str, dict]] = []
-        self.fail_commit = fail_commit
-
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        hub = self
-
-        def create_repo(self, repo_id, **kw):
-            hub.calls.append(("create_repo", {"repo_id": repo_id, **kw}))
-            return f"https://huggingface.co/datasets/{repo_id}"
-
-        def create_commit(self, repo_id, operations, **kw):
-            ops = list(operations)
-            hub.calls.append(("create_commit", {"repo_id": repo_id, "operations": ops, **kw}))
-            if hub.fail_commit:
-                raise RuntimeError("403 Forbidden: you do not have write access")
-            for op in ops:
-                dest = hub.tree / op.path_in_repo
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(op.path_or_fileobj, dest)
-            return SimpleNamespace(oid="abc123", commit_url=f"https://hf.co/{repo_id}/commit/abc")
-
-        def create_tag(self, repo_id, **kw):
-            hub.calls.append(("create_tag", {"repo_id": repo_id, **kw}))
-
-        for name, fn in (("create_repo", create_repo), ("create_commit", create_commit),
-                         ("create_tag", create_tag)):
-            monkeypatch.setattr(HfApi, name, fn)
-
-    def names(self) -> list[str]:
-        return [name for name, _ in self.calls]
+REPO = "kernel-org/kernelsynth"
 
 
 @pytest.fixture
-def version(workspace: Workspace) -> Path:
+def hub():
+    with HubServer() as server:
+        yield server
+
+
+def _publish(ws: Workspace, shard_rows: int, validation_fraction: float = 0.1) -> Path:
+    cfg = Config(workspace=str(ws.root))
+    cfg.publish.shard_rows = shard_rows
+    cfg.publish.validation_fraction = validation_fraction
+    return publish_workspace(ws, cfg)
+
+
+@pytest.fixture
+def two_versions(workspace: Workspace) -> tuple[Path, Path]:
+    """v1: one shard per split; v2: other rows (validation fraction) in 2-row shards."""
     fill_workspace(workspace, n_tasks=4)
-    return publish_workspace(workspace, Config(workspace=str(workspace.root)))
+    v1 = _publish(workspace, shard_rows=100_000)
+    v2 = _publish(workspace, shard_rows=2, validation_fraction=0.5)
+    return v1, v2
 
 
-def test_push_is_one_commit_then_a_tag_and_the_upload_loads(version: Path, monkeypatch,
-                                                             tmp_path) -> None:
-    hub = RecordingHub(tmp_path / "uploaded")
-    hub.install(monkeypatch)
-    plan = push_version(version, "kernel-org/kernelsynth", token="hf_test", private=True)
-    assert hub.names() == ["create_repo", "create_commit", "create_tag"]
-    repo = hub.calls[0][1]
-    assert (repo["private"], repo["repo_type"], repo["exist_ok"], repo["token"]) == (
-        True, "dataset", True, "hf_test")
-    commit = hub.calls[1][1]
-    uploaded = sorted(op.path_in_repo for op in commit["operations"])
-    local = sorted(p.relative_to(version).as_posix() for p in version.rglob("*") if p.is_file())
-    assert uploaded == local and "manifest.json" in uploaded and "README.md" in uploaded
-    assert commit["repo_type"] == "dataset" and commit["commit_message"] == "kernelsynth v1"
-    tag = hub.calls[2][1]
-    assert (tag["tag"], tag["revision"], tag["repo_type"]) == ("v1", "abc123", "dataset")
-    assert plan.commit_url.endswith("/commit/abc")
+def _shards(files: dict[str, bytes] | list[str]) -> set[str]:
+    return {f for f in files if f.endswith(".parquet")}
 
+
+def _rows(table: pa.Table) -> Counter:
+    """Every row as canonical JSON, counted (a duplicate row counts twice)."""
+    return Counter(json.dumps(r, sort_keys=True, default=str) for r in table.to_pylist())
+
+
+def _download(hub: HubServer, revision: str, cache: Path) -> Path:
+    return Path(snapshot_download(REPO, repo_type="dataset", revision=revision,
+                                  endpoint=hub.url, cache_dir=str(cache), token="hf_test"))
+
+
+def test_each_push_is_exactly_its_version_and_tags_load_with_datasets(
+        two_versions, hub: HubServer, monkeypatch, tmp_path) -> None:
+    v1, v2 = two_versions
+    api = HfApi(endpoint=hub.url)
+    p1 = push_version(v1, REPO, token="hf_test", api=api)
+    p2 = push_version(v2, REPO, token="hf_test", api=api)
+    assert (p1.relation, p2.relation) == ("first", "newer")
+    assert _shards(hub.files(REPO, "v1")) == _shards(json.loads((v1 / "manifest.json")
+                                                                .read_text())["files"])
+    # v2 has other shard names: every v1 shard was deleted in v2's one commit.
+    v1_shards, v2_shards = _shards(hub.files(REPO, "v1")), _shards(hub.files(REPO, "v2"))
+    assert v1_shards and v2_shards and not (v1_shards & v2_shards)
+    assert set(p2.deletes) == v1_shards
+    assert set(hub.files(REPO, "main")) == {".gitattributes", "manifest.json",
+                                            *json.loads((v2 / "manifest.json").read_text())["files"]}
+    commits = [m for m in hub.state.requests if m[1].endswith("/commit/main")]
+    assert len(commits) == 2  # one commit per push
+    refs = api.list_repo_refs(REPO, repo_type="dataset")
+    tags = {t.name: t.target_commit for t in refs.tags}
+    assert tags == {"v1": p1.commit_oid, "v2": p2.commit_oid}
+    assert refs.branches[0].target_commit == p2.commit_oid
+
+    snapshots = {rev: _download(hub, rev, tmp_path / "dl") for rev in ("main", "v1", "v2")}
     cache = hf_offline(monkeypatch, tmp_path)
-    manifest = json.loads((hub.tree / "manifest.json").read_text())
-    for config in manifest["configs"]:
-        ds = datasets.load_dataset(str(hub.tree), name=config, cache_dir=str(cache))
-        assert {s: ds[s].num_rows for s in ds} == manifest["counts"][config]
+    for rev, version in (("main", v2), ("v1", v1), ("v2", v2)):
+        manifest = json.loads((snapshots[rev] / "manifest.json").read_text())
+        assert manifest["version"] == version.name
+        local = read_version(version)
+        for config in manifest["configs"]:
+            ds = datasets.load_dataset(str(snapshots[rev]), name=config, cache_dir=str(cache))
+            for split in ds:
+                want = local[config].filter(pc.equal(local[config]["split"], split))
+                got = _rows(ds[split].data.table)
+                assert got == _rows(want), f"{rev} {config}/{split}"
+                assert max(got.values()) == 1, f"{rev} {config}/{split}: duplicate rows"
+            assert {s: ds[s].num_rows for s in ds} == manifest["counts"][config]
+    # v1 and v2 really differ, so the tag checks above are not the same check twice.
+    assert (json.loads((v1 / "manifest.json").read_text())["counts"]
+            != json.loads((v2 / "manifest.json").read_text())["counts"])
 
 
-def test_dry_run_lists_operations_and_calls_nothing(version: Path, monkeypatch, tmp_path) -> None:
-    hub = RecordingHub(tmp_path / "uploaded")
-    hub.install(monkeypatch)
-    plan = push_version(version, "org/name", token=None, dry_run=True)
-    assert hub.calls == []
+def test_older_version_never_rewinds_main_without_force(two_versions, hub: HubServer) -> None:
+    v1, v2 = two_versions
+    api = HfApi(endpoint=hub.url)
+    push_version(v1, REPO, token="hf_test", api=api)
+    p2 = push_version(v2, REPO, token="hf_test", api=api)
+    with pytest.raises(HubError, match="main holds v2, which descends from v1: pushing v1 "
+                                       "would rewind main; pass --force"):
+        push_version(v1, REPO, token="hf_test", api=api)
+    assert hub.state.repos[("dataset", REPO)].branches["main"] == p2.commit_oid
+    # Pushing what main already holds commits nothing.
+    again = push_version(v2, REPO, token="hf_test", api=api)
+    assert again.relation == "same" and again.commit_oid == p2.commit_oid and not again.deletes
+    forced = push_version(v1, REPO, token="hf_test", api=api, force=True)
+    assert forced.relation == "forced-older"
+    assert _shards(hub.files(REPO, "main")) == _shards(hub.files(REPO, "v1"))
+    assert set(hub.files(REPO, "main")) == set(hub.files(REPO, "v1"))
+
+
+def test_foreign_main_and_conflicting_tag_are_refused(two_versions, hub: HubServer,
+                                                      tmp_path) -> None:
+    v1, _ = two_versions
+    api = HfApi(endpoint=hub.url)
+    api.create_repo(REPO, repo_type="dataset", token="hf_test")
+    (tmp_path / "notes.txt").write_text("someone else's file")
+    api.upload_file(path_or_fileobj=str(tmp_path / "notes.txt"), path_in_repo="notes.txt",
+                    repo_id=REPO, repo_type="dataset", token="hf_test")
+    with pytest.raises(HubError, match=r"not this dataset's kernelsynth versions \(notes.txt\)"):
+        push_version(v1, REPO, token="hf_test", api=api)
+    plan = push_version(v1, REPO, token="hf_test", api=api, force=True)
+    assert plan.deletes == ["notes.txt"] and "notes.txt" not in hub.files(REPO, "main")
+
+    # A v1 published elsewhere (another manifest) is not silently taken for ours.
+    other = Workspace(tmp_path / "other")
+    fill_workspace(other, n_tasks=3)
+    v1_other = _publish(other, shard_rows=100_000)
+    with pytest.raises(HubError, match="another v1 was published there"):
+        push_version(v1_other, REPO, token="hf_test", api=api)
+
+
+def test_dry_run_lists_operations_and_calls_nothing(two_versions, hub: HubServer) -> None:
+    v1, _ = two_versions
+    plan = push_version(v1, "org/name", token=None, dry_run=True,
+                        api=HfApi(endpoint=hub.url))
+    assert hub.state.requests == []
     lines = plan.describe()
     assert lines[0].startswith("create_repo org/name") and lines[-1] == "create_tag org/name v1"
     assert any(line.startswith("add sft/train-") for line in lines)
+    assert "delete every file on main that the version does not have" in lines
 
 
 @pytest.mark.parametrize("repo", ["noslash", "a/b/c", "org/bad name", "org/-x-", "", "org/"])
@@ -106,48 +159,51 @@ def test_invalid_repo_names(repo: str) -> None:
     assert check_repo_id("my-org/kernel_data.v2") == "my-org/kernel_data.v2"
 
 
-def test_missing_token_and_api_failure_are_clear(version: Path, monkeypatch, tmp_path) -> None:
-    hub = RecordingHub(tmp_path / "uploaded", fail_commit=True)
-    hub.install(monkeypatch)
+def test_missing_token_and_api_failure_are_clear(two_versions, hub: HubServer) -> None:
+    v1, _ = two_versions
     with pytest.raises(HubError, match="no Hugging Face token: set HF_TOKEN"):
-        push_version(version, "org/name", token=None)
-    assert hub.calls == []
-    with pytest.raises(HubError, match="failed: RuntimeError: 403 Forbidden"):
-        push_version(version, "org/name", token="hf_x")
-    assert hub.names() == ["create_repo", "create_commit"]  # never tagged
+        push_version(v1, "org/name", token=None, api=HfApi(endpoint=hub.url))
+    assert hub.state.requests == []
+    dead = HfApi(endpoint="http://127.0.0.1:9")  # nothing listens on the discard port
+    with pytest.raises(HubError, match="push of v1 to org/name failed: "):
+        push_version(v1, "org/name", token="hf_x", api=dead)
 
 
-def test_edited_version_is_not_pushed(version: Path, monkeypatch, tmp_path) -> None:
-    hub = RecordingHub(tmp_path / "uploaded")
-    hub.install(monkeypatch)
-    (version / "README.md").write_text("edited")
+def test_edited_version_is_not_pushed(two_versions, hub: HubServer) -> None:
+    v1, _ = two_versions
+    (v1 / "README.md").write_text("edited")
     from pipeline.publish import VersionIntegrityError
 
     with pytest.raises(VersionIntegrityError, match="README.md: content hash mismatch"):
-        push_version(version, "org/name", token="hf_x")
-    assert hub.calls == []
+        push_version(v1, "org/name", token="hf_x", api=HfApi(endpoint=hub.url))
+    assert hub.state.requests == []
 
 
-def test_cli_push_reads_token_at_the_edge(version: Path, workspace: Workspace, monkeypatch,
-                                          tmp_path) -> None:
-    hub = RecordingHub(tmp_path / "uploaded")
-    hub.install(monkeypatch)
+def test_cli_push_reads_token_at_the_edge(two_versions, workspace: Workspace, hub: HubServer,
+                                          monkeypatch) -> None:
+    # What HF_ENDPOINT sets at import: the API base and the download URL template.
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.url)
+    monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                        hub.url + "/{repo_id}/resolve/{revision}/{filename}")
     runner = CliRunner()
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
-    res = runner.invoke(app, ["push", "v1", "--repo", "org/name", "-w", str(workspace.root)])
+    ws = ["-w", str(workspace.root)]
+    res = runner.invoke(app, ["push", "v1", "--repo", "org/name", *ws])
     assert res.exit_code == 1 and "no Hugging Face token" in res.output
-    res = runner.invoke(app, ["push", "v1", "--repo", "bad", "-w", str(workspace.root)])
+    res = runner.invoke(app, ["push", "v1", "--repo", "bad", *ws])
     assert res.exit_code == 1 and "invalid repo name 'bad'" in res.output
-    res = runner.invoke(app, ["push", "v1", "--repo", "org/name", "--dry-run",
-                              "-w", str(workspace.root)])
+    res = runner.invoke(app, ["push", "v1", "--repo", "org/name", "--dry-run", *ws])
     assert res.exit_code == 0 and "(dry run) create_tag org/name v1" in res.output
-    assert hub.calls == []
+    assert hub.state.requests == []
     monkeypatch.setenv("HF_TOKEN", "hf_from_env")
-    res = runner.invoke(app, ["push", "v1", "--repo", "org/name", "--public", "--json",
-                              "-w", str(workspace.root)])
+    res = runner.invoke(app, ["push", "v2", "--repo", "org/name", "--public", "--json", *ws])
     assert res.exit_code == 0, res.output
-    assert hub.calls[0][1]["token"] == "hf_from_env" and hub.calls[0][1]["private"] is False
-    assert json.loads(res.stdout.strip().splitlines()[-1])["version"] == "v1"
-    res = runner.invoke(app, ["push", "v9", "--repo", "org/name", "-w", str(workspace.root)])
+    assert hub.state.repos[("dataset", "org/name")].private is False
+    assert json.loads(res.stdout.strip().splitlines()[-1])["version"] == "v2"
+    res = runner.invoke(app, ["push", "v1", "--repo", "org/name", *ws])
+    assert res.exit_code == 1 and "would rewind main" in res.output
+    res = runner.invoke(app, ["push", "v1", "--repo", "org/name", "--force", *ws])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["push", "v9", "--repo", "org/name", *ws])
     assert res.exit_code == 1 and "version 'v9' not found" in res.output
