@@ -1,6 +1,8 @@
 """`python -m verifier`: verify one candidate, or a batch from Parquet/JSONL (torch + stdlib).
 
 Single:  python -m verifier --task T.py --candidate C.py --backend cpu [--json]
+Serve:   python -m verifier serve --port 8008 --backend cuda   (HTTP reward service; see
+         verifier/reward_server.py)
 Batch:   python -m verifier --batch candidates.jsonl|.parquet --out verdicts.jsonl|.parquet
          (rows: candidate_id, task_id, task_source, response or code, backend; Parquet needs
          pyarrow, JSONL needs nothing)
@@ -66,6 +68,11 @@ def _requests(rows: list[dict], source: Path) -> list[VerifyRequest]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["serve"]:
+        from verifier.reward_server import main as serve_main
+
+        return serve_main(args[1:])
     ap = argparse.ArgumentParser(prog="python -m verifier", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", type=Path, help="KernelBench task file (Model, get_inputs)")
@@ -84,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per run stage")
     ap.add_argument("--cache-dir", help="build cache (default ~/.cache/kernelsynth/builds)")
     ap.add_argument("--json", action="store_true", help="print JSON verdicts")
-    a = ap.parse_args(argv)
+    a = ap.parse_args(args)
     opts = VerifyOptions(backend=a.backend, workers=a.workers, compile_workers=a.compile_workers,
                          compile_batch=a.compile_batch, compile_only=a.compile_only,
                          trials=a.trials, perf_trials=a.perf_trials, run_timeout_s=a.timeout,

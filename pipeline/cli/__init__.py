@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from pipeline.cli import core, datasets, generate, ingest, tasks, verify  # noqa: F401
+from pipeline.cli import core, datasets, generate, ingest, serve_verifier, tasks, verify  # noqa: F401
 from pipeline.cli.app import app
 
 
