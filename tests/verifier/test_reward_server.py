@@ -171,3 +171,15 @@ def test_request_timeout_answers_504_and_frees_the_slot() -> None:
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_readme_verl_client_works_as_written(server: RewardServer) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("and in `kernel_reward.py`:\n\n```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(block, "README.md:kernel_reward.py", "exec"), namespace)  # noqa: S102
+    namespace["URL"] = server.url + "/verify"
+    scores = namespace["compute_score"](data_sources=["kernelsynth"] * 2,
+                                        solution_strs=["no code", "still none"],
+                                        ground_truths=[RELU_TASK] * 2, extra_infos=[None] * 2)
+    assert scores == [0.0, 0.0]
