@@ -207,3 +207,64 @@ def test_cli_push_reads_token_at_the_edge(two_versions, workspace: Workspace, hu
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["push", "v9", "--repo", "org/name", *ws])
     assert res.exit_code == 1 and "version 'v9' not found" in res.output
+
+
+def _m(version: str, parent: str | None, name: str = "ks", stamp: str = "a") -> dict:
+    return {"name": name, "version": version, "parent_version": parent, "created_at": stamp,
+            "files": {}}
+
+
+def _remote(main: dict | None, tags: dict[str, dict], files: list[str] | None = None):
+    from pipeline.hub import RemoteState
+
+    default = [".gitattributes"] + (["manifest.json"] if main else [])
+    return RemoteState("sha-main", files if files is not None else default, main,
+                       {t: f"sha-{t}" for t in tags},
+                       lambda rev: tags.get(rev.removeprefix("sha-")) if rev.startswith("sha-")
+                       else tags.get(rev))
+
+
+@pytest.mark.parametrize(("local", "main", "tags", "known", "want"), [
+    (_m("v1", None), None, {}, {}, "first"),
+    (_m("v2", "v1"), _m("v1", None), {"v1": _m("v1", None)}, {}, "newer"),
+    (_m("v3", "v2"), _m("v1", None), {}, {"v2": _m("v2", "v1")}, "newer"),
+    (_m("v1", None), _m("v3", "v2"), {"v2": _m("v2", "v1")}, {}, "older"),
+    (_m("v2", "v1"), _m("v2", "v1"), {}, {}, "same"),
+    (_m("v2", "v1"), _m("v2", "v1", stamp="b"), {}, {}, "diverged"),
+    (_m("v2", "v1"), _m("v9", None, name="other"), {}, {}, "foreign"),
+    # v4's chain breaks at v3 (in neither place): the numbers decide, both ways.
+    (_m("v4", "v3"), _m("v2", "v1"), {}, {}, "newer"),
+    (_m("v1", None), _m("v4", "v3"), {}, {}, "older"),
+    # both chains complete and unrelated (two roots): not ordered.
+    (_m("v2", "v1"), _m("v3", None), {}, {"v1": _m("v1", None)}, "diverged"),
+])
+def test_relation_follows_the_lineage(local, main, tags, known, want) -> None:
+    from pipeline.hub import relation
+
+    assert relation(local, _remote(main, tags), known.get) == want
+
+
+def test_foreign_files_without_a_manifest() -> None:
+    from pipeline.hub import relation
+
+    assert relation(_m("v1", None), _remote(None, {}, [".gitattributes", "data.csv"]),
+                    {}.get) == "foreign"
+
+
+def test_a_commit_in_between_fails_the_push(two_versions, hub: HubServer, monkeypatch) -> None:
+    v1, v2 = two_versions
+    api = HfApi(endpoint=hub.url)
+    push_version(v1, REPO, token="hf_test", api=api)
+    original = HfApi.create_commit
+
+    def racing(self, repo_id, operations, **kw):  # another writer commits after our read
+        from huggingface_hub import CommitOperationAdd
+
+        original(self, repo_id, [CommitOperationAdd("other.txt", b"x")],
+                 commit_message="someone else", repo_type="dataset", token="hf_test")
+        return original(self, repo_id, operations, **kw)
+
+    monkeypatch.setattr(HfApi, "create_commit", racing)
+    with pytest.raises(HubError, match="push of v2 to .* failed: .*412"):
+        push_version(v2, REPO, token="hf_test", api=api)
+    assert "v2" not in hub.state.repos[("dataset", REPO)].tags
