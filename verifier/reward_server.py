@@ -2,7 +2,8 @@
 
 `python -m verifier serve` / `kernelsynth serve-verifier` (stdlib only; torch for the verifier):
 
-    GET  /health      {"status": "ok", "verifier_version", "backend", "in_flight", "max_concurrency"}
+    GET  /health      {"status": "ok", "verifier_version", "backend", "in_flight",
+                       "max_concurrency"}
     POST /verify      {"items": [{"task_source" (or "reference"), "response" (or "completion"),
                                   "task_id"?, "candidate_id"?, "backend"?}, ...],
                        "timeout_s"?: float}

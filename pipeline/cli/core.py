@@ -13,6 +13,7 @@ from pipeline.cli.common import (
     ConfigOpt,
     JsonOpt,
     WorkspaceOpt,
+    console,
     emit_json,
     fail,
     open_context,
@@ -74,6 +75,13 @@ def sql(
     _, ws = open_context(workspace, config)
     try:
         con = ws.duckdb()
+        from pipeline.catalog import attach_catalog  # ds_<config>, ws_<table>, versions
+
+        try:
+            attach_catalog(ws, con)
+        except duckdb.Error as exc:  # e.g. a build holding catalog.duckdb: workspace tables only
+            console.print(f"[yellow]warning:[/yellow] catalog.duckdb not attached: "
+                          f"{str(exc).splitlines()[0]}", highlight=False)
         rel = con.sql(query)
     except WorkspaceError as exc:
         raise fail(str(exc)) from None

@@ -74,8 +74,8 @@ def test_each_push_is_exactly_its_version_and_tags_load_with_datasets(
     v1_shards, v2_shards = _shards(hub.files(REPO, "v1")), _shards(hub.files(REPO, "v2"))
     assert v1_shards and v2_shards and not (v1_shards & v2_shards)
     assert set(p2.deletes) == v1_shards
-    assert set(hub.files(REPO, "main")) == {".gitattributes", "manifest.json",
-                                            *json.loads((v2 / "manifest.json").read_text())["files"]}
+    v2_files = json.loads((v2 / "manifest.json").read_text())["files"]
+    assert set(hub.files(REPO, "main")) == {".gitattributes", "manifest.json", *v2_files}
     commits = [m for m in hub.state.requests if m[1].endswith("/commit/main")]
     assert len(commits) == 2  # one commit per push
     refs = api.list_repo_refs(REPO, repo_type="dataset")
