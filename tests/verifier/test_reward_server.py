@@ -183,3 +183,29 @@ def test_readme_verl_client_works_as_written(server: RewardServer) -> None:
                                         solution_strs=["no code", "still none"],
                                         ground_truths=[RELU_TASK] * 2, extra_infos=[None] * 2)
     assert scores == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("argv", [
+    [sys.executable, "-m", "verifier", "serve", "--port", "0", "--backend", "cpu",
+     "--max-concurrency", "3"],
+    [str(Path(sys.executable).parent / "kernelsynth"), "serve-verifier", "--port", "0",
+     "--backend", "cpu", "--max-concurrency", "3"],
+])
+def test_serve_commands_answer_on_loopback(argv: list[str], tmp_path: Path) -> None:
+    import subprocess
+
+    if "serve-verifier" in argv:
+        argv = [*argv, "-w", str(tmp_path / "ws")]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        line = proc.stderr.readline()
+        assert "kernelsynth reward service on http://127.0.0.1:" in line, line
+        url = line.split(" on ", 1)[1].split()[0]
+        status, data = _call(url + "/health", timeout=30)
+        assert status == 200 and data["backend"] == "cpu" and data["max_concurrency"] == 3
+        status, data = _post(url + "/verify", {"items": [
+            {"task_source": RELU_TASK, "response": "no code"}]})
+        assert status == 200 and data["verdicts"][0]["status"] == "format_error"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
