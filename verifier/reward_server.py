@@ -132,7 +132,8 @@ class RewardService:
         if not self._slots.acquire(timeout=timeout):
             raise BadRequest(503, f"busy: {self.limits.max_concurrency} batches verifying, no "
                                   f"slot within {timeout:g} s; retry later")
-        opts = replace(self.options, run_timeout_s=min(self.options.run_timeout_s, timeout))
+        opts = replace(self.options, run_timeout_s=min(self.options.run_timeout_s, timeout),
+                       compile_timeout_s=min(self.options.compile_timeout_s, timeout))
         with self._lock:
             self.in_flight += 1
         try:

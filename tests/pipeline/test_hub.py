@@ -139,6 +139,10 @@ def test_foreign_main_and_conflicting_tag_are_refused(two_versions, hub: HubServ
     v1_other = _publish(other, shard_rows=100_000)
     with pytest.raises(HubError, match="another v1 was published there"):
         push_version(v1_other, REPO, token="hf_test", api=api)
+    moved = push_version(v1_other, REPO, token="hf_test", api=api, force=True)
+    assert moved.relation == "forced-diverged"
+    assert hub.state.repos[("dataset", REPO)].tags["v1"] == moved.commit_oid != plan.commit_oid
+    assert hub.files(REPO, "v1")["manifest.json"] == (v1_other / "manifest.json").read_bytes()
 
 
 def test_dry_run_lists_operations_and_calls_nothing(two_versions, hub: HubServer) -> None:
