@@ -20,7 +20,7 @@ from pipeline.cli.common import (
     print_table,
 )
 from pipeline.config import ConfigError, dump_config, load_config
-from pipeline.taskfile import validate_task_files
+from pipeline.tasks.taskfile import validate_task_files
 from pipeline.workspace import WorkspaceError
 
 

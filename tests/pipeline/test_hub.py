@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import Config
-from pipeline.hub import HubError, check_repo_id, push_version
-from pipeline.publish import publish_workspace
+from pipeline.datasets.hub import HubError, check_repo_id, push_version
+from pipeline.datasets.publish import publish_workspace
 from pipeline.workspace import Workspace
 from tests.pipeline.ks_synthetic import fill_workspace, hf_offline
 
@@ -121,7 +121,7 @@ def test_edited_version_is_not_pushed(version: Path, monkeypatch, tmp_path) -> N
     hub = RecordingHub(tmp_path / "uploaded")
     hub.install(monkeypatch)
     (version / "README.md").write_text("edited")
-    from pipeline.publish import VersionIntegrityError
+    from pipeline.datasets.versions import VersionIntegrityError
 
     with pytest.raises(VersionIntegrityError, match="README.md: content hash mismatch"):
         push_version(version, "org/name", token="hf_x")
