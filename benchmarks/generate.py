@@ -30,22 +30,22 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
-from pipeline.templates import NoTemplate, TaskView, template_kernels  # noqa: E402
-from pipeline.templates.analysis import trace_sources  # noqa: E402
+from pipeline.candidates.templates import NoTemplate, TaskView, template_kernels  # noqa: E402
+from pipeline.candidates.templates.analysis import trace_sources  # noqa: E402
 
 _FAMILIES = re.compile(r"^Families: (?P<f>[a-z_, ]+)\. Level (?P<l>\d)\.$", re.M)
 
 
 def load_views(tasks_dir: Path, backend: str, limit: int | None,
                cpu_cache: Path | None) -> list[tuple[TaskView, str, int]]:
-    """(view, declared family, level) per task file; cpu sources scaled via pipeline.taskfile."""
+    """(view, declared family, level) per task file; cpu sources scaled via pipeline.tasks.taskfile."""
     files = sorted(p for p in tasks_dir.glob("*.py") if not p.name.startswith("_"))[:limit]
     cpu: dict[str, str | None] = {}
     if backend == "cpu":
         cached = json.loads(cpu_cache.read_text()) if cpu_cache and cpu_cache.exists() else {}
         todo = [f for f in files if f.name not in cached]
         if todo:
-            from pipeline.taskfile import validate_task_files  # needs the full environment
+            from pipeline.tasks.taskfile import validate_task_files  # needs the full environment
 
             for f, rep in zip(todo, validate_task_files(todo, workers=2, scale=True),
                               strict=True):
@@ -137,7 +137,7 @@ def main() -> None:
     verdicts = []
     if args.verify and kernels:
         from verifier.api import verify_batch
-        from verifier.protocol import VerifyOptions, VerifyRequest
+        from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
 
         reqs = [VerifyRequest(candidate_id=hashlib.sha256(k.code.encode()).hexdigest()[:20],
                               task_id=v.task_id,
@@ -169,7 +169,7 @@ def main() -> None:
             vg["all"].append(vd)
         for name in sorted(vg, key=lambda g: (g == "all", not g.startswith("level"), g)):
             g = vg[name]
-            ok = [d for d in g if d.status in ("correct_slow", "correct_fast")]
+            ok = [d for d in g if d.status in CORRECT_STATUSES]
             fast = [d for d in g if d.status == "correct_fast"]
             sp = sorted(d.speedup for d in ok if d.speedup)
             med = f"{sp[len(sp) // 2]:.2f}x" if sp else "-"
@@ -178,7 +178,7 @@ def main() -> None:
         statuses = collections.Counter(d.status for d in verdicts)
         print("statuses:", dict(statuses))
         for (v, _, _, k), vd in zip(kernels, verdicts, strict=True):
-            if vd.status not in ("correct_slow", "correct_fast"):
+            if vd.status not in CORRECT_STATUSES:
                 msg = (vd.error or vd.feedback or "").replace("\n", " ")[:300]
                 print(f"  {vd.status}: {v.name} {k.variant}: {msg}")
     if args.out:

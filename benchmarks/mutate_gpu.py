@@ -23,13 +23,12 @@ DEFAULT_TASKS = ("activation_relu", "activation_gelu", "reduction_sum_dim", "red
                  "softmax_softmax_rows", "norm_layer_norm", "norm_rms_norm", "matmul_linear",
                  "matmul_square_matmul", "matmul_bmm", "pooling_max_pool2d", "conv_conv2d",
                  "broadcast_add_row_bias", "elementwise_sqrt")
-CORRECT = ("correct_slow", "correct_fast")
 
 
 def prepare(out_dir: Path, names: list[str]) -> None:
     """Build the bundle: task sources, CUDA template kernels, and their mutants."""
-    from pipeline.mutate import GPU_KINDS, mutate_code
-    from pipeline.templates import NoTemplate, template_candidates
+    from pipeline.candidates.mutate import GPU_KINDS, mutate_code
+    from pipeline.candidates.templates import NoTemplate, template_candidates
     from schemas import Task
 
     seed = Path(__file__).resolve().parent.parent / "sources" / "seed"
@@ -61,7 +60,7 @@ def prepare(out_dir: Path, names: list[str]) -> None:
 def run(bundle_path: Path, out: Path | None, only: list[str] | None = None) -> None:
     """Verify the bundle on this machine's GPU and print the table."""
     from verifier.api import verify_batch
-    from verifier.protocol import VerifyOptions, VerifyRequest
+    from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
 
     bundle = json.loads(bundle_path.read_text())
     tasks, items = bundle["tasks"], bundle["items"]
@@ -77,7 +76,7 @@ def run(bundle_path: Path, out: Path | None, only: list[str] | None = None) -> N
         f"  {v.task_id:<24}{kinds[v.candidate_id]:<22}{v.status}", flush=True))
     wall = time.monotonic() - t0
     status = {v.candidate_id: v.status for v in verdicts}
-    ok_orig = {i["id"] for i in items if i["kind"] == "original" and status[i["id"]] in CORRECT}
+    ok_orig = {i["id"] for i in items if i["kind"] == "original" and status[i["id"]] in CORRECT_STATUSES}
     by_kind: dict[str, list[str]] = defaultdict(list)
     for i in items:
         # a mutant only says something when its original verified correct
@@ -86,10 +85,10 @@ def run(bundle_path: Path, out: Path | None, only: list[str] | None = None) -> N
     print(f"{'kernels':<22}{'n':>4}{'correct':>9}{'failed':>8}  statuses")
     for kind in ["original", *sorted(k for k in by_kind if k != "original")]:
         st = by_kind[kind]
-        ok = sum(s in CORRECT for s in st)
+        ok = sum(s in CORRECT_STATUSES for s in st)
         print(f"{kind:<22}{len(st):>4}{ok:>9}{len(st) - ok:>8}  {dict(Counter(st))}")
     mut = [s for k, st in by_kind.items() if k != "original" for s in st]
-    changed = sum(s not in CORRECT for s in mut)
+    changed = sum(s not in CORRECT_STATUSES for s in mut)
     print(f"mutants whose behaviour changed: {changed}/{len(mut)} "
           f"({100 * changed / max(1, len(mut)):.0f}%); verify wall {wall:.0f}s")
     for v in verdicts:

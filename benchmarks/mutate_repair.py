@@ -18,18 +18,18 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from pipeline.candidates.generate import generate_candidates
+from pipeline.candidates.mutate import GPU_KINDS, kinds_for, mutate_candidates, mutate_code
+from pipeline.candidates.repair import repair_round
 from pipeline.config import Config, GenerateConfig, RepairConfig, VerifyConfig
-from pipeline.generate import generate_candidates
-from pipeline.mutate import GPU_KINDS, kinds_for, mutate_candidates, mutate_code
-from pipeline.repair import repair_round
-from pipeline.taskfile import inspect_task_source
+from pipeline.tasks.taskfile import inspect_task_source
 from pipeline.verify import verify_candidates
 from schemas import Task
+from verifier.protocol import CORRECT_STATUSES
 
 SEED = Path(__file__).resolve().parent.parent / "sources" / "seed"
 DEFAULT_TASKS = ("activation_relu", "reduction_sum_dim", "softmax_softmax_rows",
                  "norm_layer_norm", "matmul_linear", "pooling_max_pool2d")
-CORRECT = ("correct_slow", "correct_fast")
 
 
 def load_task(name: str) -> Task:
@@ -68,7 +68,7 @@ def main() -> None:
     status = {v.candidate_id: v.status for v in v_orig + v_mut + v_fix}
     print(f"\nbackend {args.backend}: {len(tasks)} tasks, {len(rejected)} without template")
     print(f"{'stage':<28}{'n':>4}{'correct':>9}{'failed':>8}  statuses")
-    n_ok = sum(status.get(c.candidate_id) in CORRECT for c in originals)
+    n_ok = sum(status.get(c.candidate_id) in CORRECT_STATUSES for c in originals)
     print(f"{'baseline: template kernels':<28}{len(originals):>4}{n_ok:>9}"
           f"{len(originals) - n_ok:>8}  "
           f"{dict(Counter(status.get(c.candidate_id, 'unverified') for c in originals))}")
@@ -77,17 +77,17 @@ def main() -> None:
         by_kind[m.generator.removeprefix("mutate:")].append(status.get(m.candidate_id, "none"))
     for kind in kinds_for(args.backend):
         st = by_kind.get(kind, [])
-        ok = sum(s in CORRECT for s in st)
+        ok = sum(s in CORRECT_STATUSES for s in st)
         print(f"{'mutant: ' + kind:<28}{len(st):>4}{ok:>9}{len(st) - ok:>8}  {dict(Counter(st))}")
     all_st = [s for st in by_kind.values() for s in st]
-    ok = sum(s in CORRECT for s in all_st)
+    ok = sum(s in CORRECT_STATUSES for s in all_st)
     print(f"{'mutants, all kinds':<28}{len(all_st):>4}{ok:>9}{len(all_st) - ok:>8}  "
           f"behaviour changed: {100 * (len(all_st) - ok) / max(1, len(all_st)):.0f}%")
-    ok = sum(status.get(c.candidate_id) in CORRECT for c in fixes)
+    ok = sum(status.get(c.candidate_id) in CORRECT_STATUSES for c in fixes)
     print(f"{'repair turn 1 (known fix)':<28}{len(fixes):>4}{ok:>9}{len(fixes) - ok:>8}  "
           f"{dict(Counter(status.get(c.candidate_id, 'none') for c in fixes))}")
     for v in (v_orig + v_mut + v_fix):
-        if v.status not in CORRECT and v.status != "incorrect":
+        if v.status not in CORRECT_STATUSES and v.status != "incorrect":
             print(f"  {v.candidate_id[:10]} {v.status}: {(v.error or v.compile_log)[-300:]!r}")
     print(f"time: templates+verify {t_orig - t0:.0f}s, mutants verify {t_mut - t_orig:.0f}s, "
           f"fixes verify {t_fix - t_mut:.0f}s")

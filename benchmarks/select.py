@@ -22,7 +22,7 @@ import argparse  # noqa: E402
 import random  # noqa: E402
 import time  # noqa: E402
 
-from pipeline.select import (  # noqa: E402
+from pipeline.datasets.selection import (  # noqa: E402
     _sketch,
     select_diverse,
     select_random_k,

@@ -28,10 +28,10 @@ import time  # noqa: E402
 from collections import Counter  # noqa: E402
 
 from pipeline.config import TasksConfig  # noqa: E402
-from pipeline.cst_extract import _is_module_class, _parse  # noqa: E402
-from pipeline.curate import curate_tasks  # noqa: E402
-from pipeline.extract import extract_tasks  # noqa: E402
-from pipeline.taskfile import inspect_task_source  # noqa: E402
+from pipeline.tasks.carve import _is_module_class, _parse  # noqa: E402
+from pipeline.tasks.curate import curate_tasks  # noqa: E402
+from pipeline.tasks.extract import extract_tasks  # noqa: E402
+from pipeline.tasks.taskfile import inspect_task_source  # noqa: E402
 from schemas import RawModule, Rejection  # noqa: E402
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.gpu_candidates import TASKS, all_candidates  # noqa: E402
+from verifier.protocol import CORRECT_STATUSES  # noqa: E402
 
 ATOL = RTOL = 1e-3  # the same tolerance for both harnesses
 
@@ -86,7 +87,7 @@ except Exception as e:
 
 def coarse(status: str) -> str:
     """Map a verdict status to the baseline's vocabulary (correct_fast/slow -> correct)."""
-    if status in ("correct_fast", "correct_slow"):
+    if status in CORRECT_STATUSES:
         return "correct"
     return status
 

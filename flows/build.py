@@ -1,176 +1,60 @@
 """Prefect flows: one per stage, and `build_dataset`, the end-to-end job behind `kernelsynth build`.
 
-Every flow reads its inputs from the workspace, skips what is already done there (content-hash
-keys: `Workspace.done_keys`), maps a Prefect task over batches of `flows.batch_size` records, and
-writes each batch's output as one Parquet part as soon as that batch finishes. A run killed at any
-point therefore loses at most the batches in flight, and the next run picks up the rest; since
+Every flow asks `pipeline.runner` what is pending in the workspace (content-hash keys), maps a
+Prefect task (flows/tasks.py, one `Stage.run` each) over batches of `flows.batch_size` records,
+and writes each batch's output as one Parquet part as soon as that batch finishes. A run killed at
+any point therefore loses at most the batches in flight, and the next run picks up the rest; since
 every key is a content hash and readers keep the first record per key, a resumed build reads back
-exactly what an uninterrupted one would have written.
-
-Retries are for transient failures only (git, HTTP: `runners.retry_if_transient`); a verdict is
-never re-rolled, so verification tasks have no retries at all.
+exactly what an uninterrupted one would have written. Ray placement comes from the resources each
+stage declares (`Stage.resources`).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import time
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from prefect import flow, get_run_logger, task, unmapped
-from prefect.artifacts import (
-    create_markdown_artifact,
-    create_progress_artifact,
-    update_progress_artifact,
-)
+from prefect import flow, task, unmapped
+from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.futures import PrefectFuture, as_completed
+from prefect.futures import PrefectFuture
 
-from flows.runners import (
-    GPU_BACKENDS,
-    compile_resources,
-    cpu_runner,
-    io_runner,
-    is_transient,
-    retry_if_transient,
-    verify_resources,
-    verify_runner,
+from flows.runners import cpu_runner, io_runner, ray_options, verify_runner
+from flows.stages import load_stages, stage_objects
+from flows.tasks import (
+    Progress,
+    build_tasks,
+    collect,
+    compile_batch,
+    completed,
+    generate_batch,
+    ingest_sources,
+    mutate_batch,
+    open_run,
+    progress_log,
+    repair_batch,
+    say,
+    verify_batch,
 )
-from flows.stages import load_stages
 from pipeline.config import Config, load_config
-from pipeline.workspace import Run, Workspace, new_run_id
-from schemas import Candidate, Rejection, Task, Verdict, content_hash, dumps
-
-T = TypeVar("T")
-
-# The CLI attaches a terminal handler here; Prefect's run logger carries the same lines to the UI.
-progress_log = logging.getLogger("kernelsynth.build")
-
-CORRECT = ("correct_slow", "correct_fast")
-NOT_COMPILED = ("format_error", "static_reject", "compile_error")
-
-
-def _say(message: str) -> None:
-    """Log to the Prefect run (UI) and to the CLI's progress logger."""
-    try:
-        get_run_logger().info(message)
-    except Exception as exc:  # outside a run context (direct `.fn` calls in tests)
-        progress_log.debug("no Prefect run logger (%s)", type(exc).__name__)
-    progress_log.info(message)
-
-
-def batches(items: list[T], size: int) -> list[list[T]]:
-    """Consecutive batches of at most `size` items (the unit of work and of writing)."""
-    size = max(1, size)
-    return [items[i:i + size] for i in range(0, len(items), size)]
-
-
-def _open_run(workspace: str, run_id: str) -> tuple[Workspace, Run]:
-    ws = Workspace(workspace)
-    return ws, ws.new_run(run_id)
-
-
-def _rejections(stage: str, items: Iterable[Any], key: str, reason: str,
-                exc: BaseException) -> list[Rejection]:
-    detail = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-    return [Rejection.make(stage, getattr(it, key), getattr(it, "task_id", ""), reason, detail)
-            for it in items]
-
-
-class _Progress:
-    """A Prefect progress artifact (visible on the flow run page) plus log lines."""
-
-    def __init__(self, stage: str, total: int):
-        self.stage, self.total, self.done = stage, total, 0
-        self.artifact = None
-        try:
-            self.artifact = create_progress_artifact(
-                0.0, description=f"{stage}: 0/{total} batches")
-        except Exception as exc:  # no API (direct calls); progress still goes to the log
-            progress_log.debug("no progress artifact for %s (%s)", stage, exc)
-
-    def step(self, note: str) -> None:
-        self.done += 1
-        pct = 100.0 * self.done / max(1, self.total)
-        if self.artifact is not None:
-            update_progress_artifact(self.artifact, pct,
-                                     description=f"{self.stage}: {self.done}/{self.total} batches")
-        _say(f"{self.stage}: batch {self.done}/{self.total} ({pct:.0f}%) {note}")
-
-
-# --- tasks ---------------------------------------------------------------------------------------
-
-
-@task(name="ingest-sources", retries=3, retry_delay_seconds=[2, 10, 30],
-      retry_condition_fn=retry_if_transient, cache_policy=NO_CACHE)
-def ingest_sources(workspace: str, run_id: str, cfg: Config, stages: str | None) -> dict[str, int]:
-    """Collect RawModules from the configured sources (git and HTTP failures are retried)."""
-    ws, run = _open_run(workspace, run_id)
-    return dict(load_stages(stages).ingest(ws, run, cfg))
-
-
-@task(name="build-tasks", cache_policy=NO_CACHE)
-def build_tasks(workspace: str, run_id: str, cfg: Config, stages: str | None) -> dict[str, int]:
-    """RawModules -> curated KernelBench Tasks (the stage skips modules already done)."""
-    ws, run = _open_run(workspace, run_id)
-    return dict(load_stages(stages).tasks(ws, run, cfg))
-
-
-@task(name="generate-batch", cache_policy=NO_CACHE, task_run_name="generate-{label}",
-      retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_if_transient)
-def generate_batch(tasks: list[Task], cfg: Config, backend: str, stages: str | None,
-                   label: str = "") -> tuple[list[Candidate], list[Rejection]]:
-    """First-attempt candidates for one batch of tasks."""
-    try:
-        cands, rejs = load_stages(stages).generate(tasks, cfg.generate, backend)
-    except Exception as exc:
-        if is_transient(exc):
-            raise
-        return [], _rejections("generate", tasks, "task_id", "generator_error", exc)
-    return list(cands), list(rejs)
-
-
-@task(name="verify-batch", cache_policy=NO_CACHE, task_run_name="verify-{label}")
-def verify_batch(tasks: dict[str, Task], candidates: list[Candidate], cfg: Config,
-                 cache_dir: str, stages: str | None, label: str = ""
-                 ) -> tuple[list[Verdict], list[Rejection]]:
-    """Verdicts (and rejections) for one batch of candidates. No retries: a verdict is final."""
-    made = load_stages(stages).verify(tasks, candidates, cfg.verify, Path(cache_dir))
-    if isinstance(made, tuple):  # (verdicts, rejections)
-        return list(made[0]), list(made[1])
-    return list(made), []
-
-
-@task(name="compile-batch", cache_policy=NO_CACHE, task_run_name="compile-{label}")
-def compile_batch(tasks: dict[str, Task], candidates: list[Candidate], cfg: Config,
-                  cache_dir: str, stages: str | None, label: str = "") -> int:
-    """Compile-only pass on CPU workers that fills the build cache before the GPU tasks run."""
-    vcfg = cfg.verify.model_copy(update={"compile_only": True})
-    return len(load_stages(stages).verify(tasks, candidates, vcfg, Path(cache_dir)))
-
-
-@task(name="mutate-batch", cache_policy=NO_CACHE, task_run_name="mutate-{label}")
-def mutate_batch(tasks: list[Task], candidates: list[Candidate], verdicts: list[Verdict],
-                 cfg: Config, stages: str | None, label: str = "") -> list[Candidate]:
-    """Bug-injected variants of verified-correct kernels (failing attempts with a known fix)."""
-    return list(load_stages(stages).mutate(tasks, candidates, verdicts, cfg.generate))
-
-
-@task(name="repair-batch", cache_policy=NO_CACHE, task_run_name="repair-{label}",
-      retries=2, retry_delay_seconds=[5, 30], retry_condition_fn=retry_if_transient)
-def repair_batch(tasks: list[Task], candidates: list[Candidate], verdicts: list[Verdict],
-                 cfg: Config, turn: int, stages: str | None, label: str = ""
-                 ) -> tuple[list[Candidate], list[Rejection]]:
-    """The next repair turn for every failing chain end of one batch of tasks."""
-    made = load_stages(stages).repair(tasks, candidates, verdicts, cfg, turn)
-    if isinstance(made, tuple):
-        return list(made[0]), list(made[1])
-    return list(made), []
-
+from pipeline.datasets.stats import backend_funnel
+from pipeline.runner import (
+    batches,
+    chains_by_task,
+    generated_task_ids,
+    mutation_pending,
+    repair_pending,
+    task_batches,
+    unverified,
+    unverified_chain_ends,
+)
+from pipeline.stage import GPU_BACKENDS
+from pipeline.verify import missing_task
+from pipeline.workspace import Workspace, new_run_id
+from schemas import Candidate, RawModule, Task, Verdict, content_hash, dumps
 
 # --- flows ---------------------------------------------------------------------------------------
 
@@ -180,7 +64,7 @@ def ingest_flow(workspace: str, run_id: str, cfg: Config, stages: str | None = N
                 ) -> dict[str, int]:
     """Sources -> RawModules."""
     counts = ingest_sources(workspace, run_id, cfg, stages)
-    _say(f"ingest: {_fmt(counts)}")
+    say(f"ingest: {_fmt(counts)}")
     return counts
 
 
@@ -189,71 +73,7 @@ def tasks_flow(workspace: str, run_id: str, cfg: Config, stages: str | None = No
                ) -> dict[str, int]:
     """RawModules -> Tasks (extraction, inputs, annotations, curation)."""
     counts = build_tasks(workspace, run_id, cfg, stages)
-    _say(f"tasks: {_fmt(counts)}")
-    return counts
-
-
-GENERATOR_PREFIX = {"template": "template:", "openai": "llm:", "hf": "hf:"}
-
-
-def generated_task_ids(ws: Workspace, backend: str, generators: list[str]) -> set[str]:
-    """Tasks every configured generator has answered on `backend` (a candidate or a rejection).
-
-    A rejection for an unreachable LLM does not count: the next run asks again.
-    """
-    cands = ws.read_table(Candidate).select(["task_id", "backend", "turn", "generator"]).to_pylist()
-    rejs = ws.read_table(Rejection).select(["stage", "item_id", "reason"]).to_pylist()
-    rejected = {r["item_id"] for r in rejs
-                if r["stage"] == "generate" and not r["reason"].startswith("llm")}
-    prefixes = [GENERATOR_PREFIX[g] for g in generators if g in GENERATOR_PREFIX]
-    have: dict[str, set[str]] = {}
-    for c in cands:
-        if c["backend"] == backend and c["turn"] == 0:
-            have.setdefault(c["task_id"], set()).update(
-                p for p in prefixes if c["generator"].startswith(p))
-    task_ids = set(have) | rejected
-    return {t for t in task_ids
-            if all(p in have.get(t, ()) or (t in rejected and p == "template:") for p in prefixes)}
-
-
-def completed(futures: list[PrefectFuture]) -> Iterator[PrefectFuture]:
-    """Futures in the order they finish (Ray futures through `ray.wait`, others via Prefect)."""
-    # Prefect's as_completed waits on API state events, which Ray futures do not deliver.
-    if not futures or not all(type(f).__name__ == "PrefectRayFuture" for f in futures):
-        yield from as_completed(futures)
-        return
-    import ray
-
-    by_ref = {f.wrapped_future: f for f in futures}
-    pending = list(by_ref)
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        for ref in ready:
-            yield by_ref[ref]
-
-
-def _collect(futures: list[PrefectFuture], progress: _Progress, run: Run,
-             done_candidates: set[str] | None = None) -> dict[str, int]:
-    """Write each batch's records as soon as its future finishes; count what was written."""
-    counts = {"candidates": 0, "rejections": 0, "verdicts": 0, "failed_batches": 0}
-    for fut in completed(futures):
-        try:
-            result = fut.result()
-        except Exception as exc:
-            counts["failed_batches"] += 1
-            _say(f"{progress.stage}: a batch failed ({type(exc).__name__}: {exc})")
-            progress.step("failed")
-            continue
-        parts = result if isinstance(result, tuple) else (result,)
-        for records in parts:
-            if done_candidates is not None and records and isinstance(records[0], Candidate):
-                records = [c for c in records if c.candidate_id not in done_candidates]
-                done_candidates.update(c.candidate_id for c in records)
-            if records:
-                run.write(records)
-                counts[type(records[0]).TABLE] = counts.get(type(records[0]).TABLE, 0) + len(
-                    records)
-        progress.step(f"+{sum(len(p) for p in parts)} records")
+    say(f"tasks: {_fmt(counts)}")
     return counts
 
 
@@ -261,14 +81,14 @@ def _collect(futures: list[PrefectFuture], progress: _Progress, run: Run,
 def generate_flow(workspace: str, run_id: str, cfg: Config, backend: str,
                   stages: str | None = None) -> dict[str, int]:
     """Tasks -> first-attempt Candidates, for tasks not generated yet."""
-    ws, run = _open_run(workspace, run_id)
+    ws, run = open_run(workspace, run_id)
     done = generated_task_ids(ws, backend, cfg.generate.generators)
     pending = [t for t in ws.read(Task) if t.task_id not in done]
     groups = batches(pending, cfg.flows.batch_size)
-    _say(f"generate: {len(pending)} tasks pending ({len(done)} done) in {len(groups)} batches")
+    say(f"generate: {len(pending)} tasks pending ({len(done)} done) in {len(groups)} batches")
     futures = generate_batch.map(groups, unmapped(cfg), unmapped(backend), unmapped(stages),
                                  label=[f"{i + 1}of{len(groups)}" for i in range(len(groups))])
-    counts = _collect(list(futures), _Progress("generate", len(groups)), run,
+    counts = collect(list(futures), Progress("generate", len(groups)), run,
                       ws.done_keys(Candidate))
     counts["pending"] = len(pending)
     return counts
@@ -278,24 +98,26 @@ def generate_flow(workspace: str, run_id: str, cfg: Config, backend: str,
 def verify_flow(workspace: str, run_id: str, cfg: Config, backend: str,
                 stages: str | None = None) -> dict[str, int]:
     """Candidates without a verdict -> Verdicts, batch by batch."""
-    ws, run = _open_run(workspace, run_id)
-    done = ws.done_keys(Verdict)
+    ws, run = open_run(workspace, run_id)
     tasks = {t.task_id: t for t in ws.read(Task)}
-    pending, orphans = [], []
-    for c in ws.read(Candidate):
-        if c.backend != backend or c.candidate_id in done:
-            continue
-        (pending if c.task_id in tasks else orphans).append(c)
-    if orphans:  # recorded, never verified against a missing reference
-        run.write([Rejection.make("verify", c.candidate_id, c.task_id, "missing_task",
-                                  f"candidate {c.candidate_id}: task {c.task_id} not in workspace")
-                   for c in orphans])
+    todo = unverified(ws, backend)
+    pending = [c for c in todo if c.task_id in tasks]
+    orphans = [c for c in todo if c.task_id not in tasks]
+    run.write([missing_task(c) for c in orphans])  # recorded, never verified
+    counts = verify_candidates(ws, run, cfg, backend, tasks, pending, stages, f"verify[{backend}]")
+    counts["orphans"] = len(orphans)
+    return counts
+
+
+def verify_candidates(ws: Workspace, run: Any, cfg: Config, backend: str, tasks: dict[str, Task],
+                      pending: list[Candidate], stages: str | None, name: str) -> dict[str, int]:
+    """Verify `pending` in batches on the verify runner; write verdicts as batches finish."""
     groups = batches(pending, cfg.flows.batch_size)
     subsets = [{c.task_id: tasks[c.task_id] for c in g} for g in groups]
     labels = [f"{i + 1}of{len(groups)}" for i in range(len(groups))]
     cache_dir = str(ws.cache_dir)  # the verifier keeps builds/ and baselines/ under it
-    _say(f"verify[{backend}]: {len(pending)} candidates pending ({len(done)} done) "
-         f"in {len(groups)} batches")
+    say(f"{name}: {len(pending)} candidates pending in {len(groups)} batches")
+    verify = stage_objects(stages).verify
     if cfg.flows.runner != "ray":
         futures = list(verify_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
                                         unmapped(stages), label=labels))
@@ -304,12 +126,11 @@ def verify_flow(workspace: str, run_id: str, cfg: Config, backend: str,
     else:
         from prefect_ray.context import remote_options
 
-        with remote_options(**verify_resources(cfg, backend)):
+        with remote_options(**ray_options(verify, cfg, backend)):
             futures = list(verify_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
                                             unmapped(stages), label=labels))
-    counts = _collect(futures, _Progress(f"verify[{backend}]", len(groups)), run)
+    counts = collect(futures, Progress(name, len(groups)), run)
     counts["pending"] = len(pending)
-    counts["orphans"] = len(orphans)
     return counts
 
 
@@ -320,67 +141,34 @@ def _compile_then_verify(subsets: list, groups: list, cfg: Config, backend: str,
     """
     from prefect_ray.context import remote_options
 
-    with remote_options(**compile_resources(cfg)):
+    st = stage_objects(stages)
+    with remote_options(**ray_options(st.compile, cfg, backend)):
         compiles = list(compile_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
                                           unmapped(stages), label=labels))
     index = {id(f): i for i, f in enumerate(compiles)}
     futures = []
     for fut in completed(compiles):
         i = index[id(fut)]
-        with remote_options(**verify_resources(cfg, backend)):
+        with remote_options(**ray_options(st.verify, cfg, backend)):
             futures.append(verify_batch.submit(subsets[i], groups[i], cfg, cache_dir, stages,
                                                label=labels[i]))
     return futures
-
-
-def _chains_by_task(ws: Workspace, backend: str, task_ids: set[str] | None = None
-                    ) -> tuple[dict[str, Task], dict[str, list[Candidate]], list[Verdict]]:
-    tasks = {t.task_id: t for t in ws.read(Task) if task_ids is None or t.task_id in task_ids}
-    by_task: dict[str, list[Candidate]] = {}
-    for c in ws.read(Candidate):
-        if c.backend == backend and c.task_id in tasks:
-            by_task.setdefault(c.task_id, []).append(c)
-    return tasks, by_task, ws.read(Verdict)
-
-
-def _task_batches(tasks: dict[str, Task], by_task: dict[str, list[Candidate]],
-                  verdicts: list[Verdict], size: int
-                  ) -> Iterator[tuple[list[Task], list[Candidate], list[Verdict]]]:
-    """Batches of whole tasks (all their candidates and verdicts), about `size` candidates each."""
-    vmap = {v.candidate_id: v for v in verdicts}
-    batch_t: list[Task] = []
-    batch_c: list[Candidate] = []
-    for tid in sorted(by_task):
-        batch_t.append(tasks[tid])
-        batch_c.extend(by_task[tid])
-        if len(batch_c) >= size:
-            yield batch_t, batch_c, [vmap[c.candidate_id] for c in batch_c
-                                     if c.candidate_id in vmap]
-            batch_t, batch_c = [], []
-    if batch_t:
-        yield batch_t, batch_c, [vmap[c.candidate_id] for c in batch_c if c.candidate_id in vmap]
 
 
 @flow(name="mutate", validate_parameters=False)
 def mutate_flow(workspace: str, run_id: str, cfg: Config, backend: str,
                 stages: str | None = None) -> dict[str, int]:
     """Verified-correct kernels -> bug-injected candidates whose fix is known (new ones only)."""
-    ws, run = _open_run(workspace, run_id)
-    tasks, by_task, verdicts = _chains_by_task(ws, backend)
-    correct = {v.candidate_id for v in verdicts if v.status in CORRECT}
-    # Only tasks with a correct kernel that has not been mutated yet.
-    mutated = {c.parent_id for cs in by_task.values() for c in cs
-               if c.generator.startswith("mutate:")}
-    todo = {tid: cs for tid, cs in by_task.items()
-            if any(c.candidate_id in correct and c.candidate_id not in mutated
-                   and not c.generator.startswith(("mutate:", "repair:")) for c in cs)}
-    groups = list(_task_batches(tasks, todo, verdicts, cfg.flows.batch_size))
-    _say(f"mutate: {len(todo)} tasks with unmutated correct kernels in {len(groups)} batches")
+    ws, run = open_run(workspace, run_id)
+    tasks, by_task, verdicts = chains_by_task(ws, backend)
+    todo = mutation_pending(by_task, verdicts)
+    groups = list(task_batches(tasks, todo, verdicts, cfg.flows.batch_size))
+    say(f"mutate: {len(todo)} tasks with unmutated correct kernels in {len(groups)} batches")
     futures = mutate_batch.map([g[0] for g in groups], [g[1] for g in groups],
                                [g[2] for g in groups], unmapped(cfg), unmapped(stages),
                                label=[f"{i + 1}of{len(groups)}" for i in range(len(groups))])
-    counts = _collect(list(futures), _Progress("mutate", len(groups)), run,
-                      ws.done_keys(Candidate))
+    counts = collect(list(futures), Progress("mutate", len(groups)), run,
+                     ws.done_keys(Candidate))
     counts["pending"] = len(todo)
     return counts
 
@@ -388,18 +176,23 @@ def mutate_flow(workspace: str, run_id: str, cfg: Config, backend: str,
 @flow(name="repair", validate_parameters=False)
 def repair_flow(workspace: str, run_id: str, cfg: Config, backend: str, turn: int,
                 stages: str | None = None) -> dict[str, int]:
-    """One repair turn: verifier feedback on failing chain ends -> next attempts (new ones only)."""
-    ws, run = _open_run(workspace, run_id)
-    tasks, by_task, verdicts = _chains_by_task(ws, backend)
-    vmap = {v.candidate_id: v for v in verdicts}
-    has_child = {c.parent_id for cs in by_task.values() for c in cs if c.parent_id}
-    # A chain end at turn-1 that failed and has no follow-up yet; its task goes in a batch.
-    todo = {tid: cs for tid, cs in by_task.items()
-            if any(c.turn == turn - 1 and c.candidate_id in vmap
-                   and vmap[c.candidate_id].status not in CORRECT
-                   and c.candidate_id not in has_child for c in cs)}
-    groups = list(_task_batches(tasks, todo, verdicts, cfg.flows.batch_size))
-    _say(f"repair turn {turn}: {len(todo)} tasks with failing chain ends in {len(groups)} batches")
+    """One repair turn: verifier feedback on failing chain ends -> next attempts (new ones only).
+
+    As in `pipeline.candidates.generate.run_repair`, chain ends still waiting for a verdict are
+    verified first, so an unjudged end is never skipped.
+    """
+    ws, run = open_run(workspace, run_id)
+    tasks, by_task, verdicts = chains_by_task(ws, backend)
+    ends = unverified_chain_ends([c for cs in by_task.values() for c in cs], verdicts, tasks, turn)
+    counts: dict[str, int] = {"candidates": 0, "failed_batches": 0}
+    if ends:
+        judged = verify_candidates(ws, run, cfg, backend, tasks, ends, stages,
+                                   f"repair turn {turn}: verify chain ends")
+        counts["verified"] = judged.get("verdicts", 0)
+        tasks, by_task, verdicts = chains_by_task(ws, backend)
+    todo, has_child = repair_pending(by_task, verdicts, turn)
+    groups = list(task_batches(tasks, todo, verdicts, cfg.flows.batch_size))
+    say(f"repair turn {turn}: {len(todo)} tasks with failing chain ends in {len(groups)} batches")
     futures = repair_batch.map([g[0] for g in groups], [g[1] for g in groups],
                                [g[2] for g in groups], unmapped(cfg), unmapped(turn),
                                unmapped(stages),
@@ -407,8 +200,7 @@ def repair_flow(workspace: str, run_id: str, cfg: Config, backend: str, turn: in
     done = ws.done_keys(Candidate)
     # A chain end answered in an earlier, interrupted run keeps its first answer.
     done_parents = set(has_child)
-    counts = {"candidates": 0, "failed_batches": 0}
-    progress = _Progress(f"repair turn {turn}", len(groups))
+    progress = Progress(f"repair turn {turn}", len(groups))
     for fut in completed(list(futures)):
         try:
             new, rejected = fut.result()
@@ -526,13 +318,13 @@ def publish_flow(workspace: str, run_id: str, cfg: Config, stages: str | None = 
     fingerprint = inputs_fingerprint(ws, cfg)
     latest = latest_version(ws, cfg.publish.name)
     if latest is not None and not always_publish and latest.fingerprint == fingerprint:
-        _say(f"publish: no new data since {latest.name}; keeping {latest.path}")
+        say(f"publish: no new data since {latest.name}; keeping {latest.path}")
         return {"published": False, "version": latest.name, "path": str(latest.path),
                 "parent": None}
     path = Path(publish_version_task(workspace, run_id, cfg, stages, workspace_lineage(ws)))
     _remember(ws, cfg.publish.name, path.name, fingerprint)
     parent = latest.name if latest else None
-    _say(f"publish: new version {path.name} at {path} (parent {parent})")
+    say(f"publish: new version {path.name} at {path} (parent {parent})")
     return {"published": True, "version": path.name, "path": str(path), "parent": parent}
 
 
@@ -545,39 +337,8 @@ def _fmt(counts: dict[str, Any]) -> str:
 
 def funnel(ws: Workspace, backend: str) -> dict[str, Any]:
     """Counts through the pipeline and pass rates, over the whole workspace, for `backend`."""
-    con = ws.duckdb(["raw_modules", "tasks", "candidates", "verdicts"])
-    one = lambda q: con.execute(q).fetchone()  # noqa: E731
-    b = backend.replace("'", "")
-    sourced = one("select count(*) from raw_modules")[0]
-    tasks = one("select count(*) from tasks")[0]
-    row = one(f"""
-        select count(distinct c.candidate_id), count(v.candidate_id),
-          count(*) filter (where v.status is not null and v.status not in
-                           ('format_error','static_reject','compile_error')),
-          count(*) filter (where v.status in ('correct_slow','correct_fast')),
-          count(*) filter (where v.status = 'correct_fast'),
-          count(distinct c.task_id) filter (where v.status in ('correct_slow','correct_fast')),
-          median(v.speedup) filter (where v.status in ('correct_slow','correct_fast')),
-          max(v.speedup) filter (where v.status in ('correct_slow','correct_fast')),
-          count(*) filter (where c.turn = 0 and c.generator not like 'mutate:%'),
-          count(*) filter (where c.turn = 0 and c.generator not like 'mutate:%'
-                           and v.status in ('correct_slow','correct_fast')),
-          count(*) filter (where c.turn > 0),
-          count(*) filter (where c.turn > 0 and v.status in ('correct_slow','correct_fast'))
-        from candidates c left join verdicts v using (candidate_id)
-        where c.backend = '{b}'""")
-    (cands, verified, compiled, correct, faster, solved, med, best, first, first_ok, rep,
-     rep_ok) = row
-    rate = lambda a, n: round(a / n, 4) if n else None  # noqa: E731
-    return {
-        "sourced_modules": sourced, "tasks": tasks, "candidates": cands, "verified": verified,
-        "compiled": compiled, "correct": correct, "faster": faster, "tasks_solved": solved,
-        "compile_rate": rate(compiled, verified), "pass_rate": rate(correct, verified),
-        "first_attempt_pass_rate": rate(first_ok, first),
-        "repair_pass_rate": rate(rep_ok, rep), "fast_rate": rate(faster, verified),
-        "median_speedup": None if med is None else round(float(med), 3),
-        "max_speedup": None if best is None else round(float(best), 3),
-    }
+    return backend_funnel(ws.read_table(RawModule).num_rows, ws.read(Task), ws.read(Candidate),
+                          ws.read(Verdict), backend)
 
 
 @flow(name="build_dataset", validate_parameters=False)
@@ -596,7 +357,7 @@ def build_dataset(workspace: str = "./ks-data", config: str | None = None,
                                  else cfg.verify.backend)
     cfg = cfg.model_copy(update={"verify": cfg.verify.model_copy(update={"backend": backend}),
                                  "generate": cfg.generate.model_copy(update={"backend": backend})})
-    _say(f"build {run_id}: workspace {root}, backend {backend}, runner {cfg.flows.runner}")
+    say(f"build {run_id}: workspace {root}, backend {backend}, runner {cfg.flows.runner}")
     stage_rows: list[dict[str, Any]] = []
 
     def stage(name: str, fn: Any, runner_obj: Any, **kw: Any) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""Task runners from the config (local threads/processes or Ray) and the resources tasks ask for.
+"""Task runners from the config (local threads/processes or Ray), and stages placed on them.
 
-Ray is reached only through prefect-ray's RayTaskRunner; resources are Ray `remote` options set
-with `prefect_ray.context.remote_options` around the submission, so the same flow code runs on a
+Ray is reached only through prefect-ray's RayTaskRunner; what a batch asks for is the resources
+its stage declares (`pipeline.stage.Stage.resources`), passed as Ray `remote` options with
+`prefect_ray.context.remote_options` around the submission, so the same flow code runs on a
 laptop and on a GPU cluster.
 """
 
@@ -14,8 +15,7 @@ from typing import Any
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
 from pipeline.config import Config
-
-GPU_BACKENDS = ("cuda", "musa")
+from pipeline.stage import Stage
 
 
 def ray_runner(cfg: Config) -> TaskRunner:
@@ -53,16 +53,23 @@ def verify_runner(cfg: Config) -> TaskRunner:
     return ThreadPoolTaskRunner(max_workers=max(1, cfg.flows.verify_in_flight))
 
 
+def ray_options(stage: Stage, cfg: Config, backend: str) -> dict[str, Any]:
+    """Ray remote options of one batch of `stage`: the resources the stage declares."""
+    return stage.resources(cfg, backend).ray_options()
+
+
 def verify_resources(cfg: Config, backend: str) -> dict[str, Any]:
-    """Ray remote options of one verification batch: a GPU on GPU backends, else CPUs."""
-    if backend in GPU_BACKENDS:
-        return {"num_gpus": 1, "num_cpus": 1}
-    return {"num_cpus": max(1, min(cfg.verify.workers, cfg.flows.ray_num_cpus or 10**6))}
+    """Ray remote options of one verification batch (the verify stage's declaration)."""
+    from pipeline.verify import VERIFY
+
+    return ray_options(VERIFY, cfg, backend)
 
 
 def compile_resources(cfg: Config) -> dict[str, Any]:
-    """Ray remote options of one compile-only batch (GPU backends): CPUs, no GPU."""
-    return {"num_cpus": max(1, min(cfg.verify.compile_workers, cfg.flows.ray_num_cpus or 10**6))}
+    """Ray remote options of one compile-only batch (the compile stage's declaration)."""
+    from pipeline.verify import compile_stage
+
+    return ray_options(compile_stage(), cfg, "cpu")
 
 
 # Failures worth retrying: the network and git, never the verdict of a candidate.

@@ -11,7 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.stage import Stage
 
 
 @dataclass(frozen=True)
@@ -21,9 +24,9 @@ class StageSet:
     ingest: Callable[..., dict[str, int]]  # (ws, run, cfg) -> counts
     tasks: Callable[..., dict[str, int]]  # (ws, run, cfg) -> counts
     generate: Callable[..., tuple[list, list]]  # (tasks, GenerateConfig, backend)
-    verify: Callable[..., Any]  # (tasks_by_id, candidates, VerifyConfig, cache_dir) -> list | (list, list)
+    verify: Callable[..., tuple[list, list]]  # (tasks_by_id, candidates, VerifyConfig, cache_dir)
     mutate: Callable[..., list]  # (tasks, candidates, verdicts, GenerateConfig)
-    repair: Callable[..., Any]  # (tasks, candidates, verdicts, Config, turn) -> list | (list, list)
+    repair: Callable[..., tuple[list, list]]  # (tasks, candidates, verdicts, Config, turn)
     select: Callable[..., list[str]]  # (candidates, verdicts, k, weight, seed)
     build_datasets: Callable[..., dict[str, Any]]  # (tasks, candidates, verdicts, selected, cfg)
     publish: Callable[..., Path]  # (ws, tables, cfg, lineage)
@@ -37,13 +40,13 @@ def _ingest(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
 
 
 def _tasks(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
-    from pipeline.tasks_stage import run_tasks
+    from pipeline.tasks.stage import run_tasks
 
     return run_tasks(ws, run, cfg, batch_size=cfg.flows.batch_size)
 
 
 def _generate(tasks: list, cfg: Any, backend: str) -> tuple[list, list]:
-    from pipeline.generate import generate_candidates
+    from pipeline.candidates.generate import generate_candidates
 
     return generate_candidates(tasks, cfg, backend)
 
@@ -55,35 +58,33 @@ def _verify(tasks: dict, candidates: list, cfg: Any, cache_dir: Path) -> tuple[l
 
 
 def _mutate(tasks: list, candidates: list, verdicts: list, cfg: Any) -> list:
-    from pipeline.mutate import mutate_candidates
+    from pipeline.candidates.mutate import mutate_candidates
 
     return mutate_candidates(tasks, candidates, verdicts, cfg)
 
 
 def _repair(tasks: list, candidates: list, verdicts: list, cfg: Any, turn: int
             ) -> tuple[list, list]:
-    from pipeline.repair import repair_round
+    from pipeline.candidates.stages import repair_turn
 
-    rejections: list = []
-    made = repair_round(tasks, candidates, verdicts, cfg, turn, rejections=rejections)
-    return made, rejections
+    return repair_turn(tasks, candidates, verdicts, cfg, turn)
 
 
 def _select(candidates: list, verdicts: list, k: int, weight: float, seed: int) -> list[str]:
-    from pipeline.select import select_diverse
+    from pipeline.datasets.selection import select_diverse
 
     return select_diverse(candidates, verdicts, k, weight, seed)
 
 
 def _build_datasets(tasks: list, candidates: list, verdicts: list, selected: list[str],
                     cfg: Any) -> dict[str, Any]:
-    from pipeline.datasets import build_datasets
+    from pipeline.datasets.rows import build_datasets
 
     return build_datasets(tasks, candidates, verdicts, selected, cfg)
 
 
 def _publish(ws: Any, tables: dict, cfg: Any, lineage: dict) -> Path:
-    from pipeline.publish import publish_version
+    from pipeline.datasets.publish import publish_version
 
     return publish_version(ws, tables, cfg, lineage)
 
@@ -118,3 +119,26 @@ def load_stages(spec: str | None) -> StageSet:
     if not isinstance(obj, StageSet):
         raise StageSetError(f"stages {spec!r}: is a {type(obj).__name__}, not a StageSet")
     return obj
+
+
+@dataclass(frozen=True)
+class FlowStages:
+    """The batch stages of a StageSet in the one `Stage` shape (pipeline/stage.py)."""
+
+    generate: Stage
+    verify: Stage
+    compile: Stage
+    mutate: Stage
+    repair: Stage
+
+
+@cache
+def stage_objects(spec: str | None) -> FlowStages:
+    """The StageSet named by `spec` wrapped as Stages, with the resources the pipeline declares."""
+    from pipeline.candidates.stages import generate_stage, mutate_stage, repair_stage
+    from pipeline.verify import compile_stage, verify_stage
+
+    st = load_stages(spec)
+    return FlowStages(generate=generate_stage(st.generate), verify=verify_stage(st.verify),
+                      compile=compile_stage(st.verify), mutate=mutate_stage(st.mutate),
+                      repair=repair_stage(st.repair))

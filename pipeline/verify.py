@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.config import Config, VerifyConfig
+from pipeline.runner import run_batches, unverified
+from pipeline.stage import GPU_BACKENDS, Resources, Stage, StageContext, StageOutput
 from pipeline.workspace import Run, Workspace
 from schemas import Candidate, Rejection, Task, Verdict
 from verifier.api import verify_batch
@@ -25,6 +27,12 @@ def verify_options(cfg: VerifyConfig, cache_dir: Path) -> VerifyOptions:
     opts.build_cache_dir = cfg.build_cache_dir or str(cache_dir / "builds")
     opts.baseline_cache_dir = cfg.baseline_cache_dir or str(cache_dir / "baselines")
     return opts
+
+
+def missing_task(c: Candidate) -> Rejection:
+    """The rejection of a candidate whose task is not in the workspace (never verified)."""
+    return Rejection.make("verify", c.candidate_id, f"task {c.task_id}", "missing_task",
+                          f"candidate {c.candidate_id}: task {c.task_id} is not in the workspace")
 
 
 def _reference(task: Task, backend: str) -> str:
@@ -41,9 +49,7 @@ def verify_with_rejections(
     for c in candidates:
         task = tasks.get(c.task_id)
         if task is None:
-            rejections.append(Rejection.make("verify", c.candidate_id, f"task {c.task_id}",
-                                             "missing_task", f"candidate {c.candidate_id}: task "
-                                             f"{c.task_id} is not in the workspace"))
+            rejections.append(missing_task(c))
             continue
         requested = cfg.backend if cfg.backend != "auto" else (c.backend or "auto")
         try:
@@ -70,23 +76,57 @@ def verify_candidates(tasks: dict[str, Task], candidates: list[Candidate], cfg: 
     return verify_with_rejections(tasks, candidates, cfg, cache_dir)[0]
 
 
+VerifyFn = Callable[..., tuple[list[Verdict], list[Rejection]]]
+
+
+def _verify_needs(cfg: Config, backend: str) -> Resources:
+    # GPU backends: one GPU per batch (the verifier pins its worker to it); CPU: its workers.
+    if backend in GPU_BACKENDS:
+        return Resources(cpus=1, gpus=1)
+    return Resources(cpus=max(1, min(cfg.verify.workers, cfg.flows.ray_num_cpus or 10**6)))
+
+
+def _compile_needs(cfg: Config, backend: str) -> Resources:
+    return Resources(cpus=max(1, min(cfg.verify.compile_workers, cfg.flows.ray_num_cpus or 10**6)))
+
+
+def verify_stage(fn: VerifyFn = verify_with_rejections) -> Stage:
+    """Candidates -> Verdicts through `fn` (default: the verifier); rejections for the rest."""
+
+    def run(batch: list[Candidate], ctx: StageContext) -> StageOutput:
+        verdicts, rejections = fn(ctx.tasks, batch, ctx.cfg.verify, Path(ctx.cache_dir),
+                                  *([ctx.progress] if ctx.progress else []))
+        counts: Counter[str] = Counter(verified=len(verdicts), rejected=len(rejections))
+        counts.update(v.status for v in verdicts)
+        return StageOutput(list(verdicts), list(rejections), counts)
+
+    return Stage("verify", Candidate, Verdict, run, needs=_verify_needs,
+                 batch_size=lambda cfg: cfg.verify.write_batch)
+
+
+def compile_stage(fn: VerifyFn = verify_with_rejections) -> Stage:
+    """A compile-only pass (GPU backends on Ray) that fills the build cache; writes nothing."""
+
+    def run(batch: list[Candidate], ctx: StageContext) -> StageOutput:
+        vcfg = ctx.cfg.verify.model_copy(update={"compile_only": True})
+        verdicts, _ = fn(ctx.tasks, batch, vcfg, Path(ctx.cache_dir))
+        return StageOutput(counts=Counter(compiled=len(verdicts)))
+
+    return Stage("compile", Candidate, Verdict, run, needs=_compile_needs)
+
+
+VERIFY = verify_stage()
+
+
 def run_verify(ws: Workspace, run: Run, cfg: Config, *, limit: int | None = None,
                progress: Callable[[VerdictData], None] | None = None) -> dict[str, int]:
     """Verify the workspace's candidates that have no verdict yet; write verdicts in parts."""
     tasks = {t.task_id: t for t in ws.read(Task)}
-    done = ws.done_keys(Verdict)
-    candidates = ws.read(Candidate)
-    todo = [c for c in candidates if c.candidate_id not in done]
+    total = len(ws.read_table(Candidate))
+    todo = unverified(ws)
     if limit is not None:
         todo = todo[:limit]
-    counts: Counter[str] = Counter(candidates=len(candidates), skipped=len(candidates) - len(todo))
-    size = max(1, cfg.verify.write_batch)
-    for i in range(0, len(todo), size):
-        verdicts, rejections = verify_with_rejections(tasks, todo[i:i + size], cfg.verify,
-                                                      ws.cache_dir, progress)
-        run.write(verdicts)
-        run.write(rejections)
-        counts["verified"] += len(verdicts)
-        counts["rejected"] += len(rejections)
-        counts.update(v.status for v in verdicts)
+    counts: Counter[str] = Counter(candidates=total, skipped=total - len(todo))
+    ctx = StageContext(cfg, cache_dir=str(ws.cache_dir), tasks=tasks, progress=progress)
+    counts.update(run_batches(VERIFY, todo, ctx, run, size=VERIFY.batch_size(cfg)))
     return dict(counts)

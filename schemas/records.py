@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 
 from schemas.base import Record
@@ -135,6 +136,14 @@ class Candidate(Record):
     @classmethod
     def make_id(cls, task_id: str, backend: str, code: str) -> str:
         return content_hash(task_id, backend, code)
+
+    def meta_dict(self) -> dict:
+        """`meta` parsed; {} when it is not a JSON object (rows written by hand or older code)."""
+        try:
+            meta = json.loads(self.meta or "{}")
+        except json.JSONDecodeError:
+            return {}
+        return meta if isinstance(meta, dict) else {}
 
 
 @dataclass

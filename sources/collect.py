@@ -12,8 +12,8 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from pathlib import Path
 
-from pipeline.config import SourcesConfig
 from schemas import RawModule, Rejection
+from sources.config import SourcesConfig
 from sources.git_repos import iter_manifest_modules
 from sources.nnsmith_graphs import iter_nnsmith_modules
 from sources.scan import ScanError, find_module_classes

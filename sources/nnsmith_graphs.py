@@ -28,8 +28,8 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from pathlib import Path
 
-from pipeline.config import NNSmithConfig
 from schemas import RawModule, Rejection
+from sources.config import NNSmithConfig
 
 NNSMITH_REPO = "https://github.com/ise-uiuc/nnsmith"
 _LOGGERS = ("dtest", "mgen", "smt", "core", "gen|torch", "exec", "fuzz")

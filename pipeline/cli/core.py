@@ -21,7 +21,7 @@ from pipeline.cli.common import (
     print_table,
 )
 from pipeline.config import ConfigError, dump_config, load_config
-from pipeline.taskfile import validate_task_files
+from pipeline.tasks.taskfile import validate_task_files
 from pipeline.workspace import WorkspaceError
 
 
@@ -75,7 +75,7 @@ def sql(
     _, ws = open_context(workspace, config)
     try:
         con = ws.duckdb()
-        from pipeline.catalog import attach_catalog  # ds_<config>, ws_<table>, versions
+        from pipeline.datasets.catalog import attach_catalog  # ds_<config>, ws_<table>, versions
 
         try:
             attach_catalog(ws, con)

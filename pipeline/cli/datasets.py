@@ -21,14 +21,13 @@ from pipeline.cli.common import (
     out,
     print_table,
 )
-from pipeline.publish import (
+from pipeline.datasets.publish import publish_workspace, workspace_stats
+from pipeline.datasets.versions import (
     PublishError,
     VersionIntegrityError,
     find_version,
-    publish_workspace,
     read_manifest,
     read_stats,
-    workspace_stats,
 )
 from pipeline.workspace import WorkspaceError
 
@@ -81,7 +80,7 @@ def push(
     name: NameOpt = None,
 ) -> None:
     """Make the Hub repo's main exactly a version in one commit (stale files deleted), tag it."""
-    from pipeline.hub import HubError, push_version
+    from pipeline.datasets.hub import HubError, push_version
 
     cfg, ws = open_context(workspace, config)
     # The token is read here, at the CLI edge: HF_TOKEN first, then the saved login.
@@ -135,7 +134,7 @@ def stats(
     name: NameOpt = None,
 ) -> None:
     """Print the funnel, pass rates, pass@k / fast_p metrics, speedups and compile errors."""
-    from pipeline.catalog import open_catalog
+    from pipeline.datasets.catalog import open_catalog
 
     cfg, ws = open_context(workspace, config)
     try:
@@ -168,7 +167,7 @@ def report(
     name: NameOpt = None,
 ) -> None:
     """Write an HTML page with plots of a version's statistics."""
-    from pipeline.report import write_report
+    from pipeline.datasets.report import write_report
 
     _, ws = open_context(workspace, config)
     try:

@@ -8,6 +8,9 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
+from pipeline.candidates.generate import GENERATORS, GenerateError, run_generate, run_repair
+from pipeline.candidates.llm import LLMError
+from pipeline.candidates.prompts import PromptError
 from pipeline.cli.app import app
 from pipeline.cli.common import (
     ConfigOpt,
@@ -20,9 +23,6 @@ from pipeline.cli.common import (
     print_table,
 )
 from pipeline.config import Config
-from pipeline.generate import GENERATORS, GenerateError, run_generate, run_repair
-from pipeline.llm import LLMError
-from pipeline.prompts import PromptError
 from pipeline.workspace import WorkspaceError
 from schemas import Task
 

@@ -93,7 +93,8 @@ def _placement() -> str:
     return "fake-cpu"
 
 
-def verify(task_map: dict, candidates: list[Candidate], cfg: Any, cache_dir: Path) -> list:
+def verify(task_map: dict, candidates: list[Candidate], cfg: Any, cache_dir: Path
+           ) -> tuple[list, list]:
     pause = float(os.environ.get("KS_FAKE_VERIFY_SLEEP", "0"))
     device = _placement()
     if cfg.compile_only:
@@ -115,7 +116,7 @@ def verify(task_map: dict, candidates: list[Candidate], cfg: Any, cache_dir: Pat
             eager_us=15.0 if ok else None, speedup=speedup, faster=status == "correct_fast",
             reward=1.0 + (speedup or 0) if ok else 0.1,
             feedback="" if ok else f"{status}: output mismatch at index 3"))
-    return out
+    return out, []
 
 def mutate(task_list: list, candidates: list[Candidate], verdicts: list, cfg: Any) -> list:
     ok = {v.candidate_id for v in verdicts if v.status.startswith("correct")}
@@ -129,7 +130,7 @@ def mutate(task_list: list, candidates: list[Candidate], verdicts: list, cfg: An
     return out
 
 def repair(task_list: list, candidates: list[Candidate], verdicts: list, cfg: Any,
-           turn: int) -> list:
+           turn: int) -> tuple[list, list]:
     vmap = {v.candidate_id: v for v in verdicts}
     parents = {c.parent_id for c in candidates if c.parent_id}
     out = []
@@ -142,7 +143,7 @@ def repair(task_list: list, candidates: list[Candidate], verdicts: list, cfg: An
         out.append(replace(c, candidate_id=Candidate.make_id(c.task_id, c.backend, code),
                            code=code, generator=f"repair:{turn}", parent_id=c.candidate_id,
                            turn=turn, meta="{}"))
-    return out
+    return out, []
 
 STAGES = replace(BUILTIN, ingest=ingest, tasks=tasks, generate=generate, verify=verify,
                  mutate=mutate, repair=repair, resolve_backend=lambda requested: "cpu")

@@ -42,7 +42,7 @@ def test_one_grpo_step_with_the_kernel_reward(tmp_path: Path, monkeypatch) -> No
     from trl import GRPOConfig, GRPOTrainer
 
     from pipeline.config import Config
-    from pipeline.publish import publish_workspace
+    from pipeline.datasets.publish import publish_workspace
     from pipeline.workspace import Workspace
     from tests.pipeline.ks_synthetic import fill_workspace, hf_offline
     from verifier.protocol import VerifyOptions

@@ -209,7 +209,7 @@ def pool(n_tasks: int = 6, seed: int = 0) -> tuple[list[Task], list[Candidate], 
         mutated = list(lines)
         mutated[k] = mutated[k].replace("if (i < n)", "if (i <= n)")
         mcode = "\n".join(mutated) + "\n"
-        if tidx % 2 == 0:  # the metadata pipeline.mutate writes
+        if tidx % 2 == 0:  # the metadata pipeline.candidates.mutate writes
             meta = {"mutation": "off_by_one", "bug_line": k + 1,
                     "bug_description": "The bounds check lets thread n run past the end.",
                     "bug_before": "i < n", "bug_after": "i <= n",

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.catalog import open_catalog
 from pipeline.config import Config
-from pipeline.publish import publish_workspace
+from pipeline.datasets.catalog import open_catalog
+from pipeline.datasets.publish import publish_workspace
 from pipeline.workspace import Workspace, WorkspaceError
 from tests.pipeline.ks_synthetic import fill_workspace
 

@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import Config
-from pipeline.datasets import CONFIGS
-from pipeline.publish import publish_workspace, read_version
+from pipeline.datasets.publish import publish_workspace
+from pipeline.datasets.rows import CONFIGS
+from pipeline.datasets.versions import read_version
 from pipeline.workspace import Workspace
 from schemas import Verdict
 from tests.pipeline.ks_synthetic import fill_workspace

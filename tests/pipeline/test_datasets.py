@@ -7,8 +7,8 @@ import json
 import pytest
 
 from pipeline.config import Config
-from pipeline.datasets import CONFIGS, assign_splits, build_datasets, config_schema
-from pipeline.select import select_diverse
+from pipeline.datasets.rows import CONFIGS, assign_splits, build_datasets, config_schema
+from pipeline.datasets.selection import select_diverse
 from tests.pipeline.ks_synthetic import make_task, pool
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import TasksConfig
-from pipeline.extract import extract_tasks
-from pipeline.probe_pool import ProbePool
-from pipeline.taskfile import inspect_task_source, task_id_of
+from pipeline.tasks.extract import extract_tasks
+from pipeline.tasks.probe_pool import ProbePool
+from pipeline.tasks.taskfile import inspect_task_source, task_id_of
 from schemas import OP_FAMILIES, RawModule, Task
 from tests.conftest import LINEAR_TASK, RELU_TASK
 

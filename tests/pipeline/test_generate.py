@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from pipeline.candidates.generate import GenerateError, generate_candidates, run_generate
+from pipeline.candidates.prompts import fence
 from pipeline.cli import app
 from pipeline.config import Config, FlowsConfig, GenerateConfig
-from pipeline.generate import GenerateError, generate_candidates, run_generate
-from pipeline.prompts import fence
 from pipeline.workspace import Workspace
 from schemas import Candidate, Rejection, Task, Verdict
 from tests.conftest import RELU_TASK

@@ -9,9 +9,9 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from pipeline.candidates.llm import LLMError, make_backend
+from pipeline.candidates.llm.hf_local import HFChatBackend
 from pipeline.config import GenerateConfig
-from pipeline.llm import LLMError, make_backend
-from pipeline.llm.hf_local import HFChatBackend
 from schemas import Message
 
 CHAT_TEMPLATE = (

@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import Config
-from pipeline.hub import HubError, check_repo_id, push_version
-from pipeline.publish import publish_workspace, read_version
+from pipeline.datasets.hub import HubError, check_repo_id, push_version
+from pipeline.datasets.publish import publish_workspace
+from pipeline.datasets.versions import read_version
 from pipeline.workspace import Workspace
 from tests.pipeline.hub_server import HubServer
 from tests.pipeline.ks_synthetic import fill_workspace, hf_offline
@@ -176,7 +177,7 @@ def test_missing_token_and_api_failure_are_clear(two_versions, hub: HubServer) -
 def test_edited_version_is_not_pushed(two_versions, hub: HubServer) -> None:
     v1, _ = two_versions
     (v1 / "README.md").write_text("edited")
-    from pipeline.publish import VersionIntegrityError
+    from pipeline.datasets.versions import VersionIntegrityError
 
     with pytest.raises(VersionIntegrityError, match="README.md: content hash mismatch"):
         push_version(v1, "org/name", token="hf_x", api=HfApi(endpoint=hub.url))
@@ -219,7 +220,7 @@ def _m(version: str, parent: str | None, name: str = "ks", stamp: str = "a") -> 
 
 
 def _remote(main: dict | None, tags: dict[str, dict], files: list[str] | None = None):
-    from pipeline.hub import RemoteState
+    from pipeline.datasets.hub import RemoteState
 
     default = [".gitattributes"] + (["manifest.json"] if main else [])
     return RemoteState("sha-main", files if files is not None else default, main,
@@ -243,13 +244,13 @@ def _remote(main: dict | None, tags: dict[str, dict], files: list[str] | None = 
     (_m("v2", "v1"), _m("v3", None), {}, {"v1": _m("v1", None)}, "diverged"),
 ])
 def test_relation_follows_the_lineage(local, main, tags, known, want) -> None:
-    from pipeline.hub import relation
+    from pipeline.datasets.hub import relation
 
     assert relation(local, _remote(main, tags), known.get) == want
 
 
 def test_foreign_files_without_a_manifest() -> None:
-    from pipeline.hub import relation
+    from pipeline.datasets.hub import relation
 
     assert relation(_m("v1", None), _remote(None, {}, [".gitattributes", "data.csv"]),
                     {}.get) == "foreign"

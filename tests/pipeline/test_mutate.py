@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import GenerateConfig
-from pipeline.mutate import (
+from pipeline.candidates.mutate import (
     CPU_KINDS,
     GPU_KINDS,
     MutationError,
@@ -22,6 +21,7 @@ from pipeline.mutate import (
     mutate_candidates,
     mutate_code,
 )
+from pipeline.config import GenerateConfig
 from schemas import Candidate, Task, Verdict
 
 CPU_KERNELS = r"""

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from pipeline.candidates.llm import LLMError
+from pipeline.candidates.llm.openai_client import OpenAIChatClient
 from pipeline.config import GenerateConfig
-from pipeline.llm import LLMError
-from pipeline.llm.openai_client import OpenAIChatClient
 from schemas import Message
 from tests.pipeline.chat_server import FakeServer, chat_server
 

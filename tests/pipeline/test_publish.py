@@ -14,13 +14,12 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import Config
-from pipeline.datasets import build_datasets
-from pipeline.publish import (
+from pipeline.datasets.publish import publish_version, publish_workspace
+from pipeline.datasets.rows import build_datasets
+from pipeline.datasets.versions import (
     PublishError,
     VersionIntegrityError,
     list_versions,
-    publish_version,
-    publish_workspace,
     read_stats,
     read_version,
     verify_version,
@@ -108,7 +107,7 @@ def test_a_failed_publish_leaves_nothing_behind(workspace: Workspace, monkeypatc
         publish_version(workspace, bad, cfg, {})
     with pytest.raises(PublishError, match="nothing to publish"):
         publish_version(workspace, {k: t.slice(0, 0) for k, t in tables.items()}, cfg, {})
-    import pipeline.publish as publish_mod
+    import pipeline.datasets.publish as publish_mod
 
     def crash(*args, **kwargs):
         raise OSError("disk full")

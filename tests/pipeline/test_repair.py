@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
+from pipeline.candidates.generate import run_repair
+from pipeline.candidates.mutate import mutate_candidates
+from pipeline.candidates.prompts import build_prompt, fence
+from pipeline.candidates.repair import feedback_turn, repair_round, retry_buffer
+from pipeline.candidates.response_code import extract_code
 from pipeline.config import Config, GenerateConfig, RepairConfig
-from pipeline.extract_code import extract_code
-from pipeline.generate import run_repair
-from pipeline.mutate import mutate_candidates
-from pipeline.prompts import build_prompt, fence
-from pipeline.repair import feedback_turn, repair_round, retry_buffer
 from pipeline.workspace import Workspace
 from schemas import Candidate, Message, Rejection, Task, Verdict
 from tests.pipeline.chat_server import chat_server

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import Config
-from pipeline.publish import VersionIntegrityError, publish_workspace
-from pipeline.report import render_report
+from pipeline.datasets.publish import publish_workspace
+from pipeline.datasets.report import render_report
+from pipeline.datasets.versions import VersionIntegrityError
 from pipeline.workspace import Workspace
 from tests.pipeline.ks_synthetic import fill_workspace
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from pipeline.select import (
+from pipeline.datasets.selection import (
     kernel_distance,
     kernel_features,
     normalized_tokens,

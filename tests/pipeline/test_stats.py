@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.stats import classify_compile_error, compute_stats, pass_at_k
+from pipeline.datasets.stats import classify_compile_error, compute_stats, pass_at_k
 from pipeline.workspace import Workspace
 from tests.pipeline.ks_synthetic import (
     candidate,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.taskfile import (
+from pipeline.tasks.taskfile import (
     inspect_task_source,
     substitute_constants,
     task_id_of,

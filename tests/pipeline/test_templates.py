@@ -8,9 +8,14 @@ import shutil
 
 import pytest
 
-from pipeline.templates import NoTemplate, TaskView, template_candidates, template_kernels
-from pipeline.templates.analysis import trace_sources
-from pipeline.templates.selfcheck import check_cpu_candidates, nvcc_compile
+from pipeline.candidates.templates import (
+    NoTemplate,
+    TaskView,
+    template_candidates,
+    template_kernels,
+)
+from pipeline.candidates.templates.analysis import trace_sources
+from pipeline.candidates.templates.selfcheck import check_cpu_candidates, nvcc_compile
 from sources.seed import seed_families, seed_files
 
 HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from pipeline.config import NNSmithConfig
 from schemas import RawModule, Rejection
+from sources.config import NNSmithConfig
 from sources.nnsmith_graphs import (
     EMITTERS,
     UnsupportedOp,

@@ -7,7 +7,7 @@ import ast
 import pytest
 import torch
 
-from pipeline.taskprobe import _input_numel, _int_constants, scale_constants
+from pipeline.tasks.scale import _input_numel, _int_constants, scale_constants
 from schemas import OP_FAMILIES
 from sources.seed import seed_families, seed_files
 

@@ -1,0 +1,215 @@
+"""Multi-turn repair: a failing candidate's verifier feedback becomes the next user turn.
+
+A chain is turn 0 (a first attempt), then one candidate per turn whose `parent_id` is the turn
+before; its `prompt` holds the whole conversation so far (task, attempt, feedback, attempt, ...).
+The answer comes from the known fix when the failing attempt is an injected bug
+(`generator="repair:fix"`), otherwise from the configured LLM (`generator="repair:<turn>"`).
+
+Buffered Dynamic Retry: a task group (task, backend) in which every first attempt failed gives no
+learning signal as it is; it is queued as a feedback-conditioned repair prompt built from its best
+attempt, which is sampled `RepairConfig.retry_samples` times instead of once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pipeline.candidates.llm import ChatBackend, LLMError, make_backend
+from pipeline.candidates.prompts import fence
+from pipeline.candidates.response_code import extract_code
+from pipeline.config import Config
+from schemas import Candidate, Message, Rejection, Task, Verdict, content_hash
+from verifier.protocol import CORRECT_STATUSES
+
+# Statuses that say nothing about correctness yet (a --compile-only run): not repaired.
+UNDECIDED = ("compiled",)
+STATUS_ORDER = ("format_error", "static_reject", "compile_error", "runtime_error", "timeout",
+                "incorrect", "cheat")
+
+
+@dataclass
+class RetryItem:
+    """A task group whose every first attempt failed, as a feedback-conditioned prompt."""
+
+    task_id: str
+    backend: str
+    candidate_id: str  # the best failing attempt, whose feedback conditions the prompt
+    messages: list[Message]
+    group_size: int
+
+
+def is_failure(verdict: Verdict | None) -> bool:
+    """True when the verifier decided the candidate is not a correct kernel."""
+    return verdict is not None and verdict.status not in CORRECT_STATUSES + UNDECIDED
+
+
+def feedback_turn(verdict: Verdict) -> str:
+    """The user message that carries the verifier's findings into the next turn."""
+    body = verdict.feedback.strip()
+    if not body:
+        detail = verdict.error.strip() or verdict.compile_log.strip()[-1500:]
+        body = f"The verifier stopped at the {verdict.stage} stage." + (
+            f"\n\n{detail}" if detail else "")
+    return (f"Your kernel did not pass verification (status: {verdict.status}).\n\n{body}\n\n"
+            "Fix the problem and reply with the complete corrected Python file in one "
+            "```python code block.")
+
+
+def conversation(cand: Candidate) -> list[Message]:
+    """The chat so far with `cand`'s answer appended as the assistant turn."""
+    answer = cand.raw_response.strip() or fence(cand.code)
+    return [*cand.prompt, Message("assistant", answer)]
+
+
+def repair_candidate_id(task_id: str, backend: str, code: str, parent_id: str) -> str:
+    """A repair turn's id: its code in its chain (the same fix in two chains is two turns)."""
+    return content_hash(task_id, backend, code, "repair-of", parent_id)
+
+
+def chain_ends(candidates: list[Candidate], verdicts: dict[str, Verdict],
+               turn: int) -> list[Candidate]:
+    """Failing candidates at `turn - 1` with no repair yet: the chains to continue."""
+    has_child = {c.parent_id for c in candidates if c.parent_id}
+    return [c for c in candidates
+            if c.turn == turn - 1 and c.candidate_id not in has_child
+            and is_failure(verdicts.get(c.candidate_id))]
+
+
+def _rank(v: Verdict) -> tuple[float, int]:
+    later = STATUS_ORDER.index(v.status) if v.status in STATUS_ORDER else -1
+    return (v.reward, later)
+
+
+def retry_buffer(candidates: list[Candidate], verdicts: list[Verdict] | dict[str, Verdict]
+                 ) -> list[RetryItem]:
+    """Buffered Dynamic Retry: groups whose every first attempt failed, best attempt first."""
+    vmap = verdicts if isinstance(verdicts, dict) else {v.candidate_id: v for v in verdicts}
+    groups: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
+    for c in candidates:
+        if c.turn == 0 and not c.generator.startswith("mutate:"):
+            groups[(c.task_id, c.backend)].append(c)
+    items = []
+    for (task_id, backend), members in sorted(groups.items()):
+        if not all(is_failure(vmap.get(c.candidate_id)) for c in members):
+            continue
+        best = max(members, key=lambda c: (_rank(vmap[c.candidate_id]), c.candidate_id))
+        messages = [*conversation(best), Message("user", feedback_turn(vmap[best.candidate_id]))]
+        items.append(RetryItem(task_id, backend, best.candidate_id, messages, len(members)))
+    return items
+
+
+def known_fix(end: Candidate, verdict: Verdict, turn: int) -> Candidate | None:
+    """The next turn of a mutation chain: the original kernel, explained; None if unknown."""
+    meta = end.meta_dict()
+    code = meta.get("fix_code")
+    if not end.generator.startswith("mutate:") or not isinstance(code, str) or not code:
+        return None
+    explanation = (f"The bug is on line {meta.get('bug_line', '?')}: "
+                   f"{meta.get('bug_description', meta.get('mutation', 'an injected bug'))}.\n"
+                   f"The faulty line is\n```\n{str(meta.get('bug_after', '')).strip()}\n```\n"
+                   f"and it should read\n```\n{str(meta.get('bug_before', '')).strip()}\n```\n"
+                   "Here is the corrected kernel.")
+    return Candidate(
+        candidate_id=repair_candidate_id(end.task_id, end.backend, code, end.candidate_id),
+        task_id=end.task_id, backend=end.backend, generator="repair:fix", code=code,
+        raw_response=fence(code, explanation),
+        prompt=[*conversation(end), Message("user", feedback_turn(verdict))],
+        parent_id=end.candidate_id, turn=turn,
+        meta=json.dumps({"fix_for": meta.get("mutation", ""), "bug_line": meta.get("bug_line"),
+                         "feedback_status": verdict.status}))
+
+
+def _llm_kind(cfg: Config) -> str | None:
+    wanted = cfg.repair.generator
+    if wanted in ("openai", "hf"):
+        return wanted
+    if wanted in ("auto", "llm"):
+        for kind in ("openai", "hf"):
+            if kind in cfg.generate.generators:
+                return kind
+    return None
+
+
+def repair_round(
+    tasks: dict[str, Task] | Iterable[Task],
+    candidates: list[Candidate],
+    verdicts: list[Verdict],
+    cfg: Config,
+    turn: int,
+    *,
+    llm: ChatBackend | None = None,
+    api_key: str | None = None,
+    rejections: list[Rejection] | None = None,
+) -> list[Candidate]:
+    """Turn `turn` of every failing chain (`turn - 1` ends): known fixes and LLM answers."""
+    if turn < 1 or turn > cfg.repair.turns:
+        return []
+    task_ids = set(tasks) if isinstance(tasks, dict) else {t.task_id for t in tasks}
+    vmap = {v.candidate_id: v for v in verdicts}
+    ends = [c for c in chain_ends(candidates, vmap, turn) if c.task_id in task_ids]
+    out: list[Candidate] = []
+    to_llm: list[Candidate] = []
+    use_fix = cfg.repair.generator in ("auto", "fix")
+    for end in ends:
+        fixed = known_fix(end, vmap[end.candidate_id], turn) if use_fix else None
+        if fixed is not None:
+            out.append(fixed)
+        elif cfg.repair.generator != "fix":
+            to_llm.append(end)
+    if not to_llm:
+        return out
+    kind = _llm_kind(cfg)
+    if llm is None:
+        if kind is None:
+            return out  # no LLM configured: only mutation chains can be repaired
+        try:
+            llm = make_backend(kind, cfg.generate, api_key)
+        except LLMError as exc:
+            _reject(rejections, "llm_unavailable", turn, to_llm[0], str(exc))
+            return out
+    retry_ids = ({item.candidate_id for item in retry_buffer(candidates, vmap)}
+                 if turn == 1 and cfg.repair.retry_samples > 1 else set())
+    prompts = [[*conversation(e), Message("user", feedback_turn(vmap[e.candidate_id]))]
+               for e in to_llm]
+    # one chat call per sample count so servers batch the common case (n=1) together
+    by_n: dict[int, list[int]] = defaultdict(list)
+    for i, e in enumerate(to_llm):
+        by_n[cfg.repair.retry_samples if e.candidate_id in retry_ids else 1].append(i)
+    seen: set[str] = set()
+    for n, idxs in sorted(by_n.items()):
+        answers = llm.chat([prompts[i] for i in idxs], n=n)
+        for i, answer in zip(idxs, answers, strict=True):
+            end = to_llm[i]
+            if isinstance(answer, LLMError):
+                _reject(rejections, "llm_error", turn, end, str(answer))
+                continue
+            for j, completion in enumerate(answer):
+                code = extract_code(completion.text) or ""
+                cid = repair_candidate_id(end.task_id, end.backend, code or completion.text,
+                                          end.candidate_id)
+                if cid in seen:
+                    continue
+                seen.add(cid)
+                meta = {"model": llm.generator_name, "usage": completion.usage(), "sample": j,
+                        "feedback_status": vmap[end.candidate_id].status}
+                if end.candidate_id in retry_ids:
+                    meta["retry"] = "buffered_dynamic_retry"
+                if completion.extra.get("reasoning_content"):
+                    meta["reasoning"] = completion.extra["reasoning_content"]
+                out.append(Candidate(
+                    candidate_id=cid, task_id=end.task_id, backend=end.backend,
+                    generator=f"repair:{turn}", code=code, raw_response=completion.text,
+                    prompt=prompts[i], parent_id=end.candidate_id, turn=turn,
+                    meta=json.dumps(meta)))
+    return out
+
+
+def _reject(rejections: list[Rejection] | None, reason: str, turn: int, end: Candidate,
+            detail: str) -> None:
+    if rejections is not None:
+        rejections.append(Rejection.make("repair", end.candidate_id,
+                                         f"task {end.task_id} turn {turn}", reason,
+                                         detail.splitlines()[0] if detail else reason))

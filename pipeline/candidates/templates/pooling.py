@@ -1,0 +1,163 @@
+"""Max and average pooling, 1-D to 3-D (kernel, stride, padding, dilation, ceil_mode).
+
+Like conv.py every case is treated as 3-D; one `HD` window function per output serves the CUDA
+grid-stride kernel and the CPU loop. Average pooling follows PyTorch's divisor rule: the window
+clipped to the padded extent when `count_include_pad`, else to the real input, unless
+`divisor_override` is given.
+"""
+
+from __future__ import annotations
+
+from pipeline.candidates.templates.analysis import Node, NoTemplate
+from pipeline.candidates.templates.program import Builder, ctype, numel
+
+_POINT = r"""
+struct K_Geom { int64_t D, H, W, Do, Ho, Wo, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw,
+                divisor; bool include_pad; };
+
+HD float K_point(const X_T* __restrict__ x, const K_Geom& g, int64_t o) {
+    int64_t t = o;
+    const int64_t ow = t % g.Wo; t /= g.Wo;
+    const int64_t oh = t % g.Ho; t /= g.Ho;
+    const int64_t od = t % g.Do; const int64_t nc = t / g.Do;
+    const X_T* xc = x + nc * g.D * g.H * g.W;
+    const int64_t d0 = od * g.sd - g.pd, h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
+#if IS_ADAPTIVE
+    // Adaptive windows: [floor(o * In / Out), ceil((o + 1) * In / Out)) on every dim.
+    const int64_t ds = od * g.D / g.Do, de = ((od + 1) * g.D + g.Do - 1) / g.Do;
+    const int64_t hs = oh * g.H / g.Ho, he = ((oh + 1) * g.H + g.Ho - 1) / g.Ho;
+    const int64_t ws = ow * g.W / g.Wo, we = ((ow + 1) * g.W + g.Wo - 1) / g.Wo;
+    float s = 0.f;
+    for (int64_t id = ds; id < de; ++id)
+        for (int64_t ih = hs; ih < he; ++ih)
+            for (int64_t iw = ws; iw < we; ++iw) s += (float)xc[(id * g.H + ih) * g.W + iw];
+    (void)d0; (void)h0; (void)w0;
+    return s / (float)((de - ds) * (he - hs) * (we - ws));
+#elif IS_MAX
+    float best = -INFINITY;
+    for (int64_t a = 0; a < g.kd; ++a) {
+        const int64_t id = d0 + a * g.dd;
+        if (id < 0 || id >= g.D) continue;
+        for (int64_t c = 0; c < g.kh; ++c) {
+            const int64_t ih = h0 + c * g.dh;
+            if (ih < 0 || ih >= g.H) continue;
+            for (int64_t e = 0; e < g.kw; ++e) {
+                const int64_t iw = w0 + e * g.dw;
+                if (iw < 0 || iw >= g.W) continue;
+                const float v = (float)xc[(id * g.H + ih) * g.W + iw];
+                if (v > best || v != v) best = v;
+            }
+        }
+    }
+    return best;
+#else
+    // Window bounds clipped to the padded input (the count_include_pad divisor) ...
+    const int64_t d1 = d0 + g.kd < g.D + g.pd ? d0 + g.kd : g.D + g.pd;
+    const int64_t h1 = h0 + g.kh < g.H + g.ph ? h0 + g.kh : g.H + g.ph;
+    const int64_t w1 = w0 + g.kw < g.W + g.pw ? w0 + g.kw : g.W + g.pw;
+    const int64_t padded = (d1 - d0) * (h1 - h0) * (w1 - w0);
+    // ... then to the real input (the summed elements and the other divisor).
+    const int64_t ds = d0 > 0 ? d0 : 0, hs = h0 > 0 ? h0 : 0, ws = w0 > 0 ? w0 : 0;
+    const int64_t de = d1 < g.D ? d1 : g.D, he = h1 < g.H ? h1 : g.H, we = w1 < g.W ? w1 : g.W;
+    float s = 0.f;
+    for (int64_t id = ds; id < de; ++id)
+        for (int64_t ih = hs; ih < he; ++ih)
+            for (int64_t iw = ws; iw < we; ++iw) s += (float)xc[(id * g.H + ih) * g.W + iw];
+    const int64_t div = g.divisor > 0 ? g.divisor
+                        : (g.include_pad ? padded : (de - ds) * (he - hs) * (we - ws));
+    return s / (float)div;
+#endif
+}
+"""
+
+_CUDA = r"""
+__global__ void K_kernel(const X_T* __restrict__ x, X_T* __restrict__ out, K_Geom g,
+                         int64_t total) {
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < total;
+         o += (int64_t)gridDim.x * blockDim.x) out[o] = (X_T)K_point(x, g, o);
+}
+
+void NAME(torch::Tensor x, torch::Tensor out, std::vector<int64_t> d) {
+    K_Geom g{d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
+             d[13], d[14], d[15], d[16], d[17], d[18], d[19] != 0};
+    const int64_t total = out.numel();
+    K_kernel<<<ks_blocks(total, THREADS), THREADS, 0, KS_STREAM>>>(
+        (const X_T*)x.data_ptr(), (X_T*)out.data_ptr(), g, total);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+"""
+
+_CPU = r"""
+void NAME(torch::Tensor x, torch::Tensor out, std::vector<int64_t> d) {
+    K_Geom g{d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
+             d[13], d[14], d[15], d[16], d[17], d[18], d[19] != 0};
+    const X_T* xp = (const X_T*)x.data_ptr();
+    X_T* op = (X_T*)out.data_ptr();
+    const int64_t total = out.numel();
+    #pragma omp parallel for schedule(static)
+    for (int64_t o = 0; o < total; ++o) op[o] = (X_T)K_point(xp, g, o);
+}
+"""
+
+
+def _pad3(vals, fill: int, nsp: int) -> list[int]:
+    vals = list(vals) if isinstance(vals, list) else [vals] * nsp
+    if len(vals) == 1 and nsp > 1:
+        vals = vals * nsp
+    return [fill] * (3 - len(vals)) + vals
+
+
+def lower_pool(b: Builder, node: Node) -> None:
+    """Emit a pooling kernel for max_pool*d(_with_indices) / avg_pool*d."""
+    base = node.base
+    adaptive = base.startswith("_adaptive_avg_pool") or base.startswith("adaptive_avg_pool")
+    if adaptive:
+        base = base.removeprefix("_").replace("adaptive_", "")
+    is_max = base.startswith("max_pool")
+    x_ref = node.named["self"]
+    xm = b.meta(x_ref)
+    out_meta = node.meta[0] if isinstance(node.meta, list) else node.meta
+    nsp = int(base[len("max_pool") if is_max else len("avg_pool")])
+    if len(xm["shape"]) < nsp + 1:
+        raise NoTemplate(f"{node.target} input rank {len(xm['shape'])}")
+    sp_in = xm["shape"][-nsp:]
+    sp_out = out_meta["shape"][-nsp:]
+    ks = node.a("kernel_size") if not adaptive else [1] * nsp
+    stride = (node.a("stride") or ks) if not adaptive else [1] * nsp
+    k3 = _pad3(ks, 1, nsp)
+    s3 = _pad3(stride, 1, nsp)
+    p3 = _pad3(node.a("padding", 0), 0, nsp)
+    d3 = _pad3(node.a("dilation", 1), 1, nsp) if is_max else [1, 1, 1]
+    div = node.a("divisor_override") or 0
+    include_pad = bool(node.a("count_include_pad", True))
+    geom = [*_pad3(sp_in, 1, nsp), *_pad3(sp_out, 1, nsp), *k3, *s3, *p3, *d3, int(div),
+            int(include_pad)]
+    xin = b.contiguous(x_ref)
+    x_t = ctype(xm["dtype"])
+    k = f"pool{len(b.kernels)}"
+    threads = (256, 128, 512)[b.variant % 3]
+    tpl = (_POINT + (_CUDA if b.cuda else _CPU)).replace("IS_MAX", "1" if is_max else "0")
+    tpl = tpl.replace("IS_ADAPTIVE", "1" if adaptive else "0")
+    src = (tpl.replace("K_", f"{k}_").replace("X_T", x_t).replace("THREADS", str(threads)))
+    note = (f"{nsp}-D {'adaptive ' if adaptive else ''}{'max' if is_max else 'average'} pooling {xm['shape']} -> "
+            f"{out_meta['shape']} (kernel {ks}, stride {stride}, padding {node.a('padding', 0)}"
+            + (f", dilation {node.a('dilation', 1)}" if is_max else "")
+            + "): one " + ("thread" if b.cuda else "loop iteration") + " per output walks its "
+            "window with bounds checks instead of a padded copy"
+            + (f", {threads} threads per block." if b.cuda else ", OpenMP-parallel."))
+    name = b.add_kernel("pooling", k, src, "void NAME(torch::Tensor x, torch::Tensor out, "
+                        "std::vector<int64_t> d)", note)
+    out = b.alloc(out_meta["shape"], out_meta["dtype"])
+    b.emit("# geometry: input D/H/W, output D/H/W, kernel, stride, padding, dilation (d/h/w), "
+           "divisor override, count_include_pad")
+    b.call(name, xin, out, repr(geom))
+    b.tuples[node.name] = {0: out}
+    b.env[node.name] = out
+    b.params.setdefault("pooling", []).append({"max": is_max, "dims": nsp, "threads": threads,
+                                               "outputs": numel(out_meta["shape"])})
+
+
+LOWERINGS = {k: lower_pool for k in (
+    "max_pool1d", "max_pool2d", "max_pool3d", "max_pool1d_with_indices",
+    "max_pool2d_with_indices", "max_pool3d_with_indices", "avg_pool1d", "avg_pool2d",
+    "avg_pool3d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_avg_pool1d")}

@@ -1,0 +1,233 @@
+"""Lower a traced reference graph to a candidate file: kernels plus a thin `forward`.
+
+The builder walks the live ATen nodes in order. View ops become Python view calls, elementwise
+chains are fused into one kernel (elementwise.py), and every other op is handed to its family
+module (reduction, softmax, norm, matmul, conv, pooling, scan, loss, misc). Each family emits a
+kernel (CUDA or CPU C++), the host function that launches it, and a sentence of reasoning.
+Shapes are static per backend source, so allocation sizes are literals taken from the trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pipeline.candidates.templates.analysis import Graph, Node, NoTemplate, Reference, refs
+
+C_TYPES = {
+    "float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
+    "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t",
+    "uint8": "uint8_t", "bool": "bool",
+}
+FLOATS = ("float32", "float64", "float16", "bfloat16")
+
+CUDA_HEADER = r"""#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <mma.h>
+#include <cstdint>
+#include <cmath>
+#include <cfloat>
+#define HD __host__ __device__ __forceinline__
+#define KS_STREAM c10::cuda::getCurrentCUDAStream()
+
+// Grid size for a grid-stride loop: enough blocks to fill the GPU, capped so huge tensors loop.
+static inline unsigned int ks_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned int)(b < 1 ? 1 : (b > 65535 ? 65535 : b));
+}
+"""
+
+CPU_HEADER = r"""#include <torch/extension.h>
+#include <cstdint>
+#include <cmath>
+#include <cfloat>
+#include <algorithm>
+#include <vector>
+#define HD inline
+"""
+
+
+def ctype(dtype: str) -> str:
+    if dtype not in C_TYPES:
+        raise NoTemplate(f"dtype {dtype} is not supported by the templates")
+    return C_TYPES[dtype]
+
+
+def acc_type(*dtypes: str) -> str:
+    """Accumulate in double for fp64, float otherwise (half/bf16 compute in float)."""
+    return "double" if "float64" in dtypes else "float"
+
+
+def lit(value: float | int | bool, acc: str = "float") -> str:
+    """A C literal of the accumulation type."""
+    if isinstance(value, dict) and "float" in value:
+        value = float(value["float"])
+    if isinstance(value, bool):
+        value = 1.0 if value else 0.0
+    v = float(value)
+    if math.isnan(v):
+        return "NAN"
+    if math.isinf(v):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    text = repr(v)
+    return f"{text}f" if acc == "float" else text
+
+
+def fn(name: str, acc: str) -> str:
+    """C math function name for the accumulation type (expf for float, exp for double)."""
+    return name + "f" if acc == "float" else name
+
+
+def numel(shape: list[int]) -> int:
+    return math.prod(shape) if shape else 1
+
+
+@dataclass
+class Kernel:
+    name: str
+    family: str
+    source: str
+    decl: str
+    note: str
+
+
+@dataclass
+class Built:
+    """A lowered candidate: file text plus what it is made of (for meta and reasoning)."""
+
+    code: str
+    kernels: list[Kernel]
+    family: str
+    notes: list[str]
+    params: dict
+
+
+FAMILY_ORDER = ("matmul", "conv", "conv_transpose", "attention", "norm", "softmax", "pooling",
+                "loss", "scan", "embedding", "reduction", "broadcast", "activation", "elementwise",
+                "shape", "other")
+
+
+@dataclass
+class Builder:
+    graph: Graph
+    ref: Reference
+    backend: str  # cuda | cpu
+    variant: int
+    lines: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    tuples: dict[str, dict[int, str]] = field(default_factory=dict)
+    kernels: list[Kernel] = field(default_factory=list)
+    families: list[str] = field(default_factory=list)
+    params: dict = field(default_factory=dict)
+    # Gathers a strided value with a copy kernel; lower.py plugs in the elementwise lowering so
+    # that program.py never imports a family module (they all import program.py).
+    gather: Callable[[Builder, dict], str] | None = None
+    _counter: int = 0
+
+    @property
+    def cuda(self) -> bool:
+        return self.backend != "cpu"
+
+    def node(self, name: str) -> Node:
+        return self.graph.by_name[name]
+
+    def fresh(self, prefix: str) -> str:
+        self._counter += 1
+        return f"{prefix}{self._counter}"
+
+    def val(self, ref) -> str:
+        """Python expression of a graph value (a node reference or a node name)."""
+        name = ref["node"] if isinstance(ref, dict) else ref
+        if name not in self.env:
+            raise NoTemplate(f"value {name} is not available (unsupported producer)")
+        return self.env[name]
+
+    def meta(self, ref) -> dict:
+        name = ref["node"] if isinstance(ref, dict) else ref
+        m = self.node(name).meta
+        if not isinstance(m, dict):
+            raise NoTemplate(f"value {name} is not a single tensor")
+        return m
+
+    def emit(self, line: str) -> None:
+        self.lines.append(line)
+
+    def alloc(self, shape: list[int], dtype: str, zero: bool = False) -> str:
+        var = self.fresh("buf")
+        fn_name = "zeros" if zero else "empty"
+        self.emit(f"{var} = torch.{fn_name}({tuple(shape)!r}, dtype=torch.{dtype}, device=dev)")
+        return var
+
+    def contiguous(self, ref) -> str:
+        """The value as a contiguous tensor; a strided one is gathered by a copy kernel."""
+        m = self.meta(ref)
+        if m["contiguous"] and m["offset"] == 0:
+            return self.val(ref)
+        if self.gather is None:
+            raise NoTemplate("a strided value needs a copy kernel but no gather lowering is set")
+        return self.gather(self, ref)
+
+    def add_kernel(self, family: str, hint: str, source: str, decl: str, note: str) -> str:
+        """Register a kernel's C++ text; `decl` uses NAME for the host function's name."""
+        name = f"{hint}_{len(self.kernels)}"
+        self.kernels.append(Kernel(name, family, source.replace("NAME", name),
+                                   decl.replace("NAME", name), note))
+        self.families.append(family)
+        return name
+
+    def call(self, fn_name: str, *args: str) -> None:
+        self.emit(f"_ext.{fn_name}({', '.join(args)})")
+
+
+def param_expr(name: str, is_buffer: bool) -> str:
+    parts = name.split(".")
+    if all(p.isidentifier() for p in parts):
+        return "self." + name
+    return f"self.get_{'buffer' if is_buffer else 'parameter'}({name!r})"
+
+
+def render(b: Builder) -> str:
+    """The candidate file: reference imports, extension sources, ModelNew."""
+    header = CUDA_HEADER if b.cuda else CPU_HEADER
+    body = "\n".join(k.source for k in b.kernels)
+    decls = "\n".join(k.decl + ";" for k in b.kernels)
+    digest = hashlib.sha256((header + body + b.backend).encode()).hexdigest()[:12]
+    names = ", ".join(repr(k.name) for k in b.kernels)
+    if b.cuda:
+        build = (
+            f'_ext = load_inline(\n    name="ks_tpl_{digest}",\n    cpp_sources=[CPP_DECLS],\n'
+            f"    cuda_sources=[KERNELS],\n    functions=[{names}],\n"
+            '    extra_cflags=["-O3"],\n    extra_cuda_cflags=["-O3"],\n    verbose=False,\n)'
+        )
+        sources = (f'KERNELS = r"""\n{header}\n{body}\n"""\n\n'
+                   f'CPP_DECLS = r"""\n#include <torch/extension.h>\n{decls}\n"""\n')
+    else:
+        build = (
+            f'_ext = load_inline(\n    name="ks_tpl_{digest}",\n    cpp_sources=[KERNELS],\n'
+            f"    functions=[{names}],\n"
+            '    extra_cflags=["-O3", "-fopenmp"],\n    extra_ldflags=["-fopenmp"],\n'
+            "    verbose=False,\n)"
+        )
+        sources = f'KERNELS = r"""\n{header}\n{body}\n"""\n'
+    base_imports = {"import torch", "import torch.nn as nn",
+                     "from torch.utils.cpp_extension import load_inline"}
+    preamble = "\n".join(ln for ln in b.ref.preamble.splitlines() if ln not in base_imports)
+    init = "\n".join("    " + ln for ln in b.ref.init_source.splitlines())
+    fwd = "\n".join("        " + ln for ln in b.lines)
+    return (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
+        f"{preamble}\n\n{sources}\n{build}\n\n\n"
+        "class ModelNew(nn.Module):\n"
+        f"{init}\n\n"
+        f"    def forward({b.ref.forward_signature}):\n"
+        f"{fwd}\n"
+    )
+
+
+__all__ = ["Builder", "Built", "Kernel", "NoTemplate", "acc_type", "ctype", "fn", "lit",
+           "numel", "refs"]

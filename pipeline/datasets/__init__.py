@@ -1,0 +1,1 @@
+"""Verdicts -> dataset rows: selection, rows, publish, catalog, Hub, stats, report."""

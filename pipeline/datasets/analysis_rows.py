@@ -1,0 +1,202 @@
+"""Rows of the two analysis configs: `review` (find the bug injected into a verified kernel) and
+`perf_analysis` (explain a measured kernel's bottleneck against the device's roofline).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from pipeline.candidates.prompts import reference_for
+from pipeline.datasets.selection import kernel_features
+from schemas import Candidate, Message, PerfAnalysisRow, ReviewRow, Task, Verdict, content_hash
+from verifier.protocol import CORRECT_STATUSES
+
+REVIEW_SYSTEM = (
+    "You are an expert GPU kernel reviewer. Find the bug in the kernel, give its line number and "
+    "the fix."
+)
+PERF_SYSTEM = (
+    "You are an expert GPU performance engineer. Given a verified kernel and its measurements, "
+    "explain the bottleneck and the next optimization to try."
+)
+# Peak fp32 FLOP/s and memory bandwidth (B/s) of devices we can name a roofline for.
+DEVICE_PEAKS: dict[str, tuple[float, float]] = {
+    "H200": (67e12, 4.8e12), "H100": (67e12, 3.35e12), "A100": (19.5e12, 2.0e12),
+    "L40S": (91.6e12, 0.864e12), "A10": (31.2e12, 0.6e12), "V100": (15.7e12, 0.9e12),
+    "T4": (8.1e12, 0.32e12), "MTT S4000": (25e12, 0.768e12),
+}
+
+
+def _mutation_facts(cand: Candidate, parent: Candidate | None
+                    ) -> tuple[str, int | None, str, str]:
+    """(bug kind, line, description, fixed code) from the mutation's metadata.
+
+    `pipeline.candidates.mutate` writes `mutation` (kind), `bug_line`, `bug_description`, `bug_before` /
+    `bug_after` (the edit) and `fix_code` (the original kernel); where a field is missing, the
+    line and the fix come from a diff against the original kernel.
+    """
+    meta = cand.meta_dict()
+    inner = meta.get("mutation") if isinstance(meta.get("mutation"), dict) else {}
+    info = {**meta, **inner}
+
+    def pick(*keys: str) -> Any:
+        return next((info[k] for k in keys if isinstance(info.get(k), str | int | float)
+                     and str(info[k]).strip()), None)
+
+    kind = str(pick("kind", "bug_kind", "mutation") or cand.generator.split(":", 1)[-1])
+    raw_line = pick("bug_line", "line", "lineno")
+    line = int(raw_line) if raw_line is not None and str(raw_line).isdigit() else None
+    desc = str(pick("bug_description", "description", "explanation", "message") or "")
+    lines = cand.code.splitlines()
+    fix = ""
+    before, after = pick("bug_before", "original"), pick("bug_after", "mutated")
+    if line is not None and 0 < line <= len(lines) and before is not None and after is not None \
+            and str(after) in lines[line - 1]:
+        fix = lines[line - 1].replace(str(after), str(before), 1).strip()
+    explicit = pick("fix", "fix_line", "fixed_line")
+    if not fix and explicit is not None and "\n" not in str(explicit).strip():
+        fix = str(explicit).strip()
+    original = parent.code if parent is not None else pick("fix_code", "fixed_code")
+    if (line is None or not fix) and isinstance(original, str):
+        good = original.splitlines()
+        for tag, i1, _i2, j1, j2 in difflib.SequenceMatcher(None, lines, good).get_opcodes():
+            if tag != "equal":
+                line = line if line is not None else i1 + 1
+                fix = fix or ("\n".join(s.strip() for s in good[j1:j2]) or "(delete the line)")
+                break
+    return kind, line, desc, fix
+
+
+def review_rows(tasks: dict[str, Task], all_cands: list[Candidate],
+                 verdicts: dict[str, Verdict], splits: dict[str, str]) -> list[ReviewRow]:
+    by_id = {c.candidate_id: c for c in all_cands}
+    rows = []
+    for c in all_cands:
+        if not c.generator.startswith("mutate:"):
+            continue
+        v = verdicts.get(c.candidate_id)
+        if v is not None and v.status in CORRECT_STATUSES:
+            continue  # the mutation did not change behaviour, so there is no bug to find
+        meta = c.meta_dict()
+        parent = by_id.get(c.parent_id or "") or by_id.get(str(meta.get("fix_candidate_id", "")))
+        kind, line, desc, fix = _mutation_facts(c, parent)
+        if line is None or not fix:
+            continue
+        task = tasks[c.task_id]
+        numbered = "\n".join(f"{i:4d} | {s}" for i, s in enumerate(c.code.splitlines(), 1))
+        user = (f"This `ModelNew` for the {c.backend} backend should match the reference below "
+                "but has a bug. Name the bug, its line and the fix.\n\nReference:\n```python\n"
+                f"{reference_for(task, c.backend).rstrip()}\n```\n\nKernel:\n```\n{numbered}\n```")
+        lines = c.code.splitlines()
+        buggy = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        answer = [f"Bug ({kind.replace('_', ' ')}) on line {line}: `{buggy}`."]
+        if desc:
+            answer.append(desc)
+        if v is not None:
+            answer.append(f"Running it gives `{v.status}`.")
+        answer.append(f"Fix:\n```\n{fix.strip()}\n```")
+        messages = [Message("system", REVIEW_SYSTEM), Message("user", user),
+                    Message("assistant", "\n".join(answer))]
+        rows.append(ReviewRow(content_hash("review", c.candidate_id), c.task_id, c.candidate_id,
+                              messages, kind, line, c.backend,
+                              v.status if v is not None else "unverified", splits[c.task_id]))
+    return rows
+
+
+def _peaks(device: str) -> tuple[float, float] | None:
+    up = device.upper()
+    return next((p for name, p in DEVICE_PEAKS.items() if name in up), None)
+
+
+def analyse_performance(task: Task, cand: Candidate, v: Verdict) -> tuple[str, float | None, str]:
+    """(bottleneck, arithmetic intensity, explanation) from measurements and kernel features."""
+    f = kernel_features(cand.code)
+    rt = v.runtime_us or 0.0
+    intensity = task.flops / task.bytes_moved if task.flops > 0 and task.bytes_moved > 0 else None
+    peaks = _peaks(v.device)
+    facts = [f"Measured {rt:.2f} us on {v.device or v.backend}"]
+    if v.eager_us:
+        facts.append(f"eager PyTorch {v.eager_us:.2f} us (speedup {v.eager_us / rt:.2f}x)"
+                     if rt else f"eager PyTorch {v.eager_us:.2f} us")
+    if v.compiled_us:
+        facts.append(f"torch.compile {v.compiled_us:.2f} us")
+    lines = ["; ".join(facts) + "."]
+    bottleneck = "unknown"
+    if rt > 0 and (task.flops > 0 or task.bytes_moved > 0):
+        gflops, gbs = task.flops / (rt * 1e3), task.bytes_moved / (rt * 1e3)
+        lines.append(f"The task does {task.flops:.3g} FLOPs over {task.bytes_moved:.3g} bytes: "
+                     f"{gflops:.1f} GFLOP/s and {gbs:.1f} GB/s achieved"
+                     + (f", arithmetic intensity {intensity:.2f} FLOP/byte." if intensity else "."))
+        if peaks:
+            pf, pb = peaks
+            ideal_us = max(task.flops / pf, task.bytes_moved / pb) * 1e6
+            ridge = pf / pb
+            if ideal_us < 0.2 * rt and ideal_us < 5.0:
+                bottleneck = "launch"
+                lines.append(f"At peak the work would take {ideal_us:.2f} us, so the time is "
+                             "dominated by launch and synchronization overhead, not by the math.")
+            elif intensity is not None and intensity < ridge:
+                bottleneck = "memory"
+                lines.append(f"Below the ridge point of {ridge:.1f} FLOP/byte the kernel is "
+                             f"memory-bound; it reaches {100 * gbs * 1e9 / pb:.0f}% of peak "
+                             "bandwidth.")
+            else:
+                bottleneck = "compute"
+                lines.append(f"Above the ridge point of {ridge:.1f} FLOP/byte the kernel is "
+                             f"compute-bound; it reaches {100 * gflops * 1e9 / pf:.0f}% of peak "
+                             "FP32 throughput.")
+        elif intensity is not None:
+            bottleneck = "memory" if intensity < 4.0 else "compute"
+            lines.append(f"With {intensity:.2f} FLOP/byte the kernel is most likely "
+                         f"{bottleneck}-bound on this device (no roofline is known for it).")
+    ideas = []
+    families = set(task.op_families)
+    if bottleneck in ("launch", "memory") and f.n_kernels > 1:
+        ideas.append(f"fuse the {f.n_kernels} kernels into one so intermediates stay on chip")
+    if bottleneck == "memory" and not f.vectorized:
+        ideas.append("use vectorized 128-bit loads and stores (float4)")
+    if families & {"matmul", "conv", "attention"} and not f.shared_memory:
+        ideas.append("tile the operands through shared memory to reuse each loaded element")
+    if bottleneck == "compute" and families & {"matmul", "conv", "attention"} and \
+            not f.tensor_cores and cand.backend != "cpu":
+        ideas.append("move the inner product onto tensor cores (WMMA/MMA)")
+    if families & {"reduction", "softmax", "norm"} and not f.warp_primitives and \
+            cand.backend != "cpu":
+        ideas.append("reduce within a warp with shuffles before touching shared memory")
+    if cand.backend == "cpu" and not f.multithreaded:
+        ideas.append("parallelize the outer loop with OpenMP")
+    if bottleneck == "launch":
+        ideas.append("give each thread more work, or capture the launches in a CUDA graph")
+    if not ideas:
+        ideas.append("tune the launch shape and unroll the inner loop; the structure is sound")
+    lines.append("Next optimization: " + "; ".join(ideas) + ".")
+    return bottleneck, intensity, "\n".join(lines)
+
+
+def perf_rows(tasks: dict[str, Task], selected: list[Candidate], verdicts: dict[str, Verdict],
+               splits: dict[str, str]) -> list[PerfAnalysisRow]:
+    rows = []
+    for c in selected:
+        v = verdicts[c.candidate_id]
+        if not v.runtime_us:
+            continue
+        task = tasks[c.task_id]
+        bottleneck, intensity, text = analyse_performance(task, c, v)
+        measured = [f"runtime {v.runtime_us:.2f} us (IQR {v.runtime_iqr_us or 0:.2f})"]
+        if v.eager_us:
+            measured.append(f"eager {v.eager_us:.2f} us")
+        if v.compiled_us:
+            measured.append(f"torch.compile {v.compiled_us:.2f} us")
+        measured.append(f"FLOPs {task.flops:.4g}, bytes moved {task.bytes_moved:.4g}")
+        user = (f"Reference:\n```python\n{reference_for(task, c.backend).rstrip()}\n```\n\n"
+                f"Verified kernel ({c.backend}, {v.device or 'unknown device'}):\n```python\n"
+                f"{c.code.rstrip()}\n```\n\nMeasurements: " + "; ".join(measured) + ".\n"
+                "What limits this kernel, and what should be optimized next?")
+        messages = [Message("system", PERF_SYSTEM), Message("user", user),
+                    Message("assistant", text)]
+        rows.append(PerfAnalysisRow(
+            content_hash("perf", c.candidate_id), c.task_id, c.candidate_id, messages, c.backend,
+            v.device, float(v.runtime_us), v.eager_us, v.speedup, intensity, bottleneck,
+            splits[c.task_id]))
+    return rows

@@ -1,0 +1,327 @@
+"""Dataset builders: verified records in, one Arrow table per dataset config out.
+
+Configs (TRL conversational formats, explicit schemas from `schemas/records.py`):
+`tasks`, `sft` (template/teacher kernels with reasoning), `rft` (selected verified model responses
+with their group statistics), `rl` (prompt-only rows; all-failed groups as feedback-conditioned
+repair prompts), `repair` (multi-turn attempt/feedback/fix chains), `preference` (correct-fast vs
+incorrect or slower), `review` (find the injected bug) and `perf_analysis` (explain a measured
+kernel's bottleneck). Every row carries `split`, decided by the task's dedup cluster so no
+near-duplicate task sits on both sides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from collections import defaultdict
+
+import pyarrow as pa
+
+from pipeline.candidates.prompts import build_prompt, reference_for
+from pipeline.config import Config
+from pipeline.datasets.analysis_rows import perf_rows, review_rows
+from pipeline.datasets.selection import kernel_features
+from schemas import (
+    Candidate,
+    Message,
+    PerfAnalysisRow,
+    PreferenceRow,
+    RepairRow,
+    ReviewRow,
+    RftRow,
+    RlRow,
+    SftRow,
+    Task,
+    Verdict,
+    content_hash,
+)
+from verifier.protocol import CORRECT_STATUSES
+
+CONFIGS = ("tasks", "sft", "rft", "rl", "repair", "preference", "review", "perf_analysis")
+
+# --- splits ----------------------------------------------------------------------------------
+
+
+def assign_splits(tasks: list[Task], validation_fraction: float) -> dict[str, str]:
+    """task_id -> train | validation, decided per dedup cluster (stable across versions).
+
+    A cluster goes to validation when its hash falls below the fraction, so adding tasks never
+    moves an existing cluster; when that leaves validation empty and there are two or more
+    clusters, the lowest-hash cluster is moved so every version has a validation split.
+    """
+    clusters = {t.task_id: (t.dedup_cluster or t.task_id) for t in tasks}
+    position = {c: int(hashlib.sha256(c.encode()).hexdigest()[:12], 16) / 16**12
+                for c in set(clusters.values())}
+    validation = {c for c, p in position.items() if p < validation_fraction}
+    if not validation and validation_fraction > 0 and len(position) >= 2:
+        validation = {min(position, key=lambda c: (position[c], c))}
+    return {tid: ("validation" if c in validation else "train") for tid, c in clusters.items()}
+
+
+# --- prompts and responses -------------------------------------------------------------------
+
+
+def task_prompt(task: Task, backend: str, cfg: Config) -> list[Message]:
+    """System and user messages asking for a `ModelNew` (the generators' own prompt)."""
+    return build_prompt(task, backend, cfg.generate)
+
+
+def _prompt_for(task: Task, cand: Candidate, cfg: Config) -> list[Message]:
+    # The response was conditioned on the candidate's own prompt; keep it when it has a user turn.
+    if any(m.role == "user" for m in cand.prompt):
+        return [Message(m.role, m.content) for m in cand.prompt]
+    return task_prompt(task, cand.backend, cfg)
+
+
+def describe_strategy(code: str, backend: str) -> str:
+    """One paragraph saying how a kernel is built, from its structural features."""
+    f = kernel_features(code)
+    parts = [f"{f.n_kernels} kernel{'s' if f.n_kernels != 1 else ''}"]
+    if f.threads_per_block:
+        parts.append(f"{f.threads_per_block} threads per block")
+    for flag, text in (("shared_memory", "shared-memory tiling"), ("vectorized", "vectorized "
+                       "memory access"), ("warp_primitives", "warp-level shuffles for reductions"),
+                       ("tensor_cores", "tensor-core MMA instructions"), ("multithreaded",
+                       "OpenMP multithreading"), ("unrolled", "unrolled inner loops")):
+        if getattr(f, flag):
+            parts.append(text)
+    return f"Plan for the {backend} backend: " + ", ".join(parts) + "."
+
+
+def assistant_content(task: Task, cand: Candidate, reasoning: bool = True) -> str:
+    """The assistant turn: the model's own response when it has one, else reasoning + code."""
+    if cand.raw_response.strip() and "```" in cand.raw_response:
+        return cand.raw_response.strip()
+    meta = cand.meta_dict()
+    text = ""
+    if reasoning:
+        why = meta.get("reasoning") or meta.get("explanation") or ""
+        lines = [s for s in (task.reasoning.strip(), str(why).strip(),
+                             describe_strategy(cand.code, cand.backend)) if s]
+        text = "\n\n".join(lines) + "\n\n"
+    return f"{text}```python\n{cand.code.rstrip()}\n```"
+
+
+def feedback_text(verdict: Verdict) -> str:
+    """What the verifier tells the model about an attempt (its own feedback when it wrote one)."""
+    if verdict.feedback.strip():
+        return verdict.feedback.strip()
+    detail = (verdict.error or verdict.compile_log).strip().splitlines()
+    tail = f": {detail[0][:400]}" if detail else ""
+    return f"The verifier stopped at stage `{verdict.stage}` with status `{verdict.status}`{tail}."
+
+
+def _is_sample(cand: Candidate) -> bool:
+    return cand.generator.startswith(("llm:", "hf:"))
+
+
+def _is_teacher(cand: Candidate) -> bool:
+    return cand.generator.startswith(("template:", "teacher:"))
+
+
+# --- builders --------------------------------------------------------------------------------
+
+
+def _sft_rows(tasks: dict[str, Task], cands: list[Candidate], verdicts: dict[str, Verdict],
+              splits: dict[str, str], cfg: Config) -> list[SftRow]:
+    rows = []
+    for c in cands:
+        if not _is_teacher(c):
+            continue
+        task, v = tasks[c.task_id], verdicts[c.candidate_id]
+        messages = task_prompt(task, c.backend, cfg) + [
+            Message("assistant", assistant_content(task, c, cfg.generate.include_reasoning))]
+        rows.append(SftRow(content_hash("sft", c.candidate_id), c.task_id, c.candidate_id,
+                           messages, c.backend, task.level, splits[c.task_id], v.reward,
+                           v.speedup))
+    return rows
+
+
+def _group_stats(all_cands: list[Candidate], verdicts: dict[str, Verdict]
+                 ) -> dict[tuple[str, str], tuple[int, float, float, float]]:
+    groups: dict[tuple[str, str], list[Verdict]] = defaultdict(list)
+    for c in all_cands:
+        if _is_sample(c) and c.candidate_id in verdicts:
+            groups[(c.task_id, c.backend)].append(verdicts[c.candidate_id])
+    out = {}
+    for key, vs in groups.items():
+        rewards = [v.reward for v in vs]
+        passed = sum(v.status in CORRECT_STATUSES for v in vs)
+        out[key] = (len(vs), passed / len(vs), statistics.fmean(rewards),
+                    statistics.pstdev(rewards) if len(rewards) > 1 else 0.0)
+    return out
+
+
+def _rft_rows(tasks: dict[str, Task], selected: list[Candidate], all_cands: list[Candidate],
+              verdicts: dict[str, Verdict], splits: dict[str, str], cfg: Config
+              ) -> list[RftRow]:
+    stats = _group_stats(all_cands, verdicts)
+    rows = []
+    for c in selected:
+        if not _is_sample(c):
+            continue
+        task, v = tasks[c.task_id], verdicts[c.candidate_id]
+        size, rate, mean, std = stats.get((c.task_id, c.backend), (1, 1.0, v.reward, 0.0))
+        messages = _prompt_for(task, c, cfg) + [
+            Message("assistant", assistant_content(task, c))]
+        rows.append(RftRow(content_hash("rft", c.candidate_id), c.task_id, c.candidate_id,
+                           messages, c.backend, c.generator, v.reward, v.speedup, size, rate,
+                           mean, std, splits[c.task_id]))
+    return rows
+
+
+def _rl_rows(tasks: dict[str, Task], all_cands: list[Candidate], verdicts: dict[str, Verdict],
+             splits: dict[str, str], cfg: Config) -> list[RlRow]:
+    by_task: dict[str, list[Candidate]] = defaultdict(list)
+    for c in all_cands:
+        by_task[c.task_id].append(c)
+    default_backend = cfg.generate.backend if cfg.generate.backend != "auto" else "cuda"
+    rows = []
+    for tid, task in tasks.items():
+        backends = sorted({c.backend for c in by_task.get(tid, [])}) or [default_backend]
+        for backend in backends:
+            rows.append(RlRow(content_hash("rl", tid, backend), tid,
+                              task_prompt(task, backend, cfg), reference_for(task, backend),
+                              task.input_specs, backend,
+                              task.level, "task", "", splits[tid]))
+            attempts = [c for c in by_task.get(tid, []) if c.backend == backend
+                        and _is_sample(c) and c.candidate_id in verdicts]
+            if not attempts or any(verdicts[c.candidate_id].status in CORRECT_STATUSES
+                                   for c in attempts):
+                continue
+            # All-failed group: the furthest-reaching attempts become repair prompts.
+            attempts.sort(key=lambda c: (-verdicts[c.candidate_id].reward, c.candidate_id))
+            for c in attempts[:cfg.select.k]:
+                fb = feedback_text(verdicts[c.candidate_id])
+                prompt = task_prompt(task, backend, cfg) + [
+                    Message("assistant", assistant_content(task, c, reasoning=False)),
+                    Message("user", f"{fb}\nFix the kernel and return the complete file.")]
+                rows.append(RlRow(content_hash("rl-repair", c.candidate_id), tid, prompt,
+                                  reference_for(task, backend), task.input_specs, backend,
+                                  task.level, "repair", fb, splits[tid]))
+    return rows
+
+
+def _repair_rows(tasks: dict[str, Task], all_cands: list[Candidate],
+                 verdicts: dict[str, Verdict], splits: dict[str, str], cfg: Config
+                 ) -> list[RepairRow]:
+    by_id = {c.candidate_id: c for c in all_cands}
+    has_child = {c.parent_id for c in all_cands if c.parent_id}
+    rows = []
+    for leaf in all_cands:
+        if not leaf.parent_id or leaf.candidate_id in has_child:
+            continue
+        chain = [leaf]
+        # Walk up through repair turns; the first non-repair ancestor is the original attempt
+        # (a mutation's parent is the kernel it was made from, not a turn of the conversation).
+        while (chain[-1].generator.startswith("repair:") and chain[-1].parent_id in by_id
+               and len(chain) < 64):
+            chain.append(by_id[chain[-1].parent_id])
+        chain.reverse()
+        if len(chain) < 2 or any(c.candidate_id not in verdicts for c in chain):
+            continue
+        final = verdicts[leaf.candidate_id]
+        if final.status not in CORRECT_STATUSES:
+            continue  # a chain that never got fixed teaches no fix
+        task = tasks[leaf.task_id]
+        messages = task_prompt(task, leaf.backend, cfg)
+        for i, c in enumerate(chain):
+            if i:
+                fb = feedback_text(verdicts[chain[i - 1].candidate_id])
+                messages.append(Message("user", f"{fb}\nFix the kernel and return the complete "
+                                                "file."))
+            messages.append(Message("assistant", assistant_content(task, c, reasoning=False)))
+        rows.append(RepairRow(
+            content_hash("repair", *(c.candidate_id for c in chain)), leaf.task_id, messages,
+            [verdicts[c.candidate_id].reward for c in chain],
+            [verdicts[c.candidate_id].status for c in chain], leaf.backend, final.status,
+            splits[leaf.task_id]))
+    return rows
+
+
+def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
+                     verdicts: dict[str, Verdict], splits: dict[str, str],
+                     cfg: Config) -> list[PreferenceRow]:
+    pairs_per_task, fast_ratio = cfg.publish.preference_pairs_per_task, cfg.verify.fast_threshold
+    groups: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
+    for c in all_cands:
+        if c.candidate_id in verdicts:
+            groups[(c.task_id, c.backend)].append(c)
+    rows = []
+    for (tid, _backend), cands in sorted(groups.items()):
+        rank = sorted(cands, key=lambda c: (-verdicts[c.candidate_id].reward, c.candidate_id))
+        chosen = [c for c in rank if verdicts[c.candidate_id].status in CORRECT_STATUSES
+                  and not c.generator.startswith("mutate:")]
+        if not chosen:
+            continue
+        best = verdicts[chosen[0].candidate_id]
+        incorrect = [c for c in rank if verdicts[c.candidate_id].status not in CORRECT_STATUSES]
+        slow = [c for c in chosen[1:] if _clearly_slower(best, verdicts[c.candidate_id],
+                                                         fast_ratio)]
+        task = tasks[tid]
+        for i, rej in enumerate((incorrect + slow)[:pairs_per_task]):
+            win = chosen[i % len(chosen)]
+            wv, rv = verdicts[win.candidate_id], verdicts[rej.candidate_id]
+            if rv.status in CORRECT_STATUSES and not _clearly_slower(wv, rv, fast_ratio):
+                win, wv = chosen[0], best
+            rows.append(PreferenceRow(
+                content_hash("preference", win.candidate_id, rej.candidate_id), tid,
+                task_prompt(task, win.backend, cfg),
+                [Message("assistant", assistant_content(task, win))],
+                [Message("assistant", assistant_content(task, rej))],
+                wv.reward, rv.reward, wv.status, rv.status, splits[tid]))
+    return rows
+
+
+def _clearly_slower(fast: Verdict, slow: Verdict, ratio: float) -> bool:
+    if fast.speedup is None or slow.speedup is None or slow.speedup <= 0:
+        return False
+    return fast.speedup >= ratio * slow.speedup
+
+
+def tasks_table(tasks: list[Task], splits: dict[str, str]) -> pa.Table:
+    """The tasks config: every Task column plus its split."""
+    table = Task.to_arrow(tasks)
+    return table.append_column(pa.field("split", pa.string(), nullable=False),
+                               pa.array([splits[t.task_id] for t in tasks], pa.string()))
+
+
+def tasks_schema() -> pa.Schema:
+    """The tasks config's schema: Task's columns plus `split`."""
+    return Task.arrow_schema().append(pa.field("split", pa.string(), nullable=False))
+
+
+ROW_TYPES = {"sft": SftRow, "rft": RftRow, "rl": RlRow, "repair": RepairRow,
+             "preference": PreferenceRow, "review": ReviewRow, "perf_analysis": PerfAnalysisRow}
+
+
+def config_schema(config: str) -> pa.Schema:
+    """The explicit Arrow schema of one dataset config."""
+    return tasks_schema() if config == "tasks" else ROW_TYPES[config].arrow_schema()
+
+
+def build_datasets(tasks: list[Task], candidates: list[Candidate], verdicts: list[Verdict],
+                   selected: list[str], cfg: Config) -> dict[str, pa.Table]:
+    """Build every dataset config from verified records; rows sorted by id for stable output."""
+    task_map = {t.task_id: t for t in sorted(tasks, key=lambda t: t.task_id)}
+    vmap = {v.candidate_id: v for v in verdicts}
+    cands = sorted((c for c in candidates if c.task_id in task_map),
+                   key=lambda c: c.candidate_id)
+    picked = set(selected)
+    chosen = [c for c in cands if c.candidate_id in picked and c.candidate_id in vmap
+              and vmap[c.candidate_id].status in CORRECT_STATUSES]
+    splits = assign_splits(list(task_map.values()), cfg.publish.validation_fraction)
+    rows: dict[str, list] = {
+        "sft": _sft_rows(task_map, chosen, vmap, splits, cfg),
+        "rft": _rft_rows(task_map, chosen, cands, vmap, splits, cfg),
+        "rl": _rl_rows(task_map, cands, vmap, splits, cfg),
+        "repair": _repair_rows(task_map, cands, vmap, splits, cfg),
+        "preference": _preference_rows(task_map, cands, vmap, splits, cfg),
+        "review": review_rows(task_map, cands, vmap, splits),
+        "perf_analysis": perf_rows(task_map, chosen, vmap, splits),
+    }
+    out = {"tasks": tasks_table(list(task_map.values()), splits)}
+    for name, items in rows.items():
+        unique = {r.row_id: r for r in items}  # the same pair or chain reached twice is one row
+        out[name] = ROW_TYPES[name].to_arrow([unique[k] for k in sorted(unique)])
+    return {name: out[name] for name in CONFIGS}

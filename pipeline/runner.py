@@ -1,0 +1,154 @@
+"""The one runner: what is pending, resuming by content hash, batching, writing parts.
+
+Every key is a content hash and readers keep the first record per key, so a stage that skips
+the keys already written, and writes each batch as one Parquet part as soon as it is done, loses
+at most the batch in flight when killed, and a resumed run reads back what an uninterrupted one
+would have written. The CLI's `run_*` commands call this module directly; `flows/` calls the
+same pending functions and `Stage.run` inside Prefect tasks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+from pipeline.stage import Stage, StageContext, StageOutput
+from pipeline.workspace import Run, Workspace
+from schemas import Candidate, Rejection, Task, Verdict
+from verifier.protocol import CORRECT_STATUSES
+
+T = TypeVar("T")
+
+GENERATOR_PREFIX = {"template": "template:", "openai": "llm:", "hf": "hf:"}
+
+
+def batches(items: list[T], size: int) -> list[list[T]]:
+    """Consecutive batches of at most `size` items (the unit of work and of writing)."""
+    size = max(1, size)
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def write_new(run: Run, records: list, done: set[str], key: str) -> list:
+    """Write the records whose key is not in `done` yet (and add them to it); returns them."""
+    fresh = []
+    for r in records:
+        k = getattr(r, key)
+        if k not in done:
+            done.add(k)
+            fresh.append(r)
+    if fresh:
+        run.write(fresh)
+    return fresh
+
+
+def run_batches(stage: Stage, items: list, ctx: StageContext, run: Run, *, size: int,
+                progress: Callable[[int], None] | None = None) -> Counter[str]:
+    """Run `stage` over `items` batch by batch, writing each batch's records and rejections."""
+    counts: Counter[str] = Counter()
+    for batch in batches(items, size):
+        out = stage.run(batch, ctx)
+        write_output(run, out)
+        counts.update(out.counts)
+        if progress is not None:
+            progress(len(batch))
+    return counts
+
+
+def write_output(run: Run, out: StageOutput) -> None:
+    """One batch's records and rejections, one part each."""
+    run.write(out.records)
+    run.write(out.rejections)
+
+
+# --- what is pending -----------------------------------------------------------------------------
+
+
+def generated_task_ids(ws: Workspace, backend: str, generators: list[str]) -> set[str]:
+    """Tasks every configured generator has answered on `backend` (a candidate or a rejection).
+
+    A rejection for an unreachable LLM does not count: the next run asks again.
+    """
+    cands = ws.read_table(Candidate).select(["task_id", "backend", "turn", "generator"]).to_pylist()
+    rejs = ws.read_table(Rejection).select(["stage", "item_id", "reason"]).to_pylist()
+    rejected = {r["item_id"] for r in rejs
+                if r["stage"] == "generate" and not r["reason"].startswith("llm")}
+    prefixes = [GENERATOR_PREFIX[g] for g in generators if g in GENERATOR_PREFIX]
+    have: dict[str, set[str]] = {}
+    for c in cands:
+        if c["backend"] == backend and c["turn"] == 0:
+            have.setdefault(c["task_id"], set()).update(
+                p for p in prefixes if c["generator"].startswith(p))
+    task_ids = set(have) | rejected
+    return {t for t in task_ids
+            if all(p in have.get(t, ()) or (t in rejected and p == "template:") for p in prefixes)}
+
+
+def unverified(ws: Workspace, backend: str | None = None) -> list[Candidate]:
+    """Candidates (of `backend`, or all) that have no verdict yet, in workspace order."""
+    done = ws.done_keys(Verdict)
+    return [c for c in ws.read(Candidate) if c.candidate_id not in done
+            and (backend is None or c.backend == backend)]
+
+
+def unverified_chain_ends(candidates: list[Candidate], verdicts: list[Verdict],
+                          tasks: dict[str, Task], turn: int) -> list[Candidate]:
+    """Chain ends at `turn - 1` still waiting for a verdict (e.g. fresh mutations).
+
+    A repair turn verifies these first: an end without a verdict cannot be judged failing.
+    """
+    judged = {v.candidate_id for v in verdicts}
+    return [c for c in candidates if c.turn == turn - 1
+            and c.candidate_id not in judged and c.task_id in tasks]
+
+
+def chains_by_task(ws: Workspace, backend: str
+                   ) -> tuple[dict[str, Task], dict[str, list[Candidate]], list[Verdict]]:
+    """Tasks, their candidates on `backend` grouped by task, and all verdicts."""
+    tasks = {t.task_id: t for t in ws.read(Task)}
+    by_task: dict[str, list[Candidate]] = {}
+    for c in ws.read(Candidate):
+        if c.backend == backend and c.task_id in tasks:
+            by_task.setdefault(c.task_id, []).append(c)
+    return tasks, by_task, ws.read(Verdict)
+
+
+def task_batches(tasks: dict[str, Task], by_task: dict[str, list[Candidate]],
+                 verdicts: list[Verdict], size: int
+                 ) -> Iterator[tuple[list[Task], list[Candidate], list[Verdict]]]:
+    """Batches of whole tasks (all their candidates and verdicts), about `size` candidates each."""
+    vmap = {v.candidate_id: v for v in verdicts}
+    batch_t: list[Task] = []
+    batch_c: list[Candidate] = []
+    for tid in sorted(by_task):
+        batch_t.append(tasks[tid])
+        batch_c.extend(by_task[tid])
+        if len(batch_c) >= size:
+            yield batch_t, batch_c, [vmap[c.candidate_id] for c in batch_c
+                                     if c.candidate_id in vmap]
+            batch_t, batch_c = [], []
+    if batch_t:
+        yield batch_t, batch_c, [vmap[c.candidate_id] for c in batch_c if c.candidate_id in vmap]
+
+
+def mutation_pending(by_task: dict[str, list[Candidate]], verdicts: list[Verdict]
+                     ) -> dict[str, list[Candidate]]:
+    """Tasks with a correct first-attempt kernel that has not been mutated yet."""
+    correct = {v.candidate_id for v in verdicts if v.status in CORRECT_STATUSES}
+    mutated = {c.parent_id for cs in by_task.values() for c in cs
+               if c.generator.startswith("mutate:")}
+    return {tid: cs for tid, cs in by_task.items()
+            if any(c.candidate_id in correct and c.candidate_id not in mutated
+                   and not c.generator.startswith(("mutate:", "repair:")) for c in cs)}
+
+
+def repair_pending(by_task: dict[str, list[Candidate]], verdicts: list[Verdict], turn: int
+                   ) -> tuple[dict[str, list[Candidate]], set[str]]:
+    """Tasks with a failing chain end at `turn - 1` and no follow-up yet; the answered parents."""
+    vmap = {v.candidate_id: v for v in verdicts}
+    has_child = {c.parent_id for cs in by_task.values() for c in cs if c.parent_id}
+    todo = {tid: cs for tid, cs in by_task.items()
+            if any(c.turn == turn - 1 and c.candidate_id in vmap
+                   and vmap[c.candidate_id].status not in CORRECT_STATUSES
+                   and c.candidate_id not in has_child for c in cs)}
+    return todo, has_child

@@ -1,0 +1,158 @@
+"""KernelBench task files: load in a sandboxed subprocess, check the interface, describe shapes.
+
+A task file defines `class Model(nn.Module)`, `get_inputs()`, `get_init_inputs()` and usually
+module-level shape constants. `task_id` is a content hash of the normalized source (comments and
+formatting do not change it, so shape annotations can be added without changing the id).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from schemas import TensorSpec, content_hash
+from verifier.sandbox import SandboxLimits, python_argv, run_sandboxed
+
+
+class TaskFileError(ValueError):
+    """A task file is invalid; the message names the file and the reason."""
+
+
+@dataclass
+class TaskFileReport:
+    """What loading one task file found."""
+
+    path: str
+    valid: bool
+    reason: str = ""
+    task_id: str = ""
+    init_inputs: list = field(default_factory=list)
+    inputs: list[TensorSpec] = field(default_factory=list)
+    outputs: list[TensorSpec] = field(default_factory=list)
+    constants: dict[str, int] = field(default_factory=dict)
+    scaled_constants: dict[str, int] = field(default_factory=dict)
+    cpu_source: str = ""
+    forward_ms: float = 0.0
+    finite: bool = True
+    mutated_inputs: list[str] = field(default_factory=list)
+    output_abs_mean: list[float] = field(default_factory=list)
+    num_params: int = 0
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path, "valid": self.valid, "task_id": self.task_id or None,
+            "reason": self.reason or None, "init_inputs": self.init_inputs,
+            "inputs": [_spec_json(s) for s in self.inputs],
+            "outputs": [_spec_json(s) for s in self.outputs],
+            "scaled_constants": self.scaled_constants,
+        }
+
+
+def _spec_json(s: TensorSpec) -> dict:
+    return {"name": s.name, "shape": s.shape, "dtype": s.dtype, "init": s.init}
+
+
+def normalize_source(source: str) -> str:
+    """Canonical text of a Python source: comments, blank lines and formatting removed."""
+    return ast.unparse(ast.parse(source))
+
+
+def task_id_of(source: str) -> str:
+    return content_hash(normalize_source(source))
+
+
+def substitute_constants(source: str, values: dict[str, int]) -> str:
+    """Rewrite top-level `NAME = <int>` assignments to the given values, keeping the rest."""
+    if not values:
+        return source
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    edits = []
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id in values
+                and isinstance(node.value, ast.Constant) and type(node.value.value) is int
+                and node.value.lineno == node.value.end_lineno):
+            edits.append((node.value.lineno - 1, node.value.col_offset, node.value.end_col_offset,
+                          str(values[node.targets[0].id])))
+    for line, start, end, text in sorted(edits, reverse=True):
+        raw = lines[line].encode("utf-8")
+        lines[line] = (raw[:start] + text.encode() + raw[end:]).decode("utf-8")
+    return "".join(lines)
+
+
+def _to_spec(d: dict) -> TensorSpec:
+    return TensorSpec(name=d["name"], shape=[int(x) for x in d["shape"]], dtype=d["dtype"],
+                      init=d.get("init", "randn"), low=d.get("low"), high=d.get("high"))
+
+
+def inspect_task_source(
+    source: str,
+    ref: str = "<source>",
+    *,
+    timeout_s: float = 30.0,
+    memory_mb: int = 6144,
+    scale: bool = False,
+    cpu_max_numel: int = 1 << 18,
+    seed: int = 0,
+) -> TaskFileReport:
+    """Load `source` as a task in a sandboxed subprocess and report what it defines."""
+    try:
+        task_id = task_id_of(source)
+    except SyntaxError as exc:
+        return TaskFileReport(ref, False, f"syntax error at line {exc.lineno}: {exc.msg}")
+    except ValueError as exc:  # e.g. null bytes
+        return TaskFileReport(ref, False, f"cannot parse: {exc}")
+    options = {"scale": scale, "cpu_max_numel": cpu_max_numel, "seed": seed}
+    res = run_sandboxed(
+        python_argv("pipeline.tasks.scale"),
+        limits=SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb),
+        input_files={"task.py": source, "options.json": json.dumps(options)},
+    )
+    if res.payload is None:
+        return TaskFileReport(ref, False, res.describe_failure(), task_id=task_id)
+    p = res.payload
+    if not p.get("valid"):
+        return TaskFileReport(ref, False, p.get("reason", "invalid"), task_id=task_id)
+    scaled = {k: int(v) for k, v in p.get("scaled_constants", {}).items()}
+    return TaskFileReport(
+        path=ref, valid=True, task_id=task_id, init_inputs=p["init_inputs"],
+        inputs=[_to_spec(s) for s in p["inputs"]], outputs=[_to_spec(s) for s in p["outputs"]],
+        constants=p.get("constants", {}), scaled_constants=scaled,
+        cpu_source=substitute_constants(source, scaled) if scaled else source,
+        forward_ms=p.get("forward_ms", 0.0), finite=p.get("finite", True),
+        mutated_inputs=p.get("mutated_inputs", []),
+        output_abs_mean=p.get("output_abs_mean", []), num_params=p.get("num_params", 0),
+    )
+
+
+def read_task_source(path: str | Path) -> str:
+    """Read a task file as UTF-8; raise TaskFileError naming the file otherwise."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise TaskFileError(f"{p}: cannot read ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TaskFileError(f"{p}: not UTF-8 (byte {exc.start})") from None
+
+
+def validate_task_file(path: str | Path, **kwargs) -> TaskFileReport:
+    """Validate one task file on disk; every failure becomes an invalid report with a reason."""
+    try:
+        source = read_task_source(path)
+    except TaskFileError as exc:
+        return TaskFileReport(str(path), False, str(exc).split(": ", 1)[1])
+    return inspect_task_source(source, str(path), **kwargs)
+
+
+def validate_task_files(paths: list[str | Path], workers: int = 2, **kwargs
+                        ) -> list[TaskFileReport]:
+    """Validate many files in parallel sandboxes; order follows `paths`."""
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return list(pool.map(lambda p: validate_task_file(p, **kwargs), paths))
