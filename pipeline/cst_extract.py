@@ -21,6 +21,8 @@ from pathlib import Path
 
 import libcst as cst
 
+from pipeline.tasks.normalize import NormalizeError, normalize_source
+
 # Top-level modules a task file may import (the verifier has torch + stdlib only).
 ALLOWED_MODULES = frozenset({
     "torch", "math", "typing", "typing_extensions", "collections", "functools", "itertools",
@@ -153,6 +155,7 @@ class Extraction:
     included: list[str] = field(default_factory=list)
     inlined: list[str] = field(default_factory=list)
     shims: list[str] = field(default_factory=list)
+    normalized: list[str] = field(default_factory=list)  # einops patterns rewritten to torch
 
 
 # A resolver maps (importing file path, module as written, level) to (path, source) or None.
@@ -863,6 +866,10 @@ def extract_class(code: str, class_name: str, path: str = "<file>",
         out = module.code
     except cst.ParserSyntaxError as exc:
         raise ExtractError("syntax_error", f"rewritten {class_name}: {exc}") from None
+    try:
+        out, normalized = normalize_source(out)
+    except NormalizeError as exc:
+        raise ExtractError(exc.reason, f"{class_name}: {exc.detail}") from None
     fwd_params = [Param("input")] if inherited_forward else _params(fwd_fn)
     out_tree = ast.parse(out)
     model_node = next((n for n in out_tree.body if isinstance(n, ast.ClassDef)
@@ -874,7 +881,8 @@ def extract_class(code: str, class_name: str, path: str = "<file>",
             fwd_params = _params(own)
     init_rest = [p for p in init_params if p.name != config_param]
     return Extraction(out, class_name, init_rest, fwd_params, config_values, config_name,
-                      [f"{p}:{i}" for p, i in closure.stmts], closure.inlined, closure.shims)
+                      [f"{p}:{i}" for p, i in closure.stmts], closure.inlined, closure.shims,
+                      normalized)
 
 
 def _guess_config_class(info: _FileInfo, class_name: str) -> str:

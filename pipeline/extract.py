@@ -271,7 +271,7 @@ def build_task(m: RawModule, ext: Extraction | None, probe: dict, cfg: TasksConf
             "cpu_inputs": probe.get("cpu_inputs"), "op_counts": gpu.get("op_counts", {})}
     if ext is not None:
         meta.update(config_class=ext.config_class, inlined=ext.inlined, shims=ext.shims,
-                    included=ext.included)
+                    included=ext.included, normalized=ext.normalized)
     return Task(
         task_id=task_id, name=name, source=annotated, cpu_source=cpu_source,
         init_inputs=json.dumps(probe["init_inputs"]), input_specs=_specs(inputs),
