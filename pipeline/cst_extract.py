@@ -22,6 +22,7 @@ from pathlib import Path
 import libcst as cst
 
 from pipeline.tasks.normalize import NormalizeError, normalize_source
+from pipeline.tasks.normalize_deps import absolute_module, dependency_definitions
 
 # Top-level modules a task file may import (the verifier has torch + stdlib only).
 ALLOWED_MODULES = frozenset({
@@ -310,6 +311,7 @@ class _Closure:
     config_refs: list[tuple[str, str]] = field(default_factory=list)  # (path, class name)
     inlined: list[str] = field(default_factory=list)
     renames: dict[tuple[str, str], str] = field(default_factory=dict)
+    definitions: dict[str, str] = field(default_factory=dict)  # timm blocks etc., in order
 
 
 class _Collector:
@@ -386,6 +388,13 @@ class _Collector:
         if name in SHIMS:
             if name not in self.closure.shims:
                 self._shim_needs(name)
+            return
+        defs = dependency_definitions(absolute_module(info.path, b.module, b.level), b.orig)
+        if defs is not None:  # a torch building block of timm & co: its definition comes along
+            for def_name, source in defs:
+                self.closure.definitions.setdefault(def_name, source)
+            if name != b.orig:
+                self.closure.definitions.setdefault(name, f"{name} = {b.orig}")
             return
         if b.orig.endswith("Config"):
             self.closure.config_refs.append((info.path, b.orig))
@@ -848,12 +857,15 @@ def extract_class(code: str, class_name: str, path: str = "<file>",
     if any(i == "from torch import nn" for i in header):
         header.remove("import torch.nn as nn")
     text = "\n".join(header) + "\n\n\n"
+    if closure.definitions:
+        text += "\n\n\n".join(closure.definitions.values()) + "\n\n\n"
     if closure.shims:
         text += "\n\n\n".join(SHIMS[s] for s in closure.shims) + "\n\n\n"
     if config_values is not None:
         text += _config_source(config_name or "the config", config_values, subs) + "\n\n"
     text += body_text
-    known = set(_BUILTINS) | set(collector.defined) | set(closure.shims) | {
+    known = set(_BUILTINS) | set(collector.defined) | set(closure.shims) | set(
+        closure.definitions) | {
         "ModelConfig", "Model", "torch", "nn"}
     for line in header:
         known.update(_import_names(line))
