@@ -1,4 +1,5 @@
-"""Torch definitions of common dependencies that a task may not import: timm's building blocks.
+"""Torch definitions of common dependencies that a task may not import: timm's building blocks,
+and stand-ins for helpers that do not change the computation (tqdm, packaging.version).
 
 `timm.layers` (and the older `timm.models.layers`) blocks are plain torch underneath; a carved
 task gets their definitions, written after timm 1.0 (same parameters in the same order, same
@@ -100,6 +101,9 @@ TIMM: dict[str, tuple[str, tuple[str, ...]]] = {
         x = torch.nn.functional.layer_norm(x, self.normalized_shape, self.weight, self.bias,
                                            self.eps)
         return x.permute(0, 3, 1, 2)''', ()),
+    "use_fused_attn": ('''def use_fused_attn(experimental: bool = False) -> bool:
+    """timm's switch to F.scaled_dot_product_attention; a task keeps the explicit math."""
+    return False''', ()),
     "trunc_normal_": ('''def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0):
     """Truncated normal init in place (timm.layers.trunc_normal_)."""
     return torch.nn.init.trunc_normal_(tensor, mean, std, a, b)''', ()),
@@ -118,6 +122,21 @@ TIMM: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+# helpers of other libraries that do not change what a module computes: (module, name) -> source
+OTHER: dict[tuple[str, str], str] = {
+    **{(m, "tqdm"): '''def tqdm(iterable=None, *args, **kwargs):
+    """Progress bars are not part of a task: the iterable itself (stand-in for tqdm)."""
+    return iterable''' for m in ("tqdm", "tqdm.auto", "tqdm.notebook", "tqdm.rich")},
+    ("packaging", "version"): '''class version:
+    """packaging.version stand-in: compares the numeric release part of a version."""
+
+    @staticmethod
+    def parse(text):
+        import re
+        return tuple(int(p) for p in re.findall(r"\\d+", str(text).split("+")[0])[:3])''',
+}
+
+
 def _is_timm_layers(module: str) -> bool:
     return any(module == m or module.startswith(m + ".") for m in TIMM_MODULES)
 
@@ -125,6 +144,8 @@ def _is_timm_layers(module: str) -> bool:
 def dependency_definitions(module: str, name: str) -> list[tuple[str, str]] | None:
     """[(defined name, source), ...] in dependency order for `from module import name`, or None
     when the name is not a known torch building block of that module."""
+    if (module, name) in OTHER:
+        return [(name, OTHER[(module, name)])]
     if not _is_timm_layers(module) or name not in TIMM:
         return None
     out: list[tuple[str, str]] = []

@@ -227,3 +227,29 @@ def test_missing_sibling_is_rejected_with_the_name(tmp_path):
 def test_repo_resolver_needs_a_git_repository(tmp_path):
     assert repo_resolver(str(tmp_path), "") is None
     assert repo_resolver("https://example.invalid/x/y", "0" * 40, tmp_path) is None
+
+
+def test_progress_bars_and_version_checks_become_stand_ins():
+    code = textwrap.dedent('''\
+        import torch
+        from torch import nn
+        from packaging import version
+        from tqdm.auto import tqdm
+
+
+        class Sampler(nn.Module):
+            def __init__(self, steps=3):
+                super().__init__()
+                self.steps = steps
+                self.flash = version.parse(torch.__version__) >= version.parse('2.0.0')
+
+            def forward(self, x):
+                for _ in tqdm(range(self.steps), desc='sampling'):
+                    x = x * 0.5
+                return x
+        ''')
+    ext = extract_class(code, "Sampler", "pkg/sampler.py")
+    assert _imports(ext.source) <= {"torch", "re"}
+    model = _load(ext.source)["Model"]()
+    assert model.flash is True
+    torch.testing.assert_close(model(torch.ones(2)), torch.full((2,), 0.125))
