@@ -99,6 +99,9 @@ class _Gen:
             self.lines.append(f"_e = math.prod({self.ell})")
         return " * ".join(self.size[n] for n in names)
 
+    def reshape(self, shape: str) -> None:
+        self.lines.append(f"{self.x} = {self.x}.reshape({_shape_arg(shape)})")
+
     def prod_each(self, axes: list[str]) -> str:
         return ", ".join(self.prod([a]) for a in axes)
 
@@ -161,6 +164,13 @@ def _split_pattern(pattern: str) -> tuple[_Side, _Side]:
     return left, right
 
 
+def _shape_arg(shape: str) -> str:
+    """Arguments of `reshape` for a shape text: `*ell` alone or nothing may be empty."""
+    if not shape:
+        return "()"
+    return shape[1:] if shape.startswith("*") and "," not in shape else shape
+
+
 def _dim_keys(side: _Side) -> list[tuple[tuple[str, ...], bool]]:
     """Dims compared for a no-op: `(h)` is `h`, but `(...)` is not `...`."""
     return [(names, grouped and ELL in names) for names, grouped in side.dims]
@@ -203,20 +213,20 @@ def function_source(kind: str, fname: str, pattern: str, kwargs: list[str],
         perm = [la.index(a) for a in ra]
         if perm == list(range(len(perm))):  # a pure reshape: no permute between the reshapes
             if _dim_keys(left) != _dim_keys(right):
-                gen.lines.append(f"{x} = {x}.reshape({gen.shape_of(right.dims, True)})")
+                gen.reshape(gen.shape_of(right.dims, True))
         else:
             if not simple_left:
-                gen.lines.append(f"{x} = {x}.reshape({gen.prod_each(la)})")
+                gen.reshape(gen.prod_each(la))
             _permute(gen, la, ra)
             if not simple_right:
-                gen.lines.append(f"{x} = {x}.reshape({gen.shape_of(right.dims, True)})")
+                gen.reshape(gen.shape_of(right.dims, True))
     elif kind == "reduce":
         op = REDUCTIONS.get(reduction or "")
         if op is None:
             raise PatternError(f"reduce {pattern!r}: reduction {reduction!r} is not one of "
                                f"{', '.join(REDUCTIONS)}")
         if not simple_left:
-            gen.lines.append(f"{x} = {x}.reshape({gen.prod_each(la)})")
+            gen.reshape(gen.prod_each(la))
         dims = [i for i, a in enumerate(la) if a not in ra]
         if dims and reduction in _CHAINED:
             chain = "".join(f".{op}({d})" for d in reversed(dims))
@@ -227,7 +237,7 @@ def function_source(kind: str, fname: str, pattern: str, kwargs: list[str],
         kept = [a for a in la if a in ra]
         _permute(gen, kept, ra)
         if not simple_right:
-            gen.lines.append(f"{x} = {x}.reshape({gen.shape_of(right.dims, True)})")
+            gen.reshape(gen.shape_of(right.dims, True))
     else:
         _repeat_body(gen, left, right, pattern, kwargs, simple_left, simple_right)
     last = gen.lines[-1] if gen.lines else ""
@@ -254,19 +264,18 @@ def _repeat_body(gen: _Gen, left: _Side, right: _Side, pattern: str, kwargs: lis
     perm = [la.index(a) for a in kept]
     if perm != list(range(len(perm))):
         if not simple_left:
-            gen.lines.append(f"{x} = {x}.reshape({gen.prod_each(la)})")
+            gen.reshape(gen.prod_each(la))
         _permute(gen, la, kept)
         folded = True
     else:
         folded = simple_left
     if new or not folded:
-        gen.lines.append(f"{x} = {x}.reshape("
-                         f"{', '.join('1' if a in new else gen.prod([a]) for a in ra)})")
+        gen.reshape(", ".join("1" if a in new else gen.prod([a]) for a in ra))
     if new:
         gen.lines.append(f"{x} = {x}.expand("
                          f"{', '.join(gen.size[a] if a in new else '-1' for a in ra)})")
     if not simple_right:
-        gen.lines.append(f"{x} = {x}.reshape({gen.shape_of(right.dims, True)})")
+        gen.reshape(gen.shape_of(right.dims, True))
 
 
 def einsum_equation(pattern: str) -> str:

@@ -109,6 +109,18 @@ CASES = [
     ("", "reduce(x > 0, 'b n d -> b d', 'any')", [((2, 3, 4), None)]),
     ("", "reduce(x > -1, 'b n d -> b', 'all')", [((2, 3, 4), None)]),
     ("", "einops.repeat(x, 'b n d -> b (n r) d', r = 2)", [((2, 3, 4), None)]),
+    # more forms counted in x-transformers and denoising-diffusion-pytorch 2.x
+    ("", "repeat(x.sum(), ' -> b', b = 3)", [((2, 3), None)]),
+    ("", "rearrange(x, '... 1 -> ...')", [((2, 3, 1), None), ((1,), None)]),
+    ("", "rearrange(x, '1 ... -> ...')", [((1, 3, 2), None)]),
+    ("", "rearrange(x, '... d r -> ... (d r)')", [((2, 3, 4), None), ((3, 2), None)]),
+    ("", "repeat(x, '... -> b ...', b = 2)", [((3, 4), None), ((5,), None)]),
+    ("", "rearrange(x, 'b n h -> b h n 1')", [((2, 3, 4), None)]),
+    ("", "rearrange(x, 'b (n m) d -> (b n) m d', m = 2)", [((2, 6, 3), None), ((1, 2, 1), None)]),
+    ("", "reduce(x, 'b (h c) x y -> b h (x y) c', 'sum', h = 2)", [((2, 4, 3, 3), None)]),
+    ("", "einsum(x, y, 'b h d n, b h e n -> b h d e')", [((2, 3, 4, 5), (2, 3, 6, 5))]),
+    ("", "pack([x, y], '* n')", [((3, 4), (2, 5, 4))]),
+    ("", "unpack(x, [[2], [-1]], 'b *')", [((3, 7), None)]),
 ]
 
 
