@@ -359,3 +359,39 @@ def test_extract_tasks_gives_an_einops_free_task(tmp_path):
     assert not _imports_einops(tasks[0].source) and not _imports_einops(tasks[0].cpu_source)
     assert [r.reason for r in rejections] == ["einops_dynamic"]
     assert "rearrange(out, self.out_pattern)" in rejections[0].detail
+
+
+@st.composite
+def _reductions(draw):
+    n = draw(st.integers(2, 5))
+    names = [f"a{i}" for i in range(n)]
+    sizes = {a: draw(st.integers(1, 3)) for a in names}
+    kept = [a for a in names if draw(st.booleans())]
+    out = draw(st.permutations(kept))
+    op = draw(st.sampled_from(["sum", "mean", "max", "min", "prod"]))
+    return names, sizes, list(out), op
+
+
+@settings(max_examples=40, deadline=None)
+@given(_reductions())
+def test_random_reduce_patterns(case):
+    names, sizes, out, op = case
+    # the first two input axes arrive merged, as `(h w)` does in real code
+    left = f"({names[0]} {names[1]}) " + " ".join(names[2:])
+    pattern = f"{left} -> {' '.join(out)}"
+    expr = f"reduce(x, {pattern!r}, {op!r}, {names[1]}={sizes[names[1]]})"
+    source = _module("", expr)
+    rewritten, _ = rewrite_einops(source)
+    x = torch.randn([sizes[names[0]] * sizes[names[1]], *(sizes[a] for a in names[2:])])
+    _same(_run(source, x, None), _run(rewritten, x, None))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 3), st.integers(1, 3), st.booleans())
+def test_random_repeat_patterns(n, r, c, merge):
+    right = "(b r) n c" if merge else "b n r c"
+    expr = f"repeat(x, 'b n -> {right}', r={r}, c={c})"
+    source = _module("", expr)
+    rewritten, _ = rewrite_einops(source)
+    x = torch.randn(2, n)
+    _same(_run(source, x, None), _run(rewritten, x, None))
