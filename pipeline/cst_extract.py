@@ -401,7 +401,7 @@ class _Collector:
             return
         if b.orig in MODULE_BASES:
             return
-        if self.resolver is None or depth >= 4:
+        if self.resolver is None or depth >= 8:  # re-exports through __init__ files are deep
             raise ExtractError("unresolved_name", f"{name} from {'.' * b.level}{b.module}")
         found = self.resolver(info.path, b.module, b.level)
         if found is None:

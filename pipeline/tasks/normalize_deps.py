@@ -101,6 +101,8 @@ TIMM: dict[str, tuple[str, tuple[str, ...]]] = {
         x = torch.nn.functional.layer_norm(x, self.normalized_shape, self.weight, self.bias,
                                            self.eps)
         return x.permute(0, 3, 1, 2)''', ()),
+    "_assert": ('''def _assert(condition: bool, message: str):
+    assert condition, message''', ()),
     "use_fused_attn": ('''def use_fused_attn(experimental: bool = False) -> bool:
     """timm's switch to F.scaled_dot_product_attention; a task keeps the explicit math."""
     return False''', ()),
