@@ -347,6 +347,10 @@ class _Collector:
             node = info.tree.body[b.index]
             if (info.path, b.index) in self.closure.stmts:
                 return
+            owner = self.defined.get(name)
+            if owner is not None and ast.dump(
+                    self.files[owner[0]].tree.body[owner[1]]) == ast.dump(node):
+                return  # one helper copied into several files (`exists`, `default`)
             if isinstance(node, ast.ClassDef) and depth > 0:
                 bad = [_root_name(x) for x in node.bases if _root_name(x) in REJECT_BASES]
                 if bad:

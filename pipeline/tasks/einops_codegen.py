@@ -341,6 +341,33 @@ def unpack_source(fname: str, pattern: str) -> str:
             f"            for p, s in zip(parts, shapes)]\n")
 
 
+def runtime_pack_source(fname: str) -> str:
+    """`def fname(tensors, pattern)`: einops.pack for a pattern known only at run time (a
+    `pack_one(t, pattern)` helper); pack patterns are names and one `*`, parsed in two lines."""
+    return (f"def {fname}(tensors, pattern):\n"
+            f'    """einops.pack(tensors, pattern)."""\n'
+            f"    axes = pattern.split()\n"
+            f"    before, after = axes.index('*'), len(axes) - axes.index('*') - 1\n"
+            f"    shapes = [t.shape[before:t.dim() - after] for t in tensors]\n"
+            f"    flat = [t.reshape(*t.shape[:before], s.numel(), *t.shape[t.dim() - after:])\n"
+            f"            for t, s in zip(tensors, shapes)]\n"
+            f"    return torch.cat(flat, dim=before), shapes\n")
+
+
+def runtime_unpack_source(fname: str) -> str:
+    """`def fname(x, shapes, pattern)`: einops.unpack for a pattern known only at run time."""
+    return (f"def {fname}(x, shapes, pattern):\n"
+            f'    """einops.unpack(x, shapes, pattern)."""\n'
+            f"    axes = pattern.split()\n"
+            f"    before, after = axes.index('*'), len(axes) - axes.index('*') - 1\n"
+            f"    lengths = [-1 if -1 in s else math.prod(s) for s in shapes]\n"
+            f"    if -1 in lengths:\n"
+            f"        lengths[lengths.index(-1)] = x.shape[before] - sum(lengths) - 1\n"
+            f"    parts = x.split(lengths, dim=before)\n"
+            f"    return [p.reshape(*x.shape[:before], *s, *x.shape[x.dim() - after:])\n"
+            f"            for p, s in zip(parts, shapes)]\n")
+
+
 def parse_shape_source(fname: str, pattern: str) -> str:
     """`def fname(x)` -> {axis: length}, as einops.parse_shape (`_` skips a dim)."""
     tokens = pattern.replace("...", f" {ELL} ").split()

@@ -126,13 +126,17 @@ class _Rewriter(cst.CSTTransformer):
         self.b.taken.add(f"{base}{k}")
         return f"{base}{k}"
 
+    def _literal_pattern(self, expr: cst.BaseExpression) -> str | None:
+        value = _literal(expr)
+        if value is None and isinstance(expr, cst.Name):
+            value = self.b.constants.get(expr.value)
+        return value
+
     def pattern(self, call: cst.Call, expr: cst.BaseExpression | None, api: str) -> str:
         text = self.code.code_for_node(call)
         if expr is None:
             raise NormalizeError("einops_dynamic", f"{api} without a pattern: {text[:120]}")
-        value = _literal(expr)
-        if value is None and isinstance(expr, cst.Name):
-            value = self.b.constants.get(expr.value)
+        value = self._literal_pattern(expr)
         if value is None:
             raise NormalizeError("einops_dynamic",
                                  f"{text[:120]}: the pattern is not a string literal")
@@ -169,6 +173,12 @@ class _Rewriter(cst.CSTTransformer):
                                                                 "pattern"],
                      "parse_shape": ["x", "pattern"]}[api]
             args = _by_name(pos, kw, names)
+            if api != "parse_shape" and args[-1] is not None and self._literal_pattern(
+                    args[-1]) is None:  # pack_one(t, pattern): parse the pattern at run time
+                make_any = (gen.runtime_pack_source if api == "pack"
+                            else gen.runtime_unpack_source)
+                name = self._helper((api, None), make_any, f"_{api}_", api == "unpack")
+                return cst.Call(cst.Name(name), _commas([cst.Arg(a) for a in args]))
             pattern = self.pattern(call, args[-1], api)
             make = {"pack": gen.pack_source, "unpack": gen.unpack_source,
                     "parse_shape": gen.parse_shape_source}[api]
@@ -213,7 +223,7 @@ class _Rewriter(cst.CSTTransformer):
         self.uses_math |= needs_math
         self.helpers[key] = name
         self.sources.append(source)
-        self.rewritten.append(f"{key[0]}:{key[1]}")
+        self.rewritten.append(f"{key[0]}:{key[1] or 'pattern at run time'}")
         return name
 
     def _layer(self, api: str, fname: str, pattern: str, axes: list[str],

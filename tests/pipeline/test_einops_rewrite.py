@@ -395,3 +395,28 @@ def test_random_repeat_patterns(n, r, c, merge):
     rewritten, _ = rewrite_einops(source)
     x = torch.randn(2, n)
     _same(_run(source, x, None), _run(rewritten, x, None))
+
+
+PACK_ONE = HEADER + '''
+
+def pack_one(t, pattern):
+    return pack([t], pattern)
+
+
+def unpack_one(t, ps, pattern):
+    return unpack(t, ps, pattern)[0]
+
+
+class Model(nn.Module):
+    def forward(self, x, y=None):
+        packed, ps = pack_one(x, 'b * d')
+        return unpack_one(packed.cumsum(dim=1), ps, 'b * d')
+'''
+
+
+def test_pack_one_helpers_parse_the_pattern_at_run_time():
+    rewritten, done = rewrite_einops(PACK_ONE)
+    assert "pack:pattern at run time" in done and not _imports_einops(rewritten)
+    for shape in ((2, 3, 4, 5), (1, 7, 2), (3, 1)):
+        x = torch.randn(shape)
+        _same(_run(PACK_ONE, x, None), _run(rewritten, x, None))

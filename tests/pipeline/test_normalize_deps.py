@@ -253,3 +253,28 @@ def test_progress_bars_and_version_checks_become_stand_ins():
     model = _load(ext.source)["Model"]()
     assert model.flash is True
     torch.testing.assert_close(model(torch.ones(2)), torch.full((2,), 0.125))
+
+
+def test_one_helper_copied_into_two_files_is_not_a_clash(tmp_path):
+    helper = "def exists(v):\n    return v is not None\n\n\n"
+    files = {
+        "pkg/attend.py": "import torch\nfrom torch import nn\n\n\n" + helper + (
+            "class Attend(nn.Module):\n    def forward(self, q, mask=None):\n"
+            "        return q.softmax(-1) if not exists(mask) else q.masked_fill(~mask, 0)\n"),
+        "pkg/model.py": "import torch\nfrom torch import nn\nfrom .attend import Attend\n\n\n"
+            + helper + "class Net(nn.Module):\n    def __init__(self, scale=None):\n"
+            "        super().__init__()\n        self.attend = Attend()\n"
+            "        self.scale = scale if exists(scale) else 2.0\n\n"
+            "    def forward(self, x):\n        return self.attend(x * self.scale)\n",
+        "pkg/other.py": "def exists(v):\n    return bool(v)\n",
+    }
+    commit = _git_repo(tmp_path, files)
+    resolver = repo_resolver(str(tmp_path), commit)
+    ext = extract_class(files["pkg/model.py"], "Net", "pkg/model.py", resolver)
+    assert ext.source.count("def exists") == 1
+    x = torch.randn(2, 5)
+    torch.testing.assert_close(_load(ext.source)["Model"]()(x), (x * 2.0).softmax(-1))
+    clash = files["pkg/model.py"].replace(helper, "def exists(v):\n    return bool(v)\n\n\n")
+    with pytest.raises(ExtractError) as info:
+        extract_class(clash, "Net", "pkg/model.py", resolver)
+    assert info.value.reason == "name_clash"
