@@ -278,3 +278,17 @@ def test_one_helper_copied_into_two_files_is_not_a_clash(tmp_path):
     with pytest.raises(ExtractError) as info:
         extract_class(clash, "Net", "pkg/model.py", resolver)
     assert info.value.reason == "name_clash"
+
+
+def test_resolver_finds_src_layouts_and_package_roots(tmp_path):
+    commit = _git_repo(tmp_path, {
+        "src/lib/__init__.py": "from .ops import double\n",
+        "src/lib/ops.py": "def double(x):\n    return x * 2\n",
+        "project/models/layers.py": "SCALE = 3\n",
+    })
+    resolver = repo_resolver(str(tmp_path), commit)
+    assert resolver("src/lib/net.py", "lib", 0)[0] == "src/lib/__init__.py"
+    assert resolver("src/lib/net.py", "ops", 1)[0] == "src/lib/ops.py"
+    assert resolver("project/models/vit.py", "models.layers", 0)[0] == "project/models/layers.py"
+    assert resolver("src/lib/net.py", "numpy", 0) is None
+    assert resolver("src/lib/net.py", "ops", 5) is None
