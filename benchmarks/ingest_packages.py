@@ -148,6 +148,8 @@ def main() -> None:
     parser.add_argument("--table", nargs="*", metavar="LABEL=JSON",
                         help="render runs written with --json side by side")
     parser.add_argument("--out", type=Path, help="write the table here as well")
+    parser.add_argument("--note", action="append", default=[],
+                        help="a line written above the table (how it was measured)")
     args = parser.parse_args()
     if args.table:
         runs = {pair.split("=", 1)[0]: json.loads(Path(pair.split("=", 1)[1]).read_text())
@@ -162,10 +164,10 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
         runs = {"this run": rows}
-    text = render(runs)
-    print(text)
+    text = "".join(f"# {line}\n" for line in args.note) + render(runs)
     if args.out:
         args.out.write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":
