@@ -23,6 +23,7 @@ import libcst as cst
 
 from pipeline.tasks.normalize import NormalizeError, normalize_source
 from pipeline.tasks.normalize_deps import absolute_module, dependency_definitions
+from pipeline.tasks.repo_resolver import same_definition
 
 # Top-level modules a task file may import (the verifier has torch + stdlib only).
 ALLOWED_MODULES = frozenset({
@@ -348,8 +349,8 @@ class _Collector:
             if (info.path, b.index) in self.closure.stmts:
                 return
             owner = self.defined.get(name)
-            if owner is not None and ast.dump(
-                    self.files[owner[0]].tree.body[owner[1]]) == ast.dump(node):
+            if owner is not None and same_definition(
+                    self.files[owner[0]].tree.body[owner[1]], node):
                 return  # one helper copied into several files (`exists`, `default`)
             if isinstance(node, ast.ClassDef) and depth > 0:
                 bad = [_root_name(x) for x in node.bases if _root_name(x) in REJECT_BASES]

@@ -9,6 +9,8 @@ clone in the ingest cache.
 
 from __future__ import annotations
 
+import ast
+import copy
 import functools
 import subprocess
 from collections.abc import Callable
@@ -90,3 +92,24 @@ def repo_resolver(repo_url: str, commit: str, cache_dir: str | Path | None = Non
         return None
 
     return resolve
+
+
+def same_definition(a: ast.stmt, b: ast.stmt) -> bool:
+    """True when two top-level statements define the same thing up to argument names: research
+    repositories copy `def exists(val)` / `def exists(x)` into every file."""
+    return _canonical(a) == _canonical(b)
+
+
+def _canonical(node: ast.stmt) -> str:
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return ast.dump(node)
+    node = copy.deepcopy(node)
+    args = node.args
+    every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+    names = {a.arg: f"_arg{i}" for i, a in enumerate(every) if a is not None}
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.arg) and sub.arg in names:
+            sub.arg = names[sub.arg]
+        elif isinstance(sub, ast.Name) and sub.id in names:
+            sub.id = names[sub.id]
+    return ast.dump(node)

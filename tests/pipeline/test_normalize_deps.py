@@ -262,7 +262,7 @@ def test_one_helper_copied_into_two_files_is_not_a_clash(tmp_path):
             "class Attend(nn.Module):\n    def forward(self, q, mask=None):\n"
             "        return q.softmax(-1) if not exists(mask) else q.masked_fill(~mask, 0)\n"),
         "pkg/model.py": "import torch\nfrom torch import nn\nfrom .attend import Attend\n\n\n"
-            + helper + "class Net(nn.Module):\n    def __init__(self, scale=None):\n"
+            + helper.replace("v", "val") + "class Net(nn.Module):\n    def __init__(self, scale=None):\n"
             "        super().__init__()\n        self.attend = Attend()\n"
             "        self.scale = scale if exists(scale) else 2.0\n\n"
             "    def forward(self, x):\n        return self.attend(x * self.scale)\n",
@@ -274,7 +274,7 @@ def test_one_helper_copied_into_two_files_is_not_a_clash(tmp_path):
     assert ext.source.count("def exists") == 1
     x = torch.randn(2, 5)
     torch.testing.assert_close(_load(ext.source)["Model"]()(x), (x * 2.0).softmax(-1))
-    clash = files["pkg/model.py"].replace(helper, "def exists(v):\n    return bool(v)\n\n\n")
+    clash = files["pkg/model.py"].replace(helper.replace("v", "val"), "def exists(v):\n    return bool(v)\n\n\n")
     with pytest.raises(ExtractError) as info:
         extract_class(clash, "Net", "pkg/model.py", resolver)
     assert info.value.reason == "name_clash"
