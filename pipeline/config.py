@@ -32,6 +32,7 @@ class TasksConfig(Section):
     max_tasks: int | None = None
     gpu_max_gb: float = 4.0  # GPU-size inputs, weights and outputs stay below this
     probe_memory_mb: int = 6144  # address-space limit of each sandboxed probe worker
+    repo_cache_dir: str | None = None  # git clones, for helpers in sibling files (run_tasks sets)
 
 
 class GenerateConfig(Section):

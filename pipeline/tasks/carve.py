@@ -21,6 +21,10 @@ from pathlib import Path
 
 import libcst as cst
 
+from pipeline.tasks.normalize import NormalizeError, normalize_source
+from pipeline.tasks.normalize_deps import absolute_module, dependency_definitions
+from pipeline.tasks.repo_resolver import same_definition
+
 # Top-level modules a task file may import (the verifier has torch + stdlib only).
 ALLOWED_MODULES = frozenset({
     "torch", "math", "typing", "typing_extensions", "collections", "functools", "itertools",
@@ -153,6 +157,7 @@ class Extraction:
     included: list[str] = field(default_factory=list)
     inlined: list[str] = field(default_factory=list)
     shims: list[str] = field(default_factory=list)
+    normalized: list[str] = field(default_factory=list)  # einops patterns rewritten to torch
 
 
 # A resolver maps (importing file path, module as written, level) to (path, source) or None.
@@ -307,6 +312,7 @@ class _Closure:
     config_refs: list[tuple[str, str]] = field(default_factory=list)  # (path, class name)
     inlined: list[str] = field(default_factory=list)
     renames: dict[tuple[str, str], str] = field(default_factory=dict)
+    definitions: dict[str, str] = field(default_factory=dict)  # timm blocks etc., in order
 
 
 class _Collector:
@@ -342,6 +348,10 @@ class _Collector:
             node = info.tree.body[b.index]
             if (info.path, b.index) in self.closure.stmts:
                 return
+            owner = self.defined.get(name)
+            if owner is not None and same_definition(
+                    self.files[owner[0]].tree.body[owner[1]], node):
+                return  # one helper copied into several files (`exists`, `default`)
             if isinstance(node, ast.ClassDef) and depth > 0:
                 bad = [_root_name(x) for x in node.bases if _root_name(x) in REJECT_BASES]
                 if bad:
@@ -384,12 +394,19 @@ class _Collector:
             if name not in self.closure.shims:
                 self._shim_needs(name)
             return
+        defs = dependency_definitions(absolute_module(info.path, b.module, b.level), b.orig)
+        if defs is not None:  # a torch building block of timm & co: its definition comes along
+            for def_name, source in defs:
+                self.closure.definitions.setdefault(def_name, source)
+            if name != b.orig:
+                self.closure.definitions.setdefault(name, f"{name} = {b.orig}")
+            return
         if b.orig.endswith("Config"):
             self.closure.config_refs.append((info.path, b.orig))
             return
         if b.orig in MODULE_BASES:
             return
-        if self.resolver is None or depth >= 4:
+        if self.resolver is None or depth >= 8:  # re-exports through __init__ files are deep
             raise ExtractError("unresolved_name", f"{name} from {'.' * b.level}{b.module}")
         found = self.resolver(info.path, b.module, b.level)
         if found is None:
@@ -845,12 +862,15 @@ def extract_class(code: str, class_name: str, path: str = "<file>",
     if any(i == "from torch import nn" for i in header):
         header.remove("import torch.nn as nn")
     text = "\n".join(header) + "\n\n\n"
+    if closure.definitions:
+        text += "\n\n\n".join(closure.definitions.values()) + "\n\n\n"
     if closure.shims:
         text += "\n\n\n".join(SHIMS[s] for s in closure.shims) + "\n\n\n"
     if config_values is not None:
         text += _config_source(config_name or "the config", config_values, subs) + "\n\n"
     text += body_text
-    known = set(_BUILTINS) | set(collector.defined) | set(closure.shims) | {
+    known = set(_BUILTINS) | set(collector.defined) | set(closure.shims) | set(
+        closure.definitions) | {
         "ModelConfig", "Model", "torch", "nn"}
     for line in header:
         known.update(_import_names(line))
@@ -863,6 +883,10 @@ def extract_class(code: str, class_name: str, path: str = "<file>",
         out = module.code
     except cst.ParserSyntaxError as exc:
         raise ExtractError("syntax_error", f"rewritten {class_name}: {exc}") from None
+    try:
+        out, normalized = normalize_source(out)
+    except NormalizeError as exc:
+        raise ExtractError(exc.reason, f"{class_name}: {exc.detail}") from None
     fwd_params = [Param("input")] if inherited_forward else _params(fwd_fn)
     out_tree = ast.parse(out)
     model_node = next((n for n in out_tree.body if isinstance(n, ast.ClassDef)
@@ -874,7 +898,8 @@ def extract_class(code: str, class_name: str, path: str = "<file>",
             fwd_params = _params(own)
     init_rest = [p for p in init_params if p.name != config_param]
     return Extraction(out, class_name, init_rest, fwd_params, config_values, config_name,
-                      [f"{p}:{i}" for p, i in closure.stmts], closure.inlined, closure.shims)
+                      [f"{p}:{i}" for p, i in closure.stmts], closure.inlined, closure.shims,
+                      normalized)
 
 
 def _guess_config_class(info: _FileInfo, class_name: str) -> str:

@@ -24,6 +24,7 @@ from pipeline.tasks.annotate import annotate_forward, forward_text
 from pipeline.tasks.carve import ExtractError, Extraction, Param, extract_class, package_resolver
 from pipeline.tasks.probe_pool import ProbePool
 from pipeline.tasks.reasoning import GPUS, op_families, reasoning_trace, task_level
+from pipeline.tasks.repo_resolver import repo_resolver
 from pipeline.tasks.taskfile import substitute_constants, task_id_of
 from schemas import RawModule, Rejection, Task, TensorSpec
 
@@ -59,11 +60,13 @@ def is_complete_task(code: str) -> bool:
     return {"Model", "get_inputs", "get_init_inputs"} <= names
 
 
-def _resolver_for(m: RawModule) -> Callable | None:
+def _resolver_for(m: RawModule, cfg: TasksConfig | None = None) -> Callable | None:
     if m.source_kind == "transformers":
         spec = importlib.util.find_spec("transformers")
         if spec and spec.origin:
             return package_resolver(Path(spec.origin).parent, "transformers")
+    if m.source_kind == "git":  # sibling files of the repository, at the module's commit
+        return repo_resolver(m.repo_url, m.commit, cfg.repo_cache_dir if cfg else None)
     return None
 
 
@@ -271,7 +274,7 @@ def build_task(m: RawModule, ext: Extraction | None, probe: dict, cfg: TasksConf
             "cpu_inputs": probe.get("cpu_inputs"), "op_counts": gpu.get("op_counts", {})}
     if ext is not None:
         meta.update(config_class=ext.config_class, inlined=ext.inlined, shims=ext.shims,
-                    included=ext.included)
+                    included=ext.included, normalized=ext.normalized)
     return Task(
         task_id=task_id, name=name, source=annotated, cpu_source=cpu_source,
         init_inputs=json.dumps(probe["init_inputs"]), input_specs=_specs(inputs),
@@ -299,7 +302,7 @@ def prepare(m: RawModule, cfg: TasksConfig) -> _Prepared:
                                                   "expected a complete KernelBench file"))
         return _Prepared(m, job={"kind": "complete", "source": m.code, **common})
     try:
-        ext = extract_class(m.code, m.module_name, m.path, _resolver_for(m))
+        ext = extract_class(m.code, m.module_name, m.path, _resolver_for(m, cfg))
     except ExtractError as exc:
         return _Prepared(m, rejection=_reject(m, exc.reason, exc.detail))
     except RecursionError:

@@ -44,10 +44,12 @@ def run_tasks(ws: Workspace, run: Run, cfg: Config, *, batch_size: int | None = 
     counts: Counter[str] = Counter(modules=len(modules), skipped=len(modules) - len(pending))
     reasons: Counter[str] = Counter()
     size = max(1, batch_size or cfg.flows.batch_size)
+    tasks_cfg = cfg.tasks if cfg.tasks.repo_cache_dir else cfg.tasks.model_copy(
+        update={"repo_cache_dir": str(ws.cache_dir)})  # clones of git sources live here
     with ProbePool(cfg.tasks.workers, cfg.tasks.probe_memory_mb) as pool:
         for start in range(0, len(pending), size):
             batch = pending[start:start + size]
-            tasks, rejections = extract_tasks(batch, cfg.tasks, pool=pool)
+            tasks, rejections = extract_tasks(batch, tasks_cfg, pool=pool)
             kept, dropped = curate_tasks(tasks, cfg.tasks, existing)
             run.write(kept)
             run.write(rejections + dropped)
