@@ -52,6 +52,8 @@ class RunOutcome:
     failure: str = ""  # one line when payload is None
     flood: bool = False
     wall_s: float = 0.0
+    outputs: Any = None  # the raw trial outputs (sandboxed runs): the parent judges them itself
+    rechecked: bool = False  # whether `outputs` were collected (sandboxed runs only, so far)
 
 
 class GpuWorkerProcess:

@@ -48,6 +48,7 @@ class SandboxLimits:
     open_files: int = 1024
     isolate_network: bool = True
     processes: int = 512  # tasks (processes + threads) in the run's pids cgroup / RLIMIT_NPROC
+    isolate: bool = True  # namespaces, private /tmp, no root (verifier.isolate; fork server)
 
 
 @dataclass
