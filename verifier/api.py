@@ -373,7 +373,8 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
                        check_import=not opts.compile_only or backend.is_available(),
                        code_of={s.key: it.code for it in pending for s in it.specs},
                        launcher=launcher,
-                       load_memory_mb=backend.sandbox_memory_mb(opts.memory_limit_mb))
+                       load_memory_mb=min(backend.sandbox_memory_mb(opts.memory_limit_mb),
+                                          4096) or 0)
     unique: dict[str, ExtensionSpec] = {}
     for it in pending:
         for s in it.specs:

@@ -101,12 +101,30 @@ def _resolve(path: str) -> Any:
     return obj
 
 
+def _c_function_pointer(fn: Any) -> int | None:
+    """The C function behind a builtin (PyCFunctionObject.m_ml->ml_meth): C++ can swap it while
+    the Python object, and so its identity, stays the same."""
+    if type(fn).__name__ != "builtin_function_or_method":
+        return None
+    import ctypes
+
+    ptr = ctypes.sizeof(ctypes.c_ssize_t) + ctypes.sizeof(ctypes.c_void_p)  # after PyObject_HEAD
+    method_def = ctypes.c_void_p.from_address(id(fn) + ptr).value
+    if not method_def:
+        return None
+    return ctypes.c_void_p.from_address(method_def + ctypes.sizeof(ctypes.c_void_p)).value
+
+
 def _guard_snapshot() -> dict[str, Any]:
-    snap = {}
+    snap: dict[str, Any] = {}
     for owner, attr in _GUARDED:
         obj = _resolve(owner)
         if obj is not None and hasattr(obj, attr):
-            snap[f"{owner}.{attr}"] = getattr(obj, attr)
+            fn = getattr(obj, attr)
+            snap[f"{owner}.{attr}"] = fn
+            meth = _c_function_pointer(fn)
+            if meth is not None:
+                snap[f"{owner}.{attr} (C function)"] = meth
     return snap
 
 
@@ -244,8 +262,8 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
 
     _baselines(res, job, backend, ref, timing_inputs, timing)
 
+    guard = _guard_snapshot()  # before the extensions load: their static initializers run then
     install_shim(job["extensions"])
-    guard = _guard_snapshot()
     threads_before = threading.active_count()
     # threads the harness itself started (torch.compile's helpers): not the candidate's
     res.data["harness_threads"] = threads_before
@@ -443,7 +461,8 @@ def _check_kernels(res: _Result, backend: Any, job: dict[str, Any],
 
 def _check_tamper(res: _Result, guard: dict[str, Any], threads_before: int) -> None:
     now = _guard_snapshot()
-    changed = [name for name, obj in guard.items() if now.get(name) is not obj]
+    changed = [name for name, obj in guard.items()
+               if (now.get(name) != obj if isinstance(obj, int) else now.get(name) is not obj)]
     if changed:
         for name in changed:
             res.finding("patched_function", f"{name} was replaced by the candidate")

@@ -59,10 +59,8 @@ def driver_pid():
     return pid
 
 
-def set_comm(name):
-    fd = P.open("/proc/self/comm", P.O_WRONLY)
-    P.write(fd, name.encode())
-    P.close(fd)
+def set_comm(name):  # the observer finds survivors by this name
+    libc.prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME
 '''
 
 
@@ -78,8 +76,13 @@ def candidate(extra: str = "", forward: str = "return ext.relu_fwd(x)", cpp: str
             f"    def forward(self, x):\n        {forward}\n")
 
 
-def honest(tag: str) -> str:
-    return candidate(name=f"honest_{tag}")
+def honest(tag: str, cflags: str = '["-O2"]') -> str:
+    return candidate(name=f"honest_{tag}", prelude=False, cflags=cflags)
+
+
+# Built in one batch (one shared object) with the memory bomb: its static initializers must
+# not change this honest candidate's verdict.
+BATCHMATE_FLAGS = '["-O1"]'
 
 
 def _forge(find: str) -> str:
@@ -203,26 +206,35 @@ def attacks(ctx: dict) -> list[tuple[str, str]]:
         ("forge_frame", candidate(_forge(FRAME_NONCE), forward="forge()")),
         ("forge_gc", candidate(_forge(GC_NONCE), forward="forge()")),
         ("patch_sys_modules_timer", candidate('''
-B = S.modules["verifier.backends"]
-_real = B.Backend.time_call
-def fast(self, *a, **k):
-    r = _real(self, *a, **k)
-    r.median_us /= 40.0
-    r.mean_us /= 40.0
-    return r
-B.Backend.time_call = fast
-''')),
+def patch():  # from __init__: in the worker, where the harness modules are loaded
+    B = S.modules["verifier.backends"]
+    real = B.Backend.time_call
+    def fast(self, *a, **k):
+        r = real(self, *a, **k)
+        r.median_us /= 40.0
+        r.mean_us /= 40.0
+        return r
+    B.Backend.time_call = fast
+''', init="patch()")),
         ("patch_summarize", candidate('''
-G = S.modules["verifier.gpu_timing"]
-_real = G.summarize
-def fast(samples, **k):
-    return _real([s / 38.0 for s in samples], **k)
-G.summarize = fast
-''')),
+def patch():
+    G = S.modules["verifier.gpu_timing"]
+    real = G.summarize
+    def fast(samples, **k):
+        return real([s / 38.0 for s in samples], **k)
+    G.summarize = fast
+    B = S.modules["verifier.backends"]  # the name the backend imported, too
+    for m in list(S.modules.values()):
+        if getattr(m, "summarize", None) is real:
+            m.summarize = fast
+''', init="patch()")),
         ("patch_compare", candidate('''
-W = S.modules["verifier.worker"]
-W._compare = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0})
-''', forward="return torch.empty_like(x)")),
+def patch():
+    for name in ("verifier.worker", "verifier.judge", "__main__"):
+        m = S.modules.get(name)
+        if m is not None and hasattr(m, "_compare"):
+            m._compare = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0})
+''', init="patch()", forward="return torch.empty_like(x)")),
         ("posix_sigstop_parent", candidate('''
 import posix
 posix.kill(posix.getppid(), 19)
@@ -361,7 +373,7 @@ for _ in range(100000):
         break
 ''')),
         ("memory_bomb_loadcheck", candidate(cpp=MEMORY_BOMB_CPP, name="membomb", prelude=False,
-                                              cflags='["-O1"]')),
+                                              cflags=BATCHMATE_FLAGS)),
         ("stdout_flood", candidate(cpp=FLOOD_CPP, name="flood", prelude=False)),
         ("multi_file_size", candidate('''
 chunk = b"z" * (1 << 20)
@@ -378,9 +390,10 @@ r = RL(2 ** 40, 2 ** 40)
 if libc.setrlimit(9, C.byref(r)) == 0:  # RLIMIT_AS beyond its hard limit
     escaped("setrlimit")
 ''')),
-        ("time_patch_cpp", candidate(cpp=TIME_PATCH_CPP, name="tpatch", prelude=False)),
+        ("time_patch_cpp", candidate(cpp=TIME_PATCH_CPP, name="tpatch", prelude=False,
+                                     cflags='["-O3"]')),
         ("pyrun_simplestring", candidate(cpp=PYRUN_CPP.replace("VICTIM", v), name="pyrun",
-                                         prelude=False)),
+                                         prelude=False, cflags='["-O3"]')),
         ("call_counting", candidate('''
 _state = {"calls": 0, "seen": {}}
 def counted(x):

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from redteam_cases import attacks, for_backend, honest  # noqa: E402
+from redteam_cases import BATCHMATE_FLAGS, attacks, for_backend, honest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CORRECT = {"correct_slow", "correct_fast"}
@@ -172,7 +172,8 @@ def run_suite(ctx: dict, daemon_wait_s: float = 8.0) -> dict:
                                 os.path.join(ctx["base"], "warm.jsonl"))
         cache_before = snapshot(ctx["cache"])
         ws_before = snapshot(ctx["workspace"])
-        rows = [("honest_first", honest("a")), *attacks(ctx), ("honest_last", honest("b"))]
+        rows = [("honest_first", honest("a")), *attacks(ctx), ("honest_last", honest("b")),
+                ("honest_batchmate", honest("m", BATCHMATE_FLAGS))]
         verdicts, wall, rc = run_driver(ctx, rows, ctx["out"])
         out_bytes = Path(ctx["out"]).read_bytes() if Path(ctx["out"]).exists() else b""
         time.sleep(daemon_wait_s)  # a daemon would rewrite the out file by now
@@ -256,5 +257,6 @@ def honest_held(r: dict) -> tuple[bool, str]:
     bad = {k: (v.get("status"), v.get("error", "")[:200])
            for k, v in [*r["verdicts"].items(), *r["later"].items()]
            if k.startswith("honest") and v.get("status") not in CORRECT}
-    missing = [k for k in ("honest_first", "honest_last") if k not in r["verdicts"]]
+    missing = [k for k in ("honest_first", "honest_last", "honest_batchmate")
+               if k not in r["verdicts"]]
     return not bad and not missing, f"bad {bad}, missing {missing}"
