@@ -38,7 +38,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from verifier.isolate import isolate
+from verifier.isolate import isolate, run_uid
 from verifier.sandbox import (
     SandboxLimits,
     SandboxResult,
@@ -98,7 +98,8 @@ def _child(req: dict[str, Any]) -> None:
         limits = SandboxLimits(**req["limits"])
         workdir, note = req["workdir"], "isolation off"
         if limits.isolate:  # namespaces, private /tmp, hidden home, no root (verifier.isolate)
-            workdir, note = isolate(workdir, limits.file_mb, limits.isolate_network)
+            workdir, note = isolate(workdir, limits.file_mb, limits.isolate_network,
+                                    run_uid(os.getpid()))
         os.chdir(workdir)
         null = os.open(os.devnull, os.O_RDONLY)
         out = os.open(".stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -7,7 +7,7 @@ kernel kills every descendant, daemons and double forks included; the outer proc
 exits with its status), mounts a fresh /proc, puts size-limited tmpfs over /tmp, /var/tmp and
 /dev/shm with the run's directory bound at /tmp/run, hides the home directory of the verifier's
 user (build cache, baselines, credentials) except the paths Python itself needs, makes those
-read-only, and finally drops to the unprivileged `nobody` user with no supplementary groups, no
+read-only, and finally drops to an unprivileged user id of its own (`run_uid`) with no supplementary groups, no
 capabilities and `no_new_privs`. It returns a note on what it could not do; callers log it.
 
 Pure Python through ctypes (Python 3.11 has no os.unshare); bubblewrap is not needed.
@@ -27,6 +27,14 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 NOBODY = 65534
+# Runs at once get different unprivileged ids (RLIMIT_NPROC counts per user: one run's fork
+# bomb must not starve another's threads): RUN_UID_BASE + a slot number.
+RUN_UID_BASE, RUN_UID_SLOTS = 200_000, 1 << 16
+
+
+def run_uid(seq: int) -> int:
+    """An unprivileged user id for the run numbered `seq` (no account needed)."""
+    return RUN_UID_BASE + seq % RUN_UID_SLOTS
 RUN_DIR = "/tmp/run"
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -70,7 +78,8 @@ def _wait_and_mirror(pid: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
-def isolate(workdir: str, tmp_mb: int, network: bool = True) -> tuple[str, str]:
+def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY
+            ) -> tuple[str, str]:
     """Enter the sandbox; returns (the new working directory, a note on what was not done)."""
     root = os.geteuid() == 0
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (CLONE_NEWNET if network else 0)
@@ -105,11 +114,11 @@ def isolate(workdir: str, tmp_mb: int, network: bool = True) -> tuple[str, str]:
         try:
             for dirpath, dirs, files in os.walk(workdir if cwd == workdir else cwd):
                 for name in (*dirs, *files):
-                    os.chown(os.path.join(dirpath, name), NOBODY, NOBODY)
-            os.chown(cwd, NOBODY, NOBODY)
+                    os.chown(os.path.join(dirpath, name), uid, uid)
+            os.chown(cwd, uid, uid)
             os.setgroups([])
-            os.setresgid(NOBODY, NOBODY, NOBODY)
-            os.setresuid(NOBODY, NOBODY, NOBODY)
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
         except OSError as exc:
             notes.append(f"could not drop root ({exc})")
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)

@@ -224,9 +224,10 @@ def enter_and_exec(args: list[str]) -> None:
     join_cgroup(Path(spec["cgroup"]) if spec["cgroup"] else None)
     limits = SandboxLimits(**spec["limits"])
     if limits.isolate:  # namespaces, private /tmp, no root (as in the fork server's children)
-        from verifier.isolate import isolate
+        from verifier.isolate import isolate, run_uid
 
-        cwd, note = isolate(os.getcwd(), limits.file_mb, limits.isolate_network)
+        cwd, note = isolate(os.getcwd(), limits.file_mb, limits.isolate_network,
+                            run_uid(os.getpid()))
         os.chdir(cwd)
         if note:
             os.write(2, f"[sandbox] {note}\n".encode())

@@ -218,12 +218,11 @@ def patch():  # from __init__: in the worker, where the harness modules are load
 ''', init="patch()")),
         ("patch_summarize", candidate('''
 def patch():
-    G = S.modules["verifier.gpu_timing"]
+    G = __import__("verifier.gpu_timing", fromlist=["summarize"])  # imported lazily
     real = G.summarize
     def fast(samples, **k):
         return real([s / 38.0 for s in samples], **k)
     G.summarize = fast
-    B = S.modules["verifier.backends"]  # the name the backend imported, too
     for m in list(S.modules.values()):
         if getattr(m, "summarize", None) is real:
             m.summarize = fast

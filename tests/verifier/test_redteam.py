@@ -24,7 +24,11 @@ _NAMES = [n for n, _ in attacks({"victim": "", "out": "", "cache": "", "workspac
                                  "token": "", "port": 0, "tmp_probe": "", "secret_file": ""})]
 # Attacks that still get through; each is a strict xfail, so a fix turns it into a failure
 # until it is removed from here.
-OPEN: dict[str, str] = {}
+_FORGED_TIMING = ("open: with the static checks bypassed, code in the worker's process patches "
+                  "the harness's timing (Backend.time_call, gpu_timing.summarize) and the parent "
+                  "believes the runtime; needs the parent-clocked cross-check (issue 22, item 1)")
+OPEN: dict[str, str] = {"patch_sys_modules_timer": _FORGED_TIMING,
+                        "patch_summarize": _FORGED_TIMING}
 
 
 @pytest.fixture(scope="module")
