@@ -18,9 +18,7 @@ import json
 import os
 import queue
 import secrets
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -30,17 +28,21 @@ from pathlib import Path
 from typing import Any
 
 from verifier.backends import Backend, BackendUnavailable, get_backend, select_backend
-from verifier.build import BuildContext, Builder, BuildResult, _flags_key, copy_for_worker
+from verifier.build import (
+    BuildContext,
+    Builder,
+    BuildResult,
+    _flags_key,
+)
+from verifier.decide import recheck
 from verifier.extract import FormatError, check_candidate, extract_code
 from verifier.extspec import ExtensionSpec, specs_from_source
 from verifier.forkserver import ForkServer, ForkServerError
-from verifier.gpu_pool import GpuWorkerProcess, RunOutcome
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
 from verifier.reward import finalize
+from verifier.runners import _FLOOD_BYTES, _GpuRunner, _SandboxRunner
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
 from verifier.static import check_cpp, check_python
-
-_FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
 
 
 def default_cache_dir() -> Path:
@@ -137,75 +139,6 @@ _TIMING_DIAGNOSTICS = ("candidate_s", "timing_cv", "timing_trials", "timing_meth
                       "worker_device")
 
 
-class _SandboxRunner:
-    """One execution slot: each candidate in a fresh sandboxed child (forked or spawned)."""
-
-    def __init__(self, launcher: Launcher, backend: Backend, opts: VerifyOptions,
-                 env: dict[str, str], threads: int) -> None:
-        self.launcher, self.backend, self.opts = launcher, backend, opts
-        self.env, self.threads = env, threads
-
-    def run(self, item: _Item, job: dict[str, Any]) -> RunOutcome:
-        workdir = Path(tempfile.mkdtemp(prefix="ks-run-"))
-        try:
-            job = {**job, "extensions": copy_for_worker(list(item.built.values()), workdir),
-                   "threads": self.threads}
-            res = self.launcher.run_module(
-                "verifier.worker",
-                limits=SandboxLimits(timeout_s=self.opts.run_timeout_s,
-                                     memory_mb=self.backend.sandbox_memory_mb(
-                                         self.opts.memory_limit_mb)),
-                input_files={"job.json": json.dumps(job), "task.py": item.req.task_source,
-                             "candidate.py": item.code},
-                env={"OMP_NUM_THREADS": str(self.threads), **self.env}, workdir=workdir)
-            try:
-                stage = json.loads((workdir / "progress.json").read_text()).get(
-                    "stage", "correctness")
-            except (OSError, ValueError):
-                stage = "correctness"
-            # Python ignores SIGXFSZ, so a flood ends in failed writes, not a signal: sizes.
-            flood = sum((workdir / n).stat().st_size for n in (".stdout", ".stderr")
-                        if (workdir / n).exists()) >= _FLOOD_BYTES
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-        failure = "" if res.payload is not None else res.describe_failure()
-        if res.payload is None and "fork server" in res.stderr:
-            failure = "the verifier's fork server stopped answering (" + failure + ")"
-        return RunOutcome(res.payload, stage, res.timed_out, failure, flood, res.wall_s)
-
-    def close(self) -> None:
-        return None
-
-
-class _GpuRunner:
-    """One execution slot pinned to a GPU: a persistent `verifier.gpu_worker` process."""
-
-    def __init__(self, opts: VerifyOptions, env: dict[str, str], backend: str) -> None:
-        self.opts = opts
-        self.worker = GpuWorkerProcess(env, backend)
-        self.lock = threading.Lock()  # warm() and run() never drive the process at once
-
-    def warm(self) -> None:
-        """Start the worker ahead of the first job (it warms while candidates compile)."""
-        with self.lock:
-            if not self.worker.alive():
-                self.worker.start()
-
-    def run(self, item: _Item, job: dict[str, Any]) -> RunOutcome:
-        entries = {r.key: {**r.to_entry(), "path": os.path.abspath(r.path)}
-                   for r in item.built.values() if r.ok}
-        job = {**job, "extensions": entries,
-               "device_sources": [src for s in item.specs
-                                  for src in (*s.cuda_sources, *s.cpp_sources)]}
-        with self.lock:
-            return self.worker.run({"job": job, "task_source": item.req.task_source,
-                                    "candidate_source": item.code}, self.opts.run_timeout_s)
-
-    def close(self) -> None:
-        with self.lock:
-            self.worker.stop()
-
-
 def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Baselines,
              runner: _SandboxRunner | _GpuRunner) -> None:
     """Run the correctness and performance stages for one candidate on one execution slot."""
@@ -213,7 +146,7 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Bas
     device_label = backend.baseline_key()
     base = baselines.get(item.req.task_source, device_label)
     nonce = secrets.token_hex(16)
-    job = {"nonce": nonce, "backend": backend.name,
+    job = {"nonce": nonce, "backend": backend.name, "input_seed": secrets.randbelow(1 << 30),
            "options": {k: getattr(opts, k) for k in _JOB_OPTIONS},
            "eager_us": base.get("eager_us"), "compiled_us": base.get("compiled_us")}
     out = runner.run(item, job)
@@ -246,6 +179,14 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Bas
                              "task error (not the candidate's): " + p.get("error", ""))
         return item.stop(outcome if outcome in ("runtime_error", "incorrect", "cheat")
                          else "runtime_error", p.get("stage", stage), p.get("error", ""))
+    if out.rechecked:  # the worker's "ok" is not believed: the parent compares the outputs
+        ok, why = recheck(item.req.task_source, opts.seed, job["input_seed"], max(1, opts.trials),
+                          out.outputs, (opts.atol_fp32, opts.rtol_fp32, opts.atol_low,
+                                        opts.rtol_low))
+        if not ok:
+            v.findings.append({"rule": "parent_check", "message": why, "line": None,
+                               "severity": "error"})
+            return item.stop("cheat", "correctness", "the worker reported success, but " + why)
     v.runtime_us, v.runtime_iqr_us = p.get("runtime_us"), p.get("runtime_iqr_us")
     v.eager_us, v.compiled_us = p.get("eager_us"), p.get("compiled_us")
     if v.runtime_us and v.eager_us:
@@ -431,7 +372,9 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
     ctx = BuildContext(backend, cache, timeout_s=opts.compile_timeout_s,
                        check_import=not opts.compile_only or backend.is_available(),
                        code_of={s.key: it.code for it in pending for s in it.specs},
-                       launcher=launcher)
+                       launcher=launcher,
+                       load_memory_mb=min(backend.sandbox_memory_mb(opts.memory_limit_mb),
+                                          4096) or 0)
     unique: dict[str, ExtensionSpec] = {}
     for it in pending:
         for s in it.specs:

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ class BuildResult:
     seconds: float = 0.0  # this spec's share of the build time
     batch_size: int = 1
     cached: bool = False
+    sha256: str = ""  # of the shared object, written by the builder, checked before every load
 
     def to_entry(self) -> dict:
         return {"module": self.module, "path": self.path, "mode": self.mode}
@@ -60,6 +62,7 @@ class BuildContext:
     code_of: dict[str, str] = field(default_factory=dict)  # spec key -> candidate code (for #line)
     check_import: bool = True
     launcher: Launcher = field(default_factory=SpawnLauncher)  # sandboxed runs (load checks)
+    load_memory_mb: int = 8192  # address-space limit of the load check (0: none, CUDA hosts)
 
     @property
     def root(self) -> Path:
@@ -152,16 +155,22 @@ class Builder:
     def cached(self, spec: ExtensionSpec) -> BuildResult | None:
         try:
             data = json.loads(self._index_path(spec.key).read_text())
-        except (OSError, ValueError):
+            res = BuildResult(**data)
+        except (OSError, ValueError, TypeError):
             return None
-        if data["ok"] and not Path(data["path"]).is_file():
+        if res.ok and not Path(res.path).is_file():
             return None
-        res = BuildResult(**data)
+        if res.ok and not verify_artefact(res):
+            record_event(f"cache entry {spec.key}: {res.path} does not match its hash; rebuilt")
+            return None
         res.cached = True
         res.seconds = 0.0
         return res
 
     def _store(self, res: BuildResult) -> None:
+        if res.ok and not res.sha256:  # the digest taken when the object was linked
+            side = Path(f"{res.path}.sha256")
+            res.sha256 = side.read_text().strip() if side.is_file() else file_sha256(res.path)
         path = self._index_path(res.key)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         data = {k: v for k, v in res.__dict__.items() if k != "cached"}
@@ -290,7 +299,7 @@ class Builder:
         module = f"ks_b{bkey}"
         out_dir = self.root / "builds" / bkey
         so = out_dir / f"{module}.so"
-        if so.is_file():
+        if so.is_file() and _sidecar_ok(so):
             return True, "", so, module, 0.0
         host, device = batch_sources(specs, module, self.ctx.code_of,
                                      self.ctx.backend.device_prelude)
@@ -345,6 +354,9 @@ class Builder:
             tmp = out_dir / f".{module}.so.{tag}.tmp"
             ok = be.link(objs, tmp, first.extra_ldflags, log, self.ctx.timeout_s)
             if ok:
+                digest = file_sha256(tmp)
+                (out_dir / f"{module}.so.sha256.{tag}").write_text(digest)
+                os.replace(out_dir / f"{module}.so.sha256.{tag}", out_dir / f"{module}.so.sha256")
                 os.replace(tmp, out_dir / f"{module}.so")
         for o in objs:
             o.unlink(missing_ok=True)
@@ -354,7 +366,8 @@ class Builder:
         """Import the object in a sandbox: undefined symbols and crashing initializers fail here."""
         job = json.dumps({"module": module, "path": so.name})
         res = self.ctx.launcher.run_module(
-            "verifier.loadcheck", limits=SandboxLimits(timeout_s=120, memory_mb=0),
+            "verifier.loadcheck", limits=SandboxLimits(timeout_s=120,
+                                                       memory_mb=self.ctx.load_memory_mb),
             input_files={so.name: so.read_bytes(), "loadcheck.json": job})
         if res.payload and res.payload.get("ok"):
             return True, ""
@@ -372,8 +385,45 @@ def demangle_hint(log: str) -> str:
     return re.sub(r"ks_[0-9a-f]{16}::", "", log)
 
 
+# Cache events (an artefact that no longer matches its hash), for the caller's report.
+CACHE_EVENTS: list[str] = []
+
+
+def record_event(message: str) -> None:
+    CACHE_EVENTS.append(message)
+    print(f"[build cache] {message}", file=sys.stderr)
+
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _sidecar_ok(so: Path) -> bool:
+    try:
+        return (so.parent / f"{so.name}.sha256").read_text().strip() == file_sha256(so)
+    except OSError:
+        return False
+
+
+def verify_artefact(r: BuildResult) -> bool:
+    """The shared object still has the hash the builder recorded."""
+    try:
+        return bool(r.sha256) and file_sha256(r.path) == r.sha256
+    except OSError:
+        return False
+
+
+class ArtefactMismatch(RuntimeError):
+    """A built object changed after the builder wrote it (the message names it)."""
+
+
 def copy_for_worker(results: list[BuildResult], dest: Path) -> dict[str, dict]:
-    """Copy the built objects into `dest` (the worker's directory); entries for install_shim."""
+    """Copy the built objects into `dest` (the worker's directory); entries for install_shim.
+    Each copy is checked against the builder's hash: ArtefactMismatch when it differs."""
     entries = {}
     for r in results:
         if not r.ok:
@@ -381,5 +431,10 @@ def copy_for_worker(results: list[BuildResult], dest: Path) -> dict[str, dict]:
         target = dest / Path(r.path).name
         if not target.exists():
             shutil.copyfile(r.path, target)
+            if r.sha256 and file_sha256(target) != r.sha256:
+                target.unlink()
+                record_event(f"{r.path} changed after it was built (hash mismatch)")
+                raise ArtefactMismatch(f"built object {Path(r.path).name} changed after the "
+                                       "build (hash mismatch); not loaded")
         entries[r.key] = {"module": r.module, "path": target.name, "mode": r.mode}
     return entries

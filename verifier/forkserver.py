@@ -38,6 +38,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from verifier.isolate import isolate, run_uid
 from verifier.sandbox import (
     SandboxLimits,
     SandboxResult,
@@ -94,7 +95,11 @@ def _child(req: dict[str, Any]) -> None:
         os.setsid()
         join_cgroup(Path(req["cgroup"]) if req.get("cgroup") else None)
         _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the server's death ends the run
-        workdir = req["workdir"]
+        limits = SandboxLimits(**req["limits"])
+        workdir, note = req["workdir"], "isolation off"
+        if limits.isolate:  # namespaces, private /tmp, hidden home, no root (verifier.isolate)
+            workdir, note = isolate(workdir, limits.file_mb, limits.isolate_network,
+                                    run_uid(os.getpid()))
         os.chdir(workdir)
         null = os.open(os.devnull, os.O_RDONLY)
         out = os.open(".stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -103,9 +108,10 @@ def _child(req: dict[str, Any]) -> None:
             os.dup2(fd, target)
             os.close(fd)
         os.closerange(3, 1 << 16)  # the server's pipes: a candidate must not answer for it
-        limits = SandboxLimits(**req["limits"])
         apply_limits(limits)
-        if limits.isolate_network and not unshare_network():
+        if note:
+            os.write(2, f"[sandbox] {note}\n".encode())
+        if not limits.isolate and limits.isolate_network and not unshare_network():
             os.write(2, b"[forkserver] no network namespace could be created\n")
         os.environ.clear()
         os.environ.update(req["env"])

@@ -52,6 +52,8 @@ class RunOutcome:
     failure: str = ""  # one line when payload is None
     flood: bool = False
     wall_s: float = 0.0
+    outputs: Any = None  # the raw trial outputs (sandboxed runs): the parent judges them itself
+    rechecked: bool = False  # whether `outputs` were collected (sandboxed runs only, so far)
 
 
 class GpuWorkerProcess:
@@ -61,7 +63,8 @@ class GpuWorkerProcess:
                  processes: int = 1024) -> None:
         self.env, self.backend = env, backend
         self.limits = SandboxLimits(timeout_s=1e6, memory_mb=memory_mb, cpu_s=10**7,
-                                    file_mb=FLOOD_BYTES * 4 >> 20, processes=processes)
+                                    file_mb=FLOOD_BYTES * 4 >> 20, processes=processes,
+                                    isolate=False)  # loads cache paths; see verifier.isolate
         self.proc: subprocess.Popen | None = None
         self.rfd = -1
         self.buf = b""

@@ -48,6 +48,7 @@ class SandboxLimits:
     open_files: int = 1024
     isolate_network: bool = True
     processes: int = 512  # tasks (processes + threads) in the run's pids cgroup / RLIMIT_NPROC
+    isolate: bool = True  # namespaces, private /tmp, no root (verifier.isolate; fork server)
 
 
 @dataclass
@@ -205,7 +206,7 @@ def sandboxed_argv(argv: list[str], limits: SandboxLimits, cgroup: Path | None) 
     lock).
     """
     cmd = list(argv)
-    if limits.isolate_network and network_namespace_available():
+    if limits.isolate_network and not limits.isolate and network_namespace_available():
         cmd = [shutil.which("unshare") or "unshare", "-rn", *cmd]
     spec = json.dumps({"limits": asdict(limits), "cgroup": str(cgroup) if cgroup else None})
     return [sys.executable, "-S", "-c", _ENTER, spec, *cmd]
@@ -221,7 +222,16 @@ def enter_and_exec(args: list[str]) -> None:
     """In the wrapper: join the run's pids cgroup, set the rlimits, exec the command."""
     spec, cmd = json.loads(args[0]), args[1:]
     join_cgroup(Path(spec["cgroup"]) if spec["cgroup"] else None)
-    apply_limits(SandboxLimits(**spec["limits"]))
+    limits = SandboxLimits(**spec["limits"])
+    if limits.isolate:  # namespaces, private /tmp, no root (as in the fork server's children)
+        from verifier.isolate import isolate, run_uid
+
+        cwd, note = isolate(os.getcwd(), limits.file_mb, limits.isolate_network,
+                            run_uid(os.getpid()))
+        os.chdir(cwd)
+        if note:
+            os.write(2, f"[sandbox] {note}\n".encode())
+    apply_limits(limits)
     os.execvp(cmd[0], cmd)
 
 

@@ -43,6 +43,19 @@ ESCAPE_MODULES = frozenset({
     "http", "requests", "multiprocessing", "threading", "asyncio", "concurrent", "signal",
     "importlib", "inspect", "gc", "builtins", "pickle", "marshal", "tempfile", "glob", "pty",
     "fcntl", "mmap", "resource", "code", "runpy", "pdb", "traceback", "atexit", "weakref",
+    "posix", "nt", "_posixsubprocess", "socketserver", "selectors", "select", "ssl", "_socket",
+    "_thread", "_signal", "_ctypes", "faulthandler", "zipimport", "telnetlib", "ftplib",
+    "smtplib", "xmlrpc", "termios", "_io", "sysconfig", "types", "ptrace",
+})
+# Attributes that reach the OS, the interpreter or the harness from any object (torch.os,
+# torch.sys, np.ctypes, frame walking): the module denylist means nothing without them.
+ESCAPE_ATTRS = frozenset({
+    "os", "sys", "ctypes", "subprocess", "builtins", "importlib", "posix", "socket", "gc",
+    "inspect", "signal", "multiprocessing", "_getframe", "_current_frames", "f_back", "f_locals",
+    "f_globals", "f_builtins", "gi_frame", "cr_frame", "tb_frame", "tb_next", "modules",
+    "_C", "CDLL", "cdll", "pythonapi", "environ", "system", "popen", "fork", "forkpty", "kill",
+    "killpg", "setsid", "unshare", "setns", "ptrace", "execv", "execve", "spawnv", "dlopen",
+    "settrace", "setprofile", "_exit",
 })
 ESCAPE_CALLS = frozenset({"open", "exec", "eval", "compile", "__import__", "globals", "locals",
                           "vars", "setattr", "delattr", "breakpoint", "input", "memoryview"})
@@ -72,7 +85,15 @@ CPP_ESCAPES = re.compile(
     r"execl|execlp|socket|connect|dlopen|dlsym|getenv|setenv|syscall|ptrace|unlink|remove|"
     r"mmap|open|creat|kill|std::filesystem)\s*\(|#\s*include\s*[<\"](fstream|filesystem|"
     r"sys/socket\.h|unistd\.h|dlfcn\.h|sys/syscall\.h|sys/mman\.h|netinet/in\.h|"
-    r"sys/ptrace\.h|spawn\.h)[>\"]|#\s*include\s*\"(/|[^\"]*\.\.)|\b__asm__\b|\basm\s*\(")
+    r"sys/ptrace\.h|spawn\.h)[>\"]|#\s*include\s*\"(/|[^\"]*\.\.)|\b__asm__\b|\basm\s*\(|"
+    r"\b(__asm|asm)\b|\.incbin\b|#\s*include\s*(<\s*/|<[^>]*\.\.|[^\s<\"])|#\s*embed\b|"
+    r"\b(openat|openat2|fork|clone|clone3|unshare|setns|prctl|setrlimit|prlimit|raise|signal|"
+    r"sigaction|setsid|setuid|setgid|pidfd_open|process_vm_writev|process_vm_readv|"
+    r"getauxval|__builtin_frame_address)\s*\(|"
+    r"\bPy(Run|Import|Eval|Sys|Code|Frame|Thread|GILState|CFunction|Module_GetDict|"
+    r"Object_SetAttr|Object_GetAttr|Object_Call|Dict_SetItem|Marshal|Interpreter)\w*|"
+    r"\bml_meth\b|\b(py|pybind11)::(exec|eval|eval_file|module_::import|module::import|"
+    r"globals|dict\s*\(\s*\)\s*\[)|\bstd::system\b")
 CPP_THREADS = re.compile(
     r"\b(std::thread|std::async|std::jthread|pthread_create|cudaStreamCreate\w*|"
     r"getStreamFromPool|musaStreamCreate\w*|cudaLaunchHostFunc)\b")
@@ -146,6 +167,10 @@ def check_python(tree: ast.Module, task_source: str) -> list[dict[str, Any]]:
             out.append(_finding("reference_model", "uses the reference Model", node.lineno))
         elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
             out.append(_finding("escape", f"accesses {node.id}", node.lineno))
+        elif isinstance(node, ast.Attribute) and node.attr in ESCAPE_ATTRS and not (
+                node.attr == "_C" and _dotted(node) in ("torch._C",)):
+            out.append(_finding("escape", f"reaches .{node.attr} ({_dotted(node) or 'attribute'}"
+                                          ": the OS, the interpreter or the harness)", node.lineno))
         elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr in (
                 "__subclasses__", "__globals__", "__code__", "__closure__", "__builtins__",
                 "__dict__", "__class__", "__bases__", "__mro__", "__self__"):

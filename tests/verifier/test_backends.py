@@ -36,6 +36,9 @@ def test_cpu_backend_interface() -> None:
 def test_compilers_run_niced(tmp_path) -> None:
     """Compiler commands run at a lower priority than the execution worker (timing noise)."""
     import os
+    import shutil
+    import tempfile
+    from pathlib import Path
 
     from verifier.backends import niced, run_tool
 
@@ -45,7 +48,17 @@ def test_compilers_run_niced(tmp_path) -> None:
     # the priority really applies to the child: it reports its own niceness
     probe = tmp_path / "nice.txt"
     log: list[str] = []
-    script = f"import os; open({str(probe)!r}, 'w').write(str(os.nice(0)))"
-    assert run_tool(["python3", "-c", script], log, timeout_s=30)
+    # (the path as an argument: compilers see only the directories their arguments name)
+    script = "import os, sys; open(sys.argv[1], 'w').write(str(os.nice(0)))"
+    assert run_tool(["python3", "-c", script, str(probe)], log, timeout_s=30)
     assert int(probe.read_text()) >= min(19, os.nice(0) + 1)
     assert log[0].startswith("$ python3 -c")  # the log shows the command as given
+    # host trees the arguments do not name are hidden from it
+    hidden = Path(tempfile.mkdtemp()) / "secret.txt"  # not under tmp_path, which it names
+    hidden.write_text("x")
+    out = tmp_path / "seen.txt"
+    script = ("import os, sys; open(sys.argv[1], 'w').write(str(os.path.exists("
+              f"{str(hidden)!r})))")
+    assert run_tool(["python3", "-c", script, str(out)], [], timeout_s=30)
+    assert out.read_text() == "False"
+    shutil.rmtree(hidden.parent)

@@ -22,6 +22,7 @@ ENTRY = "import runpy\nrunpy.run_path('code.py', run_name='__main__')\n"
 def server(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("entry")
     (root / "ks_test_entry.py").write_text(ENTRY)
+    os.chmod(root, 0o755)  # children run as an unprivileged user (verifier.isolate)
     srv = ForkServer(preload=("verifier.worker",),
                      env={"PYTHONPATH": f"{_PKG_ROOT}{os.pathsep}{root}"})
     srv.start()
@@ -127,12 +128,21 @@ def test_fork_bomb_is_contained(server: ForkServer) -> None:
 
 def test_a_child_that_kills_the_server_fails_alone(tmp_path: Path) -> None:
     (tmp_path / "ks_test_entry.py").write_text(ENTRY)
+    os.chmod(tmp_path, 0o755)
     srv = ForkServer(preload=(), env={"PYTHONPATH": f"{_PKG_ROOT}{os.pathsep}{tmp_path}"})
     try:
         srv.start()
         first_pid = srv.info["pid"]
+        # the child cannot reach the server (its own pid namespace, another user) ...
         res = _run(srv, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
-                        "import time\ntime.sleep(30)")
+                        "open('result.json', 'w').write('{}')")
+        assert res.payload == {} and srv.info["pid"] == first_pid and srv.restarts == 0
+        # ... and when the server dies anyway, the run in flight fails alone
+        with ThreadPoolExecutor(1) as pool:
+            fut = pool.submit(_run, srv, "import time\ntime.sleep(30)")
+            time.sleep(2)
+            os.kill(first_pid, 9)
+            res = fut.result(timeout=60)
         assert res.payload is None and "stopped answering" in res.stderr
         ok = _run(srv, "open('result.json', 'w').write('{}')")  # a fresh server takes over
         assert ok.payload == {} and srv.info["pid"] != first_pid and srv.restarts == 1

@@ -292,8 +292,10 @@ def run_tool(cmd: list[str], log: list[str], timeout_s: float) -> bool:
     """Run a compiler command, appending the command line and its output to `log`."""
     log.append("$ " + shlex.join(cmd))
     try:
-        proc = subprocess.run(niced(cmd), capture_output=True, text=True, timeout=timeout_s,
-                              errors="replace")
+        from verifier.isolate import build_argv  # host trees hidden from the compiler
+
+        proc = subprocess.run(niced(build_argv(cmd)), capture_output=True, text=True,
+                              timeout=timeout_s, errors="replace")
     except subprocess.TimeoutExpired:
         log.append(f"compiler timed out after {timeout_s:.0f}s")
         return False

@@ -1,0 +1,75 @@
+"""Red-team suite (issue 22) on the cpu backend: every attack caught or without effect.
+
+One verifier process verifies all attacks between two honest candidates (the process attacks try
+to kill), a later run checks honest candidates on the same build cache; the observer checks files,
+a loopback listener, processes and the other verdicts from outside.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from redteam_cases import attacks  # noqa: E402
+from redteam_observer import TASK, honest_held, judge, make_context, run_suite  # noqa: E402
+
+from verifier.extract import check_candidate  # noqa: E402
+from verifier.extspec import specs_from_source  # noqa: E402
+from verifier.static import check_cpp, check_python  # noqa: E402
+
+_NAMES = [n for n, _ in attacks({"victim": "", "out": "", "cache": "", "workspace": "",
+                                 "token": "", "port": 0, "tmp_probe": "", "secret_file": ""})]
+# Attacks that still get through; each is a strict xfail, so a fix turns it into a failure
+# until it is removed from here.
+_FORGED_TIMING = ("open: with the static checks bypassed, code in the worker's process patches "
+                  "the harness's timing (Backend.time_call, gpu_timing.summarize) and the parent "
+                  "believes the runtime; needs the parent-clocked cross-check (issue 22, item 1)")
+OPEN: dict[str, str] = {"patch_sys_modules_timer": _FORGED_TIMING,
+                        "patch_summarize": _FORGED_TIMING}
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+    ctx = make_context(tmp_path_factory.mktemp("redteam") / "rt")
+    return run_suite(ctx), ctx
+
+
+# Attacks the static checks cannot see (plain Python and C++ that misbehave only at run time);
+# every other one is rejected before it runs, and the runtime suite below runs them all with
+# the static checks switched off, so each defence is tested on its own.
+RUNTIME_ONLY = {"call_counting", "input_pointer_cache", "memory_bomb_loadcheck", "stdout_flood"}
+
+
+def test_suite_is_large() -> None:
+    assert len(_NAMES) >= 25
+
+
+@pytest.mark.parametrize("name,code", attacks({
+    "victim": "/v", "out": "/o", "cache": "/c", "workspace": "/w", "token": "t", "port": 1,
+    "tmp_probe": "/tmp/p", "secret_file": "/s"}), ids=_NAMES)
+def test_static_rejects(name: str, code: str) -> None:
+    tree = check_candidate(code, TASK)
+    findings = check_python(tree, TASK) + check_cpp(specs_from_source(code) or [], code, TASK)
+    if name in RUNTIME_ONLY:
+        assert not findings, findings  # else the runtime suite's case would be moot
+    else:
+        assert findings, f"{name} passes the static checks"
+
+
+@pytest.mark.slow  # one verifier run of 34 candidates plus two small ones: minutes
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(reason=OPEN[n], strict=True)) if n in OPEN else n
+    for n in _NAMES])
+def test_attack_held(suite: tuple[dict, dict], name: str) -> None:
+    r, ctx = suite
+    held, why = judge(name, r, ctx)
+    assert held, f"{name}: {why}"
+
+
+@pytest.mark.slow
+def test_honest_candidates_unchanged(suite: tuple[dict, dict]) -> None:
+    held, why = honest_held(suite[0])
+    assert held, why

@@ -1,0 +1,225 @@
+"""Least privilege for a sandboxed child: namespaces, a private view of the file system, no root.
+
+`isolate(workdir, tmp_mb, network)` is called by a freshly forked, single-threaded child before it runs
+untrusted code. It enters new mount, pid, IPC and (unless `network` is False) network namespaces (plus a user namespace when
+not root), forks once so the rest runs as pid 1 of the new pid namespace (when it exits, the
+kernel kills every descendant, daemons and double forks included; the outer process waits and
+exits with its status), mounts a fresh /proc, puts size-limited tmpfs over /tmp, /var/tmp and
+/dev/shm with the run's directory bound at /tmp/run, hides the home directory of the verifier's
+user (build cache, baselines, credentials) except the paths Python itself needs, makes those
+read-only, and finally drops to an unprivileged user id of its own (`run_uid`) with no supplementary groups, no
+capabilities and `no_new_privs`. It returns a note on what it could not do; callers log it.
+
+Pure Python through ctypes (Python 3.11 has no os.unshare); bubblewrap is not needed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+from pathlib import Path
+
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+CLONE_NEWNET, CLONE_NEWIPC = 0x40000000, 0x08000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+NOBODY = 65534
+# Runs at once get different unprivileged ids (RLIMIT_NPROC counts per user: one run's fork
+# bomb must not starve another's threads): RUN_UID_BASE + a slot number.
+RUN_UID_BASE, RUN_UID_SLOTS = 200_000, 1 << 16
+
+
+def run_uid(seq: int) -> int:
+    """An unprivileged user id for the run numbered `seq` (no account needed)."""
+    return RUN_UID_BASE + seq % RUN_UID_SLOTS
+RUN_DIR = "/tmp/run"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                        ctypes.c_char_p]
+
+
+def _mount(src: str | None, target: str, fstype: str | None, flags: int,
+           data: str | None = None) -> None:
+    enc = [None if s is None else s.encode() for s in (src, target, fstype, data)]
+    if _libc.mount(enc[0], enc[1], enc[2], flags, enc[3]) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+
+def _home_paths_needed(home: str) -> list[str]:
+    """Top-level entries of `home` that Python, torch or the verifier are loaded from."""
+    pkg = str(Path(__file__).resolve().parent.parent)
+    wanted = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.realpath(sys.executable),
+              pkg, *[p for p in sys.path if p]]
+    tops = set()
+    for p in wanted:
+        real = os.path.realpath(p)
+        if real.startswith(home.rstrip("/") + "/"):
+            tops.add(os.path.join(home, real[len(home.rstrip("/")) + 1:].split("/")[0]))
+    return sorted(tops)
+
+
+def _wait_and_mirror(pid: int) -> None:
+    """Outer process: wait for pid 1 of the namespace, then end the same way it did."""
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY
+            ) -> tuple[str, str]:
+    """Enter the sandbox; returns (the new working directory, a note on what was not done)."""
+    root = os.geteuid() == 0
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (CLONE_NEWNET if network else 0)
+    if not root:
+        flags |= CLONE_NEWUSER
+    uid, gid = os.getuid(), os.getgid()
+    home = os.path.expanduser("~") if root else ""
+    if _libc.unshare(flags) != 0:
+        err = ctypes.get_errno()
+        return workdir, f"no namespaces ({os.strerror(err)}): running without isolation"
+    if not root:
+        try:
+            Path("/proc/self/setgroups").write_text("deny")
+            Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+            Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+        except OSError as exc:
+            return workdir, f"user namespace id map failed ({exc})"
+    pid = os.fork()
+    if pid != 0:
+        _wait_and_mirror(pid)
+    # pid 1 of the new namespace from here on, leader of its own session
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    os.setsid()
+    notes = []
+    try:
+        _private_fs(workdir, tmp_mb, home, notes)
+        cwd = RUN_DIR
+    except OSError as exc:
+        notes.append(f"private file system failed ({exc})")
+        cwd = workdir
+    if root:
+        try:
+            for dirpath, dirs, files in os.walk(workdir if cwd == workdir else cwd):
+                for name in (*dirs, *files):
+                    os.chown(os.path.join(dirpath, name), uid, uid)
+            os.chown(cwd, uid, uid)
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+        except OSError as exc:
+            notes.append(f"could not drop root ({exc})")
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # cleared by the uid change
+    return cwd, "; ".join(notes)
+
+
+def _private_fs(workdir: str, tmp_mb: int, home: str, notes: list[str]) -> None:
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    keep = {p: os.open(p, os.O_PATH) for p in _home_paths_needed(home)} if home else {}
+    # import paths under /tmp (a test's entry module) stay visible, read-only
+    tmp_paths = {os.path.realpath(p) for p in sys.path if p}
+    tmp_keep = {p: os.open(p, os.O_PATH) for p in sorted(tmp_paths)
+                if p.startswith("/tmp/") and os.path.isdir(p)}
+    wfd = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
+    size = f"size={max(16, tmp_mb)}m,mode=1777"
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, size)
+    os.mkdir(RUN_DIR, 0o700)
+    _mount(f"/proc/self/fd/{wfd}", RUN_DIR, None, MS_BIND | MS_REC)
+    os.close(wfd)
+    for path, fd in tmp_keep.items():
+        os.makedirs(path, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        os.close(fd)
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+    for extra in ("/var/tmp", "/dev/shm"):
+        if os.path.isdir(extra):
+            try:
+                _mount("tmpfs", extra, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=1777")
+            except OSError as exc:
+                notes.append(str(exc))
+    if home and os.path.isdir(home):
+        _mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+        for path, fd in keep.items():
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.mkdir(path)
+            else:
+                Path(path).touch()
+            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+            os.close(fd)
+            try:
+                _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+            except OSError as exc:
+                notes.append(f"read-only {path}: {exc}")
+    try:
+        _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+    except OSError as exc:
+        notes.append(f"read-only root: {exc}")
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+# --- compilers ---------------------------------------------------------------------------------
+# Host trees a compiler has no business reading (build caches, workspaces, other runs, homes):
+# hidden behind empty tmpfs, except the directories its own command line names.
+HIDDEN_FOR_BUILDS = ("/tmp", "/var/tmp", "/dev/shm", "/root", "/home", "/work", "/srv", "/mnt",
+                     "/media", "/run/user")
+_ENTER_BUILD = ("import sys; sys.path.insert(0, sys.argv[1]); "
+                "from verifier.isolate import enter_build; enter_build(sys.argv[2:])")
+
+
+def build_argv(cmd: list[str]) -> list[str]:
+    """`cmd` (a compiler or linker) behind the build wrapper, which hides host trees first."""
+    pkg = str(Path(__file__).resolve().parent.parent)
+    return [sys.executable, "-S", "-c", _ENTER_BUILD, pkg, *cmd]
+
+
+def _visible_for(cmd: list[str]) -> list[str]:
+    """Directories the command needs: those its arguments name, Python's, the toolchain's."""
+    want = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(cmd[0]))}
+    for arg in cmd:
+        for part in arg.split("=")[-1:] + ([arg[2:]] if arg.startswith(("-I", "-L")) else []):
+            if part.startswith("/"):
+                p = os.path.realpath(part)
+                want.add(p if os.path.isdir(p) else os.path.dirname(p))
+    hidden = [h for h in HIDDEN_FOR_BUILDS if os.path.isdir(h)]
+    out = {p for p in want if p and os.path.isdir(p)
+           and any(p == h or p.startswith(h + "/") for h in hidden)}
+    # innermost last would hide nothing it needs; outermost first, duplicates inside dropped
+    keep: list[str] = []
+    for p in sorted(out, key=len):
+        if not any(p.startswith(k + "/") for k in keep):
+            keep.append(p)
+    return keep
+
+
+def enter_build(cmd: list[str]) -> None:
+    """In the build wrapper: new mount/network/IPC namespaces, host trees hidden, then exec."""
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC
+    if os.geteuid() != 0:
+        flags |= CLONE_NEWUSER
+    if _libc.unshare(flags) != 0:
+        sys.stderr.write(f"[build sandbox] no namespaces ({os.strerror(ctypes.get_errno())}): "
+                         "the compiler runs unsandboxed\n")
+        os.execvp(cmd[0], cmd)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    keep = {p: os.open(p, os.O_PATH) for p in _visible_for(cmd)}
+    for h in HIDDEN_FOR_BUILDS:
+        if os.path.isdir(h) and not os.path.islink(h):
+            _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=755")
+    for path, fd in keep.items():
+        os.makedirs(path, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        os.close(fd)
+    os.execvp(cmd[0], cmd)

@@ -1,0 +1,113 @@
+"""Execution slots of `verifier.api`: a sandboxed child per candidate (cpu, musa) or a persistent
+GPU worker (cuda). Both return a `RunOutcome`: the worker's measurements, its raw trial outputs
+for the parent's own comparison (`verifier.decide`), or why there are none."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from verifier.backends import Backend
+from verifier.build import ArtefactMismatch, copy_for_worker, verify_artefact
+from verifier.decide import load_outputs
+from verifier.gpu_pool import GpuWorkerProcess, RunOutcome
+from verifier.protocol import VerifyOptions
+from verifier.sandbox import Launcher, SandboxLimits
+
+_FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
+_DISK_BYTES = 128 << 20  # all files a run writes (the file-size rlimit bounds each one)
+
+
+class _SandboxRunner:
+    """One execution slot: each candidate in a fresh sandboxed child (forked or spawned)."""
+
+    def __init__(self, launcher: Launcher, backend: Backend, opts: VerifyOptions,
+                 env: dict[str, str], threads: int) -> None:
+        self.launcher, self.backend, self.opts = launcher, backend, opts
+        self.env, self.threads = env, threads
+
+    def run(self, item: Any, job: dict[str, Any]) -> RunOutcome:
+        workdir = Path(tempfile.mkdtemp(prefix="ks-run-"))
+        try:
+            try:
+                exts = copy_for_worker(list(item.built.values()), workdir)
+            except ArtefactMismatch as exc:
+                return RunOutcome(None, "correctness", False, f"verifier build cache: {exc}",
+                                  False, 0.0)
+            job = {**job, "extensions": exts, "threads": self.threads}
+            res = self.launcher.run_module(
+                "verifier.worker",
+                limits=SandboxLimits(timeout_s=self.opts.run_timeout_s,
+                                     memory_mb=self.backend.sandbox_memory_mb(
+                                         self.opts.memory_limit_mb)),
+                input_files={"job.json": json.dumps(job), "task.py": item.req.task_source,
+                             "candidate.py": item.code},
+                env={"OMP_NUM_THREADS": str(self.threads), **self.env}, workdir=workdir)
+            try:
+                stage = json.loads((workdir / "progress.json").read_text()).get(
+                    "stage", "correctness")
+            except (OSError, ValueError):
+                stage = "correctness"
+            # Python ignores SIGXFSZ, so a flood ends in failed writes, not a signal: sizes.
+            outputs = load_outputs(workdir / "outputs.pt") if res.payload else None
+            flood = sum((workdir / n).stat().st_size for n in (".stdout", ".stderr")
+                        if (workdir / n).exists()) >= _FLOOD_BYTES
+            # the file-size rlimit is per file: the total the run wrote is bounded here
+            written = sum(f.stat().st_size for f in workdir.rglob("*") if f.is_file()
+                          and not f.is_symlink() and f.suffix != ".so")
+            if written > _DISK_BYTES and res.payload is not None:
+                res.payload = None
+                res.stderr += (f"\nthe run wrote {written >> 20} MB to its directory (limit "
+                               f"{_DISK_BYTES >> 20} MB in all)")
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        failure = "" if res.payload is not None else res.describe_failure()
+        if "MB to its directory" in res.stderr and res.payload is None:
+            failure = res.stderr.strip().splitlines()[-1]
+        if res.payload is None and "fork server" in res.stderr:
+            failure = "the verifier's fork server stopped answering (" + failure + ")"
+        # references on this host's cpu match cpu runs; device backends: the worker's checks
+        return RunOutcome(res.payload, stage, res.timed_out, failure, flood, res.wall_s,
+                          outputs, self.backend.name == "cpu")
+
+    def close(self) -> None:
+        return None
+
+
+class _GpuRunner:
+    """One execution slot pinned to a GPU: a persistent `verifier.gpu_worker` process."""
+
+    def __init__(self, opts: VerifyOptions, env: dict[str, str], backend: str) -> None:
+        self.opts = opts
+        self.worker = GpuWorkerProcess(env, backend)
+        self.lock = threading.Lock()  # warm() and run() never drive the process at once
+
+    def warm(self) -> None:
+        """Start the worker ahead of the first job (it warms while candidates compile)."""
+        with self.lock:
+            if not self.worker.alive():
+                self.worker.start()
+
+    def run(self, item: Any, job: dict[str, Any]) -> RunOutcome:
+        entries = {r.key: {**r.to_entry(), "path": os.path.abspath(r.path)}
+                   for r in item.built.values() if r.ok}
+        changed = [r.path for r in item.built.values() if r.ok and not verify_artefact(r)]
+        if changed:
+            return RunOutcome(None, "correctness", False, "verifier build cache: built object "
+                              f"{Path(changed[0]).name} changed after the build (hash mismatch)",
+                              False, 0.0)
+        job = {**job, "extensions": entries,
+               "device_sources": [src for s in item.specs
+                                  for src in (*s.cuda_sources, *s.cpp_sources)]}
+        with self.lock:
+            return self.worker.run({"job": job, "task_source": item.req.task_source,
+                                    "candidate_source": item.code}, self.opts.run_timeout_s)
+
+    def close(self) -> None:
+        with self.lock:
+            self.worker.stop()
