@@ -15,6 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.config import Config
+from pipeline.runner import run_batches
+from pipeline.stage import Resources, Stage, StageContext, StageOutput
 from pipeline.tasks.curate import curate_tasks
 from pipeline.tasks.extract import extract_tasks
 from pipeline.tasks.probe_pool import ProbePool
@@ -34,29 +36,37 @@ def done_module_ids(ws: Workspace) -> set[str]:
     return done
 
 
+def _needs(cfg: Config, backend: str) -> Resources:
+    # one sandboxed probe worker per slot, each under its own address-space limit
+    workers = max(1, cfg.tasks.workers)
+    return Resources(cpus=workers, memory_gb=workers * cfg.tasks.probe_memory_mb / 1024)
+
+
+def tasks_stage(pool: ProbePool, existing: list[Task]) -> Stage:
+    """RawModules -> curated Tasks on `pool`; `existing` (grown batch by batch) is deduped against."""
+
+    def run(batch: list[RawModule], ctx: StageContext) -> StageOutput:
+        tasks, rejections = extract_tasks(batch, ctx.cfg.tasks, pool=pool)
+        kept, dropped = curate_tasks(tasks, ctx.cfg.tasks, existing)
+        existing.extend(kept)
+        counts: Counter[str] = Counter(tasks=len(kept), rejected=len(rejections),
+                                       curated_out=len(dropped))
+        counts.update(f"reason:{r.reason}" for r in rejections + dropped)
+        return StageOutput(kept, rejections + dropped, counts)
+
+    return Stage("tasks", RawModule, Task, run, needs=_needs)
+
+
 def run_tasks(ws: Workspace, run: Run, cfg: Config, *, batch_size: int | None = None,
               progress: Callable[[int], None] | None = None) -> dict[str, int]:
     """Build tasks for every pending RawModule of the workspace; returns counts."""
     modules = ws.read(RawModule)
     done = done_module_ids(ws)
     pending = [m for m in modules if m.module_id not in done]
-    existing = ws.read(Task)
     counts: Counter[str] = Counter(modules=len(modules), skipped=len(modules) - len(pending))
-    reasons: Counter[str] = Counter()
     size = max(1, batch_size or cfg.flows.batch_size)
     with ProbePool(cfg.tasks.workers, cfg.tasks.probe_memory_mb) as pool:
-        for start in range(0, len(pending), size):
-            batch = pending[start:start + size]
-            tasks, rejections = extract_tasks(batch, cfg.tasks, pool=pool)
-            kept, dropped = curate_tasks(tasks, cfg.tasks, existing)
-            run.write(kept)
-            run.write(rejections + dropped)
-            existing.extend(kept)
-            counts["tasks"] += len(kept)
-            counts["rejected"] += len(rejections)
-            counts["curated_out"] += len(dropped)
-            reasons.update(r.reason for r in rejections + dropped)
-            if progress:
-                progress(len(batch))
-    counts.update({f"reason:{k}": v for k, v in reasons.items()})
+        stage = tasks_stage(pool, ws.read(Task))
+        counts.update(run_batches(stage, pending, StageContext(cfg), run, size=size,
+                                  progress=progress))
     return dict(counts)
