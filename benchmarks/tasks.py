@@ -28,7 +28,8 @@ import time  # noqa: E402
 from collections import Counter  # noqa: E402
 
 from pipeline.config import TasksConfig  # noqa: E402
-from pipeline.tasks.carve import _is_module_class, _parse  # noqa: E402
+from pipeline.tasks.carve import _is_module_class  # noqa: E402
+from pipeline.tasks.carve_closure import parse_file  # noqa: E402
 from pipeline.tasks.curate import curate_tasks  # noqa: E402
 from pipeline.tasks.extract import extract_tasks  # noqa: E402
 from pipeline.tasks.taskfile import inspect_task_source  # noqa: E402
@@ -53,7 +54,7 @@ def transformers_modules(limit_models: int | None, per_model: int | None, every:
             code = path.read_text(encoding="utf-8")
             rel = str(path.relative_to(root))
             try:
-                info = _parse(rel, code)
+                info = parse_file(rel, code)
             except SyntaxError:
                 continue
             found = 0

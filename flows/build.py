@@ -22,7 +22,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture
 
-from flows.runners import cpu_runner, io_runner, ray_options, verify_runner
+from flows.runners import cpu_runner, io_runner, placed, verify_runner
 from flows.stages import load_stages, stage_objects
 from flows.tasks import (
     Progress,
@@ -86,8 +86,9 @@ def generate_flow(workspace: str, run_id: str, cfg: Config, backend: str,
     pending = [t for t in ws.read(Task) if t.task_id not in done]
     groups = batches(pending, cfg.flows.batch_size)
     say(f"generate: {len(pending)} tasks pending ({len(done)} done) in {len(groups)} batches")
-    futures = generate_batch.map(groups, unmapped(cfg), unmapped(backend), unmapped(stages),
-                                 label=[f"{i + 1}of{len(groups)}" for i in range(len(groups))])
+    with placed(stage_objects(stages).generate, cfg, backend):
+        futures = generate_batch.map(groups, unmapped(cfg), unmapped(backend), unmapped(stages),
+                                     label=[f"{i + 1}of{len(groups)}" for i in range(len(groups))])
     counts = collect(list(futures), Progress("generate", len(groups)), run,
                       ws.done_keys(Candidate))
     counts["pending"] = len(pending)
@@ -104,12 +105,12 @@ def verify_flow(workspace: str, run_id: str, cfg: Config, backend: str,
     pending = [c for c in todo if c.task_id in tasks]
     orphans = [c for c in todo if c.task_id not in tasks]
     run.write([missing_task(c) for c in orphans])  # recorded, never verified
-    counts = verify_candidates(ws, run, cfg, backend, tasks, pending, stages, f"verify[{backend}]")
+    counts = verify_pending(ws, run, cfg, backend, tasks, pending, stages, f"verify[{backend}]")
     counts["orphans"] = len(orphans)
     return counts
 
 
-def verify_candidates(ws: Workspace, run: Any, cfg: Config, backend: str, tasks: dict[str, Task],
+def verify_pending(ws: Workspace, run: Any, cfg: Config, backend: str, tasks: dict[str, Task],
                       pending: list[Candidate], stages: str | None, name: str) -> dict[str, int]:
     """Verify `pending` in batches on the verify runner; write verdicts as batches finish."""
     groups = batches(pending, cfg.flows.batch_size)
@@ -117,16 +118,11 @@ def verify_candidates(ws: Workspace, run: Any, cfg: Config, backend: str, tasks:
     labels = [f"{i + 1}of{len(groups)}" for i in range(len(groups))]
     cache_dir = str(ws.cache_dir)  # the verifier keeps builds/ and baselines/ under it
     say(f"{name}: {len(pending)} candidates pending in {len(groups)} batches")
-    verify = stage_objects(stages).verify
-    if cfg.flows.runner != "ray":
-        futures = list(verify_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
-                                        unmapped(stages), label=labels))
-    elif backend in GPU_BACKENDS and cfg.flows.split_compile and groups:
+    if (cfg.flows.runner == "ray" and backend in GPU_BACKENDS and cfg.flows.split_compile
+            and groups):
         futures = _compile_then_verify(subsets, groups, cfg, backend, cache_dir, stages, labels)
     else:
-        from prefect_ray.context import remote_options
-
-        with remote_options(**ray_options(verify, cfg, backend)):
+        with placed(stage_objects(stages).verify, cfg, backend):
             futures = list(verify_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
                                             unmapped(stages), label=labels))
     counts = collect(futures, Progress(name, len(groups)), run)
@@ -139,17 +135,15 @@ def _compile_then_verify(subsets: list, groups: list, cfg: Config, backend: str,
     """GPU backends on Ray: compile each batch on CPU workers (filling the shared build cache),
     then verify it on a GPU worker as soon as its own compile is done, so GPUs never wait on nvcc.
     """
-    from prefect_ray.context import remote_options
-
     st = stage_objects(stages)
-    with remote_options(**ray_options(st.compile, cfg, backend)):
+    with placed(st.compile, cfg, backend):
         compiles = list(compile_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
                                           unmapped(stages), label=labels))
     index = {id(f): i for i, f in enumerate(compiles)}
     futures = []
     for fut in completed(compiles):
         i = index[id(fut)]
-        with remote_options(**ray_options(st.verify, cfg, backend)):
+        with placed(st.verify, cfg, backend):
             futures.append(verify_batch.submit(subsets[i], groups[i], cfg, cache_dir, stages,
                                                label=labels[i]))
     return futures
@@ -164,9 +158,10 @@ def mutate_flow(workspace: str, run_id: str, cfg: Config, backend: str,
     todo = mutation_pending(by_task, verdicts)
     groups = list(task_batches(tasks, todo, verdicts, cfg.flows.batch_size))
     say(f"mutate: {len(todo)} tasks with unmutated correct kernels in {len(groups)} batches")
-    futures = mutate_batch.map([g[0] for g in groups], [g[1] for g in groups],
-                               [g[2] for g in groups], unmapped(cfg), unmapped(stages),
-                               label=[f"{i + 1}of{len(groups)}" for i in range(len(groups))])
+    with placed(stage_objects(stages).mutate, cfg, backend):
+        futures = mutate_batch.map([g[0] for g in groups], [g[1] for g in groups],
+                                   [g[2] for g in groups], unmapped(cfg), unmapped(stages),
+                                   label=[f"{i + 1}of{len(groups)}" for i in range(len(groups))])
     counts = collect(list(futures), Progress("mutate", len(groups)), run,
                      ws.done_keys(Candidate))
     counts["pending"] = len(todo)
@@ -186,17 +181,18 @@ def repair_flow(workspace: str, run_id: str, cfg: Config, backend: str, turn: in
     ends = unverified_chain_ends([c for cs in by_task.values() for c in cs], verdicts, tasks, turn)
     counts: dict[str, int] = {"candidates": 0, "failed_batches": 0}
     if ends:
-        judged = verify_candidates(ws, run, cfg, backend, tasks, ends, stages,
+        judged = verify_pending(ws, run, cfg, backend, tasks, ends, stages,
                                    f"repair turn {turn}: verify chain ends")
         counts["verified"] = judged.get("verdicts", 0)
         tasks, by_task, verdicts = chains_by_task(ws, backend)
     todo, has_child = repair_pending(by_task, verdicts, turn)
     groups = list(task_batches(tasks, todo, verdicts, cfg.flows.batch_size))
     say(f"repair turn {turn}: {len(todo)} tasks with failing chain ends in {len(groups)} batches")
-    futures = repair_batch.map([g[0] for g in groups], [g[1] for g in groups],
-                               [g[2] for g in groups], unmapped(cfg), unmapped(turn),
-                               unmapped(stages),
-                               label=[f"t{turn}-{i + 1}of{len(groups)}" for i in range(len(groups))])
+    with placed(stage_objects(stages).repair, cfg, backend):
+        futures = repair_batch.map([g[0] for g in groups], [g[1] for g in groups],
+                                   [g[2] for g in groups], unmapped(cfg), unmapped(turn),
+                                   unmapped(stages),
+                                   label=[f"t{turn}-{i + 1}of{len(groups)}" for i in range(len(groups))])
     done = ws.done_keys(Candidate)
     # A chain end answered in an earlier, interrupted run keeps its first answer.
     done_parents = set(has_child)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import urllib.error
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
@@ -56,6 +57,15 @@ def verify_runner(cfg: Config) -> TaskRunner:
 def ray_options(stage: Stage, cfg: Config, backend: str) -> dict[str, Any]:
     """Ray remote options of one batch of `stage`: the resources the stage declares."""
     return stage.resources(cfg, backend).ray_options()
+
+
+def placed(stage: Stage, cfg: Config, backend: str) -> AbstractContextManager:
+    """Submissions inside this block ask Ray for `stage`'s declared resources (no-op locally)."""
+    if cfg.flows.runner != "ray":
+        return nullcontext()
+    from prefect_ray.context import remote_options
+
+    return remote_options(**ray_options(stage, cfg, backend))
 
 
 def verify_resources(cfg: Config, backend: str) -> dict[str, Any]:

@@ -6,13 +6,15 @@ environment itself (secrets such as GITHUB_TOKEN / HF_TOKEN are read once, at th
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, get_type_hints
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from sources.config import SourcesConfig  # sources owns its section
+from verifier.protocol import VerifyOptions
 
 
 class Section(BaseModel):
@@ -66,32 +68,25 @@ class GenerateConfig(Section):
     seed: int = 0
 
 
-class VerifyConfig(Section):
-    backend: Literal["auto", "cuda", "musa", "cpu"] = "auto"
-    workers: int = 2  # execution workers (one per GPU on GPU backends)
-    compile_workers: int = 2
-    compile_batch: int = 16  # candidates compiled per translation unit (1: no batching)
-    compile_timeout_s: float = 600.0
-    run_timeout_s: float = 60.0
-    trials: int = 5
-    atol_fp32: float = 1e-4
-    rtol_fp32: float = 1e-4
-    atol_low: float = 1e-2  # fp16 / bf16
-    rtol_low: float = 1e-2
-    fast_threshold: float = 1.1
-    perf_trials: int = 20  # timed calls at least; more until IQR/median < perf_target_rel_iqr
-    perf_max_trials: int = 100
-    perf_budget_s: float = 3.0
-    perf_target_rel_iqr: float = 0.02
-    perf_warmup: int = 3
-    torch_compile_baseline: bool = False
-    compile_only: bool = False
-    fork_server: bool = True  # sandboxed runs forked from one torch-importing server
-    memory_limit_mb: int = 8192
-    build_cache_dir: str | None = None  # default: <workspace>/cache/builds
-    baseline_cache_dir: str | None = None  # default: <workspace>/cache/baselines
-    write_batch: int = 32  # verdicts written per Parquet part (a crash loses at most one)
-    seed: int = 0
+def _verify_fields() -> dict[str, Any]:
+    """The verifier's own options (`verifier.protocol.VerifyOptions`), in their order, plus the
+    pipeline's: a checked backend name and how many verdicts go into one Parquet part."""
+    hints = get_type_hints(VerifyOptions)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(VerifyOptions):
+        if f.name in _VERIFIER_ONLY:
+            continue
+        if f.name == "seed":  # the part size sits before the seed, as it always has
+            fields["write_batch"] = (int, 32)  # verdicts per part (a crash loses at most one)
+        fields[f.name] = (hints[f.name], f.default)
+    fields["backend"] = (Literal["auto", "cuda", "musa", "cpu"], "auto")
+    return fields
+
+
+_VERIFIER_ONLY = frozenset({"repeat_timing"})  # benchmark knobs, not pipeline configuration
+
+# `verify:`: every VerifyOptions field (defaults from the verifier, never copied here).
+VerifyConfig = create_model("VerifyConfig", __base__=Section, **_verify_fields())
 
 
 class RepairConfig(Section):

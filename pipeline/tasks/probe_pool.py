@@ -2,16 +2,15 @@
 
 One worker process per slot imports torch once (about 1.5 s) and forks a child per job, so a
 module costs a fork, not an interpreter start. Workers run with the sandbox's limits (scrubbed
-environment, rlimits, own process group, no network where `unshare -n` works); a worker that
-dies or stops answering is killed and replaced, and the job in flight is reported as failed.
+environment, rlimits entered by the sandbox's exec wrapper rather than a `preexec_fn`, own
+session, no network where `unshare -n` works); a worker that dies or stops answering is killed
+and replaced, and the job in flight is reported as failed.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import queue
-import resource
 import selectors
 import shutil
 import subprocess
@@ -23,21 +22,10 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from verifier.sandbox import network_namespace_available, scrubbed_env, stop_process
+from verifier.sandbox import SandboxLimits, sandboxed_argv, scrubbed_env, stop_process
 
 _STARTUP_S = 60.0
-
-
-def _limits(memory_mb: int):
-    def apply() -> None:
-        os.setsid()
-        if memory_mb > 0:
-            cap = memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
+_SERVER_CPU_S = 7 * 24 * 3600  # a long-lived fork server; jobs are timed separately
 
 
 class ProbeWorker:
@@ -51,14 +39,15 @@ class ProbeWorker:
 
     def start(self) -> None:
         self.workdir = tempfile.mkdtemp(prefix="ks-probe-")
-        cmd = [sys.executable, "-m", "pipeline.tasks.probe"]
-        if network_namespace_available():
-            cmd = [shutil.which("unshare") or "unshare", "-rn", *cmd]
+        # The worker lives for many jobs: no CPU-time cap (each job has its own timeout) and no
+        # process cap beyond the host's; memory, file size and core dumps as for any sandbox.
+        limits = SandboxLimits(memory_mb=self.memory_mb, cpu_s=_SERVER_CPU_S, processes=0)
+        cmd = sandboxed_argv([sys.executable, "-m", "pipeline.tasks.probe"], limits, None)
         root = str(Path(__file__).resolve().parents[2])  # the repository root
         env = scrubbed_env({"PYTHONPATH": root})
         self.proc = subprocess.Popen(
             cmd, cwd=self.workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, preexec_fn=_limits(self.memory_mb), close_fds=True,
+            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
             text=True, bufsize=1,
         )
         line = self._readline(_STARTUP_S)

@@ -14,7 +14,9 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.config import Config
+from pipeline.config import Config, TasksConfig
+from pipeline.runner import run_batches
+from pipeline.stage import Resources, Stage, StageContext, StageOutput
 from pipeline.tasks.curate import curate_tasks
 from pipeline.tasks.extract import extract_tasks
 from pipeline.tasks.probe_pool import ProbePool
@@ -34,31 +36,45 @@ def done_module_ids(ws: Workspace) -> set[str]:
     return done
 
 
+def _needs(cfg: Config, backend: str) -> Resources:
+    # one sandboxed probe worker per slot, each under its own address-space limit
+    workers = max(1, cfg.tasks.workers)
+    return Resources(cpus=workers, memory_gb=workers * cfg.tasks.probe_memory_mb / 1024)
+
+
+def tasks_cfg(ctx: StageContext) -> TasksConfig:
+    """The tasks config with git clones (for helpers in sibling files) under the cache dir."""
+    if ctx.cfg.tasks.repo_cache_dir or not ctx.cache_dir:
+        return ctx.cfg.tasks
+    return ctx.cfg.tasks.model_copy(update={"repo_cache_dir": ctx.cache_dir})
+
+
+def tasks_stage(pool: ProbePool, existing: list[Task]) -> Stage:
+    """RawModules -> curated Tasks on `pool`; `existing` (grown batch by batch) is deduped against."""
+
+    def run(batch: list[RawModule], ctx: StageContext) -> StageOutput:
+        tasks, rejections = extract_tasks(batch, tasks_cfg(ctx), pool=pool)
+        kept, dropped = curate_tasks(tasks, ctx.cfg.tasks, existing)
+        existing.extend(kept)
+        counts: Counter[str] = Counter(tasks=len(kept), rejected=len(rejections),
+                                       curated_out=len(dropped))
+        counts.update(f"reason:{r.reason}" for r in rejections + dropped)
+        return StageOutput(kept, rejections + dropped, counts)
+
+    return Stage("tasks", RawModule, Task, run, needs=_needs)
+
+
 def run_tasks(ws: Workspace, run: Run, cfg: Config, *, batch_size: int | None = None,
               progress: Callable[[int], None] | None = None) -> dict[str, int]:
     """Build tasks for every pending RawModule of the workspace; returns counts."""
     modules = ws.read(RawModule)
     done = done_module_ids(ws)
     pending = [m for m in modules if m.module_id not in done]
-    existing = ws.read(Task)
     counts: Counter[str] = Counter(modules=len(modules), skipped=len(modules) - len(pending))
-    reasons: Counter[str] = Counter()
     size = max(1, batch_size or cfg.flows.batch_size)
-    tasks_cfg = cfg.tasks if cfg.tasks.repo_cache_dir else cfg.tasks.model_copy(
-        update={"repo_cache_dir": str(ws.cache_dir)})  # clones of git sources live here
     with ProbePool(cfg.tasks.workers, cfg.tasks.probe_memory_mb) as pool:
-        for start in range(0, len(pending), size):
-            batch = pending[start:start + size]
-            tasks, rejections = extract_tasks(batch, tasks_cfg, pool=pool)
-            kept, dropped = curate_tasks(tasks, cfg.tasks, existing)
-            run.write(kept)
-            run.write(rejections + dropped)
-            existing.extend(kept)
-            counts["tasks"] += len(kept)
-            counts["rejected"] += len(rejections)
-            counts["curated_out"] += len(dropped)
-            reasons.update(r.reason for r in rejections + dropped)
-            if progress:
-                progress(len(batch))
-    counts.update({f"reason:{k}": v for k, v in reasons.items()})
+        stage = tasks_stage(pool, ws.read(Task))
+        counts.update(run_batches(stage, pending, StageContext(cfg, cache_dir=str(ws.cache_dir)), run,
+                                  size=size,
+                                  progress=progress))
     return dict(counts)

@@ -11,6 +11,7 @@ import random
 from pathlib import Path
 
 from schemas import Candidate, Message, RawModule, Rejection, Task, TensorSpec, Verdict
+from verifier.protocol import CORRECT_STATUSES
 
 REFERENCE = '''import torch
 import torch.nn as nn
@@ -119,7 +120,7 @@ def make_task(i: int, cluster: str | None = None, level: int = 1) -> Task:
 
 def verdict(cand: Candidate, status: str, speedup: float | None = None, reward: float = 0.0,
             error: str = "", device: str = "NVIDIA H100 80GB HBM3") -> Verdict:
-    correct = status in ("correct_slow", "correct_fast")
+    correct = status in CORRECT_STATUSES
     eager = 40.0
     return Verdict(
         candidate_id=cand.candidate_id, task_id=cand.task_id, status=status,

@@ -10,6 +10,7 @@ from pipeline.config import Config
 from pipeline.datasets.rows import CONFIGS, assign_splits, build_datasets, config_schema
 from pipeline.datasets.selection import select_diverse
 from tests.pipeline.ks_synthetic import make_task, pool
+from verifier.protocol import CORRECT_STATUSES
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +77,7 @@ def test_rft_group_statistics_match_the_sample_group(built: tuple) -> None:
     row = _rows(built, "rft")[0]
     group = [vmap[c.candidate_id] for c in cands
              if c.task_id == row["task_id"] and c.generator.startswith("llm:")]
-    passed = sum(v.status in ("correct_slow", "correct_fast") for v in group)
+    passed = sum(v.status in CORRECT_STATUSES for v in group)
     assert row["group_size"] == len(group)
     assert row["group_pass_rate"] == pytest.approx(passed / len(group))
     assert row["group_mean_reward"] == pytest.approx(sum(v.reward for v in group) / len(group))
@@ -103,8 +104,8 @@ def test_repair_rows_are_attempt_feedback_fix_chains(built: tuple) -> None:
         assert roles[:2] == ["system", "user"]
         assert roles[2:] == ["assistant", "user"] * (len(roles[2:]) // 2) + ["assistant"]
         assert len(row["turn_rewards"]) == len(row["turn_statuses"]) == roles.count("assistant")
-        assert row["final_status"] in ("correct_slow", "correct_fast")
-        assert row["turn_statuses"][0] not in ("correct_slow", "correct_fast")
+        assert row["final_status"] in CORRECT_STATUSES
+        assert row["turn_statuses"][0] not in CORRECT_STATUSES
         assert "status" in row["messages"][-2]["content"]  # the verifier's feedback turn
 
 
@@ -113,15 +114,15 @@ def test_preference_pairs_correct_fast_over_incorrect_or_slow(built: tuple) -> N
     rows = _rows(built, "preference")
     assert rows
     for row in rows:
-        assert row["chosen_status"] in ("correct_slow", "correct_fast")
+        assert row["chosen_status"] in CORRECT_STATUSES
         assert row["chosen_reward"] > row["rejected_reward"]
         assert [m["role"] for m in row["chosen"]] == ["assistant"]
         assert [m["role"] for m in row["rejected"]] == ["assistant"]
         assert row["prompt"][-1]["role"] == "user"
-    assert any(r["rejected_status"] not in ("correct_slow", "correct_fast") for r in rows)
+    assert any(r["rejected_status"] not in CORRECT_STATUSES for r in rows)
     # A correct rejected kernel is there only because it is clearly slower than the chosen one.
     for row in rows:
-        if row["rejected_status"] in ("correct_slow", "correct_fast"):
+        if row["rejected_status"] in CORRECT_STATUSES:
             assert row["chosen_reward"] > row["rejected_reward"]
     assert {r["chosen_status"] for r in rows} <= {v.status for v in vmap.values()}
 

@@ -17,10 +17,10 @@ from pipeline.candidates.mutate import (
     GPU_KINDS,
     MutationError,
     find_sites,
-    kernel_spans,
     mutate_candidates,
     mutate_code,
 )
+from pipeline.candidates.mutation_sites import kernel_spans
 from pipeline.config import GenerateConfig
 from schemas import Candidate, Task, Verdict
 

@@ -17,6 +17,7 @@ from pipeline.datasets.selection import (
 )
 from schemas import Candidate
 from tests.pipeline.ks_synthetic import candidate, kernel_code, make_task, pool, verdict
+from verifier.protocol import CORRECT_STATUSES
 
 
 def test_features_read_kernel_structure() -> None:
@@ -87,7 +88,7 @@ def test_only_verified_correct_and_no_mutations_are_selected() -> None:
     gen = {c.candidate_id: c.generator for c in cands}
     for select in (select_diverse, select_top_k, select_random_k):
         chosen = select(cands, verdicts, 50, 0.5, 3)
-        assert chosen and all(status[c] in ("correct_slow", "correct_fast") for c in chosen)
+        assert chosen and all(status[c] in CORRECT_STATUSES for c in chosen)
         assert not any(gen[c].startswith("mutate:") for c in chosen)
     # A candidate without a verdict is never chosen.
     assert not set(select_diverse(cands, [], 4, 0.5))

@@ -9,14 +9,8 @@ import torch
 
 from schemas import RawModule, Rejection
 from sources.config import NNSmithConfig
-from sources.nnsmith_graphs import (
-    EMITTERS,
-    UnsupportedOp,
-    build_opset,
-    emit_source,
-    generate_graph,
-    iter_nnsmith_modules,
-)
+from sources.nnsmith_emit import EMITTERS, UnsupportedOp, emit_source
+from sources.nnsmith_graphs import build_opset, generate_graph, iter_nnsmith_modules
 
 CFG = NNSmithConfig(count=2, seed=7, max_nodes=5, target_numel=4096)
 
