@@ -117,6 +117,9 @@ class VerifyConfig(Section):
     baseline_cache_dir: str | None = None  # default: <workspace>/cache/baselines
     write_batch: int = 32  # verdicts written per Parquet part (a crash loses at most one)
     seed: int = 0
+    # strict: no library compute in forward (MooreEval); partial: library ops allowed when an
+    # own kernel runs, the own-kernel device-time share scales the reward (KernelBench)
+    fallback: Literal["strict", "partial"] = "strict"
 
 
 class RepairConfig(Section):
