@@ -80,6 +80,7 @@ def _verify_fields() -> dict[str, Any]:
             fields["write_batch"] = (int, 32)  # verdicts per part (a crash loses at most one)
         fields[f.name] = (hints[f.name], f.default)
     fields["backend"] = (Literal["auto", "cuda", "musa", "cpu"], "auto")
+    fields["fallback"] = (Literal["strict", "partial"], fields["fallback"][1])  # checked early
     return fields
 
 

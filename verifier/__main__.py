@@ -91,11 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per run stage")
     ap.add_argument("--cache-dir", help="build cache (default ~/.cache/kernelsynth/builds)")
     ap.add_argument("--json", action="store_true", help="print JSON verdicts")
+    ap.add_argument("--fallback", default="strict", choices=["strict", "partial"],
+                    help="strict: no library compute in forward (default); partial: library "
+                         "ops allowed if an own kernel runs, own-kernel share in the reward")
     a = ap.parse_args(args)
     opts = VerifyOptions(backend=a.backend, workers=a.workers, compile_workers=a.compile_workers,
                          compile_batch=a.compile_batch, compile_only=a.compile_only,
                          trials=a.trials, perf_trials=a.perf_trials, run_timeout_s=a.timeout,
-                         torch_compile_baseline=a.torch_compile, build_cache_dir=a.cache_dir)
+                         torch_compile_baseline=a.torch_compile, build_cache_dir=a.cache_dir,
+                         fallback=a.fallback)
     from verifier.api import verify_batch
 
     if a.batch:

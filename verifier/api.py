@@ -37,9 +37,10 @@ from verifier.build import (
 from verifier.decide import recheck
 from verifier.extract import FormatError, check_candidate, extract_code
 from verifier.extspec import ExtensionSpec, specs_from_source
+from verifier.fallback import apply_policy, errors
 from verifier.forkserver import ForkServer, ForkServerError
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
-from verifier.reward import finalize
+from verifier.reward import finalize, record_share
 from verifier.runners import _FLOOD_BYTES, _GpuRunner, _SandboxRunner
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
 from verifier.static import check_cpp, check_python
@@ -77,7 +78,8 @@ def _collect_specs(item: _Item, opts: VerifyOptions, launcher: Launcher) -> None
     res = launcher.run_module("verifier.collect",
                               limits=SandboxLimits(timeout_s=min(opts.run_timeout_s, 60.0),
                                                    memory_mb=opts.memory_limit_mb),
-                              input_files={"candidate.py": item.code})
+                              input_files={"candidate.py": item.code,
+                                           "task.py": item.req.task_source})
     item.timing["collect_s"] = time.monotonic() - t0
     if res.timed_out:
         item.stop("timeout", "compile", "running the candidate module (to find its load_inline "
@@ -130,7 +132,7 @@ class _Baselines:
 
 _JOB_OPTIONS = ("trials", "atol_fp32", "rtol_fp32", "atol_low", "rtol_low", "perf_trials",
                 "perf_max_trials", "perf_budget_s", "perf_target_rel_iqr", "perf_warmup",
-                "repeat_timing", "torch_compile_baseline", "seed")
+                "repeat_timing", "torch_compile_baseline", "seed", "fallback")
 
 
 _TIMING_DIAGNOSTICS = ("candidate_s", "timing_cv", "timing_trials", "timing_method", "hidden_us",
@@ -206,20 +208,21 @@ def _record_measurements(v: VerdictData, p: dict[str, Any]) -> None:
             setattr(v, k, float(p[k]))
     v.findings.extend(p.get("findings", []))
     v.kernel_names = [str(k) for k in p.get("kernel_names", [])]
+    record_share(v, p.get("own_share"), p.get("own_calls"))
 
 
-def _front_stages(item: _Item) -> None:
+def _front_stages(item: _Item, policy: str = "strict") -> None:
     """extract and static (Python) in the caller."""
     try:
         item.code = extract_code(item.req.response)
         tree = check_candidate(item.code, item.req.task_source)
     except FormatError as exc:
         return item.stop("format_error", "extract", str(exc))
-    findings = check_python(tree, item.req.task_source)
-    if findings:
-        item.verdict.findings = findings
+    findings = apply_policy(check_python(tree, item.req.task_source), policy)
+    item.verdict.findings = findings
+    if errors(findings):
         return item.stop("static_reject", "static", "; ".join(
-            f"{f['rule']}: {f['message']}" for f in findings[:3]))
+            f"{f['rule']}: {f['message']}" for f in errors(findings)[:3]))
     if "load_inline" not in item.code and "cpp_extension" not in item.code:
         return item.stop("static_reject", "static",
                          "no load_inline call: the candidate has no kernel of its own")
@@ -312,12 +315,12 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
 
     def finish(item: _Item) -> None:
         item.verdict.wall_s = round(time.monotonic() - item.t0, 3)
-        finalize(item.verdict)
+        finalize(item.verdict, opts.fallback)
         if progress:
             progress(item.verdict)
 
     for it in items:
-        _front_stages(it)
+        _front_stages(it, opts.fallback)
     pending = [it for it in items if not it.done]
     slots: queue.Queue = queue.Queue()
     runners: list[_SandboxRunner | _GpuRunner] = []
@@ -356,11 +359,12 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
             it.stop("static_reject", "static", "no load_inline call ran: the candidate has no "
                                                "kernel of its own")
             continue
-        cpp_findings = check_cpp(it.specs, it.code, it.req.task_source)
-        if cpp_findings:
-            it.verdict.findings = cpp_findings
+        cpp_findings = apply_policy(check_cpp(it.specs, it.code, it.req.task_source),
+                                    opts.fallback)
+        it.verdict.findings = it.verdict.findings + cpp_findings
+        if errors(cpp_findings):
             it.stop("static_reject", "static", "; ".join(
-                f"{f['rule']}: {f['message']}" for f in cpp_findings[:3]))
+                f"{f['rule']}: {f['message']}" for f in errors(cpp_findings)[:3]))
     for it in items:
         if it.done:
             finish(it)

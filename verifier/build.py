@@ -115,13 +115,21 @@ def _wrap(spec: ExtensionSpec, sources: list[str], code: str, includes: list[str
     return "\n".join(parts)
 
 
+def _bind(spec: ExtensionSpec, i: int, fn: str) -> str:
+    """One m.def line, as load_inline writes it (docstring raw, error handling optional)."""
+    doc = spec.docstrings[i] if spec.docstrings else fn
+    target = f"ks_{spec.key}::{fn}"
+    if spec.error_handling:
+        target = f"torch::wrap_pybind_function({target})"
+    return f'  m.def("k{spec.key}__{fn}", {target}, "{doc}");'
+
+
 def batch_sources(specs: list[ExtensionSpec], module: str, code_of: dict[str, str],
                   device_prelude: str) -> tuple[str, str]:
     """(host unit, device unit or "") for batchable `specs` bound into module `module`."""
     includes: list[str] = []
     bodies = [_wrap(s, s.cpp_sources, code_of.get(s.key, ""), includes) for s in specs]
-    binds = [f'  m.def("k{s.key}__{fn}", torch::wrap_pybind_function(ks_{s.key}::{fn}), "{fn}");'
-             for s in specs for fn in (s.functions or [])]
+    binds = [_bind(s, i, fn) for s in specs for i, fn in enumerate(s.functions or [])]
     host = "\n".join([
         "#include <torch/extension.h>", *(f"#include {i}" for i in includes), *bodies,
         "#line 1 \"ks_bindings.cpp\"", f"PYBIND11_MODULE({module}, m) {{", *binds, "}", ""])

@@ -16,6 +16,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -40,6 +41,19 @@ def _as_list(value: Any) -> list[str]:
     return [str(v) for v in value]
 
 
+def split_flags(value: Any, what: str) -> list[str]:
+    """The argv entries torch's build gives a flag list: each entry stripped, all joined by
+    spaces into the ninja file and split again by the shell that runs the rule. So `""` and
+    `" "` vanish and `"-O3 --use_fast_math"` is two flags (each judged, and passed, alone).
+    Shell expansion ($VAR, globs, backticks) is not reproduced: such flags are kept literal
+    and fail the flag allowlist. ValueError (unbalanced quotes) fails the build, as in torch."""
+    joined = " ".join(f.strip() for f in _as_list(value))
+    try:
+        return shlex.split(joined)
+    except ValueError as exc:
+        raise ValueError(f"{what} {joined!r}: {exc}") from None
+
+
 @dataclass
 class ExtensionSpec:
     """One load_inline call of a candidate."""
@@ -48,6 +62,8 @@ class ExtensionSpec:
     cpp_sources: list[str]
     cuda_sources: list[str] = field(default_factory=list)
     functions: list[str] | None = None  # None: the sources define PYBIND11_MODULE themselves
+    docstrings: list[str] | None = None  # per function (functions as a dict); None: its name
+    error_handling: bool = True  # with_pytorch_error_handling: bind through wrap_pybind_function
     extra_cflags: list[str] = field(default_factory=list)
     extra_cuda_cflags: list[str] = field(default_factory=list)
     extra_ldflags: list[str] = field(default_factory=list)
@@ -62,6 +78,8 @@ class ExtensionSpec:
         data = [self.cpp_sources, self.cuda_sources, self.functions, self.extra_cflags,
                 self.extra_cuda_cflags, self.extra_ldflags, self.extra_include_paths,
                 self.no_implicit_headers, self.unsupported]
+        if self.docstrings is not None or not self.error_handling:  # keys of older specs kept
+            data += [self.docstrings, self.error_handling]
         return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
 
     @property
@@ -86,23 +104,48 @@ class ExtensionSpec:
             raise ExtensionError(f"load_inline got unexpected arguments {sorted(unknown)}")
         if "name" not in bound or "cpp_sources" not in bound:
             raise ExtensionError("load_inline needs name and cpp_sources")
-        functions = bound.get("functions")
+        for arg in ("cpp_sources", "cuda_sources"):  # torch calls .insert() on them
+            if isinstance(bound.get(arg), tuple) and (bound[arg] or arg == "cpp_sources"):
+                raise ExtensionError(f"load_inline: {arg} must be a str or a list (torch "
+                                     "fails on a tuple: it inserts its headers into it)")
+        functions, docs = bound.get("functions"), None
         if isinstance(functions, str):
             functions = [functions]
         elif isinstance(functions, dict):
+            docs = [str(v) for v in functions.values()]
             functions = [str(k) for k in functions]
-        elif functions is not None:
+            if docs == functions:
+                docs = None
+        elif isinstance(functions, list):
             functions = [str(f) for f in functions]
+        elif functions is not None:  # torch: ValueError("Expected 'functions' to be a list...")
+            raise ExtensionError(f"load_inline: 'functions' must be a list or dict, not "
+                                 f"{type(functions).__name__}")
         unsupported = ""
         if _as_list(bound.get("sycl_sources")):
             unsupported = "sycl_sources are not supported"
+        elif bound.get("is_python_module", True) is False:
+            unsupported = ("is_python_module=False (a library of TORCH_LIBRARY ops loaded with "
+                           "torch.ops.load_library) is not supported; bind the functions with "
+                           "functions=[...] or PYBIND11_MODULE")
+        flags: dict[str, list[str]] = {}
+        for arg in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags"):
+            try:
+                flags[arg] = split_flags(bound.get(arg), arg)
+            except ValueError as exc:
+                flags[arg] = []
+                unsupported = unsupported or f"{exc} (the shell that runs torch's build fails " \
+                                             "on it too)"
         return cls(
             name=str(bound["name"]), cpp_sources=_as_list(bound["cpp_sources"]),
             cuda_sources=_as_list(bound.get("cuda_sources")), functions=functions,
-            extra_cflags=_as_list(bound.get("extra_cflags")),
-            extra_cuda_cflags=_as_list(bound.get("extra_cuda_cflags")),
-            extra_ldflags=_as_list(bound.get("extra_ldflags")),
-            extra_include_paths=_as_list(bound.get("extra_include_paths")),
+            docstrings=docs,
+            error_handling=bool(bound.get("with_pytorch_error_handling", True)),
+            extra_cflags=flags["extra_cflags"], extra_cuda_cflags=flags["extra_cuda_cflags"],
+            extra_ldflags=flags["extra_ldflags"],
+            # torch strips each path; an empty one is the build folder (nothing of the candidate)
+            extra_include_paths=[p.strip() for p in _as_list(bound.get("extra_include_paths"))
+                                 if p.strip()],
             no_implicit_headers=bool(bound.get("no_implicit_headers", False)),
             line=line, unsupported=unsupported,
         )
@@ -122,8 +165,10 @@ def _eval(node: ast.AST, env: dict[str, Any]) -> Any:
         if node.id in env:
             return env[node.id]
         raise _NotLiteral(node.id)
-    if isinstance(node, ast.List | ast.Tuple):
+    if isinstance(node, ast.List):
         return [_eval(e, env) for e in node.elts]
+    if isinstance(node, ast.Tuple):  # kept a tuple: load_inline treats tuples differently
+        return tuple(_eval(e, env) for e in node.elts)
     if isinstance(node, ast.Dict):
         return {_eval(k, env): _eval(v, env) for k, v in zip(node.keys, node.values, strict=True)
                 if k is not None}
@@ -140,22 +185,70 @@ def _is_builder_call(node: ast.AST, fn: str) -> bool:
                                                          and f.attr == fn)
 
 
-def specs_from_source(code: str) -> list[ExtensionSpec] | None:
-    """The load_inline specs of `code` when every call has literal arguments, else None."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return None
-    env: dict[str, Any] = {}
-    for node in tree.body:  # module-level constant assignments, in order
+def _names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _scope_calls(stmts: list[ast.stmt], env: dict[str, Any],
+                 out: list[tuple[ast.Call, dict[str, Any]]]) -> None:
+    """Every load_inline/load call under `stmts` with the literal names visible at it: module
+    constants, then a function's or class body's own assignments, in statement order (try, if,
+    with and loop bodies in order too; functions and class bodies see the whole module)."""
+    deferred = []
+    for node in stmts:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            deferred.append(node)
+            continue
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
                 node.targets[0], ast.Name):
             try:
                 env[node.targets[0].id] = _eval(node.value, env)
             except (_NotLiteral, TypeError):
                 env.pop(node.targets[0].id, None)
+        bodies = [getattr(node, f) for f in ("body", "orelse", "finalbody")
+                  if isinstance(getattr(node, f, None), list)]
+        bodies += [h.body for h in getattr(node, "handlers", [])]
+        if bodies:  # compound statement: its header, then its bodies
+            for f in ("test", "iter", "items", "subject"):
+                part = getattr(node, f, None)
+                for sub in part if isinstance(part, list) else [part] if part else []:
+                    out += [(c, env) for c in ast.walk(sub) if isinstance(c, ast.Call)]
+            for body in bodies:
+                _scope_calls(body, env, out)
+        else:
+            out += [(c, dict(env)) for c in ast.walk(node) if isinstance(c, ast.Call)]
+    for node in deferred:
+        _scope_calls(node.body, dict(env), out)
+
+
+def specs_from_source(code: str) -> list[ExtensionSpec] | None:
+    """The load_inline specs of `code` when every call has literal arguments, else None
+    (then the module is run with a recorder). Calls inside functions, class bodies and try
+    blocks count; a function's literal locals are visible to its calls."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    calls: list[tuple[ast.Call, dict[str, Any]]] = []
+    _scope_calls(tree.body, {}, calls)
+    # where each name is assigned and what it is computed from (for the reassignment check)
+    assigned: dict[str, int] = {}
+    deps: dict[str, set[str]] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                for name in (_names_in(t) if isinstance(t, ast.Tuple | ast.List) else
+                             [t.id] if isinstance(t, ast.Name) else []):
+                    assigned[name] = assigned.get(name, 0) + 1
+                    if n.value is not None:
+                        deps.setdefault(name, set()).update(_names_in(n.value))
+        elif isinstance(n, ast.For | ast.comprehension | ast.With | ast.NamedExpr):
+            for t in ([n.target] if not isinstance(n, ast.With) else
+                      [i.optional_vars for i in n.items if i.optional_vars]):
+                for name in _names_in(t):
+                    assigned[name] = assigned.get(name, 0) + 2  # loop/with targets vary
     specs = []
-    for node in ast.walk(tree):
+    for node, env in calls:
         if _is_builder_call(node, "load") or _is_builder_call(node, "load_inline") and any(
                 isinstance(a, ast.Starred) for a in node.args) or (
                 _is_builder_call(node, "load_inline")
@@ -163,18 +256,20 @@ def specs_from_source(code: str) -> list[ExtensionSpec] | None:
             return None
         if not _is_builder_call(node, "load_inline"):
             continue
+        # a name the arguments read that is assigned twice (branches, loops): run it instead
+        todo, seen = set().union(*(_names_in(a) for a in [*node.args, *node.keywords])), set()
+        while todo:
+            name = todo.pop()
+            seen.add(name)
+            if assigned.get(name, 0) > 1:
+                return None
+            todo |= deps.get(name, set()) - seen
         try:
             args = tuple(_eval(a, env) for a in node.args)
             kwargs = {k.arg: _eval(k.value, env) for k in node.keywords}
             specs.append(ExtensionSpec.from_call(args, kwargs, node.lineno))
         except (_NotLiteral, TypeError, ExtensionError):
             return None
-    # Reassigned names make the order-based evaluation unreliable: fall back to running it.
-    names = [t.id for n in ast.walk(tree) if isinstance(n, ast.Assign | ast.AugAssign)
-             for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
-             if isinstance(t, ast.Name)]
-    if len(names) != len(set(names)):
-        return None
     return specs
 
 
@@ -226,6 +321,9 @@ class _BoundExtension:
 
 
 _LOADED: dict[str, Any] = {}  # real path -> module: a persistent worker loads a batch once
+# names of the extension modules served to the candidate: their functions are its own code
+# (verifier.fallback counts calls into them during forward)
+OWN_MODULES: set[str] = set()
 
 
 def load_extension_module(module_name: str, path: str) -> Any:
@@ -240,6 +338,7 @@ def load_extension_module(module_name: str, path: str) -> Any:
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     _LOADED[real] = module
+    OWN_MODULES.add(module_name)
     return module
 
 

@@ -72,6 +72,13 @@ class VerifyOptions:
     build_cache_dir: str | None = None
     baseline_cache_dir: str | None = None
     seed: int = 0
+    # strict (MooreEval): no library compute in forward; partial (KernelBench): library ops
+    # allowed, at least one own kernel on the hot path, own-kernel share scales the reward
+    fallback: str = "strict"
+
+    def __post_init__(self) -> None:
+        if self.fallback not in ("strict", "partial"):
+            raise ValueError(f"fallback must be 'strict' or 'partial', not {self.fallback!r}")
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> VerifyOptions:

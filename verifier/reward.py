@@ -9,6 +9,10 @@ Hierarchical reward in [0, 1] (documented in the verdict's `reward_components`):
     correct_slow / correct_fast                    0.5 + 0.5 * s,  s = min(1, log2(1 + speedup) / 2)
 so any correct kernel beats any incorrect one, and the speedup scales the rest (s reaches 1 at a
 3x speedup; a correct kernel with no timing gets 0.5 + 0.5 * 0.5 = 0.75 at speedup 1).
+Under the `partial` fallback policy the speed term is multiplied by the share of device time
+spent in the candidate's own kernels (`own_share`, measured on CUDA; 1 where not measured), so
+a kernel that leaves most of the work to cuBLAS earns little for the library's speed. Every
+verdict's components record `fallback` (the policy) and `own_share` (None: not measured).
 """
 
 from __future__ import annotations
@@ -23,15 +27,28 @@ BASE = {"format_error": 0.0, "static_reject": 0.0, "cheat": 0.0, "compile_error"
         "runtime_error": 0.1, "timeout": 0.1, "compiled": 0.1, "incorrect": 0.2}
 
 
-def reward_of(v: VerdictData) -> tuple[float, dict[str, Any]]:
+def record_share(v: VerdictData, own_share: float | None, own_calls: int | None) -> None:
+    """Keep the worker's own-kernel measurements in the verdict's components (finalize keeps
+    them): `own_share` of device time, `own_calls` into the extension during forward."""
+    comps = json.loads(v.reward_components or "{}")
+    comps.update(own_share=own_share, own_calls=own_calls)
+    v.reward_components = json.dumps(comps)
+
+
+def reward_of(v: VerdictData, policy: str = "strict") -> tuple[float, dict[str, Any]]:
     """(reward, components) for a verdict."""
+    measured = json.loads(v.reward_components or "{}")
+    share = measured.get("own_share")
+    extra = {"fallback": policy, "own_share": share, "own_calls": measured.get("own_calls")}
     if v.status in BASE:
         r = BASE[v.status]
-        return r, {"level": v.status, "base": r, "speed": 0.0}
+        return r, {"level": v.status, "base": r, "speed": 0.0, **extra}
     speed = min(1.0, math.log2(1.0 + (v.speedup or 1.0)) / 2.0) if v.speedup else 0.5
+    if policy == "partial" and share is not None:
+        speed *= max(0.0, min(1.0, float(share)))
     r = 0.5 + 0.5 * speed
     return round(r, 6), {"level": v.status, "base": 0.5, "speed": round(speed, 6),
-                         "speedup": v.speedup}
+                         "speedup": v.speedup, **extra}
 
 
 def _first_errors(log: str, limit: int = 5) -> list[str]:
@@ -81,9 +98,9 @@ def feedback_of(v: VerdictData) -> str:
     return "Correct."
 
 
-def finalize(v: VerdictData) -> VerdictData:
+def finalize(v: VerdictData, policy: str = "strict") -> VerdictData:
     """Fill reward, components and feedback from the verdict's other fields."""
-    v.reward, comps = reward_of(v)
+    v.reward, comps = reward_of(v, policy)
     v.reward_components = json.dumps(comps)
     v.feedback = feedback_of(v)
     return v

@@ -126,28 +126,84 @@ def _task_is_low_precision(task_source: str) -> bool:
     return bool(re.search(r"\b(float16|half|bfloat16)\b", task_source))
 
 
+# nn layers that compute nothing in eval (Dropout is the identity there; Flatten is a view):
+# never findings; if one does compute (training-mode dropout), the dispatcher trace sees it.
+NO_COMPUTE_LAYERS = frozenset({
+    "Parameter", "ParameterList", "ParameterDict", "Module", "ModuleList", "ModuleDict",
+    "Identity", "BufferList", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+    "FeatureAlphaDropout", "Flatten", "Unflatten",
+})
+_DROPOUT_FNS = frozenset({"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                          "feature_alpha_dropout"})
+
+
+def _torch_fn_computes(name: str) -> bool:
+    """torch.<name> / F.<name> computes when the aten op of that name is compute by torch's
+    own metadata (verifier.fallback.op_kind); views, copies (cat, flatten), allocations and
+    names with no aten op of their own are left to the dispatcher trace."""
+    if name in TORCH_ALLOWED or name in _DROPOUT_FNS:
+        return False
+    import torch
+
+    from verifier.fallback import _functional_kind, is_fallback
+
+    if not hasattr(torch.ops.aten, name):
+        return False
+    return is_fallback(_functional_kind(name))
+
+
 def _layer_attrs(cls: ast.ClassDef) -> dict[str, str]:
     """self.<attr> = nn.<Layer>(...) assignments of the class (parameter holders aside)."""
     out = {}
     for node in ast.walk(cls):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             fn = _dotted(node.value.func)
-            if fn.startswith(("nn.", "torch.nn.")) and fn.split(".")[-1] not in (
-                    "Parameter", "ParameterList", "ParameterDict", "Module", "ModuleList",
-                    "ModuleDict", "Identity", "BufferList"):
+            if fn.startswith(("nn.", "torch.nn.")) and fn.split(".")[-1] not in \
+                    NO_COMPUTE_LAYERS:
                 for t in node.targets:
                     if isinstance(t, ast.Attribute) and _dotted(t.value) == "self":
                         out[t.attr] = fn
     return out
 
 
+# Build settings a candidate may put in its environment, as torch's cpp_extension reads them
+# (the verifier builds for the device it runs on and ignores their values).
+BUILD_ENV = frozenset({"TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "TORCH_EXTENSIONS_DIR"})
+
+
+def _build_env_nodes(tree: ast.Module) -> set[int]:
+    """ids of the nodes of `os.environ[K] = <str>` / `os.environ.setdefault(K, <str>)` with K a
+    build setting, and of `import os` when os is used for nothing else."""
+    ok: set[int] = set()
+    for node in ast.walk(tree):
+        key = val = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                node.targets[0], ast.Subscript) and _dotted(node.targets[0].value) == \
+                "os.environ":
+            key, val = node.targets[0].slice, node.value
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and _dotted(
+                node.value.func) == "os.environ.setdefault" and len(node.value.args) == 2:
+            key, val = node.value.args
+        if isinstance(key, ast.Constant) and key.value in BUILD_ENV and isinstance(
+                val, ast.Constant) and isinstance(val.value, str):
+            ok.update(id(n) for n in ast.walk(node))
+    uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "os"]
+    if uses and all(id(n) in ok for n in uses):
+        ok.update(id(n) for n in ast.walk(tree) if isinstance(n, ast.Import)
+                  and [a.name for a in n.names] == ["os"] and n.names[0].asname is None)
+    return ok
+
+
 def check_python(tree: ast.Module, task_source: str) -> list[dict[str, Any]]:
     """Findings on the candidate's Python source."""
     out: list[dict[str, Any]] = []
+    build_env = _build_env_nodes(tree)
     low_ok = _task_is_low_precision(task_source)
     model_new = next((n for n in tree.body if isinstance(n, ast.ClassDef)
                       and n.name == "ModelNew"), None)
     for node in ast.walk(tree):
+        if id(node) in build_env:
+            continue
         if isinstance(node, ast.Import | ast.ImportFrom):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""])
@@ -237,7 +293,9 @@ def _check_model_new(cls: ast.ClassDef, ext_names: set[str]) -> list[dict[str, A
             name = _dotted(node.func)
             head, _, last = name.rpartition(".")
             if head in ("torch", "torch.nn.functional", "F", "torch.special", "torch.linalg",
-                        "torch.fft") and last not in TORCH_ALLOWED:
+                        "torch.fft") and (head != "torch" and head not in ("F",
+                                                                         "torch.nn.functional")
+                                          or _torch_fn_computes(last)):
                 out.append(_finding("torch_compute", f"{name}() computes with torch in "
                                                      f"ModelNew.{fn.name}", node.lineno))
             elif head == "self" and last in layers:

@@ -35,21 +35,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-# Ops a candidate's forward may run through the dispatcher: allocation, views, shape queries and
-# copies. Anything else (aten.mm, aten.relu, ...) is torch doing the candidate's work.
-ALLOWED_OPS = frozenset({
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
-    "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full",
-    "fill_", "zero_", "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided",
-    "contiguous", "clone", "copy_", "_to_copy", "to", "detach", "alias", "lift_fresh",
-    "lift_fresh_copy", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "select",
-    "slice", "narrow", "split", "split_with_sizes", "chunk", "unbind", "flatten", "unflatten",
-    "view_as", "expand_as", "resize_", "size", "sym_size", "stride", "sym_stride", "numel",
-    "sym_numel", "dim", "is_contiguous", "storage_offset", "sym_storage_offset", "item",
-    "_local_scalar_dense", "set_", "_has_compatible_shallow_copy_type", "is_same_size",
-    "empty_permuted", "unfold",
-})
-
 # Functions the harness relies on; a candidate that replaces any of them is tampering.
 _GUARDED = (
     ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "time"),
@@ -217,10 +202,10 @@ def run_job(job: dict[str, Any], task_src: str, cand_src: str,
 
 def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> None:
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     from verifier.backends import get_backend
     from verifier.extspec import install_shim
+    from verifier.fallback import judge_ops, make_trace_mode
 
     backend = get_backend(job["backend"])
     opts = job["options"]
@@ -268,15 +253,6 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     # threads the harness itself started (torch.compile's helpers): not the candidate's
     res.data["harness_threads"] = threads_before
 
-    class _Trace(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ops: list[str] = []
-
-        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-
     res.progress("correctness")
     cand = types.ModuleType("candidate")
     cand.__file__ = "candidate.py"
@@ -299,7 +275,8 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
            float(opts.get("atol_low", 1e-2)), float(opts.get("rtol_low", 1e-2)))
     first_inputs = first_ref = prev_ref = prev_new = None
     raw: list[Any] = []  # the candidate's outputs, for the parent's own comparison
-    ops: list[str] = []
+    ops: list[tuple[str, int | None]] = []  # (aten op, candidate line) of every forward
+    own_calls = 0  # calls into the candidate's extension functions during forward
     worst: dict[str, float] = {}
     cand_s = 0.0  # time inside the candidate's forward (for the harness-overhead figure)
     for t in range(trials):
@@ -309,12 +286,13 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
             with torch.no_grad():
                 ref_out = ref(*_clone(inputs))
                 cand_inputs = _clone(inputs)
-                with _Trace() as tr:  # every trial: a forward must not behave per call count
+                with make_trace_mode() as tr:  # every trial: no per-call-count behaviour
                     t_call = time.perf_counter()
                     new_out = new(*cand_inputs)
                     backend.synchronize()
                     cand_s += time.perf_counter() - t_call
                 ops.extend(tr.ops)
+                own_calls += tr.own_calls
         except Exception as exc:
             msg, line = _candidate_traceback(exc)
             res.data["error_line"] = line
@@ -344,14 +322,14 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         if t == 0:
             first_inputs, first_ref = pristine, ref_out
     res.data.setdefault("mismatch_frac", 0.0)
-    forbidden = [op for op in dict.fromkeys(ops)
-                 if op.split(".")[0] == "aten" and op.split(".")[1] not in ALLOWED_OPS]
-    if forbidden:
-        for op in forbidden:
-            res.finding("aten_fallback", f"forward ran {op} through torch (dispatcher trace)")
-        res.finish("cheat", f"forward computes with torch ops: {', '.join(forbidden[:5])}")
+    policy = str(opts.get("fallback", "strict"))
+    found, cheat = judge_ops(ops, policy, own_calls)
+    res.data["findings"].extend(found)
+    res.data["own_calls"] = own_calls
+    if cheat:
+        res.finish("cheat", cheat)
     _check_tamper(res, guard, threads_before)
-    res.data["ops"] = list(dict.fromkeys(ops))[:50]
+    res.data["ops"] = list(dict.fromkeys(op for op, _ in ops))[:50]
     _check_kernels(res, backend, job, lambda: new(*_clone(first_inputs)))
 
     res.progress("performance")
@@ -443,20 +421,22 @@ def _baselines(res: _Result, job: dict[str, Any], backend: Any, ref: Any,
 
 def _check_kernels(res: _Result, backend: Any, job: dict[str, Any],
                    call: Callable[[], Any]) -> None:
-    """Names of the kernels one forward launches; library kernels mean a fallback."""
+    """Kernels one forward launches (verifier.fallback.judge_kernels): library kernels are a
+    fallback under the strict policy; the own-kernel device-time share goes in the result."""
+    from verifier.fallback import judge_kernels
+
     try:
-        names = backend.kernel_names(call)
+        names, findings, share, cheat = judge_kernels(
+            backend, job.get("device_sources", []), call,
+            str(job["options"].get("fallback", "strict")))
     except Exception as exc:  # profiling is best effort; say why it failed
         res.data["kernel_names_error"] = f"{type(exc).__name__}: {exc}"[:200]
         return
     res.data["kernel_names"] = names[:50]
-    findings = backend.kernel_findings(names, job.get("device_sources", []))
-    for f in findings:
-        res.data["findings"].append(f)
-    bad = next((f for f in findings if f["severity"] == "error"), None)
-    if bad is not None:
-        res.finish("cheat", f"{bad['message']}: the computation fell back to a library "
-                            "instead of the candidate's code")
+    res.data["own_share"] = share
+    res.data["findings"].extend(findings)
+    if cheat:
+        res.finish("cheat", cheat)
 
 
 def _check_tamper(res: _Result, guard: dict[str, Any], threads_before: int) -> None:

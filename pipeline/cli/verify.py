@@ -33,11 +33,17 @@ def verify(
     backend: Annotated[str | None, typer.Option(help="auto | cpu | cuda | musa")] = None,
     workers: Annotated[int | None, typer.Option(help="Execution workers.")] = None,
     compile_only: Annotated[bool, typer.Option(help="Stop after compiling.")] = False,
+    fallback: Annotated[str | None, typer.Option(
+        help="strict (no library compute in forward) | partial (library ops allowed when an "
+             "own kernel runs)")] = None,
     limit: Annotated[int | None, typer.Option(help="Verify at most this many.")] = None,
 ) -> None:
     """Verify candidates without verdicts; write verdicts to a new run of the workspace."""
     cfg, ws = open_context(workspace, config)
-    update = {k: v for k, v in {"backend": backend, "workers": workers}.items() if v is not None}
+    if fallback is not None and fallback not in ("strict", "partial"):
+        raise fail(f"--fallback must be strict or partial, not {fallback!r}")
+    update = {k: v for k, v in {"backend": backend, "workers": workers,
+                                "fallback": fallback}.items() if v is not None}
     if compile_only:
         update["compile_only"] = True
     if update:

@@ -1,0 +1,28 @@
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+relu_src = """
+torch::Tensor relu_forward(torch::Tensor x) {
+    auto xc = x.contiguous();
+    auto out = torch::empty_like(xc);
+    const float* in = xc.data_ptr<float>();
+    float* o = out.data_ptr<float>();
+    const int64_t n = xc.numel();
+    for (int64_t i = 0; i < n; ++i) o[i] = in[i] > 0.f ? in[i] : 0.f;
+    return out;
+}
+"""
+
+ext = load_inline("relu_ext", relu_src, functions=["relu_forward"])
+
+
+def relu(t):
+    return ext.relu_forward(t)
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        pass
+    def forward(self, x):
+        return relu(x)
