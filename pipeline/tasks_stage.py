@@ -48,7 +48,7 @@ def run_tasks(ws: Workspace, run: Run, cfg: Config, *, batch_size: int | None = 
         for start in range(0, len(pending), size):
             batch = pending[start:start + size]
             tasks, rejections = extract_tasks(batch, cfg.tasks, pool=pool)
-            kept, dropped = curate_tasks(tasks, cfg.tasks, existing)
+            kept, dropped = curate_tasks(tasks, cfg.tasks, existing, ws.root / "benchmarks")
             run.write(kept)
             run.write(rejections + dropped)
             existing.extend(kept)

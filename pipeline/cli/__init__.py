@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from pipeline.cli import core, datasets, generate, ingest, tasks, verify  # noqa: F401
+from pipeline.cli import (  # noqa: F401
+    benchmarks,
+    core,
+    datasets,
+    generate,
+    ingest,
+    samples,
+    tasks,
+    verify,
+)
 from pipeline.cli.app import app
 
 

@@ -139,14 +139,19 @@ def test_decontamination_against_benchmark_dir(tmp_path: Path) -> None:
     assert op_signature(GELU_SCALE) == ("gelu",)
     tasks = [_task(CONV_TASK, "conv"), _task(GELU_SCALE, "gelu"), _task(RELU_TASK, "relu")]
     kept, rej = curate_tasks(tasks, cfg, [])
-    assert [t.name for t in kept] == ["relu"] and kept[0].decontamination == "clean"
-    by = {r.item_id: r for r in rej}
-    assert by["m-conv"].reason == "contaminated"
-    assert by["m-conv"].ref.endswith("17_Conv2d_BN_Sigmoid_Mean.py")
-    assert "ngram" in by["m-conv"].detail
+    # gelu's only match is one generic op (by AST: no traced ops here): kept, marked overlap
+    assert [t.name for t in kept] == ["gelu", "relu"]
+    assert kept[0].decontamination == "overlap:KernelBench/level2/3_GELU_Scale.py"
+    assert kept[1].decontamination == "clean"
+    (conv,) = rej
+    assert (conv.item_id, conv.reason) == ("m-conv", "contaminated")
+    assert conv.ref.endswith("17_Conv2d_BN_Sigmoid_Mean.py") and "ngram" in conv.detail
+    strict = cfg.model_copy(update={"decontaminate_generic": "reject"})
+    _, rej_strict = curate_tasks(tasks, strict, [])
+    by = {r.item_id: r for r in rej_strict}
     assert by["m-gelu"].ref.endswith("3_GELU_Scale.py") and "opseq" in by["m-gelu"].detail
-    # without the directory nothing is removed
-    kept_all, _ = curate_tasks(tasks, TasksConfig(), [])
+    # without any benchmark nothing is removed
+    kept_all, _ = curate_tasks(tasks, TasksConfig(decontaminate_against=[]), [])
     assert len(kept_all) == 3
 
 

@@ -1,0 +1,1 @@
+"""Task -> Candidate: prompts, templates, LLM clients, mutation, repair."""

@@ -1,0 +1,1 @@
+"""RawModule -> Task: carve, probe, curate, annotate, reasoning, task files."""
