@@ -3,8 +3,9 @@
 A fingerprint keeps no source text: the aten op sequence of the forward (traced on meta tensors,
 `pipeline.tasks.benchmark_trace`, the same first-use order as `Task.op_inventory`), hashes of the
 normalized token n-grams of the computation (names renamed, numbers zeroed), a hash of the
-AST op signature, and the input shapes. A task matches a benchmark file by n-gram overlap, by
-the same compute-op sequence or by the same AST op signature. A match whose task runs a single
+AST op signature, and the input shapes. A task matches a benchmark file by n-gram overlap (where
+both were traced, only if they also run similar compute ops), by the same compute-op sequence,
+or, where a side has no trace, by the same AST op signature. A match whose task runs a single
 compute op (a lone ReLU, a lone matmul) is generic: reported as an overlap and kept unless
 `tasks.decontaminate_generic` is `reject`.
 """
@@ -146,16 +147,35 @@ def source_fingerprint(name: str, source: str, ngram: int, ops: list[str],
     return Fingerprint(name, grams, list(ops), _hash(sig) if sig else "", shapes, trace)
 
 
+@functools.lru_cache(maxsize=8)
+def boilerplate_grams(ngram: int) -> frozenset[int]:
+    """Hashed n-grams of constructors that only store their arguments (shared by most files)."""
+    curate = _curate()
+    out: set[int] = set()
+    for k in range(9):
+        args = [f"p{i}" for i in range(k)]
+        body = "".join(f"        self.p{i} = p{i}\n" for i in range(k))
+        src = ("import torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+               f"    def __init__({', '.join(['self', *args])}):\n"
+               f"        super().__init__()\n{body}\n    def forward(self, x):\n"
+               "        return x\n")
+        out |= {_gram_hash(g) for g in curate.computation_ngrams(src, ngram)}
+        out |= {_gram_hash(g) for g in curate.computation_ngrams(
+            src.replace("super().__init__()", "super(Model, self).__init__()"), ngram)}
+    return frozenset(out)
+
+
 def _hash(sig: tuple[str, ...]) -> str:
     return hashlib.sha256("\x1f".join(sig).encode()).hexdigest()[:16]
 
 
 def match_task(source: str, op_inventory: list[str], shapes: list[list[int]],
                index: FingerprintIndex, threshold: float) -> Match | None:
-    """The strongest overlap of one task with `index` (n-grams, then aten ops, then AST)."""
+    """The strongest overlap of one task with `index` (aten ops, then n-grams, then AST)."""
     curate = _curate()
     grams_of, ops_of, ast_of = index._lookup
-    mine = {_gram_hash(g) for g in curate.computation_ngrams(source, index.ngram)}
+    boiler = boilerplate_grams(index.ngram)
+    mine = {_gram_hash(g) for g in curate.computation_ngrams(source, index.ngram)} - boiler
     ops = compute_ops(op_inventory)
     sig = curate.op_signature(source)
     generic = len(ops) <= 1 if ops else len(sig) <= 1
@@ -170,13 +190,24 @@ def match_task(source: str, op_inventory: list[str], shapes: list[list[int]],
         return Match(kind, index.benchmark, e.name, overlap, generic,
                      bool(shapes) and shapes == e.shapes)
 
-    if hits:
-        best = max(hits, key=lambda i: (hits[i], -i))
-        if hits[best] / len(mine) >= threshold:
-            return found("ngram", best)
+    def agrees(i: int) -> bool:
+        # a short task shares its boilerplate (`self.v0 = a0`) with many files that compute
+        # something else: where both sides were traced, they must also run similar ops; else
+        # the shared text must be a large part of the benchmark file too (a copy, not a part)
+        theirs = set(compute_ops(index.entries[i].ops))
+        if ops and theirs:
+            return len(set(ops) & theirs) / len(set(ops) | theirs) >= 0.5
+        return hits[i] >= threshold * 0.5 * len(set(index.entries[i].grams) - boiler)
+
     if ops and ops in ops_of:
         return found("aten", ops_of[ops])
-    if sig and _hash(sig) in ast_of:
+    for best in sorted(hits, key=lambda i: (-hits[i], i)):
+        if hits[best] / len(mine) < threshold:
+            break
+        if agrees(best):
+            return found("ngram", best)
+    # the AST signature (layers and calls, no operators) only where a side has no trace
+    if sig and _hash(sig) in ast_of and not (ops and index.entries[ast_of[_hash(sig)]].ops):
         return found("opseq", ast_of[_hash(sig)])
     return None
 

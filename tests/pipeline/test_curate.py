@@ -89,6 +89,10 @@ def get_init_inputs():
 '''
 
 
+def _dedup_only(threshold: float) -> TasksConfig:
+    return TasksConfig(near_dup_threshold=threshold, decontaminate_against=[])
+
+
 def _task(source: str, name: str, module_id: str = "") -> Task:
     tid = task_id_of(source)
     return Task(task_id=tid, name=name, source=source, cpu_source=source,
@@ -98,7 +102,7 @@ def _task(source: str, name: str, module_id: str = "") -> Task:
 def test_exact_dedup_ignores_names_sizes_comments() -> None:
     assert exact_hash(LINEAR_TASK) == exact_hash(LINEAR_RENAMED)
     assert exact_hash(LINEAR_TASK) != exact_hash(RELU_TASK)
-    cfg = TasksConfig()
+    cfg = TasksConfig(decontaminate_against=[])  # dedup alone
     tasks = [_task(LINEAR_TASK, "lin"), _task(LINEAR_RENAMED, "lin2"), _task(RELU_TASK, "relu")]
     kept, rej = curate_tasks(tasks, cfg, [])
     assert [t.name for t in kept] == ["lin", "relu"]
@@ -114,12 +118,12 @@ def test_near_duplicates_by_minhash() -> None:
     near = near.replace("y = torch.sigmoid(y) * x", "y = torch.sigmoid(y) * x\n        y = y")
     assert exact_hash(near) != exact_hash(CONV_TASK)
     kept, rej = curate_tasks([_task(CONV_TASK, "conv"), _task(near, "conv_near"),
-                              _task(RELU_TASK, "relu")], TasksConfig(near_dup_threshold=0.7), [])
+                              _task(RELU_TASK, "relu")], _dedup_only(0.7), [])
     assert [t.name for t in kept] == ["conv", "relu"]
     assert [r.reason for r in rej] == ["near_duplicate"]
     # a high threshold keeps both
     kept_hi, _ = curate_tasks([_task(CONV_TASK, "conv"), _task(near, "conv_near")],
-                              TasksConfig(near_dup_threshold=0.99), [])
+                              _dedup_only(0.99), [])
     assert len(kept_hi) == 2
 
 
@@ -157,7 +161,7 @@ def test_decontamination_against_benchmark_dir(tmp_path: Path) -> None:
 
 def test_max_tasks_records_the_rest() -> None:
     tasks = [_task(RELU_TASK, "relu"), _task(CONV_TASK, "conv"), _task(GELU_SCALE, "gelu")]
-    kept, rej = curate_tasks(tasks, TasksConfig(max_tasks=2), [])
+    kept, rej = curate_tasks(tasks, TasksConfig(max_tasks=2, decontaminate_against=[]), [])
     assert len(kept) == 2 and [r.reason for r in rej] == ["max_tasks"]
 
 
@@ -166,7 +170,7 @@ def test_one_token_op_change_is_not_a_near_duplicate() -> None:
     conv.op_inventory = ["aten.convolution", "aten.batch_norm", "aten.sigmoid", "aten.mean"]
     tanh = _task(CONV_TASK.replace("torch.sigmoid", "torch.tanh"), "tanh")
     tanh.op_inventory = ["aten.convolution", "aten.batch_norm", "aten.tanh", "aten.mean"]
-    cfg = TasksConfig(near_dup_threshold=0.5)
+    cfg = _dedup_only(0.5)
     kept, rej = curate_tasks([conv, tanh], cfg, [])
     assert len(kept) == 2 and rej == []
     tanh.op_inventory = list(conv.op_inventory)  # same ops and similar text: near-duplicate
