@@ -6,8 +6,9 @@ normalized token n-grams of the computation (names renamed, numbers zeroed), a h
 AST op signature, and the input shapes. A task matches a benchmark file by n-gram overlap (where
 both were traced, only if they also run similar compute ops), by the same compute-op sequence,
 or, where a side has no trace, by the same AST op signature. A match whose task runs a single
-compute op (a lone ReLU, a lone matmul) is generic: reported as an overlap and kept unless
-`tasks.decontaminate_generic` is `reject`.
+compute op (a lone ReLU, a lone matmul), or two ops with neither the same input shapes nor
+shared text (first-use order cannot tell Linear+ReLU from an MLP), is generic: reported as an
+overlap and kept unless `tasks.decontaminate_generic` is `reject`.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ class Match:
     benchmark: str
     entry: str
     overlap: float  # shared n-grams / the task's n-grams
-    generic: bool  # the task runs a single compute op
+    generic: bool  # one compute op, or two without shapes or text in common
     same_shapes: bool
 
     def describe(self) -> str:
@@ -200,7 +201,12 @@ def match_task(source: str, op_inventory: list[str], shapes: list[list[int]],
         return hits[i] >= threshold * 0.5 * len(set(index.entries[i].grams) - boiler)
 
     if ops and ops in ops_of:
-        return found("aten", ops_of[ops])
+        match = found("aten", ops_of[ops])
+        # first-use order drops repeats: a Linear+ReLU pair has the signature of a 3-layer MLP,
+        # so a two-op match needs the same input shapes or shared text to count
+        if len(ops) == 2 and not (match.same_shapes or match.overlap >= threshold / 2):
+            match.generic = True
+        return match
     for best in sorted(hits, key=lambda i: (-hits[i], i)):
         if hits[best] / len(mine) < threshold:
             break
