@@ -75,5 +75,6 @@ def card_lines(facts: dict[str, Any]) -> list[str]:
                   f"Checked against {against} (aten op sequences, normalized n-grams, shapes): "
                   f"{dec['contaminated_removed']} tasks removed as contaminated; "
                   f"{dec['overlapping_kept']} tasks kept that overlap a benchmark only through "
-                  f"generic ops: one op, or two without shapes or text in common (policy: {dec['generic_policy']}).", ""]
+                  "generic ops: one op, or two without shapes or text in common "
+                  f"(policy: {dec['generic_policy']}).", ""]
     return lines
