@@ -2,8 +2,8 @@
 
 The file is what an offline batch run (vLLM's `LLM.generate` over the `rl` config's prompts)
 writes: one row per response with `response`, `model`, and the task as `task_id`, `task_name`
-(hand-written samples) or as the `prompt` it answered (a message list, a user message, or a chat-templated string), optionally
-`backend`, `sample`, sampling parameters (`temperature`, `top_p`, `seed`, `max_tokens`) and token
+(hand-written samples) or as the `prompt` it answered (a message list, a user message, or a
+chat-templated string), optionally `backend`, `sample`, sampling parameters (`temperature`, `top_p`, `seed`, `max_tokens`) and token
 counts (`prompt_tokens`, `completion_tokens`, `finish_reason`). A prompt is matched to a task by
 the exact text of the prompt we would build for it, else after normalizing whitespace and case.
 A row naming no known task, with an empty response or that is not JSON becomes a Rejection

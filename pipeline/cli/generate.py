@@ -77,7 +77,8 @@ def generate(
     if model is not None:
         model_updates["hf_model" if gens == ["hf"] else "openai_model"] = model
     cfg = _apply(cfg, generators=gens, backend=backend, variants_per_task=variants,
-                 samples=samples, import_file=samples_file, openai_base_url=base_url, temperature=temperature,
+                 samples=samples, import_file=samples_file, openai_base_url=base_url,
+                 temperature=temperature,
                  max_tokens=max_tokens, concurrency=concurrency, **model_updates)
     try:
         n_tasks = len(ws.read(Task))
