@@ -29,8 +29,11 @@ class TasksConfig(Section):
     cpu_max_numel: int = 1 << 18  # the scaled CPU copy keeps inputs at most this large
     near_dup_threshold: float = 0.85
     ngram: int = 5
-    decontaminate_against: list[str] = Field(default_factory=list)  # benchmark directories
+    # `kernelbench` (the shipped fingerprint index, or one from `benchmarks fetch`), index .json
+    # files or benchmark folders; [] turns decontamination off
+    decontaminate_against: list[str] = Field(default_factory=lambda: ["kernelbench"])
     decontam_threshold: float = 0.6
+    decontaminate_generic: Literal["keep", "reject"] = "keep"  # a match that is one generic op
     max_tasks: int | None = None
     gpu_max_gb: float = 4.0  # GPU-size inputs, weights and outputs stay below this
     probe_memory_mb: int = 6144  # address-space limit of each sandboxed probe worker
@@ -38,10 +41,13 @@ class TasksConfig(Section):
 
 
 class GenerateConfig(Section):
-    generators: list[str] = Field(default_factory=lambda: ["template"])
+    generators: list[str] = Field(default_factory=lambda: ["template", "import"])
     backend: Literal["auto", "cuda", "musa", "cpu"] = "auto"
     variants_per_task: int = 3
     samples: int = 4  # LLM samples per task
+    # responses for the `import` generator: a JSONL/Parquet file, or `demo` (the shipped demo
+    # set, used by the default build when no local `hf` model is configured)
+    import_file: str = "demo"
     openai_base_url: str = "http://127.0.0.1:8000/v1"
     openai_model: str = ""
     hf_model: str = ""

@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 
+from pipeline.candidates.import_samples import import_candidates
 from pipeline.candidates.llm import ChatBackend, LLMError, make_backend
 from pipeline.candidates.mutate import mutate_candidates
 from pipeline.candidates.prompts import build_prompt, fence
@@ -22,7 +23,7 @@ from pipeline.workspace import Run, Workspace
 from schemas import Candidate, Rejection, Task, Verdict
 from verifier.protocol import CORRECT_STATUSES
 
-GENERATORS = ("template", "openai", "hf", "mutate")
+GENERATORS = ("template", "openai", "hf", "import", "mutate")
 
 
 class GenerateError(ValueError):
@@ -153,6 +154,11 @@ def generate_candidates(
                                                  "llm_unavailable", str(exc)) for t in tasks)
                 continue
             made, rejected = llm_stage(tasks, cfg, backend, chat)
+        elif gen == "import":
+            # a batch sees only its tasks: rows for other tasks are not errors here
+            # (`run_generate` imports the whole file and reports every unusable row)
+            made = import_candidates(tasks, cfg, backend, report=False)[0]
+            rejected = []
         else:  # mutate works from verdicts: run_generate / run_repair
             continue
         candidates.extend(made)
@@ -183,6 +189,17 @@ def run_generate(
     batch = max(1, cfg.flows.batch_size)
     for gen in gcfg.generators:
         if gen == "mutate":
+            continue
+        if gen == "import":
+            made, rejected = import_candidates(tasks, gcfg, backend, report=True)
+            written = len(write_new(run, made, done, "candidate_id"))
+            counts["candidates"] += written
+            counts["imported"] += written
+            counts["skipped"] += len(made) - written
+            counts["rejections"] += len(write_new(run, rejected, done_rej, "rejection_id"))
+            counts.update(f"rejected:{r.reason}" for r in rejected)
+            if progress is not None:
+                progress(len(tasks))
             continue
         chat = llm
         todo = tasks

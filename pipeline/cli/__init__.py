@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from pipeline.cli import core, datasets, generate, ingest, serve_verifier, tasks, verify  # noqa: F401
+from pipeline.cli import (  # noqa: F401
+    benchmarks,
+    core,
+    datasets,
+    generate,
+    ingest,
+    samples,
+    serve_verifier,
+    tasks,
+    verify,
+)
 from pipeline.cli.app import app
 
 

@@ -9,6 +9,7 @@ import typer
 from rich.progress import Progress
 
 from pipeline.candidates.generate import GENERATORS, GenerateError, run_generate, run_repair
+from pipeline.candidates.import_samples import SampleFileError
 from pipeline.candidates.llm import LLMError
 from pipeline.candidates.prompts import PromptError
 from pipeline.cli.app import app
@@ -50,7 +51,11 @@ def generate(
         "--generator", "-g", help=f"Generator(s): {'|'.join(GENERATORS)} (repeatable).")] = None,
     backend: Annotated[str | None, typer.Option(help="auto|cuda|musa|cpu.")] = None,
     variants: Annotated[int | None, typer.Option(help="Template variants per task.")] = None,
-    samples: Annotated[int | None, typer.Option(help="LLM samples per task.")] = None,
+    samples: Annotated[int | None, typer.Option(
+        "--n-samples", help="LLM samples per task.")] = None,
+    samples_file: Annotated[str | None, typer.Option(
+        "--samples", help="import: JSONL/Parquet of model responses (task_id or prompt, "
+        "response, model).")] = None,
     model: Annotated[str | None, typer.Option(
         help="Model: the served model (openai) or a local checkpoint (hf).")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible base URL.")] = None,
@@ -72,7 +77,8 @@ def generate(
     if model is not None:
         model_updates["hf_model" if gens == ["hf"] else "openai_model"] = model
     cfg = _apply(cfg, generators=gens, backend=backend, variants_per_task=variants,
-                 samples=samples, openai_base_url=base_url, temperature=temperature,
+                 samples=samples, import_file=samples_file, openai_base_url=base_url,
+                 temperature=temperature,
                  max_tokens=max_tokens, concurrency=concurrency, **model_updates)
     try:
         n_tasks = len(ws.read(Task))
@@ -84,7 +90,7 @@ def generate(
             job = bar.add_task("generating", total=steps or None)
             counts = run_generate(ws, run, cfg, api_key=_api_key(cfg),
                                   progress=lambda k: bar.advance(job, k))
-    except (GenerateError, PromptError, LLMError, WorkspaceError) as exc:
+    except (GenerateError, PromptError, LLMError, WorkspaceError, SampleFileError) as exc:
         raise fail(str(exc)) from None
     counts["run"] = run.run_id  # type: ignore[assignment]
     _summary("generate", counts, json_)

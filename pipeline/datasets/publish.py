@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipeline.config import Config
+from pipeline.datasets.card_facts import card_lines, decontamination_facts, rft_facts
 from pipeline.datasets.catalog import register_version
 from pipeline.datasets.rows import CONFIGS, build_datasets, config_schema
 from pipeline.datasets.selection import SELECTORS
@@ -138,6 +139,7 @@ def _card(name: str, version: str, manifest: dict[str, Any], stats: dict[str, An
             lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
                       for k, v in metrics.items()]
         lines.append("")
+    lines += card_lines(manifest)
     lin = manifest["lineage"]
     lines += ["## How it was made", "",
               f"- parent version: {manifest['parent_version'] or 'none'}",
@@ -221,6 +223,8 @@ def publish_version(ws: Workspace, tables: dict[str, pa.Table], cfg: Config,
                                              "python": platform.python_version()}),
             },
             "config": cfg.model_dump(mode="json"),
+            "rft": rft_facts(tables.get("rft")),
+            "decontamination": decontamination_facts(ws, tables.get("tasks"), cfg),
         }
         if stats:
             (tmp / STATS).write_text(json.dumps(stats, indent=2) + "\n",

@@ -20,7 +20,7 @@ import pyarrow as pa
 from pipeline.candidates.prompts import build_prompt, reference_for
 from pipeline.config import Config
 from pipeline.datasets.analysis_rows import perf_rows, review_rows
-from pipeline.datasets.selection import kernel_features
+from pipeline.datasets.selection import SELECTORS, kernel_features
 from schemas import (
     Candidate,
     Message,
@@ -111,8 +111,11 @@ def feedback_text(verdict: Verdict) -> str:
     return f"The verifier stopped at stage `{verdict.stage}` with status `{verdict.status}`{tail}."
 
 
+SAMPLED = ("llm:", "hf:", "import:")  # generators whose responses are a policy's samples
+
+
 def _is_sample(cand: Candidate) -> bool:
-    return cand.generator.startswith(("llm:", "hf:"))
+    return cand.generator.startswith(SAMPLED)
 
 
 def _is_teacher(cand: Candidate) -> bool:
@@ -138,11 +141,12 @@ def _sft_rows(tasks: dict[str, Task], cands: list[Candidate], verdicts: dict[str
 
 
 def _group_stats(all_cands: list[Candidate], verdicts: dict[str, Verdict]
-                 ) -> dict[tuple[str, str], tuple[int, float, float, float]]:
-    groups: dict[tuple[str, str], list[Verdict]] = defaultdict(list)
+                 ) -> dict[tuple[str, str, str], tuple[int, float, float, float]]:
+    """(task, backend, generator) -> (n, pass rate, reward mean, reward std) of first attempts."""
+    groups: dict[tuple[str, str, str], list[Verdict]] = defaultdict(list)
     for c in all_cands:
-        if _is_sample(c) and c.candidate_id in verdicts:
-            groups[(c.task_id, c.backend)].append(verdicts[c.candidate_id])
+        if _is_sample(c) and c.turn == 0 and c.candidate_id in verdicts:
+            groups[(c.task_id, c.backend, c.generator)].append(verdicts[c.candidate_id])
     out = {}
     for key, vs in groups.items():
         rewards = [v.reward for v in vs]
@@ -161,13 +165,26 @@ def _rft_rows(tasks: dict[str, Task], selected: list[Candidate], all_cands: list
         if not _is_sample(c):
             continue
         task, v = tasks[c.task_id], verdicts[c.candidate_id]
-        size, rate, mean, std = stats.get((c.task_id, c.backend), (1, 1.0, v.reward, 0.0))
+        size, rate, mean, std = stats.get((c.task_id, c.backend, c.generator),
+                                          (1, 1.0, v.reward, 0.0))
         messages = _prompt_for(task, c, cfg) + [
             Message("assistant", assistant_content(task, c))]
         rows.append(RftRow(content_hash("rft", c.candidate_id), c.task_id, c.candidate_id,
                            messages, c.backend, c.generator, v.reward, v.speedup, size, rate,
                            mean, std, splits[c.task_id]))
     return rows
+
+
+def _rft_selection(cands: list[Candidate], verdicts: list[Verdict], cfg: Config
+                   ) -> list[Candidate]:
+    """Per task, up to k correct sampled responses of distinct strategies (the selector of
+    `cfg.select` over sampled generators only, so teacher kernels do not crowd them out)."""
+    sampled = [c for c in cands if _is_sample(c)]
+    if not sampled:
+        return []
+    sel = cfg.select
+    ids = set(SELECTORS[sel.method](sampled, verdicts, sel.k, sel.diversity_weight, sel.seed))
+    return [c for c in sampled if c.candidate_id in ids]
 
 
 def _rl_rows(tasks: dict[str, Task], all_cands: list[Candidate], verdicts: dict[str, Verdict],
@@ -313,7 +330,8 @@ def build_datasets(tasks: list[Task], candidates: list[Candidate], verdicts: lis
     splits = assign_splits(list(task_map.values()), cfg.publish.validation_fraction)
     rows: dict[str, list] = {
         "sft": _sft_rows(task_map, chosen, vmap, splits, cfg),
-        "rft": _rft_rows(task_map, chosen, cands, vmap, splits, cfg),
+        "rft": _rft_rows(task_map, _rft_selection(cands, verdicts, cfg), cands, vmap, splits,
+                         cfg),
         "rl": _rl_rows(task_map, cands, vmap, splits, cfg),
         "repair": _repair_rows(task_map, cands, vmap, splits, cfg),
         "preference": _preference_rows(task_map, cands, vmap, splits, cfg),

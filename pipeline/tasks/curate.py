@@ -3,10 +3,10 @@
 - exact: hash of the AST with user identifiers renamed in order of appearance, numbers zeroed,
   docstrings dropped (so the same computation at other sizes or names is one task);
 - near: MinHash LSH (datasketch) over n-grams of that normalized token stream;
-- decontamination: every `.py` file under the directories in `decontaminate_against` is indexed
-  by the same n-grams (overlap = shared n-grams / the task's n-grams) and by its op-sequence
-  signature (layers built in `__init__` and calls made in `forward`, names normalized); a match
-  removes the task and records the benchmark file it matched.
+- decontamination: against fingerprint indexes (`pipeline.tasks.kernelbench_index`; KernelBench
+  levels 1-4 ship with the package and are on by default, folders in `decontaminate_against` get
+  the same treatment): n-gram overlap, aten op sequence, AST op signature. A match removes the
+  task (`contaminated`), unless the task is one generic op: then it is kept as `overlap:<file>`.
 """
 
 from __future__ import annotations
@@ -17,12 +17,17 @@ import functools
 import hashlib
 import io
 import tokenize
-from dataclasses import dataclass
 from pathlib import Path
 
 from datasketch import MinHash, MinHashLSH
 
 from pipeline.config import TasksConfig
+from pipeline.tasks.kernelbench_index import (
+    FingerprintIndex,
+    Match,
+    match_task,
+    resolve_indexes,
+)
 from schemas import Rejection, Task, content_hash
 
 STAGE = "curate"
@@ -249,59 +254,6 @@ def op_signature(source: str) -> tuple[str, ...]:
     return tuple(sig)
 
 
-# --- benchmark index ---------------------------------------------------------------------------
-
-
-@dataclass
-class BenchmarkIndex:
-    files: list[str]
-    grams: dict[str, list[int]]  # n-gram -> file indices
-    sizes: list[int]
-    signatures: dict[tuple[str, ...], int]
-
-
-@functools.lru_cache(maxsize=8)
-def _index(dirs: tuple[str, ...], n: int) -> BenchmarkIndex:
-    files: list[str] = []
-    grams: dict[str, list[int]] = {}
-    sizes: list[int] = []
-    sigs: dict[tuple[str, ...], int] = {}
-    for d in dirs:
-        for path in sorted(Path(d).rglob("*.py")):
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                continue
-            idx = len(files)
-            files.append(str(path))
-            g = computation_ngrams(text, n)
-            sizes.append(len(g))
-            for gram in g:
-                grams.setdefault(gram, []).append(idx)
-            sig = op_signature(text)
-            if sig:
-                sigs.setdefault(sig, idx)
-    return BenchmarkIndex(files, grams, sizes, sigs)
-
-
-def contamination(task: Task, index: BenchmarkIndex, cfg: TasksConfig) -> str:
-    """'clean', 'ngram:<file>' or 'opseq:<file>'."""
-    grams = computation_ngrams(task.source, cfg.ngram)
-    if grams:
-        hits: dict[int, int] = {}
-        for g in grams:
-            for i in index.grams.get(g, ()):
-                hits[i] = hits.get(i, 0) + 1
-        if hits:
-            best = max(hits, key=lambda i: hits[i])
-            if hits[best] / len(grams) >= cfg.decontam_threshold:
-                return f"ngram:{index.files[best]}"
-    sig = op_signature(task.source)
-    if sig and sig in index.signatures:
-        return f"opseq:{index.files[index.signatures[sig]]}"
-    return "clean"
-
-
 # --- the stage ---------------------------------------------------------------------------------
 
 
@@ -311,12 +263,25 @@ def _drop(t: Task, ref: str, reason: str, detail: str) -> Rejection:
                           f"task {t.task_id} ({t.name}): {detail}")
 
 
-def curate_tasks(tasks: list[Task], cfg: TasksConfig, existing: list[Task]
-                 ) -> tuple[list[Task], list[Rejection]]:
-    """Dedup (against `existing` too) and decontaminate; every dropped task gets a Rejection."""
+def contamination(task: Task, indexes: list[FingerprintIndex], cfg: TasksConfig
+                  ) -> Match | None:
+    """The first benchmark overlap of `task` (see `pipeline.tasks.kernelbench_index`)."""
+    shapes = [list(s.shape) for s in task.input_specs]
+    for index in indexes:
+        found = match_task(task.source, task.op_inventory, shapes, index, cfg.decontam_threshold)
+        if found is not None:
+            return found
+    return None
+
+
+def curate_tasks(tasks: list[Task], cfg: TasksConfig, existing: list[Task],
+                 benchmark_dir: Path | None = None) -> tuple[list[Task], list[Rejection]]:
+    """Dedup (against `existing` too) and decontaminate; every dropped task gets a Rejection.
+
+    A task overlapping a benchmark only through one generic op is kept, marked `overlap:<file>`
+    (unless `decontaminate_generic: reject`); `benchmark_dir` holds fetched indexes."""
     rejections: list[Rejection] = []
-    index = (_index(tuple(str(Path(d).resolve()) for d in cfg.decontaminate_against), cfg.ngram)
-             if cfg.decontaminate_against else None)
+    indexes = resolve_indexes(cfg.decontaminate_against, cfg.ngram, benchmark_dir)
     # LSH proposes candidates (its banding needs a threshold below ~0.95); the estimated
     # Jaccard similarity then decides against the configured threshold
     lsh = MinHashLSH(threshold=min(cfg.near_dup_threshold, 0.9), num_perm=_PERM)
@@ -361,18 +326,17 @@ def curate_tasks(tasks: list[Task], cfg: TasksConfig, existing: list[Task]
             rejections.append(_drop(t, ref, "near_duplicate",
                                              f"{ref}: near-duplicate of task {other}"))
             continue
-        if index is not None:
-            verdict = contamination(t, index, cfg)
-            if verdict != "clean":
-                kind, bench = verdict.split(":", 1)
-                rejections.append(_drop(t, bench, "contaminated",
-                                                 f"{ref}: {kind} match with {bench}"))
-                continue
+        match = contamination(t, indexes, cfg)
+        if match is not None and (not match.generic or cfg.decontaminate_generic == "reject"):
+            rejections.append(_drop(t, f"{match.benchmark}/{match.entry}", "contaminated",
+                                    f"{ref}: {match.describe()}"))
+            continue
         exact[h] = t.task_id
         hashes[f"new:{t.task_id}"] = mh
         opsets[f"new:{t.task_id}"] = ops
         lsh.insert(f"new:{t.task_id}", mh)
         t.dedup_cluster = hashlib.sha256(h.encode()).hexdigest()[:12]
-        t.decontamination = "clean"
+        t.decontamination = (f"overlap:{match.benchmark}/{match.entry}" if match is not None
+                             else "clean")
         kept.append(t)
     return kept, rejections

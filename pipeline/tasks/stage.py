@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -49,12 +50,13 @@ def tasks_cfg(ctx: StageContext) -> TasksConfig:
     return ctx.cfg.tasks.model_copy(update={"repo_cache_dir": ctx.cache_dir})
 
 
-def tasks_stage(pool: ProbePool, existing: list[Task]) -> Stage:
+def tasks_stage(pool: ProbePool, existing: list[Task], benchmark_dir: Path | None = None
+                ) -> Stage:
     """RawModules -> curated Tasks on `pool`; `existing` (grown batch by batch) is deduped against."""
 
     def run(batch: list[RawModule], ctx: StageContext) -> StageOutput:
         tasks, rejections = extract_tasks(batch, tasks_cfg(ctx), pool=pool)
-        kept, dropped = curate_tasks(tasks, ctx.cfg.tasks, existing)
+        kept, dropped = curate_tasks(tasks, ctx.cfg.tasks, existing, benchmark_dir)
         existing.extend(kept)
         counts: Counter[str] = Counter(tasks=len(kept), rejected=len(rejections),
                                        curated_out=len(dropped))
@@ -73,7 +75,7 @@ def run_tasks(ws: Workspace, run: Run, cfg: Config, *, batch_size: int | None = 
     counts: Counter[str] = Counter(modules=len(modules), skipped=len(modules) - len(pending))
     size = max(1, batch_size or cfg.flows.batch_size)
     with ProbePool(cfg.tasks.workers, cfg.tasks.probe_memory_mb) as pool:
-        stage = tasks_stage(pool, ws.read(Task))
+        stage = tasks_stage(pool, ws.read(Task), ws.root / "benchmarks")  # fetched indexes
         counts.update(run_batches(stage, pending, StageContext(cfg, cache_dir=str(ws.cache_dir)), run,
                                   size=size,
                                   progress=progress))

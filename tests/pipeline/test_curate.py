@@ -89,6 +89,10 @@ def get_init_inputs():
 '''
 
 
+def _dedup_only(threshold: float) -> TasksConfig:
+    return TasksConfig(near_dup_threshold=threshold, decontaminate_against=[])
+
+
 def _task(source: str, name: str, module_id: str = "") -> Task:
     tid = task_id_of(source)
     return Task(task_id=tid, name=name, source=source, cpu_source=source,
@@ -98,7 +102,7 @@ def _task(source: str, name: str, module_id: str = "") -> Task:
 def test_exact_dedup_ignores_names_sizes_comments() -> None:
     assert exact_hash(LINEAR_TASK) == exact_hash(LINEAR_RENAMED)
     assert exact_hash(LINEAR_TASK) != exact_hash(RELU_TASK)
-    cfg = TasksConfig()
+    cfg = TasksConfig(decontaminate_against=[])  # dedup alone
     tasks = [_task(LINEAR_TASK, "lin"), _task(LINEAR_RENAMED, "lin2"), _task(RELU_TASK, "relu")]
     kept, rej = curate_tasks(tasks, cfg, [])
     assert [t.name for t in kept] == ["lin", "relu"]
@@ -114,12 +118,12 @@ def test_near_duplicates_by_minhash() -> None:
     near = near.replace("y = torch.sigmoid(y) * x", "y = torch.sigmoid(y) * x\n        y = y")
     assert exact_hash(near) != exact_hash(CONV_TASK)
     kept, rej = curate_tasks([_task(CONV_TASK, "conv"), _task(near, "conv_near"),
-                              _task(RELU_TASK, "relu")], TasksConfig(near_dup_threshold=0.7), [])
+                              _task(RELU_TASK, "relu")], _dedup_only(0.7), [])
     assert [t.name for t in kept] == ["conv", "relu"]
     assert [r.reason for r in rej] == ["near_duplicate"]
     # a high threshold keeps both
     kept_hi, _ = curate_tasks([_task(CONV_TASK, "conv"), _task(near, "conv_near")],
-                              TasksConfig(near_dup_threshold=0.99), [])
+                              _dedup_only(0.99), [])
     assert len(kept_hi) == 2
 
 
@@ -139,20 +143,25 @@ def test_decontamination_against_benchmark_dir(tmp_path: Path) -> None:
     assert op_signature(GELU_SCALE) == ("gelu",)
     tasks = [_task(CONV_TASK, "conv"), _task(GELU_SCALE, "gelu"), _task(RELU_TASK, "relu")]
     kept, rej = curate_tasks(tasks, cfg, [])
-    assert [t.name for t in kept] == ["relu"] and kept[0].decontamination == "clean"
-    by = {r.item_id: r for r in rej}
-    assert by["m-conv"].reason == "contaminated"
-    assert by["m-conv"].ref.endswith("17_Conv2d_BN_Sigmoid_Mean.py")
-    assert "ngram" in by["m-conv"].detail
+    # gelu's only match is one generic op (by AST: no traced ops here): kept, marked overlap
+    assert [t.name for t in kept] == ["gelu", "relu"]
+    assert kept[0].decontamination == "overlap:KernelBench/level2/3_GELU_Scale.py"
+    assert kept[1].decontamination == "clean"
+    (conv,) = rej
+    assert (conv.item_id, conv.reason) == ("m-conv", "contaminated")
+    assert conv.ref.endswith("17_Conv2d_BN_Sigmoid_Mean.py") and "ngram" in conv.detail
+    strict = cfg.model_copy(update={"decontaminate_generic": "reject"})
+    _, rej_strict = curate_tasks(tasks, strict, [])
+    by = {r.item_id: r for r in rej_strict}
     assert by["m-gelu"].ref.endswith("3_GELU_Scale.py") and "opseq" in by["m-gelu"].detail
-    # without the directory nothing is removed
-    kept_all, _ = curate_tasks(tasks, TasksConfig(), [])
+    # without any benchmark nothing is removed
+    kept_all, _ = curate_tasks(tasks, TasksConfig(decontaminate_against=[]), [])
     assert len(kept_all) == 3
 
 
 def test_max_tasks_records_the_rest() -> None:
     tasks = [_task(RELU_TASK, "relu"), _task(CONV_TASK, "conv"), _task(GELU_SCALE, "gelu")]
-    kept, rej = curate_tasks(tasks, TasksConfig(max_tasks=2), [])
+    kept, rej = curate_tasks(tasks, TasksConfig(max_tasks=2, decontaminate_against=[]), [])
     assert len(kept) == 2 and [r.reason for r in rej] == ["max_tasks"]
 
 
@@ -161,7 +170,7 @@ def test_one_token_op_change_is_not_a_near_duplicate() -> None:
     conv.op_inventory = ["aten.convolution", "aten.batch_norm", "aten.sigmoid", "aten.mean"]
     tanh = _task(CONV_TASK.replace("torch.sigmoid", "torch.tanh"), "tanh")
     tanh.op_inventory = ["aten.convolution", "aten.batch_norm", "aten.tanh", "aten.mean"]
-    cfg = TasksConfig(near_dup_threshold=0.5)
+    cfg = _dedup_only(0.5)
     kept, rej = curate_tasks([conv, tanh], cfg, [])
     assert len(kept) == 2 and rej == []
     tanh.op_inventory = list(conv.op_inventory)  # same ops and similar text: near-duplicate

@@ -68,7 +68,10 @@ def test_sft_and_rft_rows_are_trl_conversations(built: tuple) -> None:
         assert "class ModelNew" in row["messages"][-1]["content"]
     assert any("Plan for the cuda backend" in r["messages"][-1]["content"] for r in sft)
     selected = set(built[3])
-    assert {r["candidate_id"] for r in sft + rft} <= selected
+    assert {r["candidate_id"] for r in sft} <= selected
+    # rft is selected among sampled responses only, so teacher kernels cannot crowd them out
+    sampled = [c for c in built[1] if c.generator.startswith("llm:")]
+    assert {r["candidate_id"] for r in rft} == set(select_diverse(sampled, built[2], 4, 0.5))
 
 
 def test_rft_group_statistics_match_the_sample_group(built: tuple) -> None:
