@@ -31,10 +31,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True, help="table (markdown)")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--compile-workers", type=int, default=8)
+    ap.add_argument("--limit", type=int, default=0, help="only the first N cases (smoke runs)")
     a = ap.parse_args()
     import torch
 
-    rows = corpus.load("cuda")
+    rows = corpus.load("cuda")[: a.limit or None]
     cache = Path(tempfile.mkdtemp(prefix="ks_conformance_"))
     verdicts, wall = {}, {}
     for policy in corpus.POLICIES:
@@ -44,7 +45,12 @@ def main() -> int:
         reqs = [VerifyRequest(r["name"], r["task"], r["task_source"], r["code"], "cuda")
                 for r in rows]
         t0 = time.monotonic()
-        verdicts[policy] = {v.candidate_id: v.to_dict() for v in verify_batch(reqs, opts)}
+
+        def show(v, policy=policy, t0=t0):  # progress on stderr: a long GPU run shows where it is
+            print(f"[{time.monotonic() - t0:6.1f}s] {policy} {v.candidate_id}: {v.status}",
+                  file=sys.stderr, flush=True)
+
+        verdicts[policy] = {v.candidate_id: v.to_dict() for v in verify_batch(reqs, opts, show)}
         wall[policy] = time.monotonic() - t0
     dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     lines = [f"# Conformance corpus, CUDA cases ({len(rows)}) on {dev}, torch "
