@@ -170,3 +170,41 @@ def test_sizes_no_host_can_hold_are_too_large_for_host_not_invalid(tmp_path):
     assert json.loads(only_big.stdout)["too_large_for_host"] is True
     with_bad = subprocess.run([*cmd, str(path), str(bad)], capture_output=True, text=True)
     assert with_bad.returncode == 1
+
+
+RNN = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+    class Model(nn.Module):
+        def __init__(self, input_size, hidden_size, num_layers):
+            super().__init__()
+            self.rnn = nn.GRU(input_size, hidden_size, num_layers, batch_first=True,
+                              bidirectional=True)
+
+        def forward(self, x):
+            return self.rnn(x)[0][:, -1]
+
+    batch_size = 8
+    seq_len = 1024
+    input_size = 128
+    hidden_size = 256
+    num_layers = 4
+
+    def get_inputs():
+        return [torch.randn(batch_size, seq_len, input_size)]
+
+    def get_init_inputs():
+        return [input_size, hidden_size, num_layers]
+''')
+
+
+def test_recurrent_model_scales_by_its_flops_within_the_time_budget():
+    rep = inspect_task_source(RNN, scale=True, timeout_s=60)
+    assert rep.valid, rep.reason
+    batch, steps, width = rep.inputs[0].shape
+    hidden = rep.init_inputs[1]
+    layers = rep.init_inputs[2]
+    flops = 2 * 2 * 3 * hidden * ((width + hidden) + (layers - 1) * 3 * hidden) * batch * steps
+    assert flops <= 1 << 28 and steps < 1024
+    assert rep.outputs[0].shape == [batch, 2 * hidden]
