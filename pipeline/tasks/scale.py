@@ -28,15 +28,63 @@ def _fail(reason: str) -> None:
     sys.exit(0)
 
 
+ALLOC_FAILURE = ("can't allocate memory", "cannot allocate memory", "out of memory")
+
+
+def is_alloc_failure(text: str) -> bool:
+    """True for the host allocator's refusal (the task's sizes are meant for a GPU's memory)."""
+    low = text.lower()
+    return any(m in low for m in ALLOC_FAILURE)
+
+
+def literal_int(node: ast.expr) -> int | None:
+    """The value of an int literal or of arithmetic on int literals (`16384 * 4`), else None."""
+    if isinstance(node, ast.Constant):
+        return node.value if type(node.value) is int else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        v = literal_int(node.operand)
+        return None if v is None else -v
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult | ast.Add | ast.Sub
+                                                  | ast.FloorDiv | ast.Pow | ast.LShift):
+        a, b = literal_int(node.left), literal_int(node.right)
+        if a is None or b is None or (isinstance(node.op, ast.Pow | ast.LShift) and b > 64):
+            return None
+        if isinstance(node.op, ast.FloorDiv) and b == 0:
+            return None
+        ops = {ast.Mult: lambda: a * b, ast.Add: lambda: a + b, ast.Sub: lambda: a - b,
+               ast.FloorDiv: lambda: a // b, ast.Pow: lambda: a ** b, ast.LShift: lambda: a << b}
+        return ops[type(node.op)]()
+    return None
+
+
 def _int_constants(tree: ast.Module) -> dict[str, int]:
     out = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], node.value
-            if (isinstance(target, ast.Name) and isinstance(value, ast.Constant)
-                    and type(value.value) is int):
-                out[target.id] = value.value
+            target, value = node.targets[0], literal_int(node.value)
+            if isinstance(target, ast.Name) and value is not None:
+                out[target.id] = value
     return out
+
+
+def derived_refresher(tree: ast.Module, constants: dict[str, int]) -> Callable[[dict], None]:
+    """A function that re-runs the module's other top-level assignments in source order, so a
+    value computed from a scaled constant (`bias_shape = (out_channels, 1, 1)`,
+    `num_channels = embed_dim`) follows it: the data flow of the file, the constants pinned."""
+    stmts = []
+    for node in tree.body:
+        if not isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if all(isinstance(t, ast.Name) and t.id in constants for t in targets):
+            continue
+        stmts.append(compile(ast.Module(body=[node], type_ignores=[]), "task.py", "exec"))
+
+    def refresh(ns: dict) -> None:
+        for code in stmts:
+            exec(code, ns)
+
+    return refresh
 
 
 def _jsonable(value):
@@ -86,9 +134,44 @@ FOOTPRINT_FACTOR = 32
 CPU_MAX_FLOPS = 1 << 28
 
 
-def footprint(ns: dict) -> tuple[int, float]:
+def _analytic_rnns(model, flops: list[float]) -> None:
+    """Give each LSTM/GRU/RNN of a meta `model` a forward that returns outputs of the right
+    shapes at once and adds its FLOPs to `flops[0]`: run step by step on meta, a 6-layer LSTM
+    over 512 steps took 40 s, the whole time budget, before any scaling."""
+    import torch
+
+    def analytic(m):
+        original = m.forward
+        gates = {"LSTM": 4, "GRU": 3}.get(m.mode, 1)
+        dirs = 2 if m.bidirectional else 1
+        proj = m.proj_size or m.hidden_size
+
+        def forward(x, hx=None):
+            if not isinstance(x, torch.Tensor) or x.dim() not in (2, 3):
+                return original(x, hx)
+            batched = x.dim() == 3
+            steps, batch = ((x.shape[1], x.shape[0]) if m.batch_first else x.shape[:2]
+                            ) if batched else (x.shape[0], 1)
+            width = x.shape[-1]
+            for _ in range(m.num_layers):
+                flops[0] += dirs * 2.0 * gates * m.hidden_size * (width + proj) * batch * steps
+                width = dirs * proj
+            out = x.new_empty(*x.shape[:-1], dirs * proj)
+            lead = (dirs * m.num_layers, batch) if batched else (dirs * m.num_layers,)
+            h = x.new_empty(*lead, proj)
+            return (out, (h, x.new_empty(*lead, m.hidden_size))) if m.mode == "LSTM" else (out, h)
+
+        m.forward = forward
+
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.RNNBase):
+            analytic(mod)
+
+
+def footprint(ns: dict, strict: bool = False) -> tuple[int, float]:
     """(elements of the inputs, parameters, buffers and outputs; FLOPs) of one forward on meta.
-    The inputs alone and 0 FLOPs when the model cannot be built or run on meta."""
+    The inputs alone and 0 FLOPs when the model cannot be built or run on meta (with `strict`,
+    that raises instead)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -98,30 +181,46 @@ def footprint(ns: dict) -> tuple[int, float]:
     try:
         with torch.device("meta"), torch.no_grad():
             model = ns["Model"](*ns["get_init_inputs"]())
+            rnn_flops = [0.0]
+            _analytic_rnns(model, rnn_flops)
             with FlopCounterMode(display=False) as counter:
                 out = model(*inputs)
     except Exception:  # noqa: BLE001 - no meta kernel for some op: inputs only
+        if strict:
+            raise
         return total, 0.0
     total += sum(t.numel() for t in (*model.parameters(), *model.buffers()))
     outs = out if isinstance(out, list | tuple) else [out]
     total += sum(o.numel() for o in outs if isinstance(o, torch.Tensor))
-    return total, float(counter.get_total_flops())
+    return total, float(counter.get_total_flops()) + rnn_flops[0]
 
 
 def scale_constants(ns: dict, constants: dict[str, int], cap: int,
                     input_numel: Callable[[], int],
-                    cost: Callable[[], tuple[int, float]] | None = None) -> dict[str, int]:
+                    cost: Callable[[], tuple[int, float]] | None = None,
+                    refresh: Callable[[dict], None] | None = None) -> dict[str, int]:
     """Halve the largest dim constants until `input_numel()` fits `cap` and, when `cost` (see
     `footprint`) is given, the footprint fits FOOTPRINT_FACTOR * cap and the FLOPs
     CPU_MAX_FLOPS; a halving that does not shrink the largest overshoot is undone (and retried
-    after the next halving that does).
+    after the next halving that does), and so is one that makes `cost` raise where it did not
+    before (a group count no longer dividing channels, a pooling chain left with 0 pixels).
+    `refresh(ns)` (see `derived_refresher`) recomputes the values derived from the constants
+    after each change.
 
     `ns` is the task module's namespace, changed in place; returns the constants it changed.
     """
+    use_cost = cost is not None
+    if use_cost:
+        try:
+            cost()
+        except Exception:  # noqa: BLE001 - the model does not run on meta: bound the inputs
+            use_cost = False
 
     def excess() -> float:
+        if refresh is not None:
+            refresh(ns)
         over = input_numel() / cap
-        if cost is not None:
+        if use_cost:
             elements, flops = cost()
             over = max(over, elements / (cap * FOOTPRINT_FACTOR), flops / CPU_MAX_FLOPS)
         return over
@@ -139,10 +238,12 @@ def scale_constants(ns: dict, constants: dict[str, int], cap: int,
         ns[name] = max(1, old // 2)
         try:
             new = excess()
-        except Exception:  # noqa: BLE001 - a dim that breaks get_inputs is not scalable
+        except Exception:  # noqa: BLE001 - a dim that breaks the task is not scalable this far
             new = size
         if new >= size:
             ns[name] = old
+            if refresh is not None:
+                refresh(ns)
             useless.add(name)
             continue
         scaled[name] = ns[name]
@@ -180,7 +281,8 @@ def main() -> None:
     try:
         if opts.get("scale") and opts.get("cpu_max_numel"):
             scaled = scale_constants(ns, constants, int(opts["cpu_max_numel"]),
-                                     lambda: _input_numel(ns), lambda: footprint(ns))
+                                     lambda: _input_numel(ns), lambda: footprint(ns, True),
+                                     derived_refresher(tree, constants))
         init_inputs = ns["get_init_inputs"]()
         if not isinstance(init_inputs, list | tuple):
             _fail(f"get_init_inputs() returned {type(init_inputs).__name__}, not a list")
@@ -208,6 +310,12 @@ def main() -> None:
     except SystemExit:
         raise
     except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, MemoryError) or is_alloc_failure(str(exc)):
+            _write({"valid": False, "too_large_for_host": True,
+                    "reason": f"too_large_for_host: {str(exc).splitlines()[0][:160]}"
+                              if str(exc) else "too_large_for_host: MemoryError",
+                    "scaled_constants": scaled})
+            sys.exit(0)
         last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
         where = f" (line {last.lineno})" if last and last.filename == "task.py" else ""
         _fail(f"reference raised {type(exc).__name__}{where}: {str(exc).splitlines()[0][:200]}"

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.tasks.scale import is_alloc_failure, literal_int
 from schemas import TensorSpec, content_hash
 from verifier.sandbox import SandboxLimits, python_argv, run_sandboxed
 
@@ -28,6 +29,9 @@ class TaskFileReport:
     path: str
     valid: bool
     reason: str = ""
+    # The reference's sizes do not fit this host even after scaling (its allocator refused):
+    # valid on a GPU, no CPU copy. `tasks validate` counts these apart from the invalid ones.
+    too_large_for_host: bool = False
     task_id: str = ""
     init_inputs: list = field(default_factory=list)
     inputs: list[TensorSpec] = field(default_factory=list)
@@ -44,6 +48,7 @@ class TaskFileReport:
     def to_json(self) -> dict:
         return {
             "path": self.path, "valid": self.valid, "task_id": self.task_id or None,
+            "too_large_for_host": self.too_large_for_host,
             "reason": self.reason or None, "init_inputs": self.init_inputs,
             "inputs": [_spec_json(s) for s in self.inputs],
             "outputs": [_spec_json(s) for s in self.outputs],
@@ -65,7 +70,8 @@ def task_id_of(source: str) -> str:
 
 
 def substitute_constants(source: str, values: dict[str, int]) -> str:
-    """Rewrite top-level `NAME = <int>` assignments to the given values, keeping the rest."""
+    """Rewrite top-level `NAME = <int>` assignments (or int arithmetic such as `16384 * 4`) to
+    the given values, keeping the rest."""
     if not values:
         return source
     tree = ast.parse(source)
@@ -74,7 +80,7 @@ def substitute_constants(source: str, values: dict[str, int]) -> str:
     for node in tree.body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
                 and isinstance(node.targets[0], ast.Name) and node.targets[0].id in values
-                and isinstance(node.value, ast.Constant) and type(node.value.value) is int
+                and literal_int(node.value) is not None
                 and node.value.lineno == node.value.end_lineno):
             edits.append((node.value.lineno - 1, node.value.col_offset, node.value.end_col_offset,
                           str(values[node.targets[0].id])))
@@ -113,10 +119,15 @@ def inspect_task_source(
         input_files={"task.py": source, "options.json": json.dumps(options)},
     )
     if res.payload is None:
-        return TaskFileReport(ref, False, res.describe_failure(), task_id=task_id)
+        why = res.describe_failure()
+        if is_alloc_failure(why):
+            return TaskFileReport(ref, False, f"too_large_for_host: {why}", task_id=task_id,
+                                  too_large_for_host=True)
+        return TaskFileReport(ref, False, why, task_id=task_id)
     p = res.payload
     if not p.get("valid"):
-        return TaskFileReport(ref, False, p.get("reason", "invalid"), task_id=task_id)
+        return TaskFileReport(ref, False, p.get("reason", "invalid"), task_id=task_id,
+                              too_large_for_host=bool(p.get("too_large_for_host")))
     scaled = {k: int(v) for k, v in p.get("scaled_constants", {}).items()}
     return TaskFileReport(
         path=ref, valid=True, task_id=task_id, init_inputs=p["init_inputs"],

@@ -147,7 +147,7 @@ BAD = {
     "huge.py": ("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
                 "        return x\n"
                 "def get_inputs():\n    return [torch.empty(100 * 1024**3 // 4)]\n"
-                "def get_init_inputs():\n    return []\n", "reference raised RuntimeError"),
+                "def get_init_inputs():\n    return []\n", "too_large_for_host"),
     "no_model.py": ("def get_inputs():\n    return []\ndef get_init_inputs():\n    return []\n",
                     "no class Model(nn.Module)"),
 }
