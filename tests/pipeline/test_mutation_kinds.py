@@ -180,3 +180,64 @@ def test_kinds_change_behaviour(tmp_path: Path) -> None:
             assert diff == 0.0
         else:
             assert diff > 1e-3, kind
+
+
+SOFTMAX_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(20, 20)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+SOFTMAX_BINDING = r"""
+#ifndef KS_HARNESS
+torch::Tensor softmax(torch::Tensor x) {
+    auto xc = x.contiguous();
+    auto y = torch::zeros_like(xc);
+    softmax_rows(xc.data_ptr<float>(), y.data_ptr<float>(), xc.size(0), xc.size(1));
+    return y;
+}
+#endif
+"""
+
+
+@pytest.mark.slow
+def test_mutants_fail_and_their_fix_passes_the_verifier(tmp_path: Path) -> None:
+    from verifier.api import verify_batch
+    from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
+
+    code = CANDIDATE.replace(f'r"""{KERNELS}"""', f'r"""{KERNELS}{SOFTMAX_BINDING}"""') \
+        .replace('functions=["softmax_rows"]', 'functions=["softmax"]') \
+        .replace("ext.softmax_rows(x)", "ext.softmax(x)")
+    kinds = ("grid_rounding", "unstable_softmax", "wrong_reduction_axis")
+    variants = {"fix": code}
+    for kind in kinds:
+        m = mutate_code(code, kind, "cpu")
+        assert m is not None, kind
+        variants[kind] = m.code
+    reqs = [VerifyRequest(name, "softmax", SOFTMAX_TASK, text, "cpu")
+            for name, text in variants.items()]
+    opts = VerifyOptions(backend="cpu", workers=2, compile_workers=2, run_timeout_s=30.0,
+                         trials=3, perf_trials=3, perf_warmup=1,
+                         build_cache_dir=str(Path.home() / ".cache" / "kernelsynth-tests"
+                                             / "verifier-builds"),
+                         baseline_cache_dir=str(tmp_path / "baselines"))
+    verdicts = {v.candidate_id: v for v in verify_batch(reqs, opts)}
+    fix = verdicts["fix"]
+    assert fix.status in CORRECT_STATUSES, (fix.status, fix.error, fix.compile_log[-800:])
+    for kind in kinds:
+        v = verdicts[kind]
+        assert v.status == "incorrect", (kind, v.status, v.error, v.compile_log[-800:])
