@@ -20,7 +20,12 @@ import pyarrow as pa
 from pipeline.candidates.prompts import build_prompt, reference_for
 from pipeline.config import Config
 from pipeline.datasets.analysis_rows import perf_rows, review_rows
-from pipeline.datasets.pairs import distinct_enough, has_margin, mutant_configs
+from pipeline.datasets.pairs import (
+    distinct_enough,
+    has_margin,
+    mutant_configs,
+    normalise_code,
+)
 from pipeline.datasets.selection import kernel_features
 from schemas import (
     Candidate,
@@ -277,6 +282,7 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
         slow = sorted(chosen[1:], key=lambda c: (-(verdicts[c.candidate_id].runtime_us or 0),
                                                  c.candidate_id))
         task, made, used = tasks[tid], 0, set()
+        seen_code: set[tuple[str, str]] = set()  # the same two programs under other ids
         for rej in incorrect + slow:
             if made >= pairs_per_task:
                 break
@@ -291,6 +297,10 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
             if win is None:
                 continue
             used.add((win.candidate_id, rej.candidate_id))
+            key = (normalise_code(win.code), normalise_code(rej.code))
+            if key in seen_code:
+                continue
+            seen_code.add(key)
             wv = verdicts[win.candidate_id]
             rows.append(PreferenceRow(
                 content_hash("preference", win.candidate_id, rej.candidate_id), tid,

@@ -292,3 +292,15 @@ def test_review_drops_a_label_that_does_not_fix_the_bug() -> None:
     assert rows  # the other labels still stand
     label = fix_label(mut.code, meta["fix_code"])
     assert label is None  # two edits: no one-line label describes it
+
+
+def test_the_same_two_programs_make_one_pair_whatever_their_ids() -> None:
+    task = make_task(0)
+    good = kernel_code("vec4", name="fastk")
+    a = candidate(task, "template:elementwise/vec4", good)
+    b = candidate(task, "repair:fix", good + "\n// fixed\n")  # the same program, another id
+    bad = candidate(task, "llm:qwen", kernel_code("two", name="bad"))
+    verdicts = [verdict(a, "correct_fast", 2.0, 3.0), verdict(b, "correct_fast", 2.0, 3.0),
+                verdict(bad, "incorrect", reward=0.1, error="max diff 2.0")]
+    rows = _prefs([task], [a, b, bad], verdicts)
+    assert len(rows) == 1 and rows[0]["rejected_status"] == "incorrect"
