@@ -18,6 +18,8 @@ Kinds (CUDA/MUSA and CPU C++ unless noted):
                         declared without a value
     bad_launch_config   more threads per block than the device allows (GPU)
     omp_race            an OpenMP reduction clause or atomic removed (CPU)
+    and the kinds of `pipeline.candidates.mutation_kinds` (grid_rounding, unstable_softmax,
+    wrong_reduction_axis, broadcast_stride, int32_index)
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from pipeline.candidates.mutation_kinds import EXTRA_FINDERS
+from pipeline.candidates.mutation_sites import FINDERS as BASE_FINDERS
 from pipeline.candidates.mutation_sites import (
-    FINDERS,
     Site,
     kernel_spans,
     line_end,
@@ -46,7 +49,11 @@ GPU_KINDS = ("off_by_one", "missing_bound_check", "missing_syncthreads", "wrong_
              "wrong_index", "wrong_cast", "uninit_accumulator", "bad_launch_config")
 CPU_KINDS = ("off_by_one", "missing_bound_check", "wrong_stride", "wrong_cast",
              "uninit_accumulator", "omp_race")
-ALL_KINDS = tuple(dict.fromkeys(GPU_KINDS + CPU_KINDS))
+# the wider set (`mutation_kinds`): grid rounding, unstable softmax, reduction axis, broadcast
+# stride, int32 index overflow; every backend
+EXTRA_KINDS = tuple(EXTRA_FINDERS)
+ALL_KINDS = tuple(dict.fromkeys(GPU_KINDS + CPU_KINDS + EXTRA_KINDS))
+FINDERS = {**BASE_FINDERS, **EXTRA_FINDERS}
 
 
 @dataclass
@@ -67,7 +74,7 @@ class MutationError(ValueError):
 
 def kinds_for(backend: str) -> tuple[str, ...]:
     """The mutation kinds that make sense for kernels of `backend`."""
-    return CPU_KINDS if backend == "cpu" else GPU_KINDS
+    return (CPU_KINDS if backend == "cpu" else GPU_KINDS) + EXTRA_KINDS
 
 
 def find_sites(code: str, kind: str, backend: str) -> list[Site]:

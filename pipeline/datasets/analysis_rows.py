@@ -4,10 +4,16 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from pipeline.candidates.prompts import reference_for
+from pipeline.datasets.pairs import (
+    apply_label,
+    fix_label,
+    mutant_configs,
+    normalise_code,
+    verified_codes,
+)
 from pipeline.datasets.selection import kernel_features
 from schemas import Candidate, Message, PerfAnalysisRow, ReviewRow, Task, Verdict, content_hash
 from verifier.protocol import CORRECT_STATUSES
@@ -28,14 +34,8 @@ DEVICE_PEAKS: dict[str, tuple[float, float]] = {
 }
 
 
-def _mutation_facts(cand: Candidate, parent: Candidate | None
-                    ) -> tuple[str, int | None, str, str]:
-    """(bug kind, line, description, fixed code) from the mutation's metadata.
-
-    `pipeline.candidates.mutate` writes `mutation` (kind), `bug_line`, `bug_description`, `bug_before` /
-    `bug_after` (the edit) and `fix_code` (the original kernel); where a field is missing, the
-    line and the fix come from a diff against the original kernel.
-    """
+def _mutation_facts(cand: Candidate) -> tuple[str, str]:
+    """(bug kind, description) from the metadata `pipeline.candidates.mutate` writes."""
     meta = cand.meta_dict()
     inner = meta.get("mutation") if isinstance(meta.get("mutation"), dict) else {}
     info = {**meta, **inner}
@@ -45,62 +45,72 @@ def _mutation_facts(cand: Candidate, parent: Candidate | None
                      and str(info[k]).strip()), None)
 
     kind = str(pick("kind", "bug_kind", "mutation") or cand.generator.split(":", 1)[-1])
-    raw_line = pick("bug_line", "line", "lineno")
-    line = int(raw_line) if raw_line is not None and str(raw_line).isdigit() else None
     desc = str(pick("bug_description", "description", "explanation", "message") or "")
-    lines = cand.code.splitlines()
-    fix = ""
-    before, after = pick("bug_before", "original"), pick("bug_after", "mutated")
-    if line is not None and 0 < line <= len(lines) and before is not None and after is not None \
-            and str(after) in lines[line - 1]:
-        fix = lines[line - 1].replace(str(after), str(before), 1).strip()
-    explicit = pick("fix", "fix_line", "fixed_line")
-    if not fix and explicit is not None and "\n" not in str(explicit).strip():
-        fix = str(explicit).strip()
-    original = parent.code if parent is not None else pick("fix_code", "fixed_code")
-    if (line is None or not fix) and isinstance(original, str):
-        good = original.splitlines()
-        for tag, i1, _i2, j1, j2 in difflib.SequenceMatcher(None, lines, good).get_opcodes():
-            if tag != "equal":
-                line = line if line is not None else i1 + 1
-                fix = fix or ("\n".join(s.strip() for s in good[j1:j2]) or "(delete the line)")
-                break
-    return kind, line, desc, fix
+    return kind, desc
+
+
+def _fix_source(cand: Candidate, by_id: dict[str, Candidate]) -> str | None:
+    meta = cand.meta_dict()
+    parent = by_id.get(cand.parent_id or "") or by_id.get(str(meta.get("fix_candidate_id", "")))
+    if parent is not None:
+        return parent.code
+    fix = meta.get("fix_code") or meta.get("fixed_code")
+    return fix if isinstance(fix, str) and fix.strip() else None
+
+
+def _fix_text(line: int, action: str, new: list[str]) -> str:
+    body = "\n".join(s.strip() for s in new)
+    if action == "insert":
+        return f"Insert before line {line}:\n```\n{body}\n```"
+    if action == "delete":
+        return f"Delete line {line}."
+    return f"Replace line {line} with:\n```\n{body}\n```"
 
 
 def review_rows(tasks: dict[str, Task], all_cands: list[Candidate],
-                 verdicts: dict[str, Verdict], splits: dict[str, str]) -> list[ReviewRow]:
+                verdicts: dict[str, Verdict], splits: dict[str, str]) -> list[ReviewRow]:
+    """Find-the-bug rows from the mutants given to `review`, each label checked.
+
+    The label (line and fix) is the one edit between the mutant and the kernel it was made
+    from; a row is kept only when the mutant failed verification and applying its label gives
+    a program the verifier passed (the same task and backend), so every labelled fix is verified.
+    """
     by_id = {c.candidate_id: c for c in all_cands}
+    owner = mutant_configs(all_cands)
+    passed = verified_codes(all_cands, verdicts)
     rows = []
     for c in all_cands:
-        if not c.generator.startswith("mutate:"):
+        if not c.generator.startswith("mutate:") or owner.get(c.candidate_id) != "review":
             continue
         v = verdicts.get(c.candidate_id)
-        if v is not None and v.status in CORRECT_STATUSES:
-            continue  # the mutation did not change behaviour, so there is no bug to find
-        meta = c.meta_dict()
-        parent = by_id.get(c.parent_id or "") or by_id.get(str(meta.get("fix_candidate_id", "")))
-        kind, line, desc, fix = _mutation_facts(c, parent)
-        if line is None or not fix:
+        if v is None or v.status in CORRECT_STATUSES:
+            continue  # unverified, or the mutation did not change behaviour: no bug to find
+        source = _fix_source(c, by_id)
+        label = fix_label(c.code, source) if source is not None else None
+        if label is None:
             continue
+        line, action, new = label
+        fixed = normalise_code(apply_label(c.code, line, action, new))
+        if fixed not in passed.get((c.task_id, c.backend), set()):
+            continue  # the labelled fix was never verified correct
+        kind, desc = _mutation_facts(c)
         task = tasks[c.task_id]
         numbered = "\n".join(f"{i:4d} | {s}" for i, s in enumerate(c.code.splitlines(), 1))
         user = (f"This `ModelNew` for the {c.backend} backend should match the reference below "
                 "but has a bug. Name the bug, its line and the fix.\n\nReference:\n```python\n"
                 f"{reference_for(task, c.backend).rstrip()}\n```\n\nKernel:\n```\n{numbered}\n```")
         lines = c.code.splitlines()
-        buggy = lines[line - 1].strip() if 0 < line <= len(lines) else ""
-        answer = [f"Bug ({kind.replace('_', ' ')}) on line {line}: `{buggy}`."]
+        at = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        answer = [f"Bug ({kind.replace('_', ' ')}) at line {line}"
+                  + (f": `{at}`." if at and action != "insert" else ".")]
         if desc:
             answer.append(desc)
-        if v is not None:
-            answer.append(f"Running it gives `{v.status}`.")
-        answer.append(f"Fix:\n```\n{fix.strip()}\n```")
+        answer.append(f"Running it gives `{v.status}`.")
+        answer.append(_fix_text(line, action, new))
         messages = [Message("system", REVIEW_SYSTEM), Message("user", user),
                     Message("assistant", "\n".join(answer))]
         rows.append(ReviewRow(content_hash("review", c.candidate_id), c.task_id, c.candidate_id,
-                              messages, kind, line, c.backend,
-                              v.status if v is not None else "unverified", splits[c.task_id]))
+                              messages, kind, line, c.backend, v.status, splits[c.task_id]))
     return rows
 
 

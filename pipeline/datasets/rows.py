@@ -20,6 +20,12 @@ import pyarrow as pa
 from pipeline.candidates.prompts import build_prompt, reference_for
 from pipeline.config import Config
 from pipeline.datasets.analysis_rows import perf_rows, review_rows
+from pipeline.datasets.pairs import (
+    distinct_enough,
+    has_margin,
+    mutant_configs,
+    normalise_code,
+)
 from pipeline.datasets.selection import SELECTORS, kernel_features
 from schemas import (
     Candidate,
@@ -224,6 +230,7 @@ def _repair_rows(tasks: dict[str, Task], all_cands: list[Candidate],
                  ) -> list[RepairRow]:
     by_id = {c.candidate_id: c for c in all_cands}
     has_child = {c.parent_id for c in all_cands if c.parent_id}
+    owner = mutant_configs(all_cands)
     rows = []
     for leaf in all_cands:
         if not leaf.parent_id or leaf.candidate_id in has_child:
@@ -237,6 +244,8 @@ def _repair_rows(tasks: dict[str, Task], all_cands: list[Candidate],
         chain.reverse()
         if len(chain) < 2 or any(c.candidate_id not in verdicts for c in chain):
             continue
+        if owner.get(chain[0].candidate_id, "repair") != "repair":
+            continue  # this mutant's bug kind is taught by another config
         final = verdicts[leaf.candidate_id]
         if final.status not in CORRECT_STATUSES:
             continue  # a chain that never got fixed teaches no fix
@@ -256,13 +265,28 @@ def _repair_rows(tasks: dict[str, Task], all_cands: list[Candidate],
     return rows
 
 
+def pair_side(cand: Candidate) -> list[Message]:
+    """One side of a preference pair: the kernel alone, fenced, in the same format either side.
+
+    No prose on either side, so a preference model learns which kernel is better, not which
+    format; and nothing in it can refer to a bug the prompt does not mention.
+    """
+    return [Message("assistant", f"```python\n{cand.code.rstrip()}\n```")]
+
+
 def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
                      verdicts: dict[str, Verdict], splits: dict[str, str],
                      cfg: Config) -> list[PreferenceRow]:
-    pairs_per_task, fast_ratio = cfg.publish.preference_pairs_per_task, cfg.verify.fast_threshold
+    """Correct over incorrect, or faster over >= MIN_SPEEDUP slower on the same device.
+
+    Both sides are bare code, never identical, code similarity at most MAX_SIMILARITY; mutants
+    enter only when `mutant_configs` gives them to this config.
+    """
+    pairs_per_task = cfg.publish.preference_pairs_per_task
+    owner = mutant_configs(all_cands)
     groups: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
     for c in all_cands:
-        if c.candidate_id in verdicts:
+        if c.candidate_id in verdicts and owner.get(c.candidate_id, "preference") == "preference":
             groups[(c.task_id, c.backend)].append(c)
     rows = []
     for (tid, _backend), cands in sorted(groups.items()):
@@ -271,29 +295,36 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
                   and not c.generator.startswith("mutate:")]
         if not chosen:
             continue
-        best = verdicts[chosen[0].candidate_id]
         incorrect = [c for c in rank if verdicts[c.candidate_id].status not in CORRECT_STATUSES]
-        slow = [c for c in chosen[1:] if _clearly_slower(best, verdicts[c.candidate_id],
-                                                         fast_ratio)]
-        task = tasks[tid]
-        for i, rej in enumerate((incorrect + slow)[:pairs_per_task]):
-            win = chosen[i % len(chosen)]
-            wv, rv = verdicts[win.candidate_id], verdicts[rej.candidate_id]
-            if rv.status in CORRECT_STATUSES and not _clearly_slower(wv, rv, fast_ratio):
-                win, wv = chosen[0], best
+        slow = sorted(chosen[1:], key=lambda c: (-(verdicts[c.candidate_id].runtime_us or 0),
+                                                 c.candidate_id))
+        task, made, used = tasks[tid], 0, set()
+        seen_code: set[tuple[str, str]] = set()  # the same two programs under other ids
+        for rej in incorrect + slow:
+            if made >= pairs_per_task:
+                break
+            rv = verdicts[rej.candidate_id]
+            # spread the chosen side over the correct kernels, best first
+            order = chosen[made % len(chosen):] + chosen[:made % len(chosen)]
+            win = next((w for w in order if w.candidate_id != rej.candidate_id
+                        and (w.candidate_id, rej.candidate_id) not in used
+                        and has_margin(verdicts[w.candidate_id], rv)
+                        and verdicts[w.candidate_id].reward > rv.reward
+                        and distinct_enough(w, rej)), None)
+            if win is None:
+                continue
+            used.add((win.candidate_id, rej.candidate_id))
+            key = (normalise_code(win.code), normalise_code(rej.code))
+            if key in seen_code:
+                continue
+            seen_code.add(key)
+            wv = verdicts[win.candidate_id]
             rows.append(PreferenceRow(
                 content_hash("preference", win.candidate_id, rej.candidate_id), tid,
-                task_prompt(task, win.backend, cfg),
-                [Message("assistant", assistant_content(task, win))],
-                [Message("assistant", assistant_content(task, rej))],
+                task_prompt(task, win.backend, cfg), pair_side(win), pair_side(rej),
                 wv.reward, rv.reward, wv.status, rv.status, splits[tid]))
+            made += 1
     return rows
-
-
-def _clearly_slower(fast: Verdict, slow: Verdict, ratio: float) -> bool:
-    if fast.speedup is None or slow.speedup is None or slow.speedup <= 0:
-        return False
-    return fast.speedup >= ratio * slow.speedup
 
 
 def tasks_table(tasks: list[Task], splits: dict[str, str]) -> pa.Table:

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from pipeline.config import Config
+from pipeline.datasets.pairs import code_similarity, fix_label, has_margin, mutant_configs
 from pipeline.datasets.rows import CONFIGS, assign_splits, build_datasets, config_schema
 from pipeline.datasets.selection import select_diverse
-from tests.pipeline.ks_synthetic import make_task, pool
+from tests.pipeline.ks_synthetic import candidate, kernel_code, make_task, pool, verdict
 from verifier.protocol import CORRECT_STATUSES
 
 
@@ -133,13 +134,17 @@ def test_preference_pairs_correct_fast_over_incorrect_or_slow(built: tuple) -> N
 def test_review_rows_name_bug_line_and_fix(built: tuple) -> None:
     cands = {c.candidate_id: c for c in built[1]}
     rows = _rows(built, "review")
-    assert len(rows) == 5  # one mutation per task with a correct kernel
+    owner = mutant_configs(built[1])
+    # every failing mutant whose kind this task gives to review, and no other
+    assert {r["candidate_id"] for r in rows} == {cid for cid, cfg in owner.items()
+                                                 if cfg == "review"}
+    assert rows
     for row in rows:
         code = cands[row["candidate_id"]].code.splitlines()
         assert "i <= n" in code[row["bug_line"] - 1]
         answer = row["messages"][-1]["content"]
         assert f"line {row['bug_line']}" in answer
-        assert "if (i < n)" in answer.split("Fix:")[1]
+        assert "if (i < n)" in answer.split("Replace line")[1]
         assert row["observed_status"] == "runtime_error"
         assert f"{row['bug_line']:4d} | " in row["messages"][1]["content"]
 
@@ -168,10 +173,137 @@ def test_perf_analysis_explains_the_bottleneck(built: tuple) -> None:
 
 
 def test_manifest_meta_of_real_mutator_is_understood() -> None:
-    tasks, cands, verdicts = pool(n_tasks=2)
-    mut = next(c for c in cands if c.generator.startswith("mutate:"))
+    tasks, cands, verdicts = pool(n_tasks=6)
+    owner = mutant_configs(cands)
+    mut = next(c for c in cands if owner.get(c.candidate_id) == "review"
+               and "bug_line" in json.loads(c.meta))
     meta = json.loads(mut.meta)
     assert meta["mutation"] == "off_by_one" and "bug_line" in meta
     rows = build_datasets(tasks, cands, verdicts, [], Config())["review"].to_pylist()
     row = next(r for r in rows if r["candidate_id"] == mut.candidate_id)
     assert row["bug_kind"] == "off_by_one" and row["bug_line"] == meta["bug_line"]
+
+
+# --- preference pairs and review labels that teach (issue 18 part 5) --------------------------
+
+
+def _pair_pool(fast: float, slow: float, slow_device: str = "NVIDIA H100 80GB HBM3",
+               slow_code: str | None = None) -> tuple[list, list, list]:
+    """One task, a fast and a slow correct kernel with the given speedups, nothing else."""
+    task = make_task(0)
+    a = candidate(task, "llm:qwen", kernel_code("vec4", name="fastk"),
+                  response="I vectorise with float4.\n```python\nx\n```")
+    b = candidate(task, "template:elementwise/plain",
+                  slow_code or kernel_code("two", name="slowk", threads=128))
+    return [task], [a, b], [verdict(a, "correct_fast", fast, 1.0 + fast),
+                            verdict(b, "correct_slow", slow, 1.0 + slow, device=slow_device)]
+
+
+def _prefs(tasks: list, cands: list, verdicts: list) -> list[dict]:
+    return build_datasets(tasks, cands, verdicts, [], Config())["preference"].to_pylist()
+
+
+def test_preference_speed_pairs_need_1_2x_on_the_same_device() -> None:
+    assert len(_prefs(*_pair_pool(1.3, 1.0))) == 1
+    assert _prefs(*_pair_pool(1.15, 1.0)) == []  # 1.15x is no margin
+    assert _prefs(*_pair_pool(1.3, 1.0, slow_device="NVIDIA A100")) == []  # not comparable
+    row = _prefs(*_pair_pool(2.0, 1.0))[0]
+    assert row["chosen_status"] == "correct_fast" and row["rejected_status"] == "correct_slow"
+
+
+def test_preference_sides_are_the_same_bare_format() -> None:
+    rows = _prefs(*_pair_pool(2.0, 1.0))
+    for row in rows:
+        for side in (row["chosen"], row["rejected"]):
+            assert len(side) == 1 and side[0]["role"] == "assistant"
+            text = side[0]["content"]
+            # one fenced file and nothing else: no prose on either side
+            assert text.startswith("```python\n") and text.endswith("\n```")
+            assert text.count("```") == 2 and "vectorise" not in text
+
+
+def test_preference_never_pairs_identical_or_near_identical_code() -> None:
+    code = kernel_code("vec4", name="fastk")
+    # the same program with a comment and different spacing: identical once normalised
+    same = code.replace("int i =", "// index\n    int   i =")
+    assert code_similarity(code, same) == 1.0
+    assert _prefs(*_pair_pool(3.0, 1.0, slow_code=same)) == []
+    near = code.replace("0.f) * 2.0f;\n        v.y", "0.f) * 2.5f;\n        v.y")
+    assert 0.9 < code_similarity(code, near) < 1.0
+    assert _prefs(*_pair_pool(3.0, 1.0, slow_code=near)) == []
+
+
+def test_every_built_pair_has_margin_and_distinct_code(built: tuple) -> None:
+    tasks, cands, verdicts, _, tables = built
+    vmap = {v.candidate_id: v for v in verdicts}
+    code_of = {c.code.rstrip(): c for c in cands}
+    rows = tables["preference"].to_pylist()
+    assert rows
+    for row in rows:
+        win = code_of[row["chosen"][0]["content"][len("```python\n"):-len("\n```")]]
+        lose = code_of[row["rejected"][0]["content"][len("```python\n"):-len("\n```")]]
+        assert has_margin(vmap[win.candidate_id], vmap[lose.candidate_id])
+        assert code_similarity(win.code, lose.code) <= 0.9
+        assert not row["chosen"][0]["content"].lower().startswith("the bug")
+    owner = mutant_configs(cands)
+    used = [c for c in cands if owner.get(c.candidate_id) not in (None, "preference")]
+    assert not any(row["rejected"][0]["content"].find(c.code.rstrip()) >= 0
+                   for row in rows for c in used)
+
+
+def test_mutant_kinds_are_not_shared_between_configs() -> None:
+    task = make_task(0)
+    base = candidate(task, "template:elementwise/plain", kernel_code("plain"))
+    muts = [candidate(task, f"mutate:{k}", kernel_code("plain", scale=f"{i}.5"))
+            for i, k in enumerate(["off_by_one", "wrong_cast", "grid_rounding", "omp_race",
+                                   "wrong_stride", "unstable_softmax"] * 2)]
+    owner = mutant_configs([base, *muts])
+    assert set(owner) == {m.candidate_id for m in muts}
+    by_kind: dict[str, set[str]] = {}
+    for m in muts:
+        by_kind.setdefault(m.generator, set()).add(owner[m.candidate_id])
+    assert all(len(v) == 1 for v in by_kind.values())  # one config per kind
+    assert set(owner.values()) == {"review", "repair", "preference"}  # six kinds cover all
+
+
+def test_review_drops_labels_whose_fix_was_not_verified() -> None:
+    tasks, cands, verdicts = pool(n_tasks=6)
+    owner = mutant_configs(cands)
+    review = {cid for cid, cfg in owner.items() if cfg == "review"}
+    assert {r["candidate_id"] for r in build_datasets(tasks, cands, verdicts, [], Config())
+            ["review"].to_pylist()} == review
+    # The kernels the mutants came from (and their repairs) fail verification: no label stands.
+    fixes = {json.loads(c.meta)["fix_code"].strip() for c in cands if c.candidate_id in review}
+    for v in verdicts:
+        c = next(x for x in cands if x.candidate_id == v.candidate_id)
+        if c.code.strip() in fixes:
+            v.status = "incorrect"
+    assert build_datasets(tasks, cands, verdicts, [], Config())["review"].num_rows == 0
+
+
+def test_review_drops_a_label_that_does_not_fix_the_bug() -> None:
+    tasks, cands, verdicts = pool(n_tasks=6)
+    owner = mutant_configs(cands)
+    mut = next(c for c in cands if owner.get(c.candidate_id) == "review")
+    meta = json.loads(mut.meta)
+    # a claimed fix that changes another line as well: applying the label is not a passing kernel
+    meta["fix_code"] = meta["fix_code"].replace("threadIdx.x;", "threadIdx.x + 1;")
+    meta.pop("fix_candidate_id", None)
+    mut.meta = json.dumps(meta)
+    rows = build_datasets(tasks, cands, verdicts, [], Config())["review"].to_pylist()
+    assert mut.candidate_id not in {r["candidate_id"] for r in rows}
+    assert rows  # the other labels still stand
+    label = fix_label(mut.code, meta["fix_code"])
+    assert label is None  # two edits: no one-line label describes it
+
+
+def test_the_same_two_programs_make_one_pair_whatever_their_ids() -> None:
+    task = make_task(0)
+    good = kernel_code("vec4", name="fastk")
+    a = candidate(task, "template:elementwise/vec4", good)
+    b = candidate(task, "repair:fix", good + "\n// fixed\n")  # the same program, another id
+    bad = candidate(task, "llm:qwen", kernel_code("two", name="bad"))
+    verdicts = [verdict(a, "correct_fast", 2.0, 3.0), verdict(b, "correct_fast", 2.0, 3.0),
+                verdict(bad, "incorrect", reward=0.1, error="max diff 2.0")]
+    rows = _prefs([task], [a, b, bad], verdicts)
+    assert len(rows) == 1 and rows[0]["rejected_status"] == "incorrect"

@@ -17,6 +17,7 @@ from pipeline.candidates.mutate import (
     GPU_KINDS,
     MutationError,
     find_sites,
+    kinds_for,
     mutate_candidates,
     mutate_code,
 )
@@ -327,7 +328,7 @@ def test_mutate_candidates_tags_kind_and_keeps_fix() -> None:
         meta = json.loads(m.meta)
         kind = m.generator.removeprefix("mutate:")
         kinds.add(kind)
-        assert kind in CPU_KINDS and meta["mutation"] == kind
+        assert kind in kinds_for("cpu") and meta["mutation"] == kind
         assert meta["fix_code"] == CPU_CANDIDATE and meta["fix_candidate_id"] == cand.candidate_id
         assert m.code != CPU_CANDIDATE
         assert m.code.splitlines()[meta["bug_line"] - 1] == meta["bug_after"].splitlines()[0]

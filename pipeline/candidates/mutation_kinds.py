@@ -1,0 +1,121 @@
+"""More bug kinds, the ones real kernels get wrong beyond one-line bounds and casts.
+
+    grid_rounding        a ceil-divided grid or chunk count rounded down (`(n + T - 1) / T` ->
+                         `n / T`): the tail of the data is never processed
+    unstable_softmax     the running max no longer subtracted before `exp` (`expf(v - m)` ->
+                         `expf(v)`): overflows to inf/nan for large logits
+    wrong_reduction_axis an accumulation reads `[i * S + j]` as `[j * S + i]`: it reduces along
+                         the other axis of the tensor
+    broadcast_stride     a broadcast operand indexed by the wrong dimension (`b[i % C]` ->
+                         `b[i / C]`, `b[i / C]` -> `b[i % C]`)
+    int32_index          a 64-bit flat index narrowed to `int` (overflows past 2^31 elements;
+                         the verifier sees it only at such sizes)
+
+Each finder takes the masked kernel text (`mutation_sites.masked`) and its absolute offset, like
+the finders in `mutation_sites`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from pipeline.candidates.mutation_sites import Site, line_end, line_start
+
+_CEIL_DIV = re.compile(r"\(\s*([\w.()]+(?:\s*[*]\s*[\w.()]+)?)\s*\+\s*([\w.]+)\s*-\s*1\s*\)"
+                       r"\s*/\s*\2\b")
+
+
+def _grid_rounding(view: str, base: int, backend: str) -> list[Site]:
+    sites = []
+    for m in _CEIL_DIV.finditer(view):
+        n, t = m.group(1), m.group(2)
+        in_launch = "<<<" in view[m.end():line_end(view, m.end())] or re.search(
+            r"\b(blocks?|grid\w*|chunks?|n_?tiles?|num_\w+)\b", view[line_start(view, m.start()):
+                                                                   m.start()])
+        sites.append(Site(base + m.start(), base + m.end(), f"{n} / {t}",
+                          f"`({n} + {t} - 1) / {t}` rounded down to `{n} / {t}`: the last "
+                          f"partial block of `{n}` is never processed",
+                          priority=0 if in_launch else 1))
+    return sites
+
+
+_EXP_SUB = re.compile(r"\b(expf|__expf|exp|std::exp)\s*\(\s*((?:[^()\-]|\([^()]*\))+?)\s*-\s*"
+                      r"([A-Za-z_][\w.]*(?:\[[^\]]*\])?)\s*\)")
+
+
+def _unstable_softmax(view: str, base: int, backend: str) -> list[Site]:
+    sites = []
+    for m in _EXP_SUB.finditer(view):
+        fn, value, shift = m.groups()
+        if not re.search(r"max|mx|\bm\b|^m\w*$", shift, re.I):
+            continue
+        sites.append(Site(base + m.start(), base + m.end(), f"{fn}({value})",
+                          f"the max `{shift}` is no longer subtracted before `{fn}`: large "
+                          "logits overflow to inf and the softmax returns nan", priority=0))
+    return sites
+
+
+_SUBSCRIPT = re.compile(r"\[\s*([A-Za-z_]\w*)\s*\*\s*([A-Za-z_][\w.]*)\s*\+\s*([A-Za-z_]\w*)"
+                        r"\s*\]")
+_ACCUM = re.compile(r"([A-Za-z_][\w.\[\]]*)\s*(\+=|\*=|=\s*(?:fmaxf|fminf|max|min|std::max|"
+                    r"std::min)\s*\()")
+
+
+def _wrong_reduction_axis(view: str, base: int, backend: str) -> list[Site]:
+    sites = []
+    for acc in _ACCUM.finditer(view):
+        stop = view.find(";", acc.end())
+        if stop < 0:
+            continue
+        for m in _SUBSCRIPT.finditer(view, acc.end(), stop):
+            outer, stride, inner = m.groups()
+            if outer == inner:
+                continue
+            # a sum or product first: a max/min shift (softmax) can cancel out
+            sites.append(Site(base + m.start(), base + m.end(), f"[{inner} * {stride} + {outer}]",
+                              f"the accumulation reads `[{inner} * {stride} + {outer}]`: it "
+                              f"reduces along the other axis instead of over `{inner}`",
+                              priority=0 if acc.group(2) in ("+=", "*=") else 1))
+    return sites
+
+
+_BCAST = re.compile(r"(\w+)\s*\[\s*\(?\s*([A-Za-z_]\w*)\s*(%|/)\s*([A-Za-z_][\w.]*)\s*\)?\s*\]")
+
+
+def _broadcast_stride(view: str, base: int, backend: str) -> list[Site]:
+    sites = []
+    for m in _BCAST.finditer(view):
+        arr, idx, op, dim = m.groups()
+        other = "/" if op == "%" else "%"
+        start, end = m.start(2), m.end(4)
+        sites.append(Site(base + start, base + end, f"{idx} {other} {dim}",
+                          f"broadcast operand `{arr}` indexed by `{idx} {other} {dim}` instead "
+                          f"of `{idx} {op} {dim}`: it is broadcast along the wrong dimension",
+                          priority=0))
+    return sites
+
+
+_WIDE_INDEX = re.compile(r"\b(int64_t|long long|size_t|std::size_t|ptrdiff_t)\s+(\w+)\s*=\s*"
+                         r"([^;]*(?:blockIdx|\*)[^;]*);")
+
+
+def _int32_index(view: str, base: int, backend: str) -> list[Site]:
+    sites = []
+    for m in _WIDE_INDEX.finditer(view):
+        name = m.group(2)
+        in_for = re.search(r"\bfor\s*\(\s*$", view[line_start(view, m.start()):m.start()])
+        sites.append(Site(base + m.start(1), base + m.end(1), "int",
+                          f"index `{name}` narrowed from `{m.group(1)}` to `int`: it overflows "
+                          "once the tensor has more than 2^31 elements",
+                          priority=2 if in_for else 1))
+    return sites
+
+
+EXTRA_FINDERS: dict[str, Callable[[str, int, str], list[Site]]] = {
+    "grid_rounding": _grid_rounding,
+    "unstable_softmax": _unstable_softmax,
+    "wrong_reduction_axis": _wrong_reduction_axis,
+    "broadcast_stride": _broadcast_stride,
+    "int32_index": _int32_index,
+}

@@ -1,0 +1,138 @@
+"""Rules that make preference pairs and bug labels teach something.
+
+- A preference pair has a real margin: a correct kernel over an incorrect one, or a correct kernel
+  over another correct kernel measured on the same device and at least `MIN_SPEEDUP` times slower.
+- Its two sides are different programs: code similarity (difflib ratio over normalised code)
+  at most `MAX_SIMILARITY`, never identical.
+- Mutants (`mutate:<kind>`) of one task are shared out by kind between the repair, review and
+  preference configs, so no bug kind of a task is reused across configs.
+- A review label (line + fix) is kept only when applying it to the mutant gives a program the
+  verifier passed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from collections import defaultdict
+
+from schemas import Candidate, Verdict
+from verifier.protocol import CORRECT_STATUSES
+
+MIN_SPEEDUP = 1.2
+MAX_SIMILARITY = 0.9
+MUTANT_CONFIGS = ("review", "repair", "preference")
+
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/|^\s*#(?!\s*(?:pragma|include|define|if|else|"
+                      r"elif|endif|ifdef|ifndef|undef))[^\n]*", re.S | re.M)
+_TOKEN = re.compile(r"[A-Za-z_]\w*|\d+\.?\d*(?:[eE][-+]?\d+)?[fFuUlL]*|\S")
+
+
+def normalise_code(code: str) -> str:
+    """The code with comments dropped and whitespace collapsed: one token per line."""
+    return "\n".join(_TOKEN.findall(_COMMENT.sub(" ", code)))
+
+
+def code_similarity(a: str, b: str) -> float:
+    """difflib ratio of the two programs' normalised token sequences (1.0: identical)."""
+    ta, tb = normalise_code(a).split("\n"), normalise_code(b).split("\n")
+    if ta == tb:
+        return 1.0
+    return difflib.SequenceMatcher(None, ta, tb, autojunk=False).ratio()
+
+
+def has_margin(win: Verdict, lose: Verdict, min_speedup: float = MIN_SPEEDUP) -> bool:
+    """`win` clearly beats `lose`: correct over incorrect, or >= min_speedup on the same device."""
+    if win.status not in CORRECT_STATUSES:
+        return False
+    if lose.status not in CORRECT_STATUSES:
+        return True
+    if not win.device or win.device != lose.device or win.backend != lose.backend:
+        return False
+    if not win.runtime_us or not lose.runtime_us or win.runtime_us <= 0:
+        return False  # speed is compared on measured runtimes only
+    return lose.runtime_us >= min_speedup * win.runtime_us
+
+
+def distinct_enough(a: Candidate, b: Candidate, max_similarity: float = MAX_SIMILARITY) -> bool:
+    """The two sides of a pair are different programs (similarity <= max_similarity)."""
+    return code_similarity(a.code, b.code) <= max_similarity
+
+
+def mutant_kind(c: Candidate) -> str:
+    return c.generator.split(":", 1)[1] if ":" in c.generator else c.generator
+
+
+def mutant_configs(cands: list[Candidate]) -> dict[str, str]:
+    """mutant candidate_id -> the one config (review, repair or preference) that may use it.
+
+    Per (task, backend) the mutant kinds are ordered by a stable hash and dealt round-robin, so
+    every config gets different bug kinds of a task and each kind is used by one config only.
+    """
+    kinds: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for c in cands:
+        if c.generator.startswith("mutate:"):
+            kinds[(c.task_id, c.backend)].add(mutant_kind(c))
+    owner: dict[tuple[str, str, str], str] = {}
+    for (tid, backend), names in kinds.items():
+        order = sorted(names, key=lambda k: hashlib.sha256(f"{tid}|{backend}|{k}".encode())
+                       .hexdigest())
+        start = int(hashlib.sha256(f"{tid}|{backend}".encode()).hexdigest()[:8], 16)
+        for i, k in enumerate(order):
+            owner[(tid, backend, k)] = MUTANT_CONFIGS[(start + i) % len(MUTANT_CONFIGS)]
+    return {c.candidate_id: owner[(c.task_id, c.backend, mutant_kind(c))]
+            for c in cands if c.generator.startswith("mutate:")}
+
+
+def fix_label(buggy: str, fixed: str) -> tuple[int, str, list[str]] | None:
+    """(line, action, new lines) that turn `buggy` into `fixed`, when one edit does it.
+
+    action is `replace` (line's run of lines by the new lines), `insert` (the new lines before
+    line) or `delete` (the line). None when the programs differ in more than one place.
+    """
+    a, b = buggy.splitlines(), fixed.splitlines()
+    while a and not a[-1].strip():
+        a.pop()
+    while b and not b[-1].strip():
+        b.pop()
+    ops = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+           if op[0] != "equal"]
+    if len(ops) != 1:
+        return None
+    tag, i1, i2, j1, j2 = ops[0]
+    if tag == "insert":
+        return i1 + 1, "insert", b[j1:j2]
+    if tag == "delete" and i2 - i1 == 1:
+        return i1 + 1, "delete", []
+    if tag == "replace" and i2 - i1 == 1:
+        return i1 + 1, "replace", b[j1:j2]
+    return None
+
+
+def apply_label(buggy: str, line: int, action: str, new: list[str]) -> str:
+    """`buggy` with a labelled fix applied (the inverse of `fix_label`)."""
+    lines = buggy.splitlines()
+    if not 0 < line <= len(lines) + (action == "insert"):
+        raise ValueError(f"line {line} is outside the {len(lines)}-line kernel")
+    i = line - 1
+    if action == "insert":
+        lines[i:i] = new
+    elif action == "delete":
+        del lines[i]
+    elif action == "replace":
+        lines[i:i + 1] = new
+    else:
+        raise ValueError(f"unknown fix action {action!r}")
+    return "\n".join(lines) + "\n"
+
+
+def verified_codes(cands: list[Candidate], verdicts: dict[str, Verdict]
+                   ) -> dict[tuple[str, str], set[str]]:
+    """(task, backend) -> normalised code of every candidate the verifier passed."""
+    out: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for c in cands:
+        v = verdicts.get(c.candidate_id)
+        if v is not None and v.status in CORRECT_STATUSES:
+            out[(c.task_id, c.backend)].add(normalise_code(c.code))
+    return out
