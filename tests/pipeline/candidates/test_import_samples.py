@@ -139,18 +139,30 @@ def _verdict(cand: Candidate, status: str, reward: float) -> Verdict:
                    status=status, reward=reward)
 
 
+def _distinct_code(tag: str) -> str:
+    """A response program of its own per tag (a pair of near-identical programs teaches nothing)."""
+    steps = {"a": ["y = x.clamp(min=0)", "return y"],
+             "b": ["out = torch.empty_like(x)", "out.copy_(x)", "out[out < 0] = 0", "return out"],
+             "c": ["scale = 2.0", "return x * scale"],
+             "d": ["w = x.t().contiguous()", "return w.sum(dim=0)"],
+             "e": ["return undefined_name(x)"]}[tag]
+    body = "".join(f"        {line}\n" for line in steps)
+    return ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+            f"    def forward(self, x):  # {tag}\n{body}")
+
+
 def test_import_groups_feed_rft_rl_and_preference_rows() -> None:
     relu, linear = _tasks()
     cands = []
     for task, tags in ((relu, ("a", "b", "c")), (linear, ("d", "e"))):
         prompt = build_prompt(task, "cpu", GenerateConfig())
         for tag in tags:
-            code = CODE.format(tag=tag)
+            code = _distinct_code(tag)  # pairs need different programs, not a changed comment
             cands.append(Candidate(Candidate.make_id(task.task_id, "cpu", code), task.task_id,
                                    "cpu", "import:qwen-coder", code, _answer(tag), prompt))
     status = {"a": ("correct_fast", 1.5), "b": ("correct_slow", 1.0), "c": ("incorrect", 0.2),
               "d": ("incorrect", 0.3), "e": ("compile_error", 0.1)}
-    verdicts = [_verdict(c, *status[c.code.split("# ")[1].strip()]) for c in cands]
+    verdicts = [_verdict(c, *status[c.code.split("# ")[1].split()[0]]) for c in cands]
     tables = build_datasets([relu, linear], cands, verdicts, [], Config())
     rft = tables["rft"].to_pylist()
     assert len(rft) == 2 and {r["generator"] for r in rft} == {"import:qwen-coder"}
