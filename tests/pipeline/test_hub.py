@@ -71,10 +71,11 @@ def test_each_push_is_exactly_its_version_and_tags_load_with_datasets(
     assert (p1.relation, p2.relation) == ("first", "newer")
     assert _shards(hub.files(REPO, "v1")) == _shards(json.loads((v1 / "manifest.json")
                                                                 .read_text())["files"])
-    # v2 has other shard names: every v1 shard was deleted in v2's one commit.
+    # v2 shards most splits differently: every v1 shard that v2 does not have was deleted in
+    # v2's one commit (a split small enough for one shard keeps its name and is overwritten).
     v1_shards, v2_shards = _shards(hub.files(REPO, "v1")), _shards(hub.files(REPO, "v2"))
-    assert v1_shards and v2_shards and not (v1_shards & v2_shards)
-    assert set(p2.deletes) == v1_shards
+    assert v1_shards and v2_shards and len(v1_shards - v2_shards) >= 4
+    assert set(p2.deletes) == v1_shards - v2_shards
     v2_files = json.loads((v2 / "manifest.json").read_text())["files"]
     assert set(hub.files(REPO, "main")) == {".gitattributes", "manifest.json", *v2_files}
     commits = [m for m in hub.state.requests if m[1].endswith("/commit/main")]
