@@ -34,11 +34,13 @@ from verifier.build import (
     BuildResult,
     _flags_key,
 )
+from verifier.clock import check_outputs, cross_check
 from verifier.decide import recheck
 from verifier.extract import FormatError, check_candidate, extract_code
 from verifier.extspec import ExtensionSpec, specs_from_source
 from verifier.fallback import apply_policy, errors
 from verifier.forkserver import ForkServer, ForkServerError
+from verifier.gpu_pool import RunOutcome
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
 from verifier.reward import finalize, record_share
 from verifier.runners import _FLOOD_BYTES, _GpuRunner, _SandboxRunner
@@ -189,6 +191,10 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Bas
             v.findings.append({"rule": "parent_check", "message": why, "line": None,
                                "severity": "error"})
             return item.stop("cheat", "correctness", "the worker reported success, but " + why)
+    if out.clock is not None:  # the reported runtime against the parent's own clock
+        why = clock_verdict(item, opts, job, out, p)
+        if why:
+            return item.stop("cheat", "performance", why)
     v.runtime_us, v.runtime_iqr_us = p.get("runtime_us"), p.get("runtime_iqr_us")
     v.eager_us, v.compiled_us = p.get("eager_us"), p.get("compiled_us")
     if v.runtime_us and v.eager_us:
@@ -197,6 +203,24 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Bas
         v.speedup_compiled = round(v.compiled_us / v.runtime_us, 4)
     v.faster = bool(v.speedup and v.speedup > opts.fast_threshold)
     item.stop("correct_fast" if v.faster else "correct_slow", "done")
+
+
+def clock_verdict(item: _Item, opts: VerifyOptions, job: dict[str, Any], out: RunOutcome,
+                  p: dict[str, Any]) -> str:
+    """Why the parent-clocked timing windows make this run a cheat ("" when they do not);
+    the parent's and the reported figures go into a finding either way."""
+    windows, protocol_error, clocked = out.clock
+    ok, why, figures = cross_check(windows, p.get("runtime_us"), protocol_error)
+    item.timing["parent_clock"] = figures
+    if ok and out.rechecked:
+        ok, why = check_outputs(item.req.task_source, opts.seed, job["input_seed"], windows,
+                                clocked, (opts.atol_fp32, opts.rtol_fp32, opts.atol_low,
+                                          opts.rtol_low))
+    if ok:
+        return ""
+    item.verdict.findings.append({"rule": "parent_clock", "message": why, "line": None,
+                                  "severity": "error", **figures})
+    return "the runtime the worker reported disagrees with the verifier's own clock: " + why
 
 
 def _record_measurements(v: VerdictData, p: dict[str, Any]) -> None:

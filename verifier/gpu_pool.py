@@ -54,6 +54,9 @@ class RunOutcome:
     wall_s: float = 0.0
     outputs: Any = None  # the raw trial outputs (sandboxed runs): the parent judges them itself
     rechecked: bool = False  # whether `outputs` were collected (sandboxed runs only, so far)
+    # the parent-clocked timing windows (`verifier.clock`; sandboxed runs only, so far):
+    # (windows, protocol error, the windows' last outputs), or None where there was no clock
+    clock: Any = None
 
 
 class GpuWorkerProcess:

@@ -151,6 +151,7 @@ def main(argv: list[str]) -> int:
         job = msg["job"]
         result = run_job(job, msg["task_source"], msg["candidate_source"], progress)
         result.pop("raw_outputs", None)  # the parent's own comparison is cpu/musa only so far
+        result.pop("clocked_outputs", None)
         sys.stdout.flush()
         sys.stderr.flush()
         leave = after_job(result, state, flags, threads)

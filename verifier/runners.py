@@ -14,6 +14,7 @@ from typing import Any
 
 from verifier.backends import Backend
 from verifier.build import ArtefactMismatch, copy_for_worker, verify_artefact
+from verifier.clock import ParentClock
 from verifier.decide import load_outputs
 from verifier.gpu_pool import GpuWorkerProcess, RunOutcome
 from verifier.protocol import VerifyOptions
@@ -40,14 +41,23 @@ class _SandboxRunner:
                 return RunOutcome(None, "correctness", False, f"verifier build cache: {exc}",
                                   False, 0.0)
             job = {**job, "extensions": exts, "threads": self.threads}
-            res = self.launcher.run_module(
-                "verifier.worker",
-                limits=SandboxLimits(timeout_s=self.opts.run_timeout_s,
-                                     memory_mb=self.backend.sandbox_memory_mb(
-                                         self.opts.memory_limit_mb)),
-                input_files={"job.json": json.dumps(job), "task.py": item.req.task_source,
-                             "candidate.py": item.code},
-                env={"OMP_NUM_THREADS": str(self.threads), **self.env}, workdir=workdir)
+            clock = ParentClock(workdir)  # the parent's own clock for the timing windows
+            try:
+                res = self.launcher.run_module(
+                    "verifier.worker",
+                    limits=SandboxLimits(timeout_s=self.opts.run_timeout_s,
+                                         memory_mb=self.backend.sandbox_memory_mb(
+                                             self.opts.memory_limit_mb)),
+                    input_files={"job.json": json.dumps(job), "task.py": item.req.task_source,
+                                 "candidate.py": item.code},
+                    env={"OMP_NUM_THREADS": str(self.threads), **self.env}, workdir=workdir)
+            finally:
+                windows = clock.stop()
+            clock_data = None
+            if res.payload is not None and res.payload.get("outcome") == "ok":
+                clocked = (load_outputs(workdir / "clocked.pt") if self.backend.name == "cpu"
+                           else None)
+                clock_data = (windows, clock.protocol_error, clocked)
             try:
                 stage = json.loads((workdir / "progress.json").read_text()).get(
                     "stage", "correctness")
@@ -73,7 +83,7 @@ class _SandboxRunner:
             failure = "the verifier's fork server stopped answering (" + failure + ")"
         # references on this host's cpu match cpu runs; device backends: the worker's checks
         return RunOutcome(res.payload, stage, res.timed_out, failure, flood, res.wall_s,
-                          outputs, self.backend.name == "cpu")
+                          outputs, self.backend.name == "cpu", clock_data)
 
     def close(self) -> None:
         return None

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from verifier.clock import child_windows  # the parent's clock checks the reported runtime
+
 # Functions the harness relies on; a candidate that replaces any of them is tampering.
 _GUARDED = (
     ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "time"),
@@ -317,8 +319,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
             res.finding("input_mutation", "forward modified its input tensors in place")
             res.finish("incorrect", "forward modified its input tensors (the reference does not)")
         prev_ref, prev_new = ref_out, new_out
-        raw.append(_to_device(_clone(new_out), "cpu") if isinstance(new_out, torch.Tensor | list
-                                                                       | tuple) else new_out)
+        raw.append(_to_device(_clone(new_out), "cpu"))  # others pass through unchanged
         if t == 0:
             first_inputs, first_ref = pristine, ref_out
     res.data.setdefault("mismatch_frac", 0.0)
@@ -349,6 +350,8 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
                 _check_timed_output(res, ref, make_inputs, last, tol)
             again = new(*_clone(first_inputs))
             backend.synchronize()
+            clocked = child_windows(new, make_inputs, backend.synchronize, runs[0].median_us,
+                                    lambda o: _to_device(_clone(o), "cpu"))
     except Exception as exc:
         msg, line = _candidate_traceback(exc)
         res.finish("runtime_error", f"during timing: {msg}")
@@ -374,7 +377,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         res.finding("changed_after_timing", msg)
         res.finish("cheat", f"outputs changed after the timing runs: {msg}")
     _check_tamper(res, guard, threads_before)
-    res.data["raw_outputs"] = raw
+    res.data["raw_outputs"], res.data["clocked_outputs"] = raw, clocked
     res.progress("done")
     res.finish("ok")
 
@@ -461,11 +464,13 @@ def main() -> None:
     os.unlink("task.py")
     data = run_job(job, task_src, cand_src,
                    on_progress=lambda stage: _write("progress.json", {"stage": stage}))
-    raw = data.pop("raw_outputs", None)
+    raw, clocked = data.pop("raw_outputs", None), data.pop("clocked_outputs", None)
     if raw is not None:  # raw outputs for the parent, which compares them itself
         import torch
 
         torch.save(raw, "outputs.pt")
+        if clocked is not None:
+            torch.save(clocked, "clocked.pt")
     _write("result.json", data)
     sys.stdout.flush()
     os._exit(0)  # skip atexit/finalizers the candidate may have registered

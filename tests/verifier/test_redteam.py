@@ -22,15 +22,6 @@ from verifier.static import check_cpp, check_python  # noqa: E402
 
 _NAMES = [n for n, _ in attacks({"victim": "", "out": "", "cache": "", "workspace": "",
                                  "token": "", "port": 0, "tmp_probe": "", "secret_file": ""})]
-# Attacks that still get through; each is a strict xfail, so a fix turns it into a failure
-# until it is removed from here.
-_FORGED_TIMING = ("open: with the static checks bypassed, code in the worker's process patches "
-                  "the harness's timing (Backend.time_call, gpu_timing.summarize) and the parent "
-                  "believes the runtime; needs the parent-clocked cross-check (issue 22, item 1)")
-OPEN: dict[str, str] = {"patch_sys_modules_timer": _FORGED_TIMING,
-                        "patch_summarize": _FORGED_TIMING}
-
-
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
     ctx = make_context(tmp_path_factory.mktemp("redteam") / "rt")
@@ -60,9 +51,7 @@ def test_static_rejects(name: str, code: str) -> None:
 
 
 @pytest.mark.slow  # one verifier run of 34 candidates plus two small ones: minutes
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(reason=OPEN[n], strict=True)) if n in OPEN else n
-    for n in _NAMES])
+@pytest.mark.parametrize("name", _NAMES)
 def test_attack_held(suite: tuple[dict, dict], name: str) -> None:
     r, ctx = suite
     held, why = judge(name, r, ctx)
