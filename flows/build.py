@@ -40,6 +40,7 @@ from flows.tasks import (
     verify_batch,
 )
 from pipeline.config import Config, load_config
+from pipeline.datasets.publish import record_license_rejections
 from pipeline.datasets.stats import backend_funnel
 from pipeline.runner import (
     batches,
@@ -305,6 +306,7 @@ def publish_version_task(workspace: str, run_id: str, cfg: Config, stages: str |
     st = load_stages(stages)
     ws = Workspace(workspace)
     tasks, cands, verdicts = ws.read(Task), ws.read(Candidate), ws.read(Verdict)
+    record_license_rejections(ws, tasks, cfg, run_id)
     selected = st.select(cands, verdicts, cfg.select.k, cfg.select.diversity_weight, cfg.select.seed)
     tables = st.build_datasets(tasks, cands, verdicts, list(selected), cfg)
     return str(st.publish(ws, tables, cfg, lineage))
