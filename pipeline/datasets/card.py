@@ -121,7 +121,8 @@ def render_card(name: str, version: str, manifest: dict[str, Any],
     lines += ["", "## Measurements", "",
               f"- device: {', '.join(lin.get('devices', [])) or 'n/a'}",
               f"- backend: {', '.join(lin.get('backends', [])) or 'n/a'}",
-              f"- torch: {lin.get('torch_version') or 'n/a'}",
+              f"- torch: {lin.get('torch_version') or 'n/a'} (the publishing host's; the "
+              "verifier version pins the measuring code)",
               f"- verifier version: {', '.join(lin.get('verifier_versions', [])) or 'n/a'}",
               "", "Runtimes and speedups are those measured on the device above.", ""]
     if stats:

@@ -115,7 +115,7 @@ def make_task(i: int, cluster: str | None = None, level: int = 1) -> Task:
         source_kind=["seed", "nnsmith", "git"][i % 3], repo_url="https://example.org/r.git",
         commit=f"{i:040x}", path=f"models/m{i}.py", dedup_cluster=cluster or f"c{i:03d}",
         license=["MIT", "Apache-2.0", "BSD-3-Clause"][i % 3],
-        source_generator="nnsmith@v0 seed=%d" % i if i % 3 == 1 else "",
+        source_generator=f"nnsmith@v0 seed={i}" if i % 3 == 1 else "",
     )
 
 
