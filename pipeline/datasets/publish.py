@@ -17,6 +17,7 @@ import platform
 import shutil
 import subprocess
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -233,21 +234,30 @@ def workspace_stats(ws: Workspace, cfg: Config) -> dict[str, Any]:
                          fast_threshold=cfg.verify.fast_threshold)
 
 
-def record_license_rejections(ws: Workspace, tasks: list[Task], cfg: Config,
-                              run_id: str | None = None) -> list[Rejection]:
-    """Write a publish Rejection for each task `publish.licenses` leaves out (new ones only)."""
+def publishable_tasks(ws: Workspace, cfg: Config, run_id: str | None = None) -> list[Task]:
+    """The workspace's tasks with their licenses, recording a publish Rejection for each task
+    `publish.licenses` leaves out (new ones only; `build_datasets` leaves them out).
+
+    A task written before tasks carried a license (schema v1) takes its module's license.
+    """
+    tasks = ws.read(Task)
+    if any(not t.license for t in tasks):
+        mods = ws.read_table(RawModule).select(["module_id", "license"]).to_pylist()
+        by_module = {m["module_id"]: m["license"] for m in mods}
+        tasks = [t if t.license else replace(t, license=by_module.get(t.module_id, ""))
+                 for t in tasks]
     _, rejected = filter_licenses(tasks, cfg.publish.licenses)
     done = ws.done_keys(Rejection)
     fresh = [r for r in rejected if r.rejection_id not in done]
     if fresh:
         ws.new_run(run_id).write(fresh)
-    return rejected
+    return tasks
 
 
 def publish_workspace(ws: Workspace, cfg: Config, version: str | None = None) -> Path:
     """Select, build every config, compute statistics and publish a new version."""
-    record_license_rejections(ws, ws.read(Task), cfg)
-    rec = _workspace_records(ws)
+    tasks = publishable_tasks(ws, cfg)
+    rec = {**_workspace_records(ws), "tasks": tasks}
     sel = cfg.select
     selected = SELECTORS[sel.method](rec["candidates"], rec["verdicts"], sel.k,
                                      sel.diversity_weight, sel.seed)
