@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -89,7 +90,7 @@ class RichProgressSink:
         self.ids: dict[int, TaskID] = {}
 
     def start(self, key: int, stage: str, total: int | None) -> None:
-        self.ids[key] = self.bars.add_task(stage, total=total)
+        self.ids[key] = self.bars.add_task(escape(stage), total=total)
 
     def advance(self, key: int, n: int) -> None:
         self.bars.advance(self.ids[key], n)

@@ -98,7 +98,7 @@ def test_build_flows_report_every_item_of_every_batched_stage(prefect_api: str,
     got = rec.stages()
     rows = {r["stage"]: r for r in summary["stages"]}
     assert got["generate"] == (rows["generate"]["pending"], rows["generate"]["pending"], True)
-    verify = got["verify[cuda]"] if "verify[cuda]" in got else got[f"verify[{summary['backend']}]"]
+    verify = got[f"verify[{summary['backend']}]"]
     assert verify[0] == verify[1] and verify[2] and verify[0] >= rows["verify"]["verdicts"] > 0
     assert all(total == done and finished for total, done, finished in got.values()), got
 
@@ -121,6 +121,7 @@ def test_kernelsynth_build_draws_bars_and_is_quiet_under_json(prefect_api: str,
     assert any(line.lstrip().startswith("generate") for line in bars), res.stderr
     gen = next(line for line in bars if line.lstrip().startswith("generate"))
     assert "/s" in gen and "/" in gen.split("/s")[0]
+    assert any(line.lstrip().startswith("verify[cpu]") for line in bars), res.stderr
 
 
 if __name__ == "__main__":  # pragma: no cover
