@@ -221,7 +221,7 @@ class SftRow(Record):
     backend: str
     level: int
     split: str = "train"
-    # provenance (filled from the task when the dataset is built; ARCHITECTURE.md "Licenses")
+    # provenance, copied from the task by pipeline.datasets.rows.build_datasets
     license: str = ""  # SPDX id of the source the task came from
     repo_url: str = ""
     commit: str = ""
@@ -250,7 +250,7 @@ class RftRow(Record):
     group_mean_reward: float
     group_std_reward: float
     split: str = "train"
-    # provenance (filled from the task when the dataset is built; ARCHITECTURE.md "Licenses")
+    # provenance, copied from the task by pipeline.datasets.rows.build_datasets
     license: str = ""  # SPDX id of the source the task came from
     repo_url: str = ""
     commit: str = ""
@@ -272,7 +272,7 @@ class RepairRow(Record):
     backend: str
     final_status: str
     split: str = "train"
-    # provenance (filled from the task when the dataset is built; ARCHITECTURE.md "Licenses")
+    # provenance, copied from the task by pipeline.datasets.rows.build_datasets
     license: str = ""  # SPDX id of the source the task came from
     repo_url: str = ""
     commit: str = ""
@@ -296,7 +296,7 @@ class PreferenceRow(Record):
     chosen_status: str
     rejected_status: str
     split: str = "train"
-    # provenance (filled from the task when the dataset is built; ARCHITECTURE.md "Licenses")
+    # provenance, copied from the task by pipeline.datasets.rows.build_datasets
     license: str = ""  # SPDX id of the source the task came from
     repo_url: str = ""
     commit: str = ""
@@ -338,7 +338,7 @@ class RlRow(Record):
     kind: str = "task"  # task | repair (an all-failed group, conditioned on verifier feedback)
     feedback: str = ""
     split: str = "train"
-    # provenance (filled from the task when the dataset is built; ARCHITECTURE.md "Licenses")
+    # provenance, copied from the task by pipeline.datasets.rows.build_datasets
     license: str = ""  # SPDX id of the source the task came from
     repo_url: str = ""
     commit: str = ""
@@ -363,7 +363,7 @@ class ReviewRow(Record):
     backend: str
     observed_status: str  # what the verifier saw when it ran the buggy kernel
     split: str = "train"
-    # provenance (filled from the task when the dataset is built; ARCHITECTURE.md "Licenses")
+    # provenance, copied from the task by pipeline.datasets.rows.build_datasets
     license: str = ""  # SPDX id of the source the task came from
     repo_url: str = ""
     commit: str = ""
@@ -391,7 +391,7 @@ class PerfAnalysisRow(Record):
     arithmetic_intensity: float | None  # FLOPs per byte moved
     bottleneck: str  # memory | compute | launch | unknown
     split: str = "train"
-    # provenance (filled from the task when the dataset is built; ARCHITECTURE.md "Licenses")
+    # provenance, copied from the task by pipeline.datasets.rows.build_datasets
     license: str = ""  # SPDX id of the source the task came from
     repo_url: str = ""
     commit: str = ""

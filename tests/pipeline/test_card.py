@@ -168,3 +168,22 @@ def test_source_generator_names_nnsmith_seed_and_seed_corpus() -> None:
     assert source_generator(nn) == "nnsmith@v0.2 seed=17"
     assert source_generator(seed) == "kernelsynth seed corpus@abc"
     assert source_generator(git) == ""
+
+
+def test_tasks_without_a_license_take_their_modules_at_publish(workspace: Workspace) -> None:
+    from pipeline.datasets.publish import publishable_tasks
+
+    tasks, _, _ = pool(3)
+    mods = raw_modules(tasks)
+    mods[1] = replace(mods[1], license="GPL-2.0")
+    unlicensed = [replace(t, license="", module_id=m.module_id) for t, m in zip(tasks, mods[:3],
+                                                                                 strict=True)]
+    run = workspace.new_run("r1")
+    run.write(mods)
+    run.write(unlicensed)
+    cfg = Config(workspace=str(workspace.root))
+    got = {t.task_id: t.license for t in publishable_tasks(workspace, cfg)}
+    assert got == {t.task_id: m.license for t, m in zip(tasks, mods[:3], strict=True)}
+    rej = [r for r in workspace.read(Rejection) if r.stage == "publish"]
+    assert [(r.item_id, r.reason) for r in rej] == [(tasks[1].task_id,
+                                                     "license_not_allowed: GPL-2.0")]
