@@ -40,6 +40,7 @@ from flows.tasks import (
     verify_batch,
 )
 from pipeline.config import Config, load_config
+from pipeline.datasets.publish import publishable_tasks
 from pipeline.datasets.stats import backend_funnel
 from pipeline.runner import (
     batches,
@@ -89,7 +90,7 @@ def generate_flow(workspace: str, run_id: str, cfg: Config, backend: str,
     with placed(stage_objects(stages).generate, cfg, backend):
         futures = generate_batch.map(groups, unmapped(cfg), unmapped(backend), unmapped(stages),
                                      label=[f"{i + 1}of{len(groups)}" for i in range(len(groups))])
-    counts = collect(list(futures), Progress("generate", len(groups)), run,
+    counts = collect(list(futures), Progress("generate", [len(g) for g in groups]), run,
                       ws.done_keys(Candidate))
     counts["pending"] = len(pending)
     return counts
@@ -125,7 +126,7 @@ def verify_pending(ws: Workspace, run: Any, cfg: Config, backend: str, tasks: di
         with placed(stage_objects(stages).verify, cfg, backend):
             futures = list(verify_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
                                             unmapped(stages), label=labels))
-    counts = collect(futures, Progress(name, len(groups)), run)
+    counts = collect(futures, Progress(name, [len(g) for g in groups]), run)
     counts["pending"] = len(pending)
     return counts
 
@@ -140,13 +141,13 @@ def _compile_then_verify(subsets: list, groups: list, cfg: Config, backend: str,
         compiles = list(compile_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
                                           unmapped(stages), label=labels))
     index = {id(f): i for i, f in enumerate(compiles)}
-    futures = []
+    futures: list[PrefectFuture | None] = [None] * len(compiles)
     for fut in completed(compiles):
         i = index[id(fut)]
         with placed(st.verify, cfg, backend):
-            futures.append(verify_batch.submit(subsets[i], groups[i], cfg, cache_dir, stages,
-                                               label=labels[i]))
-    return futures
+            futures[i] = verify_batch.submit(subsets[i], groups[i], cfg, cache_dir, stages,
+                                             label=labels[i])
+    return [f for f in futures if f is not None]  # in batch order, as `collect` expects
 
 
 @flow(name="mutate", validate_parameters=False)
@@ -162,7 +163,7 @@ def mutate_flow(workspace: str, run_id: str, cfg: Config, backend: str,
         futures = mutate_batch.map([g[0] for g in groups], [g[1] for g in groups],
                                    [g[2] for g in groups], unmapped(cfg), unmapped(stages),
                                    label=[f"{i + 1}of{len(groups)}" for i in range(len(groups))])
-    counts = collect(list(futures), Progress("mutate", len(groups)), run,
+    counts = collect(list(futures), Progress("mutate", [len(g[0]) for g in groups]), run,
                      ws.done_keys(Candidate))
     counts["pending"] = len(todo)
     return counts
@@ -196,13 +197,15 @@ def repair_flow(workspace: str, run_id: str, cfg: Config, backend: str, turn: in
     done = ws.done_keys(Candidate)
     # A chain end answered in an earlier, interrupted run keeps its first answer.
     done_parents = set(has_child)
-    progress = Progress(f"repair turn {turn}", len(groups))
-    for fut in completed(list(futures)):
+    progress = Progress(f"repair turn {turn}", [len(g[0]) for g in groups])
+    futures = list(futures)
+    index = {id(f): i for i, f in enumerate(futures)}
+    for fut in completed(futures):
         try:
             new, rejected = fut.result()
         except Exception as exc:
             counts["failed_batches"] += 1
-            progress.step(f"failed ({type(exc).__name__}: {exc})")
+            progress.step(f"failed ({type(exc).__name__}: {exc})", index[id(fut)])
             continue
         fresh = []
         for c in new:
@@ -216,7 +219,8 @@ def repair_flow(workspace: str, run_id: str, cfg: Config, backend: str, turn: in
         run.write(rejected)
         counts["candidates"] += len(fresh)
         counts["rejections"] = counts.get("rejections", 0) + len(rejected)
-        progress.step(f"+{len(fresh)} candidates")
+        progress.step(f"+{len(fresh)} candidates", index[id(fut)])
+    progress.close()
     counts["pending"] = len(todo)
     return counts
 
@@ -300,7 +304,7 @@ def publish_version_task(workspace: str, run_id: str, cfg: Config, stages: str |
     """Select, build the dataset configs and publish one version; returns its folder."""
     st = load_stages(stages)
     ws = Workspace(workspace)
-    tasks, cands, verdicts = ws.read(Task), ws.read(Candidate), ws.read(Verdict)
+    tasks, cands, verdicts = publishable_tasks(ws, cfg, run_id), ws.read(Candidate), ws.read(Verdict)
     selected = st.select(cands, verdicts, cfg.select.k, cfg.select.diversity_weight, cfg.select.seed)
     tables = st.build_datasets(tasks, cands, verdicts, list(selected), cfg)
     return str(st.publish(ws, tables, cfg, lineage))

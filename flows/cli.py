@@ -25,6 +25,7 @@ from pipeline.cli.common import (
     open_context,
     out,
     print_table,
+    stage_progress_bars,
 )
 
 RunnerOpt = Annotated[str | None, typer.Option(
@@ -116,9 +117,11 @@ def register(app: typer.Typer) -> None:
 
         t0 = time.perf_counter()
         try:
-            summary = build_dataset(workspace=str(ws.root),
-                                    config=str(config.resolve()) if config else None,
-                                    always_publish=always_publish, runner=runner, stages=stages)
+            with stage_progress_bars(console, enabled=not json_):
+                summary = build_dataset(workspace=str(ws.root),
+                                        config=str(config.resolve()) if config else None,
+                                        always_publish=always_publish, runner=runner,
+                                        stages=stages)
         except Exception as exc:
             raise fail(f"build failed: {type(exc).__name__}: {exc}") from None
         wall = time.perf_counter() - t0

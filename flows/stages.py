@@ -35,14 +35,22 @@ class StageSet:
 
 def _ingest(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
     from pipeline.ingest import run_ingest
+    from pipeline.runner import StageProgress
 
-    return run_ingest(ws, run, cfg, batch_size=cfg.flows.batch_size)
+    with StageProgress("ingest", None) as progress:  # sources are discovered as they are read
+        return run_ingest(ws, run, cfg, batch_size=cfg.flows.batch_size,
+                          progress=lambda _record: progress(1))
 
 
 def _tasks(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
-    from pipeline.tasks.stage import run_tasks
+    from pipeline.runner import StageProgress
+    from pipeline.tasks.stage import done_module_ids, run_tasks
+    from schemas import RawModule
 
-    return run_tasks(ws, run, cfg, batch_size=cfg.flows.batch_size)
+    done = done_module_ids(ws)
+    pending = sum(m not in done for m in ws.read_table(RawModule).column("module_id").to_pylist())
+    with StageProgress("tasks", pending) as progress:
+        return run_tasks(ws, run, cfg, batch_size=cfg.flows.batch_size, progress=progress)
 
 
 def _generate(tasks: list, cfg: Any, backend: str) -> tuple[list, list]:

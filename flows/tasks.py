@@ -19,7 +19,7 @@ from prefect.futures import PrefectFuture, as_completed
 from flows.runners import is_transient, retry_if_transient
 from flows.stages import load_stages, stage_objects
 from pipeline.config import Config
-from pipeline.runner import write_new
+from pipeline.runner import StageProgress, write_new
 from pipeline.stage import StageContext, StageOutput, reject
 from pipeline.workspace import Run, Workspace
 from schemas import Candidate, Rejection, Task, Verdict
@@ -43,24 +43,36 @@ def open_run(workspace: str, run_id: str) -> tuple[Workspace, Run]:
 
 
 class Progress:
-    """A Prefect progress artifact (visible on the flow run page) plus log lines."""
+    """A Prefect progress artifact (visible on the flow run page), log lines, and the items done
+    reported through `pipeline.runner.StageProgress` (the CLI's progress bar).
 
-    def __init__(self, stage: str, total: int):
-        self.stage, self.total, self.done = stage, total, 0
+    `sizes` holds the number of items in each batch, in the order the futures were made.
+    """
+
+    def __init__(self, stage: str, sizes: list[int]):
+        self.stage, self.total, self.done = stage, len(sizes), 0
+        self.sizes = sizes
+        self.items = StageProgress(stage, sum(sizes))
         self.artifact = None
         try:
             self.artifact = create_progress_artifact(
-                0.0, description=f"{stage}: 0/{total} batches")
+                0.0, description=f"{stage}: 0/{self.total} batches")
         except Exception as exc:  # no API (direct calls); progress still goes to the log
             progress_log.debug("no progress artifact for %s (%s)", stage, exc)
 
-    def step(self, note: str) -> None:
+    def step(self, note: str, batch: int | None = None) -> None:
+        """One batch finished (`batch`: its index, so its items count towards the bar)."""
         self.done += 1
+        if batch is not None:
+            self.items(self.sizes[batch])
         pct = 100.0 * self.done / max(1, self.total)
         if self.artifact is not None:
             update_progress_artifact(self.artifact, pct,
                                      description=f"{self.stage}: {self.done}/{self.total} batches")
         say(f"{self.stage}: batch {self.done}/{self.total} ({pct:.0f}%) {note}")
+
+    def close(self) -> None:
+        self.items.close()
 
 
 def completed(futures: list[PrefectFuture]) -> Iterator[PrefectFuture]:
@@ -83,26 +95,35 @@ def collect(futures: list[PrefectFuture], progress: Progress, run: Run,
             done_candidates: set[str] | None = None) -> dict[str, int]:
     """Write each batch's output as soon as its future finishes; count what was written."""
     counts = {"candidates": 0, "rejections": 0, "verdicts": 0, "failed_batches": 0}
-    for fut in completed(futures):
-        try:
-            made, rejected = fut.result()
-        except Exception as exc:
-            counts["failed_batches"] += 1
-            say(f"{progress.stage}: a batch failed ({type(exc).__name__}: {exc})")
-            progress.step("failed")
-            continue
-        records = made
-        if done_candidates is not None:
-            records = write_new(run, made, done_candidates, "candidate_id")
-        else:
-            run.write(made)
-        run.write(rejected)
-        for part in (records, rejected):
-            if part:
-                table = type(part[0]).TABLE
-                counts[table] = counts.get(table, 0) + len(part)
-        progress.step(f"+{len(made) + len(rejected)} records")
+    index = {id(f): i for i, f in enumerate(futures)}
+    try:
+        for fut in completed(futures):
+            _collect_one(fut, progress, run, done_candidates, counts, index[id(fut)])
+    finally:
+        progress.close()
     return counts
+
+
+def _collect_one(fut: PrefectFuture, progress: Progress, run: Run,
+                 done_candidates: set[str] | None, counts: dict[str, int], batch: int) -> None:
+    try:
+        made, rejected = fut.result()
+    except Exception as exc:
+        counts["failed_batches"] += 1
+        say(f"{progress.stage}: a batch failed ({type(exc).__name__}: {exc})")
+        progress.step("failed", batch)
+        return
+    records = made
+    if done_candidates is not None:
+        records = write_new(run, made, done_candidates, "candidate_id")
+    else:
+        run.write(made)
+    run.write(rejected)
+    for part in (records, rejected):
+        if part:
+            table = type(part[0]).TABLE
+            counts[table] = counts.get(table, 0) + len(part)
+    progress.step(f"+{len(made) + len(rejected)} records", batch)
 
 
 @task(name="ingest-sources", retries=3, retry_delay_seconds=[2, 10, 30],

@@ -119,7 +119,12 @@ class PublishConfig(Section):
     private: bool = True
     preference_pairs_per_task: int = 4
     shard_rows: int = 100_000  # rows per Parquet file of a split
-    license: str = "apache-2.0"
+    # SPDX ids a published row's source may carry (case-insensitive); rows of other licenses
+    # are left out and recorded as publish rejections. The seed corpus and NNSmith graphs are
+    # Apache-2.0 (kernelsynth's own license, sources/collect.py, sources/nnsmith_graphs.py).
+    licenses: list[str] = Field(default_factory=lambda: [
+        "MIT", "Apache-2.0", "BSD-2-Clause", "BSD-3-Clause", "ISC", "Unlicense", "0BSD", "Zlib",
+        "CC0-1.0", "PSF-2.0", "BSL-1.0"])
 
 
 class FlowsConfig(Section):

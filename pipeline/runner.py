@@ -9,9 +9,10 @@ same pending functions and `Stage.run` inside Prefect tasks.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from pipeline.stage import Stage, StageContext, StageOutput
 from pipeline.workspace import Run, Workspace
@@ -21,6 +22,65 @@ from verifier.protocol import CORRECT_STATUSES
 T = TypeVar("T")
 
 GENERATOR_PREFIX = {"template": "template:", "openai": "llm:", "hf": "hf:"}
+
+
+# --- progress ------------------------------------------------------------------------------------
+
+
+class ProgressSink(Protocol):
+    """Where stage progress goes (the CLI's rich bars); stages only ever see `StageProgress`."""
+
+    def start(self, key: int, stage: str, total: int | None) -> None: ...
+
+    def advance(self, key: int, n: int) -> None: ...
+
+    def finish(self, key: int) -> None: ...
+
+
+_sink: ProgressSink | None = None
+_keys = iter(range(1, 1 << 62))
+_lock = threading.Lock()
+
+
+def set_progress_sink(sink: ProgressSink | None) -> ProgressSink | None:
+    """Send every stage's progress to `sink` (None: nowhere); returns the previous sink."""
+    global _sink
+    previous, _sink = _sink, sink
+    return previous
+
+
+class StageProgress:
+    """Items done of one stage out of `total` (None: not known ahead), reported to the sink.
+
+    Calling it with a count is the `progress` callback `run_batches` and the stage loops take.
+    """
+
+    def __init__(self, stage: str, total: int | None):
+        with _lock:
+            self.key = next(_keys)
+        self.stage, self.total, self.done = stage, total, 0
+        self.sink = _sink
+        if self.sink is not None:
+            self.sink.start(self.key, stage, total)
+
+    def __call__(self, n: int = 1) -> None:
+        self.done += n
+        if self.sink is not None:
+            self.sink.advance(self.key, n)
+
+    def close(self) -> None:
+        if self.sink is not None:
+            self.sink.finish(self.key)
+            self.sink = None
+
+    def __enter__(self) -> StageProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --- batches -------------------------------------------------------------------------------------
 
 
 def batches(items: list[T], size: int) -> list[list[T]]:

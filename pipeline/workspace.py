@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from schemas import RECORD_TYPES, Record, SchemaError, check_table
+from schemas import RECORD_TYPES, Record, SchemaError, check_table, upgrade_table
 
 R = TypeVar("R", bound=Record)
 
@@ -127,7 +127,7 @@ class Workspace:
         tables = []
         for path in self.part_paths(cls.TABLE):
             try:
-                table = pq.read_table(path)
+                table = upgrade_table(cls, pq.read_table(path))
                 check_table(cls, table)
             except (pa.ArrowInvalid, OSError) as exc:
                 raise WorkspaceError(f"{path}: not a readable Parquet file ({exc})") from None

@@ -1,8 +1,9 @@
 """Arrow schemas and typed records for every kernelsynth table."""
 
-from schemas.base import Record, SchemaError, check_table, dumps
+from schemas.base import Record, SchemaError, check_table, dumps, upgrade_table
 from schemas.records import (
     OP_FAMILIES,
+    PROVENANCE_FIELDS,
     RECORD_TYPES,
     Candidate,
     Finding,
@@ -24,6 +25,7 @@ from schemas.records import (
 
 __all__ = [
     "OP_FAMILIES",
+    "PROVENANCE_FIELDS",
     "RECORD_TYPES",
     "Candidate",
     "Finding",
@@ -45,4 +47,5 @@ __all__ = [
     "check_table",
     "content_hash",
     "dumps",
+    "upgrade_table",
 ]

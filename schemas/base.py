@@ -196,6 +196,36 @@ class Record:
             raise SchemaError(f"{path}: {exc}") from None
 
 
+def upgrade_table(cls: type[Record], table: pa.Table) -> pa.Table:
+    """Add the columns a newer SCHEMA_VERSION appended (with their defaults) to an older table.
+
+    Only a table whose metadata names an older version of `cls`'s table is upgraded, and only
+    columns that have a default; anything else is left for `check_table` to report.
+    """
+    meta = table.schema.metadata or {}
+    if meta.get(b"kernelsynth.table") != cls.TABLE.encode():
+        return table
+    try:
+        version = int(meta.get(b"kernelsynth.schema_version", b"1"))
+    except ValueError:
+        return table
+    if version >= cls.SCHEMA_VERSION:
+        return table
+    schema = cls.arrow_schema()
+    for f in dataclasses.fields(cls):
+        if f.name in table.schema.names:
+            continue
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = _to_plain(f.default_factory())
+        else:
+            return table
+        field = schema.field(f.name)
+        table = table.append_column(field, pa.array([value] * table.num_rows, field.type))
+    return table
+
+
 def check_table(cls: type[Record], table: pa.Table) -> None:
     """Raise SchemaError naming the first missing or mistyped column of `table`."""
     expected = cls.arrow_schema()

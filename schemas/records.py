@@ -86,7 +86,7 @@ class Task(Record):
 
     TABLE = "tasks"
     KEY = "task_id"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: license, source_generator
 
     task_id: str  # content hash of the normalized source
     name: str
@@ -112,6 +112,8 @@ class Task(Record):
     dedup_cluster: str = ""
     decontamination: str = "clean"  # clean | ngram:<file> | opseq:<file>
     meta: str = "{}"
+    license: str = ""  # SPDX id, from RawModule.license
+    source_generator: str = ""  # seed/NNSmith: the generator (and seed) that wrote the source
 
 
 @dataclass
@@ -210,7 +212,7 @@ class Rejection(Record):
 class SftRow(Record):
     TABLE = "sft"
     KEY = "row_id"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: provenance columns
 
     row_id: str
     task_id: str
@@ -219,6 +221,12 @@ class SftRow(Record):
     backend: str
     level: int
     split: str = "train"
+    # provenance, copied from the task by pipeline.datasets.rows.build_datasets
+    license: str = ""  # SPDX id of the source the task came from
+    repo_url: str = ""
+    commit: str = ""
+    path: str = ""
+    source_generator: str = ""  # for generated sources (seed corpus, NNSmith): what made them
     reward: float = 0.0
     speedup: float | None = None
 
@@ -227,7 +235,7 @@ class SftRow(Record):
 class RftRow(Record):
     TABLE = "rft"
     KEY = "row_id"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: provenance columns
 
     row_id: str
     task_id: str
@@ -242,13 +250,19 @@ class RftRow(Record):
     group_mean_reward: float
     group_std_reward: float
     split: str = "train"
+    # provenance, copied from the task by pipeline.datasets.rows.build_datasets
+    license: str = ""  # SPDX id of the source the task came from
+    repo_url: str = ""
+    commit: str = ""
+    path: str = ""
+    source_generator: str = ""  # for generated sources (seed corpus, NNSmith): what made them
 
 
 @dataclass
 class RepairRow(Record):
     TABLE = "repair"
     KEY = "row_id"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: provenance columns
 
     row_id: str
     task_id: str
@@ -258,13 +272,19 @@ class RepairRow(Record):
     backend: str
     final_status: str
     split: str = "train"
+    # provenance, copied from the task by pipeline.datasets.rows.build_datasets
+    license: str = ""  # SPDX id of the source the task came from
+    repo_url: str = ""
+    commit: str = ""
+    path: str = ""
+    source_generator: str = ""  # for generated sources (seed corpus, NNSmith): what made them
 
 
 @dataclass
 class PreferenceRow(Record):
     TABLE = "preference"
     KEY = "row_id"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: provenance columns
 
     row_id: str
     task_id: str
@@ -276,6 +296,12 @@ class PreferenceRow(Record):
     chosen_status: str
     rejected_status: str
     split: str = "train"
+    # provenance, copied from the task by pipeline.datasets.rows.build_datasets
+    license: str = ""  # SPDX id of the source the task came from
+    repo_url: str = ""
+    commit: str = ""
+    path: str = ""
+    source_generator: str = ""  # for generated sources (seed corpus, NNSmith): what made them
 
 
 RECORD_TYPES: dict[str, type[Record]] = {
@@ -300,7 +326,7 @@ class RlRow(Record):
 
     TABLE = "rl"
     KEY = "row_id"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: provenance columns
 
     row_id: str
     task_id: str
@@ -312,6 +338,12 @@ class RlRow(Record):
     kind: str = "task"  # task | repair (an all-failed group, conditioned on verifier feedback)
     feedback: str = ""
     split: str = "train"
+    # provenance, copied from the task by pipeline.datasets.rows.build_datasets
+    license: str = ""  # SPDX id of the source the task came from
+    repo_url: str = ""
+    commit: str = ""
+    path: str = ""
+    source_generator: str = ""  # for generated sources (seed corpus, NNSmith): what made them
 
 
 @dataclass
@@ -320,7 +352,7 @@ class ReviewRow(Record):
 
     TABLE = "review"
     KEY = "row_id"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: provenance columns
 
     row_id: str
     task_id: str
@@ -331,6 +363,12 @@ class ReviewRow(Record):
     backend: str
     observed_status: str  # what the verifier saw when it ran the buggy kernel
     split: str = "train"
+    # provenance, copied from the task by pipeline.datasets.rows.build_datasets
+    license: str = ""  # SPDX id of the source the task came from
+    repo_url: str = ""
+    commit: str = ""
+    path: str = ""
+    source_generator: str = ""  # for generated sources (seed corpus, NNSmith): what made them
 
 
 @dataclass
@@ -339,7 +377,7 @@ class PerfAnalysisRow(Record):
 
     TABLE = "perf_analysis"
     KEY = "row_id"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: provenance columns
 
     row_id: str
     task_id: str
@@ -353,6 +391,15 @@ class PerfAnalysisRow(Record):
     arithmetic_intensity: float | None  # FLOPs per byte moved
     bottleneck: str  # memory | compute | launch | unknown
     split: str = "train"
+    # provenance, copied from the task by pipeline.datasets.rows.build_datasets
+    license: str = ""  # SPDX id of the source the task came from
+    repo_url: str = ""
+    commit: str = ""
+    path: str = ""
+    source_generator: str = ""  # for generated sources (seed corpus, NNSmith): what made them
 
 
 RECORD_TYPES.update({cls.TABLE: cls for cls in (RlRow, ReviewRow, PerfAnalysisRow)})
+
+# The provenance columns every dataset row carries (copied from its task by the datasets stage).
+PROVENANCE_FIELDS = ("license", "repo_url", "commit", "path", "source_generator")

@@ -9,6 +9,7 @@ gives the same content hashes. Reading a version re-hashes every file it lists.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ import platform
 import shutil
 import subprocess
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,12 +26,12 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import yaml
 
 from pipeline.config import Config
-from pipeline.datasets.card_facts import card_lines, decontamination_facts, rft_facts
+from pipeline.datasets.card import render_card
+from pipeline.datasets.card_facts import decontamination_facts, rft_facts
 from pipeline.datasets.catalog import register_version
-from pipeline.datasets.rows import CONFIGS, build_datasets, config_schema
+from pipeline.datasets.rows import CONFIGS, build_datasets, config_schema, filter_licenses
 from pipeline.datasets.selection import SELECTORS
 from pipeline.datasets.stats import compute_stats
 from pipeline.datasets.versions import (
@@ -48,25 +50,6 @@ log = logging.getLogger(__name__)
 
 SPLITS = ("train", "validation")
 CARD = "README.md"
-
-CONFIG_DESCRIPTIONS = {
-    "tasks": "KernelBench-style tasks (reference `Model`, inputs, shapes, FLOPs/bytes, "
-             "provenance).",
-    "sft": "Supervised fine-tuning: system/user prompt and an assistant answer with reasoning and "
-           "a verified kernel from templates or a teacher.",
-    "rft": "Rejection fine-tuning: selected verified model responses with reward, speedup and "
-           "the statistics of their sample group.",
-    "rl": "Prompt-only rows with the reference source and input shapes for online RL rewards; "
-          "all-failed groups appear as feedback-conditioned repair prompts.",
-    "repair": "Multi-turn repair: attempt, verifier feedback, fix; per-turn rewards and statuses.",
-    "preference": "Preference pairs: a correct fast kernel (chosen) against an incorrect or "
-                  "clearly slower one (rejected).",
-    "review": "Code review: a kernel with an injected bug; the answer names the bug, its line "
-              "and the fix.",
-    "perf_analysis": "Performance analysis: a verified kernel with measured times and FLOP/byte "
-                     "figures; the answer explains the bottleneck and the next optimization.",
-}
-
 
 def _sort_rows(table: pa.Table) -> pa.Table:
     key = "row_id" if "row_id" in table.column_names else "task_id"
@@ -94,63 +77,6 @@ def _check_table(config: str, table: pa.Table) -> pa.Table:
         raise PublishError(f"config {config!r}: schema differs from the declared one "
                            f"(got {table.schema.names}, expected {expected.names})")
     return table.cast(expected)
-
-
-def _card(name: str, version: str, manifest: dict[str, Any], stats: dict[str, Any] | None,
-          license_id: str) -> str:
-    configs = []
-    for config in manifest["configs"]:
-        splits = manifest["counts"][config]
-        configs.append({
-            "config_name": config,
-            "data_files": [{"split": s, "path": f"{config}/{s}-*.parquet"} for s in splits],
-            **({"default": True} if config == "sft" else {}),
-        })
-    front = {"license": license_id, "pretty_name": f"{name} {version}",
-             "tags": ["code", "cuda", "gpu-kernels", "kernelbench", "synthetic"],
-             "task_categories": ["text-generation"], "configs": configs}
-    lines = ["---", yaml.safe_dump(front, sort_keys=False).rstrip(), "---", "",
-             f"# {name} {version}", "",
-             "Verified training data for LLMs that write GPU kernels, produced by kernelsynth: "
-             "PyTorch modules become KernelBench-style tasks; template, LLM, mutation and "
-             "repair generators write `ModelNew` kernels; the staged verifier (extract, static "
-             "anti-cheat checks, compile, correctness on seeded inputs, timing against eager "
-             "and torch.compile) keeps what is correct and measures what is faster; a "
-             "diversity-preserving selection keeps up to k distinct kernels per task.", "",
-             "## Subsets", "", "| config | train | validation | description |",
-             "| --- | ---: | ---: | --- |"]
-    for config in manifest["configs"]:
-        c = manifest["counts"][config]
-        lines.append(f"| `{config}` | {c.get('train', 0)} | {c.get('validation', 0)} | "
-                     f"{CONFIG_DESCRIPTIONS.get(config, '')} |")
-    if manifest.get("empty_configs"):
-        lines += ["", "Empty in this version (left out so every listed subset loads): "
-                  + ", ".join(f"`{c}`" for c in manifest["empty_configs"]) + "."]
-    lines += ["", "Splits are made per dedup cluster, so no near-duplicate task appears in both "
-              "train and validation.", "", "```python", "from datasets import load_dataset",
-              'ds = load_dataset("<repo or folder>", name="sft")', "```", ""]
-    if stats:
-        funnel = stats.get("funnel", {})
-        lines += ["## Statistics", "", "| stage | count |", "| --- | ---: |"]
-        lines += [f"| {k} | {v} |" for k, v in funnel.items()]
-        metrics = stats.get("metrics", {})
-        if metrics:
-            lines += ["", "| metric | value |", "| --- | ---: |"]
-            lines += [f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
-                      for k, v in metrics.items()]
-        lines.append("")
-    lines += card_lines(manifest)
-    lin = manifest["lineage"]
-    lines += ["## How it was made", "",
-              f"- parent version: {manifest['parent_version'] or 'none'}",
-              f"- verifier version(s): {', '.join(lin.get('verifier_versions', [])) or 'n/a'}",
-              f"- hardware: {', '.join(lin.get('devices', [])) or 'n/a'}",
-              f"- kernelsynth commit: {lin.get('code_commit') or 'n/a'}",
-              f"- source repositories: {len(lin.get('source_commits', []))}",
-              f"- content hash: `{manifest['content_hash']}`", "",
-              "`manifest.json` lists every file with its SHA-256, the full configuration and the "
-              "source commits.", ""]
-    return "\n".join(lines)
 
 
 def publish_version(ws: Workspace, tables: dict[str, pa.Table], cfg: Config,
@@ -213,10 +139,14 @@ def publish_version(ws: Workspace, tables: dict[str, pa.Table], cfg: Config,
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "configs": list(counts), "empty_configs": empty, "counts": counts,
             "content_hash": data_hash,
+            "licenses": license_counts(tables),
+            "excluded_licenses": _excluded_licenses(stats),
             "lineage": {
                 "source_commits": lineage.get("source_commits", []),
                 "verifier_versions": lineage.get("verifier_versions", []),
                 "devices": lineage.get("devices", []),
+                "backends": _column_values(tables, "backend"),
+                "torch_version": lineage.get("torch_version") or _torch_version(),
                 "code_commit": lineage.get("code_commit") or _code_commit(),
                 "runs": lineage.get("runs", []),
                 "host": lineage.get("host", {"platform": platform.platform(),
@@ -229,7 +159,8 @@ def publish_version(ws: Workspace, tables: dict[str, pa.Table], cfg: Config,
         if stats:
             (tmp / STATS).write_text(json.dumps(stats, indent=2) + "\n",
                                      encoding="utf-8")
-        (tmp / CARD).write_text(_card(name, version, manifest, stats, cfg.publish.license),
+        (tmp / CARD).write_text(render_card(name, version, manifest, stats,
+                                            cfg.publish.hub_repo, str(final)),
                                 encoding="utf-8")
         for extra in (STATS, CARD):
             if (tmp / extra).exists():
@@ -248,6 +179,39 @@ def publish_version(ws: Workspace, tables: dict[str, pa.Table], cfg: Config,
         log.warning("%s: published, but catalog.duckdb could not register it (%s)", final,
                     str(exc).splitlines()[0])
     return final
+
+
+def license_counts(tables: dict[str, pa.Table]) -> dict[str, dict[str, int]]:
+    """SPDX id -> {config: rows} over every config's `license` column."""
+    out: dict[str, dict[str, int]] = {}
+    for config, table in tables.items():
+        if "license" not in table.column_names:
+            continue
+        for item in pc.value_counts(table.column("license")).to_pylist():
+            lic = item["values"] or "unknown"
+            out.setdefault(lic, {})[config] = int(item["counts"])
+    return dict(sorted(out.items()))
+
+
+def _excluded_licenses(stats: dict[str, Any] | None) -> dict[str, int]:
+    prefix = "publish:license_not_allowed: "
+    return {k[len(prefix):]: v for k, v in (stats or {}).get("rejections", {}).items()
+            if k.startswith(prefix)}
+
+
+def _column_values(tables: dict[str, pa.Table], column: str) -> list[str]:
+    values: set[str] = set()
+    for table in tables.values():
+        if column in table.column_names:
+            values.update(v for v in table.column(column).to_pylist() if v)
+    return sorted(values)
+
+
+def _torch_version() -> str:
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
 
 
 def _code_commit() -> str:
@@ -273,9 +237,30 @@ def workspace_stats(ws: Workspace, cfg: Config) -> dict[str, Any]:
                          fast_threshold=cfg.verify.fast_threshold)
 
 
+def publishable_tasks(ws: Workspace, cfg: Config, run_id: str | None = None) -> list[Task]:
+    """The workspace's tasks with their licenses, recording a publish Rejection for each task
+    `publish.licenses` leaves out (new ones only; `build_datasets` leaves them out).
+
+    A task written before tasks carried a license (schema v1) takes its module's license.
+    """
+    tasks = ws.read(Task)
+    if any(not t.license for t in tasks):
+        mods = ws.read_table(RawModule).select(["module_id", "license"]).to_pylist()
+        by_module = {m["module_id"]: m["license"] for m in mods}
+        tasks = [t if t.license else replace(t, license=by_module.get(t.module_id, ""))
+                 for t in tasks]
+    _, rejected = filter_licenses(tasks, cfg.publish.licenses)
+    done = ws.done_keys(Rejection)
+    fresh = [r for r in rejected if r.rejection_id not in done]
+    if fresh:
+        ws.new_run(run_id).write(fresh)
+    return tasks
+
+
 def publish_workspace(ws: Workspace, cfg: Config, version: str | None = None) -> Path:
     """Select, build every config, compute statistics and publish a new version."""
-    rec = _workspace_records(ws)
+    tasks = publishable_tasks(ws, cfg)
+    rec = {**_workspace_records(ws), "tasks": tasks}
     sel = cfg.select
     selected = SELECTORS[sel.method](rec["candidates"], rec["verdicts"], sel.k,
                                      sel.diversity_weight, sel.seed)

@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display on build machines
 import matplotlib.pyplot as plt  # noqa: E402
 
+from pipeline.datasets.stats import metric_definition  # noqa: E402
 from pipeline.datasets.versions import read_stats, verify_version  # noqa: E402
 
 
@@ -90,7 +91,8 @@ def render_report(version_dir: Path) -> str:
         parts.append("<h2>Funnel</h2>" + _table([[k, v] for k, v in funnel.items()],
                                                 ["stage", "count"]))
         parts.append("<h2>Metrics</h2>" + _table(
-            [[k, v] for k, v in stats.get("metrics", {}).items()], ["metric", "value"]))
+            [[k, v, metric_definition(k)] for k, v in stats.get("metrics", {}).items()],
+            ["metric", "value", "definition"]))
         parts.append("<h2>Speedup quantiles</h2>" + _table(
             [[k, v] for k, v in stats.get("speedup", {}).items() if k != "histogram"],
             ["quantile", "speedup"]))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import statistics
 from collections import defaultdict
+from dataclasses import replace
 
 import pyarrow as pa
 
@@ -28,10 +29,12 @@ from pipeline.datasets.pairs import (
 )
 from pipeline.datasets.selection import SELECTORS, kernel_features
 from schemas import (
+    PROVENANCE_FIELDS,
     Candidate,
     Message,
     PerfAnalysisRow,
     PreferenceRow,
+    Rejection,
     RepairRow,
     ReviewRow,
     RftRow,
@@ -327,6 +330,32 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
     return rows
 
 
+def provenance(task: Task) -> dict[str, str]:
+    """The provenance columns every row of `task` carries (PROVENANCE_FIELDS)."""
+    return {f: getattr(task, f) for f in PROVENANCE_FIELDS}
+
+
+def license_allowed(spdx: str, allowlist: list[str]) -> bool:
+    """Whether an SPDX id is in the allowlist (case-insensitive; an empty id never is)."""
+    return bool(spdx) and spdx.casefold() in {a.casefold() for a in allowlist}
+
+
+def filter_licenses(tasks: list[Task], allowlist: list[str]
+                    ) -> tuple[list[Task], list[Rejection]]:
+    """Tasks whose license is allowed, and a publish Rejection for each one that is not."""
+    kept, rejected = [], []
+    for t in tasks:
+        if license_allowed(t.license, allowlist):
+            kept.append(t)
+        else:
+            lic = t.license or "unknown"
+            ref = f"{t.repo_url}@{t.commit}:{t.path}" if t.repo_url else t.path or t.name
+            rejected.append(Rejection.make(
+                "publish", t.task_id, ref, f"license_not_allowed: {lic}",
+                f"{ref}: license {lic} is not in publish.licenses"))
+    return kept, rejected
+
+
 def tasks_table(tasks: list[Task], splits: dict[str, str]) -> pa.Table:
     """The tasks config: every Task column plus its split."""
     table = Task.to_arrow(tasks)
@@ -351,14 +380,16 @@ def config_schema(config: str) -> pa.Schema:
 def build_datasets(tasks: list[Task], candidates: list[Candidate], verdicts: list[Verdict],
                    selected: list[str], cfg: Config) -> dict[str, pa.Table]:
     """Build every dataset config from verified records; rows sorted by id for stable output."""
-    task_map = {t.task_id: t for t in sorted(tasks, key=lambda t: t.task_id)}
+    # Splits are decided over every task, so changing the license allowlist moves no cluster.
+    splits = assign_splits(tasks, cfg.publish.validation_fraction)
+    allowed, _ = filter_licenses(tasks, cfg.publish.licenses)
+    task_map = {t.task_id: t for t in sorted(allowed, key=lambda t: t.task_id)}
     vmap = {v.candidate_id: v for v in verdicts}
     cands = sorted((c for c in candidates if c.task_id in task_map),
                    key=lambda c: c.candidate_id)
     picked = set(selected)
     chosen = [c for c in cands if c.candidate_id in picked and c.candidate_id in vmap
               and vmap[c.candidate_id].status in CORRECT_STATUSES]
-    splits = assign_splits(list(task_map.values()), cfg.publish.validation_fraction)
     rows: dict[str, list] = {
         "sft": _sft_rows(task_map, chosen, vmap, splits, cfg),
         "rft": _rft_rows(task_map, _rft_selection(cands, verdicts, cfg), cands, vmap, splits,
@@ -372,5 +403,6 @@ def build_datasets(tasks: list[Task], candidates: list[Candidate], verdicts: lis
     out = {"tasks": tasks_table(list(task_map.values()), splits)}
     for name, items in rows.items():
         unique = {r.row_id: r for r in items}  # the same pair or chain reached twice is one row
-        out[name] = ROW_TYPES[name].to_arrow([unique[k] for k in sorted(unique)])
+        out[name] = ROW_TYPES[name].to_arrow(
+            [replace(unique[k], **provenance(task_map[unique[k].task_id])) for k in sorted(unique)])
     return {name: out[name] for name in CONFIGS}

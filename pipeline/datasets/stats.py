@@ -50,6 +50,58 @@ COMPILE_ERROR_CLASSES: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
+# Every metric this module reports, defined once; the card and the report print these texts.
+METRIC_DEFINITIONS: dict[str, str] = {
+    "pass@k": "unbiased pass@k (Chen et al. 2021), 1 - C(n-c, k) / C(n, k) per task over its n "
+              "independent samples (c correct), averaged over tasks with n >= k",
+    "avg@k": "c / n per task (share of its independent samples that are correct), averaged "
+             "over the tasks with n >= k",
+    "pass@k_tasks": "number of tasks with at least k independent samples (the pass@k "
+                    "denominator)",
+    "fast_p": "KernelBench fast_p: per task, the share of independent samples that are correct "
+              "and faster than eager by more than p, averaged over tasks",
+    "candidate_pass_rate": "correct candidates / verified candidates, all generators pooled",
+    "first_attempt_pass_rate": "correct first-attempt candidates / first-attempt candidates "
+                               "(turn 0, not mutations), pooled over tasks",
+    "repair_pass_rate": "correct repair turns / repair turns (turn > 0), pooled",
+    "faster_than_eager": "correct candidates with speedup over eager > 1 / correct candidates "
+                         "with an eager timing",
+    "faster_than_compile": "correct candidates faster than torch.compile / correct candidates "
+                           "with a torch.compile timing",
+    "faster_than_eager_n": "correct candidates with an eager timing",
+    "faster_than_compile_n": "correct candidates with a torch.compile timing",
+}
+
+
+def metric_definition(name: str) -> str:
+    """The definition of a metric key as it appears in `compute_stats()["metrics"]`."""
+    if name in METRIC_DEFINITIONS:
+        return METRIC_DEFINITIONS[name]
+    for pattern, generic in ((r"pass@\d+_tasks", "pass@k_tasks"), (r"pass@\d+", "pass@k"),
+                             (r"avg@\d+", "avg@k"), (r"fast_[\d.]+", "fast_p")):
+        if re.fullmatch(pattern, name):
+            return METRIC_DEFINITIONS[generic]
+    raise KeyError(f"metric {name!r} has no definition in METRIC_DEFINITIONS")
+
+
+def first_attempts(cands: list[Candidate]) -> list[Candidate]:
+    """First-attempt candidates: turn 0 and not a mutation (bugs on purpose)."""
+    return [c for c in cands if c.turn == 0 and not c.generator.startswith("mutate:")]
+
+
+def pooled_rates(cands: list[Candidate], vmap: dict[str, Verdict]) -> dict[str, float | None]:
+    """candidate_pass_rate, first_attempt_pass_rate and repair_pass_rate (METRIC_DEFINITIONS)."""
+    ok = {cid for cid, v in vmap.items() if v.status in CORRECT_STATUSES}
+    judged = [c for c in cands if c.candidate_id in vmap]
+    first = [c for c in first_attempts(cands) if c.candidate_id in vmap]
+    repairs = [c for c in judged if c.turn > 0]
+    return {
+        "candidate_pass_rate": _rate(sum(c.candidate_id in ok for c in judged), len(judged)),
+        "first_attempt_pass_rate": _rate(sum(c.candidate_id in ok for c in first), len(first)),
+        "repair_pass_rate": _rate(sum(c.candidate_id in ok for c in repairs), len(repairs)),
+    }
+
+
 def classify_compile_error(log: str) -> str:
     """The error class of a compile log (first matching rule), `other` when none matches."""
     for name, pattern in COMPILE_ERROR_CLASSES:
@@ -76,6 +128,10 @@ def generator_group(generator: str) -> str:
 def is_sample(cand: Candidate) -> bool:
     """Whether a candidate is an independent sample (not a mutation or a repair turn)."""
     return generator_group(cand.generator) not in ("mutate", "repair")
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def _rate(num: int, den: int) -> float | None:
@@ -139,6 +195,7 @@ def compute_stats(tasks: list[Task], candidates: list[Candidate], verdicts: list
             metrics[f"fast_{p:.1f}"] = float(np.mean([
                 sum(v.status in CORRECT_STATUSES and (v.speedup or 0.0) > p for v in vs) / len(vs)
                 for vs in samples.values()]))
+    metrics.update(pooled_rates(candidates, vmap))
     correct = [v for _, v in verified if v.status in CORRECT_STATUSES]
     with_eager = [v for v in correct if v.speedup is not None]
     with_comp = [v for v in correct if v.speedup_compiled is not None]
@@ -188,23 +245,19 @@ def backend_funnel(sourced: int, tasks: list[Task], candidates: list[Candidate],
     cands = [c for c in candidates if c.backend == backend]
     judged = [(c, vmap[c.candidate_id]) for c in cands if c.candidate_id in vmap]
     correct = [(c, v) for c, v in judged if v.status in CORRECT_STATUSES]
-    first = [c for c in cands if c.turn == 0 and not c.generator.startswith("mutate:")]
-    repairs = [c for c in cands if c.turn > 0]
-    ok = {c.candidate_id for c, _ in correct}
+    pooled = pooled_rates(cands, vmap)
     speedups = [v.speedup for _, v in correct if v.speedup is not None]
     verified = len(judged)
     compiled = sum(v.status not in NOT_COMPILED for _, v in judged)
     faster = sum(v.status == "correct_fast" for _, v in judged)
-    first_ok = sum(c.candidate_id in ok for c in first)
-    repairs_ok = sum(c.candidate_id in ok for c in repairs)
     rate = lambda a, n: round(a / n, 4) if n else None  # noqa: E731
     return {
         "sourced_modules": sourced, "tasks": len(tasks), "candidates": len(cands),
         "verified": verified, "compiled": compiled, "correct": len(correct), "faster": faster,
         "tasks_solved": len({c.task_id for c, _ in correct}),
         "compile_rate": rate(compiled, verified), "pass_rate": rate(len(correct), verified),
-        "first_attempt_pass_rate": rate(first_ok, len(first)),
-        "repair_pass_rate": rate(repairs_ok, len(repairs)), "fast_rate": rate(faster, verified),
+        "first_attempt_pass_rate": _round(pooled["first_attempt_pass_rate"]),
+        "repair_pass_rate": _round(pooled["repair_pass_rate"]), "fast_rate": rate(faster, verified),
         "median_speedup": round(float(np.median(speedups)), 3) if speedups else None,
         "max_speedup": round(float(max(speedups)), 3) if speedups else None,
     }

@@ -283,7 +283,21 @@ def build_task(m: RawModule, ext: Extraction | None, probe: dict, cfg: TasksConf
         bytes_moved=float(gpu["bytes"]), level=level, reasoning=reasoning,
         source_kind=m.source_kind, module_id=m.module_id, repo_url=m.repo_url, commit=m.commit,
         path=m.path, original_name=m.module_name, meta=json.dumps(meta, default=str),
+        license=m.license, source_generator=source_generator(m),
     )
+
+
+def source_generator(m: RawModule) -> str:
+    """What wrote a generated source (seed corpus, NNSmith and its seed); "" for real code."""
+    if m.source_kind == "nnsmith":
+        try:
+            seed = json.loads(m.meta or "{}").get("seed")
+        except (json.JSONDecodeError, AttributeError):
+            seed = None
+        return f"nnsmith@{m.commit}" + (f" seed={seed}" if seed is not None else "")
+    if m.source_kind == "seed":
+        return f"kernelsynth seed corpus@{m.commit}"
+    return ""
 
 
 # --- the stage ----------------------------------------------------------------------------------

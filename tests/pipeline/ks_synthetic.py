@@ -115,6 +115,8 @@ def make_task(i: int, cluster: str | None = None, level: int = 1) -> Task:
         reasoning="relu then a scalar multiply: one elementwise pass, memory-bound.",
         source_kind=["seed", "nnsmith", "git"][i % 3], repo_url="https://example.org/r.git",
         commit=f"{i:040x}", path=f"models/m{i}.py", dedup_cluster=cluster or f"c{i:03d}",
+        license=["MIT", "Apache-2.0", "BSD-3-Clause"][i % 3],
+        source_generator=f"nnsmith@v0 seed={i}" if i % 3 == 1 else "",
     )
 
 
@@ -226,7 +228,7 @@ def pool(n_tasks: int = 6, seed: int = 0) -> tuple[list[Task], list[Candidate], 
 
 
 def raw_modules(tasks: list[Task]) -> list[RawModule]:
-    return [RawModule(f"m{t.task_id}", t.source_kind, t.repo_url, t.commit, t.path, "MIT",
+    return [RawModule(f"m{t.task_id}", t.source_kind, t.repo_url, t.commit, t.path, t.license,
                       "Model", t.source) for t in tasks] + [
         RawModule("m-extra", "git", "https://example.org/r.git", "0" * 40, "x.py", "MIT", "Bad",
                   "class Bad: pass")]

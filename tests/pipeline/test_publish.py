@@ -112,7 +112,7 @@ def test_a_failed_publish_leaves_nothing_behind(workspace: Workspace, monkeypatc
     def crash(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(publish_mod, "_card", crash)
+    monkeypatch.setattr(publish_mod, "render_card", crash)
     with pytest.raises(OSError, match="disk full"):
         publish_version(workspace, tables, cfg, {})
     root = workspace.datasets_dir / "kernelsynth"

@@ -33,7 +33,8 @@ def _answer(tag: str) -> str:
 
 
 def _tasks() -> list[Task]:
-    return [Task(task_id=f"id_{n}", name=n, source=s, cpu_source=s, path=f"seed/{n}.py")
+    return [Task(task_id=f"id_{n}", name=n, source=s, cpu_source=s, path=f"seed/{n}.py",
+                 license="Apache-2.0")
             for n, s in (("relu", RELU_TASK), ("linear", LINEAR_TASK))]
 
 

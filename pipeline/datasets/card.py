@@ -1,0 +1,147 @@
+"""The dataset card of a version, written with huggingface_hub's DatasetCard / DatasetCardData.
+
+The YAML metadata carries what the Hub and `datasets` read: the licenses of the rows, size and
+task categories, every config with its `data_files`, and `dataset_info` features derived from the
+configs' Arrow schemas. The body states how each metric is defined (pipeline.datasets.stats
+METRIC_DEFINITIONS, the one place), the device, backend, torch and verifier versions the
+measurements come from, and a usage snippet with the real repo id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datasets import Features
+from huggingface_hub import DatasetCard, DatasetCardData
+
+from pipeline.datasets.card_facts import card_lines
+from pipeline.datasets.rows import config_schema
+from pipeline.datasets.stats import metric_definition
+
+TAGS = ["code", "cuda", "gpu-kernels", "kernelbench", "synthetic"]
+
+CONFIG_DESCRIPTIONS = {
+    "tasks": "KernelBench-style tasks (reference `Model`, inputs, shapes, FLOPs/bytes, "
+             "provenance).",
+    "sft": "Supervised fine-tuning: system/user prompt and an assistant answer with reasoning and "
+           "a verified kernel from templates or a teacher.",
+    "rft": "Rejection fine-tuning: selected verified model responses with reward, speedup and "
+           "the statistics of their sample group.",
+    "rl": "Prompt-only rows with the reference source and input shapes for online RL rewards; "
+          "all-failed groups appear as feedback-conditioned repair prompts.",
+    "repair": "Multi-turn repair: attempt, verifier feedback, fix; per-turn rewards and statuses.",
+    "preference": "Preference pairs: a correct fast kernel (chosen) against an incorrect or "
+                  "clearly slower one (rejected).",
+    "review": "Code review: a kernel with an injected bug; the answer names the bug, its line "
+              "and the fix.",
+    "perf_analysis": "Performance analysis: a verified kernel with measured times and FLOP/byte "
+                     "figures; the answer explains the bottleneck and the next optimization.",
+}
+
+# The Hub's size_categories buckets, by total rows.
+_SIZES = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
+          (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M")]
+
+
+def size_category(rows: int) -> str:
+    """The Hub size category of a dataset with `rows` rows."""
+    for bound, name in _SIZES:
+        if rows < bound:
+            return name
+    return "n>1T" if rows > 10**12 else "100M<n<1B"
+
+
+def hub_license(spdx: str) -> str:
+    """The Hub's license id for an SPDX id (the Hub uses lower-case SPDX ids)."""
+    return spdx.lower() if spdx else "unknown"
+
+
+def dataset_info(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """`dataset_info` entries: features from each config's Arrow schema, split row counts."""
+    info = []
+    for config in manifest["configs"]:
+        features = Features.from_arrow_schema(config_schema(config).remove_metadata())
+        counts = manifest["counts"][config]
+        info.append({"config_name": config, "features": features._to_yaml_list(),
+                     "splits": [{"name": s, "num_examples": n} for s, n in counts.items()]})
+    return info
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def render_card(name: str, version: str, manifest: dict[str, Any],
+                stats: dict[str, Any] | None, repo_id: str | None, local_path: str) -> str:
+    """The card's text (YAML front matter + Markdown), checked by DatasetCard's parser."""
+    configs = [{"config_name": c,
+                "data_files": [{"split": s, "path": f"{c}/{s}-*.parquet"}
+                               for s in manifest["counts"][c]],
+                **({"default": True} if c == "sft" else {})} for c in manifest["configs"]]
+    licenses = manifest.get("licenses", {})
+    total = sum(sum(c.values()) for c in manifest["counts"].values())
+    data = DatasetCardData(
+        license=sorted({hub_license(x) for x in licenses}) or ["unknown"],
+        pretty_name=f"{name} {version}", tags=TAGS,
+        task_categories=["text-generation"], size_categories=[size_category(total)],
+        configs=configs, dataset_info=dataset_info(manifest))
+    target = repo_id or local_path
+    lin = manifest["lineage"]
+    lines = [f"# {name} {version}", "",
+             "Verified training data for LLMs that write GPU kernels, produced by kernelsynth: "
+             "PyTorch modules become KernelBench-style tasks; template, LLM, mutation and "
+             "repair generators write `ModelNew` kernels; the staged verifier (extract, static "
+             "anti-cheat checks, compile, correctness on seeded inputs, timing against eager "
+             "and torch.compile) keeps what is correct and measures what is faster; a "
+             "diversity-preserving selection keeps up to k distinct kernels per task.", "",
+             "## Usage", "", "```python", "from datasets import load_dataset", "",
+             f'ds = load_dataset("{target}", name="sft")', "```", "",
+             "## Subsets", "", "| config | train | validation | description |",
+             "| --- | ---: | ---: | --- |"]
+    for config in manifest["configs"]:
+        c = manifest["counts"][config]
+        lines.append(f"| `{config}` | {c.get('train', 0)} | {c.get('validation', 0)} | "
+                     f"{CONFIG_DESCRIPTIONS.get(config, '')} |")
+    if manifest.get("empty_configs"):
+        lines += ["", "Empty in this version (left out so every listed subset loads): "
+                  + ", ".join(f"`{c}`" for c in manifest["empty_configs"]) + "."]
+    lines += ["", "Splits are made per dedup cluster, so no near-duplicate task appears in both "
+              "train and validation.", "", "## Licenses", "",
+              "Every row carries `license` (SPDX), `repo_url`, `commit` and `path` of the code "
+              "its task came from, or `source_generator` for generated sources (seed corpus, "
+              "NNSmith). Rows per license:", "", "| license | tasks | rows (all configs) |",
+              "| --- | ---: | ---: |"]
+    for lic, per in sorted(licenses.items()):
+        lines.append(f"| {lic} | {per.get('tasks', 0)} | {sum(per.values())} |")
+    excluded = manifest.get("excluded_licenses", {})
+    if excluded:
+        lines += ["", "Left out by `publish.licenses` (tasks): "
+                  + ", ".join(f"{k} ({v})" for k, v in sorted(excluded.items())) + "."]
+    lines += ["", "## Measurements", "",
+              f"- device: {', '.join(lin.get('devices', [])) or 'n/a'}",
+              f"- backend: {', '.join(lin.get('backends', [])) or 'n/a'}",
+              f"- torch: {lin.get('torch_version') or 'n/a'} (the publishing host's; the "
+              "verifier version pins the measuring code)",
+              f"- verifier version: {', '.join(lin.get('verifier_versions', [])) or 'n/a'}",
+              "", "Runtimes and speedups are those measured on the device above.", ""]
+    if stats:
+        lines += ["## Statistics", "", "| stage | count |", "| --- | ---: |"]
+        lines += [f"| {k} | {v} |" for k, v in stats.get("funnel", {}).items()]
+        metrics = stats.get("metrics", {})
+        if metrics:
+            lines += ["", "| metric | value | definition |", "| --- | ---: | --- |"]
+            lines += [f"| {k} | {_fmt(v)} | {metric_definition(k)} |" for k, v in metrics.items()]
+        lines.append("")
+    lines += card_lines(manifest)
+    lines += ["## How it was made", "",
+              f"- parent version: {manifest['parent_version'] or 'none'}",
+              f"- kernelsynth commit: {lin.get('code_commit') or 'n/a'}",
+              f"- source repositories: {len(lin.get('source_commits', []))} (listed in "
+              "`manifest.json`)",
+              f"- content hash: `{manifest['content_hash']}`", "",
+              "`manifest.json` lists every file with its SHA-256, the full configuration and the "
+              "source commits.", ""]
+    card = DatasetCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines))
+    return str(card)
