@@ -85,7 +85,8 @@ def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (CLONE_NEWNET if network else 0)
     if not root:
         flags |= CLONE_NEWUSER
-    uid, gid = os.getuid(), os.getgid()
+    # the caller's own ids (for the user namespace's map); `uid` stays the run's user
+    outer_uid, outer_gid = os.getuid(), os.getgid()
     home = os.path.expanduser("~") if root else ""
     if _libc.unshare(flags) != 0:
         err = ctypes.get_errno()
@@ -93,8 +94,8 @@ def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY
     if not root:
         try:
             Path("/proc/self/setgroups").write_text("deny")
-            Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
-            Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+            Path("/proc/self/uid_map").write_text(f"0 {outer_uid} 1")
+            Path("/proc/self/gid_map").write_text(f"0 {outer_gid} 1")
         except OSError as exc:
             return workdir, f"user namespace id map failed ({exc})"
     pid = os.fork()
@@ -114,13 +115,15 @@ def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY
         try:
             for dirpath, dirs, files in os.walk(workdir if cwd == workdir else cwd):
                 for name in (*dirs, *files):
-                    os.chown(os.path.join(dirpath, name), uid, uid)
+                    os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
             os.chown(cwd, uid, uid)
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
-        except OSError as exc:
-            notes.append(f"could not drop root ({exc})")
+        except OSError as exc:  # fail closed: untrusted code never runs as root
+            raise PermissionError(f"[sandbox] could not drop root to uid {uid}: {exc}") from exc
+        if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid):
+            raise PermissionError(f"[sandbox] still uid {os.getresuid()} after dropping root")
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # cleared by the uid change
     return cwd, "; ".join(notes)

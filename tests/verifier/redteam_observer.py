@@ -163,8 +163,9 @@ def survivors(token: str) -> list[int]:
     return found
 
 
-def run_suite(ctx: dict, daemon_wait_s: float = 8.0) -> dict:
-    """Warm-up (builds an honest module), attack run, then a later honest run on the same cache."""
+def run_suite(ctx: dict, daemon_wait_s: float = 8.0, only: set[str] | None = None) -> dict:
+    """Warm-up (builds an honest module), attack run, then a later honest run on the same cache.
+    `only`: the names of the attacks to run (all when None)."""
     listener = Listener()
     ctx["port"] = listener.port
     try:
@@ -172,7 +173,8 @@ def run_suite(ctx: dict, daemon_wait_s: float = 8.0) -> dict:
                                 os.path.join(ctx["base"], "warm.jsonl"))
         cache_before = snapshot(ctx["cache"])
         ws_before = snapshot(ctx["workspace"])
-        rows = [("honest_first", honest("a")), *attacks(ctx), ("honest_last", honest("b")),
+        chosen = [(n, c) for n, c in attacks(ctx) if only is None or n in only]
+        rows = [("honest_first", honest("a")), *chosen, ("honest_last", honest("b")),
                 ("honest_batchmate", honest("m", BATCHMATE_FLAGS))]
         verdicts, wall, rc = run_driver(ctx, rows, ctx["out"])
         out_bytes = Path(ctx["out"]).read_bytes() if Path(ctx["out"]).exists() else b""

@@ -7,6 +7,7 @@ a loopback listener, processes and the other verdicts from outside.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -22,10 +23,16 @@ from verifier.static import check_cpp, check_python  # noqa: E402
 
 _NAMES = [n for n, _ in attacks({"victim": "", "out": "", "cache": "", "workspace": "",
                                  "token": "", "port": 0, "tmp_probe": "", "secret_file": ""})]
+# KS_REDTEAM_ONLY=name,name runs the runtime part for those attacks only (the others skip)
+_ONLY = {n for n in os.environ.get("KS_REDTEAM_ONLY", "").split(",") if n} or None
+
+
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+    unknown = (_ONLY or set()) - set(_NAMES)
+    assert not unknown, f"KS_REDTEAM_ONLY names no attack: {sorted(unknown)}"
     ctx = make_context(tmp_path_factory.mktemp("redteam") / "rt")
-    return run_suite(ctx), ctx
+    return run_suite(ctx, only=_ONLY), ctx
 
 
 # Attacks the static checks cannot see (plain Python and C++ that misbehave only at run time);
@@ -53,6 +60,8 @@ def test_static_rejects(name: str, code: str) -> None:
 @pytest.mark.slow  # one verifier run of 34 candidates plus two small ones: minutes
 @pytest.mark.parametrize("name", _NAMES)
 def test_attack_held(suite: tuple[dict, dict], name: str) -> None:
+    if _ONLY is not None and name not in _ONLY:
+        pytest.skip("not in KS_REDTEAM_ONLY")
     r, ctx = suite
     held, why = judge(name, r, ctx)
     assert held, f"{name}: {why}"
