@@ -66,10 +66,18 @@ class BuildContext:
 
     @property
     def root(self) -> Path:
-        import torch
+        """The cache directory of this (backend, torch build, toolchain): see `toolchain_key`."""
+        return self.cache_dir / f"{self.backend.name}-{toolchain_key(self.backend)}"
 
-        tag = hashlib.sha256(f"{self.backend.name}|{torch.__version__}".encode()).hexdigest()[:10]
-        return self.cache_dir / f"{self.backend.name}-{tag}"
+
+def toolchain_key(backend: Backend) -> str:
+    """Hash of the backend, the torch build and the toolchain identity (compiler paths and
+    `--version` outputs, fixed flags, arch; cached per process): every cache entry lives under
+    it, so a new compiler or torch never loads objects built by the old one."""
+    from verifier.backends import torch_identity
+
+    ident = f"{backend.name}\n{torch_identity()}\n{backend.toolchain_id()}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:12]
 
 
 def _flags_key(spec: ExtensionSpec) -> tuple:

@@ -35,6 +35,7 @@ Everything here imports torch lazily so that `select_backend` is cheap to import
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import shlex
@@ -110,6 +111,13 @@ class Backend:
 
     def host_compiler(self) -> str:
         return os.environ.get("CXX", "g++")
+
+    def toolchain_id(self) -> str:
+        """Everything about the tools that shapes a built object: compilers (resolved path and
+        `--version` output), their fixed flags and the link flags. Part of the build cache key,
+        so objects built by another compiler or for another architecture are never reused."""
+        return "\n".join([tool_identity(self.host_compiler()), *self.host_flags(),
+                          *self.link_flags()])
 
     def compile_pch(self, header: Path, out_gch: Path, flags: list[str], log: list[str],
                     timeout_s: float) -> bool:
@@ -286,6 +294,30 @@ def niced(cmd: list[str], level: int | None = None) -> list[str]:
     level = COMPILE_NICE if level is None else level
     nice = shutil.which("nice") if level > 0 else None
     return [nice, "-n", str(level), *cmd] if nice else list(cmd)
+
+
+@functools.cache
+def tool_identity(tool: str) -> str:
+    """`tool`'s resolved path and `--version` output (cached per process); names the missing
+    tool instead of raising, so the key still differs from one with the tool present."""
+    found = shutil.which(tool) or tool
+    real = os.path.realpath(found)
+    try:
+        proc = subprocess.run([real, "--version"], capture_output=True, text=True, timeout=60,
+                              errors="replace")
+        text = (proc.stdout + proc.stderr).strip() + f"\n(exit {proc.returncode})"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        text = f"unavailable: {exc}"
+    return f"{tool} -> {real}\n{text}"
+
+
+def torch_identity() -> str:
+    """The torch build extensions link against: version, git revision, CUDA/HIP version."""
+    import torch
+
+    v = torch.version
+    return "|".join([torch.__version__, *(str(getattr(v, a, None))
+                                          for a in ("git_version", "cuda", "hip"))])
 
 
 def run_tool(cmd: list[str], log: list[str], timeout_s: float) -> bool:

@@ -32,6 +32,7 @@ from verifier.backends import (
     link_flags_common,
     register,
     run_tool,
+    tool_identity,
 )
 
 DEFAULT_ARCH = "9.0"
@@ -201,6 +202,14 @@ class CudaBackend(DeviceBackend):
         return 0  # the CUDA driver maps terabytes of virtual address space
 
     # --- compile worker side -----------------------------------------------------------------
+    def toolchain_id(self) -> str:
+        """The host toolchain plus nvcc (its `--version`) and the device flags (the arch)."""
+        try:
+            nvcc = tool_identity(nvcc_path())
+        except FileNotFoundError as exc:
+            nvcc = f"nvcc missing: {exc}"
+        return "\n".join([super().toolchain_id(), nvcc, *nvcc_flags()])
+
     def link_flags(self) -> list[str]:
         flags = link_flags_common() + ["-lc10_cuda", "-ltorch_cuda"]
         home = cuda_home()

@@ -26,6 +26,7 @@ from verifier.backends import (
     link_flags_common,
     register,
     run_tool,
+    tool_identity,
 )
 from verifier.musa_port import port_cuda_to_musa
 
@@ -135,6 +136,14 @@ class MusaBackend(DeviceBackend):
 
     def host_flags(self) -> list[str]:
         return host_flags_common() + [f"-I{d}" for d in torch_musa_include_dirs()]
+
+    def toolchain_id(self) -> str:
+        """The host toolchain plus mcc (its `--version`) and the target arch."""
+        try:
+            mcc = tool_identity(mcc_path())
+        except FileNotFoundError as exc:
+            mcc = f"mcc missing: {exc}"
+        return "\n".join([super().toolchain_id(), mcc, musa_arch()])
 
     def link_flags(self) -> list[str]:
         spec = importlib.util.find_spec("torch_musa")
