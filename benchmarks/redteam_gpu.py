@@ -1,17 +1,27 @@
 """Red-team suite (issue 22) against a GPU backend: every attack, its verdict, whether it held.
 
-    python -m benchmarks.redteam_gpu --backend cuda --out benchmarks/results/redteam_cuda.md
+    python -m benchmarks.redteam_gpu --backend cuda --static off \
+        --out benchmarks/results/redteam_cuda.md
 
 Runs tests/verifier/redteam_cases.py's attacks (each a correct ReLU trying one escape, with a
-CUDA kernel on cuda) through a separate verifier process, twice: with the static checks on (the
-verifier as shipped) and off (the runtime defences alone), and checks from outside that nothing
-happened: files, a loopback listener, surviving processes, the build cache, honest candidates
-before, after and in a later run. Needs only torch + stdlib. Writes a markdown table to --out.
+CUDA kernel on cuda) through a separate verifier process (`--transport direct`: a batch driver;
+`http`: the reward server on loopback), with the static checks on (the verifier as shipped)
+and/or off (the runtime defences alone), and checks from outside that nothing happened: files,
+a loopback listener, surviving processes, the build cache, honest candidates before, after and
+in a later run. Needs only torch + stdlib.
+
+Progress: one line per verdict on stdout, and the --out file is rewritten after every verdict
+(the verdicts so far) and after every mode (the judged table). A candidate whose run shows no
+progress for --case-limit seconds is named as hung: the Python stacks of the verifier process
+and its GPU worker go to the log named in the report (faulthandler, SIGUSR1), the verifier is
+killed and the remaining candidates run in a fresh one. Past --wall-limit seconds in all, the
+cases in flight are HUNG and the rest NOT_RUN, and the table is written with what there is.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib.util
 import platform
 import sys
@@ -23,9 +33,13 @@ _HERE = Path(__file__).resolve().parent.parent / "tests" / "verifier"
 
 
 def _load(name: str):  # the test helpers by path: tests/ is not a package
-    sys.path.insert(0, str(_HERE))
+    if str(_HERE) not in sys.path:
+        sys.path.insert(0, str(_HERE))
+    if name in sys.modules:
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, _HERE / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
 
@@ -35,19 +49,56 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="cuda", choices=["cuda", "cpu", "musa"])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--static", choices=["both", "on", "off"], default="both")
+    ap.add_argument("--transport", choices=["direct", "http"], default="direct")
+    ap.add_argument("--only", default="", help="comma-separated attack names (default: all)")
+    ap.add_argument("--case-limit", type=float, default=240.0,
+                    help="seconds without progress before a case is called hung")
+    ap.add_argument("--wall-limit", type=float, default=3600.0,
+                    help="seconds for the whole benchmark; then the table is written as is")
     a = ap.parse_args(argv)
+    start = time.monotonic()
+    # last resort: if this process itself blocks, its stacks are printed before the limit
+    faulthandler.dump_traceback_later(a.wall_limit + 60, exit=True)
     cases, obs = _load("redteam_cases"), _load("redteam_observer")
+    only = {n for n in a.only.split(",") if n} or None
+    known = {n for n, _ in cases.attacks({k: "" for k in ("victim", "out", "cache", "workspace",
+                                                            "token", "tmp_probe", "secret_file")}
+                                         | {"port": 0})}
+    if only and only - known:
+        ap.error(f"--only names no attack: {sorted(only - known)}")
     modes = {"both": [True, False], "on": [True], "off": [False]}[a.static]
-    lines = [f"# Red-team suite, backend {a.backend}", "",
-             f"host {platform.node()}, python {platform.python_version()}", ""]
+    head = [f"# Red-team suite, backend {a.backend}, transport {a.transport}", "",
+            f"host {platform.node()}, python {platform.python_version()}, command: "
+            f"python -m benchmarks.redteam_gpu {' '.join(argv or sys.argv[1:])}", ""]
+    done: list[str] = []
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(extra: list[str]) -> None:
+        a.out.write_text("\n".join(head + done + extra) + "\n")
+
     for static in modes:
+        label = f"static checks {'on' if static else 'off'}"
         ctx = obs.make_context(Path(tempfile.mkdtemp(prefix="ks-redteam-")) / "rt", a.backend)
-        ctx["static"] = static
+        ctx.update(static=static, case_limit_s=a.case_limit, deadline=start + a.wall_limit)
+        seen: list[str] = []
         t0 = time.monotonic()
-        r = obs.run_suite(ctx)
+
+        def on_verdict(v: dict, label: str = label, seen: list[str] = seen, t0: float = t0
+                       ) -> None:
+            line = (f"| {v['candidate_id']} | {v.get('status')} | "
+                    f"{str(v.get('error', ''))[:120].replace('|', '/')} |")
+            seen.append(line)
+            print(f"[redteam {label}] {len(seen)}: {v['candidate_id']} -> {v.get('status')} "
+                  f"({time.monotonic() - t0:.0f} s)", flush=True)
+            write([f"## {label}: verdicts so far (not judged yet)", "",
+                   "| candidate | status | error |", "| --- | --- | --- |", *seen, ""])
+
+        r = obs.run_suite(ctx, only=only, transport=a.transport, on_verdict=on_verdict)
         held_all = 0
         rows = []
         for name, _ in cases.attacks(ctx):
+            if only and name not in only:
+                continue
             held, why = obs.judge(name, r, ctx)
             note = " (payload in the CPU body: inert on cuda)" if (
                 a.backend == "cuda" and name in cases.CPU_BODY_ONLY) else ""
@@ -56,15 +107,16 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(f"| {name} | {v.get('status', '-')} | {'held' if held else 'GOT THROUGH'}"
                         f" | {why.replace('|', '/')[:160]}{note} |")
         honest_ok, honest_why = obs.honest_held(r)
-        lines += [f"## static checks {'on' if static else 'off'}", "",
-                  f"{held_all}/{len(rows)} attacks held; honest candidates "
-                  f"{'unchanged' if honest_ok else 'CHANGED: ' + honest_why}; "
-                  f"attack batch {r['wall']:.0f} s, suite {time.monotonic() - t0:.0f} s, "
-                  f"driver exit {r['rc']}", "",
-                  "| attack | status | result | detail |", "| --- | --- | --- | --- |", *rows, ""]
-        print(f"static {'on' if static else 'off'}: {held_all}/{len(rows)} held", flush=True)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text("\n".join(lines) + "\n")
+        hangs = [f"- {h.replace(chr(10), ' ')[:400]}" for h in r["hangs"]]
+        done += [f"## {label}", "",
+                 f"{held_all}/{len(rows)} attacks held; honest candidates "
+                 f"{'unchanged' if honest_ok else 'CHANGED: ' + honest_why}; "
+                 f"attack batch {r['wall']:.0f} s, suite {time.monotonic() - t0:.0f} s, "
+                 f"driver exit {r['rc']}", "", *(["hangs:", *hangs, ""] if hangs else []),
+                 "| attack | status | result | detail |", "| --- | --- | --- | --- |", *rows, ""]
+        write([])
+        print(f"{label}: {held_all}/{len(rows)} held, {len(r['hangs'])} hangs", flush=True)
+    faulthandler.cancel_dump_traceback_later()
     print(f"wrote {a.out}")
     return 0
 

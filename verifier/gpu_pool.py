@@ -1,9 +1,13 @@
 """Parent side of the persistent GPU workers: start, feed, time out and replace them.
 
 One `GpuWorkerProcess` per visible GPU runs `python -m verifier.gpu_worker` pinned with
-CUDA_VISIBLE_DEVICES, in its own session, pids cgroup and network namespace (`unshare -rn`
-where it works), with a scrubbed environment. Jobs go in on its stdin; progress and results
-come back on a private pipe. A worker that exceeds a job's timeout, dies, floods its output or
+CUDA_VISIBLE_DEVICES, with the least privilege of a sandboxed run (`verifier.isolate`, pure
+Python, no bubblewrap): its own user id, pid, mount, network and IPC namespaces, a read-only
+root, a private /tmp with its directory at /tmp/run, the home directory hidden, a private /dev
+holding only the basic nodes and the GPU's (/dev/nvidia*, bound from the host so the driver
+works), a pids cgroup, rlimits and a scrubbed environment. It cannot see the build cache: each
+job's verified objects are copied into its directory (`ext/<job>/`) and removed after the job.
+Jobs go in on its stdin; progress and results come back on a private pipe. A worker that exceeds a job's timeout, dies, floods its output or
 reports a broken CUDA context is killed and replaced before the next job; only the job in
 flight is affected.
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import select
 import shutil
 import signal
@@ -23,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verifier.build import ArtefactMismatch, copy_for_worker
+from verifier.isolate import RUN_DIR
 from verifier.sandbox import (
     SandboxLimits,
     kill_cgroup,
@@ -35,7 +42,8 @@ from verifier.sandbox import (
 _PKG_ROOT = str(Path(__file__).resolve().parent.parent)
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session
 FLOOD_BYTES = 16 << 20
-EXIT_GRACE_S = 10.0  # from the worker's pipe closing to its exit status being there
+EXIT_GRACE_S = 10.0
+REAP_S = 30.0  # a killed worker not reaped by then is left behind (state D in the GPU driver)  # from the worker's pipe closing to its exit status being there
 # torch.compile baselines compile in the worker itself: inductor's default pool of compile
 # subprocesses kept running beside the timed kernels (H100: 100-200 us kernels timed with a
 # repeat CV of 7-15% next to it, 1.7% without)
@@ -63,11 +71,13 @@ class GpuWorkerProcess:
     """One persistent worker on one GPU; `run` blocks until the job's result or a failure."""
 
     def __init__(self, env: dict[str, str], backend: str = "cuda", memory_mb: int = 0,
-                 processes: int = 1024) -> None:
+                 processes: int = 1024, isolate: bool = True) -> None:
         self.env, self.backend = env, backend
         self.limits = SandboxLimits(timeout_s=1e6, memory_mb=memory_mb, cpu_s=10**7,
                                     file_mb=FLOOD_BYTES * 4 >> 20, processes=processes,
-                                    isolate=False)  # loads cache paths; see verifier.isolate
+                                    isolate=isolate, devices=isolate)
+        self.jobs = 0
+        self.ext_id: tuple[int, int] = (0, 0)
         self.proc: subprocess.Popen | None = None
         self.rfd = -1
         self.buf = b""
@@ -87,7 +97,8 @@ class GpuWorkerProcess:
         self.log = open(self.workdir / "worker.log", "wb")  # noqa: SIM115 (lives with the worker)
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
-            env=scrubbed_env({"PYTHONPATH": _PKG_ROOT, **_QUIET_COMPILE, **self.env}),
+            env=scrubbed_env({"PYTHONPATH": _PKG_ROOT, **_QUIET_COMPILE,
+                              **self.private_caches(), **self.env}),
             pass_fds=(wfd,),
             cwd=self.workdir, start_new_session=True)
         os.close(wfd)
@@ -97,7 +108,45 @@ class GpuWorkerProcess:
         if self.ready is None or not self.ready.get("ready"):
             self.ready = None
             return False
+        # job objects go here: made after the sandbox took over the directory, so it stays
+        # the verifier's (read-only to the worker)
+        ext = self.workdir / "ext"
+        ext.mkdir(mode=0o755)
+        os.chmod(ext, 0o755)
+        st = os.lstat(ext)
+        self.ext_id = (st.st_dev, st.st_ino)
         return True
+
+    @property
+    def inner_dir(self) -> str:
+        """The worker's directory as the worker sees it."""
+        return RUN_DIR if self.limits.isolate else str(self.workdir)
+
+    def private_caches(self) -> dict[str, str]:
+        """Caches (inductor, triton, CUDA's JIT) in the worker's own directory: home is hidden."""
+        d = self.inner_dir
+        return {"HOME": d, "XDG_CACHE_HOME": f"{d}/.cache", "TRITON_CACHE_DIR": f"{d}/.triton",
+                "TORCHINDUCTOR_CACHE_DIR": f"{d}/.inductor", "CUDA_CACHE_PATH": f"{d}/.nv"}
+
+    def stage(self, artefacts: list[Any]) -> tuple[dict[str, dict], Path]:
+        """Copy a job's verified objects (`verifier.build.BuildResult`s) into the worker's
+        directory; their entries for the job, paths as the worker sees them. Raises
+        `verifier.build.ArtefactMismatch` when a copy does not match its recorded hash."""
+        assert self.workdir is not None
+        ext = self.workdir / "ext"
+        st = os.lstat(ext)  # the worker owns its directory: it may have swapped ext for its own
+        if (st.st_dev, st.st_ino) != self.ext_id or st.st_uid != os.geteuid():
+            raise ArtefactMismatch("the GPU worker's object directory was replaced")
+        self.jobs += 1
+        rel = f"ext/{self.jobs}-{secrets.token_hex(6)}"
+        dest = self.workdir / rel
+        os.mkdir(dest, 0o755)  # fails where something is there already
+        os.chmod(dest, 0o755)
+        entries = copy_for_worker(artefacts, dest)
+        for e in entries.values():
+            os.chmod(dest / e["path"], 0o644)
+            e["path"] = f"{self.inner_dir}/{rel}/{e['path']}"
+        return entries, dest
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and self.ready is not None
@@ -140,15 +189,13 @@ class GpuWorkerProcess:
         start = time.monotonic()  # the job's clock starts once a warm worker has it
         log_before = self.log_size()
         assert self.proc is not None and self.proc.stdin is not None
-        try:
-            self.proc.stdin.write((json.dumps(message) + "\n").encode())
-            self.proc.stdin.flush()
-        except OSError:
+        deadline = start + timeout_s
+        why = self._send((json.dumps(message) + "\n").encode(), deadline)
+        if why:
             self.stop()
-            return RunOutcome(None, failure="the GPU worker's input pipe broke",
+            return RunOutcome(None, failure=f"the GPU worker {why}", timed_out="took" in why,
                               wall_s=time.monotonic() - start)
         stage = "correctness"
-        deadline = start + timeout_s
         while True:
             msg = self._read(max(0.0, deadline - time.monotonic()))
             if msg is None:
@@ -169,10 +216,35 @@ class GpuWorkerProcess:
                 stage = msg["progress"]
                 continue
             flood = self.log_size() - log_before >= FLOOD_BYTES
+            # the worker is pid 1 of its own namespace: name it by the host's pid
+            msg["worker_ns_pid"], msg["worker_pid"] = msg.get("worker_pid"), self.proc.pid
             if flood or msg.get("sticky_cuda_error") or msg.get("outcome") == "cheat":
                 self.stop()  # the next candidate gets a clean process
             return RunOutcome(msg, msg.get("stage", stage), False, "", flood,
                               time.monotonic() - start)
+
+    def _send(self, data: bytes, deadline: float) -> str:
+        """Write a job to the worker's stdin without blocking past `deadline` (a worker that
+        stopped reading would otherwise hold the verifier once the pipe is full); "" when sent,
+        else why not."""
+        assert self.proc is not None and self.proc.stdin is not None
+        fd = self.proc.stdin.fileno()
+        os.set_blocking(fd, False)
+        while data:
+            if time.monotonic() > deadline:
+                return "took no job input within the run's timeout"
+            _, ready, _ = select.select([], [fd], [], 1.0)
+            if not ready:
+                if self.proc.poll() is not None:
+                    return "exited before taking the job"
+                continue
+            try:
+                data = data[os.write(fd, data):]
+            except BlockingIOError:
+                continue
+            except OSError:
+                return "input pipe broke"
+        return ""
 
     def describe_exit(self) -> str:
         rc = self.proc.poll() if self.proc else None
@@ -190,7 +262,9 @@ class GpuWorkerProcess:
 
     def stop(self) -> None:
         if self.proc is not None:
-            stop_process(self.proc)
+            if not stop_process(self.proc, REAP_S):
+                sys.stderr.write(f"[gpu worker] pid {self.proc.pid} not reaped {REAP_S:g} s "
+                                 "after SIGKILL (stuck in the driver?); a fresh one is started\n")
             self.proc = None
             self.log.close()
         if self.rfd >= 0:

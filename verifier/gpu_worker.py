@@ -19,9 +19,13 @@ worker exits after reporting it, so the parent starts a clean one for the next c
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import shutil
+import signal
 import sys
+import tempfile
 import threading
 from typing import Any
 
@@ -119,6 +123,7 @@ def after_job(result: dict[str, Any], state: dict[str, int], flags: dict[str, An
 
 def main(argv: list[str]) -> int:
     """Serve jobs from stdin until EOF; results go to the fd named in argv[0]."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks on demand (hang reports)
     out = os.fdopen(int(argv[0]), "w", buffering=1)
     os.set_inheritable(out.fileno(), False)
     backend_name = argv[1] if len(argv) > 1 else "cuda"
@@ -146,21 +151,49 @@ def main(argv: list[str]) -> int:
     def progress(stage: str) -> None:
         out.write(json.dumps({"progress": stage}) + "\n")
 
+    base = os.getcwd()
     for line in sys.stdin:
         msg = json.loads(line)
         job = msg["job"]
-        result = run_job(job, msg["task_source"], msg["candidate_source"], progress)
+        jobdir = tempfile.mkdtemp(prefix="job-", dir=base)  # nothing left for the next job
+        os.chdir(jobdir)
+        try:
+            result = run_job(job, msg["task_source"], msg["candidate_source"], progress)
+        finally:
+            os.chdir(base)
+            shutil.rmtree(jobdir, ignore_errors=True)
         result.pop("raw_outputs", None)  # the parent's own comparison is cpu/musa only so far
         result.pop("clocked_outputs", None)
         sys.stdout.flush()
         sys.stderr.flush()
         leave = after_job(result, state, flags, threads)
+        strays = stray_processes()
+        if strays:
+            result.setdefault("findings", []).append({
+                "rule": "stray_process", "severity": "error", "line": None,
+                "message": f"processes {strays[:5]} started by the candidate outlived its run"})
+            result.update(outcome="cheat", error="processes started by the candidate outlived "
+                          f"its run ({len(strays)}); the worker ends with them")
+            leave = True
         threads = max(threads, int(result.get("harness_threads") or 0))  # torch.compile's
         result["worker_pid"], result["worker_device"] = os.getpid(), ident
         out.write(json.dumps(result, default=str) + "\n")
         if leave:
             return 3
     return 0
+
+
+def stray_processes() -> list[int]:
+    """Other processes of this worker's pid namespace (it is pid 1 there when sandboxed:
+    `verifier.isolate`), zombies reaped first; [] when it is not pid 1."""
+    if os.getpid() != 1:
+        return []
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != 1]
 
 
 def device_ident(backend: Any) -> str:

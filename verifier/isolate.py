@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pwd
 import signal
 import sys
 from pathlib import Path
@@ -78,16 +79,22 @@ def _wait_and_mirror(pid: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
-def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY
-            ) -> tuple[str, str]:
-    """Enter the sandbox; returns (the new working directory, a note on what was not done)."""
+def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY,
+            devices: bool = False) -> tuple[str, str]:
+    """Enter the sandbox; returns (the new working directory, a note on what was not done).
+    `devices`: a private /dev holding only `device_plan()`'s nodes (the GPU worker's)."""
     root = os.geteuid() == 0
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (CLONE_NEWNET if network else 0)
     if not root:
         flags |= CLONE_NEWUSER
     # the caller's own ids (for the user namespace's map); `uid` stays the run's user
     outer_uid, outer_gid = os.getuid(), os.getgid()
-    home = os.path.expanduser("~") if root else ""
+    # the account's home from the password database, not $HOME (a worker's HOME points into
+    # its own directory)
+    try:
+        home = pwd.getpwuid(os.getuid()).pw_dir if root else ""
+    except KeyError:
+        home = os.path.expanduser("~") if root else ""
     if _libc.unshare(flags) != 0:
         err = ctypes.get_errno()
         return workdir, f"no namespaces ({os.strerror(err)}): running without isolation"
@@ -106,7 +113,7 @@ def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY
     os.setsid()
     notes = []
     try:
-        _private_fs(workdir, tmp_mb, home, notes)
+        _private_fs(workdir, tmp_mb, home, notes, devices)
         cwd = RUN_DIR
     except OSError as exc:
         notes.append(f"private file system failed ({exc})")
@@ -129,8 +136,13 @@ def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY
     return cwd, "; ".join(notes)
 
 
-def _private_fs(workdir: str, tmp_mb: int, home: str, notes: list[str]) -> None:
+def _private_fs(workdir: str, tmp_mb: int, home: str, notes: list[str],
+                devices: bool = False) -> None:
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    dev_fds = {}
+    if devices:  # opened before anything is mounted over them
+        plan = device_plan()
+        dev_fds = {t: os.open(src, os.O_PATH) for kind, t, src in plan if kind == "bind"}
     keep = {p: os.open(p, os.O_PATH) for p in _home_paths_needed(home)} if home else {}
     # import paths under /tmp (a test's entry module) stay visible, read-only
     tmp_paths = {os.path.realpath(p) for p in sys.path if p}
@@ -147,6 +159,12 @@ def _private_fs(workdir: str, tmp_mb: int, home: str, notes: list[str]) -> None:
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         os.close(fd)
         _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+    if devices:
+        try:
+            _private_dev(plan, dev_fds)
+        except OSError as exc:  # the host's /dev again (device nodes usable, more visible)
+            _libc.umount2(b"/dev", 2)  # MNT_DETACH: a half-built /dev is not left behind
+            notes.append(f"private /dev failed ({exc}); the host's /dev is visible")
     for extra in ("/var/tmp", "/dev/shm"):
         if os.path.isdir(extra):
             try:
@@ -171,6 +189,53 @@ def _private_fs(workdir: str, tmp_mb: int, home: str, notes: list[str]) -> None:
     except OSError as exc:
         notes.append(f"read-only root: {exc}")
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+# --- devices (the GPU worker) ---------------------------------------------------------------
+# What a GPU worker needs of /dev: the basic character devices, the GPU driver's nodes (NVIDIA:
+# nvidiactl, nvidia<N>, nvidia-uvm(-tools), nvidia-modeset, nvidia-caps/ for MIG; Moore
+# Threads: mtgpu*, dri/), nothing else (no disks, no /dev/mem, no other ttys).
+BASIC_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+GPU_DEVICE_PREFIXES = ("nvidia", "mtgpu", "dri")
+DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+             "stderr": "/proc/self/fd/2"}
+
+
+DEV_ROOT = "/dev"  # where the host's nodes are read from (tests point it elsewhere)
+
+
+def device_plan(dev: str | None = None) -> list[tuple[str, str, str]]:
+    """The private /dev, in order: (kind, target under /dev, source), kind one of "tmpfs",
+    "bind" (a node or directory of the host's `dev`, present there), "symlink", "shm"."""
+    dev = dev or DEV_ROOT
+    plan = [("tmpfs", "/dev", "")]
+    names = sorted(os.listdir(dev)) if os.path.isdir(dev) else []
+    for name in [*BASIC_DEVICES, *(n for n in names if n.startswith(GPU_DEVICE_PREFIXES))]:
+        src = os.path.join(dev, name)
+        if os.path.exists(src):
+            plan.append(("bind", f"/dev/{name}", src))
+    plan += [("symlink", f"/dev/{n}", t) for n, t in DEV_LINKS.items()]
+    return plan + [("shm", "/dev/shm", "")]
+
+
+def _private_dev(plan: list[tuple[str, str, str]], fds: dict[str, int]) -> None:
+    """Carry out `device_plan()` (bind sources opened as O_PATH `fds` beforehand)."""
+    for kind, target, src in plan:
+        if kind == "tmpfs":  # no MS_NODEV: the bound nodes must stay usable
+            _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=1m,mode=755")
+        elif kind == "bind":
+            fd = fds.pop(target)
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.mkdir(target)
+            else:
+                Path(target).touch()
+            _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+            os.close(fd)
+        elif kind == "symlink":
+            os.symlink(src, target)
+        elif kind == "shm":
+            os.mkdir(target, 0o1777)
+    _mount(None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
 
 
 # --- compilers ---------------------------------------------------------------------------------

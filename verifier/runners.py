@@ -104,19 +104,40 @@ class _GpuRunner:
                 self.worker.start()
 
     def run(self, item: Any, job: dict[str, Any]) -> RunOutcome:
-        entries = {r.key: {**r.to_entry(), "path": os.path.abspath(r.path)}
-                   for r in item.built.values() if r.ok}
-        changed = [r.path for r in item.built.values() if r.ok and not verify_artefact(r)]
+        built = [r for r in item.built.values() if r.ok]
+        changed = [r.path for r in built if not verify_artefact(r)]
         if changed:
             return RunOutcome(None, "correctness", False, "verifier build cache: built object "
                               f"{Path(changed[0]).name} changed after the build (hash mismatch)",
                               False, 0.0)
-        job = {**job, "extensions": entries,
-               "device_sources": [src for s in item.specs
-                                  for src in (*s.cuda_sources, *s.cpp_sources)]}
+        job = {**job, "device_sources": [src for s in item.specs
+                                         for src in (*s.cuda_sources, *s.cpp_sources)]}
         with self.lock:
-            return self.worker.run({"job": job, "task_source": item.req.task_source,
-                                    "candidate_source": item.code}, self.opts.run_timeout_s)
+            if not self.worker.alive():  # objects are staged in a started worker's directory
+                self.worker.stop()
+                if not self.worker.start():
+                    why = self.worker.describe_exit()
+                    self.worker.stop()
+                    return RunOutcome(None, failure=f"the GPU worker did not start: {why}")
+            if not self.worker.limits.isolate:  # it sees the build cache itself
+                entries = {r.key: {**r.to_entry(), "path": os.path.abspath(r.path)}
+                           for r in built}
+                return self.worker.run({"job": {**job, "extensions": entries},
+                                        "task_source": item.req.task_source,
+                                        "candidate_source": item.code}, self.opts.run_timeout_s)
+            staged = None
+            try:
+                entries, staged = self.worker.stage(built)
+                return self.worker.run({"job": {**job, "extensions": entries},
+                                        "task_source": item.req.task_source,
+                                        "candidate_source": item.code}, self.opts.run_timeout_s)
+            except (ArtefactMismatch, OSError) as exc:  # the worker is not trusted further
+                self.worker.stop()
+                return RunOutcome(None, "correctness", False, f"verifier build cache: {exc}",
+                                  False, 0.0)
+            finally:
+                if staged is not None:
+                    shutil.rmtree(staged, ignore_errors=True)
 
     def close(self) -> None:
         with self.lock:

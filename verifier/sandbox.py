@@ -49,6 +49,7 @@ class SandboxLimits:
     isolate_network: bool = True
     processes: int = 512  # tasks (processes + threads) in the run's pids cgroup / RLIMIT_NPROC
     isolate: bool = True  # namespaces, private /tmp, no root (verifier.isolate; fork server)
+    devices: bool = False  # with isolate: a private /dev of the GPU's nodes (the GPU worker)
 
 
 @dataclass
@@ -227,7 +228,7 @@ def enter_and_exec(args: list[str]) -> None:
         from verifier.isolate import isolate, run_uid
 
         cwd, note = isolate(os.getcwd(), limits.file_mb, limits.isolate_network,
-                            run_uid(os.getpid()))
+                            run_uid(os.getpid()), devices=limits.devices)
         os.chdir(cwd)
         if note:
             os.write(2, f"[sandbox] {note}\n".encode())
@@ -315,15 +316,22 @@ def collect_result(cwd: Path, returncode: int | None, timed_out: bool, wall_s: f
                          _read_capped(cwd / ".stderr"), payload, sig, extra=extra)
 
 
-def stop_process(proc: subprocess.Popen) -> None:
-    """Kill a worker's whole process group, reap it and close the pipes we hold to it."""
+def stop_process(proc: subprocess.Popen, wait_s: float | None = None) -> bool:
+    """Kill a worker's whole process group, reap it and close the pipes we hold to it. With
+    `wait_s`, give up reaping after that long (a process stuck in a driver call, state D, dies
+    only when the call returns); False then."""
     kill_group(proc.pid)
-    proc.wait()
+    reaped = True
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        reaped = False
     for fh in (proc.stdin, proc.stdout, proc.stderr):
         # closing stdin flushes it: EPIPE from the dead worker is expected, nothing is lost
         with contextlib.suppress(OSError):
             if fh:
                 fh.close()
+    return reaped
 
 
 def kill_group(pid: int) -> None:

@@ -12,16 +12,16 @@ import json
 import os
 import secrets
 import socket
-import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from redteam_cases import BATCHMATE_FLAGS, attacks, for_backend, honest  # noqa: E402
+from redteam_cases import BATCHMATE_FLAGS, attacks, honest  # noqa: E402
+from redteam_transport import HttpServer, run_rows  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 CORRECT = {"correct_slow", "correct_fast"}
 
 # A ReLU over 1M floats: ~1 ms on one core, so "no work" shows as a 10x+ faster runtime.
@@ -44,25 +44,6 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
-
-DRIVER = '''
-import json, sys
-from verifier.api import verify_batch
-from verifier.protocol import VerifyOptions, VerifyRequest
-spec = json.loads(open(sys.argv[1]).read())
-if not spec["static"]:  # the runtime defences must hold on their own
-    import verifier.api as api
-    api.check_python = lambda *a, **k: []
-    api.check_cpp = lambda *a, **k: []
-reqs = [VerifyRequest(r["id"], "relu", spec["task"], r["code"], spec["backend"])
-        for r in spec["rows"]]
-opts = VerifyOptions(**spec["options"])
-verdicts = verify_batch(reqs, opts)
-with open(spec["out"], "w") as fh:
-    for v in verdicts:
-        fh.write(json.dumps(v.to_dict()) + "\\n")
-'''
-
 
 class Listener:
     """A loopback TCP listener that records everything it receives."""
@@ -124,30 +105,24 @@ def snapshot(root: str) -> dict[str, str]:
     return out
 
 
-def run_driver(ctx: dict, rows: list[tuple[str, str]], out: str, timeout_s: float = 1500,
-               options: dict | None = None) -> tuple[list[dict], float, int]:
-    """Verify `rows` in a separate verifier process (the one attacks try to kill)."""
-    opts = {"backend": ctx["backend"], "workers": 2, "compile_workers": 2, "compile_batch": 40,
+def verifier_options(ctx: dict, options: dict | None = None) -> dict:
+    return {"backend": ctx["backend"], "workers": 2, "compile_workers": 2, "compile_batch": 40,
             "run_timeout_s": 30.0, "trials": 5, "perf_trials": 20, "perf_warmup": 2,
             "memory_limit_mb": 4096, "build_cache_dir": ctx["cache"],
             "baseline_cache_dir": os.path.join(ctx["base"], "baselines"), **(options or {})}
-    spec = {"task": TASK, "backend": ctx["backend"], "out": out, "options": opts,
-            "static": ctx.get("static", False),
-            "rows": [{"id": n, "code": for_backend(c, ctx["backend"])} for n, c in rows]}
-    spec_path = Path(ctx["base"]) / f"spec-{Path(out).stem}.json"
-    spec_path.write_text(json.dumps(spec))
-    env = {**os.environ, "KS_SECRET": ctx["secret"], "PYTHONPATH": str(ROOT)}
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", DRIVER, str(spec_path)], env=env, cwd=ROOT,
-                          capture_output=True, timeout=timeout_s)
-    wall = time.monotonic() - t0
-    try:
-        verdicts = [json.loads(ln) for ln in Path(out).read_text().splitlines() if ln.strip()]
-    except OSError:
-        verdicts = []
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr.decode("utf-8", "replace")[-3000:])
-    return verdicts, wall, proc.returncode
+
+
+def run_driver(ctx: dict, rows: list[tuple[str, str]], out: str,
+               options: dict | None = None, server: HttpServer | None = None,
+               on_verdict: Callable[[dict], None] | None = None) -> tuple[list[dict], float, int]:
+    """Verify `rows` in a separate verifier process (the one attacks try to kill): a batch
+    driver, or the reward server `server` (see redteam_transport). Hangs are kept in ctx."""
+    verdicts, wall, rc, hangs = run_rows(
+        ctx, rows, out, verifier_options(ctx, options), server,
+        case_limit_s=ctx.get("case_limit_s", 300.0), on_verdict=on_verdict,
+        deadline=ctx.get("deadline"))
+    ctx.setdefault("hangs", []).extend(hangs)
+    return verdicts, wall, rc
 
 
 def survivors(token: str) -> list[int]:
@@ -163,27 +138,36 @@ def survivors(token: str) -> list[int]:
     return found
 
 
-def run_suite(ctx: dict, daemon_wait_s: float = 8.0, only: set[str] | None = None) -> dict:
+def run_suite(ctx: dict, daemon_wait_s: float = 8.0, only: set[str] | None = None,
+              transport: str = "direct", on_verdict: Callable[[dict], None] | None = None
+              ) -> dict:
     """Warm-up (builds an honest module), attack run, then a later honest run on the same cache.
-    `only`: the names of the attacks to run (all when None)."""
+    `only`: the names of the attacks to run (all when None). `transport`: "direct" (a batch
+    driver per run) or "http" (one reward server on loopback answers all three runs, and must
+    be up after the attacks)."""
+    if transport not in ("direct", "http"):
+        raise ValueError(f"transport {transport!r}: use direct or http")
     listener = Listener()
     ctx["port"] = listener.port
+    server = HttpServer(ctx, verifier_options(ctx)) if transport == "http" else None
     try:
         warm, _, _ = run_driver(ctx, [("honest_first", honest("a"))],
-                                os.path.join(ctx["base"], "warm.jsonl"))
+                                os.path.join(ctx["base"], "warm.jsonl"), server=server)
         cache_before = snapshot(ctx["cache"])
         ws_before = snapshot(ctx["workspace"])
         chosen = [(n, c) for n, c in attacks(ctx) if only is None or n in only]
         rows = [("honest_first", honest("a")), *chosen, ("honest_last", honest("b")),
                 ("honest_batchmate", honest("m", BATCHMATE_FLAGS))]
-        verdicts, wall, rc = run_driver(ctx, rows, ctx["out"])
+        verdicts, wall, rc = run_driver(ctx, rows, ctx["out"], server=server,
+                                        on_verdict=on_verdict)
+        server_up = server.alive() if server is not None else None
         out_bytes = Path(ctx["out"]).read_bytes() if Path(ctx["out"]).exists() else b""
         time.sleep(daemon_wait_s)  # a daemon would rewrite the out file by now
         out_after = Path(ctx["out"]).read_bytes() if Path(ctx["out"]).exists() else b""
         alive = survivors(ctx["token"])
         later, _, _ = run_driver(ctx, [("honest_later_cached", honest("a")),
                                        ("honest_later_new", honest("c"))],
-                                 os.path.join(ctx["base"], "later.jsonl"))
+                                 os.path.join(ctx["base"], "later.jsonl"), server=server)
         return {"warm": warm, "verdicts": {v["candidate_id"]: v for v in verdicts},
                 "rows": [n for n, _ in rows], "wall": wall, "rc": rc,
                 "out_changed": out_bytes != out_after, "survivors": alive,
@@ -192,8 +176,13 @@ def run_suite(ctx: dict, daemon_wait_s: float = 8.0, only: set[str] | None = Non
                 "victim": Path(ctx["victim"]).read_text(),
                 "tmp_probe": os.path.exists(ctx["tmp_probe"]),
                 "received": list(listener.received),
-                "later": {v["candidate_id"]: v for v in later}}
+                "later": {v["candidate_id"]: v for v in later}, "transport": transport,
+                "server_up_after_attacks": server_up,
+                "server_starts": server.starts if server is not None else 0,
+                "hangs": list(ctx.get("hangs", []))}
     finally:
+        if server is not None:
+            server.stop()
         listener.close()
         if os.path.exists(ctx["tmp_probe"]):
             os.unlink(ctx["tmp_probe"])
@@ -211,6 +200,8 @@ def judge(name: str, r: dict, ctx: dict) -> tuple[bool, str]:
     text = json.dumps(v)
     honest_us = [r["verdicts"][h].get("runtime_us") for h in ("honest_first", "honest_last")
                  if h in r["verdicts"] and r["verdicts"][h].get("runtime_us")]
+    if v.get("status") in ("HUNG", "NOT_RUN"):
+        return False, f"{v['status']}: {v.get('error', '')[:300]}"
     if "ESCAPED" in text:
         return False, f"the attack reported success: {v.get('error', '')[:200]}"
     if ctx["secret"] in text or "KSRT_SECRET" in text:
@@ -251,6 +242,9 @@ def judge(name: str, r: dict, ctx: dict) -> tuple[bool, str]:
     if name in ("posix_sigstop_parent", "sigkill_main", "sigkill_forkserver"):
         if len(r["verdicts"]) != len(r["rows"]) or r["rc"] != 0:
             return False, f"the batch lost verdicts ({len(r['verdicts'])}/{len(r['rows'])})"
+        if r.get("transport") == "http" and (not r["server_up_after_attacks"]
+                                             or r["server_starts"] != 1):
+            return False, "the reward server did not survive the attacks"
     return True, f"{v['status']}: {v.get('error', '')[:120]}"
 
 

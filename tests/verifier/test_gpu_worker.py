@@ -127,3 +127,81 @@ def test_threads_the_harness_started_are_not_held_against_the_candidate() -> Non
     finally:
         stop.set()
         helper.join()
+
+
+def _comms(marker: str) -> list[int]:
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if (d / "comm").read_text().strip() == marker:
+                    found.append(int(d.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_the_worker_is_sandboxed_and_a_process_left_behind_ends_it() -> None:
+    """The worker runs as its own unprivileged user in its own pid namespace (the candidate
+    cannot reach the verifier), and a process a candidate leaves running is a cheat: the
+    worker ends, taking the process with it."""
+    import os
+    import time
+
+    marker = f"ksstray{os.getpid() % 100000}"
+    forker = ("import ctypes, os, time, torch\n"
+              "if os.fork() == 0:\n"
+              f"    ctypes.CDLL(None).prctl(15, b'{marker}', 0, 0, 0)\n"
+              "    time.sleep(120)\n    os._exit(0)\n"
+              "info = (os.getuid(), os.getpid(), os.getppid(), os.getcwd())\n"
+              "open('/proc/self/comm').read()\n"
+              "class ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+              "        return x.clamp_min(0)\n")
+    job = {"nonce": "s1", "backend": "cpu", "extensions": {},
+           "options": {"trials": 2, "perf_trials": 2, "perf_warmup": 1}}
+    worker = GpuWorkerProcess({}, backend="cpu")
+    try:
+        first = worker.run({"job": job, "task_source": RELU_TASK, "candidate_source": forker}, 60)
+        assert first.payload and first.payload["outcome"] == "cheat", first
+        assert any(f["rule"] == "stray_process" for f in first.payload["findings"])
+        assert first.payload["worker_ns_pid"] == 1  # pid 1 of its own namespace
+        deadline = time.monotonic() + 20
+        while _comms(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _comms(marker)  # the namespace ended with the worker
+        prober = forker.replace("if os.fork() == 0:", "if False:").replace(
+            "open('/proc/self/comm').read()", "raise RuntimeError('PROBE %r' % (info,))")
+        second = worker.run({"job": {**job, "nonce": "s2"}, "task_source": RELU_TASK,
+                             "candidate_source": prober}, 60)
+        assert worker.starts == 2
+        text = str(second.payload)
+        if os.geteuid() == 0:  # dropped to a run uid, not root
+            assert "PROBE (0," not in text and "PROBE (2" in text, text
+        assert ", 0, '/tmp/run/job-" in text, text  # parent outside its namespace; own dir
+    finally:
+        worker.stop()
+
+
+def test_staged_objects_are_checked_and_removed(tmp_path: Path) -> None:
+    """Job objects are copied into a directory the worker cannot write; one it replaced is
+    refused (an earlier candidate cannot plant objects for a later one)."""
+    from verifier.build import ArtefactMismatch, BuildResult, file_sha256
+
+    so = tmp_path / "ks_x.so"
+    so.write_bytes(b"\x7fELF not really")
+    res = BuildResult("k1", True, path=str(so), module="ks_x", sha256=file_sha256(so))
+    worker = GpuWorkerProcess({}, backend="cpu")
+    try:
+        assert worker.start()
+        entries, staged = worker.stage([res])
+        assert entries["k1"]["path"].startswith("/tmp/run/ext/")
+        assert (staged / "ks_x.so").read_bytes() == so.read_bytes()
+        assert (staged.parent.stat().st_uid, staged.stat().st_mode & 0o777) == (
+            __import__("os").geteuid(), 0o755)
+        ext = worker.workdir / "ext"
+        ext.rename(worker.workdir / "ext-old")
+        ext.mkdir()
+        with pytest.raises(ArtefactMismatch, match="replaced"):
+            worker.stage([res])
+    finally:
+        worker.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_cases import attacks  # noqa: E402
 from redteam_observer import TASK, honest_held, judge, make_context, run_suite  # noqa: E402
+from redteam_transport import VerifierProcess  # noqa: E402
 
 from verifier.extract import check_candidate  # noqa: E402
 from verifier.extspec import specs_from_source  # noqa: E402
@@ -25,14 +27,17 @@ _NAMES = [n for n, _ in attacks({"victim": "", "out": "", "cache": "", "workspac
                                  "token": "", "port": 0, "tmp_probe": "", "secret_file": ""})]
 # KS_REDTEAM_ONLY=name,name runs the runtime part for those attacks only (the others skip)
 _ONLY = {n for n in os.environ.get("KS_REDTEAM_ONLY", "").split(",") if n} or None
+# the verifier as a batch driver and as the reward server (`serve-verifier`) on loopback
+_TRANSPORTS = [t for t in os.environ.get("KS_REDTEAM_TRANSPORTS", "direct,http").split(",") if t]
 
 
-@pytest.fixture(scope="module")
-def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+@pytest.fixture(scope="module", params=_TRANSPORTS)
+def suite(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+          ) -> tuple[dict, dict]:
     unknown = (_ONLY or set()) - set(_NAMES)
     assert not unknown, f"KS_REDTEAM_ONLY names no attack: {sorted(unknown)}"
     ctx = make_context(tmp_path_factory.mktemp("redteam") / "rt")
-    return run_suite(ctx, only=_ONLY), ctx
+    return run_suite(ctx, only=_ONLY, transport=request.param), ctx
 
 
 # Attacks the static checks cannot see (plain Python and C++ that misbehave only at run time);
@@ -71,3 +76,39 @@ def test_attack_held(suite: tuple[dict, dict], name: str) -> None:
 def test_honest_candidates_unchanged(suite: tuple[dict, dict]) -> None:
     held, why = honest_held(suite[0])
     assert held, why
+
+
+@pytest.mark.slow
+def test_no_hang_and_server_survived(suite: tuple[dict, dict]) -> None:
+    r, _ = suite
+    assert not r["hangs"], r["hangs"]
+    if r["transport"] == "http":  # one server answered every request and is still up
+        assert r["server_up_after_attacks"] and r["server_starts"] == 1
+        assert len(r["verdicts"]) == len(r["rows"]) and len(r["later"]) == 2
+
+
+_STALLS = """import faulthandler, os, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)
+def waiting_in_the_case():
+    print("KSRT-START stuck_case", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)  # as posix_sigstop_parent does to its parent
+    time.sleep(60)
+waiting_in_the_case()
+"""
+
+
+def test_a_stalled_verifier_is_named_and_its_stacks_dumped(tmp_path) -> None:
+    (tmp_path / "x").mkdir()
+    vp = VerifierProcess(_STALLS, {}, tmp_path, "t", dict(os.environ))
+    deadline = time.monotonic() + 30
+    while not vp.started and time.monotonic() < deadline:
+        vp.poll_log()
+        time.sleep(0.1)
+    assert vp.in_flight() == ["stuck_case"] and not vp.stalled(30, 30)
+    time.sleep(1.2)
+    assert vp.stalled(1.0, 100.0)
+    note = vp.dump_and_kill("no progress for 1 s")
+    log = vp.log_path.read_text()
+    assert "stuck_case" in note and "'T'" in note  # stopped, as the note says
+    assert "waiting_in_the_case" in log  # faulthandler's stack of the main thread
+    assert vp.proc.returncode == -9
