@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         def on_verdict(v: dict, label: str = label, seen: list[str] = seen, t0: float = t0
                        ) -> None:
             line = (f"| {v['candidate_id']} | {v.get('status')} | "
-                    f"{str(v.get('error', ''))[:120].replace('|', '/')} |")
+                    f"{str(v.get('error', ''))[:120].replace('|', '/').replace(chr(10), ' ')} |")
             seen.append(line)
             print(f"[redteam {label}] {len(seen)}: {v['candidate_id']} -> {v.get('status')} "
                   f"({time.monotonic() - t0:.0f} s)", flush=True)
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             held_all += held
             v = r["verdicts"].get(name, {})
             rows.append(f"| {name} | {v.get('status', '-')} | {'held' if held else 'GOT THROUGH'}"
-                        f" | {why.replace('|', '/')[:160]}{note} |")
+                        f" | {why.replace('|', '/').replace(chr(10), ' ')[:160]}{note} |")
         honest_ok, honest_why = obs.honest_held(r)
         hangs = [f"- {h.replace(chr(10), ' ')[:400]}" for h in r["hangs"]]
         done += [f"## {label}", "",
