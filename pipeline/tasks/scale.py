@@ -11,12 +11,25 @@ import ast
 import inspect
 import json
 import math
+import os
 import sys
+import threading
 import time
 import traceback
 import types
 from collections.abc import Callable
 from pathlib import Path
+
+from pipeline.tasks.dims import (
+    derived_refresher,
+    get_slot,
+    int_constants,
+    set_slot,
+    tie_partners,
+)
+
+_STARTED = [time.monotonic()]  # reset once torch is imported
+_TIMER: list[threading.Timer] = []
 
 
 def _write(result: dict) -> None:
@@ -35,56 +48,6 @@ def is_alloc_failure(text: str) -> bool:
     """True for the host allocator's refusal (the task's sizes are meant for a GPU's memory)."""
     low = text.lower()
     return any(m in low for m in ALLOC_FAILURE)
-
-
-def literal_int(node: ast.expr) -> int | None:
-    """The value of an int literal or of arithmetic on int literals (`16384 * 4`), else None."""
-    if isinstance(node, ast.Constant):
-        return node.value if type(node.value) is int else None
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        v = literal_int(node.operand)
-        return None if v is None else -v
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult | ast.Add | ast.Sub
-                                                  | ast.FloorDiv | ast.Pow | ast.LShift):
-        a, b = literal_int(node.left), literal_int(node.right)
-        if a is None or b is None or (isinstance(node.op, ast.Pow | ast.LShift) and b > 64):
-            return None
-        if isinstance(node.op, ast.FloorDiv) and b == 0:
-            return None
-        ops = {ast.Mult: lambda: a * b, ast.Add: lambda: a + b, ast.Sub: lambda: a - b,
-               ast.FloorDiv: lambda: a // b, ast.Pow: lambda: a ** b, ast.LShift: lambda: a << b}
-        return ops[type(node.op)]()
-    return None
-
-
-def _int_constants(tree: ast.Module) -> dict[str, int]:
-    out = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], literal_int(node.value)
-            if isinstance(target, ast.Name) and value is not None:
-                out[target.id] = value
-    return out
-
-
-def derived_refresher(tree: ast.Module, constants: dict[str, int]) -> Callable[[dict], None]:
-    """A function that re-runs the module's other top-level assignments in source order, so a
-    value computed from a scaled constant (`bias_shape = (out_channels, 1, 1)`,
-    `num_channels = embed_dim`) follows it: the data flow of the file, the constants pinned."""
-    stmts = []
-    for node in tree.body:
-        if not isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            continue
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        if all(isinstance(t, ast.Name) and t.id in constants for t in targets):
-            continue
-        stmts.append(compile(ast.Module(body=[node], type_ignores=[]), "task.py", "exec"))
-
-    def refresh(ns: dict) -> None:
-        for code in stmts:
-            exec(code, ns)
-
-    return refresh
 
 
 def _jsonable(value):
@@ -134,6 +97,11 @@ FOOTPRINT_FACTOR = 32
 CPU_MAX_FLOPS = 1 << 28
 
 
+# A halving must shrink the overshoot by at least this share to be kept: 1000 classes halved
+# to 1 for 0.2% of MobileNetV1's FLOPs changed the task and cost ten meta runs of a deep model.
+MIN_GAIN = 0.01
+
+
 def _analytic_rnns(model, flops: list[float]) -> None:
     """Give each LSTM/GRU/RNN of a meta `model` a forward that returns outputs of the right
     shapes at once and adds its FLOPs to `flops[0]`: run step by step on meta, a 6-layer LSTM
@@ -168,6 +136,26 @@ def _analytic_rnns(model, flops: list[float]) -> None:
             analytic(mod)
 
 
+def meta_items():
+    """A dispatch mode in which `.item()` of a meta tensor is a placeholder (0.0, False or 1)
+    instead of an error: Swin's `[x.item() for x in torch.linspace(0, rate, depth)]` drop-path
+    rates built on meta. Values, not shapes, so the shapes and FLOPs stay exact unless a shape
+    depends on data (then the real CPU run is the judge)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    scalar = torch.ops.aten._local_scalar_dense.default
+
+    class MetaItems(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is scalar and args[0].device.type == "meta":
+                t = args[0]
+                return 0.0 if t.is_floating_point() else False if t.dtype == torch.bool else 1
+            return func(*args, **(kwargs or {}))
+
+    return MetaItems()
+
+
 def footprint(ns: dict, strict: bool = False) -> tuple[int, float]:
     """(elements of the inputs, parameters, buffers and outputs; FLOPs) of one forward on meta.
     The inputs alone and 0 FLOPs when the model cannot be built or run on meta (with `strict`,
@@ -179,7 +167,7 @@ def footprint(ns: dict, strict: bool = False) -> tuple[int, float]:
         inputs = ns["get_inputs"]()
     total = sum(x.numel() for x in inputs if isinstance(x, torch.Tensor))
     try:
-        with torch.device("meta"), torch.no_grad():
+        with torch.device("meta"), torch.no_grad(), meta_items():
             model = ns["Model"](*ns["get_init_inputs"]())
             rnn_flops = [0.0]
             _analytic_rnns(model, rnn_flops)
@@ -198,16 +186,21 @@ def footprint(ns: dict, strict: bool = False) -> tuple[int, float]:
 def scale_constants(ns: dict, constants: dict[str, int], cap: int,
                     input_numel: Callable[[], int],
                     cost: Callable[[], tuple[int, float]] | None = None,
-                    refresh: Callable[[dict], None] | None = None) -> dict[str, int]:
+                    refresh: Callable[[dict], None] | None = None,
+                    partners: dict[str, int] | None = None) -> dict[str, int]:
     """Halve the largest dim constants until `input_numel()` fits `cap` and, when `cost` (see
     `footprint`) is given, the footprint fits FOOTPRINT_FACTOR * cap and the FLOPs
-    CPU_MAX_FLOPS; a halving that does not shrink the largest overshoot is undone (and retried
+    CPU_MAX_FLOPS; a halving that does not shrink the largest overshoot (by MIN_GAIN) is undone (and retried
     after the next halving that does), and so is one that makes `cost` raise where it did not
     before (a group count no longer dividing channels, a pooling chain left with 0 pixels).
+    A constant whose halving alone is undone is tried again together with each of its ties (the
+    other constants and `partners`, see `tie_partners`, of the same value), then with all: a
+    batch size that must equal a broadcast dim, an image size that must equal the model's
+    default.
     `refresh(ns)` (see `derived_refresher`) recomputes the values derived from the constants
     after each change.
 
-    `ns` is the task module's namespace, changed in place; returns the constants it changed.
+    `ns` is the task module's namespace, changed in place; returns the slots it changed.
     """
     use_cost = cost is not None
     if use_cost:
@@ -215,6 +208,7 @@ def scale_constants(ns: dict, constants: dict[str, int], cap: int,
             cost()
         except Exception:  # noqa: BLE001 - the model does not run on meta: bound the inputs
             use_cost = False
+    partners = partners or {}
 
     def excess() -> float:
         if refresh is not None:
@@ -226,30 +220,89 @@ def scale_constants(ns: dict, constants: dict[str, int], cap: int,
         return over
 
     scaled: dict[str, int] = {}
-    useless: set[str] = set()
-    size = excess()
-    while size > 1:
-        live = [k for k, v in constants.items()
-                if k not in useless and ns.get(k) == scaled.get(k, v) and ns[k] >= 2]
-        if not live:
-            break
-        name = max(live, key=lambda k: ns[k])
-        old = ns[name]
-        ns[name] = max(1, old // 2)
+    broken: set[frozenset] = set()
+
+    def untouched(k: str) -> bool:  # not moved by a refresh since we last set it
+        return get_slot(ns, k) == scaled.get(k, {**partners, **constants}.get(k))
+
+    def attempt(keys: list[str], size: float) -> float | None:
+        """Halve `keys` together; keep it and return the new excess if it shrank, else undo."""
+        old = {k: get_slot(ns, k) for k in keys}
+        trial = frozenset((k, max(1, old[k] // 2)) for k in keys)
+        if trial in broken:  # raised before: other dims shrinking does not mend a pooling chain
+            return None
+        for k, v in trial:
+            set_slot(ns, k, v)
         try:
             new = excess()
         except Exception:  # noqa: BLE001 - a dim that breaks the task is not scalable this far
+            broken.add(trial)
             new = size
-        if new >= size:
-            ns[name] = old
-            if refresh is not None:
-                refresh(ns)
+        if new < size * (1.0 - MIN_GAIN):
+            scaled.update({k: get_slot(ns, k) for k in keys})
+            return new
+        for k in keys:
+            set_slot(ns, k, old[k])
+        if refresh is not None:
+            refresh(ns)
+        return None
+
+    useless: set[str] = set()
+    size = excess()
+    while size > 1:
+        live = [k for k in constants if k not in useless and untouched(k) and ns[k] >= 2]
+        if not live:
+            break
+        name = max(live, key=lambda k: ns[k])
+        new = attempt([name], size)
+        if new is None:
+            ties = [k for k in (*constants, *partners) if k != name and untouched(k)
+                    and get_slot(ns, k) == ns[name]]
+            # one partner at a time first: equal values at small sizes are often coincidence
+            for group in [[name, k] for k in ties] + ([[name, *ties]] if len(ties) > 1 else []):
+                new = attempt(group, size)
+                if new is not None:
+                    break
+        if new is None:
             useless.add(name)
             continue
-        scaled[name] = ns[name]
         size = new
         useless.clear()  # a dim that did not help before may help now (the other bound leads)
     return scaled
+
+
+def time_budget(flops: float, base_s: float, host_flops: float, max_s: float) -> float:
+    """Seconds a task may take: `base_s` plus its FLOPs at GPU size (one forward, counted on
+    meta) at a conservative host rate, capped at `max_s`: a deep model's meta scaling loop and
+    CPU checks take longer than an elementwise op's."""
+    return min(max_s, base_s + flops / host_flops)
+
+
+def start_budget(opts: dict, flops: float | None) -> None:
+    """End this process with a `timed out` verdict when the task's time budget (see
+    `time_budget`, measured from torch's import: a loaded host's slow interpreter start is no
+    fault of the task) runs out; `flops=None`: the cap, while the FLOPs are being counted. The
+    parent's sandbox timeout is the cap: this gives the verdict the budget's figures sooner."""
+    if not opts.get("budget_s"):
+        return
+    base, cap = float(opts["budget_s"]), float(opts.get("max_budget_s", opts["budget_s"]))
+    if flops is None:
+        budget, why = cap, "while counting FLOPs"
+    else:
+        budget = time_budget(flops, base, float(opts.get("host_flops", 1e9)), cap)
+        why = f"budget {base:.0f}s + {flops / 1e9:.1f} GFLOP at GPU size"
+    left = budget - (time.monotonic() - _STARTED[0])
+
+    def expire() -> None:
+        _write({"valid": False, "reason": f"timed out after {budget:.0f}s ({why})"})
+        os._exit(0)
+
+    for old in _TIMER:  # the budget set before the FLOPs were known
+        old.cancel()
+    timer = threading.Timer(max(0.0, left), expire)
+    timer.daemon = True
+    timer.start()
+    _TIMER[:] = [timer]
 
 
 def main() -> None:
@@ -261,6 +314,8 @@ def main() -> None:
         _fail(f"syntax error at line {exc.lineno}: {exc.msg}")
     import torch
 
+    _STARTED[0] = time.monotonic()
+    start_budget(opts, 0.0)
     torch.set_num_threads(1)
     module = types.ModuleType("kernelsynth_task")
     module.__file__ = "task.py"
@@ -276,13 +331,19 @@ def main() -> None:
     for fn in ("get_inputs", "get_init_inputs"):
         if not callable(ns.get(fn)):
             _fail(f"missing function {fn}()")
-    constants = _int_constants(tree)
+    constants = int_constants(tree)
+    partners = tie_partners(tree)
     scaled: dict[str, int] = {}
     try:
+        # FLOPs cost a meta run (seconds for a deep model): counted where scaling needs them
+        if opts.get("scale"):
+            start_budget(opts, None)
+            start_budget(opts, footprint(ns)[1])
         if opts.get("scale") and opts.get("cpu_max_numel"):
             scaled = scale_constants(ns, constants, int(opts["cpu_max_numel"]),
                                      lambda: _input_numel(ns), lambda: footprint(ns, True),
-                                     derived_refresher(tree, constants))
+                                     derived_refresher(tree, [*constants, *partners]),
+                                     partners)
         init_inputs = ns["get_init_inputs"]()
         if not isinstance(init_inputs, list | tuple):
             _fail(f"get_init_inputs() returned {type(init_inputs).__name__}, not a list")

@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.tasks.scale import is_alloc_failure, literal_int
+from pipeline.tasks.dims import literal_int
+from pipeline.tasks.scale import is_alloc_failure
 from schemas import TensorSpec, content_hash
 from verifier.sandbox import SandboxLimits, python_argv, run_sandboxed
 
@@ -71,19 +72,34 @@ def task_id_of(source: str) -> str:
 
 def substitute_constants(source: str, values: dict[str, int]) -> str:
     """Rewrite top-level `NAME = <int>` assignments (or int arithmetic such as `16384 * 4`) to
-    the given values, keeping the rest."""
+    the given values, keeping the rest; a key `NAME[i]` rewrites element i of a top-level int
+    tuple, a key `Model.ARG` the int default of `Model.__init__`'s ARG (see
+    `scale.tie_partners`)."""
     if not values:
         return source
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
-    edits = []
+    targets: list[tuple[str, ast.expr]] = []
     for node in tree.body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name) and node.targets[0].id in values
-                and literal_int(node.value) is not None
-                and node.value.lineno == node.value.end_lineno):
-            edits.append((node.value.lineno - 1, node.value.col_offset, node.value.end_col_offset,
-                          str(values[node.targets[0].id])))
+                and isinstance(node.targets[0], ast.Name)):
+            name = node.targets[0].id
+            targets.append((name, node.value))
+            if isinstance(node.value, ast.Tuple):
+                targets += [(f"{name}[{i}]", e) for i, e in enumerate(node.value.elts)]
+        if isinstance(node, ast.ClassDef) and node.name == "Model":
+            for fn in node.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+                    a = fn.args
+                    positional = [*a.posonlyargs, *a.args]
+                    targets += [(f"Model.{arg.arg}", d) for arg, d in zip(
+                        positional[len(positional) - len(a.defaults):], a.defaults, strict=True)]
+                    targets += [(f"Model.{arg.arg}", d) for arg, d in zip(
+                        a.kwonlyargs, a.kw_defaults, strict=True) if d is not None]
+    edits = [(node.lineno - 1, node.col_offset, node.end_col_offset, str(values[key]))
+             for key, node in targets
+             if key in values and literal_int(node) is not None
+             and node.lineno == node.end_lineno]
     for line, start, end, text in sorted(edits, reverse=True):
         raw = lines[line].encode("utf-8")
         lines[line] = (raw[:start] + text.encode() + raw[end:]).decode("utf-8")
@@ -93,6 +109,16 @@ def substitute_constants(source: str, values: dict[str, int]) -> str:
 def _to_spec(d: dict) -> TensorSpec:
     return TensorSpec(name=d["name"], shape=[int(x) for x in d["shape"]], dtype=d["dtype"],
                       init=d.get("init", "randn"), low=d.get("low"), high=d.get("high"))
+
+
+# A task's time budget is `timeout_s` plus its GPU-size FLOPs at HOST_FLOPS (a loaded host's
+# single thread, conservatively), at most BUDGET_CAP_FACTOR * `timeout_s`: MobileNetV1's 11.4
+# GFLOP give it 41 s, a 200-GFLOP VGG the cap (see `scale.time_budget`).
+HOST_FLOPS = 1e9
+BUDGET_CAP_FACTOR = 4.0
+# The budget runs from torch's import (see `scale.start_budget`); the sandbox's own limit, the
+# backstop, adds this much for the interpreter start (6-10 s on a loaded 2-core host).
+IMPORT_ALLOWANCE_S = 20.0
 
 
 def inspect_task_source(
@@ -105,17 +131,20 @@ def inspect_task_source(
     cpu_max_numel: int = 1 << 18,
     seed: int = 0,
 ) -> TaskFileReport:
-    """Load `source` as a task in a sandboxed subprocess and report what it defines."""
+    """Load `source` as a task in a sandboxed subprocess and report what it defines; it may
+    take `timeout_s` plus its FLOPs' share (see HOST_FLOPS)."""
     try:
         task_id = task_id_of(source)
     except SyntaxError as exc:
         return TaskFileReport(ref, False, f"syntax error at line {exc.lineno}: {exc.msg}")
     except ValueError as exc:  # e.g. null bytes
         return TaskFileReport(ref, False, f"cannot parse: {exc}")
-    options = {"scale": scale, "cpu_max_numel": cpu_max_numel, "seed": seed}
+    max_budget_s = timeout_s * BUDGET_CAP_FACTOR
+    options = {"scale": scale, "cpu_max_numel": cpu_max_numel, "seed": seed,
+               "budget_s": timeout_s, "host_flops": HOST_FLOPS, "max_budget_s": max_budget_s}
     res = run_sandboxed(
         python_argv("pipeline.tasks.scale"),
-        limits=SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb),
+        limits=SandboxLimits(timeout_s=max_budget_s + IMPORT_ALLOWANCE_S, memory_mb=memory_mb),
         input_files={"task.py": source, "options.json": json.dumps(options)},
     )
     if res.payload is None:
