@@ -1,45 +1,15 @@
-"""Child side of task-file loading: runs inside the sandbox with torch + stdlib only.
+"""CPU copies that keep a task's meaning (torch + stdlib; runs inside the probe's sandbox).
 
-Reads `task.py` and `options.json` from the working directory, checks the KernelBench interface,
-optionally scales module-level dims down until the inputs fit `cpu_max_numel`, runs the reference
-forward on CPU and writes `result.json` (shapes, dtypes, init inputs, scaled constants).
+The task's size constants (see `pipeline.tasks.dims`) are halved, largest first, until its inputs,
+footprint and FLOPs fit the host; derived values follow the file's data flow, tied dims move
+together, and a halving that breaks the model (a group count, a pooling chain) is undone.
 """
 
 from __future__ import annotations
 
-import ast
-import inspect
-import json
-import math
-import os
-import sys
-import threading
-import time
-import traceback
-import types
 from collections.abc import Callable
-from pathlib import Path
 
-from pipeline.tasks.dims import (
-    derived_refresher,
-    get_slot,
-    int_constants,
-    set_slot,
-    tie_partners,
-)
-
-_STARTED = [time.monotonic()]  # reset once torch is imported
-_TIMER: list[threading.Timer] = []
-
-
-def _write(result: dict) -> None:
-    Path("result.json").write_text(json.dumps(result, default=str), encoding="utf-8")
-
-
-def _fail(reason: str) -> None:
-    _write({"valid": False, "reason": reason})
-    sys.exit(0)
-
+from pipeline.tasks.dims import get_slot, set_slot
 
 ALLOC_FAILURE = ("can't allocate memory", "cannot allocate memory", "out of memory")
 
@@ -50,37 +20,7 @@ def is_alloc_failure(text: str) -> bool:
     return any(m in low for m in ALLOC_FAILURE)
 
 
-def _jsonable(value):
-    import torch
-
-    if isinstance(value, bool | int | float | str) or value is None:
-        return value
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, torch.dtype):
-        return str(value)
-    raise TypeError(f"init input of type {type(value).__name__} is not JSON-serializable")
-
-
-def _spec(name: str, t) -> dict:
-    import torch
-
-    spec = {"name": name, "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
-            "init": "randn", "low": None, "high": None}
-    if t.device.type == "meta" or t.numel() == 0:
-        return spec
-    if t.dtype == torch.bool:
-        spec.update(init="randint", low=0.0, high=2.0)
-    elif not t.is_floating_point():
-        spec.update(init="randint", low=float(t.min()), high=float(t.max()) + 1)
-    else:
-        lo, hi = float(t.min()), float(t.max())
-        if lo >= 0.0 and hi <= 1.0:
-            spec.update(init="rand", low=0.0, high=1.0)
-    return spec
-
-
-def _input_numel(ns: dict) -> int:
+def input_numel(ns: dict) -> int:
     import torch
 
     with torch.device("meta"):
@@ -269,136 +209,3 @@ def scale_constants(ns: dict, constants: dict[str, int], cap: int,
         size = new
         useless.clear()  # a dim that did not help before may help now (the other bound leads)
     return scaled
-
-
-def time_budget(flops: float, base_s: float, host_flops: float, max_s: float) -> float:
-    """Seconds a task may take: `base_s` plus its FLOPs at GPU size (one forward, counted on
-    meta) at a conservative host rate, capped at `max_s`: a deep model's meta scaling loop and
-    CPU checks take longer than an elementwise op's."""
-    return min(max_s, base_s + flops / host_flops)
-
-
-def start_budget(opts: dict, flops: float | None) -> None:
-    """End this process with a `timed out` verdict when the task's time budget (see
-    `time_budget`, measured from torch's import: a loaded host's slow interpreter start is no
-    fault of the task) runs out; `flops=None`: the cap, while the FLOPs are being counted. The
-    parent's sandbox timeout is the cap: this gives the verdict the budget's figures sooner."""
-    if not opts.get("budget_s"):
-        return
-    base, cap = float(opts["budget_s"]), float(opts.get("max_budget_s", opts["budget_s"]))
-    if flops is None:
-        budget, why = cap, "while counting FLOPs"
-    else:
-        budget = time_budget(flops, base, float(opts.get("host_flops", 1e9)), cap)
-        why = f"budget {base:.0f}s + {flops / 1e9:.1f} GFLOP at GPU size"
-    left = budget - (time.monotonic() - _STARTED[0])
-
-    def expire() -> None:
-        _write({"valid": False, "reason": f"timed out after {budget:.0f}s ({why})"})
-        os._exit(0)
-
-    for old in _TIMER:  # the budget set before the FLOPs were known
-        old.cancel()
-    timer = threading.Timer(max(0.0, left), expire)
-    timer.daemon = True
-    timer.start()
-    _TIMER[:] = [timer]
-
-
-def main() -> None:
-    opts = json.loads(Path("options.json").read_text(encoding="utf-8"))
-    src = Path("task.py").read_text(encoding="utf-8")
-    try:
-        tree = ast.parse(src, "task.py")
-    except SyntaxError as exc:
-        _fail(f"syntax error at line {exc.lineno}: {exc.msg}")
-    import torch
-
-    _STARTED[0] = time.monotonic()
-    start_budget(opts, 0.0)
-    torch.set_num_threads(1)
-    module = types.ModuleType("kernelsynth_task")
-    module.__file__ = "task.py"
-    sys.modules[module.__name__] = module
-    ns = module.__dict__
-    try:
-        exec(compile(tree, "task.py", "exec"), ns)
-    except BaseException as exc:  # noqa: BLE001 - report anything the file raises
-        _fail(f"executing the file raised {type(exc).__name__}: {str(exc)[:200]}")
-    model_cls = ns.get("Model")
-    if not (isinstance(model_cls, type) and issubclass(model_cls, torch.nn.Module)):
-        _fail("no class Model(nn.Module)")
-    for fn in ("get_inputs", "get_init_inputs"):
-        if not callable(ns.get(fn)):
-            _fail(f"missing function {fn}()")
-    constants = int_constants(tree)
-    partners = tie_partners(tree)
-    scaled: dict[str, int] = {}
-    try:
-        # FLOPs cost a meta run (seconds for a deep model): counted where scaling needs them
-        if opts.get("scale"):
-            start_budget(opts, None)
-            start_budget(opts, footprint(ns)[1])
-        if opts.get("scale") and opts.get("cpu_max_numel"):
-            scaled = scale_constants(ns, constants, int(opts["cpu_max_numel"]),
-                                     lambda: _input_numel(ns), lambda: footprint(ns, True),
-                                     derived_refresher(tree, [*constants, *partners]),
-                                     partners)
-        init_inputs = ns["get_init_inputs"]()
-        if not isinstance(init_inputs, list | tuple):
-            _fail(f"get_init_inputs() returned {type(init_inputs).__name__}, not a list")
-        init_json = _jsonable(list(init_inputs))
-        torch.manual_seed(opts.get("seed", 0))
-        model = model_cls(*init_inputs).eval()
-        torch.manual_seed(opts.get("seed", 0) + 1)
-        inputs = ns["get_inputs"]()
-        if not isinstance(inputs, list | tuple):
-            _fail(f"get_inputs() returned {type(inputs).__name__}, not a list")
-        params = list(inspect.signature(model.forward).parameters)
-        names = [params[i] if i < len(params) else f"arg{i}" for i in range(len(inputs))]
-        in_specs = []
-        for name, x in zip(names, inputs, strict=True):
-            if isinstance(x, torch.Tensor):
-                in_specs.append(_spec(name, x))
-            else:
-                in_specs.append({"name": name, "shape": [], "dtype": type(x).__name__,
-                                 "init": "given", "low": None, "high": None, "value": x})
-        clones = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-        start = time.perf_counter()
-        with torch.no_grad():
-            out = model(*inputs)
-        forward_ms = (time.perf_counter() - start) * 1e3
-    except SystemExit:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        if isinstance(exc, MemoryError) or is_alloc_failure(str(exc)):
-            _write({"valid": False, "too_large_for_host": True,
-                    "reason": f"too_large_for_host: {str(exc).splitlines()[0][:160]}"
-                              if str(exc) else "too_large_for_host: MemoryError",
-                    "scaled_constants": scaled})
-            sys.exit(0)
-        last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        where = f" (line {last.lineno})" if last and last.filename == "task.py" else ""
-        _fail(f"reference raised {type(exc).__name__}{where}: {str(exc).splitlines()[0][:200]}"
-              if str(exc) else f"reference raised {type(exc).__name__}{where}")
-    outs = out if isinstance(out, list | tuple) else [out]
-    out_specs = []
-    for i, o in enumerate(outs):
-        if not isinstance(o, torch.Tensor):
-            _fail(f"forward output {i} is {type(o).__name__}, not a tensor")
-        out_specs.append(_spec(f"out{i}" if len(outs) > 1 else "out", o))
-    finite = all(bool(torch.isfinite(o).all()) for o in outs if o.is_floating_point())
-    mutated = [n for n, a, b in zip(names, inputs, clones, strict=True)
-               if isinstance(a, torch.Tensor) and not torch.equal(a, b)]
-    _write({
-        "valid": True, "reason": "", "init_inputs": init_json, "inputs": in_specs,
-        "outputs": out_specs, "constants": constants, "scaled_constants": scaled,
-        "forward_ms": forward_ms, "finite": finite, "mutated_inputs": mutated,
-        "num_params": sum(p.numel() for p in model.parameters()),
-        "output_abs_mean": [float(o.float().abs().mean()) if o.numel() else 0.0 for o in outs],
-        "input_numel": sum(math.prod(s["shape"]) for s in in_specs),
-    })
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""KernelBench task files: load in a sandboxed subprocess, check the interface, describe shapes.
+"""KernelBench task files: load in a probe job, check the interface, describe shapes.
 
 A task file defines `class Model(nn.Module)`, `get_inputs()`, `get_init_inputs()` and usually
 module-level shape constants. `task_id` is a content hash of the normalized source (comments and
@@ -8,15 +8,14 @@ formatting do not change it, so shape annotations can be added without changing 
 from __future__ import annotations
 
 import ast
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.tasks.dims import literal_int
+from pipeline.tasks.probe_pool import ProbePool
 from pipeline.tasks.scale import is_alloc_failure
 from schemas import TensorSpec, content_hash
-from verifier.sandbox import SandboxLimits, python_argv, run_sandboxed
 
 
 class TaskFileError(ValueError):
@@ -113,12 +112,9 @@ def _to_spec(d: dict) -> TensorSpec:
 
 # A task's time budget is `timeout_s` plus its GPU-size FLOPs at HOST_FLOPS (a loaded host's
 # single thread, conservatively), at most BUDGET_CAP_FACTOR * `timeout_s`: MobileNetV1's 11.4
-# GFLOP give it 41 s, a 200-GFLOP VGG the cap (see `scale.time_budget`).
+# GFLOP give it 41 s, a 200-GFLOP VGG the cap (see `probe_budget.time_budget`).
 HOST_FLOPS = 1e9
 BUDGET_CAP_FACTOR = 4.0
-# The budget runs from torch's import (see `scale.start_budget`); the sandbox's own limit, the
-# backstop, adds this much for the interpreter start (6-10 s on a loaded 2-core host).
-IMPORT_ALLOWANCE_S = 20.0
 
 
 def inspect_task_source(
@@ -130,30 +126,32 @@ def inspect_task_source(
     scale: bool = False,
     cpu_max_numel: int = 1 << 18,
     seed: int = 0,
+    pool: ProbePool | None = None,
 ) -> TaskFileReport:
-    """Load `source` as a task in a sandboxed subprocess and report what it defines; it may
-    take `timeout_s` plus its FLOPs' share (see HOST_FLOPS)."""
+    """Load `source` as a task in a probe job (a sandboxed child of the fork server of `pool`,
+    or of a pool of its own) and report what it defines; it may take `timeout_s` plus its
+    FLOPs' share (see HOST_FLOPS)."""
     try:
         task_id = task_id_of(source)
     except SyntaxError as exc:
         return TaskFileReport(ref, False, f"syntax error at line {exc.lineno}: {exc.msg}")
     except ValueError as exc:  # e.g. null bytes
         return TaskFileReport(ref, False, f"cannot parse: {exc}")
-    max_budget_s = timeout_s * BUDGET_CAP_FACTOR
-    options = {"scale": scale, "cpu_max_numel": cpu_max_numel, "seed": seed,
-               "budget_s": timeout_s, "host_flops": HOST_FLOPS, "max_budget_s": max_budget_s}
-    res = run_sandboxed(
-        python_argv("pipeline.tasks.scale"),
-        limits=SandboxLimits(timeout_s=max_budget_s + IMPORT_ALLOWANCE_S, memory_mb=memory_mb),
-        input_files={"task.py": source, "options.json": json.dumps(options)},
-    )
-    if res.payload is None:
-        why = res.describe_failure()
+    job = {"kind": "taskfile", "source": source, "scale": scale, "cpu_max_numel": cpu_max_numel,
+           "seed": seed, "budget_s": timeout_s, "host_flops": HOST_FLOPS,
+           "max_budget_s": timeout_s * BUDGET_CAP_FACTOR}
+    if pool is None:
+        with ProbePool(1, memory_mb) as own:
+            p = own.analyze(job)
+    else:
+        p = pool.analyze(job)
+    if "valid" not in p or p.get("reason") in ("timeout", "memory", "crash", "probe_unavailable",
+                                                "probe_error"):
+        why = p.get("detail") or p.get("reason") or "no result"
         if is_alloc_failure(why):
             return TaskFileReport(ref, False, f"too_large_for_host: {why}", task_id=task_id,
                                   too_large_for_host=True)
         return TaskFileReport(ref, False, why, task_id=task_id)
-    p = res.payload
     if not p.get("valid"):
         return TaskFileReport(ref, False, p.get("reason", "invalid"), task_id=task_id,
                               too_large_for_host=bool(p.get("too_large_for_host")))
@@ -191,8 +189,10 @@ def validate_task_file(path: str | Path, **kwargs) -> TaskFileReport:
     return inspect_task_source(source, str(path), **kwargs)
 
 
-def validate_task_files(paths: list[str | Path], workers: int = 2, **kwargs
-                        ) -> list[TaskFileReport]:
-    """Validate many files in parallel sandboxes; order follows `paths`."""
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(lambda p: validate_task_file(p, **kwargs), paths))
+def validate_task_files(paths: list[str | Path], workers: int = 2, memory_mb: int = 6144,
+                        **kwargs) -> list[TaskFileReport]:
+    """Validate many files, `workers` at a time on one probe fork server; order follows
+    `paths`."""
+    with ProbePool(workers, memory_mb) as probes, \
+            ThreadPoolExecutor(max_workers=max(1, workers)) as threads:
+        return list(threads.map(lambda p: validate_task_file(p, pool=probes, **kwargs), paths))

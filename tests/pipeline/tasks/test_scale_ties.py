@@ -8,7 +8,8 @@ import ast
 import textwrap
 
 from pipeline.tasks.dims import derived_refresher, get_slot, int_constants, tie_partners
-from pipeline.tasks.scale import _input_numel, footprint, scale_constants, time_budget
+from pipeline.tasks.probe_budget import time_budget
+from pipeline.tasks.scale import footprint, input_numel, scale_constants
 from pipeline.tasks.taskfile import inspect_task_source, substitute_constants
 
 HINGE = textwrap.dedent('''
@@ -67,7 +68,7 @@ def _load(source: str) -> tuple[dict, ast.Module]:
 def _scale(source: str, cap: int) -> tuple[dict, dict]:
     ns, tree = _load(source)
     consts, partners = int_constants(tree), tie_partners(tree)
-    scaled = scale_constants(ns, consts, cap, lambda: _input_numel(ns),
+    scaled = scale_constants(ns, consts, cap, lambda: input_numel(ns),
                              lambda: footprint(ns, True),
                              derived_refresher(tree, [*consts, *partners]), partners)
     return ns, scaled
