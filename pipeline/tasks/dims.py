@@ -126,3 +126,24 @@ def derived_refresher(tree: ast.Module, constants: dict[str, int] | set[str]
             exec(code, ns)
 
     return refresh
+
+
+_SYNONYMS = {"img": "image", "imgs": "image", "chans": "channels", "ch": "channels",
+             "chan": "channels", "feats": "features", "seq": "sequence", "len": "length"}
+_GENERIC = {"size", "num", "n", "dim", "of", "model"}
+
+
+def _words(key: str) -> set[str]:
+    name = key.split("[")[0].removeprefix("Model.")
+    return {_SYNONYMS.get(w, w) for w in name.lower().split("_") if w} - _GENERIC
+
+
+def may_tie(constant: str, partner: str) -> bool:
+    """Whether `partner` may scale together with the module constant `constant` when their
+    values are equal: constants and tuple elements always (`batch_size` and `input_shape[0]`
+    feed the same inputs), a `Model.__init__` default only when the names share a word
+    (`image_size` and `Model.img_size`; not `kernel_size` and `Model.stride`, both 2 by
+    chance, whose halving meta runs accept and the CPU run rejects)."""
+    if not partner.startswith("Model."):
+        return True
+    return bool(_words(constant) & _words(partner))

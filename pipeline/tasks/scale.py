@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipeline.tasks.dims import get_slot, set_slot
+from pipeline.tasks.dims import get_slot, may_tie, set_slot
 
 ALLOC_FAILURE = ("can't allocate memory", "cannot allocate memory", "out of memory")
 
@@ -197,7 +197,7 @@ def scale_constants(ns: dict, constants: dict[str, int], cap: int,
         new = attempt([name], size)
         if new is None:
             ties = [k for k in (*constants, *partners) if k != name and untouched(k)
-                    and get_slot(ns, k) == ns[name]]
+                    and get_slot(ns, k) == ns[name] and may_tie(name, k)]
             # one partner at a time first: equal values at small sizes are often coincidence
             for group in [[name, k] for k in ties] + ([[name, *ties]] if len(ties) > 1 else []):
                 new = attempt(group, size)

@@ -7,7 +7,13 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from pipeline.tasks.dims import derived_refresher, get_slot, int_constants, tie_partners
+from pipeline.tasks.dims import (
+    derived_refresher,
+    get_slot,
+    int_constants,
+    may_tie,
+    tie_partners,
+)
 from pipeline.tasks.probe_budget import time_budget
 from pipeline.tasks.scale import footprint, input_numel, scale_constants
 from pipeline.tasks.taskfile import inspect_task_source, substitute_constants
@@ -142,3 +148,47 @@ def test_a_heavy_task_gets_the_time_a_light_one_does_not():
     rep = inspect_task_source(light, scale=True, timeout_s=3)
     assert not rep.valid
     assert rep.reason.startswith("timed out after 3s (budget 3s + 0.0 GFLOP"), rep.reason
+
+
+# KernelBench level 2's form: stride and output_padding are constructor defaults; a kernel size
+# halved to 2 equals the stride by chance. Meta runs accept stride 1 with output_padding 1, the
+# CPU run does not, so the default must not follow a constant of another name.
+DECONV = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+    class Model(nn.Module):
+        def __init__(self, in_channels, out_channels, kernel_size, bias_shape, stride=2,
+                     padding=1, output_padding=1):
+            super().__init__()
+            self.up = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=stride,
+                                         padding=padding, output_padding=output_padding)
+            self.shift = nn.Parameter(torch.randn(bias_shape))
+
+        def forward(self, x):
+            return torch.tanh(self.up(x) - self.shift)
+
+    batch_size = 32
+    in_channels = 64
+    out_channels = 64
+    height = width = 256
+    kernel_size = 4
+    bias_shape = (out_channels, 1, 1)
+
+    def get_inputs():
+        return [torch.rand(batch_size, in_channels, height, width)]
+
+    def get_init_inputs():
+        return [in_channels, out_channels, kernel_size, bias_shape]
+''')
+
+
+def test_a_default_of_another_name_does_not_follow_by_chance():
+    assert may_tie("image_size", "Model.img_size") and may_tie("in_channels", "Model.in_chans")
+    assert may_tie("batch_size", "input_shape[0]")
+    assert not may_tie("kernel_size", "Model.stride")
+    assert not may_tie("batch_size", "Model.img_size")
+    ns, scaled = _scale(DECONV, 1 << 18)
+    assert not any(k.startswith("Model.") for k in scaled), scaled
+    model = ns["Model"](*ns["get_init_inputs"]())
+    assert model(*ns["get_inputs"]()).dim() == 4  # the CPU copy runs
