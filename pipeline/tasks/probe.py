@@ -1,27 +1,26 @@
-"""Child side of task building: a fork server that analyzes candidate task files (torch + stdlib).
+"""The task probe: one job in a sandboxed child of the verifier's fork server (torch + stdlib).
 
-Runs inside a sandbox (`pipeline.tasks.probe_pool` starts it). It imports torch once, then reads one
-JSON job per stdin line; each job is analyzed in a forked child with its own timeout, so a hang,
-crash or hostile module costs only that child. The reply is one JSON line on stdout.
-
-A job is a task file (`source`, which must define `Model`) plus either its own `get_inputs` /
-`get_init_inputs` (`kind: complete`) or facts to infer them from (`kind: extracted`: init
-argument candidates and the forward parameters). The child finds inputs, checks validity
-(constant, near-zero, input-independent, nondeterministic, input-mutating outputs), records the
-aten op inventory, per-statement shapes of `forward`, FLOPs and bytes at GPU sizes (on meta
-tensors) and picks GPU sizes that reach the target time on the named GPU.
+`pipeline.tasks.probe_pool` sends each job to `verifier.forkserver`, which forks a sandboxed
+child that runs this module as `__main__`: it reads `job.json`, writes `result.json`, and a hang,
+crash or hostile module costs only that child. Three job kinds, one path:
+- `taskfile`: a KernelBench file checked and run on CPU (`tasks validate`, see
+  `pipeline.tasks.probe_taskfile`);
+- `complete`: a full KernelBench file from a source, scaled for the CPU by the data-flow scaler
+  and measured;
+- `extracted`: a class pulled out of a file, with init arguments and forward inputs to infer.
+Measuring means: validity (constant, near-zero, input-independent, nondeterministic,
+input-mutating outputs), the aten op inventory, per-statement shapes of `forward`, FLOPs and
+bytes at GPU sizes (on meta tensors), and GPU sizes that reach the target time on the named GPU.
+Every job runs under a time budget that grows with its FLOPs (`pipeline.tasks.probe_budget`).
 """
 
 from __future__ import annotations
 
-import builtins
 import json
 import os
-import select
-import signal
-import sys
-import time
 
+from pipeline.tasks.dims import derived_refresher, int_constants, tie_partners
+from pipeline.tasks.probe_budget import start_budget, start_clock
 from pipeline.tasks.probe_inputs import build_model, infer_inputs, role_base, sized_specs
 from pipeline.tasks.probe_measure import analyze_run, check_validity
 from pipeline.tasks.probe_runtime import (
@@ -34,7 +33,8 @@ from pipeline.tasks.probe_runtime import (
     make_input,
     short_error,
 )
-from pipeline.tasks.scale import footprint, scale_constants
+from pipeline.tasks.probe_taskfile import check_taskfile
+from pipeline.tasks.scale import footprint, input_numel, meta_items, scale_constants
 
 
 def _est_ms(stats: dict, gpu: dict) -> float:
@@ -121,12 +121,7 @@ def _complete(job: dict) -> dict:
     torch = load_torch()
     ns = exec_source(job["source"])
     tree = ast.parse(job["source"])
-    constants = {}
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Constant)
-                and type(node.value.value) is int):
-            constants[node.targets[0].id] = node.value.value
+    constants, partners = int_constants(tree), tie_partners(tree)
     for fn in ("get_inputs", "get_init_inputs"):
         if not callable(ns.get(fn)):
             raise ProbeReject("missing_function", f"missing function {fn}()")
@@ -142,20 +137,18 @@ def _complete(job: dict) -> dict:
                           ) from None
     gpu_stats = None
     try:
-        model = build_model(ns, init_gpu, "meta")
-        gpu_stats = analyze_run(model, gpu_inputs, True)
+        with meta_items():
+            model = build_model(ns, init_gpu, "meta")
+            gpu_stats = analyze_run(model, gpu_inputs, True)
     except ProbeReject:
         raise
     except BaseException:  # noqa: BLE001 - meta unsupported: estimate from the CPU run
         gpu_stats = None
 
-    def input_numel():
-        with torch.device("meta"):
-            xs = ns["get_inputs"]()
-        return sum(x.numel() for x in xs if isinstance(x, torch.Tensor))
-
-    scaled = scale_constants(ns, constants, int(job["cpu_max_numel"]), input_numel,
-                             lambda: footprint(ns))
+    scaled = scale_constants(ns, constants, int(job["cpu_max_numel"]), lambda: input_numel(ns),
+                             lambda: footprint(ns), derived_refresher(tree, [*constants,
+                                                                             *partners]),
+                             partners)
     try:
         init_cpu = _jsonable(list(ns["get_init_inputs"]()))
         model = build_model(ns, init_cpu)
@@ -241,106 +234,38 @@ def analyze(job: dict) -> dict:
         return {"ok": False, "reason": "runtime_error", "detail": "recursion too deep"}
 
 
-# --- the fork server -------------------------------------------------------------------------
+# --- the child's entry ------------------------------------------------------------------------
 
 
-def _run_child(job: dict, path: str) -> None:
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    result_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    block_files()
+def run_job(job: dict, write) -> None:
+    """Run one job under its time budget and `write(result)`; every failure is a result."""
+    start_clock()
+    start_budget(job, 0.0, write)
+    load_torch().set_num_threads(1)
     try:
-        result = analyze(job)
+        if job.get("kind") == "taskfile":
+            result = check_taskfile(job, lambda flops: start_budget(job, flops, write))
+        else:
+            result = analyze(job)
     except BaseException as exc:  # noqa: BLE001 - last resort, still one line of reason
         result = {"ok": False, "reason": "probe_error", "detail": short_error(exc)}
-    data = json.dumps(result, default=str).encode("utf-8")
-    os.write(result_fd, data)
-    os.close(result_fd)
-    os._exit(0)
-
-
-def _serve_one(job: dict, workdir: str) -> dict:
-    path = os.path.join(workdir, f"res-{os.getpid()}-{time.monotonic_ns()}.json")
-    timeout = float(job.get("timeout_s", 20.0))
-    start = time.monotonic()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            _run_child(job, path)
-        finally:
-            os._exit(1)
-    status = None
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() - start > timeout:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return {"ok": False, "reason": "timeout",
-                    "detail": f"analysis took longer than {timeout:.0f}s"}
-        time.sleep(0.003)
-    wall = time.monotonic() - start
-    try:
-        with builtins.open(path, encoding="utf-8") as fh:
-            result = json.loads(fh.read())
-        os.unlink(path)
-    except (OSError, ValueError):
-        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-        name = signal.Signals(sig).name if sig else f"exit {os.WEXITSTATUS(status)}"
-        reason = "memory" if sig in (signal.SIGKILL, signal.SIGSEGV) else "crash"
-        return {"ok": False, "reason": reason, "detail": f"analysis child died ({name})"}
-    result["wall_s"] = wall
-    return result
-
-
-_WARMUP = """import torch
-class Model(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(8, 8)
-        self.conv = torch.nn.Conv2d(2, 2, 3)
-    def forward(self, x, y):
-        return self.fc(x).softmax(-1), self.conv(y).relu()
-def get_inputs():
-    return [torch.randn(16, 8), torch.randn(1, 2, 5, 5)]
-def get_init_inputs():
-    return []
-"""
+    write(result)
 
 
 def main() -> None:
-    import torch
+    with open("job.json", encoding="utf-8") as fh:
+        job = json.load(fh)
+    fd = os.open("result.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    done = []
 
-    torch.set_num_threads(1)
-    # warm the lazily imported pieces once so every fork gets them for free
-    from torch.utils import flop_counter  # noqa: F401
-    from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401
+    def write(result: dict) -> None:
+        if not done:  # the budget's timer and the job never both answer
+            done.append(True)
+            os.write(fd, json.dumps(result, default=str).encode("utf-8"))
 
-    analyze({"kind": "complete", "source": _WARMUP, "cpu_max_numel": 64, "gpu_min_ms": 0.0,
-             "gpu": {"flops": 1e12, "bandwidth": 1e12}})
-    workdir = os.getcwd()
-    out = sys.stdout
-    sys.stdout = sys.stderr
-    out.write(json.dumps({"ready": True}) + "\n")
-    out.flush()
-    while True:
-        ready, _, _ = select.select([sys.stdin], [], [], 3600)
-        if not ready:
-            continue
-        line = sys.stdin.readline()
-        if not line:
-            return
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            continue
-        reply = _serve_one(msg["job"], workdir)
-        reply["id"] = msg.get("id")
-        out.write(json.dumps(reply, default=str) + "\n")
-        out.flush()
+    block_files()
+    run_job(job, write)
+    os.close(fd)
 
 
 if __name__ == "__main__":

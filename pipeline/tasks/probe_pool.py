@@ -1,136 +1,65 @@
-"""Host side of the task probe: sandboxed fork-server workers that analyze many modules each.
+"""Host side of the task probe: jobs run on the verifier's fork server (`verifier.forkserver`).
 
-One worker process per slot imports torch once (about 1.5 s) and forks a child per job, so a
-module costs a fork, not an interpreter start. Workers run with the sandbox's limits (scrubbed
-environment, rlimits entered by the sandbox's exec wrapper rather than a `preexec_fn`, own
-session, no network where `unshare -n` works); a worker that dies or stops answering is killed
-and replaced, and the job in flight is reported as failed.
+The server imports torch once (plus `pipeline.tasks.probe_warmup`) and forks one sandboxed child
+per job, exactly the verifier's sandbox: own session, pids cgroup, rlimits entered in the child
+(no `preexec_fn`), namespaces, private /tmp, scrubbed environment. The child runs
+`pipeline.tasks.probe` on the job's `job.json`; a job costs a fork, not an interpreter start, and
+a hang, crash or hostile module costs only its child. The server's deadline for a job is its
+budget's cap (see `pipeline.tasks.probe_budget`) plus a margin; the child's own timer reports
+the budget's figures sooner.
 """
 
 from __future__ import annotations
 
 import json
-import queue
-import selectors
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-from verifier.sandbox import SandboxLimits, sandboxed_argv, scrubbed_env, stop_process
+from verifier.forkserver import ForkServer, ForkServerError
+from verifier.sandbox import SandboxLimits, SandboxResult
 
-_STARTUP_S = 60.0
-_SERVER_CPU_S = 7 * 24 * 3600  # a long-lived fork server; jobs are timed separately
+PROBE_ENTRY = "pipeline.tasks.probe"
+PRELOAD = ("pipeline.tasks.probe_warmup",)
+_MARGIN_S = 10.0  # past the budget's cap: the child's timer answers first
 
 
-class ProbeWorker:
-    """One sandboxed fork-server process; `analyze(job)` blocks until its reply or a timeout."""
-
-    def __init__(self, memory_mb: int = 6144):
-        self.memory_mb = memory_mb
-        self.proc: subprocess.Popen | None = None
-        self.workdir: str | None = None
-        self.seq = 0
-
-    def start(self) -> None:
-        self.workdir = tempfile.mkdtemp(prefix="ks-probe-")
-        # The worker lives for many jobs: no CPU-time cap (each job has its own timeout) and no
-        # process cap beyond the host's; memory, file size and core dumps as for any sandbox.
-        limits = SandboxLimits(memory_mb=self.memory_mb, cpu_s=_SERVER_CPU_S, processes=0)
-        cmd = sandboxed_argv([sys.executable, "-m", "pipeline.tasks.probe"], limits, None)
-        root = str(Path(__file__).resolve().parents[2])  # the repository root
-        env = scrubbed_env({"PYTHONPATH": root})
-        self.proc = subprocess.Popen(
-            cmd, cwd=self.workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True,
-            text=True, bufsize=1,
-        )
-        line = self._readline(_STARTUP_S)
-        if line is None or not json.loads(line).get("ready"):
-            self.close()
-            raise RuntimeError("task probe worker did not start (is torch importable?)")
-
-    def _readline(self, timeout: float) -> str | None:
-        assert self.proc is not None and self.proc.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        try:
-            if not sel.select(timeout):
-                return None
-            line = self.proc.stdout.readline()
-            return line or None
-        finally:
-            sel.close()
-
-    def analyze(self, job: dict) -> dict:
-        """Send one job; the worker enforces job['timeout_s'], this side a little more."""
-        if self.proc is None or self.proc.poll() is not None:
-            self.start()
-        assert self.proc is not None and self.proc.stdin is not None
-        self.seq += 1
-        try:
-            self.proc.stdin.write(json.dumps({"id": self.seq, "job": job}) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            self.close()
-            return {"ok": False, "reason": "crash", "detail": "probe worker pipe closed"}
-        line = self._readline(float(job.get("timeout_s", 20.0)) + 15.0)
-        if line is None:
-            self.close()
-            return {"ok": False, "reason": "timeout", "detail": "probe worker stopped answering"}
-        try:
-            return json.loads(line)
-        except ValueError:
-            self.close()
-            return {"ok": False, "reason": "crash", "detail": "probe worker sent garbage"}
-
-    def close(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc)
-            self.proc = None
-        if self.workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
+def _failure(res: SandboxResult) -> dict:
+    if res.timed_out:
+        return {"ok": False, "valid": False, "reason": "timeout",
+                "detail": f"analysis took longer than {res.wall_s:.0f}s"}
+    why = res.describe_failure()
+    memory = res.signal_name in ("SIGKILL", "SIGSEGV") or "MemoryError" in res.stderr
+    return {"ok": False, "valid": False, "reason": "memory" if memory else "crash",
+            "detail": why}
 
 
 class ProbePool:
-    """`workers` fork servers; `map(jobs)` analyzes jobs in parallel, results in job order."""
+    """Probe jobs on one fork server, at most `workers` at a time; `map(jobs)` keeps job order."""
 
     def __init__(self, workers: int = 2, memory_mb: int = 6144):
         self.workers = max(1, workers)
-        self._idle: queue.Queue[ProbeWorker] = queue.Queue()
-        self._all: list[ProbeWorker] = []
-        self._lock = threading.Lock()
         self.memory_mb = memory_mb
-
-    def _take(self) -> ProbeWorker:
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            with self._lock:
-                if len(self._all) < self.workers:
-                    w = ProbeWorker(self.memory_mb)
-                    self._all.append(w)
-                    return w
-            return self._idle.get()
+        self._server = ForkServer(preload=PRELOAD)
+        self._slots = threading.Semaphore(self.workers)
 
     def analyze(self, job: dict) -> dict:
-        worker = self._take()
-        try:
-            start = time.monotonic()
+        """Run one job; every failure (timeout, crash, no server) is a result with a reason."""
+        job = {**job, "budget_s": job.get("budget_s", job.get("timeout_s", 20.0))}
+        deadline = float(job.get("max_budget_s", job["budget_s"])) + _MARGIN_S
+        limits = SandboxLimits(timeout_s=deadline, memory_mb=self.memory_mb)
+        start = time.monotonic()
+        with self._slots:
             try:
-                res = worker.analyze(job)
-            except RuntimeError as exc:
-                res = {"ok": False, "reason": "probe_unavailable", "detail": str(exc)}
-            res.setdefault("wall_s", time.monotonic() - start)
-            return res
-        finally:
-            self._idle.put(worker)
+                res = self._server.run_module(PROBE_ENTRY, limits=limits,
+                                              input_files={"job.json": json.dumps(job)})
+            except ForkServerError as exc:
+                return {"ok": False, "valid": False, "reason": "probe_unavailable",
+                        "detail": str(exc), "wall_s": time.monotonic() - start}
+        out = res.payload if res.payload is not None else _failure(res)
+        out.setdefault("wall_s", time.monotonic() - start)
+        return out
 
     def map(self, jobs: Iterable[dict], on_result: Callable[[int, dict], None] | None = None
             ) -> list[dict]:
@@ -147,9 +76,7 @@ class ProbePool:
         return results
 
     def close(self) -> None:
-        for w in self._all:
-            w.close()
-        self._all.clear()
+        self._server.close()
 
     def __enter__(self) -> ProbePool:
         return self

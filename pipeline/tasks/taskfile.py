@@ -1,4 +1,4 @@
-"""KernelBench task files: load in a sandboxed subprocess, check the interface, describe shapes.
+"""KernelBench task files: load in a probe job, check the interface, describe shapes.
 
 A task file defines `class Model(nn.Module)`, `get_inputs()`, `get_init_inputs()` and usually
 module-level shape constants. `task_id` is a content hash of the normalized source (comments and
@@ -8,14 +8,14 @@ formatting do not change it, so shape annotations can be added without changing 
 from __future__ import annotations
 
 import ast
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.tasks.scale import is_alloc_failure, literal_int
+from pipeline.tasks.dims import literal_int
+from pipeline.tasks.probe_pool import ProbePool
+from pipeline.tasks.scale import is_alloc_failure
 from schemas import TensorSpec, content_hash
-from verifier.sandbox import SandboxLimits, python_argv, run_sandboxed
 
 
 class TaskFileError(ValueError):
@@ -71,19 +71,34 @@ def task_id_of(source: str) -> str:
 
 def substitute_constants(source: str, values: dict[str, int]) -> str:
     """Rewrite top-level `NAME = <int>` assignments (or int arithmetic such as `16384 * 4`) to
-    the given values, keeping the rest."""
+    the given values, keeping the rest; a key `NAME[i]` rewrites element i of a top-level int
+    tuple, a key `Model.ARG` the int default of `Model.__init__`'s ARG (see
+    `scale.tie_partners`)."""
     if not values:
         return source
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
-    edits = []
+    targets: list[tuple[str, ast.expr]] = []
     for node in tree.body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name) and node.targets[0].id in values
-                and literal_int(node.value) is not None
-                and node.value.lineno == node.value.end_lineno):
-            edits.append((node.value.lineno - 1, node.value.col_offset, node.value.end_col_offset,
-                          str(values[node.targets[0].id])))
+                and isinstance(node.targets[0], ast.Name)):
+            name = node.targets[0].id
+            targets.append((name, node.value))
+            if isinstance(node.value, ast.Tuple):
+                targets += [(f"{name}[{i}]", e) for i, e in enumerate(node.value.elts)]
+        if isinstance(node, ast.ClassDef) and node.name == "Model":
+            for fn in node.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+                    a = fn.args
+                    positional = [*a.posonlyargs, *a.args]
+                    targets += [(f"Model.{arg.arg}", d) for arg, d in zip(
+                        positional[len(positional) - len(a.defaults):], a.defaults, strict=True)]
+                    targets += [(f"Model.{arg.arg}", d) for arg, d in zip(
+                        a.kwonlyargs, a.kw_defaults, strict=True) if d is not None]
+    edits = [(node.lineno - 1, node.col_offset, node.end_col_offset, str(values[key]))
+             for key, node in targets
+             if key in values and literal_int(node) is not None
+             and node.lineno == node.end_lineno]
     for line, start, end, text in sorted(edits, reverse=True):
         raw = lines[line].encode("utf-8")
         lines[line] = (raw[:start] + text.encode() + raw[end:]).decode("utf-8")
@@ -95,6 +110,13 @@ def _to_spec(d: dict) -> TensorSpec:
                       init=d.get("init", "randn"), low=d.get("low"), high=d.get("high"))
 
 
+# A task's time budget is `timeout_s` plus its GPU-size FLOPs at HOST_FLOPS (a loaded host's
+# single thread, conservatively), at most BUDGET_CAP_FACTOR * `timeout_s`: MobileNetV1's 11.4
+# GFLOP give it 41 s, a 200-GFLOP VGG the cap (see `probe_budget.time_budget`).
+HOST_FLOPS = 1e9
+BUDGET_CAP_FACTOR = 4.0
+
+
 def inspect_task_source(
     source: str,
     ref: str = "<source>",
@@ -104,27 +126,32 @@ def inspect_task_source(
     scale: bool = False,
     cpu_max_numel: int = 1 << 18,
     seed: int = 0,
+    pool: ProbePool | None = None,
 ) -> TaskFileReport:
-    """Load `source` as a task in a sandboxed subprocess and report what it defines."""
+    """Load `source` as a task in a probe job (a sandboxed child of the fork server of `pool`,
+    or of a pool of its own) and report what it defines; it may take `timeout_s` plus its
+    FLOPs' share (see HOST_FLOPS)."""
     try:
         task_id = task_id_of(source)
     except SyntaxError as exc:
         return TaskFileReport(ref, False, f"syntax error at line {exc.lineno}: {exc.msg}")
     except ValueError as exc:  # e.g. null bytes
         return TaskFileReport(ref, False, f"cannot parse: {exc}")
-    options = {"scale": scale, "cpu_max_numel": cpu_max_numel, "seed": seed}
-    res = run_sandboxed(
-        python_argv("pipeline.tasks.scale"),
-        limits=SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb),
-        input_files={"task.py": source, "options.json": json.dumps(options)},
-    )
-    if res.payload is None:
-        why = res.describe_failure()
+    job = {"kind": "taskfile", "source": source, "scale": scale, "cpu_max_numel": cpu_max_numel,
+           "seed": seed, "budget_s": timeout_s, "host_flops": HOST_FLOPS,
+           "max_budget_s": timeout_s * BUDGET_CAP_FACTOR}
+    if pool is None:
+        with ProbePool(1, memory_mb) as own:
+            p = own.analyze(job)
+    else:
+        p = pool.analyze(job)
+    if "valid" not in p or p.get("reason") in ("timeout", "memory", "crash", "probe_unavailable",
+                                                "probe_error"):
+        why = p.get("detail") or p.get("reason") or "no result"
         if is_alloc_failure(why):
             return TaskFileReport(ref, False, f"too_large_for_host: {why}", task_id=task_id,
                                   too_large_for_host=True)
         return TaskFileReport(ref, False, why, task_id=task_id)
-    p = res.payload
     if not p.get("valid"):
         return TaskFileReport(ref, False, p.get("reason", "invalid"), task_id=task_id,
                               too_large_for_host=bool(p.get("too_large_for_host")))
@@ -162,8 +189,10 @@ def validate_task_file(path: str | Path, **kwargs) -> TaskFileReport:
     return inspect_task_source(source, str(path), **kwargs)
 
 
-def validate_task_files(paths: list[str | Path], workers: int = 2, **kwargs
-                        ) -> list[TaskFileReport]:
-    """Validate many files in parallel sandboxes; order follows `paths`."""
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(lambda p: validate_task_file(p, **kwargs), paths))
+def validate_task_files(paths: list[str | Path], workers: int = 2, memory_mb: int = 6144,
+                        **kwargs) -> list[TaskFileReport]:
+    """Validate many files, `workers` at a time on one probe fork server; order follows
+    `paths`."""
+    with ProbePool(workers, memory_mb) as probes, \
+            ThreadPoolExecutor(max_workers=max(1, workers)) as threads:
+        return list(threads.map(lambda p: validate_task_file(p, pool=probes, **kwargs), paths))

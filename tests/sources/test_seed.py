@@ -7,7 +7,8 @@ import ast
 import pytest
 import torch
 
-from pipeline.tasks.scale import _input_numel, _int_constants, scale_constants
+from pipeline.tasks.dims import int_constants
+from pipeline.tasks.scale import input_numel, scale_constants
 from schemas import OP_FAMILIES
 from sources.seed import seed_families, seed_files
 
@@ -49,7 +50,7 @@ def test_task_file_runs_deterministically(path):
     ns: dict = {"__name__": "seed_task"}
     exec(compile(tree, str(path), "exec"), ns)
     # the pipeline's own CPU scale-down
-    scale_constants(ns, _int_constants(tree), 1 << 12, lambda: _input_numel(ns))
+    scale_constants(ns, int_constants(tree), 1 << 12, lambda: input_numel(ns))
     outs = []
     for _ in range(2):
         torch.manual_seed(0)
