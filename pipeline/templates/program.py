@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from dataclasses import dataclass, field
 
+from pipeline.templates import symbolic, tidy
 from pipeline.templates.analysis import Graph, Node, NoTemplate, Reference, refs
+from pipeline.templates.symbolic import Scalar, scalar_marker
 
 C_TYPES = {
     "float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
@@ -22,6 +25,8 @@ C_TYPES = {
 }
 FLOATS = ("float32", "float64", "float16", "bfloat16")
 
+# Every include and helper a kernel may use; a candidate's own header keeps only what it uses
+# (tidy.header). The self-check's shared translation unit includes all of them.
 CUDA_HEADER = r"""#include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
@@ -47,7 +52,6 @@ CPU_HEADER = r"""#include <torch/extension.h>
 #include <cfloat>
 #include <algorithm>
 #include <vector>
-#define HD inline
 """
 
 
@@ -63,7 +67,9 @@ def acc_type(*dtypes: str) -> str:
 
 
 def lit(value: float | int | bool, acc: str = "float") -> str:
-    """A C literal of the accumulation type."""
+    """A C literal of the accumulation type (a constructor value: a marker for its parameter)."""
+    if isinstance(value, Scalar):
+        return scalar_marker(value, acc)
     if isinstance(value, dict) and "float" in value:
         value = float(value["float"])
     if isinstance(value, bool):
@@ -93,6 +99,9 @@ class Kernel:
     source: str
     decl: str
     note: str
+    canon: str = ""  # source with its own name masked, to find duplicates
+    uses: int = 1
+    comment: str = ""  # the note with sizes as expressions of the inputs (kernel comment)
 
 
 @dataclass
@@ -123,7 +132,9 @@ class Builder:
     kernels: list[Kernel] = field(default_factory=list)
     families: list[str] = field(default_factory=list)
     params: dict = field(default_factory=dict)
+    sizes: dict[str, str] = field(default_factory=dict)  # size symbol -> `x.size(0)`
     _counter: int = 0
+    _extra: dict[str, list[str]] = field(default_factory=dict)  # kernel -> markers it takes
 
     @property
     def cuda(self) -> bool:
@@ -151,7 +162,7 @@ class Builder:
         return m
 
     def emit(self, line: str) -> None:
-        self.lines.append(line)
+        self.lines.append(symbolic.as_python(line, self.sizes))
 
     def alloc(self, shape: list[int], dtype: str, zero: bool = False) -> str:
         var = self.fresh("buf")
@@ -169,15 +180,31 @@ class Builder:
         return elementwise.copy_kernel(self, ref)
 
     def add_kernel(self, family: str, hint: str, source: str, decl: str, note: str) -> str:
-        """Register a kernel's C++ text; `decl` uses NAME for the host function's name."""
+        """Register a kernel's C++ text; `decl` uses NAME for the host function's name.
+
+        Sizes and constructor values in the text become parameters (symbolic.plumb); a kernel
+        whose text equals an earlier one's (up to its name) reuses that one.
+        """
         name = f"{hint}_{len(self.kernels)}"
-        self.kernels.append(Kernel(name, family, source.replace("NAME", name),
-                                   decl.replace("NAME", name), note))
+        source, decl, marks = symbolic.plumb(source.replace("NAME", name),
+                                             decl.replace("NAME", name), name)
+        comment = symbolic.as_python(note, self.sizes)
+        note = symbolic.as_numbers(note)
         self.families.append(family)
+        shape = re.compile(rf"\b{re.escape(hint)}(?=_|\b)")
+        canon = shape.sub("KS_SELF", source.replace(name, "KS_HOST"))
+        for k in self.kernels:
+            if k.family == family and k.canon == canon:
+                self._extra[k.name] = marks
+                k.uses += 1
+                return k.name
+        self.kernels.append(Kernel(name, family, source, decl, note, canon, comment=comment))
+        self._extra[name] = marks
         return name
 
     def call(self, fn_name: str, *args: str) -> None:
-        self.emit(f"_ext.{fn_name}({', '.join(args)})")
+        extra = [symbolic.as_python(m, self.sizes) for m in self._extra.get(fn_name, [])]
+        self.emit(f"_ext.{fn_name}({', '.join([*args, *extra])})")
 
 
 def param_expr(name: str, is_buffer: bool) -> str:
@@ -203,6 +230,7 @@ def lower(graph: Graph, ref: Reference, backend: str, variant: int) -> Built:
             b.env[node.name] = param_expr(graph.params[i], False)
         else:
             b.env[node.name] = ref.forward_args[i - nparams]
+    b.sizes = {sym: f"{b.env[ph]}.size({d})" for sym, (ph, d) in graph.symbols.items()}
     if not ref.forward_args:
         raise NoTemplate("forward has no tensor inputs")
     b.emit(f"dev = {ref.forward_args[0]}.device")
@@ -228,10 +256,26 @@ def lower(graph: Graph, ref: Reference, backend: str, variant: int) -> Built:
                  [k.note for k in b.kernels], b.params)
 
 
+def kernel_comment(note: str) -> str:
+    """The note as a `//` comment block over the kernel (its thread/loop mapping)."""
+    words, lines, cur = note.split(), [], "//"
+    for w in words:
+        if len(cur) + 1 + len(w) > 98:
+            lines.append(cur)
+            cur = "//"
+        cur += " " + w
+    return "\n".join([*lines, cur])
+
+
 def render(b: Builder) -> str:
     """The candidate file: reference imports, extension sources, ModelNew."""
-    header = CUDA_HEADER if b.cuda else CPU_HEADER
-    body = "\n".join(k.source for k in b.kernels)
+    body = "\n".join(kernel_comment(k.comment or k.note) + "\n" + k.source.strip("\n") + "\n"
+                     for k in b.kernels)
+    body = tidy.resolve_switches(body)
+    if not b.cuda:
+        body = tidy.cpu_inline(body)
+    body = tidy.drop_unused_macros(body)
+    header = tidy.header(body, b.cuda)
     decls = "\n".join(k.decl + ";" for k in b.kernels)
     digest = hashlib.sha256((header + body + b.backend).encode()).hexdigest()[:12]
     names = ", ".join(repr(k.name) for k in b.kernels)
@@ -241,7 +285,7 @@ def render(b: Builder) -> str:
             f"    cuda_sources=[KERNELS],\n    functions=[{names}],\n"
             '    extra_cflags=["-O3"],\n    extra_cuda_cflags=["-O3"],\n    verbose=False,\n)'
         )
-        sources = (f'KERNELS = r"""\n{header}\n{body}\n"""\n\n'
+        sources = (f'KERNELS = r"""\n{header}\n{body}"""\n\n'
                    f'CPP_DECLS = r"""\n#include <torch/extension.h>\n{decls}\n"""\n')
     else:
         build = (
@@ -250,7 +294,7 @@ def render(b: Builder) -> str:
             '    extra_cflags=["-O3", "-fopenmp"],\n    extra_ldflags=["-fopenmp"],\n'
             "    verbose=False,\n)"
         )
-        sources = f'KERNELS = r"""\n{header}\n{body}\n"""\n'
+        sources = f'KERNELS = r"""\n{header}\n{body}"""\n'
     base_imports = {"import torch", "import torch.nn as nn",
                      "from torch.utils.cpp_extension import load_inline"}
     preamble = "\n".join(ln for ln in b.ref.preamble.splitlines() if ln not in base_imports)

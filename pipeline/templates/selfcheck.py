@@ -18,7 +18,16 @@ import traceback
 import types
 from pathlib import Path
 
-_HEADER_END = "#define HD inline\n"
+
+def _body(kernels: str) -> str:
+    """The C++ after the candidate's own includes and shared macros (the shared TU has them)."""
+    lines = kernels.splitlines()
+    last = max((i for i, ln in enumerate(lines) if ln.startswith("#include")), default=-1)
+    rest = lines[last + 1:]
+    while rest and (rest[0].startswith("#define HD ") or rest[0].startswith("#define KS_STREAM")
+                    or not rest[0].strip()):
+        rest = rest[1:]
+    return "\n".join(rest) + "\n"
 
 
 def _split(code: str) -> tuple[str, list[str]]:
@@ -34,9 +43,9 @@ def _split(code: str) -> tuple[str, list[str]]:
             for kw in node.value.keywords:
                 if kw.arg == "functions":
                     names = [e.value for e in kw.value.elts]
-    if kernels is None or _HEADER_END not in kernels:
+    if kernels is None or "#include <torch/extension.h>" not in kernels:
         raise ValueError("not a CPU template candidate")
-    return kernels.split(_HEADER_END, 1)[1], names
+    return _body(kernels), names
 
 
 def combined_source(codes: list[str]) -> tuple[str, list[list[str]]]:
@@ -166,9 +175,6 @@ if __name__ == "__main__":
     main()
 
 
-_CUDA_HEADER_END = "#define KS_STREAM c10::cuda::getCurrentCUDAStream()\n"
-
-
 def cuda_translation_unit(codes: list[str]) -> str:
     """One .cu file holding every CUDA candidate's kernels in its own namespace."""
     from pipeline.templates.program import CUDA_HEADER
@@ -178,7 +184,7 @@ def cuda_translation_unit(codes: list[str]) -> str:
         tree = ast.parse(code)
         kernels = next(n.value.value for n in tree.body if isinstance(n, ast.Assign)
                        and isinstance(n.targets[0], ast.Name) and n.targets[0].id == "KERNELS")
-        body = kernels.split(_CUDA_HEADER_END, 1)[1]
+        body = _body(kernels)
         parts.append(f"namespace c{i} {{\n{body}\n}}  // namespace c{i}\n")
     return "\n".join(parts)
 
