@@ -25,6 +25,7 @@ import time
 import traceback
 import types
 
+from pipeline.flops import first_numel, largest_numel, op_flops
 from pipeline.taskprobe import footprint, scale_constants
 
 _BLOCKED = "kernelsynth: file access blocked"
@@ -173,7 +174,7 @@ def _op_recorder():
                 self.counts[name] = self.counts.get(name, 0) + 1
             self.traffic += _nbytes(args) + _nbytes(kwargs) + _nbytes(out)
             if func.overloadpacket not in _counted() and name.split(".")[-1] not in _NO_FLOPS:
-                self.pointwise += _numel(out)
+                self.pointwise += op_flops(name, largest_numel((args, kwargs)), first_numel(out))
             return out
 
     return OpRecorder()
@@ -734,7 +735,7 @@ def _complete(job: dict) -> dict:
                      "low": None, "high": None} for n, x in zip(names, inputs, strict=True)]
         validity = _check_validity(model, inputs, lambda: list(ns["get_inputs"]()))
         cpu_stats = _analyze_run(model, [x.clone() if isinstance(x, torch.Tensor) else x
-                                         for x in inputs], gpu_stats is None)
+                                         for x in inputs], True)  # CPU file's annotations
     except ProbeReject:
         raise
     except BaseException as exc:  # noqa: BLE001
@@ -772,7 +773,7 @@ def _extracted(job: dict) -> dict:
     inputs = [_make_input(s) for s in cpu_specs]
     try:
         validity = _check_validity(model, inputs, lambda: [_make_input(s) for s in cpu_specs])
-        cpu_stats = _analyze_run(model, [x.clone() if x is not None else x for x in inputs], False)
+        cpu_stats = _analyze_run(model, [x.clone() if x is not None else x for x in inputs], True)
     except ProbeReject:
         raise
     except BaseException as exc:  # noqa: BLE001

@@ -83,7 +83,7 @@ def main() -> None:
         return
     torch.set_num_threads(2)
     for i, case in enumerate(cases["cases"]):
-        results.append(_run_case(i, case, ext, cpp, torch))
+        results.append(_run_isolated(i, case, ext, cpp, torch))
     Path("result.json").write_text(json.dumps({"results": results}))
 
 
@@ -93,6 +93,31 @@ class _Ext:
 
     def __getattr__(self, name: str):
         return getattr(self._ext, f"c{self._i}_{name}")
+
+
+def _run_isolated(i: int, case: dict, ext, cpp, torch) -> dict:
+    """`_run_case` in a forked child, so a kernel that crashes (SIGFPE, SIGSEGV) fails only itself.
+
+    The parent never runs a kernel, so no OpenMP pool exists yet when it forks.
+    """
+    import os
+    import signal
+
+    out = Path(f"case{i}.json")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            res = _run_case(i, case, ext, cpp, torch)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent as the result
+            res = {"ok": False, "error": f"harness: {type(exc).__name__}: {exc}"}
+        out.write_text(json.dumps(res))
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return {"ok": False, "error": f"crashed with {signal.Signals(os.WTERMSIG(status)).name}"}
+    if not out.exists():
+        return {"ok": False, "error": f"exited with status {os.waitstatus_to_exitcode(status)}"}
+    return json.loads(out.read_text())
 
 
 def _run_case(i: int, case: dict, ext, cpp, torch) -> dict:
