@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.templates.sizes import other_sizes
+from pipeline.templates.specialized import resolve_specialized
 from pipeline.templates.symbolic import Scalar, decode
 from verifier.sandbox import SandboxLimits, run_sandboxed
 
@@ -70,8 +72,9 @@ class Graph:
     num_inputs: int
     training: bool = True
     by_name: dict[str, Node] = field(default_factory=dict)
-    # size symbol -> (placeholder node name, dim) it was read from; empty for a fixed-size trace
-    symbols: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # size symbol -> (placeholder node name, dim) it is read from, or the module attribute
+    # (`self.gn.num_groups`) holding it; empty for a fixed-size trace
+    symbols: dict[str, tuple[str, int] | str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.by_name = {n.name: n for n in self.nodes}
@@ -114,11 +117,11 @@ _CACHE: dict[str, Graph] = {}
 _FAILED: dict[str, str] = {}  # source hash -> why it could not be traced
 
 
-def _symbols(p: dict) -> dict[str, tuple[str, int]]:
+def _symbols(p: dict) -> dict[str, tuple[str, int] | str]:
     """Where each size symbol can be read: forward inputs first, then parameters/buffers."""
     places = [d for d in p["nodes"] if d["op"] == "placeholder"]
     k = len(p["params"])
-    out: dict[str, tuple[str, int]] = {}
+    out: dict[str, tuple[str, int] | str] = {}
     for d in places[k:] + places[:k]:
         if not isinstance(d["meta"], dict):
             continue
@@ -132,6 +135,8 @@ def _graph(p: dict) -> Graph:
     if not p.get("ok"):
         raise NoTemplate(f"reference could not be traced: {p.get('reason', 'unknown')}")
     symbols = _symbols(p)
+    if isinstance(p.get("other"), dict) and p["other"].get("ok"):
+        resolve_specialized(p, p["other"], symbols)
     known = set(symbols)
     nodes = [Node(**{k: decode(d[k], known) for k in ("name", "op", "target", "args", "named",
                                                       "meta", "users")}) for d in p["nodes"]]
@@ -155,7 +160,8 @@ def trace_sources(sources: list[str], *, timeout_s: float = 600.0) -> dict[str, 
     if todo:
         res = run_sandboxed([sys.executable, str(_PROBE)],
                             limits=SandboxLimits(timeout_s=timeout_s, memory_mb=8192),
-                            input_files={"tasks.json": json.dumps(todo)})
+                            input_files={"tasks.json": json.dumps([[s, other_sizes(s)]
+                                                                   for s in todo])})
         batch = (res.payload or {}).get("batch")
         if batch is None:
             raise NoTemplate(f"batch trace failed: {res.describe_failure()}")
@@ -179,7 +185,7 @@ def trace_source(source: str, *, timeout_s: float = 120.0) -> Graph:
         raise NoTemplate(_FAILED[key])
     res = run_sandboxed([sys.executable, str(_PROBE)],
                         limits=SandboxLimits(timeout_s=timeout_s, memory_mb=8192),
-                        input_files={"task.py": source})
+                        input_files={"task.py": source, "task_other.py": other_sizes(source)})
     if res.payload is None:
         raise NoTemplate(f"reference could not be traced: {res.describe_failure()}")
     try:

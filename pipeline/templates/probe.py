@@ -71,16 +71,31 @@ def main() -> None:
     many = Path("tasks.json")
     if many.exists():  # batch mode: one torch import for many references
         results = []
-        for src in json.loads(many.read_text(encoding="utf-8")):
-            _write({"ok": False, "reason": "probe crashed"})
-            try:
-                trace(src)
-                results.append(json.loads(Path("result.json").read_text(encoding="utf-8")))
-            except BaseException as exc:  # noqa: BLE001 - one bad task must not end the batch
-                results.append({"ok": False, "reason": f"probe raised {type(exc).__name__}"})
+        for item in json.loads(many.read_text(encoding="utf-8")):
+            src, other = item if isinstance(item, list) else (item, None)
+            results.append(_traced(src, other))
         _write({"ok": True, "batch": results})
         return
-    trace(Path("task.py").read_text(encoding="utf-8"))
+    other = Path("task_other.py")
+    _write(_traced(Path("task.py").read_text(encoding="utf-8"),
+                   other.read_text(encoding="utf-8") if other.exists() else None))
+
+
+def _traced(src: str, other: str | None) -> dict:
+    """The trace of `src`, with the trace of the same task at other sizes under "other"."""
+    out = _traced_one(src)
+    if other is not None and out.get("ok"):
+        out["other"] = _traced_one(other)
+    return out
+
+
+def _traced_one(src: str) -> dict:
+    _write({"ok": False, "reason": "probe crashed"})
+    try:
+        trace(src)
+        return json.loads(Path("result.json").read_text(encoding="utf-8"))
+    except BaseException as exc:  # noqa: BLE001 - one bad task must not end the batch
+        return {"ok": False, "reason": f"probe raised {type(exc).__name__}"}
 
 
 def trace(src: str) -> None:
@@ -127,7 +142,8 @@ def trace(src: str) -> None:
     scalars = _constructor_scalars(ns, init, model, nodes, torch, fx)
     training = bool(model.training)
     _write({"ok": True, "params": names, "nodes": nodes, "num_inputs": len(inputs),
-            "training": training, "symbolic": symbolic, "scalars": scalars})
+            "training": training, "symbolic": symbolic, "scalars": scalars,
+            "int_attrs": _attrs(model, int)})
 
 
 def _trace_symbolic(call, state, inputs, torch):
@@ -185,11 +201,15 @@ def _nodes(gm, torch, fx) -> list[dict]:
 
 
 def _float_attrs(model) -> dict[str, float]:
-    """`self.<path>` -> value for every float attribute of the module tree."""
+    return _attrs(model, float)
+
+
+def _attrs(model, kind: type) -> dict:
+    """`self.<path>` -> value for every attribute of type `kind` (bools excluded) in the tree."""
     out = {}
     for prefix, mod in model.named_modules():
         for key, val in vars(mod).items():
-            if isinstance(val, float) and not key.startswith("_"):
+            if type(val) is kind and not key.startswith("_"):
                 out["self." + (prefix + "." if prefix else "") + key] = val
     return out
 

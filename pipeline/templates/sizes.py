@@ -65,3 +65,11 @@ def other_size(value: int) -> int:
 def other_scalar(value: float) -> float:
     """A different constructor float of the same sign and magnitude."""
     return value * 1.25 if value else 0.0
+
+
+def other_sizes(source: str) -> str:
+    """The task at another size set and other constructor floats (the source if it has none)."""
+    try:
+        return rewrite_literals(source, other_size, other_scalar)
+    except SyntaxError:
+        return source

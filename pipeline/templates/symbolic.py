@@ -70,6 +70,11 @@ class Dim(int):
     def __floordiv__(self, other):
         if isinstance(other, int) and not isinstance(other, Dim) and other == 1:
             return self
+        if isinstance(other, int) and int(other) and self.expr.endswith(f"*({_text(other)})") \
+                and _balanced(self.expr[1:-len(f")*({_text(other)})")]) \
+                and self.expr.startswith("("):
+            inner = self.expr[1:-len(f")*({_text(other)})")]
+            return Dim(int(self) // int(other), inner)  # (a*b)//b -> a
         return self._op(other, "//", int(self) // int(other))
 
     def __rfloordiv__(self, other):
@@ -107,7 +112,7 @@ def decode(value, symbols: set[str]):
     if isinstance(value, dict):
         if set(value) == {"sym", "value"}:
             expr = to_python(value["sym"])
-            if expr is None or not set(re.findall(r"s\d+", expr)) <= symbols:
+            if expr is None or not set(re.findall(r"[sk]\d+", expr)) <= symbols:
                 return int(value["value"])  # an expression we cannot write: keep the number
             return Dim(int(value["value"]), expr)
         return {k: decode(v, symbols) for k, v in value.items()}
@@ -122,7 +127,7 @@ def to_python(expr: str) -> str | None:
     if re.fullmatch(r"[\w()+\-*/, %]*", text) is None:
         return None
     words = set(re.findall(r"[A-Za-z_]\w*", text))
-    if not words <= ({"max", "min"} | set(re.findall(r"s\d+", text))):
+    if not words <= ({"max", "min"} | set(re.findall(r"[sk]\d+", text))):
         return None
     return text
 
@@ -137,7 +142,7 @@ def as_python(text: str, names: dict[str, str]) -> str:
     def sub(m: re.Match) -> str:
         if m.group(1) == "c":
             return m.group(2).split(":")[0]
-        expr = re.sub(r"\bs\d+\b", lambda s: names[s.group(0)], m.group(2))
+        expr = re.sub(r"\b[sk]\d+\b", lambda s: names[s.group(0)], m.group(2))
         return _tidy(expr)
 
     return _MARK.sub(sub, text)

@@ -137,4 +137,5 @@ def test_cpu_candidates_generalise_to_other_sizes_and_constructor_values(seed_ke
     results = check_cpu_candidates(cases, timeout_s=1500)
     bad = {lab: r.get("error") for lab, r in zip(labels, results, strict=True) if not r["ok"]}
     same_ok = sum(r["ok"] for lab, r in zip(labels, results, strict=True) if lab.endswith("same"))
-    assert not bad, (same_ok, bad)
+    assert not bad, f"{same_ok} correct at the built sizes; failing:\n" + "\n".join(
+        f"{lab}: {err}" for lab, err in sorted(bad.items()))
