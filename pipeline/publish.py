@@ -138,6 +138,38 @@ def _check_table(config: str, table: pa.Table) -> pa.Table:
     return table.cast(expected)
 
 
+BACKEND_TAGS = {"cuda": ["cuda", "gpu-kernels"], "musa": ["musa", "gpu-kernels"],
+                "cpu": ["cpp", "cpu-kernels", "openmp"]}
+BACKEND_WORDS = {"cuda": "CUDA kernels compiled with nvcc and checked on an NVIDIA GPU",
+                 "musa": "MUSA kernels compiled and checked on a Moore Threads GPU",
+                 "cpu": "C++ (OpenMP) kernels compiled with the host compiler and checked on "
+                        "the CPU"}
+
+
+def _backends(tables: dict[str, pa.Table]) -> list[str]:
+    """The backends whose kernels (made and verified) are in the rows."""
+    found: set[str] = set()
+    for table in tables.values():
+        if "backend" in table.column_names:
+            found.update(b for b in table.column("backend").to_pylist() if b)
+    return sorted(found)
+
+
+def backend_tags(backends: list[str]) -> list[str]:
+    """Card tags naming the backends that made and checked the kernels, nothing else."""
+    tags = ["code", "kernelbench", "synthetic"]
+    for b in backends:
+        tags += [t for t in BACKEND_TAGS.get(b, [b]) if t not in tags]
+    return tags
+
+
+def backend_sentence(backends: list[str]) -> str:
+    if not backends:
+        return "No kernel rows in this version."
+    return ("Kernels in this version: " + "; ".join(BACKEND_WORDS.get(b, b) for b in backends)
+            + ". The `backend` column of every row names the one that made and checked it.")
+
+
 def _card(name: str, version: str, manifest: dict[str, Any], stats: dict[str, Any] | None,
           license_id: str) -> str:
     configs = []
@@ -148,12 +180,13 @@ def _card(name: str, version: str, manifest: dict[str, Any], stats: dict[str, An
             "data_files": [{"split": s, "path": f"{config}/{s}-*.parquet"} for s in splits],
             **({"default": True} if config == "sft" else {}),
         })
+    backends = manifest.get("backends", [])
     front = {"license": license_id, "pretty_name": f"{name} {version}",
-             "tags": ["code", "cuda", "gpu-kernels", "kernelbench", "synthetic"],
-             "task_categories": ["text-generation"], "configs": configs}
+             "tags": backend_tags(backends), "task_categories": ["text-generation"],
+             "configs": configs}
     lines = ["---", yaml.safe_dump(front, sort_keys=False).rstrip(), "---", "",
-             f"# {name} {version}", "",
-             "Verified training data for LLMs that write GPU kernels, produced by kernelsynth: "
+             f"# {name} {version}", "", backend_sentence(backends), "",
+             "Verified training data for LLMs that write kernels, produced by kernelsynth: "
              "PyTorch modules become KernelBench-style tasks; template, LLM, mutation and "
              "repair generators write `ModelNew` kernels; the staged verifier (extract, static "
              "anti-cheat checks, compile, correctness on seeded inputs, timing against eager "
@@ -264,6 +297,7 @@ def publish_version(ws: Workspace, tables: dict[str, pa.Table], cfg: Config,
                                              "python": platform.python_version()}),
             },
             "config": cfg.model_dump(mode="json"),
+            "backends": _backends(tables),
         }
         if stats:
             (tmp / STATS).write_text(json.dumps(stats, indent=2) + "\n",
