@@ -210,7 +210,9 @@ def _attrs(model, kind: type) -> dict:
     for prefix, mod in model.named_modules():
         for key, val in vars(mod).items():
             if type(val) is kind and not key.startswith("_"):
-                out["self." + (prefix + "." if prefix else "") + key] = val
+                path = "".join(f"[{q}]" if q.isdigit() else f".{q}"
+                               for q in prefix.split(".") if q)
+                out[f"self{path}.{key}"] = val  # self.net[0].negative_slope
     return out
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from pipeline.templates import symbolic, tidy
 from pipeline.templates.analysis import Graph, Node, NoTemplate, Reference, refs
-from pipeline.templates.symbolic import Scalar, scalar_marker
+from pipeline.templates.symbolic import Dim, Scalar, scalar_marker
 
 C_TYPES = {
     "float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
@@ -70,6 +70,8 @@ def lit(value: float | int | bool, acc: str = "float") -> str:
     """A C literal of the accumulation type (a constructor value: a marker for its parameter)."""
     if isinstance(value, Scalar):
         return scalar_marker(value, acc)
+    if isinstance(value, Dim):  # a size used as a number (a mean's divisor): a parameter too
+        return f"(({acc}){value!r})"
     if isinstance(value, dict) and "float" in value:
         value = float(value["float"])
     if isinstance(value, bool):

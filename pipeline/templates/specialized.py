@@ -76,6 +76,12 @@ def resolve_specialized(p: dict, q: dict, symbols: dict[str, tuple[str, int] | s
         nonlocal changed
         if isinstance(a, bool) or isinstance(b, bool):
             return a
+        if isinstance(a, float) and isinstance(b, float) and a != b:
+            expr = _float_of_size(a, b, pairs)
+            if expr is not None:
+                changed += 1
+                return {"scalar": expr, "value": a}
+            return a
         if isinstance(a, int) and isinstance(b, int):
             sym = pairs.get((a, b)) if a != b and a >= 2 else None
             if sym is not None:
@@ -90,6 +96,9 @@ def resolve_specialized(p: dict, q: dict, symbols: dict[str, tuple[str, int] | s
             return {k: fix(v, b.get(k)) if k in b else v for k, v in a.items()}
         return a
 
+    for _name, _j, enc, va, vb in dims:  # symbolic dims: sources for size-derived floats
+        if isinstance(enc, dict) and enc["sym"] in symbols:
+            pairs.setdefault((va, vb), enc["sym"])
     for na, nb in zip(p["nodes"], q["nodes"], strict=True):
         for key in ("args", "named", "meta"):
             na[key] = fix(na[key], nb[key])
@@ -113,3 +122,24 @@ def _fix_expr(a: dict, b: dict, pairs: dict[tuple[int, int], str]) -> dict:
         else:
             out.append(x)
     return {"sym": "".join(out), "value": a["value"]}
+
+
+# Floats a reference computes from a size: 1/sqrt(head_dim) scales, 1/N means, 1/(N-1).
+_FLOAT_FORMS = (("1.0 / {s}", lambda v: 1.0 / v), ("{s} ** -0.5", lambda v: v ** -0.5),
+                ("{s} ** 0.5", lambda v: v ** 0.5), ("1.0 / ({s} - 1)", lambda v: 1.0 / (v - 1)),
+                ("float({s})", float))
+
+
+def _float_of_size(a: float, b: float, pairs: dict[tuple[int, int], str]) -> str | None:
+    """An expression of one size symbol that gives `a` in one trace and `b` in the other."""
+    def close(x: float, y: float) -> bool:
+        return abs(x - y) <= 1e-6 * max(abs(x), abs(y), 1e-30)
+
+    for (va, vb), sym in pairs.items():
+        for text, f in _FLOAT_FORMS:
+            try:
+                if close(f(va), a) and close(f(vb), b):
+                    return text.format(s=sym)
+            except ZeroDivisionError:
+                continue
+    return None

@@ -110,6 +110,10 @@ def scalar_marker(value: Scalar, ctype: str) -> str:
 def decode(value, symbols: set[str]):
     """Probe encoding -> Dim where a value is symbolic (recursively through lists/dicts)."""
     if isinstance(value, dict):
+        if set(value) == {"scalar", "value"}:  # a float computed from sizes (specialized.py)
+            if not set(re.findall(r"[sk]\d+", value["scalar"])) <= symbols:
+                return float(value["value"])
+            return Scalar(float(value["value"]), value["scalar"])
         if set(value) == {"sym", "value"}:
             expr = to_python(value["sym"])
             if expr is None or not set(re.findall(r"[sk]\d+", expr)) <= symbols:
@@ -141,7 +145,8 @@ def as_python(text: str, names: dict[str, str]) -> str:
     """Resolve markers for forward: symbols become `x.size(0)`, scalars their attribute."""
     def sub(m: re.Match) -> str:
         if m.group(1) == "c":
-            return m.group(2).split(":")[0]
+            return _tidy(re.sub(r"\b[sk]\d+\b", lambda s: names[s.group(0)],
+                                m.group(2).split(":")[0]))
         expr = re.sub(r"\b[sk]\d+\b", lambda s: names[s.group(0)], m.group(2))
         return _tidy(expr)
 
@@ -184,7 +189,8 @@ def param_names(marks: list[str], source: str) -> list[tuple[str, str, str]]:
         m = _MARK.fullmatch(mk)
         if m.group(1) == "c":
             attr, ctype = m.group(2).split(":")
-            base = re.sub(r"\W", "_", attr.removeprefix("self.").split(".")[-1]) or "c"
+            words = re.findall(r"[A-Za-z_]\w*", attr)
+            base = words[-1] if attr.startswith("self") and words[-1] != "self" else "scale"
             typ = ctype
         else:
             base, typ = f"size{k}", "int64_t"
