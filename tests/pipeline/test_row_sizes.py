@@ -99,5 +99,8 @@ def test_every_dimension_in_a_row_is_the_code_s(tasks, backend: str) -> None:
                  re.findall(r"of shape \((\d+(?:, \d+)*)\)", user)]
         assert shown in ([], in_shapes), (label, shown, in_shapes)
         for cand in template_candidates(task, backend, 1):
-            for shape in _lists(cand.raw_response.split("```python")[0]):
+            text = cand.raw_response.split("```python")[0]
+            # window geometry lists (kernel [1, 4], stride [1, 2]) are not tensor shapes
+            text = re.sub(r"(kernel|stride|padding|dilation)=? ?\[[^\]]*\]", "", text)
+            for shape in _lists(text):
                 assert set(shape) <= dims | {1}, (label, "reasoning", shape, sorted(dims))
