@@ -228,6 +228,19 @@ def assemble_task(ext: Extraction, probe: dict) -> tuple[str, dict[str, int]]:
     return text, cpu_values
 
 
+def cpu_annotated(source: str, cpu_values: dict[str, int], probe: dict) -> str:
+    """The CPU copy with its own shape comments (annotated at the CPU sizes, not the GPU's)."""
+    cpu = probe.get("cpu") or {}
+    scaled = substitute_constants(source, cpu_values)
+    outputs = [{"name": f"out{i}" if len(cpu.get("outputs", [])) > 1 else "out", **o}
+               for i, o in enumerate(cpu.get("outputs", []))]
+    inputs = [s for s in probe.get("cpu_inputs") or [] if isinstance(s.get("shape"), list)]
+    text, _ = annotate_forward(scaled, cpu.get("lines", {}), outputs, inputs)
+    if task_id_of(text) != task_id_of(scaled):
+        raise ValueError("annotation changed the CPU copy's code")
+    return text
+
+
 def _specs(items: list[dict]) -> list[TensorSpec]:
     return [TensorSpec(name=s.get("name", f"out{i}"), shape=[int(x) for x in s["shape"]]
                        if isinstance(s["shape"], list) and all(isinstance(x, int)
@@ -260,7 +273,7 @@ def build_task(m: RawModule, ext: Extraction | None, probe: dict, cfg: TasksConf
     task_id = task_id_of(annotated)
     if task_id != task_id_of(source):
         raise ValueError("annotation changed the code")
-    cpu_source = substitute_constants(annotated, cpu_values) if cpu_values else annotated
+    cpu_source = cpu_annotated(source, cpu_values, probe) if cpu_values else annotated
     ops = gpu["ops"]
     level = task_level(ops, gpu.get("op_counts", {}))
     name = _task_name(m)
