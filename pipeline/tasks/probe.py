@@ -232,6 +232,10 @@ def analyze(job: dict) -> dict:
     torch = load_torch()
     torch.manual_seed(0)
     try:
+        if job.get("kind") == "variants":
+            from pipeline.tasks.variants import validate
+
+            return validate(job["sources"])
         if job.get("kind") == "complete":
             return _complete(job)
         return _extracted(job)

@@ -14,10 +14,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.candidates.templates.sizes import other_sizes
 from pipeline.candidates.templates.specialized import resolve_specialized
 from pipeline.candidates.templates.symbolic import Scalar, decode
 from verifier.sandbox import SandboxLimits, run_sandboxed
+from verifier.variants import other_sizes
 
 _PROBE = Path(__file__).with_name("probe.py")
 

@@ -20,9 +20,9 @@ from pipeline.candidates.templates import NoTemplate, TaskView, template_kernels
 from pipeline.candidates.templates.analysis import trace_sources
 from pipeline.candidates.templates.program import CPU_HEADER
 from pipeline.candidates.templates.selfcheck import _split, check_cpu_candidates
-from pipeline.candidates.templates.sizes import other_scalar, other_size, rewrite_literals, shrink
 from pipeline.candidates.templates.symbolic import top_level_functions
 from sources.seed import seed_files
+from verifier.variants import other_scalar, other_size, rewrite_literals, shrink
 
 KNOWN_GAPS = {"pooling_max_pool1d:other", "attention_multi_head_self_attention:other"}
 
