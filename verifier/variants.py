@@ -17,12 +17,15 @@ import ast
 from collections.abc import Callable
 
 INIT = "get_init_inputs()"  # change names of literal constructor arguments: get_init_inputs()[i]
+INPUTS = "get_inputs()"  # change names of sizes written inline in get_inputs: get_inputs()#k
 
 
-def _literal_edits(tree: ast.Module, ints: Callable[[int], int], floats: Callable[[float], float]
+def _literal_edits(tree: ast.Module, ints: Callable[[int], int], floats: Callable[[float], float],
+                   inline: bool = False
                    ) -> list[tuple[int, int, int, str, str, int | float, int | float]]:
-    """(line, col, end col, new text, name, old, new) for top-level int/float constants and
-    float literals in get_init_inputs (named `get_init_inputs()[i]` in the order they appear)."""
+    """(line, col, end col, new text, name, old, new) for top-level int/float constants, int
+    literals in get_inputs when `inline` (`get_inputs()#k`) and float literals in get_init_inputs (named
+    `get_init_inputs()[i]` in the order they appear)."""
     edits = []
 
     def edit(node: ast.Constant, name: str, new: int | float) -> None:
@@ -41,6 +44,12 @@ def _literal_edits(tree: ast.Module, ints: Callable[[int], int], floats: Callabl
                 edit(stmt.value, name, ints(v))
             elif isinstance(v, float):
                 edit(stmt.value, name, floats(v))
+        if inline and isinstance(stmt, ast.FunctionDef) and stmt.name == "get_inputs":
+            # shapes written inline (generated tasks): `get_inputs()#k`, k-th int in the body
+            found = sorted((n for n in ast.walk(stmt) if isinstance(n, ast.Constant)
+                            and type(n.value) is int), key=lambda n: (n.lineno, n.col_offset))
+            for i, node in enumerate(found):
+                edit(node, f"{INPUTS}#{i}", ints(node.value))
         if isinstance(stmt, ast.FunctionDef) and stmt.name == "get_init_inputs":
             found = sorted((n for n in ast.walk(stmt) if isinstance(n, ast.Constant)
                             and isinstance(n.value, float)),
@@ -50,12 +59,12 @@ def _literal_edits(tree: ast.Module, ints: Callable[[int], int], floats: Callabl
     return edits
 
 
-def rewrite(source: str, ints: Callable[[int], int], floats: Callable[[float], float]
-            ) -> tuple[str, dict[str, list[int | float]]]:
+def rewrite(source: str, ints: Callable[[int], int], floats: Callable[[float], float],
+            inline: bool = False) -> tuple[str, dict[str, list[int | float]]]:
     """The task file with module-level sizes mapped by `ints` and constructor floats by `floats`,
     and what changed ({name: [old, new]})."""
     lines = source.splitlines(keepends=True)
-    edits = _literal_edits(ast.parse(source), ints, floats)
+    edits = _literal_edits(ast.parse(source), ints, floats, inline)
     for line, col, end, text, *_ in sorted(edits, reverse=True):
         raw = lines[line - 1].encode()  # ast columns count UTF-8 bytes
         lines[line - 1] = (raw[:col] + text.encode() + raw[end:]).decode()
@@ -112,7 +121,7 @@ def derive(source: str) -> list[list[dict]]:
     groups = []
     sizes = []
     for fn in (other_size, half_size):
-        text, changes = rewrite(source, fn, _same)
+        text, changes = rewrite(source, fn, _same, inline=True)
         if changes and all(v["source"] != text for v in sizes):
             sizes.append({"label": "sizes", "source": text, "changes": changes})
     if sizes:
@@ -132,7 +141,8 @@ def apply_changes(source: str, changes: dict[str, list[int | float]]) -> str:
     """The task with each named literal (whose value is still the change's old one) set to the
     change's new value: a variant rebuilt from its `changes` alone."""
     for name, (old, new) in changes.items():
-        edits = [e for e in _literal_edits(ast.parse(source), lambda v: v + 1, lambda v: v + 1.0)
+        edits = [e for e in _literal_edits(ast.parse(source), lambda v: v + 1,
+                                           lambda v: v + 1.0, True)
                  if e[4] == name and e[5] == old]
         if not edits:
             raise ValueError(f"variant change {name} {old} -> {new}: no such literal in the task")
@@ -143,7 +153,7 @@ def apply_changes(source: str, changes: dict[str, list[int | float]]) -> str:
 def single_change(source: str, name: str, new: int | float) -> str:
     """The task with only `name` (a module constant or `get_init_inputs()[i]`) set to `new`."""
     tree = ast.parse(source)
-    edits = [e for e in _literal_edits(tree, lambda v: v + 1, lambda v: v + 1.0)
+    edits = [e for e in _literal_edits(tree, lambda v: v + 1, lambda v: v + 1.0, True)
              if e[4] == name]
     if not edits:
         return source

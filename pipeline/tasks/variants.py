@@ -2,8 +2,9 @@
 
 `verifier.variants.derive` proposes them (module-level sizes at 3/4, else at 1/2; constructor
 floats at 1.25x); `validate` runs in the sandboxed probe worker and keeps, per kind, the first
-proposal whose reference still runs: the CPU file's on the CPU with the probe's validity checks
-(deterministic, finite, input-dependent output), the GPU file's on the meta device (shapes only).
+proposal whose reference still runs (else those of its changes the reference accepts alone):
+the CPU file's on the CPU with the probe's validity checks (deterministic, finite,
+input-dependent output), the GPU file's on the meta device (shapes only).
 The Task keeps the kept variants' changes in `meta["variants"]` per file (`cpu`, `gpu`); the
 verify stage rebuilds their sources and hands them to the verifier's generalisation check.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 
 from schemas import Task
-from verifier.variants import apply_changes, derive
+from verifier.variants import apply_changes, derive, single_change
 
 
 def _runs_cpu(source: str) -> str:
@@ -52,6 +53,19 @@ def _runs_meta(source: str) -> str:
     return ""
 
 
+def _subset(source: str, first: dict, check) -> list[dict]:
+    """The last resort when every whole proposal fails: the first proposal's changes that the
+    reference accepts one at a time, together (a model whose hidden size lives in a config
+    object still gets another batch and sequence length)."""
+    if len(first["changes"]) < 2:
+        return []
+    fine = {name: change for name, change in first["changes"].items()
+            if not check(single_change(source, name, change[1]))}
+    if not fine or len(fine) == len(first["changes"]):
+        return []
+    return [{"label": first["label"], "source": apply_changes(source, fine), "changes": fine}]
+
+
 def validate(sources: dict[str, str]) -> dict:
     """Probe job `variants`: {file: [{label, changes}]} of the kept variants, and why the others
     were dropped ({file: [reason]})."""
@@ -61,7 +75,7 @@ def validate(sources: dict[str, str]) -> dict:
         check = _runs_cpu if key == "cpu" else _runs_meta
         kept[key] = []
         for group in derive(source):
-            for variant in group:
+            for variant in group + _subset(source, group[0], check):
                 why = check(variant["source"])
                 if not why:
                     kept[key].append({"label": variant["label"], "changes": variant["changes"]})

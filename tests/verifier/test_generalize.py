@@ -144,3 +144,12 @@ def test_the_requests_own_variants_are_the_ones_checked(verdicts) -> None:
 
 def test_check_is_off_unless_asked() -> None:
     assert VerifyOptions().generalize is False  # python -m verifier: --generalize
+
+
+def test_sizes_written_inline_in_get_inputs_move_too() -> None:
+    inline = TASK.replace("torch.randn(batch_size, dim)", "torch.randn((37, 1)), torch.randn(51)")
+    sizes = derive(inline)[0][0]
+    assert sizes["changes"]["get_inputs()#0"] == [37, 28]
+    assert sizes["changes"]["get_inputs()#2"] == [51, 39]
+    assert "get_inputs()#1" not in sizes["changes"]  # 1 is structural, kept
+    assert "torch.randn((28, 1)), torch.randn(39)" in apply_changes(inline, sizes["changes"])

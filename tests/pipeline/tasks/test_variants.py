@@ -63,3 +63,12 @@ def test_task_carries_variants_the_verify_stage_rebuilds() -> None:
 
 def test_dataset_builds_turn_the_check_on() -> None:
     assert VerifyConfig().generalize is True
+
+
+def test_changes_the_reference_accepts_alone_are_kept_when_all_together_fail() -> None:
+    # the hidden size is fixed inside the model (as in a carved transformers block); only the
+    # batch may move
+    fixed = TASK.replace('assert f & (f - 1) == 0, "features must be a power of two"',
+                         'assert f == 64, "hidden size is fixed at 64"')
+    kept = validate({"cpu": fixed})["variants"]["cpu"]
+    assert kept[0] == {"label": "sizes", "changes": {"batch_size": [16, 12]}}
