@@ -14,6 +14,7 @@ from pathlib import Path
 from pipeline.config import Config, VerifyConfig
 from pipeline.runner import run_batches, unverified
 from pipeline.stage import GPU_BACKENDS, Resources, Stage, StageContext, StageOutput
+from pipeline.tasks.variants import task_variants
 from pipeline.workspace import Run, Workspace
 from schemas import Candidate, Rejection, Task, Verdict
 from verifier.api import verify_batch
@@ -60,7 +61,7 @@ def verify_with_rejections(
             continue
         groups.setdefault(backend, []).append(VerifyRequest(
             c.candidate_id, c.task_id, _reference(task, backend), c.code or c.raw_response,
-            backend))
+            backend, task_variants(task, backend) if cfg.generalize else None))
     verdicts: list[Verdict] = []
     opts = verify_options(cfg, cache_dir)
     for backend, reqs in groups.items():

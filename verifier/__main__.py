@@ -4,8 +4,10 @@ Single:  python -m verifier --task T.py --candidate C.py --backend cpu [--json]
 Serve:   python -m verifier serve --port 8008 --backend cuda   (HTTP reward service; see
          verifier/reward_server.py)
 Batch:   python -m verifier --batch candidates.jsonl|.parquet --out verdicts.jsonl|.parquet
-         (rows: candidate_id, task_id, task_source, response or code, backend; Parquet needs
-         pyarrow, JSONL needs nothing)
+         (rows: candidate_id, task_id, task_source, response or code, backend, optional
+         variants; Parquet needs pyarrow, JSONL needs nothing)
+Add --generalize to check each candidate also at another size set and other constructor
+arguments: a kernel that hard-codes a size or a constructor value fails, naming which.
 """
 
 from __future__ import annotations
@@ -61,9 +63,15 @@ def _requests(rows: list[dict], source: Path) -> list[VerifyRequest]:
         missing = [k for k in ("task_source",) if not r.get(k)]
         if missing or not (r.get("response") or r.get("code")):
             raise SystemExit(f"{source} row {i}: needs task_source and response (or code)")
+        variants = r.get("variants")
+        if isinstance(variants, str):
+            try:
+                variants = json.loads(variants)
+            except ValueError as exc:
+                raise SystemExit(f"{source} row {i}: variants is not JSON ({exc})") from None
         out.append(VerifyRequest(str(r.get("candidate_id", i)), str(r.get("task_id", "")),
                                  r["task_source"], r.get("response") or r["code"],
-                                 r.get("backend") or "auto"))
+                                 r.get("backend") or "auto", variants))
     return out
 
 
@@ -94,12 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fallback", default="strict", choices=["strict", "partial"],
                     help="strict: no library compute in forward (default); partial: library "
                          "ops allowed if an own kernel runs, own-kernel share in the reward")
+    ap.add_argument("--generalize", action="store_true",
+                    help="also check correctness at another size set and other constructor "
+                         "arguments (a batch row's `variants`, else derived from the task)")
     a = ap.parse_args(args)
     opts = VerifyOptions(backend=a.backend, workers=a.workers, compile_workers=a.compile_workers,
                          compile_batch=a.compile_batch, compile_only=a.compile_only,
                          trials=a.trials, perf_trials=a.perf_trials, run_timeout_s=a.timeout,
                          torch_compile_baseline=a.torch_compile, build_cache_dir=a.cache_dir,
-                         fallback=a.fallback)
+                         fallback=a.fallback, generalize=a.generalize)
     from verifier.api import verify_batch
 
     if a.batch:

@@ -40,6 +40,7 @@ from verifier.extract import FormatError, check_candidate, extract_code
 from verifier.extspec import ExtensionSpec, specs_from_source
 from verifier.fallback import apply_policy, errors
 from verifier.forkserver import ForkServer, ForkServerError
+from verifier.generalize import recheck_variants, request_variants
 from verifier.gpu_pool import RunOutcome
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
 from verifier.reward import finalize, record_share
@@ -153,6 +154,8 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Bas
     job = {"nonce": nonce, "backend": backend.name, "input_seed": secrets.randbelow(1 << 30),
            "options": {k: getattr(opts, k) for k in _JOB_OPTIONS},
            "eager_us": base.get("eager_us"), "compiled_us": base.get("compiled_us")}
+    variants = request_variants(item.req, opts)
+    job["variants"] = variants
     out = runner.run(item, job)
     item.timing["exec_s"] = out.wall_s
     p = out.payload
@@ -184,9 +187,15 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Bas
         return item.stop(outcome if outcome in ("runtime_error", "incorrect", "cheat")
                          else "runtime_error", p.get("stage", stage), p.get("error", ""))
     if out.rechecked:  # the worker's "ok" is not believed: the parent compares the outputs
-        ok, why = recheck(item.req.task_source, opts.seed, job["input_seed"], max(1, opts.trials),
-                          out.outputs, (opts.atol_fp32, opts.rtol_fp32, opts.atol_low,
-                                        opts.rtol_low))
+        n, tol = max(1, opts.trials), (opts.atol_fp32, opts.rtol_fp32, opts.atol_low,
+                                       opts.rtol_low)
+        outputs = out.outputs
+        ok, why = recheck(item.req.task_source, opts.seed, job["input_seed"], n,
+                          None if outputs is None else outputs[:n], tol)
+        if ok:
+            ok, why = recheck_variants(variants, p.get("variants_checked"),
+                                       None if outputs is None else outputs[n:], opts.seed,
+                                       job["input_seed"], tol)
         if not ok:
             v.findings.append({"rule": "parent_check", "message": why, "line": None,
                                "severity": "error"})

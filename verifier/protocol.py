@@ -39,6 +39,9 @@ class VerifyRequest:
     task_source: str  # the KernelBench reference file (Model, get_inputs, get_init_inputs)
     response: str  # raw model response (markdown with code fences) or plain Python code
     backend: str = "cpu"  # cpu | cuda | musa
+    # other size sets / constructor arguments for the generalisation check (verifier.variants:
+    # {label, source, changes}); None: derived from task_source when options.generalize is on
+    variants: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -75,6 +78,9 @@ class VerifyOptions:
     # strict (MooreEval): no library compute in forward; partial (KernelBench): library ops
     # allowed, at least one own kernel on the hot path, own-kernel share scales the reward
     fallback: str = "strict"
+    # generalisation check: also correct at another size set and other constructor arguments
+    # (verifier.generalize); the pipeline turns it on for dataset builds
+    generalize: bool = False
 
     def __post_init__(self) -> None:
         if self.fallback not in ("strict", "partial"):

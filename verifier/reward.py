@@ -80,6 +80,8 @@ def feedback_of(v: VerdictData) -> str:
     if s == "timeout":
         return f"The kernel did not finish in time ({v.error}). Look for infinite loops or " \
                "far too much work per element."
+    if s == "incorrect" and v.error.startswith("generalisation check"):
+        return f"The kernel is right only at the sizes and constructor arguments it was written for: {v.error}"
     if s == "incorrect":
         stats = ""
         if v.max_abs_diff is not None:

@@ -208,6 +208,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     from verifier.backends import get_backend
     from verifier.extspec import install_shim
     from verifier.fallback import judge_ops, make_trace_mode
+    from verifier.generalize import check_variants
 
     backend = get_backend(job["backend"])
     opts = job["options"]
@@ -332,6 +333,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     _check_tamper(res, guard, threads_before)
     res.data["ops"] = list(dict.fromkeys(op for op, _ in ops))[:50]
     _check_kernels(res, backend, job, lambda: new(*_clone(first_inputs)))
+    variant_raw = check_variants(res, job, task_src, cand.__dict__, backend, tol)
 
     res.progress("performance")
     last: dict[str, Any] = {}
@@ -377,7 +379,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         res.finding("changed_after_timing", msg)
         res.finish("cheat", f"outputs changed after the timing runs: {msg}")
     _check_tamper(res, guard, threads_before)
-    res.data["raw_outputs"], res.data["clocked_outputs"] = raw, clocked
+    res.data["raw_outputs"], res.data["clocked_outputs"] = raw + variant_raw, clocked
     res.progress("done")
     res.finish("ok")
 

@@ -117,17 +117,56 @@ def musa_reference(task: Task) -> str:
     return ported if isinstance(ported, str) and ported.strip() else task.source
 
 
+def _task_meta(task: Task) -> dict:
+    try:
+        meta = json.loads(task.meta or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _scaled(task: Task, backend: str) -> bool:
+    return bool(backend == "cpu" and task.cpu_source and task.cpu_source != task.source)
+
+
+def input_specs_for(task: Task, backend: str) -> list[TensorSpec]:
+    """The forward inputs at the sizes of the reference shown for `backend` (CPU: scaled)."""
+    specs = list(task.input_specs)
+    if not _scaled(task, backend):
+        return specs
+    cpu = _task_meta(task).get("cpu_inputs") or []
+    if len(cpu) != len(specs):
+        return []
+    out = []
+    for spec, c in zip(specs, cpu, strict=True):
+        shape = c.get("shape") if isinstance(c, dict) else None
+        if not (isinstance(shape, list) and all(isinstance(d, int) for d in shape)):
+            return []
+        out.append(TensorSpec(name=spec.name, shape=shape, dtype=spec.dtype, init=spec.init,
+                              low=spec.low, high=spec.high))
+    return out
+
+
+def init_inputs_for(task: Task, backend: str) -> object:
+    """The constructor arguments of the reference shown for `backend` (CPU: the scaled file's)."""
+    if _scaled(task, backend):
+        cpu = _task_meta(task).get("cpu_init_inputs")
+        if cpu is not None:
+            return cpu
+    try:
+        return json.loads(task.init_inputs or "[]")
+    except json.JSONDecodeError:
+        return task.init_inputs
+
+
 def describe_inputs(task: Task, backend: str) -> str:
-    """One bullet per forward input: name, shape, dtype (CPU tasks use the scaled file's sizes)."""
-    if not task.input_specs:
+    """One bullet per forward input: name, shape, dtype, at the shown reference's sizes."""
+    specs = input_specs_for(task, backend)
+    if not specs:
         return "- see `get_inputs()` in the reference\n"
-    scaled = backend == "cpu" and task.cpu_source and task.cpu_source != task.source
-    lines = []
-    for spec in task.input_specs:
-        lines.append(f"- `{spec.name}`: " + _spec_text(spec, shape=not scaled))
-    if scaled:
-        lines.append("- shapes: as `get_inputs()` in the reference above builds them "
-                     "(sizes scaled down for CPU validation); do not hard-code them")
+    lines = [f"- `{spec.name}`: " + _spec_text(spec, shape=True) for spec in specs]
+    lines.append("- these are the reference's sizes for this check; compute sizes from the "
+                 "tensors at run time rather than hard-coding them")
     return "\n".join(lines) + "\n"
 
 
@@ -175,10 +214,7 @@ def requirements(backend: str, cfg: GenerateConfig, *, reasoning: bool) -> str:
 def prompt_fields(task: Task, backend: str, cfg: GenerateConfig) -> dict[str, str]:
     """The values of every template placeholder for `task` on `backend`."""
     w = backend_wording(backend)
-    try:
-        init = json.loads(task.init_inputs or "[]")
-    except json.JSONDecodeError:
-        init = task.init_inputs
+    init = init_inputs_for(task, backend)
     return {
         "backend_name": w.name,
         "device": w.device,

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pipeline.candidates.prompts import reference_for
@@ -25,6 +26,10 @@ REVIEW_SYSTEM = (
 PERF_SYSTEM = (
     "You are an expert GPU performance engineer. Given a verified kernel and its measurements, "
     "explain the bottleneck and the next optimization to try."
+)
+PERF_SYSTEM_CPU = (
+    "You are an expert CPU performance engineer for C++ (OpenMP) kernels. Given a verified "
+    "kernel and its measurements, explain the bottleneck and the next optimization to try."
 )
 # Peak fp32 FLOP/s and memory bandwidth (B/s) of devices we can name a roofline for.
 DEVICE_PEAKS: dict[str, tuple[float, float]] = {
@@ -119,11 +124,35 @@ def _peaks(device: str) -> tuple[float, float] | None:
     return next((p for name, p in DEVICE_PEAKS.items() if name in up), None)
 
 
+def measured_work(task: Task, backend: str) -> tuple[float, float]:
+    """(FLOPs, bytes) of the file the verifier ran for `backend`: the CPU copy's own figures
+    when its sizes were scaled down, (0, 0) when they are unknown (never the GPU sizes' work
+    against a CPU runtime)."""
+    scaled = backend == "cpu" and bool(task.cpu_source) and task.cpu_source != task.source
+    if not scaled:
+        return task.flops, task.bytes_moved
+    meta = task_meta(task)
+    try:
+        return float(meta.get("cpu_flops") or 0.0), float(meta.get("cpu_bytes") or 0.0)
+    except (TypeError, ValueError):
+        return 0.0, 0.0
+
+
+def task_meta(task: Task) -> dict[str, Any]:
+    try:
+        meta = json.loads(task.meta or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 def analyse_performance(task: Task, cand: Candidate, v: Verdict) -> tuple[str, float | None, str]:
-    """(bottleneck, arithmetic intensity, explanation) from measurements and kernel features."""
+    """(bottleneck, arithmetic intensity, explanation) from measurements and kernel features,
+    at the sizes that ran and in the terms of the backend that ran them."""
     f = kernel_features(cand.code)
     rt = v.runtime_us or 0.0
-    intensity = task.flops / task.bytes_moved if task.flops > 0 and task.bytes_moved > 0 else None
+    flops, nbytes = measured_work(task, cand.backend)
+    intensity = flops / nbytes if flops > 0 and nbytes > 0 else None
     peaks = _peaks(v.device)
     facts = [f"Measured {rt:.2f} us on {v.device or v.backend}"]
     if v.eager_us:
@@ -133,14 +162,14 @@ def analyse_performance(task: Task, cand: Candidate, v: Verdict) -> tuple[str, f
         facts.append(f"torch.compile {v.compiled_us:.2f} us")
     lines = ["; ".join(facts) + "."]
     bottleneck = "unknown"
-    if rt > 0 and (task.flops > 0 or task.bytes_moved > 0):
-        gflops, gbs = task.flops / (rt * 1e3), task.bytes_moved / (rt * 1e3)
-        lines.append(f"The task does {task.flops:.3g} FLOPs over {task.bytes_moved:.3g} bytes: "
+    if rt > 0 and (flops > 0 or nbytes > 0):
+        gflops, gbs = flops / (rt * 1e3), nbytes / (rt * 1e3)
+        lines.append(f"The task does {flops:.3g} FLOPs over {nbytes:.3g} bytes: "
                      f"{gflops:.1f} GFLOP/s and {gbs:.1f} GB/s achieved"
                      + (f", arithmetic intensity {intensity:.2f} FLOP/byte." if intensity else "."))
         if peaks:
             pf, pb = peaks
-            ideal_us = max(task.flops / pf, task.bytes_moved / pb) * 1e6
+            ideal_us = max(flops / pf, nbytes / pb) * 1e6
             ridge = pf / pb
             if ideal_us < 0.2 * rt and ideal_us < 5.0:
                 bottleneck = "launch"
@@ -160,8 +189,34 @@ def analyse_performance(task: Task, cand: Candidate, v: Verdict) -> tuple[str, f
             bottleneck = "memory" if intensity < 4.0 else "compute"
             lines.append(f"With {intensity:.2f} FLOP/byte the kernel is most likely "
                          f"{bottleneck}-bound on this device (no roofline is known for it).")
-    ideas = []
     families = set(task.op_families)
+    ideas = (cpu_ideas if cand.backend == "cpu" else gpu_ideas)(f, families, bottleneck)
+    lines.append("Next optimization: " + "; ".join(ideas) + ".")
+    return bottleneck, intensity, "\n".join(lines)
+
+
+def cpu_ideas(f: Any, families: set[str], bottleneck: str) -> list[str]:
+    """Next steps for a C++ (OpenMP) kernel on the CPU, in the CPU's terms."""
+    ideas = []
+    if not f.multithreaded:
+        ideas.append("parallelize the outer loop with OpenMP")
+    if bottleneck in ("launch", "memory") and f.n_kernels > 1:
+        ideas.append(f"fuse the {f.n_kernels} loops into one pass so intermediates stay in cache")
+    if families & {"matmul", "conv", "attention"}:
+        ideas.append("block the loops so tiles of both operands stay in L1/L2 cache")
+    if bottleneck == "memory":
+        ideas.append("make the innermost loop walk contiguous memory so the compiler can "
+                     "vectorize it (SIMD)")
+    if bottleneck == "launch":
+        ideas.append("do more work per call: the fixed cost of entering the extension and "
+                     "starting OpenMP threads dominates")
+    return ideas or ["unroll the inner loop and keep the accumulator in a register; the "
+                     "structure is sound"]
+
+
+def gpu_ideas(f: Any, families: set[str], bottleneck: str) -> list[str]:
+    """Next steps for a CUDA/MUSA kernel on the GPU."""
+    ideas = []
     if bottleneck in ("launch", "memory") and f.n_kernels > 1:
         ideas.append(f"fuse the {f.n_kernels} kernels into one so intermediates stay on chip")
     if bottleneck == "memory" and not f.vectorized:
@@ -169,19 +224,13 @@ def analyse_performance(task: Task, cand: Candidate, v: Verdict) -> tuple[str, f
     if families & {"matmul", "conv", "attention"} and not f.shared_memory:
         ideas.append("tile the operands through shared memory to reuse each loaded element")
     if bottleneck == "compute" and families & {"matmul", "conv", "attention"} and \
-            not f.tensor_cores and cand.backend != "cpu":
+            not f.tensor_cores:
         ideas.append("move the inner product onto tensor cores (WMMA/MMA)")
-    if families & {"reduction", "softmax", "norm"} and not f.warp_primitives and \
-            cand.backend != "cpu":
+    if families & {"reduction", "softmax", "norm"} and not f.warp_primitives:
         ideas.append("reduce within a warp with shuffles before touching shared memory")
-    if cand.backend == "cpu" and not f.multithreaded:
-        ideas.append("parallelize the outer loop with OpenMP")
     if bottleneck == "launch":
         ideas.append("give each thread more work, or capture the launches in a CUDA graph")
-    if not ideas:
-        ideas.append("tune the launch shape and unroll the inner loop; the structure is sound")
-    lines.append("Next optimization: " + "; ".join(ideas) + ".")
-    return bottleneck, intensity, "\n".join(lines)
+    return ideas or ["tune the launch shape and unroll the inner loop; the structure is sound"]
 
 
 def perf_rows(tasks: dict[str, Task], selected: list[Candidate], verdicts: dict[str, Verdict],
@@ -198,12 +247,16 @@ def perf_rows(tasks: dict[str, Task], selected: list[Candidate], verdicts: dict[
             measured.append(f"eager {v.eager_us:.2f} us")
         if v.compiled_us:
             measured.append(f"torch.compile {v.compiled_us:.2f} us")
-        measured.append(f"FLOPs {task.flops:.4g}, bytes moved {task.bytes_moved:.4g}")
+        flops, nbytes = measured_work(task, c.backend)
+        if flops or nbytes:
+            measured.append(f"FLOPs {flops:.4g}, bytes moved {nbytes:.4g} (at the reference's "
+                            "sizes above)")
         user = (f"Reference:\n```python\n{reference_for(task, c.backend).rstrip()}\n```\n\n"
                 f"Verified kernel ({c.backend}, {v.device or 'unknown device'}):\n```python\n"
                 f"{c.code.rstrip()}\n```\n\nMeasurements: " + "; ".join(measured) + ".\n"
                 "What limits this kernel, and what should be optimized next?")
-        messages = [Message("system", PERF_SYSTEM), Message("user", user),
+        system = PERF_SYSTEM_CPU if c.backend == "cpu" else PERF_SYSTEM
+        messages = [Message("system", system), Message("user", user),
                     Message("assistant", text)]
         rows.append(PerfAnalysisRow(
             content_hash("perf", c.candidate_id), c.task_id, c.candidate_id, messages, c.backend,

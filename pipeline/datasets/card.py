@@ -18,7 +18,28 @@ from pipeline.datasets.card_facts import card_lines
 from pipeline.datasets.rows import config_schema
 from pipeline.datasets.stats import metric_definition
 
-TAGS = ["code", "cuda", "gpu-kernels", "kernelbench", "synthetic"]
+BACKEND_TAGS = {"cuda": ["cuda", "gpu-kernels"], "musa": ["musa", "gpu-kernels"],
+                "cpu": ["cpp", "cpu-kernels", "openmp"]}
+BACKEND_WORDS = {"cuda": "CUDA kernels compiled with nvcc and checked on an NVIDIA GPU",
+                 "musa": "MUSA kernels compiled and checked on a Moore Threads GPU",
+                 "cpu": "C++ (OpenMP) kernels compiled with the host compiler and checked on "
+                        "the CPU"}
+
+
+def backend_tags(backends: list[str]) -> list[str]:
+    """Card tags naming the backends that made and checked the kernels, nothing else."""
+    tags = ["code", "kernelbench", "synthetic"]
+    for b in backends:
+        tags += [t for t in BACKEND_TAGS.get(b, [b]) if t not in tags]
+    return tags
+
+
+def backend_sentence(backends: list[str]) -> str:
+    """One sentence saying which backend made and checked the version's kernels."""
+    if not backends:
+        return "No kernel rows in this version."
+    return ("Kernels in this version: " + "; ".join(BACKEND_WORDS.get(b, b) for b in backends)
+            + ". The `backend` column of every row names the one that made and checked it.")
 
 CONFIG_DESCRIPTIONS = {
     "tasks": "KernelBench-style tasks (reference `Model`, inputs, shapes, FLOPs/bytes, "
@@ -82,15 +103,16 @@ def render_card(name: str, version: str, manifest: dict[str, Any],
                 **({"default": True} if c == "sft" else {})} for c in manifest["configs"]]
     licenses = manifest.get("licenses", {})
     total = sum(sum(c.values()) for c in manifest["counts"].values())
+    lin = manifest["lineage"]
+    backends = lin.get("backends", [])
     data = DatasetCardData(
         license=sorted({hub_license(x) for x in licenses}) or ["unknown"],
-        pretty_name=f"{name} {version}", tags=TAGS,
+        pretty_name=f"{name} {version}", tags=backend_tags(backends),
         task_categories=["text-generation"], size_categories=[size_category(total)],
         configs=configs, dataset_info=dataset_info(manifest))
     target = repo_id or local_path
-    lin = manifest["lineage"]
-    lines = [f"# {name} {version}", "",
-             "Verified training data for LLMs that write GPU kernels, produced by kernelsynth: "
+    lines = [f"# {name} {version}", "", backend_sentence(backends), "",
+             "Verified training data for LLMs that write kernels, produced by kernelsynth: "
              "PyTorch modules become KernelBench-style tasks; template, LLM, mutation and "
              "repair generators write `ModelNew` kernels; the staged verifier (extract, static "
              "anti-cheat checks, compile, correctness on seeded inputs, timing against eager "

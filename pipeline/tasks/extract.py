@@ -26,6 +26,8 @@ from pipeline.tasks.probe_pool import ProbePool
 from pipeline.tasks.reasoning import GPUS, op_families, reasoning_trace, task_level
 from pipeline.tasks.repo_resolver import repo_resolver
 from pipeline.tasks.taskfile import substitute_constants, task_id_of
+from pipeline.tasks.variants import job_for as variants_job
+from pipeline.tasks.variants import with_variants
 from schemas import RawModule, Rejection, Task, TensorSpec
 
 STAGE = "extract"
@@ -228,6 +230,19 @@ def assemble_task(ext: Extraction, probe: dict) -> tuple[str, dict[str, int]]:
     return text, cpu_values
 
 
+def cpu_annotated(source: str, cpu_values: dict[str, int], probe: dict) -> str:
+    """The CPU copy with its own shape comments (annotated at the CPU sizes, not the GPU's)."""
+    cpu = probe.get("cpu") or {}
+    scaled = substitute_constants(source, cpu_values)
+    outputs = [{"name": f"out{i}" if len(cpu.get("outputs", [])) > 1 else "out", **o}
+               for i, o in enumerate(cpu.get("outputs", []))]
+    inputs = [s for s in probe.get("cpu_inputs") or [] if isinstance(s.get("shape"), list)]
+    text, _ = annotate_forward(scaled, cpu.get("lines", {}), outputs, inputs)
+    if task_id_of(text) != task_id_of(scaled):
+        raise ValueError("annotation changed the CPU copy's code")
+    return text
+
+
 def _specs(items: list[dict]) -> list[TensorSpec]:
     return [TensorSpec(name=s.get("name", f"out{i}"), shape=[int(x) for x in s["shape"]]
                        if isinstance(s["shape"], list) and all(isinstance(x, int)
@@ -260,7 +275,7 @@ def build_task(m: RawModule, ext: Extraction | None, probe: dict, cfg: TasksConf
     task_id = task_id_of(annotated)
     if task_id != task_id_of(source):
         raise ValueError("annotation changed the code")
-    cpu_source = substitute_constants(annotated, cpu_values) if cpu_values else annotated
+    cpu_source = cpu_annotated(source, cpu_values, probe) if cpu_values else annotated
     ops = gpu["ops"]
     level = task_level(ops, gpu.get("op_counts", {}))
     name = _task_name(m)
@@ -271,7 +286,10 @@ def build_task(m: RawModule, ext: Extraction | None, probe: dict, cfg: TasksConf
     meta = {"cpu_ms": probe.get("validity", {}).get("cpu_ms"), "annotated": count,
             "probe_s": round(probe.get("wall_s", 0.0), 3),
             "cpu_init_inputs": probe.get("cpu_init_inputs"), "cpu_sizes": cpu_values,
-            "cpu_inputs": probe.get("cpu_inputs"), "op_counts": gpu.get("op_counts", {})}
+            "cpu_inputs": probe.get("cpu_inputs"), "op_counts": gpu.get("op_counts", {}),
+            # the work of the CPU file (its own sizes), for rows measured on the CPU
+            "cpu_flops": (probe.get("cpu") or {}).get("flops"),
+            "cpu_bytes": (probe.get("cpu") or {}).get("bytes")}
     if ext is not None:
         meta.update(config_class=ext.config_class, inlined=ext.inlined, shims=ext.shims,
                     included=ext.included, normalized=ext.normalized)
@@ -371,6 +389,8 @@ def extract_tasks(modules: list[RawModule], cfg: TasksConfig, *, pool: ProbePool
             item: Task | Rejection = prep.rejection or _reject(m, "extract_error", "no job")
         else:
             item = finish(prep, pool.analyze(prep.job), cfg)
+            if isinstance(item, Task):  # the generalisation check's other sizes and arguments
+                item = with_variants(item, pool.analyze(variants_job(item, cfg.timeout_s)))
         outcome[i] = item
         if on_result:
             on_result(m, item)

@@ -160,7 +160,7 @@ def _complete(job: dict) -> dict:
                      "low": None, "high": None} for n, x in zip(names, inputs, strict=True)]
         validity = check_validity(model, inputs, lambda: list(ns["get_inputs"]()))
         cpu_stats = analyze_run(model, [x.clone() if isinstance(x, torch.Tensor) else x
-                                         for x in inputs], gpu_stats is None)
+                                         for x in inputs], True)  # CPU file's annotations
     except ProbeReject:
         raise
     except BaseException as exc:  # noqa: BLE001
@@ -198,7 +198,7 @@ def _extracted(job: dict) -> dict:
     inputs = [make_input(s) for s in cpu_specs]
     try:
         validity = check_validity(model, inputs, lambda: [make_input(s) for s in cpu_specs])
-        cpu_stats = analyze_run(model, [x.clone() if x is not None else x for x in inputs], False)
+        cpu_stats = analyze_run(model, [x.clone() if x is not None else x for x in inputs], True)
     except ProbeReject:
         raise
     except BaseException as exc:  # noqa: BLE001
@@ -225,6 +225,10 @@ def analyze(job: dict) -> dict:
     torch = load_torch()
     torch.manual_seed(0)
     try:
+        if job.get("kind") == "variants":
+            from pipeline.tasks.variants import validate
+
+            return validate(job["sources"])
         if job.get("kind") == "complete":
             return _complete(job)
         return _extracted(job)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 import time
 
+from pipeline.tasks.flops import first_numel, largest_numel, op_flops
 from pipeline.tasks.probe_runtime import (
     ProbeReject,
     dtype_name,
@@ -38,7 +39,7 @@ def _op_recorder():
                 self.counts[name] = self.counts.get(name, 0) + 1
             self.traffic += _nbytes(args) + _nbytes(kwargs) + _nbytes(out)
             if func.overloadpacket not in _counted() and name.split(".")[-1] not in _NO_FLOPS:
-                self.pointwise += _numel(out)
+                self.pointwise += op_flops(name, largest_numel((args, kwargs)), first_numel(out))
             return out
 
     return OpRecorder()

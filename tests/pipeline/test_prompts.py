@@ -53,7 +53,23 @@ def test_cpu_prompt_uses_scaled_source_and_cpp_wording(linear_task_source: str) 
     assert "batch_size = 2" in user and "batch_size = 8" not in user
     assert "CPU" in user and "OpenMP" in user and "cpp_sources" in user
     assert "shape (8, 64)" not in user  # the GPU shapes would contradict the scaled file
-    assert "scaled down" in user
+    assert "see `get_inputs()` in the reference" in user  # no CPU shapes recorded: none shown
+
+
+def test_cpu_prompt_states_cpu_shapes_and_cpu_constructor_arguments(linear_task_source: str
+                                                                     ) -> None:
+    import json
+    from dataclasses import replace
+
+    cpu_src = linear_task_source.replace("in_features = 64", "in_features = 16")
+    task = replace(_task(linear_task_source, cpu_src),
+                   meta=json.dumps({"cpu_inputs": [{"name": "x", "shape": [8, 16]}],
+                                    "cpu_init_inputs": [16, 32]}))
+    user = build_prompt(task, "cpu", GenerateConfig())[1].content
+    assert "shape (8, 16)" in user and "shape (8, 64)" not in user
+    assert "[16, 32]" in user and "[64, 32]" not in user
+    cuda = build_prompt(task, "cuda", GenerateConfig())[1].content
+    assert "shape (8, 64)" in cuda and "[64, 32]" in cuda
 
 
 def test_musa_prompt_uses_musa_wording_and_ported_reference() -> None:

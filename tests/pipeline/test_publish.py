@@ -59,6 +59,23 @@ def test_card_lists_every_config_with_data_files(published) -> None:
         for entry in c["data_files"]:
             assert list(path.glob(entry["path"])), entry
     assert "## Statistics" in text and "| correct |" in text and "## How it was made" in text
+    # tags and card name exactly the backends of the rows (the synthetic workspace's)
+    manifest = json.loads((path / "manifest.json").read_text())
+    rows = pq.read_table(next((path / "sft").glob("*.parquet"))).column("backend").to_pylist()
+    backends = manifest["lineage"]["backends"]
+    assert set(rows) <= set(backends) and backends
+    tags = front["tags"]
+    assert ("cuda" in tags) == ("cuda" in backends)
+    assert ("gpu-kernels" in tags) == bool({"cuda", "musa"} & set(backends))
+
+
+def test_cpu_only_version_is_not_tagged_as_gpu_kernels() -> None:
+    from pipeline.datasets.card import backend_sentence, backend_tags
+
+    assert "cuda" not in backend_tags(["cpu"]) and "gpu-kernels" not in backend_tags(["cpu"])
+    assert {"cpp", "cpu-kernels"} <= set(backend_tags(["cpu"]))
+    assert {"cuda", "gpu-kernels", "cpp"} <= set(backend_tags(["cpu", "cuda"]))
+    assert "checked on the CPU" in backend_sentence(["cpu"])
 
 
 def test_publishing_twice_gives_same_hashes_and_a_parent(published) -> None:

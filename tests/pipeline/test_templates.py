@@ -240,7 +240,7 @@ def test_cuda_sources_compile_with_nvcc(traced, tmp_path) -> None:
         codes.append(template_kernels(_view(name), "cuda", variant + 1)[variant].code)
     joined = "\n".join(codes)
     for needle in ("float As[16][64 + 4]", "_smem[]", "__shfl_up_sync", "float4", "nll",
-                   "__shfl_xor_sync", "TRANSPOSED 1"):
+                   "__shfl_xor_sync", "td % g.sd"):
         assert needle in joined, needle
     half = HEAD + """
 class Model(nn.Module):

@@ -71,22 +71,9 @@ def _variant_name(backend: str, params: dict) -> str:
     return (backend + "-" + name)[:80]
 
 
-def _reasoning(view: TaskView, summary: str, built, backend: str) -> str:
-    target = {"cuda": "CUDA", "musa": "MUSA", "cpu": "CPU C++ (OpenMP)"}[backend]
-    steps = "\n".join(f"{i + 1}. {note}" for i, note in enumerate(built.notes))
-    return (
-        f"The reference `{view.name}` computes: {summary}.\n"
-        f"Plan for {target}: {len(built.kernels)} kernel launch"
-        f"{'es' if len(built.kernels) != 1 else ''}.\n{steps}\n"
-        "The constructor is copied from the reference so parameters and buffers are created in "
-        "the same order and initialised identically under the same seed; forward only allocates "
-        "outputs, takes views and launches the kernels, with no PyTorch compute. Sizes come from "
-        "the task's input shapes, and every kernel bounds-checks its indices."
-    )
-
-
 def template_kernels(view: TaskView, backend: str, variants: int = 3) -> list[TemplateKernel]:
     """Distinct template kernels for a task; raise NoTemplate(reason) when none fits."""
+    from pipeline.candidates.templates.explain import reasoning
     from pipeline.candidates.templates.lower import lower
 
     if backend not in BACKENDS:
@@ -108,7 +95,8 @@ def template_kernels(view: TaskView, backend: str, variants: int = 3) -> list[Te
         seen.add(built.code)
         out.append(TemplateKernel(view.task_id, backend, built.family,
                                   _variant_name(backend, built.params), built.code,
-                                  _reasoning(view, summary, built, backend), built.params))
+                                  reasoning(view, graph, summary, built, backend),
+                                  built.params))
     return out
 
 

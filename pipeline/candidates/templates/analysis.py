@@ -9,11 +9,15 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.candidates.templates.specialized import resolve_specialized
+from pipeline.candidates.templates.symbolic import Scalar, decode
 from verifier.sandbox import SandboxLimits, run_sandboxed
+from verifier.variants import other_sizes
 
 _PROBE = Path(__file__).with_name("probe.py")
 
@@ -68,6 +72,9 @@ class Graph:
     num_inputs: int
     training: bool = True
     by_name: dict[str, Node] = field(default_factory=dict)
+    # size symbol -> (placeholder node name, dim) it is read from, or the module attribute
+    # (`self.gn.num_groups`) holding it; empty for a fixed-size trace
+    symbols: dict[str, tuple[str, int] | str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.by_name = {n.name: n for n in self.nodes}
@@ -110,13 +117,36 @@ _CACHE: dict[str, Graph] = {}
 _FAILED: dict[str, str] = {}  # source hash -> why it could not be traced
 
 
+def _symbols(p: dict) -> dict[str, tuple[str, int] | str]:
+    """Where each size symbol can be read: forward inputs first, then parameters/buffers."""
+    places = [d for d in p["nodes"] if d["op"] == "placeholder"]
+    k = len(p["params"])
+    out: dict[str, tuple[str, int] | str] = {}
+    for d in places[k:] + places[:k]:
+        if not isinstance(d["meta"], dict):
+            continue
+        for j, s in enumerate(d["meta"]["shape"]):
+            if isinstance(s, dict) and re.fullmatch(r"s\d+", s["sym"]) and s["sym"] not in out:
+                out[s["sym"]] = (d["name"], j)
+    return out
+
+
 def _graph(p: dict) -> Graph:
     if not p.get("ok"):
         raise NoTemplate(f"reference could not be traced: {p.get('reason', 'unknown')}")
-    return Graph(params=p["params"],
-                 nodes=[Node(**{k: d[k] for k in ("name", "op", "target", "args", "named",
-                                                   "meta", "users")}) for d in p["nodes"]],
-                 num_inputs=p["num_inputs"], training=p.get("training", True))
+    symbols = _symbols(p)
+    if isinstance(p.get("other"), dict) and p["other"].get("ok"):
+        resolve_specialized(p, p["other"], symbols)
+    known = set(symbols)
+    nodes = [Node(**{k: decode(d[k], known) for k in ("name", "op", "target", "args", "named",
+                                                      "meta", "users")}) for d in p["nodes"]]
+    by_name = {n.name: n for n in nodes}
+    for sc in p.get("scalars", []):
+        node = by_name.get(sc["node"])
+        if node is not None and isinstance(node.named.get(sc["arg"]), float):
+            node.named[sc["arg"]] = Scalar(node.named[sc["arg"]], sc["attr"])
+    return Graph(params=p["params"], nodes=nodes, num_inputs=p["num_inputs"],
+                 training=p.get("training", True), symbols=symbols)
 
 
 def trace_sources(sources: list[str], *, timeout_s: float = 600.0) -> dict[str, Graph | str]:
@@ -130,7 +160,8 @@ def trace_sources(sources: list[str], *, timeout_s: float = 600.0) -> dict[str, 
     if todo:
         res = run_sandboxed([sys.executable, str(_PROBE)],
                             limits=SandboxLimits(timeout_s=timeout_s, memory_mb=8192),
-                            input_files={"tasks.json": json.dumps(todo)})
+                            input_files={"tasks.json": json.dumps([[s, other_sizes(s)]
+                                                                   for s in todo])})
         batch = (res.payload or {}).get("batch")
         if batch is None:
             raise NoTemplate(f"batch trace failed: {res.describe_failure()}")
@@ -154,7 +185,7 @@ def trace_source(source: str, *, timeout_s: float = 120.0) -> Graph:
         raise NoTemplate(_FAILED[key])
     res = run_sandboxed([sys.executable, str(_PROBE)],
                         limits=SandboxLimits(timeout_s=timeout_s, memory_mb=8192),
-                        input_files={"task.py": source})
+                        input_files={"task.py": source, "task_other.py": other_sizes(source)})
     if res.payload is None:
         raise NoTemplate(f"reference could not be traced: {res.describe_failure()}")
     try:

@@ -31,6 +31,8 @@ def lower(graph: Graph, ref: Reference, backend: str, variant: int) -> Built:
             b.env[node.name] = param_expr(graph.params[i], False)
         else:
             b.env[node.name] = ref.forward_args[i - nparams]
+    b.sizes = {sym: src if isinstance(src, str) else f"{b.env[src[0]]}.size({src[1]})"
+               for sym, src in graph.symbols.items()}
     if not ref.forward_args:
         raise NoTemplate("forward has no tensor inputs")
     b.emit(f"dev = {ref.forward_args[0]}.device")

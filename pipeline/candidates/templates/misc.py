@@ -40,8 +40,10 @@ def _gather(b: Builder, node: Node, x_ref: dict, index_code: str, what: str) -> 
     tpl = _GATHER_CUDA if b.cuda else _GATHER_CPU
     src = tpl.replace("INDEX", index_code).replace("K_", f"{k}_").replace("T*", ctype(xm["dtype"]) + "*")
     src = src.replace("(T)", f"({ctype(xm['dtype'])})")
-    note = f"{what}: one {'thread' if b.cuda else 'iteration'} per output element computes its " \
-           "source index (a gather, so writes stay coalesced)."
+    note = (f"{what}: one thread per output element computes its source index (a gather, so "
+            "writes stay coalesced)." if b.cuda else
+            f"{what}: an OpenMP loop over output elements, each computing its source index (a "
+            "gather, so the writes stream through memory in order).")
     name = b.add_kernel("shape", k, src, "void NAME(torch::Tensor x, torch::Tensor out)", note)
     out = b.alloc(node.shape, node.dtype)
     b.call(name, xin, out)
@@ -187,9 +189,11 @@ __global__ void {k}_kernel(const {t}* __restrict__ table, const {it}* __restrict
     for (int64_t i = 0; i < n; ++i) {body}
 }}
 """
-    note = (f"Embedding lookup of {im['shape']} ids into a {wm['shape']} table: one "
-            f"{'thread' if b.cuda else 'iteration'} per output element, so consecutive threads "
-            "copy consecutive columns of the same row (coalesced).")
+    note = (f"Embedding lookup of {im['shape']} ids into a {wm['shape']} table: " + (
+        "one thread per output element, so consecutive threads copy consecutive columns of the "
+        "same row (coalesced)." if b.cuda else
+        "an OpenMP loop over output elements; consecutive iterations copy consecutive columns "
+        "of the same table row, a contiguous copy the compiler can vectorise."))
     name = b.add_kernel("embedding", k, src, decl, note)
     out = b.alloc(node.shape, node.dtype)
     b.call(name, win, iin, out)

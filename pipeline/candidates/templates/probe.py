@@ -20,9 +20,22 @@ def _write(result: dict) -> None:
     Path("result.json").write_text(json.dumps(result), encoding="utf-8")
 
 
+def _sym(value, torch):
+    """A SymInt as {"sym": expression over input-dim symbols, "value": traced size}."""
+    expr = value.node.expr
+    if getattr(expr, "is_number", False):
+        return int(expr)
+    return {"sym": str(expr), "value": int(value.node.hint)}
+
+
 def _encode(value, torch, fx):
     if isinstance(value, fx.Node):
+        val = value.meta.get("val")
+        if isinstance(val, torch.SymInt):  # a size computed from input dims, not a tensor
+            return _sym(val, torch)
         return {"node": value.name}
+    if isinstance(value, torch.SymInt):
+        return _sym(value, torch)
     if isinstance(value, list | tuple):
         return [_encode(v, torch, fx) for v in value]
     if isinstance(value, bool | int | str) or value is None:
@@ -38,12 +51,17 @@ def _encode(value, torch, fx):
     return {"unknown": type(value).__name__}
 
 
+def _dim(value, torch):
+    return _sym(value, torch) if isinstance(value, torch.SymInt) else int(value)
+
+
 def _meta_of(val, torch) -> dict | list | None:
     if isinstance(val, torch.Tensor):
-        return {"shape": list(val.shape), "stride": list(val.stride()),
+        return {"shape": [_dim(s, torch) for s in val.shape],
+                "stride": [_dim(s, torch) for s in val.stride()],
                 "dtype": str(val.dtype).replace("torch.", ""),
                 "contiguous": bool(val.is_contiguous()),
-                "offset": int(val.storage_offset())}
+                "offset": _dim(val.storage_offset(), torch)}
     if isinstance(val, list | tuple):
         return [_meta_of(v, torch) for v in val]
     return None
@@ -53,16 +71,31 @@ def main() -> None:
     many = Path("tasks.json")
     if many.exists():  # batch mode: one torch import for many references
         results = []
-        for src in json.loads(many.read_text(encoding="utf-8")):
-            _write({"ok": False, "reason": "probe crashed"})
-            try:
-                trace(src)
-                results.append(json.loads(Path("result.json").read_text(encoding="utf-8")))
-            except BaseException as exc:  # noqa: BLE001 - one bad task must not end the batch
-                results.append({"ok": False, "reason": f"probe raised {type(exc).__name__}"})
+        for item in json.loads(many.read_text(encoding="utf-8")):
+            src, other = item if isinstance(item, list) else (item, None)
+            results.append(_traced(src, other))
         _write({"ok": True, "batch": results})
         return
-    trace(Path("task.py").read_text(encoding="utf-8"))
+    other = Path("task_other.py")
+    _write(_traced(Path("task.py").read_text(encoding="utf-8"),
+                   other.read_text(encoding="utf-8") if other.exists() else None))
+
+
+def _traced(src: str, other: str | None) -> dict:
+    """The trace of `src`, with the trace of the same task at other sizes under "other"."""
+    out = _traced_one(src)
+    if other is not None and out.get("ok"):
+        out["other"] = _traced_one(other)
+    return out
+
+
+def _traced_one(src: str) -> dict:
+    _write({"ok": False, "reason": "probe crashed"})
+    try:
+        trace(src)
+        return json.loads(Path("result.json").read_text(encoding="utf-8"))
+    except BaseException as exc:  # noqa: BLE001 - one bad task must not end the batch
+        return {"ok": False, "reason": f"probe raised {type(exc).__name__}"}
 
 
 def trace(src: str) -> None:
@@ -97,12 +130,40 @@ def trace(src: str) -> None:
     def call(*flat):
         return functional_call(model, dict(zip(names, flat[:k], strict=True)), tuple(flat[k:]))
 
+    gm = _trace_symbolic(call, state, inputs, torch)
+    symbolic = gm is not None
     try:
-        gm = make_fx(call)(*state, *inputs)
+        gm = gm or make_fx(call)(*state, *inputs)
     except BaseException as exc:  # noqa: BLE001
         tb = traceback.format_exc(limit=3).splitlines()[-1]
         _write({"ok": False, "reason": f"tracing failed: {type(exc).__name__}: {tb[:200]}"})
         return
+    nodes = _nodes(gm, torch, fx)
+    scalars = _constructor_scalars(ns, init, model, nodes, torch, fx)
+    training = bool(model.training)
+    _write({"ok": True, "params": names, "nodes": nodes, "num_inputs": len(inputs),
+            "training": training, "symbolic": symbolic, "scalars": scalars,
+            "int_attrs": _attrs(model, int)})
+
+
+def _trace_symbolic(call, state, inputs, torch):
+    """make_fx with symbolic sizes (no duck sizing, so equal sizes stay distinct symbols).
+
+    Shapes then come out as expressions over the inputs' and parameters' dims (conv and pool
+    output sizes included), so the candidate computes them at run time. None when a traced op
+    has no symbolic rule; the caller falls back to a trace at the task's fixed sizes.
+    """
+    from torch.fx.experimental import _config
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    try:
+        with _config.patch(use_duck_shape=False):
+            return make_fx(call, tracing_mode="symbolic")(*state, *inputs)
+    except BaseException:  # noqa: BLE001 - any failure means: trace at fixed sizes instead
+        return None
+
+
+def _nodes(gm, torch, fx) -> list[dict]:
     nodes = []
     for node in gm.graph.nodes:
         target = node.target
@@ -136,9 +197,75 @@ def trace(src: str) -> None:
             "meta": _meta_of(node.meta.get("val"), torch),
             "users": [u.name for u in node.users],
         })
-    training = bool(model.training)
-    _write({"ok": True, "params": names, "nodes": nodes, "num_inputs": len(inputs),
-            "training": training})
+    return nodes
+
+
+def _float_attrs(model) -> dict[str, float]:
+    return _attrs(model, float)
+
+
+def _attrs(model, kind: type) -> dict:
+    """`self.<path>` -> value for every attribute of type `kind` (bools excluded) in the tree."""
+    out = {}
+    for prefix, mod in model.named_modules():
+        for key, val in vars(mod).items():
+            if type(val) is kind and not key.startswith("_"):
+                path = "".join(f"[{q}]" if q.isdigit() else f".{q}"
+                               for q in prefix.split(".") if q)
+                out[f"self{path}.{key}"] = val  # self.net[0].negative_slope
+    return out
+
+
+def _aten_nodes(nodes: list[dict]) -> list[dict]:
+    return [n for n in nodes if n["op"] == "call_function" and n["target"].startswith("aten.")
+            and not n["target"].startswith("aten.sym_")]
+
+
+def _constructor_scalars(ns, init, model, nodes, torch, fx) -> list[dict]:
+    """Float literals of the graph that are constructor values, with the attribute holding them.
+
+    The module is built again with every float constructor argument changed and traced at fixed
+    sizes; a literal that moves with the arguments and equals a float attribute of the module in
+    both builds is that attribute (`self.scale`), not a constant of the task.
+    """
+    from torch.func import functional_call
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    init = list(init)
+    if not any(isinstance(v, float) for v in init):
+        return []
+    other = [v * 1.375 + 0.125 if isinstance(v, float) else v for v in init]
+    try:
+        with torch.device("meta"):
+            model_b = ns["Model"](*other)
+            inputs = list(ns["get_inputs"]())
+        names = [n for n, _ in model_b.named_parameters()] + [
+            n for n, _ in model_b.named_buffers()]
+        state = [t for _, t in model_b.named_parameters()] + [
+            t for _, t in model_b.named_buffers()]
+        k = len(names)
+
+        def call(*flat):
+            return functional_call(model_b, dict(zip(names, flat[:k], strict=True)),
+                                   tuple(flat[k:]))
+
+        nodes_b = _nodes(make_fx(call)(*state, *inputs), torch, fx)
+    except BaseException:  # noqa: BLE001 - no second build: every literal stays a literal
+        return []
+    attrs_a, attrs_b = _float_attrs(model), _float_attrs(model_b)
+    a_nodes, b_nodes = _aten_nodes(nodes), _aten_nodes(nodes_b)
+    if [n["target"] for n in a_nodes] != [n["target"] for n in b_nodes]:
+        return []
+    found = []
+    for na, nb in zip(a_nodes, b_nodes, strict=True):
+        for key, va in na["named"].items():
+            vb = nb["named"].get(key)
+            if not (isinstance(va, float) and isinstance(vb, float)) or va == vb:
+                continue
+            attr = next((p for p, v in attrs_a.items() if v == va and attrs_b.get(p) == vb), None)
+            if attr is not None:
+                found.append({"node": na["name"], "arg": key, "attr": attr})
+    return found
 
 
 if __name__ == "__main__":

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pipeline.candidates.templates import symbolic, tidy
 from pipeline.candidates.templates.analysis import Graph, Node, NoTemplate, Reference, refs
+from pipeline.candidates.templates.symbolic import Dim, Scalar, scalar_marker
 
 C_TYPES = {
     "float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
@@ -23,6 +26,8 @@ C_TYPES = {
 }
 FLOATS = ("float32", "float64", "float16", "bfloat16")
 
+# Every include and helper a kernel may use; a candidate's own header keeps only what it uses
+# (tidy.header). The self-check's shared translation unit includes all of them.
 CUDA_HEADER = r"""#include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
@@ -48,7 +53,6 @@ CPU_HEADER = r"""#include <torch/extension.h>
 #include <cfloat>
 #include <algorithm>
 #include <vector>
-#define HD inline
 """
 
 
@@ -64,7 +68,11 @@ def acc_type(*dtypes: str) -> str:
 
 
 def lit(value: float | int | bool, acc: str = "float") -> str:
-    """A C literal of the accumulation type."""
+    """A C literal of the accumulation type (a constructor value: a marker for its parameter)."""
+    if isinstance(value, Scalar):
+        return scalar_marker(value, acc)
+    if isinstance(value, Dim):  # a size used as a number (a mean's divisor): a parameter too
+        return f"(({acc}){value!r})"
     if isinstance(value, dict) and "float" in value:
         value = float(value["float"])
     if isinstance(value, bool):
@@ -94,6 +102,9 @@ class Kernel:
     source: str
     decl: str
     note: str
+    canon: str = ""  # source with its own name masked, to find duplicates
+    uses: int = 1
+    comment: str = ""  # the note with sizes as expressions of the inputs (kernel comment)
 
 
 @dataclass
@@ -127,7 +138,9 @@ class Builder:
     # Gathers a strided value with a copy kernel; lower.py plugs in the elementwise lowering so
     # that program.py never imports a family module (they all import program.py).
     gather: Callable[[Builder, dict], str] | None = None
+    sizes: dict[str, str] = field(default_factory=dict)  # size symbol -> `x.size(0)`
     _counter: int = 0
+    _extra: dict[str, list[str]] = field(default_factory=dict)  # kernel -> markers it takes
 
     @property
     def cuda(self) -> bool:
@@ -155,7 +168,7 @@ class Builder:
         return m
 
     def emit(self, line: str) -> None:
-        self.lines.append(line)
+        self.lines.append(symbolic.as_python(line, self.sizes))
 
     def alloc(self, shape: list[int], dtype: str, zero: bool = False) -> str:
         var = self.fresh("buf")
@@ -173,15 +186,31 @@ class Builder:
         return self.gather(self, ref)
 
     def add_kernel(self, family: str, hint: str, source: str, decl: str, note: str) -> str:
-        """Register a kernel's C++ text; `decl` uses NAME for the host function's name."""
+        """Register a kernel's C++ text; `decl` uses NAME for the host function's name.
+
+        Sizes and constructor values in the text become parameters (symbolic.plumb); a kernel
+        whose text equals an earlier one's (up to its name) reuses that one.
+        """
         name = f"{hint}_{len(self.kernels)}"
-        self.kernels.append(Kernel(name, family, source.replace("NAME", name),
-                                   decl.replace("NAME", name), note))
+        source, decl, marks = symbolic.plumb(source.replace("NAME", name),
+                                             decl.replace("NAME", name), name)
+        comment = symbolic.as_python(note, self.sizes)
+        note = symbolic.as_numbers(note)
         self.families.append(family)
+        shape = re.compile(rf"\b{re.escape(hint)}(?=_|\b)")
+        canon = shape.sub("KS_SELF", source.replace(name, "KS_HOST"))
+        for k in self.kernels:
+            if k.family == family and k.canon == canon:
+                self._extra[k.name] = marks
+                k.uses += 1
+                return k.name
+        self.kernels.append(Kernel(name, family, source, decl, note, canon, comment=comment))
+        self._extra[name] = marks
         return name
 
     def call(self, fn_name: str, *args: str) -> None:
-        self.emit(f"_ext.{fn_name}({', '.join(args)})")
+        extra = [symbolic.as_python(m, self.sizes) for m in self._extra.get(fn_name, [])]
+        self.emit(f"_ext.{fn_name}({', '.join([*args, *extra])})")
 
 
 def param_expr(name: str, is_buffer: bool) -> str:
@@ -191,10 +220,26 @@ def param_expr(name: str, is_buffer: bool) -> str:
     return f"self.get_{'buffer' if is_buffer else 'parameter'}({name!r})"
 
 
+def kernel_comment(note: str) -> str:
+    """The note as a `//` comment block over the kernel (its thread/loop mapping)."""
+    words, lines, cur = note.split(), [], "//"
+    for w in words:
+        if len(cur) + 1 + len(w) > 98:
+            lines.append(cur)
+            cur = "//"
+        cur += " " + w
+    return "\n".join([*lines, cur])
+
+
 def render(b: Builder) -> str:
     """The candidate file: reference imports, extension sources, ModelNew."""
-    header = CUDA_HEADER if b.cuda else CPU_HEADER
-    body = "\n".join(k.source for k in b.kernels)
+    body = "\n".join(kernel_comment(k.comment or k.note) + "\n" + k.source.strip("\n") + "\n"
+                     for k in b.kernels)
+    body = tidy.resolve_switches(body)
+    if not b.cuda:
+        body = tidy.cpu_inline(body)
+    body = tidy.drop_unused_macros(body)
+    header = tidy.header(body, b.cuda)
     decls = "\n".join(k.decl + ";" for k in b.kernels)
     digest = hashlib.sha256((header + body + b.backend).encode()).hexdigest()[:12]
     names = ", ".join(repr(k.name) for k in b.kernels)
@@ -204,7 +249,7 @@ def render(b: Builder) -> str:
             f"    cuda_sources=[KERNELS],\n    functions=[{names}],\n"
             '    extra_cflags=["-O3"],\n    extra_cuda_cflags=["-O3"],\n    verbose=False,\n)'
         )
-        sources = (f'KERNELS = r"""\n{header}\n{body}\n"""\n\n'
+        sources = (f'KERNELS = r"""\n{header}\n{body}"""\n\n'
                    f'CPP_DECLS = r"""\n#include <torch/extension.h>\n{decls}\n"""\n')
     else:
         build = (
@@ -213,7 +258,7 @@ def render(b: Builder) -> str:
             '    extra_cflags=["-O3", "-fopenmp"],\n    extra_ldflags=["-fopenmp"],\n'
             "    verbose=False,\n)"
         )
-        sources = f'KERNELS = r"""\n{header}\n{body}\n"""\n'
+        sources = f'KERNELS = r"""\n{header}\n{body}"""\n'
     base_imports = {"import torch", "import torch.nn as nn",
                      "from torch.utils.cpp_extension import load_inline"}
     preamble = "\n".join(ln for ln in b.ref.preamble.splitlines() if ln not in base_imports)

@@ -14,6 +14,7 @@ import math
 
 from pipeline.candidates.templates.analysis import Node, NoTemplate
 from pipeline.candidates.templates.program import Builder, acc_type, ctype, numel
+from pipeline.candidates.templates.symbolic import Dim, Scalar
 
 
 def layout(shape: list[int], dims: list[int]) -> tuple[int, int, int]:
@@ -260,6 +261,8 @@ def lower_var(b: Builder, node: Node) -> None:
                                                "keepdim": bool(node.a("keepdim"))}, out_meta)
     lower_reduction(b, tot)
     scale = 1.0 / max(r - corr, 0.0) if r - corr > 0 else float("inf")
+    if isinstance(r, Dim) and r - corr > 0:  # 1 / (R - correction), R read at run time
+        scale = Scalar(scale, f"1.0 / ({r.expr} - {corr!r})")
     members = [fake("scale", "aten.mul.Tensor", {"self": {"node": tot.name}, "other": scale},
                     out_meta)]
     if node.base == "std":

@@ -18,7 +18,16 @@ import traceback
 import types
 from pathlib import Path
 
-_HEADER_END = "#define HD inline\n"
+
+def _body(kernels: str) -> str:
+    """The C++ after the candidate's own includes and shared macros (the shared TU has them)."""
+    lines = kernels.splitlines()
+    last = max((i for i, ln in enumerate(lines) if ln.startswith("#include")), default=-1)
+    rest = lines[last + 1:]
+    while rest and (rest[0].startswith("#define HD ") or rest[0].startswith("#define KS_STREAM")
+                    or not rest[0].strip()):
+        rest = rest[1:]
+    return "\n".join(rest) + "\n"
 
 
 def _split(code: str) -> tuple[str, list[str]]:
@@ -34,9 +43,9 @@ def _split(code: str) -> tuple[str, list[str]]:
             for kw in node.value.keywords:
                 if kw.arg == "functions":
                     names = [e.value for e in kw.value.elts]
-    if kernels is None or _HEADER_END not in kernels:
+    if kernels is None or "#include <torch/extension.h>" not in kernels:
         raise ValueError("not a CPU template candidate")
-    return kernels.split(_HEADER_END, 1)[1], names
+    return _body(kernels), names
 
 
 def combined_source(codes: list[str]) -> tuple[str, list[list[str]]]:
@@ -74,7 +83,7 @@ def main() -> None:
         return
     torch.set_num_threads(2)
     for i, case in enumerate(cases["cases"]):
-        results.append(_run_case(i, case, ext, cpp, torch))
+        results.append(_run_isolated(i, case, ext, cpp, torch))
     Path("result.json").write_text(json.dumps({"results": results}))
 
 
@@ -84,6 +93,31 @@ class _Ext:
 
     def __getattr__(self, name: str):
         return getattr(self._ext, f"c{self._i}_{name}")
+
+
+def _run_isolated(i: int, case: dict, ext, cpp, torch) -> dict:
+    """`_run_case` in a forked child, so a kernel that crashes (SIGFPE, SIGSEGV) fails only itself.
+
+    The parent never runs a kernel, so no OpenMP pool exists yet when it forks.
+    """
+    import os
+    import signal
+
+    out = Path(f"case{i}.json")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            res = _run_case(i, case, ext, cpp, torch)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent as the result
+            res = {"ok": False, "error": f"harness: {type(exc).__name__}: {exc}"}
+        out.write_text(json.dumps(res))
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return {"ok": False, "error": f"crashed with {signal.Signals(os.WTERMSIG(status)).name}"}
+    if not out.exists():
+        return {"ok": False, "error": f"exited with status {os.waitstatus_to_exitcode(status)}"}
+    return json.loads(out.read_text())
 
 
 def _run_case(i: int, case: dict, ext, cpp, torch) -> dict:
@@ -166,9 +200,6 @@ if __name__ == "__main__":
     main()
 
 
-_CUDA_HEADER_END = "#define KS_STREAM c10::cuda::getCurrentCUDAStream()\n"
-
-
 def cuda_translation_unit(codes: list[str]) -> str:
     """One .cu file holding every CUDA candidate's kernels in its own namespace."""
     from pipeline.candidates.templates.program import CUDA_HEADER
@@ -178,7 +209,7 @@ def cuda_translation_unit(codes: list[str]) -> str:
         tree = ast.parse(code)
         kernels = next(n.value.value for n in tree.body if isinstance(n, ast.Assign)
                        and isinstance(n.targets[0], ast.Name) and n.targets[0].id == "KERNELS")
-        body = kernels.split(_CUDA_HEADER_END, 1)[1]
+        body = _body(kernels)
         parts.append(f"namespace c{i} {{\n{body}\n}}  // namespace c{i}\n")
     return "\n".join(parts)
 

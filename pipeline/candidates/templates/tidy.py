@@ -1,0 +1,111 @@
+"""Only the code a candidate needs: preprocessor switches resolved, headers and macros by use.
+
+Family templates share text across variants through `#define FLAG 0|1` and `#if FLAG` blocks;
+an answer that teaches must not carry the branch it never takes, nor a macro, include or helper
+it never uses. These functions rewrite the final C++ so what remains is exactly what runs.
+"""
+
+from __future__ import annotations
+
+import re
+
+_DEFINE_FLAG = re.compile(r"^\s*#define\s+(\w+)\s+([01])\s*$")
+_IF = re.compile(r"^\s*#(if|elif)\s+(\w+)\s*$")
+
+
+def resolve_switches(src: str) -> str:
+    """Evaluate `#if/#elif/#else/#endif` on 0/1 literals and 0/1 flag macros; drop the flags."""
+    flags: dict[str, str] = {}
+    out: list[str] = []
+    stack: list[list[bool]] = []  # [emitting, a branch was already taken, resolvable]
+    for line in src.splitlines():
+        m = _DEFINE_FLAG.match(line)
+        if m and all(f[0] for f in stack):
+            flags[m.group(1)] = m.group(2)
+            continue
+        if re.match(r"^\s*#undef\s+(\w+)\s*$", line) and line.split()[1] in flags:
+            continue
+        m = _IF.match(line)
+        if m:
+            word = m.group(2)
+            value = flags.get(word, word if word in ("0", "1") else None)
+            if value is None:
+                raise ValueError(f"kernel text switches on an unknown macro: {line.strip()}")
+            if m.group(1) == "if":
+                stack.append([value == "1", value == "1"])
+            else:
+                take = not stack[-1][1] and value == "1"
+                stack[-1] = [take, stack[-1][1] or take]
+            continue
+        if re.match(r"^\s*#else\b", line):
+            stack[-1] = [not stack[-1][1], True]
+            continue
+        if re.match(r"^\s*#endif\b", line):
+            stack.pop()
+            continue
+        if all(f[0] for f in stack):
+            out.append(line)
+    return "\n".join(out) + ("\n" if src.endswith("\n") else "")
+
+
+def drop_unused_macros(src: str) -> str:
+    """Remove `#define NAME ...` lines whose NAME never appears elsewhere."""
+    lines = src.splitlines()
+    keep = []
+    for i, line in enumerate(lines):
+        m = re.match(r"^\s*#define\s+(\w+)", line)
+        if m:
+            rest = "\n".join(lines[:i] + lines[i + 1:])
+            if not re.search(rf"\b{m.group(1)}\b", rest):
+                continue
+        keep.append(line)
+    return "\n".join(keep) + ("\n" if src.endswith("\n") else "")
+
+
+CUDA_INCLUDES = [
+    ("#include <torch/extension.h>", None),
+    ("#include <c10/cuda/CUDAStream.h>", r"KS_STREAM|getCurrentCUDAStream"),
+    ("#include <c10/cuda/CUDAException.h>", r"C10_CUDA_KERNEL_LAUNCH_CHECK"),
+    ("#include <cuda_fp16.h>", r"__half|__float2half|__half2float"),
+    ("#include <cuda_bf16.h>", r"__nv_bfloat16|__float2bfloat16|__bfloat162float"),
+    ("#include <mma.h>", r"wmma::"),
+    ("#include <cstdint>", None),
+    ("#include <cmath>", None),
+    ("#include <cfloat>", r"FLT_MAX|DBL_MAX|FLT_MIN|DBL_MIN|FLT_EPSILON"),
+]
+CPU_INCLUDES = [
+    ("#include <torch/extension.h>", None),
+    ("#include <cstdint>", None),
+    ("#include <cmath>", None),
+    ("#include <cfloat>", r"FLT_MAX|DBL_MAX|FLT_MIN|DBL_MIN|FLT_EPSILON"),
+    ("#include <algorithm>", r"std::(min|max|fill|sort|copy|swap)\b"),
+    ("#include <vector>", r"std::vector"),
+]
+CUDA_MACROS = [
+    ("#define HD __host__ __device__ __forceinline__", r"\bHD\b"),
+    ("#define KS_STREAM c10::cuda::getCurrentCUDAStream()", r"\bKS_STREAM\b"),
+]
+KS_BLOCKS = r"""
+// Grid size for a grid-stride loop: enough blocks to fill the GPU, capped so huge tensors loop.
+static inline unsigned int ks_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (unsigned int)(b < 1 ? 1 : (b > 65535 ? 65535 : b));
+}
+"""
+
+
+def header(body: str, cuda: bool) -> str:
+    """The includes, macros and shared helpers that `body` uses, nothing else."""
+    lines = [inc for inc, use in (CUDA_INCLUDES if cuda else CPU_INCLUDES)
+             if use is None or re.search(use, body)]
+    if cuda:
+        lines += [m for m, use in CUDA_MACROS if re.search(use, body)]
+    text = "\n".join(lines) + "\n"
+    if cuda and re.search(r"\bks_blocks\s*\(", body):
+        text += KS_BLOCKS
+    return text
+
+
+def cpu_inline(body: str) -> str:
+    """CPU helpers are plain `inline` functions (the CUDA text's `HD` qualifier)."""
+    return re.sub(r"\bHD\s+", "inline ", body)

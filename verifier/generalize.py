@@ -1,0 +1,176 @@
+"""The generalisation check: a candidate correct at the task's sizes must also be correct at other
+sizes and other constructor arguments (`verifier.variants`), or it has hard-coded one of them.
+
+Worker side (`check_variants`): after the task's own trials, each variant task is built, the
+candidate's `ModelNew` is built with the variant's constructor arguments and compared with the
+variant reference on VARIANT_TRIALS seeded inputs. A failure is `incorrect`; the feedback names
+the variant's changes and, by trying each change alone, the ones the kernel does not follow.
+Parent side (`recheck_variants`): the worker's claims are not believed; its raw variant outputs
+are compared with references computed in the parent, and a variant it calls skipped (the
+reference fails there) must fail in the parent too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verifier.protocol import VerifyOptions, VerifyRequest
+from verifier.variants import describe, first_of_each, single_change
+
+VARIANT_TRIALS = 2
+MAX_SINGLE = 8  # changes tried one at a time to say which one the kernel hard-codes
+
+_WORDS = {"sizes": "another size set", "init": "other constructor arguments"}
+_HINTS = {"sizes": "read sizes from the input tensors (x.size(i), x.numel()) and pass them to "
+                   "the kernel as arguments",
+          "init": "keep constructor values on the module in __init__ and pass them to the kernel "
+                  "as arguments"}
+
+
+def run_variant(source: str, cand_ns: dict[str, Any], backend: Any, seed: int, input_seed: int,
+                trials: int, tol: tuple[float, float, float, float]
+                ) -> tuple[str, str, list[Any]]:
+    """(outcome, message, raw outputs) of the candidate against one variant task; outcome is ok,
+    task_error (the reference fails there), incorrect, runtime_error or cheat."""
+    import torch
+
+    from verifier.worker import _candidate_traceback, _clone, _judge, _to_device
+
+    device = backend.device()
+    ns: dict[str, Any] = {"__name__": "ks_reference"}
+    try:
+        exec(compile(source, "reference.py", "exec"), ns)
+        init = ns["get_init_inputs"]()
+        torch.manual_seed(seed)
+        ref = ns["Model"](*init).to(device).eval()
+    except Exception as exc:  # the variant is the task's fault, not the candidate's
+        return "task_error", f"{type(exc).__name__}: {exc}", []
+    try:
+        torch.manual_seed(seed)
+        new = cand_ns["ModelNew"](*init).to(device).eval()
+        ref_sd, new_sd = ref.state_dict(), new.state_dict()
+        if ref_sd and list(ref_sd) == list(new_sd) and all(
+                ref_sd[k].shape == new_sd[k].shape for k in ref_sd):
+            new.load_state_dict(ref_sd)
+    except Exception as exc:
+        return "runtime_error", "ModelNew(...) raised " + _candidate_traceback(exc)[0], []
+    raw: list[Any] = []
+    for t in range(trials):
+        torch.manual_seed(input_seed + 1000 + t)
+        try:
+            if device == "cpu":
+                inputs = list(_to_device(ns["get_inputs"](), device))
+            else:
+                with torch.device(device):
+                    inputs = list(_to_device(ns["get_inputs"](), device))
+            with torch.no_grad():
+                ref_out = ref(*_clone(inputs))
+        except Exception as exc:
+            return "task_error", f"{type(exc).__name__}: {exc}", raw
+        try:
+            with torch.no_grad():
+                new_out = new(*_clone(inputs))
+            backend.synchronize()
+        except Exception as exc:
+            return "runtime_error", _candidate_traceback(exc)[0], raw
+        verdict, msg, _, _ = _judge(ref, inputs, ref_out, new_out, tol)
+        if verdict != "ok":
+            return ("cheat" if verdict == "cheat" else "incorrect"), f"trial {t + 1}: {msg}", raw
+        raw.append(_to_device(_clone(new_out), "cpu"))
+    return "ok", "", raw
+
+
+def _culprits(task_src: str, variant: dict, run: Any) -> list[str]:
+    """The changes that break the candidate on their own (others moved alone pass)."""
+    bad = []
+    for name, (_, new) in list(variant["changes"].items())[:MAX_SINGLE]:
+        outcome, _, _ = run(single_change(task_src, name, new), 1)
+        if outcome not in ("ok", "task_error"):
+            bad.append(name)
+    return bad
+
+
+def feedback(variant: dict, message: str, culprits: list[str]) -> str:
+    """What failed, at which changed sizes or constructor values, and what to do instead."""
+    label = variant["label"]
+    text = (f"generalisation check: correct at the task's sizes, but not at "
+            f"{_WORDS.get(label, label)} ({describe(variant)}): {message}.")
+    what = "a size" if label == "sizes" else "a constructor value"
+    if culprits:
+        names = ", ".join(f"{n} ({variant['changes'][n][0]})" for n in culprits)
+        text += f" The kernel hard-codes {names}"
+    else:
+        text += f" The kernel hard-codes {what} (it fails only when these change together)"
+    return text + f": {_HINTS.get(label, _HINTS['sizes'])}."
+
+
+def check_variants(res: Any, job: dict[str, Any], task_src: str, cand_ns: dict[str, Any],
+                   backend: Any, tol: tuple[float, float, float, float]) -> list[Any]:
+    """Run the job's variants; finish `incorrect` at the first one the candidate fails. The raw
+    outputs of the variants it passes, in order, for the parent's own comparison."""
+    opts = job["options"]
+    seed, input_seed = int(opts.get("seed", 0)), int(job.get("input_seed", 0))
+    raw: list[Any] = []
+    checked = []
+    for variant in job.get("variants") or []:
+        def run(src: str, trials: int) -> tuple[str, str, list[Any]]:
+            return run_variant(src, cand_ns, backend, seed, input_seed, trials, tol)
+
+        outcome, msg, out = run(variant["source"], VARIANT_TRIALS)
+        if outcome == "task_error":
+            checked.append(False)
+            res.finding("variant_skipped", f"the {variant['label']} variant ({describe(variant)}) "
+                        f"was not checked: the reference fails there ({msg})", severity="warning")
+            continue
+        if outcome != "ok":
+            res.data["variants_checked"] = checked
+            res.finding("generalisation", f"{variant['label']}: {describe(variant)}: {msg}")
+            res.finish("cheat" if outcome == "cheat" else "incorrect",
+                       feedback(variant, msg, _culprits(task_src, variant, run)))
+        checked.append(True)
+        raw.extend(out)
+    res.data["variants_checked"] = checked
+    return raw
+
+
+def recheck_variants(variants: list[dict], checked: Any, outputs: list[Any] | None, seed: int,
+                     input_seed: int, tol: tuple[float, float, float, float]) -> tuple[bool, str]:
+    """(ok, why not): the parent's own comparison of the worker's variant outputs."""
+    from verifier.decide import _reference, recheck
+
+    if not variants:
+        return True, ""
+    if not (isinstance(checked, list) and len(checked) == len(variants)):
+        return False, "the worker did not report the generalisation check"
+    want = VARIANT_TRIALS * sum(1 for c in checked if c is True)
+    if outputs is None or len(outputs) != want:
+        return False, (f"the worker returned {0 if outputs is None else len(outputs)} variant "
+                       f"outputs, expected {want}")
+    start = 0
+    for variant, done in zip(variants, checked, strict=True):
+        if done is not True:
+            try:  # a skip is believed only when the reference fails here too
+                import torch
+
+                model, get_inputs = _reference(variant["source"], seed)
+                with torch.no_grad():
+                    model(*get_inputs())
+            except Exception:  # noqa: BLE001 - the reference cannot run there: a real skip
+                continue
+            return False, f"the worker skipped the {variant['label']} variant, which builds"
+        ok, why = recheck(variant["source"], seed, input_seed, VARIANT_TRIALS,
+                          outputs[start:start + VARIANT_TRIALS], tol)
+        if not ok:
+            return False, f"{variant['label']} variant: {why}"
+        start += VARIANT_TRIALS
+    return True, ""
+
+
+def request_variants(req: VerifyRequest, opts: VerifyOptions) -> list[dict[str, Any]]:
+    """The variants to check: none unless `opts.generalize`; the request's own (validated by the
+    task probe) or, when it brings none, one per kind derived from the task source."""
+    if not opts.generalize:
+        return []
+    if req.variants is not None:
+        return list(req.variants)
+    return first_of_each(req.task_source)

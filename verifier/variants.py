@@ -1,0 +1,174 @@
+"""Other size sets and other constructor values of a KernelBench task file (stdlib only).
+
+A kernel must read its sizes from the tensors and its constructor values from the module. The
+generalisation check runs it against the same task at other sizes and other constructor
+arguments. A task file keeps its sizes in module-level integer constants and its constructor
+values in `get_init_inputs()` (or module-level floats it reads), so rewriting those literals gives
+the other task; the pipeline's task probe checks that the reference still runs there before a
+variant is kept (`pipeline.tasks.variants`).
+
+A variant is `{"label": "sizes" | "init", "source": str, "changes": {name: [old, new]}}`: the
+changes name what moved, so a failure can say which size or constructor value was hard-coded.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+
+INIT = "get_init_inputs()"  # change names of literal constructor arguments: get_init_inputs()[i]
+INPUTS = "get_inputs()"  # change names of sizes written inline in get_inputs: get_inputs()#k
+
+
+def _literal_edits(tree: ast.Module, ints: Callable[[int], int], floats: Callable[[float], float],
+                   inline: bool = False
+                   ) -> list[tuple[int, int, int, str, str, int | float, int | float]]:
+    """(line, col, end col, new text, name, old, new) for top-level int/float constants, int
+    literals in get_inputs when `inline` (`get_inputs()#k`) and float literals in get_init_inputs (named
+    `get_init_inputs()[i]` in the order they appear)."""
+    edits = []
+
+    def edit(node: ast.Constant, name: str, new: int | float) -> None:
+        if node.lineno == node.end_lineno and new != node.value:
+            text = str(new) if isinstance(new, int) else repr(new)
+            edits.append((node.lineno, node.col_offset, node.end_col_offset, text, name,
+                          node.value, new))
+
+    for stmt in tree.body:
+        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name) and isinstance(stmt.value, ast.Constant)):
+            v, name = stmt.value.value, stmt.targets[0].id
+            if isinstance(v, bool):
+                continue
+            if isinstance(v, int):
+                edit(stmt.value, name, ints(v))
+            elif isinstance(v, float):
+                edit(stmt.value, name, floats(v))
+        if inline and isinstance(stmt, ast.FunctionDef) and stmt.name == "get_inputs":
+            # shapes written inline (generated tasks): `get_inputs()#k`, k-th int in the body
+            found = sorted((n for n in ast.walk(stmt) if isinstance(n, ast.Constant)
+                            and type(n.value) is int), key=lambda n: (n.lineno, n.col_offset))
+            for i, node in enumerate(found):
+                edit(node, f"{INPUTS}#{i}", ints(node.value))
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "get_init_inputs":
+            found = sorted((n for n in ast.walk(stmt) if isinstance(n, ast.Constant)
+                            and isinstance(n.value, float)),
+                           key=lambda n: (n.lineno, n.col_offset))
+            for i, node in enumerate(found):
+                edit(node, f"{INIT}[{i}]", floats(node.value))
+    return edits
+
+
+def rewrite(source: str, ints: Callable[[int], int], floats: Callable[[float], float],
+            inline: bool = False) -> tuple[str, dict[str, list[int | float]]]:
+    """The task file with module-level sizes mapped by `ints` and constructor floats by `floats`,
+    and what changed ({name: [old, new]})."""
+    lines = source.splitlines(keepends=True)
+    edits = _literal_edits(ast.parse(source), ints, floats, inline)
+    for line, col, end, text, *_ in sorted(edits, reverse=True):
+        raw = lines[line - 1].encode()  # ast columns count UTF-8 bytes
+        lines[line - 1] = (raw[:col] + text.encode() + raw[end:]).decode()
+    changes = {name: [old, new] for *_, name, old, new in sorted(edits)}
+    return "".join(lines), changes
+
+
+def rewrite_literals(source: str, ints: Callable[[int], int],
+                     floats: Callable[[float], float]) -> str:
+    """The task file with module-level sizes mapped by `ints` and constructor floats by `floats`."""
+    return rewrite(source, ints, floats)[0]
+
+
+def shrink(value: int, factor: int) -> int:
+    """A size divided by `factor`, kept at 8 or more (small structural values untouched)."""
+    return value if value < 8 else max(8, value // factor)
+
+
+def other_size(value: int) -> int:
+    """A different size with the same divisibility by 4 (3/4 of it), for sizes of 8 or more."""
+    return value if value < 8 else value - value // 4
+
+
+def half_size(value: int) -> int:
+    """Half a size of 16 or more (the fallback when 3/4 breaks a divisibility the task needs)."""
+    return value if value < 16 else value // 2
+
+
+def other_scalar(value: float) -> float:
+    """A different constructor float of the same sign and magnitude."""
+    return value * 1.25 if value else 0.0
+
+
+def other_sizes(source: str) -> str:
+    """The task at another size set and other constructor floats (the source if it has none)."""
+    try:
+        return rewrite_literals(source, other_size, other_scalar)
+    except SyntaxError:
+        return source
+
+
+def _same(v: float) -> float:
+    return v
+
+
+def derive(source: str) -> list[list[dict]]:
+    """Candidate variants of a task, grouped: each group is one kind ("sizes", "init") in order
+    of preference; a caller keeps the first of a group whose reference runs. [] for groups with
+    nothing to change (no module-level size of 8 or more, no constructor float)."""
+    try:
+        ast.parse(source)
+    except SyntaxError:
+        return []
+    groups = []
+    sizes = []
+    for fn in (other_size, half_size):
+        text, changes = rewrite(source, fn, _same, inline=True)
+        if changes and all(v["source"] != text for v in sizes):
+            sizes.append({"label": "sizes", "source": text, "changes": changes})
+    if sizes:
+        groups.append(sizes)
+    text, changes = rewrite(source, lambda v: v, other_scalar)
+    if changes:
+        groups.append([{"label": "init", "source": text, "changes": changes}])
+    return groups
+
+
+def first_of_each(source: str) -> list[dict]:
+    """One variant per kind without validation (the first candidate of each group)."""
+    return [g[0] for g in derive(source)]
+
+
+def apply_changes(source: str, changes: dict[str, list[int | float]]) -> str:
+    """The task with each named literal (whose value is still the change's old one) set to the
+    change's new value: a variant rebuilt from its `changes` alone."""
+    for name, (old, new) in changes.items():
+        edits = [e for e in _literal_edits(ast.parse(source), lambda v: v + 1,
+                                           lambda v: v + 1.0, True)
+                 if e[4] == name and e[5] == old]
+        if not edits:
+            raise ValueError(f"variant change {name} {old} -> {new}: no such literal in the task")
+        source = single_change(source, name, new)
+    return source
+
+
+def single_change(source: str, name: str, new: int | float) -> str:
+    """The task with only `name` (a module constant or `get_init_inputs()[i]`) set to `new`."""
+    tree = ast.parse(source)
+    edits = [e for e in _literal_edits(tree, lambda v: v + 1, lambda v: v + 1.0, True)
+             if e[4] == name]
+    if not edits:
+        return source
+    line, col, end, *_ = edits[0]
+    lines = source.splitlines(keepends=True)
+    raw = lines[line - 1].encode()
+    text = str(new) if isinstance(new, int) and not isinstance(new, bool) else repr(new)
+    lines[line - 1] = (raw[:col] + text.encode() + raw[end:]).decode()
+    return "".join(lines)
+
+
+def describe(variant: dict) -> str:
+    """`batch_size 16 -> 12, dim 256 -> 192` for a variant's changes."""
+    return ", ".join(f"{k} {_num(a)} -> {_num(b)}" for k, (a, b) in variant["changes"].items())
+
+
+def _num(v: int | float) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
