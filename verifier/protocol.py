@@ -47,6 +47,7 @@ class VerifyOptions:
 
     backend: str = "auto"
     workers: int = 2
+    gpus: int = 0  # GPU backends: execution workers on the first N visible GPUs (0: all)
     compile_workers: int = 2
     compile_batch: int = 16
     compile_timeout_s: float = 600.0
