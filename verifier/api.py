@@ -319,10 +319,10 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
             chosen = chosen[:opts.gpus]
         for slot in chosen:
             runner: _SandboxRunner | _GpuRunner = (
-                _GpuRunner(opts, slot.env, backend.name) if persistent else
+                _GpuRunner(opts, slot.env, backend.name, opts.standby_worker) if persistent else
                 _SandboxRunner(launcher, backend, opts, slot.env, threads=1))
             runners.append(runner)
-            lanes[id(runner)] = slot.name
+            lanes[id(runner)] = slot.label
             slots.put(runner)
 
     def warm(r: _GpuRunner) -> None:
@@ -341,6 +341,7 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
             t.join()
         for r in runners:
             r.close()
+            stats.count("worker replaced by its standby", getattr(r, "swaps", 0))
 
 
 def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
@@ -392,8 +393,7 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
     exec_pool = ThreadPoolExecutor(max(1, slots.qsize()))
     baselines = Baselines(opts, backend)
     futures = []
-    stop_prefetch = threading.Event()
-    prefetcher = None
+    stop_prefetch, prefetcher = threading.Event(), None
     if backend.persistent_worker and slots.qsize():  # GPU workers idle until a build lands
         tasks = [it.req.task_source for s in ordered for it in pending if s in it.specs]
         prefetcher = threading.Thread(target=prefetch, daemon=True, args=(
@@ -452,10 +452,15 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
         after_build(built)
 
     try:
-        with stats.span("pch"):
-            Builder(ctx).prepare_pch(ordered)
+        def pch() -> None:  # beside the units: they compile device code first, then wait for it
+            with stats.span("pch"):
+                Builder(ctx).prepare_pch(ordered)
+
+        pch_thread = threading.Thread(target=pch, daemon=True)
+        pch_thread.start()
         with ThreadPoolExecutor(workers, thread_name_prefix="compile") as cpool:
             list(cpool.map(build_chunk, chunks))
+        pch_thread.join()
         while True:
             with lock:
                 waiting = [f for f in futures if not f.done()]
@@ -472,11 +477,9 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
 
 def compile_chunks(specs: list[ExtensionSpec], workers: int, most: int
                    ) -> list[list[ExtensionSpec]]:
-    """Split `specs` into build units: as many as there are compile workers (every core busy
-    from the start), each as small as that allows (a failing spec makes only its unit build
-    again), none over `most` specs. A unit pays ~30 s for torch's headers and ~0.3 s per spec
-    (H100 node, benchmarks/gpu_diag.py), so fewer, fuller units only pay off when the specs
-    outnumber the workers."""
+    """Build units: one per compile worker (every core busy from the start), each as small as
+    that allows (a failing spec rebuilds only its unit), none over `most` specs. A unit pays
+    ~30 s for torch's headers and ~0.3 s per spec (H100, benchmarks/gpu_diag.py)."""
     if not specs:
         return []
     n_units = max(min(len(specs), max(1, workers)), -(-len(specs) // max(1, most)))

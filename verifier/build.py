@@ -196,12 +196,10 @@ class Builder:
             return None
         d.mkdir(parents=True, exist_ok=True)
         lock = d / ".lock"
-        try:  # one builder makes the PCH; others compile without it meanwhile
+        try:  # one builder makes the PCH; the others wait for it (a unit without it: ~30 s)
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
-            if time.time() - lock.stat().st_mtime > self.ctx.timeout_s:
-                lock.unlink(missing_ok=True)
-            return None
+            return self._wait_for_pch(d, lock)
         os.close(fd)
         try:
             (d / "ks_pch.h").write_text("#include <torch/extension.h>\n")
@@ -213,6 +211,20 @@ class Builder:
             return None
         finally:
             lock.unlink(missing_ok=True)
+
+    def _wait_for_pch(self, d: Path, lock: Path) -> Path | None:
+        """The PCH another builder is making, once it is there (None if that build fails)."""
+        while True:
+            if (d / "ks_pch.h.gch").is_file():
+                return d
+            try:
+                stale = time.time() - lock.stat().st_mtime > self.ctx.timeout_s
+            except OSError:  # the other builder finished (or gave up) just now
+                return d if (d / "ks_pch.h.gch").is_file() else None
+            if stale:
+                lock.unlink(missing_ok=True)
+                return None
+            time.sleep(0.2)
 
     def prepare_pch(self, specs: list[ExtensionSpec]) -> None:
         """Build the PCH of every flag group big enough, before parallel builds race for it."""
@@ -341,21 +353,23 @@ class Builder:
         be = self.ctx.backend
         cflags = [*first.extra_cflags, *(f"-I{p}" for p in first.extra_include_paths)]
         log: list[str] = []
-        pch = self.pch_dir(cflags, n, log)
         # unique names: another process may be building the same batch into this folder
         tag = f"{os.getpid()}-{threading.get_ident()}"
         (out_dir / f"host-{tag}.cpp").write_text(host)
         objs = [out_dir / f"host-{tag}.o"]
         try:
-            ok = be.compile_unit(BuildUnit(out_dir / f"host-{tag}.cpp", "host"), objs[0],
-                                 [*cflags, *(extra or [])], pch, log, self.ctx.timeout_s)
-            if ok and device:
+            ok = True
+            if device:  # first: it needs no PCH, which may still be building meanwhile
                 dpath = out_dir / f"device-{tag}{be.device_suffix}"
                 dpath.write_text(device)
                 objs.append(out_dir / f"device-{tag}.o")
                 ok = be.compile_unit(BuildUnit(dpath, "device"), objs[1],
                                      [*first.extra_cuda_cflags, *(extra or [])], None, log,
                                      self.ctx.timeout_s)
+            if ok:
+                pch = self.pch_dir(cflags, n, log)
+                ok = be.compile_unit(BuildUnit(out_dir / f"host-{tag}.cpp", "host"), objs[0],
+                                     [*cflags, *(extra or [])], pch, log, self.ctx.timeout_s)
         except ValueError as exc:
             return False, str(exc)
         if ok:
