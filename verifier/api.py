@@ -401,8 +401,7 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
             {k: getattr(opts, k) for k in _JOB_OPTIONS}, stats, stop_prefetch))
         prefetcher.start()
 
-    def run_exec(it: _Item) -> None:
-        landed = time.monotonic()
+    def run_exec(it: _Item, landed: float) -> None:  # landed: when its build was ready
         runner = slots.get()
         start = time.monotonic()
         stats.add("exec_wait", landed, start)
@@ -440,7 +439,7 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
                 finish(it)
             else:
                 with lock:
-                    futures.append(exec_pool.submit(run_exec, it))
+                    futures.append(exec_pool.submit(run_exec, it, time.monotonic()))
 
     def build_chunk(chunk: list[ExtensionSpec]) -> None:
         start = time.monotonic()

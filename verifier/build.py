@@ -296,10 +296,12 @@ class Builder:
                                        seconds=carried)
             self._attempt(rest, results, carried)
         elif blamed and len(blamed) < len(specs):
+            # the rest first: candidates with no error land after one more build, not after
+            # every blamed one has been confirmed alone
+            self._attempt([s for s in specs if s.key not in blamed], results, carried)
             for s in specs:
                 if s.key in blamed:
                     self._attempt([s], results, carried)
-            self._attempt([s for s in specs if s.key not in blamed], results, carried)
         else:
             half = len(specs) // 2
             self._attempt(specs[:half], results, carried)
