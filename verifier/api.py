@@ -443,12 +443,12 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
 
     def build_chunk(chunk: list[ExtensionSpec]) -> None:
         start = time.monotonic()
-        try:
-            built = Builder(ctx).build(chunk)
+        try:  # each spec's result goes on as soon as it is final
+            Builder(ctx).build(chunk, on_ready=after_build)
         except Exception as exc:  # keep the batch going; these specs fail with the reason
-            built = {s.key: BuildResult(s.key, False, log=f"build error: {exc}") for s in chunk}
+            after_build({s.key: BuildResult(s.key, False, log=f"build error: {exc}")
+                         for s in chunk if s.key not in results})
         stats.add("compile", start, time.monotonic(), threading.current_thread().name)
-        after_build(built)
 
     try:
         def pch() -> None:  # beside the units: they compile device code first, then wait for it

@@ -19,6 +19,7 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -238,10 +239,15 @@ class Builder:
             self.pch_dir(cflags, len(group), [])
 
     # --- builds ------------------------------------------------------------------------------
-    def build(self, specs: list[ExtensionSpec]) -> dict[str, BuildResult]:
-        """Build all `specs` (any mix of flags and kinds); one result per spec key."""
-        results: dict[str, BuildResult] = {}
+    def build(self, specs: list[ExtensionSpec],
+              on_ready: Callable[[dict[str, BuildResult]], None] | None = None
+              ) -> dict[str, BuildResult]:
+        """Build all `specs` (any mix of flags and kinds); one result per spec key. `on_ready`
+        gets results as soon as they are final and stored (good specs of a failed unit go on
+        before the bad ones are confirmed alone)."""
+        results = _Landing(self, on_ready)
         todo: dict[str, ExtensionSpec] = {}
+        held = results.hold()  # what needs no build goes on together, in the caller's order
         for s in specs:
             if s.key in results or s.key in todo:
                 continue
@@ -256,6 +262,7 @@ class Builder:
                                       f"{self.ctx.backend.name} backend (it needs cuda or musa)")
             else:
                 todo[s.key] = s
+        results.release(held)
         groups: dict[tuple, list[ExtensionSpec]] = {}
         for s in todo.values():
             groups.setdefault((s.batchable, _flags_key(s)), []).append(s)
@@ -265,20 +272,19 @@ class Builder:
             else:
                 for s in group:
                     results[s.key] = self._build_one_module(s)
-        for res in results.values():
-            if not res.cached:
-                self._store(res)
-        return results
+        return dict(results)
 
-    def _attempt(self, specs: list[ExtensionSpec], results: dict[str, BuildResult],
+    def _attempt(self, specs: list[ExtensionSpec], results: _Landing,
                  carried: float = 0.0) -> None:
         """Build `specs` together; on failure split them. `carried`: seconds per spec already
         spent on failed attempts that included it (charged to it, so compile_s is honest)."""
         ok, log, so, module, secs = self._build_batch(specs)
         if ok:
+            held = results.hold()  # a unit's specs go on together, in their order
             for s in specs:
                 results[s.key] = BuildResult(s.key, True, module, str(so), "batch", "",
                                              secs / len(specs) + carried, len(specs))
+            results.release(held)
             return
         if len(specs) == 1:
             s = specs[0]
@@ -397,6 +403,33 @@ class Builder:
             return True, ""
         return False, "import of the built extension failed: " + (
             _last_error(res.stderr) or res.describe_failure())
+
+
+class _Landing(dict):
+    """Results stored (index, hash) and announced as set; together between hold/release."""
+
+    def __init__(self, builder: Builder,
+                 on_ready: Callable[[dict[str, BuildResult]], None] | None) -> None:
+        super().__init__()
+        self.builder, self.on_ready, self.pending = builder, on_ready, None
+
+    def hold(self) -> dict[str, BuildResult]:
+        self.pending = {}
+        return self.pending
+
+    def release(self, held: dict[str, BuildResult]) -> None:
+        self.pending = None
+        if held and self.on_ready is not None:
+            self.on_ready(held)
+
+    def __setitem__(self, key: str, res: BuildResult) -> None:
+        if not res.cached:
+            self.builder._store(res)
+        super().__setitem__(key, res)
+        if self.pending is not None:
+            self.pending[key] = res
+        elif self.on_ready is not None:
+            self.on_ready({key: res})
 
 
 def _last_error(text: str) -> str:
