@@ -95,6 +95,7 @@ def run_ours(kernels: list[CorpusKernel], cache: Path, args: argparse.Namespace,
     opts = VerifyOptions(backend="cuda", gpus=gpus, compile_workers=args.compile_workers,
                          compile_batch=args.compile_batch, run_timeout_s=args.run_timeout,
                          atol_fp32=ATOL, rtol_fp32=RTOL, perf_budget_s=args.perf_budget,
+                         standby_worker=not args.no_standby,
                          build_cache_dir=str(cache / "builds"),
                          baseline_cache_dir=str(cache / "baselines"))
     reqs = [VerifyRequest(k.candidate_id, k.task_id, k.task_source, k.source, "cuda")
@@ -221,6 +222,8 @@ def main() -> int:
     ap.add_argument("--compile-batch", type=int, default=16)
     ap.add_argument("--run-timeout", type=float, default=15.0)
     ap.add_argument("--perf-budget", type=float, default=3.0)
+    ap.add_argument("--no-standby", action="store_true",
+                    help="no warm standby GPU worker (A/B of the replacement after a crash)")
     ap.add_argument("--kb-limit", type=int, default=16,
                     help="KernelBench-style harness on this many kernels (0: skip, -1: all)")
     ap.add_argument("--no-kb-same", action="store_true",
