@@ -403,6 +403,7 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
 
     def run_exec(it: _Item, landed: float) -> None:  # landed: when its build was ready
         runner = slots.get()
+        getattr(runner, "wait_ready", lambda: None)()  # a GPU worker still starting
         start = time.monotonic()
         stats.add("exec_wait", landed, start)
         try:

@@ -93,6 +93,7 @@ def prefetch(task_sources: list[str], backend: Backend, opts: VerifyOptions,
         if stop.is_set():
             slots.put(runner)
             return
+        getattr(runner, "wait_ready", lambda: None)()
         start = time.monotonic()
         try:
             have = baselines.get(src, device)

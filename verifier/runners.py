@@ -114,6 +114,11 @@ class _GpuRunner:
                 self.worker.start()
             self._refill()
 
+    def wait_ready(self) -> None:
+        """Return once warm() is done (so a profile does not count start-up as job time)."""
+        with self.lock:
+            return
+
     def _refill(self) -> None:
         """Start the standby in the background unless it is up or starting (lock held)."""
         if self.standby is None or self.standby.alive() or (
