@@ -78,7 +78,8 @@ def unary_kernels() -> list[CorpusKernel]:
                                  "{ return v; }\ntorch::Tensor act_cuda")
         .replace("out[i] = ", "out[i] = host_helper(v) * 0.0f + "), "compile_error")
     # crashes
-    bad("gen_tanh_bad_launch", "tanh", 1, plain["tanh"].replace(
+    bad("gen_tanh_bad_launch", "tanh", 1, "#include <c10/cuda/CUDAException.h>\n"
+        + plain["tanh"].replace(
         "(n + 256 - 1) / 256, 256>>>", "(n + 2047) / 2048, 2048>>>").replace(
         "    return out;", "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n    return out;"),
         "runtime_error")
