@@ -25,6 +25,7 @@ from pathlib import Path
 
 from verifier.backends import Backend, BuildUnit
 from verifier.extspec import ExtensionSpec
+from verifier.landing import Landing
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*([<"][^>"]+[>"])')
@@ -215,17 +216,15 @@ class Builder:
 
     def _wait_for_pch(self, d: Path, lock: Path) -> Path | None:
         """The PCH another builder is making, once it is there (None if that build fails)."""
-        while True:
-            if (d / "ks_pch.h.gch").is_file():
-                return d
+        while not (d / "ks_pch.h.gch").is_file():
             try:
-                stale = time.time() - lock.stat().st_mtime > self.ctx.timeout_s
+                if time.time() - lock.stat().st_mtime > self.ctx.timeout_s:  # stale
+                    lock.unlink(missing_ok=True)
+                    return None
             except OSError:  # the other builder finished (or gave up) just now
                 return d if (d / "ks_pch.h.gch").is_file() else None
-            if stale:
-                lock.unlink(missing_ok=True)
-                return None
             time.sleep(0.2)
+        return d
 
     def prepare_pch(self, specs: list[ExtensionSpec]) -> None:
         """Build the PCH of every flag group big enough, before parallel builds race for it."""
@@ -245,7 +244,7 @@ class Builder:
         """Build all `specs` (any mix of flags and kinds); one result per spec key. `on_ready`
         gets results as soon as they are final and stored (good specs of a failed unit go on
         before the bad ones are confirmed alone)."""
-        results = _Landing(self, on_ready)
+        results = Landing(self._store, on_ready)
         todo: dict[str, ExtensionSpec] = {}
         held = results.hold()  # what needs no build goes on together, in the caller's order
         for s in specs:
@@ -274,7 +273,7 @@ class Builder:
                     results[s.key] = self._build_one_module(s)
         return dict(results)
 
-    def _attempt(self, specs: list[ExtensionSpec], results: _Landing,
+    def _attempt(self, specs: list[ExtensionSpec], results: Landing,
                  carried: float = 0.0) -> None:
         """Build `specs` together; on failure split them. `carried`: seconds per spec already
         spent on failed attempts that included it (charged to it, so compile_s is honest)."""
@@ -403,33 +402,6 @@ class Builder:
             return True, ""
         return False, "import of the built extension failed: " + (
             _last_error(res.stderr) or res.describe_failure())
-
-
-class _Landing(dict):
-    """Results stored (index, hash) and announced as set; together between hold/release."""
-
-    def __init__(self, builder: Builder,
-                 on_ready: Callable[[dict[str, BuildResult]], None] | None) -> None:
-        super().__init__()
-        self.builder, self.on_ready, self.pending = builder, on_ready, None
-
-    def hold(self) -> dict[str, BuildResult]:
-        self.pending = {}
-        return self.pending
-
-    def release(self, held: dict[str, BuildResult]) -> None:
-        self.pending = None
-        if held and self.on_ready is not None:
-            self.on_ready(held)
-
-    def __setitem__(self, key: str, res: BuildResult) -> None:
-        if not res.cached:
-            self.builder._store(res)
-        super().__setitem__(key, res)
-        if self.pending is not None:
-            self.pending[key] = res
-        elif self.on_ready is not None:
-            self.on_ready({key: res})
 
 
 def _last_error(text: str) -> str:
