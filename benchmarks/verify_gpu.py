@@ -1,15 +1,24 @@
-"""GPU verifier throughput vs a KernelBench-style harness, on the same candidates, in one run.
+"""Verifier throughput on real-style CUDA kernels vs a KernelBench-style harness, in one call.
 
-    PYTHONPATH=. python3 benchmarks/verify_gpu.py --out DIR [--baseline-limit 4]
-        [--baseline-parallel 0] [--compile-workers 16]
+    python -m benchmarks.verify_gpu --out DIR [--limit N] [--gpus 2] [--kb-limit 16]
+        [--compile-workers N] [--run-timeout 15] [--no-kb-same] [--cold-scaling]
 
-Ours (`verifier.api.verify_batch`, backend cuda): a compile pool (all cores; many candidates per
-translation unit, PCH for host units, light torch header for device units, content-hash cache)
-feeding a persistent execution worker per GPU (correctness with a dispatcher trace, profiler
-anti-cheat, event timing with L2 flush and fresh inputs, eager baselines cached per task).
-Baseline (KernelBench style): for each candidate, sequentially, a fresh process does
-`load_inline` (cold, torch defaults) and runs 5 correctness trials and 100 timed calls.
-Prints a table; writes results.json and table.txt under --out.
+Corpus: benchmarks/kernel_corpus.py (159 kernels: the 48 CUDA conformance cases, the 41
+hand-written benchmark candidates, 70 generated in KernelBench's one-shot load_inline form,
+with wrong, non-compiling, crashing and cheating ones). Phases, each printing progress:
+1. ours cold: `verifier.api.verify_batch` on the whole corpus as one streaming batch, empty
+   build and baseline caches, one GPU: wall time, compiled-and-run candidates per GPU-hour,
+   verdicts against the labels, and the profile of where the wall time went
+   (`verifier.batch_stats`: compile units, baseline jobs, GPU worker busy/idle, waiting).
+2. with --gpus N (N > 1): the same batch again on 1 and on N GPUs with the builds cached and
+   empty baseline caches (the execution side, which more GPUs can speed up), and the speed-up;
+   --cold-scaling also runs it cold on N GPUs. Verdicts must be identical across runs.
+3. KernelBench-style harness (benchmarks/kb_harness.py: parallel pre-compile with load_inline
+   on all cores, then one fresh process per candidate, sequentially) on a stratified subset of
+   --kb-limit kernels (0: skip; -1: all), ours cold on the same subset (unless --no-kb-same),
+   the throughput ratio and verdict agreement.
+The table goes to DIR/table.txt after every phase (a run cut short keeps what it measured);
+raw numbers to DIR/results.json.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import argparse
 import collections
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,79 +38,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.gpu_candidates import TASKS, all_candidates  # noqa: E402
-from verifier.protocol import CORRECT_STATUSES  # noqa: E402
+from benchmarks.kernel_corpus import CorpusKernel, as_expected, corpus  # noqa: E402
 
-ATOL = RTOL = 1e-3  # the same tolerance for both harnesses
-
-KB_CHILD = r'''
-import json, sys, time, torch, types
-t0 = time.monotonic()
-task_src, cand_src, build_dir, out_path, atol, rtol = sys.argv[1:7]
-atol, rtol = float(atol), float(rtol)
-res = {}
-def done(**kw):
-    res.update(kw); res["wall_s"] = time.monotonic() - t0
-    open(out_path, "w").write(json.dumps(res)); sys.exit(0)
-import os
-os.environ["TORCH_EXTENSIONS_DIR"] = build_dir
-task = {}; exec(compile(open(task_src).read(), "task", "exec"), task)
-cand = {}
-try:
-    exec(compile(open(cand_src).read(), "cand", "exec"), cand)
-except Exception as e:
-    done(verdict="compile_error", error=str(e)[-500:], compile_s=time.monotonic() - t0)
-compile_s = time.monotonic() - t0
-res["compile_s"] = compile_s
-init = task["get_init_inputs"]()
-try:
-    torch.manual_seed(42); ref = task["Model"](*init).cuda()
-    torch.manual_seed(42); new = cand["ModelNew"](*init).cuda()
-    sd = ref.state_dict()
-    if sd and set(sd) == set(new.state_dict()): new.load_state_dict(sd)
-    with torch.no_grad():
-        for trial in range(5):
-            torch.manual_seed(trial)
-            inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in task["get_inputs"]()]
-            r = ref(*inputs); o = new(*inputs); torch.cuda.synchronize()
-            if o.shape != r.shape or not torch.allclose(o, r, atol=atol, rtol=rtol):
-                done(verdict="incorrect", run_s=time.monotonic() - t0 - compile_s)
-        times = []
-        for _ in range(3): new(*inputs)
-        torch.cuda.synchronize()
-        for _ in range(100):
-            s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
-            s.record(); new(*inputs); e.record(); torch.cuda.synchronize()
-            times.append(s.elapsed_time(e) * 1000)
-        rt = []
-        for _ in range(100):
-            s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
-            s.record(); ref(*inputs); e.record(); torch.cuda.synchronize()
-            rt.append(s.elapsed_time(e) * 1000)
-    m = sum(times) / len(times); mr = sum(rt) / len(rt)
-    done(verdict="correct", runtime_us=m, eager_us=mr, speedup=mr / m,
-         run_s=time.monotonic() - t0 - compile_s)
-except Exception as e:
-    done(verdict="runtime_error", error=str(e)[-500:], run_s=time.monotonic() - t0 - compile_s)
-'''
+ATOL = RTOL = 1e-3  # the same tolerance in both harnesses
+T0 = time.monotonic()
 
 
-def coarse(status: str) -> str:
-    """Map a verdict status to the baseline's vocabulary (correct_fast/slow -> correct)."""
-    if status in CORRECT_STATUSES:
-        return "correct"
-    return status
-
-
-def as_expected(status: str, expected: str) -> bool:
-    """A hack labelled `cheat` is caught whether the static or the dynamic stage caught it."""
-    if expected == "cheat":
-        return status in ("cheat", "static_reject")
-    return coarse(status) == expected
+def log(msg: str) -> None:
+    print(f"[{time.monotonic() - T0:7.1f}s] {msg}", flush=True)
 
 
 class GpuSampler:
-    """Samples nvidia-smi utilization.gpu every 0.5 s in a thread."""
+    """Samples nvidia-smi utilization.gpu (all GPUs, mean) every 0.5 s in a thread."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
@@ -114,7 +63,7 @@ class GpuSampler:
                                       "--format=csv,noheader,nounits"], capture_output=True,
                                      text=True, timeout=5).stdout.split()
                 if out:
-                    self.samples.append(float(out[0]))
+                    self.samples.append(statistics.fmean(float(v) for v in out))
             except (OSError, ValueError, subprocess.TimeoutExpired):
                 return
             self._stop.wait(0.5)
@@ -132,243 +81,250 @@ class GpuSampler:
         return statistics.fmean(self.samples) if self.samples else None
 
 
-def run_ours(cands: list, cache: Path, args: argparse.Namespace, repeat: int = 1,
-             run_timeout: float = 30.0, torch_compile: bool = False
-             ) -> tuple[list[dict], dict, float | None]:
+def coarse(status: str) -> str:
+    """Our status in the KernelBench harness's vocabulary."""
+    return "correct" if status in ("correct_slow", "correct_fast") else status
+
+
+def run_ours(kernels: list[CorpusKernel], cache: Path, args: argparse.Namespace, gpus: int,
+             label: str) -> dict:
+    """One streaming batch through verify_batch; statuses, timings and the profile."""
     from verifier.api import verify_batch
     from verifier.protocol import VerifyOptions, VerifyRequest
 
-    opts = VerifyOptions(backend="cuda", compile_workers=args.compile_workers,
-                         compile_batch=args.compile_batch, run_timeout_s=run_timeout,
-                         torch_compile_baseline=torch_compile, repeat_timing=repeat,
-                         atol_fp32=ATOL, rtol_fp32=RTOL, perf_budget_s=3.0,
+    opts = VerifyOptions(backend="cuda", gpus=gpus, compile_workers=args.compile_workers,
+                         compile_batch=args.compile_batch, run_timeout_s=args.run_timeout,
+                         atol_fp32=ATOL, rtol_fp32=RTOL, perf_budget_s=args.perf_budget,
+                         standby_worker=not args.no_standby,
                          build_cache_dir=str(cache / "builds"),
                          baseline_cache_dir=str(cache / "baselines"))
-    reqs = [VerifyRequest(c.candidate_id, c.task, TASKS[c.task], c.source, "cuda")
-            for c in cands]
-    timings: dict[str, dict] = {}
-    t0 = time.monotonic()
-    with GpuSampler() as sampler:
-        verdicts = verify_batch(reqs, opts, timings=timings)
-    wall = time.monotonic() - t0
-    results = [{**v.to_dict(), **timings.get(v.candidate_id, {})} for v in verdicts]
-    stats = {"wall_s": wall, "gpu_busy_s": sum(r.get("exec_s", 0.0) for r in results)}
-    return results, stats, sampler.mean
-
-
-def run_baseline(cands: list, workdir: Path, timeout: float, parallel: int = 1
-                 ) -> tuple[list[dict], float, float | None]:
-    """KernelBench-style: one fresh process per candidate; `parallel` > 1 only for verdicts."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    child = workdir / "kb_child.py"
-    child.write_text(KB_CHILD, encoding="utf-8")
+    reqs = [VerifyRequest(k.candidate_id, k.task_id, k.task_source, k.source, "cuda")
+            for k in kernels]
+    done = [0]
     start = time.monotonic()
 
-    def one(c) -> dict:
-        tdir = workdir / c.candidate_id
-        tdir.mkdir(exist_ok=True)
-        (tdir / "task.py").write_text(TASKS[c.task], encoding="utf-8")
-        (tdir / "cand.py").write_text(c.source, encoding="utf-8")
-        out = tdir / "result.json"
-        t0 = time.monotonic()
-        env = dict(os.environ)
-        env.pop("TORCH_CUDA_ARCH_LIST", None)  # torch's default: the visible GPU's arch
-        try:
-            subprocess.run([sys.executable, str(child), str(tdir / "task.py"),
-                            str(tdir / "cand.py"), str(tdir / "build"), str(out),
-                            str(ATOL), str(RTOL)], timeout=timeout, capture_output=True,
-                           env=env, start_new_session=True)
-            res = json.loads(out.read_text()) if out.exists() else {"verdict": "runtime_error"}
-        except subprocess.TimeoutExpired:
-            res = {"verdict": "timeout"}
-        res["candidate_id"] = c.candidate_id
-        res["total_s"] = time.monotonic() - t0
-        return res
+    def progress(v: object) -> None:
+        done[0] += 1
+        if done[0] % 10 == 0 or done[0] == len(reqs):
+            log(f"[{label}] {done[0]}/{len(reqs)} verdicts at {time.monotonic() - start:.1f}s")
 
+    timings: dict[str, dict] = {}
+    stats: dict = {}
+    log(f"[{label}] start: {len(reqs)} candidates, {gpus} GPU(s), "
+        f"{args.compile_workers} compile workers")
     with GpuSampler() as sampler:
-        if parallel <= 1:
-            results = [one(c) for c in cands]
-        else:
-            from concurrent.futures import ThreadPoolExecutor
+        verdicts = verify_batch(reqs, opts, progress=progress, timings=timings, stats=stats)
+    wall = time.monotonic() - start
+    ran = sum(1 for v in verdicts if "exec_s" in timings.get(v.candidate_id, {}))
+    log(f"[{label}] done in {wall:.1f}s; {ran} compiled and ran")
+    return {"label": label, "gpus": gpus, "wall_s": wall, "ran": ran, "n": len(reqs),
+            "status": {v.candidate_id: v.status for v in verdicts},
+            "error": {v.candidate_id: v.error[:200] for v in verdicts},
+            "timings": timings, "stats": stats, "nvsmi_util_mean": sampler.mean}
 
-            with ThreadPoolExecutor(parallel) as pool:
-                results = list(pool.map(one, cands))
-    return results, time.monotonic() - start, sampler.mean
+
+def ours_lines(run: dict, kernels: list[CorpusKernel]) -> list[str]:
+    from verifier.batch_stats import profile_table
+
+    n, wall, gpus, ran = run["n"], run["wall_s"], run["gpus"], run["ran"]
+    right = [k for k in kernels if as_expected(run["status"][k.candidate_id], k.expected)]
+    util = run["nvsmi_util_mean"]
+    lines = [f"== {run['label']} ==",
+             f"{n} candidates in {wall:.1f}s on {gpus} GPU(s): {ran} compiled and ran = "
+             f"{ran / (wall * gpus) * 3600:.0f} compiled-and-run per GPU-hour "
+             f"({n / (wall * gpus) * 3600:.0f} candidates per GPU-hour); nvidia-smi util mean "
+             + (f"{util:.0f}%" if util is not None else "-"),
+             f"verdicts as labelled: {len(right)}/{n}; statuses: "
+             + ", ".join(f"{s} {c}" for s, c in sorted(collections.Counter(
+                 run["status"].values()).items()))]
+    for k in kernels:
+        st = run["status"][k.candidate_id]
+        if not as_expected(st, k.expected):
+            lines.append(f"  unexpected: {k.candidate_id} ({k.origin}) expected {k.expected}, "
+                         f"got {st}: {run['error'][k.candidate_id][:120]}")
+    comp = sorted(t["compile_s"] for t in run["timings"].values() if t.get("compile_s"))
+    if comp:
+        lines.append(f"compile per candidate (its share of its unit): median "
+                     f"{statistics.median(comp):.2f}s, max {comp[-1]:.2f}s")
+    lines += ["profile (seconds from the batch's start; covered = wall time the phase's spans "
+              "cover, overlaps counted once):", profile_table(run["stats"]), ""]
+    return lines
 
 
-def save(out: Path, report: dict) -> None:
-    """Write what is known so far (a run cut short still leaves its numbers)."""
-    (out / "results.json").write_text(json.dumps(report, indent=1, default=str),
-                                      encoding="utf-8")
+def same_verdicts(a: dict, b: dict) -> tuple[int, list[str]]:
+    """Candidates whose verdicts agree (correct_fast/slow: timing noise, counted as one)."""
+    diff = [c for c in a["status"] if coarse(a["status"][c]) != coarse(b["status"][c])]
+    return len(a["status"]) - len(diff), diff
+
+
+def gpu_span(run: dict) -> float:
+    """Seconds from the first baseline/candidate job to the last one's end."""
+    ph = run["stats"].get("phases", {})
+    spans = [ph[p] for p in ("exec", "baseline") if p in ph]
+    if not spans:
+        return 0.0
+    return max(p["last_s"] for p in spans) - min(p["first_s"] for p in spans)
+
+
+def kb_subset(kernels: list[CorpusKernel], limit: int) -> list[CorpusKernel]:
+    """Every k-th kernel (the corpus mix), hangs left out: both harnesses would only wait."""
+    pool = [k for k in kernels if k.expected != "timeout"]
+    if limit < 0 or limit >= len(pool):
+        return pool
+    step = len(pool) / limit
+    return [pool[int(i * step)] for i in range(limit)]
+
+
+def kb_lines(sub: list[CorpusKernel], kb: dict, comp: dict, kb_wall: tuple[float, float],
+             ours_full: dict, ours_sub: dict | None) -> list[str]:
+    pre_wall, eval_wall = kb_wall
+    total = pre_wall + eval_wall
+    n = len(sub)
+    full_rate = ours_full["n"] / ours_full["wall_s"]
+    kb_rate = n / total
+    lines = ["== KernelBench-style harness (parallel load_inline pre-compile on all cores, then "
+             "one fresh process per candidate, sequential) ==",
+             f"{n} candidates: pre-compile {pre_wall:.1f}s + eval {eval_wall:.1f}s = "
+             f"{total:.1f}s = {kb_rate * 3600:.0f} candidates per GPU-hour",
+             f"throughput ratio, ours (whole corpus, one batch) / KB-style: "
+             f"{full_rate / kb_rate:.1f}x"]
+    if ours_sub is not None:
+        lines.append(f"same {n} candidates, ours cold: {ours_sub['wall_s']:.1f}s vs KB-style "
+                     f"{total:.1f}s = {total / ours_sub['wall_s']:.1f}x")
+    agree, compared, diffs = 0, 0, []
+    for k in sub:
+        if k.expected in ("cheat", "static_reject"):
+            continue  # the KB-style harness has no anti-cheat checks: nothing to compare
+        kv = kb[k.candidate_id].get("verdict", "runtime_error")
+        ov = coarse(ours_full["status"][k.candidate_id])
+        compared += 1
+        agree += kv == ov
+        if kv != ov:
+            diffs.append(f"  differs: {k.candidate_id}: ours {ov}, KB-style {kv}: "
+                         f"{kb[k.candidate_id].get('error', '')[:100]}")
+    lines.append(f"verdict agreement with KB-style (non-cheat labels): {agree}/{compared}")
+    loads = sorted(r.get("compile_s", 0.0) for r in comp.values())
+    if loads:
+        lines.append(f"KB-style load_inline compile per candidate: median "
+                     f"{statistics.median(loads):.1f}s, max {loads[-1]:.1f}s")
+    return lines + diffs + [""]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench_out")
-    ap.add_argument("--cache", default=None)
+    ap.add_argument("--limit", type=int, default=0, help="use only N kernels (smoke run)")
+    ap.add_argument("--gpus", type=int, default=1, help="N > 1: also run on 1 vs N GPUs")
+    ap.add_argument("--cold-scaling", action="store_true",
+                    help="with --gpus N: also run cold on N GPUs (fresh build cache)")
     ap.add_argument("--compile-workers", type=int, default=os.cpu_count() or 8)
-    ap.add_argument("--baseline-limit", type=int, default=4)
-    ap.add_argument("--baseline-timeout", type=float, default=240.0)
-    ap.add_argument("--baseline-verdicts", type=int, default=0,
-                    help="run the baseline on this many more candidates, in parallel (verdicts)")
-    ap.add_argument("--baseline-parallel", type=int, default=8)
-    ap.add_argument("--torch-compile", action="store_true")
     ap.add_argument("--compile-batch", type=int, default=16)
     ap.add_argument("--run-timeout", type=float, default=15.0)
-    ap.add_argument("--baseline-ids", default="")
-    ap.add_argument("--cv-ids", default="relu_plain256,relu_plain512,relu_plain1024,relu_stride,"
-                    "add_plain256,add_plain128,add_stride,softmax_block256,softmax_block512,"
-                    "softmax_block128,softmax_warp,ln_block256,ln_block512,mm_tiled16,"
-                    "mm_naive16,mm_tiled32")
-    ap.add_argument("--only", default="", help="comma-separated candidate ids")
+    ap.add_argument("--perf-budget", type=float, default=3.0)
+    ap.add_argument("--no-standby", action="store_true",
+                    help="no warm standby GPU worker (A/B of the replacement after a crash)")
+    ap.add_argument("--kb-limit", type=int, default=16,
+                    help="KernelBench-style harness on this many kernels (0: skip, -1: all)")
+    ap.add_argument("--no-kb-same", action="store_true",
+                    help="skip our own cold run on the KB-style subset")
+    ap.add_argument("--kb-timeout", type=float, default=300.0)
+    ap.add_argument("--ours-from", default="",
+                    help="results.json of an earlier call: take 'ours cold' from it (run the "
+                         "KB-style phase as a separate call)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cache = Path(args.cache or tempfile.mkdtemp(prefix="ks-gpu-cache-"))
-    cands = all_candidates()
-    if args.only:
-        keep = set(args.only.split(","))
-        cands = [c for c in cands if c.candidate_id in keep]
-    report: dict = {"n_candidates": len(cands)}
+    kernels = corpus()
+    if args.limit:
+        kernels = kernels[:: max(1, len(kernels) // args.limit)][: args.limit]
     import torch
 
-    report["device"] = torch.cuda.get_device_name(0)
-    report["torch"] = torch.__version__
-    report["cpus"] = os.cpu_count()
-    report["gpus"] = torch.cuda.device_count()  # one execution worker each
+    n_gpu = torch.cuda.device_count()
+    head = [f"device: {torch.cuda.get_device_name(0) if n_gpu else 'none'} x{n_gpu}  torch "
+            f"{torch.__version__}  cpus {os.cpu_count()}  compile workers "
+            f"{args.compile_workers}",
+            f"corpus: {len(kernels)} kernels over {len({k.task_id for k in kernels})} tasks; "
+            + ", ".join(f"{o} {c}" for o, c in collections.Counter(
+                k.origin for k in kernels).items()) + "; labels "
+            + ", ".join(f"{e} {c}" for e, c in sorted(collections.Counter(
+                k.expected for k in kernels).items())), ""]
+    sections: list[str] = list(head)
+    report: dict = {"corpus": len(kernels), "args": vars(args)}
 
-    # 1. Ours, cold cache.
-    t0 = time.monotonic()
-    ours, stats, util = run_ours(cands, cache, args, run_timeout=args.run_timeout)
-    ours_wall = time.monotonic() - t0
-    report["ours_cold"] = {"wall_s": ours_wall, "stats": stats, "nvsmi_util_mean": util,
-                           "results": ours}
-    save(out, report)
-    print(f"[ours cold] {len(cands)} candidates in {ours_wall:.1f}s", flush=True)
-    # 2. Ours, warm (cached builds and baselines), with 5 repeated timings for the CV.
-    cv_ids = set(args.cv_ids.split(","))
-    warm_cands = [c for c in cands if c.candidate_id in cv_ids]
-    t0 = time.monotonic()
-    warm, wstats, _ = run_ours(warm_cands, cache, args, repeat=5, run_timeout=120.0,
-                               torch_compile=args.torch_compile)
-    report["ours_warm"] = {"wall_s": time.monotonic() - t0, "stats": wstats, "results": warm}
-    save(out, report)
-    print(f"[ours warm] {len(warm_cands)} candidates in {time.monotonic() - t0:.1f}s", flush=True)
-    # 3. Baseline, sequential (throughput) on the first N; optional parallel pass for verdicts.
-    order = sorted(cands, key=lambda c: (c.kind != "correct", c.candidate_id))
-    seq = order[: args.baseline_limit]
-    kb_dir = Path(tempfile.mkdtemp(prefix="ks-kb-"))
-    base, base_wall, base_util = (run_baseline(seq, kb_dir, args.baseline_timeout) if seq
-                                  else ([], 0.0, None))
-    report["baseline_seq"] = {"wall_s": base_wall, "results": base, "nvsmi_util_mean": base_util}
-    save(out, report)
-    print(f"[baseline seq] {len(seq)} candidates in {base_wall:.1f}s", flush=True)
-    if args.baseline_ids:
-        want = args.baseline_ids.split(",")
-        order = sorted(cands, key=lambda c: want.index(c.candidate_id)
-                       if c.candidate_id in want else len(want))
-    buggy = [c for c in order[args.baseline_limit:] if c.kind != "hack"]
-    buggy.sort(key=lambda c: c.expected == "timeout")  # a hang costs the whole timeout: last
-    more = buggy[: args.baseline_verdicts]
-    if more:
-        extra, ewall, _ = run_baseline(more, kb_dir, args.baseline_timeout,
-                                       parallel=args.baseline_parallel)
-        report["baseline_par"] = {"wall_s": ewall, "results": extra}
-        save(out, report)
-        base = base + extra
-    table = make_table(cands, ours, warm, base, report)
-    (out / "table.txt").write_text(table, encoding="utf-8")
-    (out / "results.json").write_text(json.dumps(report, indent=1, default=str),
-                                      encoding="utf-8")
-    print(table)
+    def save() -> None:
+        (out / "table.txt").write_text("\n".join(sections) + "\n", encoding="utf-8")
+        (out / "results.json").write_text(json.dumps(report, indent=1, default=str),
+                                          encoding="utf-8")
+
+    log(head[0])
+    log(head[1])
+    save()
+    root = Path(tempfile.mkdtemp(prefix="ks-verify-gpu-"))
+    if args.ours_from:
+        cold = json.loads(Path(args.ours_from).read_text(encoding="utf-8"))["ours_cold_1"]
+        kernels = [k for k in kernels if k.candidate_id in cold["status"]]
+        log(f"ours cold from {args.ours_from}: {cold['n']} candidates in {cold['wall_s']:.1f}s")
+    else:
+        cold = run_ours(kernels, root / "cold1", args, 1, "ours cold, 1 GPU")
+    report["ours_cold_1"] = cold
+    sections += ours_lines(cold, kernels)
+    save()
+    if args.gpus > 1 and not args.ours_from:
+        runs = {}
+        for g in (1, args.gpus):  # builds cached by the cold run; baselines measured afresh
+            cache = root / f"warm{g}"
+            cache.mkdir()
+            (cache / "builds").symlink_to(root / "cold1" / "builds")
+            runs[g] = run_ours(kernels, cache, args, g, f"ours builds cached, {g} GPU(s)")
+            report[f"ours_warm_{g}"] = runs[g]
+            sections += ours_lines(runs[g], kernels)
+            save()
+        a, b = runs[1], runs[args.gpus]
+        ea, eb = gpu_span(a), gpu_span(b)
+        ok, diff = same_verdicts(a, b)
+        ok_cold, diff_cold = same_verdicts(cold, b)
+        sections += [f"== 1 -> {args.gpus} GPUs ==",
+                     f"builds cached: {a['wall_s']:.1f}s -> {b['wall_s']:.1f}s = "
+                     f"{a['wall_s'] / b['wall_s']:.2f}x speed-up",
+                     f"GPU phase (first job on a warm worker to last job end): {ea:.1f}s -> "
+                     f"{eb:.1f}s = {ea / eb if eb else 0:.2f}x speed-up (the rest of the wall: "
+                     "GPU worker start-up, ~10 s, paid once per batch)",
+                     f"verdicts identical 1 vs {args.gpus} GPUs: {ok}/{a['n']} "
+                     + (f"(differ: {', '.join(diff[:8])})" if diff else ""),
+                     f"verdicts identical cold vs cached {args.gpus} GPUs: {ok_cold}/{a['n']} "
+                     + (f"(differ: {', '.join(diff_cold[:8])})" if diff_cold else "")]
+        if args.cold_scaling:
+            c2 = run_ours(kernels, root / f"cold{args.gpus}", args, args.gpus,
+                          f"ours cold, {args.gpus} GPUs")
+            report[f"ours_cold_{args.gpus}"] = c2
+            sections += ours_lines(c2, kernels)
+            sections.append(f"cold: {cold['wall_s']:.1f}s -> {c2['wall_s']:.1f}s = "
+                            f"{cold['wall_s'] / c2['wall_s']:.2f}x speed-up")
+        sections.append("")
+        save()
+    if args.kb_limit:
+        from benchmarks import kb_harness
+
+        sub = kb_subset(kernels, args.kb_limit)
+        ours_sub = None
+        if not args.no_kb_same:
+            ours_sub = run_ours(sub, root / "kbsame", args, 1, "ours cold, KB-style subset")
+            report["ours_kb_subset"] = ours_sub
+            save()
+        kb_dir = root / "kb"
+        log(f"[kb] pre-compile {len(sub)} candidates on {args.compile_workers} cores")
+        comp, pre_wall = kb_harness.precompile(sub, kb_dir, args.compile_workers,
+                                               args.kb_timeout, log)
+        log(f"[kb] pre-compile done in {pre_wall:.1f}s; sequential eval")
+        kb, eval_wall = kb_harness.evaluate(sub, kb_dir, ATOL, RTOL, args.kb_timeout, log)
+        report["kb"] = {"precompile_s": pre_wall, "eval_s": eval_wall, "compile": comp,
+                        "eval": kb, "ids": [k.candidate_id for k in sub]}
+        sections += kb_lines(sub, kb, comp, (pre_wall, eval_wall), cold, ours_sub)
+        save()
+    shutil.rmtree(root, ignore_errors=True)
+    print("\n".join(sections), flush=True)
     return 0
-
-
-def make_table(cands: list, ours: list[dict], warm: list[dict], base: list[dict],
-               report: dict) -> str:
-    lines: list[str] = []
-    by_id = {r["candidate_id"]: r for r in ours}
-    base_by = {r["candidate_id"]: r for r in base}
-    lines.append(f"device: {report['device']}  torch {report['torch']}  cpus {report['cpus']}")
-    lines.append(f"{'candidate':26} {'kind':7} {'expected':13} {'ours':13} {'baseline':13} "
-                 f"{'compile_s':>9} {'gpu_s':>6} {'us':>9} {'speedup':>7}")
-    right = 0
-    for c in cands:
-        r = by_id[c.candidate_id]
-        b = base_by.get(c.candidate_id, {})
-        ok = as_expected(r["status"], c.expected)
-        right += ok
-        us = r.get("runtime_us")
-        sp = f"{r['speedup']:.2f}" if r.get("speedup") else "-"
-        lines.append(f"{c.candidate_id:26} {c.kind:7} {c.expected:13} {r['status']:13} "
-                     f"{b.get('verdict', '-'):13} {r.get('compile_s', 0):9.1f} "
-                     f"{r.get('exec_s', 0):6.1f} {(f'{us:.1f}' if us else '-'):>9} "
-                     f"{sp:>7}"
-                     + ("" if ok else "   <-- unexpected"))
-    cold = report["ours_cold"]
-    n = len(cands)
-    wall = cold["wall_s"]
-    busy = cold["stats"]["gpu_busy_s"] / max(1, int(report.get("gpus") or 1))
-    comp = [r["compile_s"] for r in ours if r.get("compile_s")]
-    warm_comp = [r.get("compile_s", 0.0) for r in warm]
-    lines.append("")
-    lines.append(f"ours: verdicts as expected {right}/{n}")
-    per_device = collections.Counter(r.get("worker_device") for r in ours if r.get("worker_device"))
-    lines.append(f"ours: {len(per_device)} GPU worker device(s): "
-                 + ", ".join(f"{d} ran {k}" for d, k in sorted(per_device.items())))
-    gpus = max(1, int(report.get("gpus") or 1))
-    lines.append(f"ours cold: {n} candidates in {wall:.1f}s on {gpus} GPU(s) = "
-                 f"{n / (wall * gpus) * 3600:.0f} per GPU-hour; "
-                 f"GPU worker busy {busy / wall:.0%} of wall; nvidia-smi util mean "
-                 f"{cold['nvsmi_util_mean'] or 0:.0f}%")
-    if comp:
-        lines.append(f"ours compile per candidate (cold, its share of a batch build): median "
-                     f"{statistics.median(comp):.2f}s, max {max(comp):.2f}s, total "
-                     f"{sum(comp):.1f}s")
-    if warm_comp:
-        lines.append(f"ours compile per candidate (warm cache): median "
-                     f"{statistics.median(warm_comp):.3f}s")
-    over = []
-    for r in warm:
-        meds = r.get("repeat_medians_us")
-        if not meds:
-            continue
-        med = statistics.median(meds)
-        if med >= 100.0:
-            over.append(r["repeat_cv"])
-        lines.append(f"timing CV over 5 repeats: {r['candidate_id']:20} median {med:9.1f} us  "
-                     f"CV {r['repeat_cv']:6.2%}  [{' '.join(f'{m:.1f}' for m in meds)}]  "
-                     f"host {r.get('host_us') or 0:.0f} us, spin {r.get('spin_us') or 0:.0f} us, "
-                     f"discarded {r.get('discarded_trials') or 0}, "
-                     f"SM clock {r.get('clock_mhz') or 0:.0f} MHz")
-    if over:
-        lines.append(f"kernels over 100 us: {len(over)}, CV max {max(over):.2%}, "
-                     f"median {statistics.median(over):.2%}, under 2%: "
-                     f"{sum(cv < 0.02 for cv in over)}/{len(over)}")
-    seq = report["baseline_seq"]
-    nb = len(seq["results"])
-    if nb:
-        per = seq["wall_s"] / nb
-        bc = [r.get("compile_s", 0) for r in seq["results"]]
-        lines.append(f"baseline (KernelBench-style, sequential): {nb} candidates in "
-                     f"{seq['wall_s']:.1f}s = {3600 / per:.0f} per GPU-hour; load_inline cold "
-                     f"median {statistics.median(bc):.1f}s; nvidia-smi util mean "
-                     f"{seq['nvsmi_util_mean'] or 0:.0f}%")
-        ours_rate = n / (wall * gpus) * 3600
-        lines.append(f"throughput ratio ours/baseline: {ours_rate / (3600 / per):.1f}x")
-    same = diff = 0
-    for c in cands:
-        b = base_by.get(c.candidate_id)
-        if b is None or c.kind == "hack":
-            continue
-        if coarse(by_id[c.candidate_id]["status"]) == b.get("verdict"):
-            same += 1
-        else:
-            diff += 1
-            lines.append(f"verdict differs: {c.candidate_id}: ours "
-                         f"{by_id[c.candidate_id]['status']} vs baseline {b.get('verdict')}")
-    lines.append(f"non-hack verdicts identical to baseline: {same}/{same + diff}")
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

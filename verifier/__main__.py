@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="verdicts .jsonl or .parquet (batch mode)")
     ap.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "musa"])
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--gpus", type=int, default=0,
+                    help="cuda/musa: one worker on each of the first N visible GPUs (0: all)")
     ap.add_argument("--compile-workers", type=int, default=2)
     ap.add_argument("--compile-batch", type=int, default=16)
     ap.add_argument("--compile-only", action="store_true")
@@ -106,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also check correctness at another size set and other constructor "
                          "arguments (a batch row's `variants`, else derived from the task)")
     a = ap.parse_args(args)
-    opts = VerifyOptions(backend=a.backend, workers=a.workers, compile_workers=a.compile_workers,
+    opts = VerifyOptions(backend=a.backend, workers=a.workers, gpus=a.gpus,
+                         compile_workers=a.compile_workers,
                          compile_batch=a.compile_batch, compile_only=a.compile_only,
                          trials=a.trials, perf_trials=a.perf_trials, run_timeout_s=a.timeout,
                          torch_compile_baseline=a.torch_compile, build_cache_dir=a.cache_dir,

@@ -13,9 +13,6 @@ reward and feedback are decided here from what the workers measured.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import queue
 import secrets
 import sys
@@ -28,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from verifier.backends import Backend, BackendUnavailable, get_backend, select_backend
+from verifier.baselines import Baselines, default_cache_dir, prefetch
+from verifier.batch_stats import BatchStats
 from verifier.build import (
     BuildContext,
     Builder,
@@ -47,10 +46,6 @@ from verifier.reward import finalize, record_share
 from verifier.runners import _FLOOD_BYTES, _GpuRunner, _SandboxRunner
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
 from verifier.static import check_cpp, check_python
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernelsynth"
 
 
 @dataclass
@@ -99,40 +94,6 @@ def _collect_specs(item: _Item, opts: VerifyOptions, launcher: Launcher) -> None
                   (f"candidate.py line {line}: " if line else "") + res.payload["error"])
 
 
-def _baseline_path(opts: VerifyOptions, backend: Backend, task_source: str, device: str) -> Path:
-    import torch
-
-    key = hashlib.sha256("\0".join([task_source, backend.name, device, torch.__version__,
-                                    str(opts.perf_trials), str(opts.seed)]).encode()).hexdigest()
-    base = Path(opts.baseline_cache_dir) if opts.baseline_cache_dir else (
-        default_cache_dir() / "baselines")
-    return base / f"{key[:24]}.json"
-
-
-class _Baselines:
-    """Eager / torch.compile timings per (task, device, torch version), on disk."""
-
-    def __init__(self, opts: VerifyOptions, backend: Backend):
-        self.opts, self.backend = opts, backend
-        self.lock = threading.Lock()
-
-    def get(self, task_source: str, device: str) -> dict[str, Any]:
-        try:
-            return json.loads(_baseline_path(self.opts, self.backend, task_source,
-                                             device).read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def put(self, task_source: str, device: str, data: dict[str, Any]) -> None:
-        path = _baseline_path(self.opts, self.backend, task_source, device)
-        with self.lock:
-            merged = {**self.get(task_source, device), **data}
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(merged))
-            os.replace(tmp, path)
-
-
 _JOB_OPTIONS = ("trials", "atol_fp32", "rtol_fp32", "atol_low", "rtol_low", "perf_trials",
                 "perf_max_trials", "perf_budget_s", "perf_target_rel_iqr", "perf_warmup",
                 "repeat_timing", "torch_compile_baseline", "seed", "fallback")
@@ -141,10 +102,10 @@ _JOB_OPTIONS = ("trials", "atol_fp32", "rtol_fp32", "atol_low", "rtol_low", "per
 _TIMING_DIAGNOSTICS = ("candidate_s", "timing_cv", "timing_trials", "timing_method", "hidden_us",
                       "repeat_medians_us", "repeat_cv", "tolerance", "worker_pid",
                       "spin_us", "host_us", "uncovered_trials", "discarded_trials", "clock_mhz",
-                      "worker_device")
+                      "worker_device", "phase_s")
 
 
-def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Baselines,
+def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Baselines,
              runner: _SandboxRunner | _GpuRunner) -> None:
     """Run the correctness and performance stages for one candidate on one execution slot."""
     v = item.verdict
@@ -175,10 +136,7 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: _Bas
                            "the harness", "line": None, "severity": "error"})
         return item.stop("cheat", stage, "the candidate wrote the harness's result")
     _record_measurements(v, p)
-    if p.get("eager_measured"):
-        baselines.put(item.req.task_source, device_label, {"eager_us": p["eager_us"]})
-    if p.get("compiled_measured"):
-        baselines.put(item.req.task_source, device_label, {"compiled_us": p["compiled_us"]})
+    baselines.record(item.req.task_source, device_label, p)
     outcome = p.get("outcome")
     if outcome != "ok":
         if outcome == "task_error":
@@ -273,13 +231,16 @@ def _resolve_backend(opts: VerifyOptions, r: VerifyRequest) -> str:
 
 def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = None,
                  progress: Callable[[VerdictData], None] | None = None,
-                 timings: dict[str, dict[str, float]] | None = None) -> list[VerdictData]:
+                 timings: dict[str, dict[str, float]] | None = None,
+                 stats: dict[str, Any] | None = None) -> list[VerdictData]:
     """Verify every request; one verdict each, in order. Raises BackendUnavailable up front.
 
     `progress` is called with each verdict as it is final; `timings`, when given, receives
-    per-candidate collect/compile/exec/candidate seconds (for benchmarks).
+    per-candidate collect/compile/exec/candidate seconds, and `stats` where the batch's wall
+    time went (`verifier.batch_stats`; for benchmarks).
     """
     opts = options or VerifyOptions()
+    record = BatchStats()
     names = {_resolve_backend(opts, r) for r in requests} if requests else set()
     items = []
     for r in requests:
@@ -290,13 +251,15 @@ def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = 
     try:
         for name in sorted(names):
             group = [it for it in items if it.verdict.backend == name]
-            _verify_group(group, get_backend(name), opts, progress, server)
+            _verify_group(group, get_backend(name), opts, progress, server, record)
     finally:
         if server is not None:
             server.close()
     if timings is not None:
         for it in items:
             timings[it.req.candidate_id] = dict(it.timing)
+    if stats is not None:
+        stats.update(record.summary())
     return [it.verdict for it in items]
 
 
@@ -337,7 +300,7 @@ class _ForkOrSpawn:
 
 def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
                   progress: Callable[[VerdictData], None] | None,
-                  server: ForkServer | None) -> None:
+                  server: ForkServer | None, stats: BatchStats) -> None:
     cache = Path(opts.build_cache_dir) if opts.build_cache_dir else default_cache_dir() / "builds"
     lock = threading.Lock()
     persistent = backend.persistent_worker and not opts.compile_only
@@ -352,39 +315,53 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
         if progress:
             progress(item.verdict)
 
-    for it in items:
-        _front_stages(it, opts.fallback)
+    with stats.span("front"):
+        for it in items:
+            _front_stages(it, opts.fallback)
     pending = [it for it in items if not it.done]
     slots: queue.Queue = queue.Queue()
     runners: list[_SandboxRunner | _GpuRunner] = []
+    lanes: dict[int, str] = {}  # id(runner) -> its slot's name (profile lanes)
     if pending and not opts.compile_only:
-        for slot in backend.execution_slots(opts.workers):
+        chosen = backend.execution_slots(opts.workers)
+        if persistent and opts.gpus > 0:  # one worker per GPU: use only the first `gpus`
+            chosen = chosen[:opts.gpus]
+        for slot in chosen:
             runner: _SandboxRunner | _GpuRunner = (
-                _GpuRunner(opts, slot.env, backend.name) if persistent else
+                _GpuRunner(opts, slot.env, backend.name, opts.standby_worker) if persistent else
                 _SandboxRunner(launcher, backend, opts, slot.env, threads=1))
             runners.append(runner)
+            lanes[id(runner)] = slot.label
             slots.put(runner)
-    warmers = [threading.Thread(target=r.warm, daemon=True) for r in runners
+
+    def warm(r: _GpuRunner) -> None:
+        with stats.span("worker_start", lanes[id(r)]):
+            r.warm()
+
+    warmers = [threading.Thread(target=warm, args=(r,), daemon=True) for r in runners
                if isinstance(r, _GpuRunner)]
     for t in warmers:  # GPU workers start (torch, CUDA, profiler) while candidates compile
         t.start()
     try:
         _build_and_run(pending, items, backend, opts, cache, lock, slots,
-                       (launcher, collect_launcher), finish)
+                       (launcher, collect_launcher), finish, stats, lanes)
     finally:
         for t in warmers:
             t.join()
         for r in runners:
             r.close()
+            stats.count("worker replaced by its standby", getattr(r, "swaps", 0))
 
 
 def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
                    opts: VerifyOptions, cache: Path, lock: threading.Lock, slots: queue.Queue,
                    launchers: tuple[_ForkOrSpawn, _ForkOrSpawn],
-                   finish: Callable[[_Item], None]) -> None:
+                   finish: Callable[[_Item], None], stats: BatchStats,
+                   lanes: dict[int, str]) -> None:
     launcher, collect_launcher = launchers
-    with ThreadPoolExecutor(max(1, opts.compile_workers)) as pool:
+    with stats.span("collect"), ThreadPoolExecutor(max(1, opts.compile_workers)) as pool:
         list(pool.map(lambda it: _collect_specs(it, opts, collect_launcher), pending))
+    t_static = time.monotonic()
     for it in pending:
         if it.done:
             continue
@@ -398,6 +375,7 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
         if errors(cpp_findings):
             it.stop("static_reject", "static", "; ".join(
                 f"{f['rule']}: {f['message']}" for f in errors(cpp_findings)[:3]))
+    stats.add("cpp_static", t_static, time.monotonic())
     for it in items:
         if it.done:
             finish(it)
@@ -417,25 +395,35 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
         for s in it.specs:
             unique.setdefault(s.key, s)
     ordered = sorted(unique.values(), key=lambda s: (not s.batchable, repr(_flags_key(s))))
-    # Chunks of at most compile_batch specs, spread over the compile workers, but at least 8 a
-    # chunk: a translation unit pays ~30 s for torch's headers and ~0.3 s per spec (H100 node,
-    # benchmarks/gpu_diag.py), and parallel units slow each other down.
     workers = max(1, opts.compile_workers)
-    size = max(1, min(opts.compile_batch, max(8, -(-len(ordered) // workers))))
-    chunks = [ordered[i:i + size] for i in range(0, len(ordered), size)]
+    chunks = compile_chunks(ordered, workers, opts.compile_batch)
+    stats.count("compile_units_planned", len(chunks))
     results: dict[str, BuildResult] = {}
     exec_pool = ThreadPoolExecutor(max(1, slots.qsize()))
-    baselines = _Baselines(opts, backend)
+    baselines = Baselines(opts, backend)
     futures = []
+    stop_prefetch, prefetcher = threading.Event(), None
+    if backend.persistent_worker and slots.qsize():  # GPU workers idle until a build lands
+        tasks = [it.req.task_source for s in ordered for it in pending if s in it.specs]
+        prefetcher = threading.Thread(target=prefetch, daemon=True, args=(
+            tasks, backend, opts, baselines, slots, lanes,
+            {k: getattr(opts, k) for k in _JOB_OPTIONS}, stats, stop_prefetch))
+        prefetcher.start()
 
-    def run_exec(it: _Item) -> None:
+    def run_exec(it: _Item, landed: float) -> None:  # landed: when its build was ready
         runner = slots.get()
+        getattr(runner, "wait_ready", lambda: None)()  # a GPU worker still starting
+        start = time.monotonic()
+        stats.add("exec_wait", landed, start)
         try:
             _execute(it, backend, opts, baselines, runner)
         except Exception as exc:  # a harness failure must still yield a verdict
             it.stop("runtime_error", "correctness", f"verifier error: {exc}")
         finally:
+            stats.add("exec", start, time.monotonic(), lanes.get(id(runner), ""))
             slots.put(runner)
+        for phase, secs in (it.timing.get("phase_s") or {}).items():
+            stats.count(f"worker {phase} s", float(secs))
         finish(it)
 
     def after_build(chunk_results: dict[str, BuildResult]) -> None:
@@ -461,19 +449,27 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
                 finish(it)
             else:
                 with lock:
-                    futures.append(exec_pool.submit(run_exec, it))
+                    futures.append(exec_pool.submit(run_exec, it, time.monotonic()))
 
     def build_chunk(chunk: list[ExtensionSpec]) -> None:
-        try:
-            after_build(Builder(ctx).build(chunk))
+        start = time.monotonic()
+        try:  # each spec's result goes on as soon as it is final
+            Builder(ctx).build(chunk, on_ready=after_build)
         except Exception as exc:  # keep the batch going; these specs fail with the reason
             after_build({s.key: BuildResult(s.key, False, log=f"build error: {exc}")
-                         for s in chunk})
+                         for s in chunk if s.key not in results})
+        stats.add("compile", start, time.monotonic(), threading.current_thread().name)
 
     try:
-        Builder(ctx).prepare_pch(ordered)
-        with ThreadPoolExecutor(workers) as cpool:
+        def pch() -> None:  # beside the units: they compile device code first, then wait for it
+            with stats.span("pch"):
+                Builder(ctx).prepare_pch(ordered)
+
+        pch_thread = threading.Thread(target=pch, daemon=True)
+        pch_thread.start()
+        with ThreadPoolExecutor(workers, thread_name_prefix="compile") as cpool:
             list(cpool.map(build_chunk, chunks))
+        pch_thread.join()
         while True:
             with lock:
                 waiting = [f for f in futures if not f.done()]
@@ -483,6 +479,21 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
                 f.result()
     finally:
         exec_pool.shutdown(wait=True)
+        stop_prefetch.set()
+        if prefetcher is not None:
+            prefetcher.join()
+
+
+def compile_chunks(specs: list[ExtensionSpec], workers: int, most: int
+                   ) -> list[list[ExtensionSpec]]:
+    """Build units: one per compile worker (every core busy from the start), each as small as
+    that allows (a failing spec rebuilds only its unit), none over `most` specs. A unit pays
+    ~30 s for torch's headers and ~0.3 s per spec (H100, benchmarks/gpu_diag.py)."""
+    if not specs:
+        return []
+    n_units = max(min(len(specs), max(1, workers)), -(-len(specs) // max(1, most)))
+    return [specs[i * len(specs) // n_units:(i + 1) * len(specs) // n_units]
+            for i in range(n_units)]
 
 
 def verify_one(task_source: str, response: str, options: VerifyOptions | None = None,

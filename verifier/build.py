@@ -19,11 +19,13 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from verifier.backends import Backend, BuildUnit
 from verifier.extspec import ExtensionSpec
+from verifier.landing import Landing
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s*([<"][^>"]+[>"])')
@@ -204,12 +206,10 @@ class Builder:
             return None
         d.mkdir(parents=True, exist_ok=True)
         lock = d / ".lock"
-        try:  # one builder makes the PCH; others compile without it meanwhile
+        try:  # one builder makes the PCH; the others wait for it (a unit without it: ~30 s)
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
-            if time.time() - lock.stat().st_mtime > self.ctx.timeout_s:
-                lock.unlink(missing_ok=True)
-            return None
+            return self._wait_for_pch(d, lock)
         os.close(fd)
         try:
             (d / "ks_pch.h").write_text("#include <torch/extension.h>\n")
@@ -221,6 +221,18 @@ class Builder:
             return None
         finally:
             lock.unlink(missing_ok=True)
+
+    def _wait_for_pch(self, d: Path, lock: Path) -> Path | None:
+        """The PCH another builder is making, once it is there (None if that build fails)."""
+        while not (d / "ks_pch.h.gch").is_file():
+            try:
+                if time.time() - lock.stat().st_mtime > self.ctx.timeout_s:  # stale
+                    lock.unlink(missing_ok=True)
+                    return None
+            except OSError:  # the other builder finished (or gave up) just now
+                return d if (d / "ks_pch.h.gch").is_file() else None
+            time.sleep(0.2)
+        return d
 
     def prepare_pch(self, specs: list[ExtensionSpec]) -> None:
         """Build the PCH of every flag group big enough, before parallel builds race for it."""
@@ -234,10 +246,15 @@ class Builder:
             self.pch_dir(cflags, len(group), [])
 
     # --- builds ------------------------------------------------------------------------------
-    def build(self, specs: list[ExtensionSpec]) -> dict[str, BuildResult]:
-        """Build all `specs` (any mix of flags and kinds); one result per spec key."""
-        results: dict[str, BuildResult] = {}
+    def build(self, specs: list[ExtensionSpec],
+              on_ready: Callable[[dict[str, BuildResult]], None] | None = None
+              ) -> dict[str, BuildResult]:
+        """Build all `specs` (any mix of flags and kinds); one result per spec key. `on_ready`
+        gets results as soon as they are final and stored (good specs of a failed unit go on
+        before the bad ones are confirmed alone)."""
+        results = Landing(self._store, on_ready)
         todo: dict[str, ExtensionSpec] = {}
+        held = results.hold()  # what needs no build goes on together, in the caller's order
         for s in specs:
             if s.key in results or s.key in todo:
                 continue
@@ -252,6 +269,7 @@ class Builder:
                                       f"{self.ctx.backend.name} backend (it needs cuda or musa)")
             else:
                 todo[s.key] = s
+        results.release(held)
         groups: dict[tuple, list[ExtensionSpec]] = {}
         for s in todo.values():
             groups.setdefault((s.batchable, _flags_key(s)), []).append(s)
@@ -261,20 +279,19 @@ class Builder:
             else:
                 for s in group:
                     results[s.key] = self._build_one_module(s)
-        for res in results.values():
-            if not res.cached:
-                self._store(res)
-        return results
+        return dict(results)
 
-    def _attempt(self, specs: list[ExtensionSpec], results: dict[str, BuildResult],
+    def _attempt(self, specs: list[ExtensionSpec], results: Landing,
                  carried: float = 0.0) -> None:
         """Build `specs` together; on failure split them. `carried`: seconds per spec already
         spent on failed attempts that included it (charged to it, so compile_s is honest)."""
         ok, log, so, module, secs = self._build_batch(specs)
         if ok:
+            held = results.hold()  # a unit's specs go on together, in their order
             for s in specs:
                 results[s.key] = BuildResult(s.key, True, module, str(so), "batch", "",
                                              secs / len(specs) + carried, len(specs))
+            results.release(held)
             return
         if len(specs) == 1:
             s = specs[0]
@@ -292,10 +309,12 @@ class Builder:
                                        seconds=carried)
             self._attempt(rest, results, carried)
         elif blamed and len(blamed) < len(specs):
+            # the rest first: candidates with no error land after one more build, not after
+            # every blamed one has been confirmed alone
+            self._attempt([s for s in specs if s.key not in blamed], results, carried)
             for s in specs:
                 if s.key in blamed:
                     self._attempt([s], results, carried)
-            self._attempt([s for s in specs if s.key not in blamed], results, carried)
         else:
             half = len(specs) // 2
             self._attempt(specs[:half], results, carried)
@@ -349,21 +368,23 @@ class Builder:
         be = self.ctx.backend
         cflags = [*first.extra_cflags, *(f"-I{p}" for p in first.extra_include_paths)]
         log: list[str] = []
-        pch = self.pch_dir(cflags, n, log)
         # unique names: another process may be building the same batch into this folder
         tag = f"{os.getpid()}-{threading.get_ident()}"
         (out_dir / f"host-{tag}.cpp").write_text(host)
         objs = [out_dir / f"host-{tag}.o"]
         try:
-            ok = be.compile_unit(BuildUnit(out_dir / f"host-{tag}.cpp", "host"), objs[0],
-                                 [*cflags, *(extra or [])], pch, log, self.ctx.timeout_s)
-            if ok and device:
+            ok = True
+            if device:  # first: it needs no PCH, which may still be building meanwhile
                 dpath = out_dir / f"device-{tag}{be.device_suffix}"
                 dpath.write_text(device)
                 objs.append(out_dir / f"device-{tag}.o")
                 ok = be.compile_unit(BuildUnit(dpath, "device"), objs[1],
                                      [*first.extra_cuda_cflags, *(extra or [])], None, log,
                                      self.ctx.timeout_s)
+            if ok:
+                pch = self.pch_dir(cflags, n, log)
+                ok = be.compile_unit(BuildUnit(out_dir / f"host-{tag}.cpp", "host"), objs[0],
+                                     [*cflags, *(extra or [])], pch, log, self.ctx.timeout_s)
         except ValueError as exc:
             return False, str(exc)
         if ok:

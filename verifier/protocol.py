@@ -50,6 +50,9 @@ class VerifyOptions:
 
     backend: str = "auto"
     workers: int = 2
+    gpus: int = 0  # GPU backends: execution workers on the first N visible GPUs (0: all)
+    # GPU backends: a warm standby worker per GPU replaces one a candidate killed at once
+    standby_worker: bool = True
     compile_workers: int = 2
     compile_batch: int = 16
     compile_timeout_s: float = 600.0

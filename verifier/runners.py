@@ -90,11 +90,21 @@ class _SandboxRunner:
 
 
 class _GpuRunner:
-    """One execution slot pinned to a GPU: a persistent `verifier.gpu_worker` process."""
+    """One execution slot pinned to a GPU: a persistent `verifier.gpu_worker` process, and a
+    warm standby beside it (`standby`): a worker that a candidate kills (crash, hang, sticky
+    CUDA error, tampering) is replaced by the standby at once instead of after a fresh start
+    (import torch, CUDA context, the profiler's first session: ~10 s), and a new standby
+    starts in the background."""
 
-    def __init__(self, opts: VerifyOptions, env: dict[str, str], backend: str) -> None:
+    def __init__(self, opts: VerifyOptions, env: dict[str, str], backend: str,
+                 standby: bool = False) -> None:
         self.opts = opts
         self.worker = GpuWorkerProcess(env, backend)
+        self.standby = GpuWorkerProcess(env, backend) if standby else None
+        self.standby_thread: threading.Thread | None = None
+        self.swaps = 0
+        self.closed = self.starting = False
+        self.state_lock = threading.Lock()  # closed/starting, between close() and a start
         self.lock = threading.Lock()  # warm() and run() never drive the process at once
 
     def warm(self) -> None:
@@ -102,6 +112,47 @@ class _GpuRunner:
         with self.lock:
             if not self.worker.alive():
                 self.worker.start()
+            self._refill()
+
+    def wait_ready(self) -> None:
+        """Return once warm() is done (so a profile does not count start-up as job time)."""
+        with self.lock:
+            return
+
+    def _refill(self) -> None:
+        """Start the standby in the background unless it is up or starting (lock held)."""
+        if self.standby is None or self.standby.alive() or (
+                self.standby_thread is not None and self.standby_thread.is_alive()):
+            return
+        self.standby.stop()
+        with self.state_lock:
+            self.starting = True
+        self.standby_thread = threading.Thread(target=self._start_standby, args=(self.standby,),
+                                               daemon=True)
+        self.standby_thread.start()
+
+    def _start_standby(self, proc: GpuWorkerProcess) -> None:
+        proc.start()
+        with self.state_lock:
+            self.starting = False
+            leave = self.closed
+        if leave:  # the batch ended while it started: nothing will use it
+            proc.stop()
+
+    def _swap_in_standby(self, wait: bool) -> None:
+        """The standby becomes the worker when the worker is gone (lock held); `wait`: for a
+        standby still starting (before a job; after one, the next job waits instead)."""
+        if self.standby is None or self.worker.alive():
+            return
+        if self.standby_thread is not None and self.standby_thread.is_alive():
+            if not wait:
+                return
+            self.standby_thread.join()
+        if self.standby.alive():
+            self.worker.stop()
+            self.worker, self.standby = self.standby, self.worker
+            self.swaps += 1
+        self._refill()
 
     def run(self, item: Any, job: dict[str, Any]) -> RunOutcome:
         built = [r for r in item.built.values() if r.ok]
@@ -113,32 +164,47 @@ class _GpuRunner:
         job = {**job, "device_sources": [src for s in item.specs
                                          for src in (*s.cuda_sources, *s.cpp_sources)]}
         with self.lock:
-            if not self.worker.alive():  # objects are staged in a started worker's directory
-                self.worker.stop()
-                if not self.worker.start():
-                    why = self.worker.describe_exit()
-                    self.worker.stop()
-                    return RunOutcome(None, failure=f"the GPU worker did not start: {why}")
-            if not self.worker.limits.isolate:  # it sees the build cache itself
-                entries = {r.key: {**r.to_entry(), "path": os.path.abspath(r.path)}
-                           for r in built}
-                return self.worker.run({"job": {**job, "extensions": entries},
-                                        "task_source": item.req.task_source,
-                                        "candidate_source": item.code}, self.opts.run_timeout_s)
-            staged = None
+            self._swap_in_standby(wait=True)
             try:
-                entries, staged = self.worker.stage(built)
-                return self.worker.run({"job": {**job, "extensions": entries},
-                                        "task_source": item.req.task_source,
-                                        "candidate_source": item.code}, self.opts.run_timeout_s)
-            except (ArtefactMismatch, OSError) as exc:  # the worker is not trusted further
-                self.worker.stop()
-                return RunOutcome(None, "correctness", False, f"verifier build cache: {exc}",
-                                  False, 0.0)
+                return self._run_locked(item, job, built)
             finally:
-                if staged is not None:
-                    shutil.rmtree(staged, ignore_errors=True)
+                self._swap_in_standby(wait=False)
+
+    def _run_locked(self, item: Any, job: dict[str, Any], built: list) -> RunOutcome:
+        """One job on the current worker (lock held): start it if gone, stage the objects."""
+        if not self.worker.alive():  # objects are staged in a started worker's directory
+            self.worker.stop()
+            if not self.worker.start():
+                why = self.worker.describe_exit()
+                self.worker.stop()
+                return RunOutcome(None, failure=f"the GPU worker did not start: {why}")
+        if not self.worker.limits.isolate:  # it sees the build cache itself
+            entries = {r.key: {**r.to_entry(), "path": os.path.abspath(r.path)}
+                       for r in built}
+            return self.worker.run({"job": {**job, "extensions": entries},
+                                    "task_source": item.req.task_source,
+                                    "candidate_source": item.code}, self.opts.run_timeout_s)
+        staged = None
+        try:
+            entries, staged = self.worker.stage(built)
+            return self.worker.run({"job": {**job, "extensions": entries},
+                                    "task_source": item.req.task_source,
+                                    "candidate_source": item.code}, self.opts.run_timeout_s)
+        except (ArtefactMismatch, OSError) as exc:  # the worker is not trusted further
+            self.worker.stop()
+            return RunOutcome(None, "correctness", False, f"verifier build cache: {exc}",
+                              False, 0.0)
+        finally:
+            if staged is not None:
+                shutil.rmtree(staged, ignore_errors=True)
 
     def close(self) -> None:
+        """Stop both processes; a standby still starting stops itself once it is up (the
+        batch does not wait for it)."""
         with self.lock:
             self.worker.stop()
+            with self.state_lock:
+                self.closed = True
+                starting = self.starting
+            if self.standby is not None and not starting:
+                self.standby.stop()

@@ -217,6 +217,13 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     device = backend.device()
     res.data["device"] = backend.device_name()
     seed = int(opts.get("seed", 0))
+    marks = res.data["phase_s"] = {}  # where the job's time went (benchmarks' profile)
+    clock = [time.perf_counter()]
+
+    def mark(phase: str) -> None:
+        now = time.perf_counter()
+        marks[phase] = round(marks.get(phase, 0.0) + now - clock[0], 6)
+        clock[0] = now
 
     ref_ns: dict[str, Any] = {"__name__": "ks_reference"}
     try:
@@ -248,7 +255,11 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         counter[0] += 1
         return make_inputs(5000 + counter[0])
 
+    mark("reference_load")
     _baselines(res, job, backend, ref, timing_inputs, timing)
+    mark("baseline")
+    if job.get("baseline_only"):  # the parent measures a task's baselines ahead of candidates
+        res.finish("baseline")
 
     guard = _guard_snapshot()  # before the extensions load: their static initializers run then
     install_shim(job["extensions"])
@@ -268,6 +279,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         msg, line = _candidate_traceback(exc)
         res.data["error_line"] = line
         res.finish("runtime_error", msg)
+    mark("candidate_load")
     ref_sd, new_sd = ref.state_dict(), new.state_dict()
     if ref_sd and list(ref_sd) == list(new_sd) and all(
             ref_sd[k].shape == new_sd[k].shape for k in ref_sd):
@@ -332,8 +344,11 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         res.finish("cheat", cheat)
     _check_tamper(res, guard, threads_before)
     res.data["ops"] = list(dict.fromkeys(op for op, _ in ops))[:50]
+    mark("correctness")
     _check_kernels(res, backend, job, lambda: new(*_clone(first_inputs)))
+    mark("kernel_profile")
     variant_raw = check_variants(res, job, task_src, cand.__dict__, backend, tol)
+    mark("variants")
 
     res.progress("performance")
     last: dict[str, Any] = {}
@@ -380,6 +395,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         res.finish("cheat", f"outputs changed after the timing runs: {msg}")
     _check_tamper(res, guard, threads_before)
     res.data["raw_outputs"], res.data["clocked_outputs"] = raw + variant_raw, clocked
+    mark("performance")
     res.progress("done")
     res.finish("ok")
 

@@ -32,6 +32,9 @@ def verify(
     json_: JsonOpt = False,
     backend: Annotated[str | None, typer.Option(help="auto | cpu | cuda | musa")] = None,
     workers: Annotated[int | None, typer.Option(help="Execution workers.")] = None,
+    gpus: Annotated[int | None, typer.Option(
+        help="GPU backends: one execution worker on each of the first N visible GPUs "
+             "(default: every GPU of the host).")] = None,
     compile_only: Annotated[bool, typer.Option(help="Stop after compiling.")] = False,
     fallback: Annotated[str | None, typer.Option(
         help="strict (no library compute in forward) | partial (library ops allowed when an "
@@ -42,7 +45,7 @@ def verify(
     cfg, ws = open_context(workspace, config)
     if fallback is not None and fallback not in ("strict", "partial"):
         raise fail(f"--fallback must be strict or partial, not {fallback!r}")
-    update = {k: v for k, v in {"backend": backend, "workers": workers,
+    update = {k: v for k, v in {"backend": backend, "workers": workers, "gpus": gpus,
                                 "fallback": fallback}.items() if v is not None}
     if compile_only:
         update["compile_only"] = True
