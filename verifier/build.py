@@ -29,6 +29,10 @@ from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
 _INCLUDE = re.compile(r'^\s*#\s*include\s*([<"][^>"]+[>"])')
 _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)")
 CAND_FILE = "candidate.py"
+# Changes with what a build means (headers, flags): cached outcomes of older rules, failures
+# included, are not reused. "": the first rules; "|2": device headers and the toolkit's include
+# folder for functions=None modules and CUDA host units, as torch's load_inline has them.
+BUILD_RULES = "|2"
 
 
 @dataclass
@@ -68,7 +72,8 @@ class BuildContext:
     def root(self) -> Path:
         import torch
 
-        tag = hashlib.sha256(f"{self.backend.name}|{torch.__version__}".encode()).hexdigest()[:10]
+        tag = hashlib.sha256(f"{self.backend.name}|{torch.__version__}{BUILD_RULES}".encode()
+                             ).hexdigest()[:10]
         return self.cache_dir / f"{self.backend.name}-{tag}"
 
 
@@ -138,14 +143,34 @@ def batch_sources(specs: list[ExtensionSpec], module: str, code_of: dict[str, st
         dincludes: list[str] = []
         dbodies = [_wrap(s, s.cuda_sources, code_of.get(s.key, ""), dincludes)
                    for s in specs if s.cuda_sources]
-        device = "\n".join([device_prelude, *(f"#include {i}" for i in dincludes), *dbodies, ""])
+        # torch prepends the device headers unless no_implicit_headers (one flag per batch)
+        prelude = [] if all(s.no_implicit_headers for s in specs) else [device_prelude]
+        device = "\n".join([*prelude, *(f"#include {i}" for i in dincludes), *dbodies, ""])
     return host, device
 
 
-def module_sources(spec: ExtensionSpec) -> tuple[str, str]:
-    """Sources of a spec that defines its own PYBIND11_MODULE (built alone, unchanged)."""
-    head = [] if spec.no_implicit_headers else ["#include <torch/extension.h>"]
-    return "\n".join([*head, *spec.cpp_sources, ""]), "\n".join(spec.cuda_sources)
+def _mapped(spec: ExtensionSpec, sources: list[str], code: str) -> list[str]:
+    """Each source behind a #line directive naming its line in the candidate (when found)."""
+    out = []
+    for src in sources:
+        line = _source_line(code, src) if code else 0
+        out += [f'#line {line} "{spec.key}/{CAND_FILE}"', src] if line else [src]
+    return out
+
+
+def module_sources(spec: ExtensionSpec, code: str = "", device_prelude: str = ""
+                   ) -> tuple[str, str]:
+    """Sources of a spec that defines its own PYBIND11_MODULE (built alone), as torch's
+    load_inline writes main.cpp and cuda.cu: `torch/extension.h` before the C++ sources,
+    the backend's device headers (torch/types.h, cuda.h, cuda_runtime.h) before the device
+    sources, neither when `no_implicit_headers`; errors mapped to the candidate's lines."""
+    implicit = not spec.no_implicit_headers
+    head = ["#include <torch/extension.h>"] if implicit else []
+    host = "\n".join([*head, *_mapped(spec, spec.cpp_sources, code), ""])
+    if not spec.cuda_sources:
+        return host, ""
+    dhead = [device_prelude] if implicit and device_prelude else []
+    return host, "\n".join([*dhead, *_mapped(spec, spec.cuda_sources, code), ""])
 
 
 class Builder:
@@ -324,7 +349,8 @@ class Builder:
         module = f"ks_m{spec.key}"
         out_dir = self.root / "builds" / f"m{spec.key}"
         so = out_dir / f"{module}.so"
-        host, device = module_sources(spec)
+        host, device = module_sources(spec, self.ctx.code_of.get(spec.key, ""),
+                                      self.ctx.backend.device_prelude)
         flags_extra = [f"-DTORCH_EXTENSION_NAME={module}"]
         ok, log = self._compile_link(spec, out_dir, module, host, device, 1, flags_extra)
         if ok and self.ctx.check_import:
