@@ -31,8 +31,9 @@ _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)")
 CAND_FILE = "candidate.py"
 # Changes with what a build means (headers, flags): cached outcomes of older rules, failures
 # included, are not reused. "": the first rules; "|2": device headers and the toolkit's include
-# folder for functions=None modules and CUDA host units, as torch's load_inline has them.
-BUILD_RULES = "|2"
+# folder for functions=None modules and CUDA host units, as torch's load_inline has them;
+# "|3": specs share a unit only when they include the same headers.
+BUILD_RULES = "|3"
 
 
 @dataclass
@@ -77,9 +78,18 @@ class BuildContext:
         return self.cache_dir / f"{self.backend.name}-{tag}"
 
 
+def _includes(sources: list[str]) -> tuple[str, ...]:
+    return tuple(sorted({m.group(1) for src in sources for ln in src.split("\n")
+                         if (m := _INCLUDE.match(ln))}))
+
+
 def _flags_key(spec: ExtensionSpec) -> tuple:
+    """What specs sharing a translation unit must have in common: flags, and the headers they
+    include (hoisted to the unit's top, one spec's header would declare names for another that
+    torch's load_inline, building it alone, rejects)."""
     return (tuple(spec.extra_cflags), tuple(spec.extra_ldflags), tuple(spec.extra_include_paths),
-            tuple(spec.extra_cuda_cflags), spec.no_implicit_headers)
+            tuple(spec.extra_cuda_cflags), spec.no_implicit_headers,
+            _includes(spec.cpp_sources), _includes(spec.cuda_sources))
 
 
 def _hash(*parts: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verifier.build import _source_line, batch_sources, module_sources
+from verifier.build import _flags_key, _source_line, batch_sources, module_sources
 from verifier.extspec import ExtensionSpec, specs_from_source
 
 CODE = '''from torch.utils.cpp_extension import load_inline
@@ -92,3 +92,15 @@ def test_batched_device_unit_skips_the_prelude_only_without_implicit_headers() -
                       no_implicit_headers=True)
     _, device = batch_sources([b], "ks_bb", {}, PRELUDE)
     assert "torch/types.h" not in device
+
+
+def test_specs_with_different_headers_never_share_a_unit() -> None:
+    """Hoisted includes are seen by every spec of a unit: a spec using at::cuda names without
+    the header (torch fails it) must not compile because another spec included it."""
+    stream = ExtensionSpec("a", ["int f();"], ["#include <c10/cuda/CUDAStream.h>\nint f();"],
+                           functions=["f"])
+    bare = ExtensionSpec("b", ["int f();"], ["int f();"], functions=["f"])
+    same = ExtensionSpec("c", ["int g();"], ["#include <c10/cuda/CUDAStream.h>\nint g();"],
+                         functions=["g"])
+    assert _flags_key(stream) != _flags_key(bare)
+    assert _flags_key(stream) == _flags_key(same)
