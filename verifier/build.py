@@ -31,6 +31,11 @@ from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
 _INCLUDE = re.compile(r'^\s*#\s*include\s*([<"][^>"]+[>"])')
 _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)")
 CAND_FILE = "candidate.py"
+# Changes with what a build means (headers, flags): cached outcomes of older rules, failures
+# included, are not reused. "": the first rules; "|2": device headers and the toolkit's include
+# folder for functions=None modules and CUDA host units, as torch's load_inline has them;
+# "|3": specs share a unit only when they include the same headers.
+BUILD_RULES = "|3"
 
 
 @dataclass
@@ -78,13 +83,22 @@ def toolchain_key(backend: Backend) -> str:
     it, so a new compiler or torch never loads objects built by the old one."""
     from verifier.backends import torch_identity
 
-    ident = f"{backend.name}\n{torch_identity()}\n{backend.toolchain_id()}"
+    ident = f"{backend.name}\n{torch_identity()}\n{backend.toolchain_id()}\n{BUILD_RULES}"
     return hashlib.sha256(ident.encode()).hexdigest()[:12]
 
 
+def _includes(sources: list[str]) -> tuple[str, ...]:
+    return tuple(sorted({m.group(1) for src in sources for ln in src.split("\n")
+                         if (m := _INCLUDE.match(ln))}))
+
+
 def _flags_key(spec: ExtensionSpec) -> tuple:
+    """What specs sharing a translation unit must have in common: flags, and the headers they
+    include (hoisted to the unit's top, one spec's header would declare names for another that
+    torch's load_inline, building it alone, rejects)."""
     return (tuple(spec.extra_cflags), tuple(spec.extra_ldflags), tuple(spec.extra_include_paths),
-            tuple(spec.extra_cuda_cflags), spec.no_implicit_headers)
+            tuple(spec.extra_cuda_cflags), spec.no_implicit_headers,
+            _includes(spec.cpp_sources), _includes(spec.cuda_sources))
 
 
 def _hash(*parts: str) -> str:
@@ -148,14 +162,34 @@ def batch_sources(specs: list[ExtensionSpec], module: str, code_of: dict[str, st
         dincludes: list[str] = []
         dbodies = [_wrap(s, s.cuda_sources, code_of.get(s.key, ""), dincludes)
                    for s in specs if s.cuda_sources]
-        device = "\n".join([device_prelude, *(f"#include {i}" for i in dincludes), *dbodies, ""])
+        # torch prepends the device headers unless no_implicit_headers (one flag per batch)
+        prelude = [] if all(s.no_implicit_headers for s in specs) else [device_prelude]
+        device = "\n".join([*prelude, *(f"#include {i}" for i in dincludes), *dbodies, ""])
     return host, device
 
 
-def module_sources(spec: ExtensionSpec) -> tuple[str, str]:
-    """Sources of a spec that defines its own PYBIND11_MODULE (built alone, unchanged)."""
-    head = [] if spec.no_implicit_headers else ["#include <torch/extension.h>"]
-    return "\n".join([*head, *spec.cpp_sources, ""]), "\n".join(spec.cuda_sources)
+def _mapped(spec: ExtensionSpec, sources: list[str], code: str) -> list[str]:
+    """Each source behind a #line directive naming its line in the candidate (when found)."""
+    out = []
+    for src in sources:
+        line = _source_line(code, src) if code else 0
+        out += [f'#line {line} "{spec.key}/{CAND_FILE}"', src] if line else [src]
+    return out
+
+
+def module_sources(spec: ExtensionSpec, code: str = "", device_prelude: str = ""
+                   ) -> tuple[str, str]:
+    """Sources of a spec that defines its own PYBIND11_MODULE (built alone), as torch's
+    load_inline writes main.cpp and cuda.cu: `torch/extension.h` before the C++ sources,
+    the backend's device headers (torch/types.h, cuda.h, cuda_runtime.h) before the device
+    sources, neither when `no_implicit_headers`; errors mapped to the candidate's lines."""
+    implicit = not spec.no_implicit_headers
+    head = ["#include <torch/extension.h>"] if implicit else []
+    host = "\n".join([*head, *_mapped(spec, spec.cpp_sources, code), ""])
+    if not spec.cuda_sources:
+        return host, ""
+    dhead = [device_prelude] if implicit and device_prelude else []
+    return host, "\n".join([*dhead, *_mapped(spec, spec.cuda_sources, code), ""])
 
 
 class Builder:
@@ -351,7 +385,8 @@ class Builder:
         module = f"ks_m{spec.key}"
         out_dir = self.root / "builds" / f"m{spec.key}"
         so = out_dir / f"{module}.so"
-        host, device = module_sources(spec)
+        host, device = module_sources(spec, self.ctx.code_of.get(spec.key, ""),
+                                      self.ctx.backend.device_prelude)
         flags_extra = [f"-DTORCH_EXTENSION_NAME={module}"]
         ok, log = self._compile_link(spec, out_dir, module, host, device, 1, flags_extra)
         if ok and self.ctx.check_import:

@@ -74,6 +74,7 @@ CPP_TORCH_ALLOWED = frozenset({
     "musa", "cuda", "getCurrentMUSAStream", "MUSAGuard", "OptionalMUSAGuard", "elementSize",
     "typeMetaToScalarType", "toString", "isFloatingType", "DeviceGuard", "NoGradGuard",
     "irange", "divup", "ceil_div", "TensorIterator", "acc_type", "kFloat", "kInt", "kLong",
+    "clone",  # a copy, not compute (as x.clone())
 })
 CPP_TENSOR_COMPUTE = re.compile(
     r"\.\s*(matmul|mm|bmm|addmm|conv2d|relu|relu_|sigmoid|tanh|softmax|log_softmax|sum|mean|"
@@ -87,13 +88,20 @@ CPP_ESCAPES = re.compile(
     r"sys/socket\.h|unistd\.h|dlfcn\.h|sys/syscall\.h|sys/mman\.h|netinet/in\.h|"
     r"sys/ptrace\.h|spawn\.h)[>\"]|#\s*include\s*\"(/|[^\"]*\.\.)|\b__asm__\b|\basm\s*\(|"
     r"\b(__asm|asm)\b|\.incbin\b|#\s*include\s*(<\s*/|<[^>]*\.\.|[^\s<\"])|#\s*embed\b|"
-    r"\b(openat|openat2|fork|clone|clone3|unshare|setns|prctl|setrlimit|prlimit|raise|signal|"
+    r"\b(openat|openat2|fork|clone3|unshare|setns|prctl|setrlimit|prlimit|raise|signal|"
     r"sigaction|setsid|setuid|setgid|pidfd_open|process_vm_writev|process_vm_readv|"
     r"getauxval|__builtin_frame_address)\s*\(|"
     r"\bPy(Run|Import|Eval|Sys|Code|Frame|Thread|GILState|CFunction|Module_GetDict|"
     r"Object_SetAttr|Object_GetAttr|Object_Call|Dict_SetItem|Marshal|Interpreter)\w*|"
     r"\bml_meth\b|\b(py|pybind11)::(exec|eval|eval_file|module_::import|module::import|"
     r"globals|dict\s*\(\s*\)\s*\[)|\bstd::system\b")
+# clone(2), the syscall that makes processes, but not a tensor's clone: a method call
+# (`x.clone()`, `p->clone()`) or torch's own (`torch::clone(`, `at::clone(`) is the tensor copy
+# (group 1 set); any other `clone(`, `::clone(`, `&clone`, and a `using` or `#define` naming a
+# bare clone (a way to re-export the syscall under torch's name) are the syscall.
+CPP_CLONE = re.compile(
+    r"(\.|->|\b(?:torch|at|Tensor)\s*::)?\s*\bclone\b(?=\s*\()|&\s*(?:::\s*)?clone\b|"
+    r"\busing\b[^;]*\bclone\b|#\s*define\b[^\n]*(?<![.>:\w])clone\b")
 CPP_THREADS = re.compile(
     r"\b(std::thread|std::async|std::jthread|pthread_create|cudaStreamCreate\w*|"
     r"getStreamFromPool|musaStreamCreate\w*|cudaLaunchHostFunc)\b")
@@ -361,6 +369,11 @@ def check_cpp(specs: list[ExtensionSpec], code: str, task_source: str) -> list[d
             for m in CPP_ESCAPES.finditer(clean):
                 out.append(_finding("escape", f"{m.group(0).strip()} (file/process/network "
                                               "access from C++)", line_of(m.start())))
+            for m in CPP_CLONE.finditer(clean):
+                if not m.group(1):
+                    out.append(_finding("escape", f"{m.group(0).strip()} (the clone syscall: "
+                                                  "process creation from C++)",
+                                        line_of(m.start())))
             for m in CPP_THREADS.finditer(clean):
                 out.append(_finding("threads_streams", f"{m.group(1)} in C++",
                                     line_of(m.start())))

@@ -88,7 +88,12 @@ def test_fallback_feedback_names_op_line_and_fix(cpu_verdicts: tuple[list[dict],
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_cuda_cases_compile_as_expected(tmp_path: Path) -> None:
-    rows = corpus.load("cuda")
+    from verifier.backends.cuda import cuda_home
+
+    # ATen/cuda/CUDAContext.h includes the toolkit's cuSPARSE/cuBLAS headers (torch too)
+    has_libs = (Path(cuda_home() or "/nonexistent") / "include" / "cusparse.h").is_file()
+    rows = [r for r in corpus.load("cuda")
+            if has_libs or "ATen/cuda/CUDAContext.h" not in r["code"]]
     out = {}
     for policy in corpus.POLICIES:
         reqs = [VerifyRequest(r["name"], r["task"], r["task_source"], r["code"], "cuda")

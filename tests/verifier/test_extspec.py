@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verifier.build import _source_line, batch_sources
+from verifier.build import _flags_key, _source_line, batch_sources, module_sources
 from verifier.extspec import ExtensionSpec, specs_from_source
 
 CODE = '''from torch.utils.cpp_extension import load_inline
@@ -54,3 +54,53 @@ def test_batch_source_namespaces_hoists_and_maps_lines() -> None:
     assert f'"k{other.key}__h"' in host
     # after #line 2, the source's line 4 ("#define BLOCK 4") is candidate line 4
     assert _source_line(CODE, spec.cpp_sources[0]) == 2
+
+
+PB_CODE = '''from torch.utils.cpp_extension import load_inline
+decl = "torch::Tensor f(torch::Tensor x);"
+mod = "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\\"f\\", &f); }"
+cu = """
+__global__ void k(float* y) { y[0] = 0.f; }
+torch::Tensor f(torch::Tensor x) { return x; }
+"""
+ext = load_inline("pb", cpp_sources=decl + "\\n" + mod, cuda_sources=[cu])
+'''
+PRELUDE = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
+
+
+def test_own_module_units_get_the_headers_torch_prepends() -> None:
+    """functions=None: main.cpp and cuda.cu as torch's load_inline writes them (the device
+    unit once lacked torch/types.h, so `torch::Tensor` was unknown in it)."""
+    (spec,) = specs_from_source(PB_CODE)
+    assert spec.functions is None and not spec.batchable
+    host, device = module_sources(spec, PB_CODE, PRELUDE)
+    assert host.startswith("#include <torch/extension.h>\n") and "PYBIND11_MODULE" in host
+    assert device.startswith(PRELUDE)
+    assert f'#line 4 "{spec.key}/candidate.py"\n\n__global__' in device
+    bare = ExtensionSpec.from_call(("pb", PB_CODE), {"cuda_sources": "int g();",
+                                                     "no_implicit_headers": True})
+    host, device = module_sources(bare, "", PRELUDE)
+    assert "torch/extension.h" not in host and device == "int g();\n"
+    assert module_sources(ExtensionSpec("c", ["int g();"]), "", PRELUDE)[1] == ""
+
+
+def test_batched_device_unit_skips_the_prelude_only_without_implicit_headers() -> None:
+    a = ExtensionSpec("a", ["int f();"], ["int f() { return 1; }"], functions=["f"])
+    _, device = batch_sources([a], "ks_ba", {}, PRELUDE)
+    assert device.startswith(PRELUDE)
+    b = ExtensionSpec("b", ["int f();"], ["int f() { return 1; }"], functions=["f"],
+                      no_implicit_headers=True)
+    _, device = batch_sources([b], "ks_bb", {}, PRELUDE)
+    assert "torch/types.h" not in device
+
+
+def test_specs_with_different_headers_never_share_a_unit() -> None:
+    """Hoisted includes are seen by every spec of a unit: a spec using at::cuda names without
+    the header (torch fails it) must not compile because another spec included it."""
+    stream = ExtensionSpec("a", ["int f();"], ["#include <c10/cuda/CUDAStream.h>\nint f();"],
+                           functions=["f"])
+    bare = ExtensionSpec("b", ["int f();"], ["int f();"], functions=["f"])
+    same = ExtensionSpec("c", ["int g();"], ["#include <c10/cuda/CUDAStream.h>\nint g();"],
+                         functions=["g"])
+    assert _flags_key(stream) != _flags_key(bare)
+    assert _flags_key(stream) == _flags_key(same)

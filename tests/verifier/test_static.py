@@ -112,6 +112,33 @@ def test_cpp_clean_and_comments_ignored() -> None:
     assert _cpp(src) == []
 
 
+@pytest.mark.parametrize("src", [
+    "torch::Tensor f(torch::Tensor x) { auto y = x.clone(); return y; }",
+    "torch::Tensor f(torch::Tensor x) { auto y = x . clone ( ); return y; }",
+    "torch::Tensor f(torch::Tensor x) { return torch::clone(x); }",
+    "torch::Tensor f(torch::Tensor x) { return at::clone(x, c10::nullopt); }",
+    "torch::Tensor f(torch::Tensor* p) { auto x_clone = p->clone(); return x_clone; }",
+    "#define COPY(t) t.clone()\ntorch::Tensor f(torch::Tensor x) { return COPY(x); }",
+])
+def test_tensor_clone_is_not_the_clone_syscall(src: str) -> None:
+    assert _cpp(src) == []
+
+
+@pytest.mark.parametrize("src", [
+    "int f(void* s) { return clone(g, s, CLONE_VM, nullptr); }",
+    "int f(void* s) { return ::clone(g, s, 0, nullptr); }",
+    "int f(void* s) { return mylib::clone(g, s, 0, nullptr); }",
+    "auto p = &clone;",
+    'namespace at { extern "C" int clone(int (*)(void*), void*, int, void*, ...); }',
+    "namespace at { using ::clone; }",
+    "#define CL clone",
+])
+def test_clone_syscall_is_an_escape(src: str) -> None:
+    found = _cpp(src)
+    assert any(f["rule"] == "escape" and "clone" in f["message"] and f["line"] == 2
+               for f in found), found
+
+
 def test_compiler_flags_allowlist() -> None:
     assert _cpp("", extra_cflags=["-O3", "-fopenmp", "-march=native", "-DN=4"]) == []
     bad = _cpp("", extra_cflags=["-fplugin=/tmp/x.so"], extra_ldflags=["-Wl,--wrap=malloc"])

@@ -104,6 +104,12 @@ def nvcc_flags(arch: str | None = None) -> list[str]:
     host = [f for f in host_flags_common() if f not in ("-fPIC", "-std=c++20")]
     flags = [*host, *cpp_extension.COMMON_NVCC_FLAGS, *arch_flags(arch),
              "--compiler-options", "-fPIC", "-std=c++20"]
+    return flags + cuda_include_flags()
+
+
+def cuda_include_flags() -> list[str]:
+    """The toolkit's include folder (as torch adds it), and on a CPU torch the shim folder."""
+    flags = []
     home = cuda_home()
     if home:
         flags += ["-isystem", str(Path(home) / "include")]
@@ -209,6 +215,11 @@ class CudaBackend(DeviceBackend):
         except FileNotFoundError as exc:
             nvcc = f"nvcc missing: {exc}"
         return "\n".join([super().toolchain_id(), nvcc, *nvcc_flags()])
+
+    def host_flags(self) -> list[str]:
+        """torch builds a CUDA extension's C++ files with the toolkit's headers on the path too
+        (`include_paths("cuda")`), so cpp_sources may include <cuda_runtime.h> or c10/cuda."""
+        return host_flags_common() + cuda_include_flags()
 
     def link_flags(self) -> list[str]:
         flags = link_flags_common() + ["-lc10_cuda", "-ltorch_cuda"]

@@ -25,6 +25,7 @@ torch::Tensor relu_cuda(torch::Tensor x) {
 RELU_DECL = "torch::Tensor relu_cuda(torch::Tensor x);"
 RELU_VARIANTS = {
     "float4": r'''
+#include <c10/cuda/CUDAException.h>
 __global__ void relu_vec4(const float4* __restrict__ x, float4* __restrict__ y, int n4) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n4) {
@@ -51,6 +52,7 @@ torch::Tensor relu_cuda(torch::Tensor x) {
 }
 ''',
     "grid_stride": r'''
+#include <c10/cuda/CUDAStream.h>
 __global__ void relu_gs(const float* x, float* y, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
         y[i] = x[i] > 0.f ? x[i] : 0.f;
@@ -352,18 +354,29 @@ def cuda_cases(add: Callable, head: str, cls: Callable, q: Callable) -> None:
          src=RELU_CU.replace("    const int block = 256;",
                              "    cudaStream_t s; cudaStreamCreate(&s);\n    const int block = "
                              "256;"))
+    graph_fwd = ("        if self.graph is None or self.static_in.shape != x.shape:\n"
+                 "            self.static_in = x.clone()\n"
+                 "            ext.relu_cuda(self.static_in)\n"
+                 "            torch.cuda.synchronize()\n"
+                 "            self.graph = torch.cuda.CUDAGraph()\n"
+                 "            with torch.cuda.graph(self.graph):\n"
+                 "                self.static_out = ext.relu_cuda(self.static_in)\n"
+                 "        self.static_in.copy_(x)\n        self.graph.replay()\n"
+                 "        return self.static_out.clone()")
     relu("cuda_graph_replay", "correct", "correct",
-         "CUDA graph captured on the first call and replayed (static input buffer)",
-         init="        self.graph = None",
-         forward=("        if self.graph is None or self.static_in.shape != x.shape:\n"
-                  "            self.static_in = x.clone()\n"
-                  "            ext.relu_cuda(self.static_in)\n"
-                  "            torch.cuda.synchronize()\n"
-                  "            self.graph = torch.cuda.CUDAGraph()\n"
-                  "            with torch.cuda.graph(self.graph):\n"
-                  "                self.static_out = ext.relu_cuda(self.static_in)\n"
-                  "        self.static_in.copy_(x)\n        self.graph.replay()\n"
-                  "        return self.static_out.clone()"))
+         "CUDA graph captured on the first call, replayed on a static input buffer; the kernel "
+         "launches on the current stream, so capture records it", src=RELU_VARIANTS[
+             "grid_stride"], init="        self.graph = None", forward=graph_fwd)
+    relu("cuda_graph_legacy_stream", "cheat", "cheat",
+         "the same graph idiom, kernel launched on the legacy default stream: capture (on "
+         "torch's non-blocking side stream) misses it, so every replay returns the first "
+         "call's output (stale: cached result)", init="        self.graph = None",
+         forward=graph_fwd)
+    relu("cuda_result_cache", "cheat", "cheat",
+         "own kernel on the first call, its output returned for every later input",
+         init="        self.out = None",
+         forward="        if self.out is None:\n            self.out = ext.relu_cuda(x)\n"
+                 "        return self.out")
     relu("cuda_aten_cpp", "static_reject", "cheat",
          "at::relu in the C++ wrapper: no own kernel launches",
          src="torch::Tensor relu_cuda(torch::Tensor x) { return at::relu(x); }\n")
@@ -378,6 +391,19 @@ def cuda_cases(add: Callable, head: str, cls: Callable, q: Callable) -> None:
     relu("cuda_fp16_upcast_python", "correct", "correct",
          "fp16 task: own fp32 kernel on x.float(), cast back (copies only)",
          forward="        return ext.relu_cuda(x.float()).half()", task="relu_fp16")
+    relu("cuda_stream_undeclared", "compile_error", "compile_error",
+         "at::cuda::getCurrentCUDAStream with no c10/cuda or ATen/cuda header: torch's "
+         "load_inline prepends only torch/types.h, cuda.h and cuda_runtime.h, so it fails too",
+         src=RELU_VARIANTS["grid_stride"].replace("#include <c10/cuda/CUDAStream.h>\n", ""))
+    relu("cuda_launch_check_undeclared", "compile_error", "compile_error",
+         "C10_CUDA_KERNEL_LAUNCH_CHECK without c10/cuda/CUDAException.h: torch's build fails too",
+         src=RELU_VARIANTS["float4"].replace("#include <c10/cuda/CUDAException.h>\n", ""))
+    relu("cuda_context_header", "correct", "correct",
+         "ATen/cuda/CUDAContext.h (needs the toolkit's cuBLAS/cuSPARSE headers, as in torch): "
+         "current stream and launch check", src="#include <ATen/cuda/CUDAContext.h>\n"
+         + RELU_VARIANTS["grid_stride"].replace("    return out;",
+                                                "    C10_CUDA_KERNEL_LAUNCH_CHECK();\n"
+                                                "    return out;"))
     relu("cuda_two_extensions", "correct", "correct", "two extensions, both used",
          load=kb.format(var="ext", name="relu_a", decl="relu_cpp_source", src="relu_source",
                         fns='["relu_cuda"]') + "\n" + kb.format(

@@ -3,16 +3,16 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 relu_source = """
-__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+#include <c10/cuda/CUDAStream.h>
+__global__ void relu_gs(const float* x, float* y, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        y[i] = x[i] > 0.f ? x[i] : 0.f;
 }
-
 torch::Tensor relu_cuda(torch::Tensor x) {
     auto out = torch::empty_like(x);
     int n = x.numel();
-    const int block = 256;
-    relu_kernel<<<(n + block - 1) / block, block>>>(x.data_ptr<float>(), out.data_ptr<float>(), n);
+    relu_gs<<<80, 512, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(),
+                                                                 out.data_ptr<float>(), n);
     return out;
 }
 """

@@ -3,6 +3,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 relu_source = """
+#include <c10/cuda/CUDAException.h>
 __global__ void relu_vec4(const float4* __restrict__ x, float4* __restrict__ y, int n4) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n4) {

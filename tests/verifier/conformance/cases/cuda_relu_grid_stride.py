@@ -3,6 +3,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 relu_source = """
+#include <c10/cuda/CUDAStream.h>
 __global__ void relu_gs(const float* x, float* y, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
         y[i] = x[i] > 0.f ? x[i] : 0.f;

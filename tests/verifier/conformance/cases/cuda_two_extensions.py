@@ -32,6 +32,7 @@ ext2 = load_inline(
     name="relu_b",
     cpp_sources=relu_cpp_source,
     cuda_sources="""
+#include <c10/cuda/CUDAStream.h>
 __global__ void relu_gs(const float* x, float* y, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
         y[i] = x[i] > 0.f ? x[i] : 0.f;
