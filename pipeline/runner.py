@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Protocol, TypeVar
 
 from pipeline.stage import Stage, StageContext, StageOutput
@@ -112,6 +113,33 @@ def run_batches(stage: Stage, items: list, ctx: StageContext, run: Run, *, size:
         counts.update(out.counts)
         if progress is not None:
             progress(len(batch))
+    return counts
+
+
+def stream_batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive batches of at most `size` items of a stream whose length is not known ahead."""
+    it = iter(items)
+    while batch := list(islice(it, max(1, size))):
+        yield batch
+
+
+def run_stream(stage: Stage, items: Iterable, ctx: StageContext, run: Run, *, size: int,
+               done: set[str], done_rejections: set[str]) -> Counter[str]:
+    """Run `stage` over a stream (sources read as they go), writing only keys not yet written.
+
+    A source cannot say what is pending before it is read, so resume happens after the stage:
+    records whose key is in `done` (rejections: `done_rejections`) are counted `existing` and
+    not written again. Counts: the stage's own, plus `written`, `existing` and `rejections`.
+    """
+    counts: Counter[str] = Counter(written=0, existing=0, rejections=0)
+    for batch in stream_batches(items, size):
+        out = stage.run(batch, ctx)
+        fresh = write_new(run, out.records, done, stage.output.KEY)
+        counts["written"] += len(fresh)
+        counts["existing"] += len(out.records) - len(fresh)
+        counts["rejections"] += len(write_new(run, out.rejections, done_rejections,
+                                              Rejection.KEY))
+        counts.update(out.counts)
     return counts
 
 
