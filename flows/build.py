@@ -45,10 +45,11 @@ from pipeline.datasets.stats import backend_funnel
 from pipeline.runner import (
     batches,
     chains_by_task,
-    generated_task_ids,
+    generate_pending,
     mutation_pending,
     repair_pending,
     task_batches,
+    tasks_pending_generation,
     unverified,
     unverified_chain_ends,
 )
@@ -83,10 +84,11 @@ def generate_flow(workspace: str, run_id: str, cfg: Config, backend: str,
                   stages: str | None = None) -> dict[str, int]:
     """Tasks -> first-attempt Candidates, for tasks not generated yet."""
     ws, run = open_run(workspace, run_id)
-    done = generated_task_ids(ws, backend, cfg.generate.generators)
-    pending = [t for t in ws.read(Task) if t.task_id not in done]
+    tasks = ws.read(Task)
+    pending = tasks_pending_generation(tasks, generate_pending(ws, tasks, backend, cfg.generate))
     groups = batches(pending, cfg.flows.batch_size)
-    say(f"generate: {len(pending)} tasks pending ({len(done)} done) in {len(groups)} batches")
+    say(f"generate: {len(pending)} tasks pending ({len(tasks) - len(pending)} done) "
+        f"in {len(groups)} batches")
     with placed(stage_objects(stages).generate, cfg, backend):
         futures = generate_batch.map(groups, unmapped(cfg), unmapped(backend), unmapped(stages),
                                      label=[f"{i + 1}of{len(groups)}" for i in range(len(groups))])

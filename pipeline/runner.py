@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Protocol, TypeVar
 
+from pipeline.config import GenerateConfig
 from pipeline.stage import Stage, StageContext, StageOutput
 from pipeline.workspace import Run, Workspace
 from schemas import Candidate, Rejection, Task, Verdict
@@ -152,24 +153,50 @@ def write_output(run: Run, out: StageOutput) -> None:
 # --- what is pending -----------------------------------------------------------------------------
 
 
-def generated_task_ids(ws: Workspace, backend: str, generators: list[str]) -> set[str]:
-    """Tasks every configured generator has answered on `backend` (a candidate or a rejection).
+def generate_pending(ws: Workspace, tasks: list[Task], backend: str, cfg: GenerateConfig,
+                     names: dict[str, str] | None = None) -> dict[str, list[Task]]:
+    """For each configured generator, the `tasks` it still owes an answer on `backend`.
 
-    A rejection for an unreachable LLM does not count: the next run asks again.
+    The one notion of "pending" for first attempts (the CLI's `run_generate` and the generate
+    flow). `template`: a task is answered by a template candidate or a generate rejection
+    (`no_template`, ...). `openai`/`hf`: by `cfg.samples` candidates of that generator
+    (`names[gen]`: its exact generator name, e.g. `llm:coder`, else any of its kind); a rejection
+    for an unreachable LLM is no answer, so the next run asks again. `import` owes every task (its
+    file is read whole and candidate ids dedupe); `mutate` needs verdicts and has no entry.
     """
+    names = names or {}
     cands = ws.read_table(Candidate).select(["task_id", "backend", "turn", "generator"]).to_pylist()
     rejs = ws.read_table(Rejection).select(["stage", "item_id", "reason"]).to_pylist()
     rejected = {r["item_id"] for r in rejs
                 if r["stage"] == "generate" and not r["reason"].startswith("llm")}
-    prefixes = [GENERATOR_PREFIX[g] for g in generators if g in GENERATOR_PREFIX]
-    have: dict[str, set[str]] = {}
+    have: Counter[tuple[str, str]] = Counter()
     for c in cands:
-        if c["backend"] == backend and c["turn"] == 0:
-            have.setdefault(c["task_id"], set()).update(
-                p for p in prefixes if c["generator"].startswith(p))
-    task_ids = set(have) | rejected
-    return {t for t in task_ids
-            if all(p in have.get(t, ()) or (t in rejected and p == "template:") for p in prefixes)}
+        if c["backend"] != backend or c["turn"] != 0:
+            continue
+        for gen, prefix in GENERATOR_PREFIX.items():
+            name = names.get(gen)
+            if c["generator"] == name if name else c["generator"].startswith(prefix):
+                have[(c["task_id"], gen)] += 1
+    pending: dict[str, list[Task]] = {}
+    for gen in cfg.generators:
+        if gen == "template":
+            pending[gen] = [t for t in tasks
+                            if not have[(t.task_id, gen)] and t.task_id not in rejected]
+        elif gen in GENERATOR_PREFIX:
+            pending[gen] = [t for t in tasks if have[(t.task_id, gen)] < cfg.samples]
+        elif gen == "import":
+            pending[gen] = list(tasks)
+    return pending
+
+
+def tasks_pending_generation(tasks: list[Task], pending: dict[str, list[Task]]) -> list[Task]:
+    """The `tasks` some per-task generator still owes, in order (a flow batch runs them all).
+
+    `import` counts only when it is the only generator: its file is read whole on every run.
+    """
+    owing = [g for g in pending if g != "import"] or list(pending)
+    ids = {t.task_id for g in owing for t in pending[g]}
+    return [t for t in tasks if t.task_id in ids]
 
 
 def unverified(ws: Workspace, backend: str | None = None) -> list[Candidate]:
