@@ -14,15 +14,8 @@ from prefect_ray import RayTaskRunner
 
 from flows.build import batches, generate_batch, latest_version, verify_batch
 from flows.env import configure_prefect, prefect_environment
-from flows.runners import (
-    compile_resources,
-    cpu_runner,
-    is_transient,
-    retry_if_transient,
-    verify_resources,
-    verify_runner,
-)
-from flows.stages import BUILTIN, StageSetError, load_stages
+from flows.runners import cpu_runner, is_transient, ray_options, retry_if_transient, verify_runner
+from flows.stages import BUILTIN, StageSetError, load_stages, stage_objects
 from pipeline.config import Config, FlowsConfig, GenerateConfig
 from pipeline.runner import generate_pending, tasks_pending_generation
 from schemas import Candidate, Rejection, Task
@@ -57,10 +50,11 @@ def test_runners_follow_the_config() -> None:
 
 def test_gpu_batches_ask_for_a_gpu_and_compiles_for_cpus() -> None:
     cfg = Config()
-    assert verify_resources(cfg, "cuda")["num_gpus"] == 1
-    assert verify_resources(cfg, "musa")["num_gpus"] == 1
-    assert "num_gpus" not in verify_resources(cfg, "cpu")
-    assert compile_resources(cfg) == {"num_cpus": cfg.verify.compile_workers}
+    st = stage_objects(None)  # what the flows place: the stages' own declarations
+    assert ray_options(st.verify, cfg, "cuda")["num_gpus"] == 1
+    assert ray_options(st.verify, cfg, "musa")["num_gpus"] == 1
+    assert "num_gpus" not in ray_options(st.verify, cfg, "cpu")
+    assert ray_options(st.compile, cfg, "cuda") == {"num_cpus": cfg.verify.compile_workers}
 
 
 class _State:
