@@ -9,27 +9,21 @@ from libcst metadata), the same base-class rules on `ast` (baseline finder), and
 
 from __future__ import annotations
 
-import sys
+import argparse
+import ast
+import time
 from pathlib import Path
 
-# benchmarks/select.py shadows the stdlib `select` module when this script's folder heads
-# sys.path (python benchmarks/ingest.py), so drop that entry before importing anything else
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+from rich.console import Console
+from rich.table import Table
 
-import argparse  # noqa: E402
-import ast  # noqa: E402
-import time  # noqa: E402
-
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from sources.scan import (  # noqa: E402
+from sources.scan import (
     FRAMEWORK_BASES,
     ScanError,
     _is_nn_base,
     find_module_classes,
 )
-from sources.transformers_src import transformers_root  # noqa: E402
+from sources.transformers_src import transformers_root
 
 
 def _dotted(node: ast.expr) -> str | None:

@@ -15,9 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# benchmarks/select.py would shadow the stdlib `select` module: drop this folder from the path
 _HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 sys.path.insert(0, str(_HERE.parent))
 
 import argparse  # noqa: E402

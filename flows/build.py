@@ -1,7 +1,7 @@
 """Prefect flows: one per stage, and `build_dataset`, the end-to-end job behind `kernelsynth build`.
 
 Every flow asks `pipeline.runner` what is pending in the workspace (content-hash keys), maps a
-Prefect task (flows/tasks.py, one `Stage.run` each) over batches of `flows.batch_size` records,
+Prefect task (flows/prefect_tasks.py, one `Stage.run` each) over batches of `flows.batch_size` records,
 and writes each batch's output as one Parquet part as soon as that batch finishes. A run killed at
 any point therefore loses at most the batches in flight, and the next run picks up the rest; since
 every key is a content hash and readers keep the first record per key, a resumed build reads back
@@ -22,9 +22,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture
 
-from flows.runners import cpu_runner, io_runner, placed, verify_runner
-from flows.stages import load_stages, stage_objects
-from flows.tasks import (
+from flows.prefect_tasks import (
     Progress,
     build_tasks,
     collect,
@@ -39,16 +37,19 @@ from flows.tasks import (
     say,
     verify_batch,
 )
+from flows.runners import cpu_runner, io_runner, placed, verify_runner
+from flows.stages import load_stages, stage_objects
 from pipeline.config import Config, load_config
 from pipeline.datasets.publish import publishable_tasks
 from pipeline.datasets.stats import backend_funnel
 from pipeline.runner import (
     batches,
     chains_by_task,
-    generated_task_ids,
+    generate_pending,
     mutation_pending,
     repair_pending,
     task_batches,
+    tasks_pending_generation,
     unverified,
     unverified_chain_ends,
 )
@@ -83,10 +84,11 @@ def generate_flow(workspace: str, run_id: str, cfg: Config, backend: str,
                   stages: str | None = None) -> dict[str, int]:
     """Tasks -> first-attempt Candidates, for tasks not generated yet."""
     ws, run = open_run(workspace, run_id)
-    done = generated_task_ids(ws, backend, cfg.generate.generators)
-    pending = [t for t in ws.read(Task) if t.task_id not in done]
+    tasks = ws.read(Task)
+    pending = tasks_pending_generation(tasks, generate_pending(ws, tasks, backend, cfg.generate))
     groups = batches(pending, cfg.flows.batch_size)
-    say(f"generate: {len(pending)} tasks pending ({len(done)} done) in {len(groups)} batches")
+    say(f"generate: {len(pending)} tasks pending ({len(tasks) - len(pending)} done) "
+        f"in {len(groups)} batches")
     with placed(stage_objects(stages).generate, cfg, backend):
         futures = generate_batch.map(groups, unmapped(cfg), unmapped(backend), unmapped(stages),
                                      label=[f"{i + 1}of{len(groups)}" for i in range(len(groups))])
@@ -175,7 +177,8 @@ def repair_flow(workspace: str, run_id: str, cfg: Config, backend: str, turn: in
     """One repair turn: verifier feedback on failing chain ends -> next attempts (new ones only).
 
     As in `pipeline.candidates.generate.run_repair`, chain ends still waiting for a verdict are
-    verified first, so an unjudged end is never skipped.
+    verified first, so an unjudged end is never skipped, and every new candidate id is written
+    (several samples of one chain end, as buffered dynamic retry makes, are all kept).
     """
     ws, run = open_run(workspace, run_id)
     tasks, by_task, verdicts = chains_by_task(ws, backend)
@@ -186,7 +189,7 @@ def repair_flow(workspace: str, run_id: str, cfg: Config, backend: str, turn: in
                                    f"repair turn {turn}: verify chain ends")
         counts["verified"] = judged.get("verdicts", 0)
         tasks, by_task, verdicts = chains_by_task(ws, backend)
-    todo, has_child = repair_pending(by_task, verdicts, turn)
+    todo, _ = repair_pending(by_task, verdicts, turn)
     groups = list(task_batches(tasks, todo, verdicts, cfg.flows.batch_size))
     say(f"repair turn {turn}: {len(todo)} tasks with failing chain ends in {len(groups)} batches")
     with placed(stage_objects(stages).repair, cfg, backend):
@@ -194,33 +197,11 @@ def repair_flow(workspace: str, run_id: str, cfg: Config, backend: str, turn: in
                                    [g[2] for g in groups], unmapped(cfg), unmapped(turn),
                                    unmapped(stages),
                                    label=[f"t{turn}-{i + 1}of{len(groups)}" for i in range(len(groups))])
-    done = ws.done_keys(Candidate)
-    # A chain end answered in an earlier, interrupted run keeps its first answer.
-    done_parents = set(has_child)
     progress = Progress(f"repair turn {turn}", [len(g[0]) for g in groups])
-    futures = list(futures)
-    index = {id(f): i for i, f in enumerate(futures)}
-    for fut in completed(futures):
-        try:
-            new, rejected = fut.result()
-        except Exception as exc:
-            counts["failed_batches"] += 1
-            progress.step(f"failed ({type(exc).__name__}: {exc})", index[id(fut)])
-            continue
-        fresh = []
-        for c in new:
-            if c.candidate_id in done or (c.parent_id and c.parent_id in done_parents):
-                continue
-            done.add(c.candidate_id)
-            if c.parent_id:
-                done_parents.add(c.parent_id)
-            fresh.append(c)
-        run.write(fresh)
-        run.write(rejected)
-        counts["candidates"] += len(fresh)
-        counts["rejections"] = counts.get("rejections", 0) + len(rejected)
-        progress.step(f"+{len(fresh)} candidates", index[id(fut)])
-    progress.close()
+    written = collect(list(futures), progress, run, ws.done_keys(Candidate))
+    counts["candidates"] = written["candidates"]
+    counts["failed_batches"] = written["failed_batches"]
+    counts["rejections"] = written["rejections"]
     counts["pending"] = len(todo)
     return counts
 

@@ -68,20 +68,6 @@ def placed(stage: Stage, cfg: Config, backend: str) -> AbstractContextManager:
     return remote_options(**ray_options(stage, cfg, backend))
 
 
-def verify_resources(cfg: Config, backend: str) -> dict[str, Any]:
-    """Ray remote options of one verification batch (the verify stage's declaration)."""
-    from pipeline.verify import VERIFY
-
-    return ray_options(VERIFY, cfg, backend)
-
-
-def compile_resources(cfg: Config) -> dict[str, Any]:
-    """Ray remote options of one compile-only batch (the compile stage's declaration)."""
-    from pipeline.verify import compile_stage
-
-    return ray_options(compile_stage(), cfg, "cpu")
-
-
 # Failures worth retrying: the network and git, never the verdict of a candidate.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionError, TimeoutError, urllib.error.URLError, subprocess.CalledProcessError,

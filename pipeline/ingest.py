@@ -1,15 +1,23 @@
-"""The ingest wrapper: stream `sources.collect.iter_modules` into the workspace in batches."""
+"""The ingest stage: every configured source, streamed into the workspace as RawModules.
+
+`sources.collect.iter_modules` reads the sources; the stage sorts what they yield into modules
+and the sources' own rejections and counts both by kind and reason; `pipeline.runner.run_stream`
+batches the stream and writes only keys not yet in the workspace.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from pipeline.config import Config, SourcesConfig
+from pipeline.config import Config
+from pipeline.runner import run_stream
+from pipeline.stage import Resources, Stage, StageContext, StageOutput
 from pipeline.workspace import Run, Workspace
 from schemas import RawModule, Rejection
 from sources.collect import iter_modules
+from sources.config import SourcesConfig
 
 
 def sources_for_run(cfg: SourcesConfig, *, nnsmith: int | None = None, seed: int | None = None,
@@ -25,6 +33,35 @@ def sources_for_run(cfg: SourcesConfig, *, nnsmith: int | None = None, seed: int
     return cfg.model_copy(update=update)
 
 
+def _ingest_batch(batch: list[RawModule | Rejection], ctx: StageContext) -> StageOutput:
+    out = StageOutput()
+    for item in batch:
+        if isinstance(item, RawModule):
+            out.records.append(item)
+            out.counts[f"kind:{item.source_kind}"] += 1
+        else:
+            out.rejections.append(item)
+            out.counts[f"reason:{item.reason}"] += 1
+    return out
+
+
+def _one_reader(cfg: Config, backend: str) -> Resources:
+    return Resources(cpus=1)  # reading files and cloning repositories: I/O, one core
+
+
+# Input: what the sources yield, in order (RawModules and the sources' own Rejections).
+INGEST = Stage("ingest", RawModule, RawModule, _ingest_batch, needs=_one_reader)
+
+
+def _ticking(items: Iterable[RawModule | Rejection],
+             progress: Callable[[RawModule | Rejection], None] | None
+             ) -> Iterator[RawModule | Rejection]:
+    for item in items:
+        if progress is not None:
+            progress(item)  # as each item is read, not when its batch is written
+        yield item
+
+
 def run_ingest(ws: Workspace, run: Run, cfg: Config, *, manifest: Path | None = None,
                nnsmith: int | None = None, seed: int | None = None, default: bool = True,
                batch_size: int = 64,
@@ -35,41 +72,9 @@ def run_ingest(ws: Workspace, run: Run, cfg: Config, *, manifest: Path | None = 
     and `kind:<source_kind>` / `reason:<reason>` breakdowns of this run's items.
     """
     sources_cfg = sources_for_run(cfg.sources, nnsmith=nnsmith, seed=seed, default=default)
-    done_modules = ws.done_keys(RawModule)
-    done_rejections = ws.done_keys(Rejection)
-    counts: Counter[str] = Counter()
-    modules: list[RawModule] = []
-    rejections: list[Rejection] = []
-
-    def flush() -> None:
-        if modules:
-            run.write(modules)
-            modules.clear()
-        if rejections:
-            run.write(rejections)
-            rejections.clear()
-
-    for item in iter_modules(sources_cfg, ws.cache_dir, manifest=manifest):
-        if progress is not None:
-            progress(item)
-        if isinstance(item, RawModule):
-            counts[f"kind:{item.source_kind}"] += 1
-            if item.module_id in done_modules:
-                counts["existing"] += 1
-                continue
-            done_modules.add(item.module_id)
-            modules.append(item)
-            counts["modules"] += 1
-        else:
-            counts[f"reason:{item.reason}"] += 1
-            if item.rejection_id in done_rejections:
-                continue
-            done_rejections.add(item.rejection_id)
-            rejections.append(item)
-            counts["rejections"] += 1
-        if len(modules) + len(rejections) >= batch_size:
-            flush()
-    flush()
-    for key in ("modules", "existing", "rejections"):
-        counts.setdefault(key, 0)
+    items = _ticking(iter_modules(sources_cfg, ws.cache_dir, manifest=manifest), progress)
+    counts: Counter[str] = run_stream(
+        INGEST, items, StageContext(cfg, cache_dir=str(ws.cache_dir)), run, size=batch_size,
+        done=ws.done_keys(RawModule), done_rejections=ws.done_keys(Rejection))
+    counts["modules"] = counts.pop("written")
     return dict(counts)

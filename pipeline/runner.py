@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Protocol, TypeVar
 
+from pipeline.config import GenerateConfig
 from pipeline.stage import Stage, StageContext, StageOutput
 from pipeline.workspace import Run, Workspace
 from schemas import Candidate, Rejection, Task, Verdict
@@ -115,6 +117,33 @@ def run_batches(stage: Stage, items: list, ctx: StageContext, run: Run, *, size:
     return counts
 
 
+def stream_batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive batches of at most `size` items of a stream whose length is not known ahead."""
+    it = iter(items)
+    while batch := list(islice(it, max(1, size))):
+        yield batch
+
+
+def run_stream(stage: Stage, items: Iterable, ctx: StageContext, run: Run, *, size: int,
+               done: set[str], done_rejections: set[str]) -> Counter[str]:
+    """Run `stage` over a stream (sources read as they go), writing only keys not yet written.
+
+    A source cannot say what is pending before it is read, so resume happens after the stage:
+    records whose key is in `done` (rejections: `done_rejections`) are counted `existing` and
+    not written again. Counts: the stage's own, plus `written`, `existing` and `rejections`.
+    """
+    counts: Counter[str] = Counter(written=0, existing=0, rejections=0)
+    for batch in stream_batches(items, size):
+        out = stage.run(batch, ctx)
+        fresh = write_new(run, out.records, done, stage.output.KEY)
+        counts["written"] += len(fresh)
+        counts["existing"] += len(out.records) - len(fresh)
+        counts["rejections"] += len(write_new(run, out.rejections, done_rejections,
+                                              Rejection.KEY))
+        counts.update(out.counts)
+    return counts
+
+
 def write_output(run: Run, out: StageOutput) -> None:
     """One batch's records and rejections, one part each."""
     run.write(out.records)
@@ -124,24 +153,50 @@ def write_output(run: Run, out: StageOutput) -> None:
 # --- what is pending -----------------------------------------------------------------------------
 
 
-def generated_task_ids(ws: Workspace, backend: str, generators: list[str]) -> set[str]:
-    """Tasks every configured generator has answered on `backend` (a candidate or a rejection).
+def generate_pending(ws: Workspace, tasks: list[Task], backend: str, cfg: GenerateConfig,
+                     names: dict[str, str] | None = None) -> dict[str, list[Task]]:
+    """For each configured generator, the `tasks` it still owes an answer on `backend`.
 
-    A rejection for an unreachable LLM does not count: the next run asks again.
+    The one notion of "pending" for first attempts (the CLI's `run_generate` and the generate
+    flow). `template`: a task is answered by a template candidate or a generate rejection
+    (`no_template`, ...). `openai`/`hf`: by `cfg.samples` candidates of that generator
+    (`names[gen]`: its exact generator name, e.g. `llm:coder`, else any of its kind); a rejection
+    for an unreachable LLM is no answer, so the next run asks again. `import` owes every task (its
+    file is read whole and candidate ids dedupe); `mutate` needs verdicts and has no entry.
     """
+    names = names or {}
     cands = ws.read_table(Candidate).select(["task_id", "backend", "turn", "generator"]).to_pylist()
     rejs = ws.read_table(Rejection).select(["stage", "item_id", "reason"]).to_pylist()
     rejected = {r["item_id"] for r in rejs
                 if r["stage"] == "generate" and not r["reason"].startswith("llm")}
-    prefixes = [GENERATOR_PREFIX[g] for g in generators if g in GENERATOR_PREFIX]
-    have: dict[str, set[str]] = {}
+    have: Counter[tuple[str, str]] = Counter()
     for c in cands:
-        if c["backend"] == backend and c["turn"] == 0:
-            have.setdefault(c["task_id"], set()).update(
-                p for p in prefixes if c["generator"].startswith(p))
-    task_ids = set(have) | rejected
-    return {t for t in task_ids
-            if all(p in have.get(t, ()) or (t in rejected and p == "template:") for p in prefixes)}
+        if c["backend"] != backend or c["turn"] != 0:
+            continue
+        for gen, prefix in GENERATOR_PREFIX.items():
+            name = names.get(gen)
+            if c["generator"] == name if name else c["generator"].startswith(prefix):
+                have[(c["task_id"], gen)] += 1
+    pending: dict[str, list[Task]] = {}
+    for gen in cfg.generators:
+        if gen == "template":
+            pending[gen] = [t for t in tasks
+                            if not have[(t.task_id, gen)] and t.task_id not in rejected]
+        elif gen in GENERATOR_PREFIX:
+            pending[gen] = [t for t in tasks if have[(t.task_id, gen)] < cfg.samples]
+        elif gen == "import":
+            pending[gen] = list(tasks)
+    return pending
+
+
+def tasks_pending_generation(tasks: list[Task], pending: dict[str, list[Task]]) -> list[Task]:
+    """The `tasks` some per-task generator still owes, in order (a flow batch runs them all).
+
+    `import` counts only when it is the only generator: its file is read whole on every run.
+    """
+    owing = [g for g in pending if g != "import"] or list(pending)
+    ids = {t.task_id for g in owing for t in pending[g]}
+    return [t for t in tasks if t.task_id in ids]
 
 
 def unverified(ws: Workspace, backend: str | None = None) -> list[Candidate]:

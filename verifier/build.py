@@ -452,11 +452,6 @@ def _last_error(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def demangle_hint(log: str) -> str:
-    """Undefined-symbol lines from an import error, with our namespaces stripped."""
-    return re.sub(r"ks_[0-9a-f]{16}::", "", log)
-
-
 # Cache events (an artefact that no longer matches its hash), for the caller's report.
 CACHE_EVENTS: list[str] = []
 

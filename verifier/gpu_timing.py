@@ -17,14 +17,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import glob
-import hashlib
-import json
 import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -296,47 +293,3 @@ def coefficient_of_variation(values: Sequence[float]) -> float:
         return 0.0
     mean = statistics.fmean(values)
     return statistics.stdev(values) / mean if mean > 0 else 0.0
-
-
-def device_key(device: torch.device | str) -> str:
-    """Name of the device model plus torch version: what a cached baseline is valid for."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        name = torch.cuda.get_device_name(dev)
-    elif dev.type == "musa":
-        name = device_api(dev).get_device_name(dev)
-    else:
-        name = "cpu"
-    return f"{name}|torch-{torch.__version__}"
-
-
-class BaselineCache:
-    """JSON cache of baseline timings keyed by (task source hash, mode, device model, torch)."""
-
-    def __init__(self, root: str | Path | None) -> None:
-        self.root = Path(root) if root else None
-
-    def _path(self, task_source: str, mode: str, device: torch.device | str) -> Path | None:
-        if self.root is None:
-            return None
-        key = hashlib.sha256(
-            f"{task_source}\0{mode}\0{device_key(device)}".encode()).hexdigest()[:32]
-        return self.root / f"{mode}-{key}.json"
-
-    def get_or_measure(self, task_source: str, mode: str, device: torch.device | str,
-                       measure: Callable[[], TimingResult]) -> tuple[TimingResult, bool]:
-        """Cached timing for this (task, mode, device, torch) or measure and store it."""
-        path = self._path(task_source, mode, device)
-        if path is not None and path.is_file():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                return TimingResult(**data), True
-            except (ValueError, TypeError, OSError):
-                path.unlink(missing_ok=True)
-        result = measure()
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(result.to_dict()), encoding="utf-8")
-            tmp.replace(path)
-        return result, False

@@ -18,7 +18,7 @@ from pipeline.candidates.prompts import build_prompt, fence
 from pipeline.candidates.repair import repair_round
 from pipeline.candidates.response_code import extract_code
 from pipeline.config import Config, GenerateConfig
-from pipeline.runner import unverified_chain_ends, write_new
+from pipeline.runner import generate_pending, unverified_chain_ends, write_new
 from pipeline.workspace import Run, Workspace
 from schemas import Candidate, Rejection, Task, Verdict
 from verifier.protocol import CORRECT_STATUSES
@@ -177,18 +177,28 @@ def run_generate(
     api_key: str | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, int]:
-    """Generate for every workspace task, batch by batch; ids already written are skipped."""
+    """Generate what `runner.generate_pending` says is owed, batch by batch; new ids only."""
     gcfg = cfg.generate
     backend = resolve_backend(backend or gcfg.backend)
     tasks = ws.read(Task)
     done = ws.done_keys(Candidate)
     done_rej = ws.done_keys(Rejection)
     counts: Counter[str] = Counter(tasks=len(tasks))
-    existing = ws.read(Candidate) if any(g in ("openai", "hf") for g in gcfg.generators) else []
-    per_group = Counter((c.task_id, c.backend, c.generator) for c in existing)
     batch = max(1, cfg.flows.batch_size)
+    chats: dict[str, ChatBackend] = {}
     for gen in gcfg.generators:
-        if gen == "mutate":
+        if gen in ("openai", "hf"):
+            try:
+                chats[gen] = llm or make_backend(gen, gcfg, api_key)
+            except LLMError as exc:
+                rejected = [Rejection.make("generate", t.task_id, _ref(t), "llm_unavailable",
+                                           str(exc)) for t in tasks]
+                counts["rejections"] += len(write_new(run, rejected, done_rej, "rejection_id"))
+    # an LLM group that already has its samples is not asked again on a re-run
+    pending = generate_pending(ws, tasks, backend, gcfg,
+                               {g: c.generator_name for g, c in chats.items()})
+    for gen in gcfg.generators:
+        if gen == "mutate" or (gen in ("openai", "hf") and gen not in chats):
             continue
         if gen == "import":
             made, rejected = import_candidates(tasks, gcfg, backend, report=True)
@@ -201,20 +211,11 @@ def run_generate(
             if progress is not None:
                 progress(len(tasks))
             continue
-        chat = llm
-        todo = tasks
-        if gen in ("openai", "hf"):
-            try:
-                chat = chat or make_backend(gen, gcfg, api_key)
-            except LLMError as exc:
-                rejected = [Rejection.make("generate", t.task_id, _ref(t), "llm_unavailable",
-                                           str(exc)) for t in tasks]
-                counts["rejections"] += len(write_new(run, rejected, done_rej, "rejection_id"))
-                continue
-            # an LLM group that already has its samples is not asked again on a re-run
-            todo = [t for t in tasks
-                    if per_group[(t.task_id, backend, chat.generator_name)] < gcfg.samples]
-            counts["skipped_tasks"] += len(tasks) - len(todo)
+        chat = chats.get(gen, llm)
+        todo = pending[gen]
+        counts["skipped_tasks"] += len(tasks) - len(todo)
+        if progress is not None and len(todo) < len(tasks):
+            progress(len(tasks) - len(todo))
         one = gcfg.model_copy(update={"generators": [gen]})
         for start in range(0, len(todo), batch):
             part = todo[start:start + batch]

@@ -5,7 +5,7 @@ then, each step, the kernel maximising `(1 - weight) * reward + weight * distanc
 kept kernel`. Distance mixes MinHash Jaccard over normalized kernel tokens with structural
 features (number of kernels, shared memory, vectorization, warp primitives, tensor cores, launch
 shape), so ten renamings of one kernel count as one strategy. Top-k-by-reward and random-k are
-the baselines `benchmarks/select.py` compares against.
+the baselines `benchmarks/selection.py` compares against.
 """
 
 from __future__ import annotations

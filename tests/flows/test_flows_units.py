@@ -12,24 +12,12 @@ import yaml
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 from prefect_ray import RayTaskRunner
 
-from flows.build import (
-    batches,
-    generate_batch,
-    generated_task_ids,
-    latest_version,
-    verify_batch,
-)
+from flows.build import batches, generate_batch, latest_version, verify_batch
 from flows.env import configure_prefect, prefect_environment
-from flows.runners import (
-    compile_resources,
-    cpu_runner,
-    is_transient,
-    retry_if_transient,
-    verify_resources,
-    verify_runner,
-)
-from flows.stages import BUILTIN, StageSetError, load_stages
-from pipeline.config import Config, FlowsConfig
+from flows.runners import cpu_runner, is_transient, ray_options, retry_if_transient, verify_runner
+from flows.stages import BUILTIN, StageSetError, load_stages, stage_objects
+from pipeline.config import Config, FlowsConfig, GenerateConfig
+from pipeline.runner import generate_pending, tasks_pending_generation
 from schemas import Candidate, Rejection, Task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,10 +50,11 @@ def test_runners_follow_the_config() -> None:
 
 def test_gpu_batches_ask_for_a_gpu_and_compiles_for_cpus() -> None:
     cfg = Config()
-    assert verify_resources(cfg, "cuda")["num_gpus"] == 1
-    assert verify_resources(cfg, "musa")["num_gpus"] == 1
-    assert "num_gpus" not in verify_resources(cfg, "cpu")
-    assert compile_resources(cfg) == {"num_cpus": cfg.verify.compile_workers}
+    st = stage_objects(None)  # what the flows place: the stages' own declarations
+    assert ray_options(st.verify, cfg, "cuda")["num_gpus"] == 1
+    assert ray_options(st.verify, cfg, "musa")["num_gpus"] == 1
+    assert "num_gpus" not in ray_options(st.verify, cfg, "cpu")
+    assert ray_options(st.compile, cfg, "cuda") == {"num_cpus": cfg.verify.compile_workers}
 
 
 class _State:
@@ -129,13 +118,32 @@ def test_pending_generation_skips_answered_tasks(workspace) -> None:
     task_a = Task(task_id="a", name="a", source="", cpu_source="")
     task_b = Task(task_id="b", name="b", source="", cpu_source="")
     run.write([task_a, task_b])
-    assert generated_task_ids(workspace, "cpu", ["template"]) == set()
+    tasks = [task_a, task_b]
+
+    def pending(backend: str, *gens: str, samples: int = 1, names=None) -> dict[str, list[str]]:
+        cfg = GenerateConfig(generators=list(gens), samples=samples)
+        return {g: [t.task_id for t in ts]
+                for g, ts in generate_pending(workspace, tasks, backend, cfg, names).items()}
+
+    assert pending("cpu", "template") == {"template": ["a", "b"]}
     run.write([Candidate("c1", "a", "cpu", "template:activation/v0", "code")])
     run.write([Rejection.make("generate", "b", "b", "no_template")])
-    assert generated_task_ids(workspace, "cpu", ["template"]) == {"a", "b"}
-    assert generated_task_ids(workspace, "cuda", ["template"]) == {"b"}
-    # adding an LLM generator makes both pending again until it has answered
-    assert generated_task_ids(workspace, "cpu", ["template", "openai"]) == set()
+    assert pending("cpu", "template", "mutate") == {"template": []}
+    assert pending("cuda", "template") == {"template": ["a"]}
+    # an LLM generator owes both until each task has its samples; its errors are no answer
+    run.write([Rejection.make("generate", "a", "a", "llm_unavailable")])
+    run.write([Candidate("l1", "a", "cpu", "llm:coder", "x"),
+               Candidate("l2", "b", "cpu", "llm:coder", "y"),
+               Candidate("l3", "b", "cpu", "llm:coder", "z")])
+    assert pending("cpu", "template", "openai", samples=2) == {"template": [], "openai": ["a"]}
+    assert pending("cpu", "openai", samples=2, names={"openai": "llm:other"}) == {
+        "openai": ["a", "b"]}  # another model has not answered yet
+    # the flow runs a batch for every task some per-task generator owes; import owes all
+    both = generate_pending(workspace, tasks, "cpu", GenerateConfig(
+        generators=["template", "import", "openai"], samples=2))
+    assert [t.task_id for t in tasks_pending_generation(tasks, both)] == ["a"]
+    only_import = generate_pending(workspace, tasks, "cpu", GenerateConfig(generators=["import"]))
+    assert [t.task_id for t in tasks_pending_generation(tasks, only_import)] == ["a", "b"]
 
 
 def test_latest_version_is_the_highest_number(workspace) -> None:

@@ -9,10 +9,12 @@ import pyarrow.parquet as pq
 from pipeline.candidates.stages import GENERATE, MUTATE, REPAIR
 from pipeline.config import Config, FlowsConfig, VerifyConfig
 from pipeline.datasets.stats import backend_funnel
+from pipeline.ingest import INGEST
 from pipeline.runner import (
     batches,
     repair_pending,
     run_batches,
+    run_stream,
     unverified,
     unverified_chain_ends,
     write_new,
@@ -20,7 +22,7 @@ from pipeline.runner import (
 from pipeline.stage import Resources, Stage, StageContext, StageOutput, reject
 from pipeline.verify import VERIFY, compile_stage, missing_task
 from pipeline.workspace import Workspace
-from schemas import Candidate, Rejection, Task, Verdict
+from schemas import Candidate, RawModule, Rejection, Task, Verdict
 
 
 def _task(i: int) -> Task:
@@ -69,6 +71,7 @@ def test_stages_declare_what_a_batch_needs() -> None:
     assert {GENERATE.name, MUTATE.name, REPAIR.name} == {"generate", "mutate", "repair"}
     assert GENERATE.input is Task and GENERATE.output is Candidate
     assert VERIFY.input is Candidate and VERIFY.output is Verdict
+    assert INGEST.output is RawModule and INGEST.resources(cfg) == Resources(cpus=1)
 
 
 def test_run_batches_writes_one_part_per_batch_and_counts(tmp_path) -> None:
@@ -82,6 +85,28 @@ def test_run_batches_writes_one_part_per_batch_and_counts(tmp_path) -> None:
     assert sum(pq.ParquetFile(p).metadata.num_rows for p in parts) == 5
     assert {r.item_id for r in ws.read(Rejection)} == {"t1", "t3"}
     assert batches(tasks, 2)[-1] == [tasks[4]]
+
+
+def _module(i: int) -> RawModule:
+    code = f"class Model: pass  # {i}"
+    return RawModule(RawModule.make_id("seed", "r", "c", f"m{i}.py", "Model", code), "seed", "r",
+                     "c", f"m{i}.py", "MIT", "Model", code)
+
+
+def test_run_stream_resumes_a_source_stream_by_key(tmp_path) -> None:
+    ws = Workspace(tmp_path / "ws")
+    bad = Rejection.make("ingest", "x.py", "x.py", "syntax", "x.py: invalid syntax")
+    stream = [_module(0), bad, _module(1), _module(2), _module(0)]  # m0 twice in one stream
+    ctx = StageContext(Config())
+    counts = run_stream(INGEST, iter(stream), ctx, ws.new_run("r1"), size=2,
+                        done=ws.done_keys(RawModule), done_rejections=ws.done_keys(Rejection))
+    assert (counts["written"], counts["existing"], counts["rejections"]) == (3, 1, 1)
+    assert counts["kind:seed"] == 4 and counts["reason:syntax"] == 1
+    assert len(ws.part_paths("raw_modules")) == 2  # batches [m0, bad] [m1, m2] [m0]
+    again = run_stream(INGEST, iter(stream), ctx, ws.new_run("r2"), size=2,
+                       done=ws.done_keys(RawModule), done_rejections=ws.done_keys(Rejection))
+    assert (again["written"], again["existing"], again["rejections"]) == (0, 4, 0)
+    assert sorted(m.path for m in ws.read(RawModule)) == ["m0.py", "m1.py", "m2.py"]
 
 
 def test_write_new_skips_keys_already_written(tmp_path) -> None:

@@ -18,11 +18,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from verifier.protocol import CORRECT_STATUSES
+
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_cases import BATCHMATE_FLAGS, attacks, honest  # noqa: E402
 from redteam_transport import HttpServer, run_rows  # noqa: E402
 
-CORRECT = {"correct_slow", "correct_fast"}
+CORRECT = set(CORRECT_STATUSES)
 
 # A ReLU over 1M floats: ~1 ms on one core, so "no work" shows as a 10x+ faster runtime.
 TASK = '''import torch

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from verifier.api import verify_batch
-from verifier.protocol import VerifyOptions, VerifyRequest
+from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
 from verifier.sandbox import pids_cgroup_root
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: no implicit path
@@ -42,7 +42,7 @@ def test_verdict(suite: dict, name: str, task: str, expected: set[str], code: st
     assert v.status in expected, (name, v.status, v.stage, v.error, v.findings,
                                   v.compile_log[-1500:])
     assert v.feedback
-    if v.status in ("correct_slow", "correct_fast"):
+    if v.status in CORRECT_STATUSES:
         assert v.reward >= 0.5 and v.runtime_us and v.eager_us and v.speedup
         assert v.trials >= 5 and v.max_abs_diff is not None
     else:

@@ -30,7 +30,7 @@ from verifier.gpu_anticheat import (
     kernel_base_name,
     launched_kernels,
 )
-from verifier.gpu_timing import BaselineCache, TimingResult, coefficient_of_variation, summarize
+from verifier.gpu_timing import coefficient_of_variation, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"),
@@ -205,25 +205,6 @@ def test_timing_statistics() -> None:
     assert coefficient_of_variation([99.0, 101.0]) == pytest.approx(0.01414, rel=1e-3)
     with pytest.raises(ValueError):
         summarize([])
-
-
-def test_baseline_cache_measures_once_per_task_device_and_torch(tmp_path: Path) -> None:
-    cache = BaselineCache(tmp_path / "baselines")
-    calls: list[int] = []
-
-    def measure() -> TimingResult:
-        calls.append(1)
-        return summarize([5.0, 6.0, 7.0])
-
-    first, hit1 = cache.get_or_measure("task-A source", "eager", "cpu", measure)
-    again, hit2 = BaselineCache(tmp_path / "baselines").get_or_measure(
-        "task-A source", "eager", "cpu", measure)
-    other, hit3 = cache.get_or_measure("task-B source", "eager", "cpu", measure)
-    comp, hit4 = cache.get_or_measure("task-A source", "compile", "cpu", measure)
-    assert (hit1, hit2, hit3, hit4) == (False, True, False, False)
-    assert again.median_us == first.median_us == 6.0 and len(calls) == 3
-    files = sorted(p.name.split("-")[0] for p in (tmp_path / "baselines").iterdir())
-    assert files == ["compile", "eager", "eager"]
 
 
 # --- on a GPU -------------------------------------------------------------------------------

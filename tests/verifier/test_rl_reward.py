@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from verifier.protocol import VerifyOptions
+from verifier.protocol import CORRECT_STATUSES, VerifyOptions
 from verifier.rl_reward import KernelReward, RewardInputError, completion_text, requests_for
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -58,7 +58,7 @@ def test_reward_is_the_hierarchical_reward_of_each_completion() -> None:
                      log_extra=lambda k, v: extra.__setitem__(k, v))
     statuses = [v.status for v in reward.last_verdicts]
     assert statuses[1:] == ["format_error", "static_reject"], statuses
-    assert statuses[0] in ("correct_slow", "correct_fast"), reward.last_verdicts[0].error
+    assert statuses[0] in CORRECT_STATUSES, reward.last_verdicts[0].error
     assert rewards[1:] == [0.0, 0.0] and 0.5 < rewards[0] <= 1.0
     assert rewards == [v.reward for v in reward.last_verdicts]
     assert {v.backend for v in reward.last_verdicts} == {"cpu"}  # options override the rows

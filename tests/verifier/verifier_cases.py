@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-CORRECT = {"correct_slow", "correct_fast"}
+from verifier.protocol import CORRECT_STATUSES
+
+CORRECT = set(CORRECT_STATUSES)
 
 # tests/conftest.py serves these two tasks as fixtures too.
 RELU_TASK = '''import torch

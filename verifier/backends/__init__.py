@@ -41,7 +41,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import sysconfig
 import time
 from collections.abc import Callable
@@ -367,6 +366,3 @@ def link_flags_common() -> list[str]:
     return [f"-L{lib}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python",
             f"-Wl,-rpath,{lib}"]
 
-
-def python_executable() -> str:
-    return sys.executable

@@ -1,7 +1,7 @@
 """Load the conformance corpus (manifest + case files + tasks) and judge verdicts against it.
 
 Shared by tests/verifier/test_conformance.py (CPU cases, and CUDA cases compile-only) and
-benchmarks/conformance_gpu.py (CUDA cases on a GPU). Stdlib only.
+benchmarks/conformance_gpu.py (CUDA cases on a GPU). Stdlib and verifier.protocol only.
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from verifier.protocol import CORRECT_STATUSES
+
 HERE = Path(__file__).parent
 POLICIES = ("strict", "partial")
-CORRECT = ("correct_slow", "correct_fast")
+CORRECT = CORRECT_STATUSES
 
 
 def load(backend: str | None = None) -> list[dict]:

@@ -6,30 +6,23 @@ kernels built on other strategies (vectorized, shared memory, warp shuffles, two
 tensor cores) whose rewards are close. Prints, for each method, the mean pairwise kernel distance
 within a task, the distinct strategies per task, the mean speedup and the time taken.
 
-    .venv/bin/python benchmarks/select.py [--tasks 200] [--k 4]
+    .venv/bin/python -m benchmarks.selection [--tasks 200] [--k 4]
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import argparse
+import random
+import time
 
-# Run as a script, this file's folder comes first on sys.path and its name would shadow the
-# standard library's `select` module; drop the folder before anything imports `select`.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-import argparse  # noqa: E402
-import random  # noqa: E402
-import time  # noqa: E402
-
-from pipeline.datasets.selection import (  # noqa: E402
+from pipeline.datasets.selection import (
     _sketch,
     select_diverse,
     select_random_k,
     select_top_k,
     selection_quality,
 )
-from schemas import Candidate, Verdict  # noqa: E402
+from schemas import Candidate, Verdict
 
 STRATEGIES = {
     "plain": "__global__ void {f}(const float* {a}, float* {b}, int n) {{\n"

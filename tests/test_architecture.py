@@ -1,0 +1,132 @@
+"""shared/ARCHITECTURE.md's rules, checked on the source: import arrows, no circles, file size."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("schemas", "sources", "pipeline", "verifier", "flows")
+# what each package may import from the others (lazy imports inside functions included)
+ALLOWED = {"schemas": {"schemas"}, "sources": {"sources", "schemas"}, "verifier": {"verifier"},
+           "pipeline": {"pipeline", "schemas", "sources", "verifier"}}
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            mods[name.removesuffix(".__init__")] = path
+    return mods
+
+
+def _imports(name: str, path: Path, mods: dict[str, Path]) -> tuple[set[str], set[str]]:
+    """(module-level imports, imports inside functions) of one module, as project modules."""
+    top: set[str] = set()
+    lazy: set[str] = set()
+
+    def resolve(target: str) -> str | None:
+        while target and target not in mods:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    def walk(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue  # annotations only, never executed
+            targets: list[str] = []
+            if isinstance(child, ast.Import):
+                targets = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parts = name.split(".")[:len(name.split(".")) - child.level
+                                             + (path.name == "__init__.py")]
+                    base = ".".join([*parts, base] if base else parts)
+                targets = [base, *(f"{base}.{a.name}" for a in child.names)]
+            for t in targets:
+                r = resolve(t)
+                if r and r != name:
+                    (lazy if in_function else top).add(r)
+            walk(child, in_function or isinstance(child, (ast.FunctionDef,
+                                                          ast.AsyncFunctionDef)))
+
+    walk(ast.parse(path.read_text(encoding="utf-8")), False)
+    return top, lazy
+
+
+def _graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    mods = _modules()
+    top, lazy = {}, {}
+    for name, path in mods.items():
+        top[name], lazy[name] = _imports(name, path, mods)
+    return top, lazy
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def test_circle_finder_finds_a_circle() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles() -> None:
+    top, lazy = _graph()
+    assert "pipeline.stage" in top["pipeline.runner"]  # the graph is read, not empty
+    assert "pipeline.verify" in lazy["pipeline.candidates.generate"]
+    assert _circles(top) == []
+
+
+def test_arrows_point_one_way() -> None:
+    top, lazy = _graph()
+    wrong = [f"{a} -> {b}" for g in (top, lazy) for a, bs in g.items() for b in sorted(bs)
+             if a.split(".")[0] in ALLOWED and b.split(".")[0] not in ALLOWED[a.split(".")[0]]]
+    assert wrong == []
+
+
+def test_no_source_file_over_500_lines() -> None:
+    long = [f"{p.relative_to(ROOT)}: {n}" for pkg in (*PACKAGES, "benchmarks")
+            for p in (ROOT / pkg).rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500]
+    assert long == []
