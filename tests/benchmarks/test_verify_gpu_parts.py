@@ -22,7 +22,7 @@ def test_corpus_is_large_varied_and_unique() -> None:
     assert len({(k.task_id, k.source) for k in ks}) == len(ks)  # fp16 kernel on two tasks)
     assert {k.expected for k in ks} <= LABELS
     origins = collections.Counter(k.origin for k in ks)
-    assert origins["conformance"] == 48 and origins["generated"] >= 60
+    assert origins["conformance"] >= 48 and origins["generated"] >= 60
     labels = collections.Counter(k.expected for k in ks)
     assert labels["correct"] > len(ks) / 2 and labels["compile_error"] >= 5
     assert labels["incorrect"] >= 10 and labels["cheat"] >= 5 and labels["runtime_error"] >= 2
