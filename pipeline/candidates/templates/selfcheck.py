@@ -76,8 +76,12 @@ def main() -> None:
     name = "ks_selfcheck_" + hashlib.sha256(src.encode()).hexdigest()[:12]
     results = []
     try:
+        # the sandbox runs as an unprivileged user with a private cwd: build there, not in ~
+        build = Path("build").resolve()
+        build.mkdir(exist_ok=True)
         ext = cpp.load_inline(name=name, cpp_sources=[src], extra_cflags=["-O1", "-fopenmp"],
-                              extra_ldflags=["-fopenmp"], verbose=False)
+                              extra_ldflags=["-fopenmp"], verbose=False,
+                              build_directory=str(build))
     except Exception as exc:  # noqa: BLE001 - report the compiler's complaint
         Path("result.json").write_text(json.dumps({"build_error": str(exc)[-4000:]}))
         return
