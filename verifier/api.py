@@ -32,6 +32,7 @@ from verifier.build import (
     Builder,
     BuildResult,
     _flags_key,
+    compile_chunks,
 )
 from verifier.clock import check_outputs, cross_check
 from verifier.decide import recheck
@@ -482,18 +483,6 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
         stop_prefetch.set()
         if prefetcher is not None:
             prefetcher.join()
-
-
-def compile_chunks(specs: list[ExtensionSpec], workers: int, most: int
-                   ) -> list[list[ExtensionSpec]]:
-    """Build units: one per compile worker (every core busy from the start), each as small as
-    that allows (a failing spec rebuilds only its unit), none over `most` specs. A unit pays
-    ~30 s for torch's headers and ~0.3 s per spec (H100, benchmarks/gpu_diag.py)."""
-    if not specs:
-        return []
-    n_units = max(min(len(specs), max(1, workers)), -(-len(specs) // max(1, most)))
-    return [specs[i * len(specs) // n_units:(i + 1) * len(specs) // n_units]
-            for i in range(n_units)]
 
 
 def verify_one(task_source: str, response: str, options: VerifyOptions | None = None,
