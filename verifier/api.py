@@ -120,6 +120,7 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Base
     job["variants"] = variants
     out = runner.run(item, job)
     item.timing["exec_s"] = out.wall_s
+    item.timing["exec_end"] = time.monotonic()  # run order (builds land in any order)
     p = out.payload
     for key in _TIMING_DIAGNOSTICS:  # for benchmarks (verify_batch's `timings`)
         if p and p.get(key) is not None:
