@@ -39,6 +39,7 @@ from flows.prefect_tasks import (
 )
 from flows.runners import cpu_runner, io_runner, placed, verify_runner
 from flows.stages import load_stages, stage_objects
+from pipeline.candidates.verify import missing_task
 from pipeline.config import Config, load_config
 from pipeline.datasets.publish import publishable_tasks
 from pipeline.datasets.stats import backend_funnel
@@ -54,7 +55,6 @@ from pipeline.runner import (
     unverified_chain_ends,
 )
 from pipeline.stage import GPU_BACKENDS
-from pipeline.verify import missing_task
 from pipeline.workspace import Workspace, new_run_id
 from schemas import Candidate, RawModule, Task, Verdict, content_hash, dumps
 

@@ -34,8 +34,8 @@ class StageSet:
 
 
 def _ingest(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
-    from pipeline.ingest import run_ingest
     from pipeline.runner import StageProgress
+    from pipeline.tasks.ingest import run_ingest
 
     with StageProgress("ingest", None) as progress:  # sources are discovered as they are read
         return run_ingest(ws, run, cfg, batch_size=cfg.flows.batch_size,
@@ -44,7 +44,7 @@ def _ingest(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
 
 def _tasks(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
     from pipeline.runner import StageProgress
-    from pipeline.tasks.stage import done_module_ids, run_tasks
+    from pipeline.tasks.stages import done_module_ids, run_tasks
     from schemas import RawModule
 
     done = done_module_ids(ws)
@@ -60,7 +60,7 @@ def _generate(tasks: list, cfg: Any, backend: str) -> tuple[list, list]:
 
 
 def _verify(tasks: dict, candidates: list, cfg: Any, cache_dir: Path) -> tuple[list, list]:
-    from pipeline.verify import verify_with_rejections
+    from pipeline.candidates.verify import verify_with_rejections
 
     return verify_with_rejections(tasks, candidates, cfg, cache_dir)
 
@@ -144,7 +144,7 @@ class FlowStages:
 def stage_objects(spec: str | None) -> FlowStages:
     """The StageSet named by `spec` wrapped as Stages, with the resources the pipeline declares."""
     from pipeline.candidates.stages import generate_stage, mutate_stage, repair_stage
-    from pipeline.verify import compile_stage, verify_stage
+    from pipeline.candidates.verify import compile_stage, verify_stage
 
     st = load_stages(spec)
     return FlowStages(generate=generate_stage(st.generate), verify=verify_stage(st.verify),

@@ -7,9 +7,9 @@ from collections import Counter
 import pyarrow.parquet as pq
 
 from pipeline.candidates.stages import GENERATE, MUTATE, REPAIR
+from pipeline.candidates.verify import VERIFY, compile_stage, missing_task
 from pipeline.config import Config, FlowsConfig, VerifyConfig
 from pipeline.datasets.stats import backend_funnel
-from pipeline.ingest import INGEST
 from pipeline.runner import (
     batches,
     repair_pending,
@@ -20,7 +20,7 @@ from pipeline.runner import (
     write_new,
 )
 from pipeline.stage import Resources, Stage, StageContext, StageOutput, reject
-from pipeline.verify import VERIFY, compile_stage, missing_task
+from pipeline.tasks.ingest import INGEST
 from pipeline.workspace import Workspace
 from schemas import Candidate, RawModule, Rejection, Task, Verdict
 
