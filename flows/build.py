@@ -37,8 +37,9 @@ from flows.prefect_tasks import (
     say,
     verify_batch,
 )
-from flows.runners import cpu_runner, io_runner, placed, verify_runner
-from flows.stages import load_stages, stage_objects
+from flows.runners import placed, runner_for
+from flows.stages import load_stages
+from pipeline.candidates.verify import missing_task
 from pipeline.config import Config, load_config
 from pipeline.datasets.publish import publishable_tasks
 from pipeline.datasets.stats import backend_funnel
@@ -53,8 +54,7 @@ from pipeline.runner import (
     unverified,
     unverified_chain_ends,
 )
-from pipeline.stage import GPU_BACKENDS
-from pipeline.verify import missing_task
+from pipeline.stage import GPU_BACKENDS, Stage
 from pipeline.workspace import Workspace, new_run_id
 from schemas import Candidate, RawModule, Task, Verdict, content_hash, dumps
 
@@ -89,7 +89,7 @@ def generate_flow(workspace: str, run_id: str, cfg: Config, backend: str,
     groups = batches(pending, cfg.flows.batch_size)
     say(f"generate: {len(pending)} tasks pending ({len(tasks) - len(pending)} done) "
         f"in {len(groups)} batches")
-    with placed(stage_objects(stages).generate, cfg, backend):
+    with placed(load_stages(stages).generate, cfg, backend):
         futures = generate_batch.map(groups, unmapped(cfg), unmapped(backend), unmapped(stages),
                                      label=[f"{i + 1}of{len(groups)}" for i in range(len(groups))])
     counts = collect(list(futures), Progress("generate", [len(g) for g in groups]), run,
@@ -125,7 +125,7 @@ def verify_pending(ws: Workspace, run: Any, cfg: Config, backend: str, tasks: di
             and groups):
         futures = _compile_then_verify(subsets, groups, cfg, backend, cache_dir, stages, labels)
     else:
-        with placed(stage_objects(stages).verify, cfg, backend):
+        with placed(load_stages(stages).verify, cfg, backend):
             futures = list(verify_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
                                             unmapped(stages), label=labels))
     counts = collect(futures, Progress(name, [len(g) for g in groups]), run)
@@ -138,7 +138,7 @@ def _compile_then_verify(subsets: list, groups: list, cfg: Config, backend: str,
     """GPU backends on Ray: compile each batch on CPU workers (filling the shared build cache),
     then verify it on a GPU worker as soon as its own compile is done, so GPUs never wait on nvcc.
     """
-    st = stage_objects(stages)
+    st = load_stages(stages)
     with placed(st.compile, cfg, backend):
         compiles = list(compile_batch.map(subsets, groups, unmapped(cfg), unmapped(cache_dir),
                                           unmapped(stages), label=labels))
@@ -161,7 +161,7 @@ def mutate_flow(workspace: str, run_id: str, cfg: Config, backend: str,
     todo = mutation_pending(by_task, verdicts)
     groups = list(task_batches(tasks, todo, verdicts, cfg.flows.batch_size))
     say(f"mutate: {len(todo)} tasks with unmutated correct kernels in {len(groups)} batches")
-    with placed(stage_objects(stages).mutate, cfg, backend):
+    with placed(load_stages(stages).mutate, cfg, backend):
         futures = mutate_batch.map([g[0] for g in groups], [g[1] for g in groups],
                                    [g[2] for g in groups], unmapped(cfg), unmapped(stages),
                                    label=[f"{i + 1}of{len(groups)}" for i in range(len(groups))])
@@ -192,7 +192,7 @@ def repair_flow(workspace: str, run_id: str, cfg: Config, backend: str, turn: in
     todo, _ = repair_pending(by_task, verdicts, turn)
     groups = list(task_batches(tasks, todo, verdicts, cfg.flows.batch_size))
     say(f"repair turn {turn}: {len(todo)} tasks with failing chain ends in {len(groups)} batches")
-    with placed(stage_objects(stages).repair, cfg, backend):
+    with placed(load_stages(stages).repair, cfg, backend):
         futures = repair_batch.map([g[0] for g in groups], [g[1] for g in groups],
                                    [g[2] for g in groups], unmapped(cfg), unmapped(turn),
                                    unmapped(stages),
@@ -341,8 +341,9 @@ def build_dataset(workspace: str = "./ks-data", config: str | None = None,
     say(f"build {run_id}: workspace {root}, backend {backend}, runner {cfg.flows.runner}")
     stage_rows: list[dict[str, Any]] = []
 
-    def stage(name: str, fn: Any, runner_obj: Any, **kw: Any) -> dict[str, Any]:
+    def stage(name: str, fn: Any, runs: Stage, **kw: Any) -> dict[str, Any]:
         t0 = time.perf_counter()
+        runner_obj = runner_for(runs, cfg, backend)  # from what the stage declares
         sub = fn.with_options(task_runner=runner_obj) if runner_obj is not None else fn
         counts = sub(root, run_id, cfg, stages=stages, **kw)
         row = {"stage": name, "seconds": round(time.perf_counter() - t0, 2), **counts}
@@ -350,16 +351,16 @@ def build_dataset(workspace: str = "./ks-data", config: str | None = None,
         return counts
 
     with ray_session(cfg):
-        stage("ingest", ingest_flow, io_runner(cfg))
-        stage("tasks", tasks_flow, None)
-        stage("generate", generate_flow, cpu_runner(cfg), backend=backend)
-        stage("verify", verify_flow, verify_runner(cfg), backend=backend)
+        stage("ingest", ingest_flow, st.ingest)
+        stage("tasks", tasks_flow, st.tasks)
+        stage("generate", generate_flow, st.generate, backend=backend)
+        stage("verify", verify_flow, st.verify, backend=backend)
         if cfg.generate.mutations_per_kernel > 0:
-            stage("mutate", mutate_flow, cpu_runner(cfg), backend=backend)
-            stage("verify:mutants", verify_flow, verify_runner(cfg), backend=backend)
+            stage("mutate", mutate_flow, st.mutate, backend=backend)
+            stage("verify:mutants", verify_flow, st.verify, backend=backend)
         for turn in range(1, cfg.repair.turns + 1):
-            stage(f"repair:{turn}", repair_flow, cpu_runner(cfg), backend=backend, turn=turn)
-            stage(f"verify:repair{turn}", verify_flow, verify_runner(cfg), backend=backend)
+            stage(f"repair:{turn}", repair_flow, st.repair, backend=backend, turn=turn)
+            stage(f"verify:repair{turn}", verify_flow, st.verify, backend=backend)
     t0 = time.perf_counter()
     pub = publish_flow(root, run_id, cfg, stages=stages,
                        always_publish=cfg.flows.always_publish if always_publish is None

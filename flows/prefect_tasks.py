@@ -1,4 +1,5 @@
-"""Prefect tasks: one per stage batch, each a thin call of `Stage.run` (pipeline/stage.py).
+"""Prefect tasks: one per stage batch, each a thin call of `Stage.run` (pipeline/stage.py); the
+two sequential stages (ingest, tasks) run whole, through the runner, in one task each.
 
 A task gets a batch and what the stage needs besides (`StageContext` fields), runs the stage and
 returns its `(records, rejections)`; the flow writes them. Retries are for transient failures only (git,
@@ -17,12 +18,14 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture, as_completed
 
 from flows.runners import is_transient, retry_if_transient
-from flows.stages import load_stages, stage_objects
+from flows.stages import load_stages
 from pipeline.config import Config
 from pipeline.runner import StageProgress, write_new
 from pipeline.stage import StageContext, StageOutput, reject
+from pipeline.tasks.ingest import run_ingest
+from pipeline.tasks.stages import done_module_ids, run_tasks
 from pipeline.workspace import Run, Workspace
-from schemas import Candidate, Rejection, Task, Verdict
+from schemas import Candidate, RawModule, Rejection, Task, Verdict
 
 # The CLI attaches a terminal handler here; Prefect's run logger carries the same lines to the UI.
 progress_log = logging.getLogger("kernelsynth.build")
@@ -130,15 +133,23 @@ def _collect_one(fut: PrefectFuture, progress: Progress, run: Run,
       retry_condition_fn=retry_if_transient, cache_policy=NO_CACHE)
 def ingest_sources(workspace: str, run_id: str, cfg: Config, stages: str | None) -> dict[str, int]:
     """Collect RawModules from the configured sources (git and HTTP failures are retried)."""
+    st = load_stages(stages)
     ws, run = open_run(workspace, run_id)
-    return dict(load_stages(stages).ingest(ws, run, cfg))
+    with StageProgress("ingest", None) as progress:  # sources are discovered as they are read
+        return run_ingest(ws, run, cfg, batch_size=cfg.flows.batch_size,
+                          progress=lambda _record: progress(1), stage=st.ingest,
+                          read=st.read_sources)
 
 
 @task(name="build-tasks", cache_policy=NO_CACHE)
 def build_tasks(workspace: str, run_id: str, cfg: Config, stages: str | None) -> dict[str, int]:
     """RawModules -> curated KernelBench Tasks (the stage skips modules already done)."""
     ws, run = open_run(workspace, run_id)
-    return dict(load_stages(stages).tasks(ws, run, cfg))
+    done = done_module_ids(ws)
+    pending = sum(m not in done for m in ws.read_table(RawModule).column("module_id").to_pylist())
+    with StageProgress("tasks", pending) as progress:
+        return run_tasks(ws, run, cfg, batch_size=cfg.flows.batch_size, progress=progress,
+                         stage=load_stages(stages).tasks)
 
 
 @task(name="generate-batch", cache_policy=NO_CACHE, task_run_name="generate-{label}",
@@ -147,7 +158,7 @@ def generate_batch(tasks: list[Task], cfg: Config, backend: str, stages: str | N
                    label: str = "") -> tuple[list[Candidate], list[Rejection]]:
     """First-attempt candidates for one batch of tasks; a generator crash rejects the batch."""
     try:
-        out = stage_objects(stages).generate.run(tasks, StageContext(cfg, backend=backend))
+        out = load_stages(stages).generate.run(tasks, StageContext(cfg, backend=backend))
     except Exception as exc:
         if is_transient(exc):
             raise
@@ -164,7 +175,7 @@ def verify_batch(tasks: dict[str, Task], candidates: list[Candidate], cfg: Confi
                  ) -> tuple[list[Verdict], list[Rejection]]:
     """Verdicts (and rejections) for one batch of candidates. No retries: a verdict is final."""
     ctx = StageContext(cfg, backend=cfg.verify.backend, cache_dir=cache_dir, tasks=tasks)
-    out = stage_objects(stages).verify.run(candidates, ctx)
+    out = load_stages(stages).verify.run(candidates, ctx)
     return out.records, out.rejections
 
 
@@ -173,7 +184,7 @@ def compile_batch(tasks: dict[str, Task], candidates: list[Candidate], cfg: Conf
                   cache_dir: str, stages: str | None, label: str = "") -> int:
     """Compile-only pass on CPU workers that fills the build cache before the GPU tasks run."""
     ctx = StageContext(cfg, backend=cfg.verify.backend, cache_dir=cache_dir, tasks=tasks)
-    return stage_objects(stages).compile.run(candidates, ctx).counts["compiled"]
+    return load_stages(stages).compile.run(candidates, ctx).counts["compiled"]
 
 
 @task(name="mutate-batch", cache_policy=NO_CACHE, task_run_name="mutate-{label}")
@@ -181,7 +192,7 @@ def mutate_batch(tasks: list[Task], candidates: list[Candidate], verdicts: list[
                  cfg: Config, stages: str | None, label: str = ""
                  ) -> tuple[list[Candidate], list[Rejection]]:
     """Bug-injected variants of verified-correct kernels (failing attempts with a known fix)."""
-    out = stage_objects(stages).mutate.run(tasks, StageContext(cfg, candidates=candidates,
+    out = load_stages(stages).mutate.run(tasks, StageContext(cfg, candidates=candidates,
                                                                 verdicts=verdicts))
     return out.records, out.rejections
 
@@ -193,5 +204,5 @@ def repair_batch(tasks: list[Task], candidates: list[Candidate], verdicts: list[
                  ) -> tuple[list[Candidate], list[Rejection]]:
     """The next repair turn for every failing chain end of one batch of tasks."""
     ctx = StageContext(cfg, candidates=candidates, verdicts=verdicts, turn=turn)
-    out = stage_objects(stages).repair.run(tasks, ctx)
+    out = load_stages(stages).repair.run(tasks, ctx)
     return out.records, out.rejections

@@ -48,10 +48,29 @@ def cpu_runner(cfg: Config) -> TaskRunner:
 
 
 def verify_runner(cfg: Config) -> TaskRunner:
-    """Runner for verification batches; the verifier starts its own sandboxed worker processes."""
+    """Runner for stages whose work runs in worker processes they start (the verifier's
+    sandboxes) or on a GPU: threads locally, Ray placing each batch on a cluster."""
     if cfg.flows.runner == "ray":
         return ray_runner(cfg)
     return ThreadPoolTaskRunner(max_workers=max(1, cfg.flows.verify_in_flight))
+
+
+def runner_for(stage: Stage, cfg: Config, backend: str) -> TaskRunner | None:
+    """The task runner of `stage`'s Prefect tasks, from what the stage declares.
+
+    I/O (reading sources): threads here. Sequential (batches depend on earlier ones): none of
+    its own, so its one task runs in the flow's process. Work in the stage's own worker processes
+    or on a GPU (verification): the verify runner. Python compute (generate, mutate, repair): the
+    CPU runner.
+    """
+    declared = stage.resources(cfg, backend)
+    if declared.io:
+        return io_runner(cfg)
+    if stage.sequential:
+        return None
+    if declared.gpus or declared.subprocesses:
+        return verify_runner(cfg)
+    return cpu_runner(cfg)
 
 
 def ray_options(stage: Stage, cfg: Config, backend: str) -> dict[str, Any]:

@@ -104,7 +104,7 @@ class RepairConfig(Section):
     # Buffered Dynamic Retry: a task group whose every first attempt failed gets this many
     # feedback-conditioned samples from its best attempt (0: off)
     retry_samples: int = 4
-    verify: bool = True  # verify each turn inside run_repair (needs pipeline.verify)
+    verify: bool = True  # verify each turn inside run_repair (needs pipeline.candidates.verify)
 
 
 class SelectConfig(Section):

@@ -157,9 +157,9 @@ def generate_pending(ws: Workspace, tasks: list[Task], backend: str, cfg: Genera
                      names: dict[str, str] | None = None) -> dict[str, list[Task]]:
     """For each configured generator, the `tasks` it still owes an answer on `backend`.
 
-    The one notion of "pending" for first attempts (the CLI's `run_generate` and the generate
-    flow). `template`: a task is answered by a template candidate or a generate rejection
-    (`no_template`, ...). `openai`/`hf`: by `cfg.samples` candidates of that generator
+    The one notion of "pending" for first attempts (the generate flow; the CLI's `run_generate`
+    for LLM groups, while it offers templates every task again). `template`: a task is answered
+    by a template candidate or a generate rejection (`no_template`, ...). `openai`/`hf`: by `cfg.samples` candidates of that generator
     (`names[gen]`: its exact generator name, e.g. `llm:coder`, else any of its kind); a rejection
     for an unreachable LLM is no answer, so the next run asks again. `import` owes every task (its
     file is read whole and candidate ids dedupe); `mutate` needs verdicts and has no entry.

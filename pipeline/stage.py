@@ -11,7 +11,8 @@ so the batch can run in another process or on another machine.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,8 @@ class Resources:
     cpus: float = 1.0
     gpus: float = 0.0
     memory_gb: float = 0.0
+    io: bool = False  # waits on files and the network more than it computes: threads run it
+    subprocesses: bool = False  # its work runs in worker processes it starts (sandboxes)
 
     def ray_options(self) -> dict[str, Any]:
         """The same resources as Ray `remote` options (what prefect-ray's RayTaskRunner takes)."""
@@ -47,6 +50,8 @@ class StageContext:
     backend: str = "cpu"
     cache_dir: str = ""
     tasks: dict[str, Task] = field(default_factory=dict)  # task_id -> Task for the batch's items
+    pool: Any = None  # workers the runner opened for all batches of the stage (`Stage.pool`)
+    benchmark_dir: str = ""  # fetched benchmark indexes (curation's decontamination)
     candidates: list[Candidate] = field(default_factory=list)  # chains of the batch's tasks
     verdicts: list[Verdict] = field(default_factory=list)
     turn: int = 0
@@ -60,6 +65,10 @@ class StageOutput:
     records: list = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
+
+    def __iter__(self) -> Iterator[Any]:
+        """`records, rejections, counts = stage.run(batch, ctx)`."""
+        return iter((self.records, self.rejections, self.counts))
 
 
 def reject(out: StageOutput, stage: str, item_id: str, ref: str, reason: str,
@@ -80,9 +89,18 @@ def _one_cpu(cfg: Config, backend: str) -> Resources:
     return Resources(cpus=1)
 
 
+def _no_pool(cfg: Config) -> AbstractContextManager[Any]:
+    return nullcontext()
+
+
 @dataclass(frozen=True)
 class Stage:
-    """A named step from `input` records to `output` records, with declared resources."""
+    """A named step from `input` records to `output` records, with declared resources.
+
+    `run(batch, ctx)` returns `StageOutput(records, rejections, counts)`; a stage that keeps
+    workers for all its batches (the tasks stage's probe pool) opens them in `pool(cfg)`, and the
+    runner hands them to every batch as `ctx.pool`.
+    """
 
     name: str
     input: type
@@ -90,6 +108,10 @@ class Stage:
     fn: RunFn
     needs: ResourcesFn = _one_cpu  # resources of one batch, given the config and backend
     batch_size: Callable[[Config], int] = lambda cfg: cfg.flows.batch_size
+    # batches depend on earlier ones (curation dedups against what they kept, a source stream
+    # is read in order): the runner runs them one after another in one place, never mapped
+    sequential: bool = False
+    pool: Callable[[Config], AbstractContextManager[Any]] = _no_pool  # opened once per run
 
     def resources(self, cfg: Config, backend: str = "cpu") -> Resources:
         return self.needs(cfg, backend)

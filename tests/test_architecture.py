@@ -114,7 +114,7 @@ def test_circle_finder_finds_a_circle() -> None:
 def test_no_import_circles() -> None:
     top, lazy = _graph()
     assert "pipeline.stage" in top["pipeline.runner"]  # the graph is read, not empty
-    assert "pipeline.verify" in lazy["pipeline.candidates.generate"]
+    assert "pipeline.candidates.verify" in lazy["pipeline.candidates.generate"]
     assert _circles(top) == []
 
 
@@ -130,3 +130,24 @@ def test_no_source_file_over_500_lines() -> None:
             for p in (ROOT / pkg).rglob("*.py")
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500]
     assert long == []
+
+
+# ARCHITECTURE.md's folder table: the top of pipeline/ holds the Stage shape and the runner, the
+# rooms by what they make, and the two things every stage shares (the config and the workspace).
+PIPELINE_TOP = {"__init__.py", "stage.py", "runner.py", "config.py", "workspace.py", "STAGES.md",
+                "tasks", "candidates", "datasets", "cli"}
+
+
+def test_top_of_pipeline_holds_only_the_listed_files() -> None:
+    here = {p.name for p in (ROOT / "pipeline").iterdir()
+            if p.name != "__pycache__" and not p.name.startswith(".")}
+    assert here - PIPELINE_TOP == set()
+    assert {"stage.py", "runner.py", "tasks", "candidates", "datasets", "cli"} <= here
+
+
+def test_one_stage_shape() -> None:
+    """`Stage` is defined once, in pipeline/stage.py; stage objects live in `stages.py` files."""
+    shapes = [str(p.relative_to(ROOT)) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+              if p.name == "stage.py" or "\nclass Stage:" in p.read_text(encoding="utf-8")
+              or "\nclass Stage(" in p.read_text(encoding="utf-8")]
+    assert shapes == ["pipeline/stage.py"]

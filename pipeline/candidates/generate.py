@@ -177,7 +177,11 @@ def run_generate(
     api_key: str | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, int]:
-    """Generate what `runner.generate_pending` says is owed, batch by batch; new ids only."""
+    """Generate for every workspace task, batch by batch; ids already written are skipped.
+
+    LLM groups ask only for what `runner.generate_pending` says they still owe (their samples
+    cost); templates and imports see every task.
+    """
     gcfg = cfg.generate
     backend = resolve_backend(backend or gcfg.backend)
     tasks = ws.read(Task)
@@ -212,10 +216,15 @@ def run_generate(
                 progress(len(tasks))
             continue
         chat = chats.get(gen, llm)
-        todo = pending[gen]
-        counts["skipped_tasks"] += len(tasks) - len(todo)
-        if progress is not None and len(todo) < len(tasks):
-            progress(len(tasks) - len(todo))
+        todo = tasks
+        if gen in ("openai", "hf"):
+            todo = pending[gen]
+            counts["skipped_tasks"] += len(tasks) - len(todo)
+            if progress is not None and len(todo) < len(tasks):
+                progress(len(tasks) - len(todo))
+        # templates are cheap and deterministic, so every task is offered again (rejected ones
+        # too): a re-run after a template change or a larger `variants_per_task` adds what is new,
+        # and ids already written are counted `skipped`
         one = gcfg.model_copy(update={"generators": [gen]})
         for start in range(0, len(todo), batch):
             part = todo[start:start + batch]
@@ -248,7 +257,7 @@ def run_repair(
 ) -> dict[str, int]:
     """Up to `cfg.repair.turns` repair turns, each written and (by default) verified in turn.
 
-    `verify` defaults to `pipeline.verify.verify_candidates` with `cfg.verify`; without a
+    `verify` defaults to `pipeline.candidates.verify.verify_candidates` with `cfg.verify`; without a
     verifier only the first turn can be made (later turns need the earlier turn's verdicts).
     """
     tasks = {t.task_id: t for t in ws.read(Task)}
@@ -290,7 +299,7 @@ def run_repair(
 def _default_verify(ws: Workspace, cfg: Config
                     ) -> Callable[[dict[str, Task], list[Candidate]], list[Verdict]] | None:
     try:
-        from pipeline.verify import verify_candidates
+        from pipeline.candidates.verify import verify_candidates
     except ImportError:
         return None
 

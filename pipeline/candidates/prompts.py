@@ -117,7 +117,8 @@ def musa_reference(task: Task) -> str:
     return ported if isinstance(ported, str) and ported.strip() else task.source
 
 
-def _task_meta(task: Task) -> dict:
+def task_meta(task: Task) -> dict:
+    """The task's `meta` JSON object ({} when it is empty or not an object)."""
     try:
         meta = json.loads(task.meta or "{}")
     except json.JSONDecodeError:
@@ -134,7 +135,7 @@ def input_specs_for(task: Task, backend: str) -> list[TensorSpec]:
     specs = list(task.input_specs)
     if not _scaled(task, backend):
         return specs
-    cpu = _task_meta(task).get("cpu_inputs") or []
+    cpu = task_meta(task).get("cpu_inputs") or []
     if len(cpu) != len(specs):
         return []
     out = []
@@ -150,7 +151,7 @@ def input_specs_for(task: Task, backend: str) -> list[TensorSpec]:
 def init_inputs_for(task: Task, backend: str) -> object:
     """The constructor arguments of the reference shown for `backend` (CPU: the scaled file's)."""
     if _scaled(task, backend):
-        cpu = _task_meta(task).get("cpu_init_inputs")
+        cpu = task_meta(task).get("cpu_init_inputs")
         if cpu is not None:
             return cpu
     try:

@@ -20,7 +20,7 @@ from pipeline.cli.common import (
     open_context,
     print_table,
 )
-from pipeline.ingest import run_ingest
+from pipeline.tasks.ingest import run_ingest
 from pipeline.workspace import WorkspaceError
 from schemas import RawModule
 from sources.git_repos import ManifestError, load_manifest

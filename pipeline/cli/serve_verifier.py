@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
+from pipeline.candidates.verify import verify_options
 from pipeline.cli.app import app
 from pipeline.cli.common import ConfigOpt, WorkspaceOpt, fail, open_context
-from pipeline.verify import verify_options
 
 
 @app.command("serve-verifier")

@@ -20,7 +20,7 @@ from pipeline.cli.common import (
     out,
     print_table,
 )
-from pipeline.tasks.stage import done_module_ids, run_tasks
+from pipeline.tasks.stages import done_module_ids, run_tasks
 from pipeline.workspace import WorkspaceError
 from schemas import RawModule, Task
 

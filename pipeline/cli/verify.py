@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pipeline.candidates.verify import run_verify
 from pipeline.cli.app import app
 from pipeline.cli.common import (
     ConfigOpt,
@@ -18,7 +19,6 @@ from pipeline.cli.common import (
     open_context,
     print_table,
 )
-from pipeline.verify import run_verify
 from pipeline.workspace import WorkspaceError
 from schemas import Candidate, Verdict
 from verifier.backends import BackendUnavailable

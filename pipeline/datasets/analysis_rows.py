@@ -4,10 +4,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from pipeline.candidates.prompts import reference_for
+from pipeline.candidates.prompts import reference_for, task_meta
 from pipeline.datasets.pairs import (
     apply_label,
     fix_label,
@@ -136,14 +135,6 @@ def measured_work(task: Task, backend: str) -> tuple[float, float]:
         return float(meta.get("cpu_flops") or 0.0), float(meta.get("cpu_bytes") or 0.0)
     except (TypeError, ValueError):
         return 0.0, 0.0
-
-
-def task_meta(task: Task) -> dict[str, Any]:
-    try:
-        meta = json.loads(task.meta or "{}")
-    except json.JSONDecodeError:
-        return {}
-    return meta if isinstance(meta, dict) else {}
 
 
 def analyse_performance(task: Task, cand: Candidate, v: Verdict) -> tuple[str, float | None, str]:

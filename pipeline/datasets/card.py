@@ -16,7 +16,7 @@ from huggingface_hub import DatasetCard, DatasetCardData
 
 from pipeline.datasets.card_facts import card_lines
 from pipeline.datasets.rows import config_schema
-from pipeline.datasets.stats import metric_definition
+from pipeline.datasets.stats import format_value, metric_definition
 
 BACKEND_TAGS = {"cuda": ["cuda", "gpu-kernels"], "musa": ["musa", "gpu-kernels"],
                 "cpu": ["cpp", "cpu-kernels", "openmp"]}
@@ -88,12 +88,6 @@ def dataset_info(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return info
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "n/a"
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
 def render_card(name: str, version: str, manifest: dict[str, Any],
                 stats: dict[str, Any] | None, repo_id: str | None, local_path: str) -> str:
     """The card's text (YAML front matter + Markdown), checked by DatasetCard's parser."""
@@ -154,7 +148,7 @@ def render_card(name: str, version: str, manifest: dict[str, Any],
         metrics = stats.get("metrics", {})
         if metrics:
             lines += ["", "| metric | value | definition |", "| --- | ---: | --- |"]
-            lines += [f"| {k} | {_fmt(v)} | {metric_definition(k)} |" for k, v in metrics.items()]
+            lines += [f"| {k} | {format_value(v)} | {metric_definition(k)} |" for k, v in metrics.items()]
         lines.append("")
     lines += card_lines(manifest)
     lines += ["## How it was made", "",

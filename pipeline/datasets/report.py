@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display on build machines
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pipeline.datasets.stats import metric_definition  # noqa: E402
+from pipeline.datasets.stats import format_value, metric_definition  # noqa: E402
 from pipeline.datasets.versions import read_stats, verify_version  # noqa: E402
 
 
@@ -58,15 +58,9 @@ def _speedup_hist(speedup: dict[str, Any]) -> str | None:
 
 def _table(rows: list[list[Any]], header: list[str]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in r) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(format_value(v))}</td>" for v in r) + "</tr>"
                    for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
-
-
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "n/a"
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def render_report(version_dir: Path) -> str:

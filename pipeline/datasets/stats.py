@@ -73,6 +73,13 @@ METRIC_DEFINITIONS: dict[str, str] = {
 }
 
 
+def format_value(v: Any) -> str:
+    """A metric value as cards and reports print it (4 significant digits; n/a for None)."""
+    if v is None:
+        return "n/a"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
 def metric_definition(name: str) -> str:
     """The definition of a metric key as it appears in `compute_stats()["metrics"]`."""
     if name in METRIC_DEFINITIONS:

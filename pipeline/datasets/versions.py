@@ -6,7 +6,6 @@ and the content hashes that prove a version was not edited after publishing.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -16,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.workspace import Workspace
+from verifier.artefacts import file_sha256
 
 MANIFEST = "manifest.json"
 STATS = "stats.json"
@@ -29,14 +29,6 @@ class PublishError(RuntimeError):
 
 class VersionIntegrityError(RuntimeError):
     """A published version does not match its manifest (a file edited, added or removed)."""
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def dataset_dir(ws: Workspace, name: str) -> Path:

@@ -1,7 +1,8 @@
 """Small deterministic stand-ins for the slow stages (sources, extraction, generation, verifier).
 
-They follow the contracts of pipeline/STAGES.md with real records and the real workspace, so the
-flows' batching, skipping, resuming, scheduling and Ray placement are exercised in seconds.
+They are `Stage`s (pipeline/stage.py) over the stand-in functions below, with real records, the
+real workspace, the real runner and the real stages' declared resources, so the flows' batching,
+skipping, resuming, scheduling and Ray placement are exercised in seconds.
 Selection, dataset building and publishing are the real ones. Knobs come from the environment
 because these run in subprocesses too (the SIGKILL test, the served deployment):
 KS_FAKE_VERIFY_SLEEP (seconds per candidate) and KS_FAKE_MODULES (modules ingested).
@@ -12,11 +13,18 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from flows.stages import BUILTIN
+from flows.stages import builtin_stages
+from pipeline.candidates.stages import generate_stage, mutate_stage, repair_stage
+from pipeline.candidates.verify import compile_stage, verify_stage
+from pipeline.stage import Stage, StageContext, StageOutput
+from pipeline.tasks.ingest import run_ingest
+from pipeline.tasks.stages import run_tasks
 from schemas import Candidate, RawModule, Rejection, Task, Verdict, content_hash
 
 SOURCE = '''import torch
@@ -36,31 +44,35 @@ def get_init_inputs():
     return []
 '''
 
-def ingest(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
-    count = int(os.environ.get("KS_FAKE_MODULES", "6"))
-    done = ws.done_keys(RawModule)
-    mods = []
-    for i in range(count):
+def read_sources(cfg: Any, cache_dir: Path, *, manifest: Path | None = None
+                 ) -> Iterator[RawModule]:
+    """KS_FAKE_MODULES seed modules, whatever the sources config says."""
+    for i in range(int(os.environ.get("KS_FAKE_MODULES", "6"))):
         code = SOURCE.format(scale=i + 1, dim=64 * (i + 1))
         mid = RawModule.make_id("seed", "builtin://seed", "0", f"m{i}.py", "Model", code)
-        if mid not in done:
-            mods.append(RawModule(mid, "seed", "builtin://seed", "0", f"m{i}.py", "MIT", "Model",
-                                  code))
-    run.write(mods)
-    return {"raw_modules": len(mods), "skipped": count - len(mods)}
+        yield RawModule(mid, "seed", "builtin://seed", "0", f"m{i}.py", "MIT", "Model", code)
+
+
+def _tasks_batch(batch: list[RawModule], ctx: StageContext) -> StageOutput:
+    new = [Task(task_id=content_hash("task", m.code), name=f"relu_{m.path[:-3]}",
+                source=m.code, cpu_source=m.code, module_id=m.module_id,
+                source_kind=m.source_kind, op_inventory=["aten.relu", "aten.mul"],
+                op_families=["activation"], level=2, dedup_cluster=m.module_id) for m in batch]
+    return StageOutput(new, [], Counter(tasks=len(new)))
+
+
+TASKS = Stage("tasks", RawModule, Task, _tasks_batch, sequential=True)
+
+
+def ingest(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
+    """Fill a workspace's raw_modules as the flows' ingest does (the real runner and stage)."""
+    return run_ingest(ws, run, cfg, read=read_sources)
+
 
 def tasks(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
-    have = {t.module_id for t in ws.read(Task)}
-    new = []
-    for m in ws.read(RawModule):
-        if m.module_id in have:
-            continue
-        new.append(Task(task_id=content_hash("task", m.code), name=f"relu_{m.path[:-3]}",
-                        source=m.code, cpu_source=m.code, module_id=m.module_id,
-                        source_kind=m.source_kind, op_inventory=["aten.relu", "aten.mul"],
-                        op_families=["activation"], level=2, dedup_cluster=m.module_id))
-    run.write(new)
-    return {"tasks": len(new)}
+    """Turn its pending raw_modules into tasks through the real runner."""
+    return run_tasks(ws, run, cfg, stage=TASKS)
+
 
 def generate(task_list: list[Task], cfg: Any, backend: str) -> tuple[list, list]:
     cands, rejs = [], []
@@ -145,8 +157,10 @@ def repair(task_list: list, candidates: list[Candidate], verdicts: list, cfg: An
                            turn=turn, meta="{}"))
     return out, []
 
-STAGES = replace(BUILTIN, ingest=ingest, tasks=tasks, generate=generate, verify=verify,
-                 mutate=mutate, repair=repair, resolve_backend=lambda requested: "cpu")
+STAGES = replace(builtin_stages(), read_sources=read_sources, tasks=TASKS,
+                 generate=generate_stage(generate), verify=verify_stage(verify),
+                 compile=compile_stage(verify), mutate=mutate_stage(mutate),
+                 repair=repair_stage(repair), resolve_backend=lambda requested: "cpu")
 
 # The same, but verification "needs a GPU" so the flows place it with num_gpus on Ray.
 GPU_STAGES = replace(STAGES, resolve_backend=lambda requested: "cuda")

@@ -94,7 +94,8 @@ def test_second_run_with_nothing_new_keeps_the_version(reference: dict) -> None:
     wall = time.perf_counter() - t0
     assert not again["published"] and again["version"] == "v1"
     new = {r["stage"]: r for r in again["stages"]}
-    assert new["ingest"]["raw_modules"] == 0 and new["tasks"]["tasks"] == 0
+    assert new["ingest"]["modules"] == 0 and new["ingest"]["existing"] == 6
+    assert new["tasks"]["skipped"] == 6 and new["tasks"].get("tasks", 0) == 0
     for name in ("generate", "verify", "mutate", "verify:mutants", "repair:1", "verify:repair1"):
         assert new[name].get("candidates", 0) == 0 and new[name].get("verdicts", 0) == 0, name
     assert again["funnel"] == s["funnel"]

@@ -100,6 +100,8 @@ def test_build_flows_report_every_item_of_every_batched_stage(prefect_api: str,
     assert got["generate"] == (rows["generate"]["pending"], rows["generate"]["pending"], True)
     verify = got[f"verify[{summary['backend']}]"]
     assert verify[0] == verify[1] and verify[2] and verify[0] >= rows["verify"]["verdicts"] > 0
+    # sources are counted as they are read (no total ahead): the ingest bar ends at what it read
+    assert got.pop("ingest") == (0, rows["ingest"]["kind:seed"], True)
     assert all(total == done and finished for total, done, finished in got.values()), got
 
 

@@ -14,8 +14,15 @@ from prefect_ray import RayTaskRunner
 
 from flows.build import batches, generate_batch, latest_version, verify_batch
 from flows.env import configure_prefect, prefect_environment
-from flows.runners import cpu_runner, is_transient, ray_options, retry_if_transient, verify_runner
-from flows.stages import BUILTIN, StageSetError, load_stages, stage_objects
+from flows.runners import (
+    cpu_runner,
+    is_transient,
+    ray_options,
+    retry_if_transient,
+    runner_for,
+    verify_runner,
+)
+from flows.stages import StageSetError, builtin_stages, load_stages
 from pipeline.config import Config, FlowsConfig, GenerateConfig
 from pipeline.runner import generate_pending, tasks_pending_generation
 from schemas import Candidate, Rejection, Task
@@ -50,11 +57,33 @@ def test_runners_follow_the_config() -> None:
 
 def test_gpu_batches_ask_for_a_gpu_and_compiles_for_cpus() -> None:
     cfg = Config()
-    st = stage_objects(None)  # what the flows place: the stages' own declarations
+    st = load_stages(None)  # what the flows place: the stages' own declarations
     assert ray_options(st.verify, cfg, "cuda")["num_gpus"] == 1
     assert ray_options(st.verify, cfg, "musa")["num_gpus"] == 1
     assert "num_gpus" not in ray_options(st.verify, cfg, "cpu")
     assert ray_options(st.compile, cfg, "cuda") == {"num_cpus": cfg.verify.compile_workers}
+
+
+def test_each_stage_gets_its_runner_from_what_it_declares() -> None:
+    st = load_stages(None)
+    local = _cfg(io_workers=3, cpu_workers=2, verify_in_flight=5)
+    io = runner_for(st.ingest, local, "cpu")  # reads sources: threads
+    assert isinstance(io, ThreadPoolTaskRunner) and io._max_workers == 3
+    assert runner_for(st.tasks, local, "cpu") is None  # sequential: in the flow's own process
+    for stage in (st.generate, st.mutate, st.repair):  # Python compute
+        got = runner_for(stage, local, "cpu")
+        assert isinstance(got, ThreadPoolTaskRunner) and got._max_workers == 2
+    for backend in ("cpu", "cuda"):  # its own sandboxed workers, or a GPU
+        got = runner_for(st.verify, local, backend)
+        assert isinstance(got, ThreadPoolTaskRunner) and got._max_workers == 5
+    ray = _cfg(runner="ray", io_workers=3)
+    assert isinstance(runner_for(st.ingest, ray, "cuda"), ThreadPoolTaskRunner)
+    assert runner_for(st.tasks, ray, "cuda") is None
+    assert isinstance(runner_for(st.verify, ray, "cuda"), RayTaskRunner)
+    assert isinstance(runner_for(st.generate, ray, "cuda"), RayTaskRunner)
+    # a stand-in stage is placed by its own declaration, not by its name
+    assert runner_for(fake.STAGES.tasks, local, "cpu") is None
+    assert isinstance(runner_for(fake.STAGES.verify, ray, "cuda"), RayTaskRunner)
 
 
 class _State:
@@ -80,7 +109,7 @@ def test_only_transient_failures_are_retried() -> None:
 
 
 def test_stage_sets_load_by_import_path() -> None:
-    assert load_stages(None) is BUILTIN
+    assert load_stages(None) is builtin_stages()
     assert load_stages("flows_fake_stages:STAGES") is fake.STAGES
     with pytest.raises(StageSetError, match="cannot import"):
         load_stages("no_such_module_xyz:STAGES")

@@ -124,6 +124,12 @@ def test_cli_generate_and_repair(tmp_path: Path) -> None:
     assert summary["command"] == "generate" and summary["candidates"] >= 1
     assert summary["rejected:no_template"] == 1
     assert {r.reason for r in ws.read(Rejection)} == {"no_template"}
+    # a re-run offers templates every task again (the rejected one too); written ids are skipped
+    again = runner.invoke(app, ["generate", "--generator", "template", "--backend", "cpu",
+                                "--variants", "1", "-w", str(ws.root), "--json"])
+    redo = json.loads(again.stdout.strip().splitlines()[-1])
+    assert redo.get("candidates", 0) == 0 and redo["skipped"] == summary["candidates"]
+    assert redo["rejected:no_template"] == 1 and "skipped_tasks" not in redo
     bad = runner.invoke(app, ["generate", "--generator", "nope", "-w", str(ws.root)])
     assert bad.exit_code == 2 and "unknown nope" in bad.output
     rep = runner.invoke(app, ["repair", "--turns", "1", "--no-verify", "-w", str(ws.root),

@@ -7,9 +7,9 @@ from collections import Counter
 import pyarrow.parquet as pq
 
 from pipeline.candidates.stages import GENERATE, MUTATE, REPAIR
+from pipeline.candidates.verify import VERIFY, compile_stage, missing_task
 from pipeline.config import Config, FlowsConfig, VerifyConfig
 from pipeline.datasets.stats import backend_funnel
-from pipeline.ingest import INGEST
 from pipeline.runner import (
     batches,
     repair_pending,
@@ -20,7 +20,8 @@ from pipeline.runner import (
     write_new,
 )
 from pipeline.stage import Resources, Stage, StageContext, StageOutput, reject
-from pipeline.verify import VERIFY, compile_stage, missing_task
+from pipeline.tasks.ingest import INGEST
+from pipeline.tasks.stages import TASKS
 from pipeline.workspace import Workspace
 from schemas import Candidate, RawModule, Rejection, Task, Verdict
 
@@ -64,14 +65,28 @@ def test_reject_builds_the_row_and_counts_it() -> None:
 def test_stages_declare_what_a_batch_needs() -> None:
     cfg = Config(verify=VerifyConfig(workers=3, compile_workers=5),
                  flows=FlowsConfig(ray_num_cpus=4))
-    assert VERIFY.resources(cfg, "cuda") == Resources(cpus=1, gpus=1)
-    assert VERIFY.resources(cfg, "cpu") == Resources(cpus=3)
-    assert compile_stage().resources(cfg, "cuda") == Resources(cpus=4)  # capped by the cluster
+    assert VERIFY.resources(cfg, "cuda") == Resources(cpus=1, gpus=1, subprocesses=True)
+    assert VERIFY.resources(cfg, "cpu") == Resources(cpus=3, subprocesses=True)
+    # capped by the cluster
+    assert compile_stage().resources(cfg, "cuda") == Resources(cpus=4, subprocesses=True)
     assert VERIFY.batch_size(cfg) == cfg.verify.write_batch
     assert {GENERATE.name, MUTATE.name, REPAIR.name} == {"generate", "mutate", "repair"}
     assert GENERATE.input is Task and GENERATE.output is Candidate
     assert VERIFY.input is Candidate and VERIFY.output is Verdict
-    assert INGEST.output is RawModule and INGEST.resources(cfg) == Resources(cpus=1)
+    assert INGEST.output is RawModule and INGEST.resources(cfg) == Resources(cpus=1, io=True)
+    tasks_cfg = Config(tasks={"workers": 2, "probe_memory_mb": 1536})
+    assert TASKS.resources(tasks_cfg) == Resources(cpus=2, memory_gb=3.0, subprocesses=True)
+    # batches that depend on earlier ones are never mapped; the rest are
+    assert INGEST.sequential and TASKS.sequential
+    assert not any(s.sequential for s in (GENERATE, MUTATE, REPAIR, VERIFY))
+
+
+def test_stage_output_unpacks_as_records_rejections_counts() -> None:
+    out = StageOutput([_task(0)])
+    reject(out, "generate", "t1", "t1", "no_template")
+    records, rejections, counts = out
+    assert records == [_task(0)] and [r.reason for r in rejections] == ["no_template"]
+    assert counts == Counter({"rejected:no_template": 1})
 
 
 def test_run_batches_writes_one_part_per_batch_and_counts(tmp_path) -> None:

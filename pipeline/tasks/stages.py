@@ -40,7 +40,8 @@ def done_module_ids(ws: Workspace) -> set[str]:
 def _needs(cfg: Config, backend: str) -> Resources:
     # one sandboxed probe worker per slot, each under its own address-space limit
     workers = max(1, cfg.tasks.workers)
-    return Resources(cpus=workers, memory_gb=workers * cfg.tasks.probe_memory_mb / 1024)
+    return Resources(cpus=workers, memory_gb=workers * cfg.tasks.probe_memory_mb / 1024,
+                     subprocesses=True)
 
 
 def tasks_cfg(ctx: StageContext) -> TasksConfig:
@@ -50,33 +51,40 @@ def tasks_cfg(ctx: StageContext) -> TasksConfig:
     return ctx.cfg.tasks.model_copy(update={"repo_cache_dir": ctx.cache_dir})
 
 
-def tasks_stage(pool: ProbePool, existing: list[Task], benchmark_dir: Path | None = None
-                ) -> Stage:
-    """RawModules -> curated Tasks on `pool`; `existing` (grown batch by batch) is deduped against."""
+def _tasks_batch(batch: list[RawModule], ctx: StageContext) -> StageOutput:
+    # extract on the probe pool, then curate against every task kept so far (ctx.tasks grows)
+    tasks, rejections = extract_tasks(batch, tasks_cfg(ctx), pool=ctx.pool)
+    bench = Path(ctx.benchmark_dir) if ctx.benchmark_dir else None
+    kept, dropped = curate_tasks(tasks, ctx.cfg.tasks, list(ctx.tasks.values()), bench)
+    ctx.tasks.update((t.task_id, t) for t in kept)
+    counts: Counter[str] = Counter(tasks=len(kept), rejected=len(rejections),
+                                   curated_out=len(dropped))
+    counts.update(f"reason:{r.reason}" for r in rejections + dropped)
+    return StageOutput(kept, rejections + dropped, counts)
 
-    def run(batch: list[RawModule], ctx: StageContext) -> StageOutput:
-        tasks, rejections = extract_tasks(batch, tasks_cfg(ctx), pool=pool)
-        kept, dropped = curate_tasks(tasks, ctx.cfg.tasks, existing, benchmark_dir)
-        existing.extend(kept)
-        counts: Counter[str] = Counter(tasks=len(kept), rejected=len(rejections),
-                                       curated_out=len(dropped))
-        counts.update(f"reason:{r.reason}" for r in rejections + dropped)
-        return StageOutput(kept, rejections + dropped, counts)
 
-    return Stage("tasks", RawModule, Task, run, needs=_needs)
+def _probe_pool(cfg: Config) -> ProbePool:
+    return ProbePool(cfg.tasks.workers, cfg.tasks.probe_memory_mb)
+
+
+# RawModules -> curated Tasks on one probe pool; batches run in order (curation dedups each
+# batch against the tasks earlier batches kept).
+TASKS = Stage("tasks", RawModule, Task, _tasks_batch, needs=_needs, sequential=True,
+              pool=_probe_pool)
 
 
 def run_tasks(ws: Workspace, run: Run, cfg: Config, *, batch_size: int | None = None,
-              progress: Callable[[int], None] | None = None) -> dict[str, int]:
+              progress: Callable[[int], None] | None = None, stage: Stage = TASKS
+              ) -> dict[str, int]:
     """Build tasks for every pending RawModule of the workspace; returns counts."""
     modules = ws.read(RawModule)
     done = done_module_ids(ws)
     pending = [m for m in modules if m.module_id not in done]
     counts: Counter[str] = Counter(modules=len(modules), skipped=len(modules) - len(pending))
     size = max(1, batch_size or cfg.flows.batch_size)
-    with ProbePool(cfg.tasks.workers, cfg.tasks.probe_memory_mb) as pool:
-        stage = tasks_stage(pool, ws.read(Task), ws.root / "benchmarks")  # fetched indexes
-        counts.update(run_batches(stage, pending, StageContext(cfg, cache_dir=str(ws.cache_dir)), run,
-                                  size=size,
-                                  progress=progress))
+    with stage.pool(cfg) as pool:
+        ctx = StageContext(cfg, cache_dir=str(ws.cache_dir),
+                           tasks={t.task_id: t for t in ws.read(Task)}, pool=pool,
+                           benchmark_dir=str(ws.root / "benchmarks"))  # fetched indexes
+        counts.update(run_batches(stage, pending, ctx, run, size=size, progress=progress))
     return dict(counts)

@@ -46,11 +46,16 @@ def _ingest_batch(batch: list[RawModule | Rejection], ctx: StageContext) -> Stag
 
 
 def _one_reader(cfg: Config, backend: str) -> Resources:
-    return Resources(cpus=1)  # reading files and cloning repositories: I/O, one core
+    return Resources(cpus=1, io=True)  # reading files and cloning repositories: I/O, one core
 
 
 # Input: what the sources yield, in order (RawModules and the sources' own Rejections).
-INGEST = Stage("ingest", RawModule, RawModule, _ingest_batch, needs=_one_reader)
+INGEST = Stage("ingest", RawModule, RawModule, _ingest_batch, needs=_one_reader,
+               sequential=True)
+
+# What feeds the stage: `iter_modules` or another reader with its signature
+# `(SourcesConfig, cache_dir, *, manifest)`.
+SourceReader = Callable[..., Iterable[RawModule | Rejection]]
 
 
 def _ticking(items: Iterable[RawModule | Rejection],
@@ -65,16 +70,17 @@ def _ticking(items: Iterable[RawModule | Rejection],
 def run_ingest(ws: Workspace, run: Run, cfg: Config, *, manifest: Path | None = None,
                nnsmith: int | None = None, seed: int | None = None, default: bool = True,
                batch_size: int = 64,
-               progress: Callable[[RawModule | Rejection], None] | None = None) -> dict[str, int]:
+               progress: Callable[[RawModule | Rejection], None] | None = None,
+               stage: Stage = INGEST, read: SourceReader = iter_modules) -> dict[str, int]:
     """Ingest every configured source; skip module ids already in the workspace; return counts.
 
     Counts: `modules` (new rows), `existing` (already ingested), `rejections` (new rows),
     and `kind:<source_kind>` / `reason:<reason>` breakdowns of this run's items.
     """
     sources_cfg = sources_for_run(cfg.sources, nnsmith=nnsmith, seed=seed, default=default)
-    items = _ticking(iter_modules(sources_cfg, ws.cache_dir, manifest=manifest), progress)
+    items = _ticking(read(sources_cfg, ws.cache_dir, manifest=manifest), progress)
     counts: Counter[str] = run_stream(
-        INGEST, items, StageContext(cfg, cache_dir=str(ws.cache_dir)), run, size=batch_size,
+        stage, items, StageContext(cfg, cache_dir=str(ws.cache_dir)), run, size=batch_size,
         done=ws.done_keys(RawModule), done_rejections=ws.done_keys(Rejection))
     counts["modules"] = counts.pop("written")
     return dict(counts)

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import Config
-from pipeline.tasks.stage import done_module_ids, run_tasks
+from pipeline.tasks.stages import done_module_ids, run_tasks
 from pipeline.workspace import Workspace
 from schemas import RawModule, Rejection, Task
 from tests.conftest import LINEAR_TASK, RELU_TASK

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import Config
-from pipeline.ingest import run_ingest, sources_for_run
+from pipeline.tasks.ingest import run_ingest, sources_for_run
 from pipeline.workspace import Workspace
 from schemas import RawModule, Rejection
 

@@ -82,13 +82,16 @@ VerifyFn = Callable[..., tuple[list[Verdict], list[Rejection]]]
 
 def _verify_needs(cfg: Config, backend: str) -> Resources:
     # GPU backends: one GPU per batch (the verifier pins its worker to it); CPU: its workers.
+    # Either way the candidates run in sandboxed worker processes the verifier starts.
     if backend in GPU_BACKENDS:
-        return Resources(cpus=1, gpus=1)
-    return Resources(cpus=max(1, min(cfg.verify.workers, cfg.flows.ray_num_cpus or 10**6)))
+        return Resources(cpus=1, gpus=1, subprocesses=True)
+    return Resources(cpus=max(1, min(cfg.verify.workers, cfg.flows.ray_num_cpus or 10**6)),
+                     subprocesses=True)
 
 
 def _compile_needs(cfg: Config, backend: str) -> Resources:
-    return Resources(cpus=max(1, min(cfg.verify.compile_workers, cfg.flows.ray_num_cpus or 10**6)))
+    return Resources(cpus=max(1, min(cfg.verify.compile_workers, cfg.flows.ray_num_cpus or 10**6)),
+                     subprocesses=True)  # compilers
 
 
 def verify_stage(fn: VerifyFn = verify_with_rejections) -> Stage:

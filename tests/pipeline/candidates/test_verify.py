@@ -1,4 +1,4 @@
-"""pipeline/verify.py and `kernelsynth verify`: workspace in, verdict parts out, re-runs skip."""
+"""pipeline/candidates/verify.py and `kernelsynth verify`: workspace in, verdict parts out, re-runs skip."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from pipeline.candidates.verify import run_verify, verify_candidates
 from pipeline.cli import app
 from pipeline.config import Config, VerifyConfig
-from pipeline.verify import run_verify, verify_candidates
 from pipeline.workspace import Workspace
 from schemas import Candidate, Rejection, Task, Verdict
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "verifier"))
+sys.path.insert(0, str(Path(__file__).parents[2] / "verifier"))
 from verifier_cases import RELU_TASK, relu_ok  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
