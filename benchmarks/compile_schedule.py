@@ -225,6 +225,8 @@ def main() -> None:
         seen[name] = {s.key: outcome(results.get(s.key)) for s in specs}
         body += lines_for(run, results, wall, cpu, rows, args.exec_s)
         print("\n".join(body[-len(run.units) - 3:]), flush=True)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text("\n".join(head + body) + "\n")  # kept if a later one is cut
     names = list(seen)
     diff = [k for k in seen[names[0]] if len({seen[n][k] for n in names}) > 1]
     summary = [f"outcomes identical across {', '.join(names)}: {'yes' if not diff else 'NO'} "
@@ -232,7 +234,6 @@ def main() -> None:
                f"{sum(v != 'built' for v in seen[names[0]].values())} compile errors)"]
     summary += [f"  differs {k}: " + " | ".join(seen[n][k] for n in names) for k in diff]
     print("\n".join(summary))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(head + body + summary) + "\n")
     shutil.rmtree(pch_cache, ignore_errors=True)
 

@@ -139,25 +139,26 @@ class CompilePool:
                     return
                 first, _, _, unit, carried = heapq.heappop(self.heap)
                 self.busy += 1
-            start = time.monotonic()
+            start, more = time.monotonic(), []
             results = Landing(self.builder._store, self.on_ready)
             try:
                 more = self.builder.build_unit(unit, results, carried)
             except Exception as exc:  # keep the batch going; these specs fail with the reason
-                more = []
-                for s in unit:
-                    if s.key not in results:
-                        results[s.key] = BuildResult(s.key, False, log=f"build error: {exc}")
-            end = time.monotonic()
-            with self.cond:
-                for u, c in more:
-                    self._push(u, c, rebuild=True)
-                ok = all(s.key in results and results[s.key].ok for s in unit)
-                self.records.append(UnitRecord(len(unit), start, end,
-                                               threading.current_thread().name, ok, first == 0,
-                                               len(more)))
-                self.busy -= 1
-                self.cond.notify_all()
+                failed = {s.key: BuildResult(s.key, False, log=f"build error: {exc}")
+                          for s in unit if s.key not in results}  # not stored: tried again
+                dict.update(results, failed)
+                if self.on_ready is not None and failed:
+                    self.on_ready(failed)
+            finally:  # the other workers wait for this one's rebuilds until it is done
+                with self.cond:
+                    for u, c in more:
+                        self._push(u, c, rebuild=True)
+                    ok = all(s.key in results and results[s.key].ok for s in unit)
+                    self.records.append(UnitRecord(len(unit), start, time.monotonic(),
+                                                   threading.current_thread().name, ok,
+                                                   first == 0, len(more)))
+                    self.busy -= 1
+                    self.cond.notify_all()
 
 
 def compile_all(builder: Builder, specs: list[ExtensionSpec], workers: int, most: int,
@@ -168,7 +169,12 @@ def compile_all(builder: Builder, specs: list[ExtensionSpec], workers: int, most
     """Build every spec (cached, unsupported and impossible ones land at once); the planned
     units and the record of every unit built. The PCH builds beside the first units (they
     compile their device code first, then wait for it)."""
-    todo = builder.triage(specs, Landing(builder._store, on_ready))
+    try:
+        todo = builder.triage(specs, Landing(builder._store, on_ready))
+    except Exception as exc:  # keep the batch going; these specs fail with the reason
+        if on_ready is not None:
+            on_ready({s.key: BuildResult(s.key, False, log=f"build error: {exc}") for s in specs})
+        return [], []
     cost = cost or CostModel()
     units = plan_units(todo, workers, most, cost)
     if not units:

@@ -126,6 +126,26 @@ def test_compile_all_plans_the_uncached_specs(tmp_path: Path) -> None:
     assert landed[specs[3].key] is gone and all(landed[s.key].ok for s in specs[:3])
 
 
+def test_a_unit_that_raises_fails_its_specs_and_the_pool_ends(tmp_path: Path) -> None:
+    specs = [good(i) for i in range(5)]
+    stored: list[str] = []
+
+    class Broken(_FakeBuilder):
+        def _build_batch(self, unit):
+            if unit == specs[:2]:
+                raise OSError("disk full")
+            return super()._build_batch(unit)
+
+        def _store(self, res: BuildResult) -> None:
+            stored.append(res.key)
+
+    landed, records = _pool(Broken(tmp_path, {specs[2].key}), 2, [specs[2:], specs[:2]])
+    assert "build error: disk full" in landed[specs[0].key].log and not landed[specs[1].key].ok
+    assert not landed[specs[2].key].ok and all(landed[s.key].ok for s in specs[3:])
+    assert sorted(stored) == sorted(s.key for s in specs[2:])  # a build error is not cached
+    assert len(records) == 3  # the 3-spec unit, its 2-spec rest, the unit that raised
+
+
 @pytest.mark.slow
 def test_a_failing_candidate_fails_alone_with_its_own_error(tmp_path: Path) -> None:
     """Real builds (cpu backend, g++): a batch with one compile error gives every candidate
