@@ -23,6 +23,7 @@ stratified subset (E of them compile errors; default: the corpus's share).
 from __future__ import annotations
 
 import argparse
+import heapq
 import os
 import resource
 import shutil
@@ -59,11 +60,12 @@ def corpus_specs() -> list[tuple[CorpusKernel, str, list]]:
     return out
 
 
-def subset(rows: list, limit: int, n_err: int | None) -> list:
-    """`limit` rows evenly spread over the corpus, `n_err` of them compile errors."""
+def subset(rows: list, limit: int, n_err: int | None, origin: str = "") -> list:
+    """`limit` rows evenly spread over the corpus, `n_err` of them compile errors (of
+    `origin` when given: generated ones share the flags and headers of most candidates)."""
     if limit <= 0 or limit >= len(rows):
         return rows
-    bad = [r for r in rows if r[0].expected == "compile_error"]
+    bad = [r for r in rows if r[0].expected == "compile_error" and origin in ("", r[0].origin)]
     good = [r for r in rows if r[0].expected != "compile_error"]
     n_err = round(limit * len(bad) / len(rows)) or 1 if n_err is None else n_err
     n_err = min(n_err, len(bad), limit)
@@ -72,6 +74,38 @@ def subset(rows: list, limit: int, n_err: int | None) -> list:
         return [xs[i * len(xs) // n] for i in range(n)] if n else []
 
     return spread(bad, n_err) + spread(good, limit - n_err)
+
+
+def chunk_groups(chunk: list) -> list[list]:
+    """The units the old scheduler built for one chunk, one after another."""
+    from verifier.build import _flags_key
+
+    groups: dict = {}
+    for s in chunk:
+        groups.setdefault((True, _flags_key(s)) if s.batchable else (False, s.key),
+                          []).append(s)
+    return list(groups.values())
+
+
+def plan_lines(specs: list, workers: int, most: int) -> list[str]:
+    """Both schedules' units for `workers` and their makespans under the cost model."""
+    from verifier.build import _flags_key
+    from verifier.compile_plan import CostModel, makespan, plan_units
+
+    cost = CostModel()
+    ordered = sorted(specs, key=lambda s: (not s.batchable, repr(_flags_key(s))))
+    chunks = [chunk_groups(c) for c in old_chunks(ordered, workers, most)]
+    free = [0.0] * workers  # chunks go to the next free worker in their order (pool.map)
+    for c in chunks:
+        heapq.heapreplace(free, free[0] + sum(cost.unit(len(u)) for u in c))
+    old_span = max(free)
+    units = plan_units(ordered, workers, most, cost)
+    new_span = makespan([cost.unit(len(u)) for u in units], workers)
+    return [f"plan for {workers} workers, cost model unit {cost.unit_s}s + {cost.spec_s}s a spec, "
+            f"{cost.fail_p:.0%} failing (estimated seconds, rebuild risk included):",
+            f"  old: {len(chunks)} chunks, units per chunk (built one after another) "
+            f"{[[len(u) for u in c] for c in chunks]}; makespan {old_span:.0f}s",
+            f"  planned: {len(units)} units {[len(u) for u in units]}; makespan {new_span:.0f}s"]
 
 
 def old_chunks(specs: list, workers: int, most: int) -> list[list]:
@@ -129,13 +163,7 @@ def build(name: str, specs: list, args: argparse.Namespace, code_of: dict, pch_s
     ordered = sorted(specs, key=lambda s: (not s.batchable, repr(_flags_key(s))))
     if name == "old":
         chunks = old_chunks(ordered, args.workers, args.compile_batch)
-        planned = set()
-        for c in chunks:
-            groups: dict = {}
-            for s in c:
-                groups.setdefault((s.batchable, _flags_key(s)) if s.batchable else s.key,
-                                  []).append(s)
-            planned |= {frozenset(s.key for s in g) for g in groups.values()}
+        planned = {frozenset(s.key for s in g) for c in chunks for g in chunk_groups(c)}
     else:
         units = plan_units(ordered, args.workers, args.compile_batch)
         planned = {frozenset(s.key for s in u) for u in units}
@@ -194,25 +222,33 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--limit", type=int, default=0, help="stratified subset (0: all)")
     ap.add_argument("--errors", type=int, default=None, help="compile errors in the subset")
+    ap.add_argument("--error-origin", default="", help="compile errors only from this "
+                    "origin (conformance, handwritten, generated)")
     ap.add_argument("--compile-batch", type=int, default=16, help="most specs a unit")
     ap.add_argument("--exec-s", type=float, default=0.81, help="GPU seconds a candidate "
                     "(H100 corpus run: 102.4 s exec for 126 candidates)")
     ap.add_argument("--order", default="old,planned")
     ap.add_argument("--import-check", action="store_true", help="also import-check each "
                     "object (GPU hosts: torch with CUDA)")
+    ap.add_argument("--plan-only", action="store_true", help="print both plans (for "
+                    "--workers and 16), build nothing")
     ap.add_argument("--tmp", default=None, help="where the build caches go")
     ap.add_argument("--out", required=True, help="the table goes here")
     args = ap.parse_args()
     from verifier.backends import get_backend
     from verifier.build import BuildContext, Builder
 
-    rows = subset(corpus_specs(), args.limit, args.errors)
+    rows = subset(corpus_specs(), args.limit, args.errors, args.error_origin)
     specs = list({s.key: s for _, _, ss in rows for s in ss}.values())
     code_of = {s.key: code for _, code, ss in rows for s in ss}
-    head = [f"# python -m benchmarks.compile_schedule --workers {args.workers} --limit "
-            f"{args.limit} (cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f})",
+    head = [f"# python -m benchmarks.compile_schedule {' '.join(sys.argv[1:])} (cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f})",
             f"corpus subset: {len(rows)} candidates, {len(specs)} specs, "
             f"{sum(r[0].expected == 'compile_error' for r in rows)} labelled compile_error"]
+    for w in dict.fromkeys([args.workers, 16]):
+        head += plan_lines(specs, w, args.compile_batch)
+    if args.plan_only:
+        print("\n".join(head))
+        return
     pch_cache = Path(tempfile.mkdtemp(prefix="ks-sched-pch-", dir=args.tmp))
     ctx = BuildContext(get_backend("cuda"), pch_cache, check_import=False, code_of=code_of)
     t = time.monotonic()
