@@ -27,14 +27,9 @@ from typing import Any
 from verifier.backends import Backend, BackendUnavailable, get_backend, select_backend
 from verifier.baselines import Baselines, default_cache_dir, prefetch
 from verifier.batch_stats import BatchStats
-from verifier.build import (
-    BuildContext,
-    Builder,
-    BuildResult,
-    _flags_key,
-    compile_chunks,
-)
+from verifier.build import BuildContext, Builder, BuildResult, _flags_key
 from verifier.clock import check_outputs, cross_check
+from verifier.compile_plan import compile_all
 from verifier.decide import recheck
 from verifier.extract import FormatError, check_candidate, extract_code
 from verifier.extspec import ExtensionSpec, specs_from_source
@@ -398,8 +393,6 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
             unique.setdefault(s.key, s)
     ordered = sorted(unique.values(), key=lambda s: (not s.batchable, repr(_flags_key(s))))
     workers = max(1, opts.compile_workers)
-    chunks = compile_chunks(ordered, workers, opts.compile_batch)
-    stats.count("compile_units_planned", len(chunks))
     results: dict[str, BuildResult] = {}
     exec_pool = ThreadPoolExecutor(max(1, slots.qsize()))
     baselines = Baselines(opts, backend)
@@ -453,25 +446,13 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
                 with lock:
                     futures.append(exec_pool.submit(run_exec, it, time.monotonic()))
 
-    def build_chunk(chunk: list[ExtensionSpec]) -> None:
-        start = time.monotonic()
-        try:  # each spec's result goes on as soon as it is final
-            Builder(ctx).build(chunk, on_ready=after_build)
-        except Exception as exc:  # keep the batch going; these specs fail with the reason
-            after_build({s.key: BuildResult(s.key, False, log=f"build error: {exc}")
-                         for s in chunk if s.key not in results})
-        stats.add("compile", start, time.monotonic(), threading.current_thread().name)
-
-    try:
-        def pch() -> None:  # beside the units: they compile device code first, then wait for it
-            with stats.span("pch"):
-                Builder(ctx).prepare_pch(ordered)
-
-        pch_thread = threading.Thread(target=pch, daemon=True)
-        pch_thread.start()
-        with ThreadPoolExecutor(workers, thread_name_prefix="compile") as cpool:
-            list(cpool.map(build_chunk, chunks))
-        pch_thread.join()
+    try:  # units longest first on `workers` threads; each spec lands as soon as it is final
+        units, records = compile_all(Builder(ctx), ordered, workers, opts.compile_batch,
+                                     after_build, pch_span=lambda a, b: stats.add("pch", a, b))
+        stats.count("compile_units_planned", len(units))
+        stats.count("compile_rebuilds", sum(r.rebuild for r in records))
+        for r in records:
+            stats.add("compile", r.start, r.end, r.worker)
         while True:
             with lock:
                 waiting = [f for f in futures if not f.done()]

@@ -5,8 +5,9 @@ hoisted to the top and `#line` directives pointing at the candidate file, and on
 binds `k<key>__<fn>` for every spec. Host units include a gcc precompiled header of
 `torch/extension.h` built once per (backend, torch version, flags). When a batch fails, the specs
 named in the errors are rebuilt alone and the rest rebuilt together (bisection when no spec is
-named), so one bad candidate fails only itself, with errors mapped to its own lines. Results are
-cached per spec key in `<cache>/index/`, so a re-run or a later batch never compiles a spec twice.
+named; `Builder.build_unit` returns those rebuilds, `verifier.compile_plan` runs them on any
+free compile worker), so one bad candidate fails only itself, with errors mapped to its own
+lines. Results are cached per spec key in `<cache>/index/`, so a re-run or a later batch never compiles a spec twice.
 """
 
 from __future__ import annotations
@@ -287,15 +288,11 @@ class Builder:
             self.pch_dir(cflags, len(group), [])
 
     # --- builds ------------------------------------------------------------------------------
-    def build(self, specs: list[ExtensionSpec],
-              on_ready: Callable[[dict[str, BuildResult]], None] | None = None
-              ) -> dict[str, BuildResult]:
-        """Build all `specs` (any mix of flags and kinds); one result per spec key. `on_ready`
-        gets results as soon as they are final and stored (good specs of a failed unit go on
-        before the bad ones are confirmed alone)."""
-        results = Landing(self._store, on_ready)
+    def triage(self, specs: list[ExtensionSpec], results: Landing) -> list[ExtensionSpec]:
+        """Land what needs no build (cached, unsupported, device sources on a host backend)
+        together, in the caller's order; the specs still to build, each once."""
         todo: dict[str, ExtensionSpec] = {}
-        held = results.hold()  # what needs no build goes on together, in the caller's order
+        held = results.hold()
         for s in specs:
             if s.key in results or s.key in todo:
                 continue
@@ -311,21 +308,35 @@ class Builder:
             else:
                 todo[s.key] = s
         results.release(held)
+        return list(todo.values())
+
+    def build(self, specs: list[ExtensionSpec],
+              on_ready: Callable[[dict[str, BuildResult]], None] | None = None
+              ) -> dict[str, BuildResult]:
+        """Build all `specs` (any mix of flags and kinds) here, one unit after another; one
+        result per spec key. `on_ready` gets results as soon as they are final and stored (good
+        specs of a failed unit go on before the bad ones are confirmed alone). Parallel builds:
+        `verifier.compile_plan`."""
+        results = Landing(self._store, on_ready)
         groups: dict[tuple, list[ExtensionSpec]] = {}
-        for s in todo.values():
-            groups.setdefault((s.batchable, _flags_key(s)), []).append(s)
-        for (batchable, _), group in groups.items():
-            if batchable:
-                self._attempt(group, results)
-            else:
-                for s in group:
-                    results[s.key] = self._build_one_module(s)
+        for s in self.triage(specs, results):
+            groups.setdefault((True, _flags_key(s)) if s.batchable else (False, s.key),
+                              []).append(s)
+        for group in groups.values():
+            todo: list[tuple[list[ExtensionSpec], float]] = [(group, 0.0)]
+            while todo:  # depth first: a failed unit's rebuilds before the next unit
+                unit, carried = todo.pop(0)
+                todo[:0] = self.build_unit(unit, results, carried)
         return dict(results)
 
-    def _attempt(self, specs: list[ExtensionSpec], results: Landing,
-                 carried: float = 0.0) -> None:
-        """Build `specs` together; on failure split them. `carried`: seconds per spec already
-        spent on failed attempts that included it (charged to it, so compile_s is honest)."""
+    def build_unit(self, specs: list[ExtensionSpec], results: Landing, carried: float = 0.0
+                   ) -> list[tuple[list[ExtensionSpec], float]]:
+        """Build `specs` (batchable ones with the same flags, or one that is not) as one unit
+        and land what is final; the rebuilds a failure needs, each with the seconds per spec
+        already spent on it (`carried`, charged to the spec so compile_s is honest)."""
+        if len(specs) == 1 and not specs[0].batchable:
+            results[specs[0].key] = self._build_one_module(specs[0])
+            return []
         ok, log, so, module, secs = self._build_batch(specs)
         if ok:
             held = results.hold()  # a unit's specs go on together, in their order
@@ -333,33 +344,28 @@ class Builder:
                 results[s.key] = BuildResult(s.key, True, module, str(so), "batch", "",
                                              secs / len(specs) + carried, len(specs))
             results.release(held)
-            return
+            return []
         if len(specs) == 1:
             s = specs[0]
             results[s.key] = BuildResult(s.key, False, log=self._spec_log(log, s.key),
                                          seconds=secs + carried)
-            return
+            return []
         carried += secs / len(specs)
         blamed = {s.key for s in specs if s.key in log}
-        if len(blamed) == 1 and len(specs) > 1:
+        if len(blamed) == 1:
             # Errors only in one candidate's own file (#line-mapped): fail it with those errors
-            # and rebuild the rest; if the rest fails too, the recursion bisects it further.
+            # and rebuild the rest; if the rest fails too, its rebuild splits it further.
             (key,) = blamed
-            rest = [s for s in specs if s.key != key]
             results[key] = BuildResult(key, False, log=self._spec_log(log, key),
                                        seconds=carried)
-            self._attempt(rest, results, carried)
-        elif blamed and len(blamed) < len(specs):
+            return [([s for s in specs if s.key != key], carried)]
+        if blamed and len(blamed) < len(specs):
             # the rest first: candidates with no error land after one more build, not after
             # every blamed one has been confirmed alone
-            self._attempt([s for s in specs if s.key not in blamed], results, carried)
-            for s in specs:
-                if s.key in blamed:
-                    self._attempt([s], results, carried)
-        else:
-            half = len(specs) // 2
-            self._attempt(specs[:half], results, carried)
-            self._attempt(specs[half:], results, carried)
+            return [([s for s in specs if s.key not in blamed], carried),
+                    *(([s], carried) for s in specs if s.key in blamed)]
+        half = len(specs) // 2
+        return [(specs[:half], carried), (specs[half:], carried)]
 
     def _spec_log(self, log: str, key: str) -> str:
         """The compiler output with the spec's file names shown as the candidate's."""
@@ -457,15 +463,3 @@ class Builder:
 def _last_error(text: str) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1] if lines else ""
-
-
-def compile_chunks(specs: list[ExtensionSpec], workers: int, most: int
-                   ) -> list[list[ExtensionSpec]]:
-    """Build units: one per compile worker (every core busy from the start), each as small as
-    that allows (a failing spec rebuilds only its unit), none over `most` specs. A unit pays
-    ~30 s for torch's headers and ~0.3 s per spec (H100, benchmarks/gpu_diag.py)."""
-    if not specs:
-        return []
-    n_units = max(min(len(specs), max(1, workers)), -(-len(specs) // max(1, most)))
-    return [specs[i * len(specs) // n_units:(i + 1) * len(specs) // n_units]
-            for i in range(n_units)]

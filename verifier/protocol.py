@@ -54,7 +54,7 @@ class VerifyOptions:
     # GPU backends: a warm standby worker per GPU replaces one a candidate killed at once
     standby_worker: bool = True
     compile_workers: int = 2
-    compile_batch: int = 16
+    compile_batch: int = 16  # most specs a build unit (verifier.compile_plan sizes them)
     compile_timeout_s: float = 600.0
     run_timeout_s: float = 60.0
     trials: int = 5

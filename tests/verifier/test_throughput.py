@@ -1,6 +1,6 @@
-"""The streaming pipeline's throughput parts: the batch profile, build units sized to the compile
-workers, task baselines measured ahead of candidates and cached, `gpus`, and the standby
-worker that replaces one a candidate killed (run here with the cpu backend as a persistent
+"""The streaming pipeline's throughput parts: the batch profile (build units:
+tests/verifier/test_compile_plan.py), task baselines measured ahead of candidates and cached,
+`gpus`, and the standby worker that replaces one a candidate killed (run here with the cpu backend as a persistent
 worker, as tests/verifier/test_gpu_worker.py does)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from verifier.api import compile_chunks, verify_batch
+from verifier.api import verify_batch
 from verifier.backends.cpu import CpuBackend
 from verifier.batch_stats import BatchStats, _union, profile_table
 from verifier.protocol import VerifyOptions, VerifyRequest
@@ -50,18 +50,6 @@ def test_summary_lanes_busy_and_idle_while_compiling() -> None:
     assert lane["idle_while_compiling_s"] == 5.0
     table = profile_table(s)
     assert "compile" in table and "idle while candidates compiled 5.0s" in table
-
-
-def test_build_units_fill_the_workers_and_stay_small() -> None:
-    specs = list(range(150))
-    units = compile_chunks(specs, 16, 16)
-    assert len(units) == 16 and sorted(x for u in units for x in u) == specs
-    assert max(len(u) for u in units) - min(len(u) for u in units) <= 1
-    few = compile_chunks(list(range(5)), 16, 16)
-    assert [len(u) for u in few] == [1] * 5  # more cores than specs: one unit each
-    capped = compile_chunks(list(range(100)), 2, 16)
-    assert len(capped) == 7 and max(len(u) for u in capped) <= 16
-    assert compile_chunks([], 4, 16) == []
 
 
 def test_a_baseline_only_job_times_the_reference_and_stops() -> None:
