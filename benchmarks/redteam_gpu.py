@@ -100,12 +100,10 @@ def main(argv: list[str] | None = None) -> int:
             if only and name not in only:
                 continue
             held, why = obs.judge(name, r, ctx)
-            note = " (payload in the CPU body: inert on cuda)" if (
-                a.backend == "cuda" and name in cases.CPU_BODY_ONLY) else ""
             held_all += held
             v = r["verdicts"].get(name, {})
             rows.append(f"| {name} | {v.get('status', '-')} | {'held' if held else 'GOT THROUGH'}"
-                        f" | {why.replace('|', '/').replace(chr(10), ' ')[:160]}{note} |")
+                        f" | {why.replace('|', '/').replace(chr(10), ' ')[:160]} |")
         honest_ok, honest_why = obs.honest_held(r)
         hangs = [f"- {h.replace(chr(10), ' ')[:400]}" for h in r["hangs"]]
         done += [f"## {label}", "",

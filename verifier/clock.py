@@ -179,7 +179,7 @@ def check_outputs(task_source: str, seed: int, input_seed: int, windows: list[di
     """(ok, why not): each window's last output against the parent's reference (cpu runs)."""
     import torch
 
-    from verifier.decide import _LOCK, _reference
+    from verifier.decide import _LOCK, _reference, make_inputs, on_device
     from verifier.judge import _judge
 
     if outputs is None or len(outputs) != len(windows):
@@ -187,10 +187,10 @@ def check_outputs(task_source: str, seed: int, input_seed: int, windows: list[di
     model, get_inputs = _reference(task_source, seed)
     with _LOCK, torch.no_grad():
         for w, out in zip(windows, outputs, strict=True):
-            torch.manual_seed(input_seed + w["k"] + (w["n"] - 1) % min(w["n"], POOL))
-            inputs = list(get_inputs())
+            inputs = make_inputs(get_inputs,
+                                 input_seed + w["k"] + (w["n"] - 1) % min(w["n"], POOL))
             ref_out = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-            verdict, msg, _, _ = _judge(model, inputs, ref_out, out, tol)
+            verdict, msg, _, _ = _judge(model, inputs, ref_out, on_device(out), tol)
             if verdict != "ok":
                 return False, f"a parent-clocked timing call's output was wrong: {msg}"
     return True, ""
