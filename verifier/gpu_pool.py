@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from verifier.build import ArtefactMismatch, copy_for_worker
+from verifier.clock import FDS_ENV, ParentClock
 from verifier.isolate import RUN_DIR
 from verifier.membound import host_memory_bound
 from verifier.sandbox import (
@@ -70,10 +71,10 @@ class RunOutcome:
     failure: str = ""  # one line when payload is None
     flood: bool = False
     wall_s: float = 0.0
-    outputs: Any = None  # the raw trial outputs (sandboxed runs): the parent judges them itself
-    rechecked: bool = False  # whether `outputs` were collected (sandboxed runs only, so far)
-    # the parent-clocked timing windows (`verifier.clock`; sandboxed runs only, so far):
-    # (windows, protocol error, the windows' last outputs), or None where there was no clock
+    outputs: Any = None  # the raw trial outputs: the parent judges them itself
+    rechecked: bool = False  # whether the parent judges the outputs (`verifier.decide`)
+    # the parent-clocked timing windows (`verifier.clock`): (windows, protocol error, the
+    # windows' last outputs (None: in `outputs_file`)), or None where there was no clock
     clock: Any = None
     # persistent workers: the file (the parent's own) holding the job's raw outputs as sent,
     # and the trusted process that judges them on the worker's GPU (`verifier.referee`)
@@ -85,9 +86,11 @@ class GpuWorkerProcess:
     """One persistent worker on one GPU; `run` blocks until the job's result or a failure."""
 
     def __init__(self, env: dict[str, str], backend: str = "cuda", memory_mb: int = 0,
-                 processes: int = 1024, isolate: bool = True, host_memory_mb: int = 0) -> None:
+                 processes: int = 1024, isolate: bool = True, host_memory_mb: int = 0,
+                 outdir: Path | None = None) -> None:
         """`memory_mb`: RLIMIT_AS (0 on CUDA, whose driver reserves terabytes of address
-        space); `host_memory_mb`: the worker's host memory, bounded by `verifier.membound`."""
+        space); `host_memory_mb`: the worker's host memory, bounded by `verifier.membound`;
+        `outdir`: where jobs' raw outputs go (the caller's; else one of its own)."""
         self.env, self.backend, self.host_memory_mb = env, backend, host_memory_mb
         self.limits = SandboxLimits(timeout_s=1e6, memory_mb=memory_mb, cpu_s=10**7,
                                     file_mb=FLOOD_BYTES * 4 >> 20, processes=processes,
@@ -95,7 +98,9 @@ class GpuWorkerProcess:
                                     run_dir_writable=not isolate)
         self.mem_cgroup: Path | None = None
         self.memory_bound = ""
-        self.outdir: Path | None = None
+        self.outdir, self.own_outdir = outdir, outdir is None
+        self.clock_fds: tuple[int, ...] = ()
+        self.clock: ParentClock | None = None
         self.jobs = 0
         self.ext_id: tuple[int, int] = (0, 0)
         self.proc: subprocess.Popen | None = None
@@ -111,6 +116,11 @@ class GpuWorkerProcess:
         """Start the worker and wait until it is warm; False (with `ready` None) on failure."""
         self.workdir = Path(tempfile.mkdtemp(prefix="ks-gpu-"))
         rfd, wfd = os.pipe()
+        # the parent-clocked timing windows (`verifier.clock`): worker -> parent, parent -> it
+        req_r, req_w = os.pipe()
+        go_r, go_w = os.pipe()
+        for fd in (req_r, go_w):
+            os.set_blocking(fd, False)
         self.cgroup = make_pids_cgroup(self.limits.processes)
         self.mem_cgroup, data_mb, self.memory_bound = host_memory_bound(self.host_memory_mb,
                                                                         self.cgroup)
@@ -124,10 +134,13 @@ class GpuWorkerProcess:
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
             env=scrubbed_env({"PYTHONPATH": _PKG_ROOT, **_QUIET_COMPILE,
-                              **self.private_caches(), **self.env}),
-            pass_fds=(wfd,),
+                              **self.private_caches(), **self.env,
+                              FDS_ENV: f"{req_w},{go_r}"}),
+            pass_fds=(wfd, req_w, go_r),
             cwd=self.workdir, start_new_session=True)
-        os.close(wfd)
+        for fd in (wfd, req_w, go_r):
+            os.close(fd)
+        self.clock_fds = (req_r, go_w)
         self.rfd, self.buf, self.eof = rfd, b"", False
         self.starts += 1
         self.ready = self._read(STARTUP_S)
@@ -216,6 +229,16 @@ class GpuWorkerProcess:
         log_before = self.log_size()
         assert self.proc is not None and self.proc.stdin is not None
         deadline = start + timeout_s
+        clock = self.clock = ParentClock(None, self.clock_fds)
+        try:
+            return self._exchange(message, start, deadline, timeout_s, log_before, clock)
+        finally:
+            clock.stop()
+            self.clock = None
+
+    def _exchange(self, message: dict[str, Any], start: float, deadline: float,
+                  timeout_s: float, log_before: int, clock: ParentClock) -> RunOutcome:
+        assert self.proc is not None
         why = self._send((json.dumps(message) + "\n").encode(), deadline)
         if why:
             self.stop()
@@ -253,8 +276,10 @@ class GpuWorkerProcess:
             msg["worker_ns_pid"], msg["worker_pid"] = msg.get("worker_pid"), self.proc.pid
             if flood or msg.get("sticky_cuda_error") or msg.get("outcome") == "cheat":
                 self.stop()  # the next candidate gets a clean process
+            timed = (clock.stop(), clock.protocol_error, None) if msg.get(
+                "outcome") == "ok" else None  # clocked outputs: in the outputs file
             return RunOutcome(msg, msg.get("stage", stage), False, "", flood,
-                              time.monotonic() - start,
+                              time.monotonic() - start, clock=timed,
                               outputs_file=str(self.outputs_path) if size else "")
 
     @property
@@ -337,12 +362,19 @@ class GpuWorkerProcess:
         if self.rfd >= 0:
             os.close(self.rfd)
             self.rfd = -1
+        if self.clock is not None:  # its thread reads the pipe closed here
+            self.clock.stop()
+        for fd in self.clock_fds:
+            os.close(fd)
+        self.clock_fds = ()
         for cg in (self.cgroup, self.mem_cgroup):
             if cg is not None:
                 kill_cgroup(cg)
         self.cgroup = self.mem_cgroup = None
-        for d in (self.workdir, self.outdir):
-            if d is not None:
-                shutil.rmtree(d, ignore_errors=True)
-        self.workdir = self.outdir = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+        if self.own_outdir and self.outdir is not None:
+            shutil.rmtree(self.outdir, ignore_errors=True)
+            self.outdir = None
         self.ready = None

@@ -105,12 +105,14 @@ class _GpuRunner:
         # RLIMIT_AS cannot bound a CUDA process: its host memory is bounded by a cgroup
         # (`verifier.membound`), the run's limit plus room for the runtime's own
         mem = opts.memory_limit_mb + RUNTIME_MB if opts.memory_limit_mb > 0 else 0
-        self.worker = GpuWorkerProcess(env, backend, host_memory_mb=mem)
-        self.standby = GpuWorkerProcess(env, backend, host_memory_mb=mem) if standby else None
+        # jobs' raw outputs land in this slot's own directory (the workers never see it)
+        self.outdir = Path(tempfile.mkdtemp(prefix="ks-gpu-judge-"))
+        self.worker = GpuWorkerProcess(env, backend, host_memory_mb=mem, outdir=self.outdir)
+        self.standby = GpuWorkerProcess(env, backend, host_memory_mb=mem,
+                                        outdir=self.outdir) if standby else None
         # the parent judges raw outputs itself: here on the cpu, else by a trusted referee
         # process on the same GPU (inputs drawn there cannot be regenerated on the cpu)
         self.referee = Referee(env, backend) if backend != "cpu" else None
-        self.outdir = Path(tempfile.mkdtemp(prefix="ks-gpu-judge-"))
         self.standby_thread: threading.Thread | None = None
         self.swaps = 0
         self.closed = self.starting = False
@@ -182,19 +184,18 @@ class _GpuRunner:
                 self._swap_in_standby(wait=False)
 
     def _judged_here(self, out: RunOutcome) -> RunOutcome:
-        """The job's raw outputs moved to this slot's own directory (the worker's goes with
-        it), then loaded for the parent's comparison (cpu) or handed to the referee."""
-        mine = self.outdir / "outputs.pt"
-        mine.unlink(missing_ok=True)
-        if out.outputs_file:
-            shutil.move(out.outputs_file, mine)
+        """The job's raw outputs (in this slot's directory) loaded for the parent's own
+        comparison (cpu) or handed to the referee (its GPU)."""
+        mine = Path(out.outputs_file) if out.outputs_file else self.outdir / "none.pt"
         if out.payload is None or out.payload.get("outcome") != "ok":
             return out
         out.rechecked = True  # the worker's "ok" is not believed
         if self.referee is None:
             data = load_outputs(mine) if mine.exists() else None
-            out.outputs = (data[0] if data is not None and len(data) == 2
-                           and isinstance(data[0], list) else None)
+            raw, clocked = data if data is not None and len(data) == 2 else (None, None)
+            out.outputs = raw if isinstance(raw, list) else None
+            if out.clock is not None:
+                out.clock = (*out.clock[:2], clocked if isinstance(clocked, list) else None)
         else:
             out.referee = functools.partial(self.referee, outputs=str(mine))
         return out

@@ -234,12 +234,15 @@ def patch():
             m.summarize = fast
 ''', init="patch()")),
         ("patch_compare", candidate('''
-def patch():
-    for name in ("verifier.worker", "verifier.judge", "__main__"):
+def patch():  # every comparison in the worker says "ok": only the parent's own can catch it
+    for name in ("verifier.worker", "verifier.judge", "verifier.generalize", "__main__"):
         m = S.modules.get(name)
         if m is not None and hasattr(m, "_compare"):
             m._compare = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0})
-''', init="patch()", forward="return torch.empty_like(x)")),
+        if m is not None and hasattr(m, "_judge"):
+            m._judge = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0}, False)
+''', init="patch()", forward="return ext.relu_fwd(torch.cat([x[1:], x[:1]]))")),  # rows
+        # rotated: wrong, changes with the input, and no library compute op (data movement)
         ("posix_sigstop_parent", candidate('''
 import posix
 posix.kill(posix.getppid(), 19)
