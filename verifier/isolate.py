@@ -74,7 +74,8 @@ def _wait_and_mirror(pid: int) -> None:
             continue
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
