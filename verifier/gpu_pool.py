@@ -3,11 +3,16 @@
 One `GpuWorkerProcess` per visible GPU runs `python -m verifier.gpu_worker` pinned with
 CUDA_VISIBLE_DEVICES, with the least privilege of a sandboxed run (`verifier.isolate`, pure
 Python, no bubblewrap): its own user id, pid, mount, network and IPC namespaces, a read-only
-root, a private /tmp with its directory at /tmp/run, the home directory hidden, a private /dev
-holding only the basic nodes and the GPU's (/dev/nvidia*, bound from the host so the driver
-works), a pids cgroup, rlimits and a scrubbed environment. It cannot see the build cache: each
-job's verified objects are copied into its directory (`ext/<job>/`) and removed after the job.
-Jobs go in on its stdin; progress and results come back on a private pipe. A worker that exceeds a job's timeout, dies, floods its output or
+root, a private /tmp with its directory at /tmp/run (read-only to it: everything it writes lands
+in the size-limited tmpfs, DISK_MB in all), the home directory hidden, a private /dev holding
+only the basic nodes and the GPU's (/dev/nvidia*, bound from the host so the driver works), a
+pids cgroup, a host memory bound (`verifier.membound`: a memory cgroup, else RLIMIT_DATA;
+RLIMIT_AS cannot bound a CUDA process), rlimits and a scrubbed environment. It cannot see the
+build cache: each job's verified objects are copied into its directory (`ext/<job>/`) and
+removed after the job. Jobs go in on its stdin; progress and results come back on a private
+pipe, each result followed by the job's raw outputs, which go to a file of the parent's own
+(`outputs_file`) for its own comparison; the parent-clocked timing windows (`verifier.clock`)
+run over two more pipes the worker inherits. A worker that exceeds a job's timeout, dies, floods its output or
 reports a broken CUDA context is killed and replaced before the next job; only the job in
 flight is affected.
 """

@@ -126,6 +126,8 @@ def main(argv: list[str]) -> int:
             reply = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         out.write(json.dumps(reply) + "\n")
         out.flush()
+        if decide.DEVICE != "cpu":  # the worker shares this GPU: give its memory back
+            getattr(torch, torch.device(decide.DEVICE).type).empty_cache()
     return 0
 
 
