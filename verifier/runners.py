@@ -206,8 +206,10 @@ class _GpuRunner:
             self.worker.stop()
             if not self.worker.start():
                 why = self.worker.describe_exit()
+                bound = self.worker.memory_bound
                 self.worker.stop()
-                return RunOutcome(None, failure=f"the GPU worker did not start: {why}")
+                return RunOutcome(None, failure=f"the GPU worker did not start: {why} "
+                                  f"(host memory bound: {bound})")
         if not self.worker.limits.isolate:  # it sees the build cache itself
             entries = {r.key: {**r.to_entry(), "path": os.path.abspath(r.path)}
                        for r in built}
