@@ -44,7 +44,9 @@ import verifier.runners as runners
 def _traced(cls):
     real = cls.run
     def run(self, item, job):
-        print("KSRT-START " + item.req.candidate_id, file=sys.stderr, flush=True)
+        cid = getattr(getattr(item, "req", None), "candidate_id", None)
+        if cid is not None:  # not the baseline prefetch's own runs
+            print("KSRT-START " + cid, file=sys.stderr, flush=True)
         return real(self, item, job)
     cls.run = run
 _traced(runners._SandboxRunner)
