@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--static", choices=["both", "on", "off"], default="both")
     ap.add_argument("--transport", choices=["direct", "http"], default="direct")
     ap.add_argument("--only", default="", help="comma-separated attack names (default: all)")
+    ap.add_argument("--persistent", action="store_true",
+                    help="cpu: run candidates in the persistent worker (the cuda path's code)")
     ap.add_argument("--case-limit", type=float, default=240.0,
                     help="seconds without progress before a case is called hung")
     ap.add_argument("--wall-limit", type=float, default=3600.0,
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     for static in modes:
         label = f"static checks {'on' if static else 'off'}"
         ctx = obs.make_context(Path(tempfile.mkdtemp(prefix="ks-redteam-")) / "rt", a.backend)
-        ctx.update(static=static, case_limit_s=a.case_limit, deadline=start + a.wall_limit)
+        ctx.update(static=static, case_limit_s=a.case_limit, deadline=start + a.wall_limit,
+                   persistent=a.persistent)
         seen: list[str] = []
         t0 = time.monotonic()
 
@@ -100,19 +103,21 @@ def main(argv: list[str] | None = None) -> int:
             if only and name not in only:
                 continue
             held, why = obs.judge(name, r, ctx)
-            note = " (payload in the CPU body: inert on cuda)" if (
-                a.backend == "cuda" and name in cases.CPU_BODY_ONLY) else ""
             held_all += held
             v = r["verdicts"].get(name, {})
             rows.append(f"| {name} | {v.get('status', '-')} | {'held' if held else 'GOT THROUGH'}"
-                        f" | {why.replace('|', '/').replace(chr(10), ' ')[:160]}{note} |")
+                        f" | {why.replace('|', '/').replace(chr(10), ' ')[:160]} |")
         honest_ok, honest_why = obs.honest_held(r)
+        bounds = sorted({ln.strip() for log in Path(ctx["base"]).glob("verifier-*.log")
+                         for ln in log.read_text(errors="replace").splitlines()
+                         if "host memory bound:" in ln})  # which bound the GPU workers got
         hangs = [f"- {h.replace(chr(10), ' ')[:400]}" for h in r["hangs"]]
         done += [f"## {label}", "",
                  f"{held_all}/{len(rows)} attacks held; honest candidates "
                  f"{'unchanged' if honest_ok else 'CHANGED: ' + honest_why}; "
                  f"attack batch {r['wall']:.0f} s, suite {time.monotonic() - t0:.0f} s, "
-                 f"driver exit {r['rc']}", "", *(["hangs:", *hangs, ""] if hangs else []),
+                 f"driver exit {r['rc']}", "", *[f"- {b}" for b in bounds], "",
+                 *(["hangs:", *hangs, ""] if hangs else []),
                  "| attack | status | result | detail |", "| --- | --- | --- | --- |", *rows, ""]
         write([])
         print(f"{label}: {held_all}/{len(rows)} held, {len(r['hangs'])} hangs", flush=True)

@@ -30,12 +30,12 @@ from verifier.batch_stats import BatchStats
 from verifier.build import BuildContext, Builder, BuildResult, _flags_key
 from verifier.clock import check_outputs, cross_check
 from verifier.compile_plan import compile_all
-from verifier.decide import recheck
+from verifier.decide import parent_check
 from verifier.extract import FormatError, check_candidate, extract_code
 from verifier.extspec import ExtensionSpec, specs_from_source
 from verifier.fallback import apply_policy, errors
 from verifier.forkserver import ForkServer, ForkServerError
-from verifier.generalize import recheck_variants, request_variants
+from verifier.generalize import request_variants
 from verifier.gpu_pool import RunOutcome
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
 from verifier.reward import finalize, record_share
@@ -142,19 +142,12 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Base
         return item.stop(outcome if outcome in ("runtime_error", "incorrect", "cheat")
                          else "runtime_error", p.get("stage", stage), p.get("error", ""))
     if out.rechecked:  # the worker's "ok" is not believed: the parent compares the outputs
-        n, tol = max(1, opts.trials), (opts.atol_fp32, opts.rtol_fp32, opts.atol_low,
-                                       opts.rtol_low)
-        outputs = out.outputs
-        ok, why = recheck(item.req.task_source, opts.seed, job["input_seed"], n,
-                          None if outputs is None else outputs[:n], tol)
-        if ok:
-            ok, why = recheck_variants(variants, p.get("variants_checked"),
-                                       None if outputs is None else outputs[n:], opts.seed,
-                                       job["input_seed"], tol)
-        if not ok:
+        verdict, why = parent_check(out, item.req.task_source, opts, job, variants, p)
+        if verdict == "cheat":
             v.findings.append({"rule": "parent_check", "message": why, "line": None,
                                "severity": "error"})
-            return item.stop("cheat", "correctness", "the worker reported success, but " + why)
+        if verdict != "ok":
+            return item.stop(verdict, "correctness", why)
     if out.clock is not None:  # the reported runtime against the parent's own clock
         why = clock_verdict(item, opts, job, out, p)
         if why:
@@ -177,9 +170,14 @@ def clock_verdict(item: _Item, opts: VerifyOptions, job: dict[str, Any], out: Ru
     ok, why, figures = cross_check(windows, p.get("runtime_us"), protocol_error)
     item.timing["parent_clock"] = figures
     if ok and out.rechecked:
-        ok, why = check_outputs(item.req.task_source, opts.seed, job["input_seed"], windows,
-                                clocked, (opts.atol_fp32, opts.rtol_fp32, opts.atol_low,
-                                          opts.rtol_low))
+        args = {"task_source": item.req.task_source, "seed": opts.seed, "windows": windows,
+                "input_seed": job["input_seed"],
+                "tol": (opts.atol_fp32, opts.rtol_fp32, opts.atol_low, opts.rtol_low)}
+        try:
+            ok, why = (out.referee("clock", args) if out.referee is not None
+                       else check_outputs(outputs=clocked, **args))
+        except RuntimeError as exc:  # the referee failed: say so, it is not the candidate
+            ok, why = False, f"the verifier's referee failed: {exc}"
     if ok:
         return ""
     item.verdict.findings.append({"rule": "parent_clock", "message": why, "line": None,

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 REQ, GO = "clock.req", "clock.go"
+FDS_ENV = "KS_CLOCK_FDS"  # a persistent worker's inherited pipe ends: "<req write>,<go read>"
 WINDOWS, POOL = 3, 4
 TARGET_S, MIN_CALLS, MAX_CALLS = 0.02, 3, 50  # a forged report costs <= 3 x 50 calls
 K, CALL_ALLOW_US, WINDOW_ALLOW_S = 8.0, 50.0, 0.005  # loaded shared hosts: 3 x flagged honest
@@ -60,10 +61,15 @@ def _readline(fd: int) -> str:
 def child_windows(call: Callable[..., Any], make_inputs: Callable[[int], list[Any]],
                   synchronize: Callable[[], None], reported_us: float,
                   keep: Callable[[Any], Any]) -> list[Any] | None:
-    """Run the parent-clocked windows (None where the parent made no clock pipes)."""
-    if not os.path.exists(REQ):
+    """Run the parent-clocked windows (None where the parent made no clock pipes): FIFOs in the
+    run directory (a sandboxed run), or pipes a persistent worker inherited (FDS_ENV)."""
+    fds = os.environ.get(FDS_ENV, "")
+    if fds:
+        wfd, rfd = (os.dup(int(f)) for f in fds.split(","))
+    elif os.path.exists(REQ):
+        wfd, rfd = os.open(REQ, os.O_WRONLY), os.open(GO, os.O_RDONLY)
+    else:
         return None
-    wfd, rfd = os.open(REQ, os.O_WRONLY), os.open(GO, os.O_RDONLY)
     outputs = []
     try:
         for _ in range(WINDOWS):
@@ -87,14 +93,26 @@ def child_windows(call: Callable[..., Any], make_inputs: Callable[[int], list[An
 class ParentClock:
     """The parent's end of the clock pipes for one run directory; a thread answers the worker."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path | None, fds: tuple[int, int] | None = None) -> None:
+        """FIFOs made in `workdir`, or `fds` (read, write): a persistent worker's pipes, kept
+        open across jobs (what an earlier job left in them is drained first)."""
         self.windows: list[dict[str, Any]] = []
         self.protocol_error = ""
-        os.mkfifo(workdir / REQ, 0o600)
-        os.mkfifo(workdir / GO, 0o600)
-        # O_RDWR: opening never blocks, and reads never see EOF while a worker comes and goes
-        self.rfd = os.open(workdir / REQ, os.O_RDWR | os.O_NONBLOCK)
-        self.wfd = os.open(workdir / GO, os.O_RDWR | os.O_NONBLOCK)
+        self.own = fds is None
+        if fds is None:
+            assert workdir is not None
+            os.mkfifo(workdir / REQ, 0o600)
+            os.mkfifo(workdir / GO, 0o600)
+            # O_RDWR: opening never blocks, reads never see EOF while a worker comes and goes
+            self.rfd = os.open(workdir / REQ, os.O_RDWR | os.O_NONBLOCK)
+            self.wfd = os.open(workdir / GO, os.O_RDWR | os.O_NONBLOCK)
+        else:
+            self.rfd, self.wfd = fds
+            try:
+                while os.read(self.rfd, 1 << 16):
+                    pass
+            except BlockingIOError:
+                pass
         self._stop = threading.Event()
         self._cur: dict[str, Any] | None = None
         self._thread = threading.Thread(target=self._loop, name="ks-parent-clock", daemon=True)
@@ -142,8 +160,9 @@ class ParentClock:
     def stop(self) -> list[dict[str, Any]]:
         self._stop.set()
         self._thread.join(timeout=2.0)
-        os.close(self.rfd)
-        os.close(self.wfd)
+        if self.own:
+            os.close(self.rfd)
+            os.close(self.wfd)
         return self.windows
 
 
@@ -179,7 +198,7 @@ def check_outputs(task_source: str, seed: int, input_seed: int, windows: list[di
     """(ok, why not): each window's last output against the parent's reference (cpu runs)."""
     import torch
 
-    from verifier.decide import _LOCK, _reference
+    from verifier.decide import _LOCK, _reference, make_inputs, on_device
     from verifier.judge import _judge
 
     if outputs is None or len(outputs) != len(windows):
@@ -187,10 +206,10 @@ def check_outputs(task_source: str, seed: int, input_seed: int, windows: list[di
     model, get_inputs = _reference(task_source, seed)
     with _LOCK, torch.no_grad():
         for w, out in zip(windows, outputs, strict=True):
-            torch.manual_seed(input_seed + w["k"] + (w["n"] - 1) % min(w["n"], POOL))
-            inputs = list(get_inputs())
+            inputs = make_inputs(get_inputs,
+                                 input_seed + w["k"] + (w["n"] - 1) % min(w["n"], POOL))
             ref_out = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-            verdict, msg, _, _ = _judge(model, inputs, ref_out, out, tol)
+            verdict, msg, _, _ = _judge(model, inputs, ref_out, on_device(out), tol)
             if verdict != "ok":
                 return False, f"a parent-clocked timing call's output was wrong: {msg}"
     return True, ""

@@ -7,6 +7,10 @@ nonce, statistics) can be forged by code running in its process (frames, `gc`, p
 functions), so it is never enough: a run is correct only when the parent, regenerating the same
 inputs from the same seeds, gets matching reference outputs. Reference models are built once per
 (task, seed) and kept.
+
+References are computed on `DEVICE`: the parent's cpu for cpu runs; for a GPU worker, whose
+inputs are drawn on the GPU (another random stream than the cpu's), a trusted referee process
+on the same GPU runs these same functions with DEVICE set (`verifier.referee`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,27 @@ from typing import Any
 
 _LOCK = threading.Lock()
 _MODELS: dict[tuple[str, int], tuple[Any, Any]] = {}
+DEVICE = "cpu"  # where references run (a referee process sets its GPU)
+
+
+def make_inputs(get_inputs: Any, seed: int) -> list[Any]:
+    """The task's inputs under `seed`, drawn on DEVICE as the worker draws them."""
+    import torch
+
+    from verifier.worker import _to_device
+
+    torch.manual_seed(seed)
+    if DEVICE == "cpu":
+        return list(get_inputs())
+    with torch.device(DEVICE):
+        return list(_to_device(get_inputs(), DEVICE))
+
+
+def on_device(out: Any) -> Any:
+    """A worker's output (moved to the cpu by the worker) on DEVICE, next to the reference."""
+    from verifier.worker import _to_device
+
+    return out if DEVICE == "cpu" else _to_device(out, DEVICE)
 
 
 def _reference(task_source: str, seed: int) -> tuple[Any, Any]:
@@ -30,7 +55,7 @@ def _reference(task_source: str, seed: int) -> tuple[Any, Any]:
             exec(compile(task_source, "reference.py", "exec"), ns)
             init = ns["get_init_inputs"]()
             torch.manual_seed(seed)
-            model = ns["Model"](*init).eval()
+            model = ns["Model"](*init).to(DEVICE).eval()
             _MODELS[key] = (model, ns["get_inputs"])
             if len(_MODELS) > 64:
                 _MODELS.pop(next(iter(_MODELS)))
@@ -63,10 +88,40 @@ def recheck(task_source: str, seed: int, input_seed: int, trials: int, outputs: 
     exact_fp32()
     with _LOCK, torch.no_grad():
         for t, out in enumerate(outputs):
-            torch.manual_seed(input_seed + 1000 + t)
-            inputs = list(get_inputs())
+            inputs = make_inputs(get_inputs, input_seed + 1000 + t)
             ref_out = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-            verdict, msg, _, _ = _judge(model, inputs, ref_out, out, tol)
+            verdict, msg, _, _ = _judge(model, inputs, ref_out, on_device(out), tol)
             if verdict != "ok":
                 return False, f"trial {t + 1}, checked by the verifier itself: {msg}"
     return True, ""
+
+
+def check_run(task_source: str, seed: int, input_seed: int, trials: int,
+              tol: tuple[float, float, float, float], variants: list[dict], variants_checked: Any,
+              outputs: list[Any] | None) -> tuple[bool, str]:
+    """(ok, why not): the trials' outputs, then the generalisation variants' (the rest)."""
+    from verifier.generalize import recheck_variants
+
+    ok, why = recheck(task_source, seed, input_seed, trials,
+                      None if outputs is None else outputs[:trials], tol)
+    if ok:
+        ok, why = recheck_variants(variants, variants_checked,
+                                   None if outputs is None else outputs[trials:], seed,
+                                   input_seed, tol)
+    return ok, why
+
+
+def parent_check(out: Any, task_source: str, opts: Any, job: dict[str, Any],
+                 variants: list[dict], payload: dict[str, Any]) -> tuple[str, str]:
+    """The parent's judgement of a run the worker called ok: ("ok" | "cheat" | "runtime_error",
+    why). Here on the cpu, or by the run's referee process (`out.referee`) on its GPU."""
+    args = {"task_source": task_source, "seed": opts.seed, "input_seed": job["input_seed"],
+            "trials": max(1, opts.trials), "variants": variants,
+            "tol": (opts.atol_fp32, opts.rtol_fp32, opts.atol_low, opts.rtol_low),
+            "variants_checked": payload.get("variants_checked")}
+    try:
+        ok, why = (out.referee("run", args) if out.referee is not None
+                   else check_run(outputs=out.outputs, **args))
+    except RuntimeError as exc:  # the referee itself failed: not the candidate's doing
+        return "runtime_error", f"the verifier's referee failed: {exc}"
+    return ("ok", "") if ok else ("cheat", "the worker reported success, but " + why)

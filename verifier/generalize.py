@@ -136,7 +136,7 @@ def check_variants(res: Any, job: dict[str, Any], task_src: str, cand_ns: dict[s
 def recheck_variants(variants: list[dict], checked: Any, outputs: list[Any] | None, seed: int,
                      input_seed: int, tol: tuple[float, float, float, float]) -> tuple[bool, str]:
     """(ok, why not): the parent's own comparison of the worker's variant outputs."""
-    from verifier.decide import _reference, recheck
+    from verifier.decide import _reference, make_inputs, recheck
 
     if not variants:
         return True, ""
@@ -154,7 +154,7 @@ def recheck_variants(variants: list[dict], checked: Any, outputs: list[Any] | No
 
                 model, get_inputs = _reference(variant["source"], seed)
                 with torch.no_grad():
-                    model(*get_inputs())
+                    model(*make_inputs(get_inputs, input_seed + 1000))
             except Exception:  # noqa: BLE001 - the reference cannot run there: a real skip
                 continue
             return False, f"the worker skipped the {variant['label']} variant, which builds"

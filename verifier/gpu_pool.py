@@ -3,11 +3,16 @@
 One `GpuWorkerProcess` per visible GPU runs `python -m verifier.gpu_worker` pinned with
 CUDA_VISIBLE_DEVICES, with the least privilege of a sandboxed run (`verifier.isolate`, pure
 Python, no bubblewrap): its own user id, pid, mount, network and IPC namespaces, a read-only
-root, a private /tmp with its directory at /tmp/run, the home directory hidden, a private /dev
-holding only the basic nodes and the GPU's (/dev/nvidia*, bound from the host so the driver
-works), a pids cgroup, rlimits and a scrubbed environment. It cannot see the build cache: each
-job's verified objects are copied into its directory (`ext/<job>/`) and removed after the job.
-Jobs go in on its stdin; progress and results come back on a private pipe. A worker that exceeds a job's timeout, dies, floods its output or
+root, a private /tmp with its directory at /tmp/run (read-only to it: everything it writes lands
+in the size-limited tmpfs, DISK_MB in all), the home directory hidden, a private /dev holding
+only the basic nodes and the GPU's (/dev/nvidia*, bound from the host so the driver works), a
+pids cgroup, a host memory bound (`verifier.membound`: a memory cgroup, else RLIMIT_DATA;
+RLIMIT_AS cannot bound a CUDA process), rlimits and a scrubbed environment. It cannot see the
+build cache: each job's verified objects are copied into its directory (`ext/<job>/`) and
+removed after the job. Jobs go in on its stdin; progress and results come back on a private
+pipe, each result followed by the job's raw outputs, which go to a file of the parent's own
+(`outputs_file`) for its own comparison; the parent-clocked timing windows (`verifier.clock`)
+run over two more pipes the worker inherits. A worker that exceeds a job's timeout, dies, floods its output or
 reports a broken CUDA context is killed and replaced before the next job; only the job in
 flight is affected.
 """
@@ -29,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from verifier.build import ArtefactMismatch, copy_for_worker
+from verifier.clock import FDS_ENV, ParentClock
 from verifier.isolate import RUN_DIR
+from verifier.membound import host_memory_bound
 from verifier.sandbox import (
     SandboxLimits,
     kill_cgroup,
@@ -42,6 +49,15 @@ from verifier.sandbox import (
 _PKG_ROOT = str(Path(__file__).resolve().parent.parent)
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session
 FLOOD_BYTES = 16 << 20
+# Everything the worker writes lands in its private tmpfs (its own directory is read-only to
+# it): DISK_MB in all. After a job that leaves more than JOB_DISK_MB there (the sandboxed
+# path's limit per run, `verifier.runners`), the worker is replaced, so every job starts with
+# at least JOB_DISK_MB free; a job that writes more gets ENOSPC.
+JOB_DISK_MB = 128
+DISK_MB = 2 * JOB_DISK_MB
+MAX_OUTPUT_BYTES = 16 << 30  # raw outputs of one job, as the worker sends them
+WRITABLE = "/tmp/w"  # the worker's caches and job directories (in the tmpfs) when isolated
+_announced: set[str] = set()
 EXIT_GRACE_S = 10.0
 REAP_S = 30.0  # a killed worker not reaped by then is left behind (state D in the GPU driver)  # from the worker's pipe closing to its exit status being there
 # torch.compile baselines compile in the worker itself: inductor's default pool of compile
@@ -60,22 +76,36 @@ class RunOutcome:
     failure: str = ""  # one line when payload is None
     flood: bool = False
     wall_s: float = 0.0
-    outputs: Any = None  # the raw trial outputs (sandboxed runs): the parent judges them itself
-    rechecked: bool = False  # whether `outputs` were collected (sandboxed runs only, so far)
-    # the parent-clocked timing windows (`verifier.clock`; sandboxed runs only, so far):
-    # (windows, protocol error, the windows' last outputs), or None where there was no clock
+    outputs: Any = None  # the raw trial outputs: the parent judges them itself
+    rechecked: bool = False  # whether the parent judges the outputs (`verifier.decide`)
+    # the parent-clocked timing windows (`verifier.clock`): (windows, protocol error, the
+    # windows' last outputs (None: in `outputs_file`)), or None where there was no clock
     clock: Any = None
+    # persistent workers: the file (the parent's own) holding the job's raw outputs as sent,
+    # and the trusted process that judges them on the worker's GPU (`verifier.referee`)
+    outputs_file: str = ""
+    referee: Any = None
 
 
 class GpuWorkerProcess:
     """One persistent worker on one GPU; `run` blocks until the job's result or a failure."""
 
     def __init__(self, env: dict[str, str], backend: str = "cuda", memory_mb: int = 0,
-                 processes: int = 1024, isolate: bool = True) -> None:
-        self.env, self.backend = env, backend
+                 processes: int = 1024, isolate: bool = True, host_memory_mb: int = 0,
+                 outdir: Path | None = None) -> None:
+        """`memory_mb`: RLIMIT_AS (0 on CUDA, whose driver reserves terabytes of address
+        space); `host_memory_mb`: the worker's host memory, bounded by `verifier.membound`;
+        `outdir`: where jobs' raw outputs go (the caller's; else one of its own)."""
+        self.env, self.backend, self.host_memory_mb = env, backend, host_memory_mb
         self.limits = SandboxLimits(timeout_s=1e6, memory_mb=memory_mb, cpu_s=10**7,
                                     file_mb=FLOOD_BYTES * 4 >> 20, processes=processes,
-                                    isolate=isolate, devices=isolate)
+                                    isolate=isolate, devices=isolate, disk_mb=DISK_MB,
+                                    run_dir_writable=not isolate)
+        self.mem_cgroup: Path | None = None
+        self.memory_bound = ""
+        self.outdir, self.own_outdir = outdir, outdir is None
+        self.clock_fds: tuple[int, ...] = ()
+        self.clock: ParentClock | None = None
         self.jobs = 0
         self.ext_id: tuple[int, int] = (0, 0)
         self.proc: subprocess.Popen | None = None
@@ -91,17 +121,31 @@ class GpuWorkerProcess:
         """Start the worker and wait until it is warm; False (with `ready` None) on failure."""
         self.workdir = Path(tempfile.mkdtemp(prefix="ks-gpu-"))
         rfd, wfd = os.pipe()
+        # the parent-clocked timing windows (`verifier.clock`): worker -> parent, parent -> it
+        req_r, req_w = os.pipe()
+        go_r, go_w = os.pipe()
+        for fd in (req_r, go_w):
+            os.set_blocking(fd, False)
         self.cgroup = make_pids_cgroup(self.limits.processes)
+        self.mem_cgroup, data_mb, self.memory_bound = host_memory_bound(self.host_memory_mb,
+                                                                        self.cgroup)
+        kind = self.memory_bound.split(" (")[0]
+        if kind not in _announced:  # say once per process which bound applies
+            _announced.add(kind)
+            sys.stderr.write(f"[gpu worker] host memory bound: {self.memory_bound}\n")
         cmd = sandboxed_argv([sys.executable, "-m", "verifier.gpu_worker", str(wfd),
-                              self.backend], self.limits, self.cgroup)
+                              self.backend], self.limits, self.cgroup, self.mem_cgroup, data_mb)
         self.log = open(self.workdir / "worker.log", "wb")  # noqa: SIM115 (lives with the worker)
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
             env=scrubbed_env({"PYTHONPATH": _PKG_ROOT, **_QUIET_COMPILE,
-                              **self.private_caches(), **self.env}),
-            pass_fds=(wfd,),
+                              **self.private_caches(), **self.env,
+                              FDS_ENV: f"{req_w},{go_r}"}),
+            pass_fds=(wfd, req_w, go_r),
             cwd=self.workdir, start_new_session=True)
-        os.close(wfd)
+        for fd in (wfd, req_w, go_r):
+            os.close(fd)
+        self.clock_fds = (req_r, go_w)
         self.rfd, self.buf, self.eof = rfd, b"", False
         self.starts += 1
         self.ready = self._read(STARTUP_S)
@@ -124,8 +168,8 @@ class GpuWorkerProcess:
 
     def private_caches(self) -> dict[str, str]:
         """Caches (inductor, triton, CUDA's JIT) in the worker's own directory: home is hidden."""
-        d = self.inner_dir
-        return {"HOME": d, "XDG_CACHE_HOME": f"{d}/.cache", "TRITON_CACHE_DIR": f"{d}/.triton",
+        d = WRITABLE if self.limits.isolate else str(self.workdir)
+        return {"HOME": d, "KS_WORKER_TMP": d, "KS_JOB_DISK_MB": str(JOB_DISK_MB), "XDG_CACHE_HOME": f"{d}/.cache", "TRITON_CACHE_DIR": f"{d}/.triton",
                 "TORCHINDUCTOR_CACHE_DIR": f"{d}/.inductor", "CUDA_CACHE_PATH": f"{d}/.nv"}
 
     def stage(self, artefacts: list[Any]) -> tuple[dict[str, dict], Path]:
@@ -190,6 +234,16 @@ class GpuWorkerProcess:
         log_before = self.log_size()
         assert self.proc is not None and self.proc.stdin is not None
         deadline = start + timeout_s
+        clock = self.clock = ParentClock(None, self.clock_fds)
+        try:
+            return self._exchange(message, start, deadline, timeout_s, log_before, clock)
+        finally:
+            clock.stop()
+            self.clock = None
+
+    def _exchange(self, message: dict[str, Any], start: float, deadline: float,
+                  timeout_s: float, log_before: int, clock: ParentClock) -> RunOutcome:
+        assert self.proc is not None
         why = self._send((json.dumps(message) + "\n").encode(), deadline)
         if why:
             self.stop()
@@ -216,12 +270,55 @@ class GpuWorkerProcess:
                 stage = msg["progress"]
                 continue
             flood = self.log_size() - log_before >= FLOOD_BYTES
+            size = msg.get("outputs_bytes") or 0
+            why = self._receive(size, deadline) if isinstance(size, int) else "a bad size"
+            if why:
+                self.stop()
+                return RunOutcome(None, "performance", "took" in why,
+                                  f"the GPU worker's raw outputs: {why}", flood,
+                                  time.monotonic() - start)
             # the worker is pid 1 of its own namespace: name it by the host's pid
             msg["worker_ns_pid"], msg["worker_pid"] = msg.get("worker_pid"), self.proc.pid
             if flood or msg.get("sticky_cuda_error") or msg.get("outcome") == "cheat":
                 self.stop()  # the next candidate gets a clean process
+            timed = (clock.stop(), clock.protocol_error, None) if msg.get(
+                "outcome") == "ok" else None  # clocked outputs: in the outputs file
             return RunOutcome(msg, msg.get("stage", stage), False, "", flood,
-                              time.monotonic() - start)
+                              time.monotonic() - start, clock=timed,
+                              outputs_file=str(self.outputs_path) if size else "")
+
+    @property
+    def outputs_path(self) -> Path:
+        """Where a job's raw outputs go: a directory of the parent's own, not the worker's."""
+        if self.outdir is None:
+            self.outdir = Path(tempfile.mkdtemp(prefix="ks-gpu-out-"))
+        return self.outdir / "outputs.pt"
+
+    def _receive(self, size: int, deadline: float) -> str:
+        """Copy the `size` bytes that follow a result line into `outputs_path`; "" when done,
+        else why not (too large, the pipe closed, the job's time ran out)."""
+        path = self.outputs_path
+        path.unlink(missing_ok=True)
+        if size <= 0:
+            return "" if size == 0 else "a bad size"
+        if size > MAX_OUTPUT_BYTES:
+            return f"{size >> 20} MB, over the {MAX_OUTPUT_BYTES >> 20} MB limit"
+        with open(path, "wb") as fh:
+            take, self.buf = self.buf[:size], self.buf[size:]
+            fh.write(take)
+            left = size - len(take)
+            while left > 0:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    return "took longer than the run's timeout to arrive"
+                if not select.select([self.rfd], [], [], min(wait, 1.0))[0]:
+                    continue
+                chunk = os.read(self.rfd, min(left, 1 << 22))
+                if not chunk:
+                    return f"the pipe closed with {left} bytes missing"
+                fh.write(chunk)
+                left -= len(chunk)
+        return ""
 
     def _send(self, data: bytes, deadline: float) -> str:
         """Write a job to the worker's stdin without blocking past `deadline` (a worker that
@@ -270,10 +367,19 @@ class GpuWorkerProcess:
         if self.rfd >= 0:
             os.close(self.rfd)
             self.rfd = -1
-        if self.cgroup is not None:
-            kill_cgroup(self.cgroup)
-            self.cgroup = None
+        if self.clock is not None:  # its thread reads the pipe closed here
+            self.clock.stop()
+        for fd in self.clock_fds:
+            os.close(fd)
+        self.clock_fds = ()
+        for cg in (self.cgroup, self.mem_cgroup):
+            if cg is not None:
+                kill_cgroup(cg)
+        self.cgroup = self.mem_cgroup = None
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
+        if self.own_outdir and self.outdir is not None:
+            shutil.rmtree(self.outdir, ignore_errors=True)
+            self.outdir = None
         self.ready = None

@@ -10,7 +10,10 @@ cuda; the tests run the same loop with `cpu`, which no GPU host needs) inside th
 session, pids cgroup and network namespace. Reads one JSON job per stdin line ({"job",
 "task_source", "candidate_source"}); writes {"progress": stage} lines and then one result per
 job to RESULT_FD, a pipe only this process holds (the candidate's prints go to stdout/stderr,
-never into results). Between jobs it checks that the process is still fit to judge the next
+never into results); the result line is followed by its `outputs_bytes` bytes of raw outputs,
+which the parent compares with its own references (nothing the worker says is believed). Jobs
+run in directories of the private tmpfs (KS_WORKER_TMP); a job that leaves less than
+KS_JOB_DISK_MB free there ends the worker after its result. Between jobs it checks that the process is still fit to judge the next
 candidate: no CUDA error left in the context, no replaced torch/time functions (a wide snapshot
 of their attributes), no changed global torch state, no leftover threads. A job that leaves any
 of these behind is a `cheat` (tampering) or a `runtime_error` (sticky CUDA error), and the
@@ -151,7 +154,10 @@ def main(argv: list[str]) -> int:
     def progress(stage: str) -> None:
         out.write(json.dumps({"progress": stage}) + "\n")
 
-    base = os.getcwd()
+    # jobs and caches in the private tmpfs (the worker's own directory is read-only to it)
+    base = os.environ.get("KS_WORKER_TMP") or os.getcwd()
+    os.makedirs(base, exist_ok=True)
+    job_free = int(os.environ.get("KS_JOB_DISK_MB", "0")) << 20
     for line in sys.stdin:
         msg = json.loads(line)
         job = msg["job"]
@@ -162,8 +168,7 @@ def main(argv: list[str]) -> int:
         finally:
             os.chdir(base)
             shutil.rmtree(jobdir, ignore_errors=True)
-        result.pop("raw_outputs", None)  # the parent's own comparison is cpu/musa only so far
-        result.pop("clocked_outputs", None)
+        blob = outputs_blob(result)
         sys.stdout.flush()
         sys.stderr.flush()
         leave = after_job(result, state, flags, threads)
@@ -176,11 +181,39 @@ def main(argv: list[str]) -> int:
                           f"its run ({len(strays)}); the worker ends with them")
             leave = True
         threads = max(threads, int(result.get("harness_threads") or 0))  # torch.compile's
+        if job_free and free_bytes(base) < job_free:  # the next job gets a fresh tmpfs
+            leave = True
         result["worker_pid"], result["worker_device"] = os.getpid(), ident
+        result["outputs_bytes"] = len(blob)
         out.write(json.dumps(result, default=str) + "\n")
+        out.flush()
+        view = memoryview(blob)
+        while view:  # the raw outputs follow their result line on the same pipe
+            view = view[os.write(out.fileno(), view):]
         if leave:
             return 3
     return 0
+
+
+def outputs_blob(result: dict[str, Any]) -> bytes:
+    """The run's raw outputs (moved to the cpu by the harness) as `torch.save` bytes of
+    [trial and variant outputs, timing-window outputs], for the parent's own comparison
+    (`verifier.decide`); b"" when the run left none (it failed before the end)."""
+    import io
+
+    import torch
+
+    raw, clocked = result.pop("raw_outputs", None), result.pop("clocked_outputs", None)
+    if raw is None:
+        return b""
+    buf = io.BytesIO()
+    torch.save([raw, clocked], buf)
+    return buf.getvalue()
+
+
+def free_bytes(path: str) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
 
 
 def stray_processes() -> list[int]:

@@ -74,15 +74,18 @@ def _wait_and_mirror(pid: int) -> None:
             continue
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
 def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY,
-            devices: bool = False) -> tuple[str, str]:
+            devices: bool = False, run_writable: bool = True) -> tuple[str, str]:
     """Enter the sandbox; returns (the new working directory, a note on what was not done).
-    `devices`: a private /dev holding only `device_plan()`'s nodes (the GPU worker's)."""
+    `devices`: a private /dev holding only `device_plan()`'s nodes (the GPU worker's).
+    `run_writable` False: the run's directory is read-only, so everything the process writes
+    lands in the size-limited tmpfs (/tmp, /var/tmp, /dev/shm): its total is bounded."""
     root = os.geteuid() == 0
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (CLONE_NEWNET if network else 0)
     if not root:
@@ -124,6 +127,15 @@ def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY,
                 for name in (*dirs, *files):
                     os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
             os.chown(cwd, uid, uid)
+        except OSError as exc:  # fail closed: untrusted code never runs as root
+            raise PermissionError(f"[sandbox] could not drop root to uid {uid}: {exc}") from exc
+    if not run_writable:  # fail closed (an exception): the disk total must hold
+        if cwd != RUN_DIR:
+            raise PermissionError("[sandbox] no private file system: the run's directory "
+                                  "cannot be made read-only")
+        _mount(None, RUN_DIR, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    if root:
+        try:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)

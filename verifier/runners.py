@@ -4,6 +4,7 @@ for the parent's own comparison (`verifier.decide`), or why there are none."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -18,10 +19,12 @@ from verifier.clock import ParentClock
 from verifier.decide import load_outputs
 from verifier.gpu_pool import GpuWorkerProcess, RunOutcome
 from verifier.protocol import VerifyOptions
+from verifier.referee import Referee
 from verifier.sandbox import Launcher, SandboxLimits
 
 _FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
 _DISK_BYTES = 128 << 20  # all files a run writes (the file-size rlimit bounds each one)
+RUNTIME_MB = 2048  # a GPU worker's host memory beyond the run's limit: torch, the CUDA runtime
 
 
 class _SandboxRunner:
@@ -98,9 +101,18 @@ class _GpuRunner:
 
     def __init__(self, opts: VerifyOptions, env: dict[str, str], backend: str,
                  standby: bool = False) -> None:
-        self.opts = opts
-        self.worker = GpuWorkerProcess(env, backend)
-        self.standby = GpuWorkerProcess(env, backend) if standby else None
+        self.opts, self.backend = opts, backend
+        # RLIMIT_AS cannot bound a CUDA process: its host memory is bounded by a cgroup
+        # (`verifier.membound`), the run's limit plus room for the runtime's own
+        mem = opts.memory_limit_mb + RUNTIME_MB if opts.memory_limit_mb > 0 else 0
+        # jobs' raw outputs land in this slot's own directory (the workers never see it)
+        self.outdir = Path(tempfile.mkdtemp(prefix="ks-gpu-judge-"))
+        self.worker = GpuWorkerProcess(env, backend, host_memory_mb=mem, outdir=self.outdir)
+        self.standby = GpuWorkerProcess(env, backend, host_memory_mb=mem,
+                                        outdir=self.outdir) if standby else None
+        # the parent judges raw outputs itself: here on the cpu, else by a trusted referee
+        # process on the same GPU (inputs drawn there cannot be regenerated on the cpu)
+        self.referee = Referee(env, backend) if backend != "cpu" else None
         self.standby_thread: threading.Thread | None = None
         self.swaps = 0
         self.closed = self.starting = False
@@ -166,9 +178,27 @@ class _GpuRunner:
         with self.lock:
             self._swap_in_standby(wait=True)
             try:
-                return self._run_locked(item, job, built)
+                out = self._run_locked(item, job, built)
+                return self._judged_here(out)
             finally:
                 self._swap_in_standby(wait=False)
+
+    def _judged_here(self, out: RunOutcome) -> RunOutcome:
+        """The job's raw outputs (in this slot's directory) loaded for the parent's own
+        comparison (cpu) or handed to the referee (its GPU)."""
+        mine = Path(out.outputs_file) if out.outputs_file else self.outdir / "none.pt"
+        if out.payload is None or out.payload.get("outcome") != "ok":
+            return out
+        out.rechecked = True  # the worker's "ok" is not believed
+        if self.referee is None:
+            data = load_outputs(mine) if mine.exists() else None
+            raw, clocked = data if data is not None and len(data) == 2 else (None, None)
+            out.outputs = raw if isinstance(raw, list) else None
+            if out.clock is not None:
+                out.clock = (*out.clock[:2], clocked if isinstance(clocked, list) else None)
+        else:
+            out.referee = functools.partial(self.referee, outputs=str(mine))
+        return out
 
     def _run_locked(self, item: Any, job: dict[str, Any], built: list) -> RunOutcome:
         """One job on the current worker (lock held): start it if gone, stage the objects."""
@@ -176,8 +206,10 @@ class _GpuRunner:
             self.worker.stop()
             if not self.worker.start():
                 why = self.worker.describe_exit()
+                bound = self.worker.memory_bound
                 self.worker.stop()
-                return RunOutcome(None, failure=f"the GPU worker did not start: {why}")
+                return RunOutcome(None, failure=f"the GPU worker did not start: {why} "
+                                  f"(host memory bound: {bound})")
         if not self.worker.limits.isolate:  # it sees the build cache itself
             entries = {r.key: {**r.to_entry(), "path": os.path.abspath(r.path)}
                        for r in built}
@@ -208,3 +240,6 @@ class _GpuRunner:
                 starting = self.starting
             if self.standby is not None and not starting:
                 self.standby.stop()
+            if self.referee is not None:
+                self.referee.close()
+            shutil.rmtree(self.outdir, ignore_errors=True)

@@ -50,6 +50,8 @@ class SandboxLimits:
     processes: int = 512  # tasks (processes + threads) in the run's pids cgroup / RLIMIT_NPROC
     isolate: bool = True  # namespaces, private /tmp, no root (verifier.isolate; fork server)
     devices: bool = False  # with isolate: a private /dev of the GPU's nodes (the GPU worker)
+    disk_mb: int = 0  # with isolate: size of the private /tmp (0: file_mb)
+    run_dir_writable: bool = True  # with isolate: False makes /tmp/run read-only (GPU worker)
 
 
 @dataclass
@@ -196,7 +198,8 @@ def join_cgroup(cgroup: Path | None) -> None:
             fh.write(str(os.getpid()))
 
 
-def sandboxed_argv(argv: list[str], limits: SandboxLimits, cgroup: Path | None) -> list[str]:
+def sandboxed_argv(argv: list[str], limits: SandboxLimits, cgroup: Path | None,
+                   mem_cgroup: Path | None = None, data_mb: int = 0) -> list[str]:
     """`argv` behind the sandbox's exec wrapper (and `unshare -rn` where it works).
 
     Start it with `start_new_session=True` (setsid, done in C). The limits are entered by a
@@ -204,12 +207,15 @@ def sandboxed_argv(argv: list[str], limits: SandboxLimits, cgroup: Path | None) 
     `preexec_fn`: Python code between fork and exec can deadlock when the parent has other
     threads (on an H100 host a GPU worker started from a warm-up thread hung forever while the
     main thread was importing a module: the fork held logging's lock and waited for the import
-    lock).
+    lock). `mem_cgroup`, `data_mb`: the host memory bound of `verifier.membound` (a memory
+    cgroup to join, RLIMIT_DATA in MB).
     """
     cmd = list(argv)
     if limits.isolate_network and not limits.isolate and network_namespace_available():
         cmd = [shutil.which("unshare") or "unshare", "-rn", *cmd]
-    spec = json.dumps({"limits": asdict(limits), "cgroup": str(cgroup) if cgroup else None})
+    spec = json.dumps({"limits": asdict(limits), "cgroup": str(cgroup) if cgroup else None,
+                       "mem_cgroup": str(mem_cgroup) if mem_cgroup else None,
+                       "data_mb": data_mb})
     return [sys.executable, "-S", "-c", _ENTER, spec, *cmd]
 
 
@@ -223,16 +229,21 @@ def enter_and_exec(args: list[str]) -> None:
     """In the wrapper: join the run's pids cgroup, set the rlimits, exec the command."""
     spec, cmd = json.loads(args[0]), args[1:]
     join_cgroup(Path(spec["cgroup"]) if spec["cgroup"] else None)
+    join_cgroup(Path(spec["mem_cgroup"]) if spec.get("mem_cgroup") else None)
     limits = SandboxLimits(**spec["limits"])
     if limits.isolate:  # namespaces, private /tmp, no root (as in the fork server's children)
         from verifier.isolate import isolate, run_uid
 
-        cwd, note = isolate(os.getcwd(), limits.file_mb, limits.isolate_network,
-                            run_uid(os.getpid()), devices=limits.devices)
+        cwd, note = isolate(os.getcwd(), limits.disk_mb or limits.file_mb,
+                            limits.isolate_network, run_uid(os.getpid()), devices=limits.devices,
+                            run_writable=limits.run_dir_writable)
         os.chdir(cwd)
         if note:
             os.write(2, f"[sandbox] {note}\n".encode())
     apply_limits(limits)
+    if spec.get("data_mb"):
+        cap = int(spec["data_mb"]) << 20
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
     os.execvp(cmd[0], cmd)
 
 

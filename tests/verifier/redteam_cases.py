@@ -189,12 +189,18 @@ static int bomb() {
 static int bombed = bomb();
 """
 
-FLOOD_CPP = RELU.replace("return out;", r"""
+# The flood runs before anything else in relu_fwd (on cuda too: the dispatch to the CUDA
+# kernel goes where /*DISPATCH*/ stands, after it).
+FLOOD_CPP = RELU.replace("torch::Tensor relu_fwd(torch::Tensor x) {", r"""#include <cstdio>
+#include <cstring>
+static void flood_once() {
     static int once = 0;
     if (!once++) { static char buf[1 << 20]; memset(buf, 'x', sizeof(buf));
                    for (int j = 0; j < 2048; ++j) fwrite(buf, 1, sizeof(buf), stdout); }
-    return out;""").replace("torch::Tensor relu_fwd", "#include <cstdio>\n#include <cstring>\n"
-                                                    "torch::Tensor relu_fwd")
+}
+torch::Tensor relu_fwd(torch::Tensor x) {
+    flood_once();
+    /*DISPATCH*/""")
 
 
 def attacks(ctx: dict) -> list[tuple[str, str]]:
@@ -228,12 +234,15 @@ def patch():
             m.summarize = fast
 ''', init="patch()")),
         ("patch_compare", candidate('''
-def patch():
-    for name in ("verifier.worker", "verifier.judge", "__main__"):
+def patch():  # every comparison in the worker says "ok": only the parent's own can catch it
+    for name in ("verifier.worker", "verifier.judge", "verifier.generalize", "__main__"):
         m = S.modules.get(name)
         if m is not None and hasattr(m, "_compare"):
             m._compare = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0})
-''', init="patch()", forward="return torch.empty_like(x)")),
+        if m is not None and hasattr(m, "_judge"):
+            m._judge = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0}, False)
+''', init="patch()", forward="return ext.relu_fwd(torch.cat([x[1:], x[:1]]))")),  # rows
+        # rotated: wrong, changes with the input, and no library compute op (data movement)
         ("posix_sigstop_parent", candidate('''
 import posix
 posix.kill(posix.getppid(), 19)
@@ -385,9 +394,41 @@ for i in range(6):
         ("rlimit_raise", candidate('''
 class RL(C.Structure):
     _fields_ = [("cur", C.c_ulong), ("max", C.c_ulong)]
-r = RL(2 ** 40, 2 ** 40)
-if libc.setrlimit(9, C.byref(r)) == 0:  # RLIMIT_AS beyond its hard limit
-    escaped("setrlimit")
+INF = 2 ** 64 - 1
+def raised(res):  # setrlimit beyond the hard limit
+    r = RL(2 ** 40, 2 ** 40)
+    return libc.setrlimit(res, C.byref(r)) == 0
+have = RL()
+libc.getrlimit(9, C.byref(have))
+if have.max != INF:
+    if raised(9):  # RLIMIT_AS
+        escaped("setrlimit")
+else:  # no address-space limit (a GPU worker): host memory must be bounded otherwise
+    bounded = False
+    for line in read("/proc/self/cgroup").decode().splitlines():
+        _, ctrl, path = line.split(":", 2)
+        if ctrl not in ("", "memory"):
+            continue
+        base = "/sys/fs/cgroup" + ("/memory" if ctrl == "memory" else "") + path
+        for f, unlimited in (("memory.max", b"max"), ("memory.limit_in_bytes", b"-1")):
+            try:
+                val = read(base + "/" + f).strip()
+            except OSError:
+                continue
+            bounded = bounded or (val != b"max" and int(val) < 2 ** 50)
+            try:
+                fd = P.open(base + "/" + f, P.O_WRONLY)
+                P.write(fd, unlimited)
+                escaped("raised " + f)
+            except OSError:
+                pass
+    libc.getrlimit(2, C.byref(have))
+    if have.max != INF:
+        bounded = True
+        if raised(2):  # RLIMIT_DATA
+            escaped("setrlimit RLIMIT_DATA")
+    if not bounded:
+        escaped("no host memory bound")
 ''')),
         ("time_patch_cpp", candidate(cpp=TIME_PATCH_CPP, name="tpatch", prelude=False,
                                      cflags='["-O3"]')),
@@ -436,19 +477,18 @@ torch::Tensor relu_fwd_cuda(torch::Tensor x) {
     return out;
 }
 """
-# Attacks whose payload sits inside the CPU loop's body: on cuda the kernel runs instead.
-CPU_BODY_ONLY = {"stdout_flood"}
-
-
 def for_backend(code: str, backend: str) -> str:
     """The candidate for `backend`: on cuda, relu_fwd dispatches to a CUDA kernel first (the
     attack's module-level Python and C++ static initializers run unchanged)."""
     if backend != "cuda":
         return code
+    dispatch = "if (x.is_cuda()) return relu_fwd_cuda(x);"
+    marked = "/*DISPATCH*/" in code  # the attack's payload runs before the dispatch
     code = code.replace("torch::Tensor relu_fwd(torch::Tensor x) {",
                         "torch::Tensor relu_fwd_cuda(torch::Tensor x);\n"
                         "torch::Tensor relu_fwd(torch::Tensor x) {\n"
-                        "    if (x.is_cuda()) return relu_fwd_cuda(x);", 1)
+                        + ("" if marked else "    " + dispatch), 1)
+    code = code.replace("/*DISPATCH*/", dispatch, 1)
     code = code.replace("cpp_sources=cpp_source, functions=",
                         "cpp_sources=cpp_source, cuda_sources=cuda_source, functions=")
     return code.replace('\ncpp_source = r"""', f'\ncuda_source = r"""\n{CUDA_RELU}\n"""\n'

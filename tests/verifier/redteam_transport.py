@@ -37,11 +37,16 @@ if not spec["static"]:  # the runtime defences must hold on their own
     import verifier.api as api
     api.check_python = lambda *a, **k: []
     api.check_cpp = lambda *a, **k: []
+if spec.get("persistent"):  # cpu through the GPU path's persistent worker (its defences)
+    from verifier.backends.cpu import CpuBackend
+    CpuBackend.persistent_worker = True
 import verifier.runners as runners
 def _traced(cls):
     real = cls.run
     def run(self, item, job):
-        print("KSRT-START " + item.req.candidate_id, file=sys.stderr, flush=True)
+        cid = getattr(getattr(item, "req", None), "candidate_id", None)
+        if cid is not None:  # not the baseline prefetch's own runs
+            print("KSRT-START " + cid, file=sys.stderr, flush=True)
         return real(self, item, job)
     cls.run = run
 _traced(runners._SandboxRunner)
@@ -172,6 +177,7 @@ def _spec(ctx: dict, rows: list[tuple[str, str]], out: str, opts: dict) -> dict:
 
     return {"task": TASK, "backend": ctx["backend"], "out": out, "options": opts,
             "static": ctx.get("static", False), "request_s": 6000,
+            "persistent": ctx.get("persistent", False),
             "rows": [{"id": n, "code": for_backend(c, ctx["backend"])} for n, c in rows]}
 
 

@@ -54,6 +54,9 @@ def test_one_process_many_jobs_and_bad_jobs_end_only_themselves(
     assert v["crash"].status == "runtime_error" and "SIGSEGV" in v["crash"].error
     assert v["hang"].status == "timeout"
     assert {t.get("worker_device") for n, t in timings.items() if n.startswith("ok")} == {"cpu"}
+    for name in ("ok1", "ok2", "ok3", "ok4"):  # the parent's own clock timed three windows
+        clock = timings[name]["parent_clock"]
+        assert len(clock["calls"]) == 3 and clock["parent_us"] <= clock["limit_us"], clock
     # builds land in any order, so the run order is read back, not assumed
     ran = sorted(timings, key=lambda n: timings[n]["exec_end"])
     pid = {n: timings[n].get("worker_pid") for n in ran if n not in ("crash", "hang")}
@@ -187,7 +190,8 @@ def test_the_worker_is_sandboxed_and_a_process_left_behind_ends_it() -> None:
         text = str(second.payload)
         if os.geteuid() == 0:  # dropped to a run uid, not root
             assert "PROBE (0," not in text and "PROBE (2" in text, text
-        assert ", 0, '/tmp/run/job-" in text, text  # parent outside its namespace; own dir
+        # parent outside its namespace; its job directory in the private tmpfs
+        assert ", 0, '/tmp/w/job-" in text, text
     finally:
         worker.stop()
 
@@ -213,5 +217,58 @@ def test_staged_objects_are_checked_and_removed(tmp_path: Path) -> None:
         ext.mkdir()
         with pytest.raises(ArtefactMismatch, match="replaced"):
             worker.stage([res])
+    finally:
+        worker.stop()
+
+
+_FILLER = """import os, torch
+wrote, err = 0, ""
+try:  # its own directory (the verifier's staging area) is read-only to it
+    open("/tmp/run/planted", "w").write("x")
+    err = "planted"
+except OSError as exc:
+    err = type(exc).__name__
+chunk = b"z" * (1 << 20)
+try:
+    for i in range(6):
+        with open("fill%d.bin" % i, "wb") as fh:
+            for _ in range(60):
+                fh.write(chunk)
+                wrote += 1
+except OSError as exc:
+    err += " " + type(exc).__name__ + " " + str(exc.errno)
+raise RuntimeError("FILL %d MB %s" % (wrote, err))
+"""
+_GRABBER = """import torch
+b = bytearray(1800 << 20)
+for i in range(0, len(b), 4096):
+    b[i] = 1
+raise RuntimeError("GRABBED")
+"""
+
+
+def test_the_workers_disk_total_and_host_memory_are_bounded() -> None:
+    """Everything the worker writes lands in a size-limited tmpfs (its staging directory is
+    read-only): a job cannot write 360 MB; its host memory is bounded by a memory cgroup (or
+    RLIMIT_DATA) though RLIMIT_AS is off as on CUDA. (Raw outputs coming back for the parent's
+    comparison: tests/verifier/test_redteam_persistent.py, honest and patch_compare.)"""
+    from verifier.gpu_pool import DISK_MB, JOB_DISK_MB
+
+    job = {"nonce": "d1", "backend": "cpu", "extensions": {}, "input_seed": 7,
+           "options": {"trials": 2, "perf_trials": 2, "perf_warmup": 1}}
+    worker = GpuWorkerProcess({}, backend="cpu", host_memory_mb=1200)
+    try:
+        fill = worker.run({"job": job, "task_source": RELU_TASK, "candidate_source": _FILLER},
+                          120)
+        text = str(fill.payload)
+        assert "FILL" in text and "planted" not in text, text
+        wrote = int(text.split("FILL ")[1].split(" MB")[0])
+        assert JOB_DISK_MB - 8 <= wrote <= DISK_MB and "OSError 28" in text, text  # ENOSPC
+        assert worker.memory_bound.startswith(("cgroup", "RLIMIT_DATA")), worker.memory_bound
+        grab = worker.run({"job": {**job, "nonce": "d2"}, "task_source": RELU_TASK,
+                           "candidate_source": _GRABBER}, 120)
+        assert "GRABBED" not in str(grab.payload) + grab.failure, (grab.payload, grab.failure)
+        assert ((grab.payload is None and "SIGKILL" in grab.failure)  # the cgroup's OOM kill
+                or "MemoryError" in str(grab.payload)), (grab.payload, grab.failure)  # DATA
     finally:
         worker.stop()

@@ -175,5 +175,8 @@ def test_gpu_worker_is_started_with_the_sandbox_and_its_devices() -> None:
     spec = json.loads(argv[4])
     assert spec["limits"]["isolate"] and spec["limits"]["devices"]
     assert argv[5:] == ["python", "-m", "verifier.gpu_worker", "5"]  # no unshare wrapper
+    # its own directory is read-only to it: caches and jobs live in the size-limited tmpfs
+    assert not spec["limits"]["run_dir_writable"] and spec["limits"]["disk_mb"] > 0
     caches = w.private_caches()
-    assert caches["HOME"] == "/tmp/run" and caches["TRITON_CACHE_DIR"].startswith("/tmp/run/")
+    assert caches["HOME"] == "/tmp/w" and caches["TRITON_CACHE_DIR"].startswith("/tmp/w/")
+    assert caches["KS_WORKER_TMP"] == "/tmp/w" and int(caches["KS_JOB_DISK_MB"]) > 0
