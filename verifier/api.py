@@ -40,7 +40,7 @@ from verifier.extract import FormatError, check_candidate, extract_code
 from verifier.extspec import ExtensionSpec, specs_from_source
 from verifier.fallback import apply_policy, errors
 from verifier.forkserver import ForkServer, ForkServerError
-from verifier.generalize import recheck_variants, request_variants
+from verifier.generalize import recheck_variants, record_generalisation, request_variants
 from verifier.gpu_pool import RunOutcome
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
 from verifier.reward import finalize, record_share
@@ -160,6 +160,7 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Base
             v.findings.append({"rule": "parent_check", "message": why, "line": None,
                                "severity": "error"})
             return item.stop("cheat", "correctness", "the worker reported success, but " + why)
+    record_generalisation(v, variants, p.get("variants_checked"))
     if out.clock is not None:  # the reported runtime against the parent's own clock
         why = clock_verdict(item, opts, job, out, p)
         if why:

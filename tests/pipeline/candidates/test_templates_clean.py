@@ -24,7 +24,7 @@ from pipeline.candidates.templates.symbolic import top_level_functions
 from sources.seed import seed_files
 from verifier.variants import other_scalar, other_size, rewrite_literals, shrink
 
-KNOWN_GAPS = {"pooling_max_pool1d:other", "attention_multi_head_self_attention:other"}
+KNOWN_GAPS: set[str] = set()
 
 
 def _small(src: str) -> str:
@@ -146,6 +146,4 @@ def test_cpu_candidates_generalise_to_other_sizes_and_constructor_values(seed_ke
     detail = f"{same_ok} correct at the built sizes; failing:\n" + "\n".join(
         f"{lab}: {err}" for lab, err in sorted(bad.items()))
     assert not any(lab.endswith(":same") for lab in bad), detail
-    # Known gaps (issue 18): max_pool1d traces only at fixed sizes (no symbolic rule), and the
-    # head_dim of multi-head attention collides with another size in this size set.
     assert set(bad) <= KNOWN_GAPS, detail
