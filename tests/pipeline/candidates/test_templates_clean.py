@@ -147,3 +147,19 @@ def test_cpu_candidates_generalise_to_other_sizes_and_constructor_values(seed_ke
         f"{lab}: {err}" for lab, err in sorted(bad.items()))
     assert not any(lab.endswith(":same") for lab in bad), detail
     assert set(bad) <= KNOWN_GAPS, detail
+
+
+def test_copied_constants_and_imports_are_only_the_ones_modelnew_reads() -> None:
+    from pipeline.candidates.templates.program import _binds_used, _globals_read
+
+    names = _globals_read("class ModelNew:\n    def __init__(self, dim, eps):\n"
+                          "        self.w = nn.Parameter(torch.ones(dim)) * EPS_SCALE\n"
+                          "    def forward(self, x):\n        y = x.size(0)\n"
+                          "        return F.relu(y)\n")
+    assert names >= {"nn", "torch", "EPS_SCALE", "F"} and not names & {"dim", "eps", "x", "y"}
+    assert not _binds_used("batch_size = 512", names)
+    assert not _binds_used("dim = 64", names)  # a constructor parameter's name is no use
+    assert _binds_used("EPS_SCALE = 2.0", names)
+    assert _binds_used("import torch.nn.functional as F", names)
+    assert not _binds_used("import math", names)
+    assert _binds_used("from torch import nn, Tensor", names)
