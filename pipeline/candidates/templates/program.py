@@ -240,6 +240,8 @@ def render(b: Builder) -> str:
     if not b.cuda:
         body = tidy.cpu_inline(body)
     body = tidy.drop_unused_macros(body)
+    # a template slot left empty (no offset code) must not leave a blank line in a loop
+    body = re.sub(r"[ \t]+\n", "\n", re.sub(r"\{\n[ \t]*\n", "{\n", body))
     header = tidy.header(body, b.cuda)
     decls = "\n".join(k.decl + ";" for k in b.kernels)
     digest = hashlib.sha256((header + body + b.backend).encode()).hexdigest()[:12]
