@@ -261,7 +261,9 @@ def size_problems(user: str, answer: str, f: dict) -> list[str]:
              re.findall(r"of shape \((\d+(?:, \d+)*)\)", user)]
     if shown and shown != f["inputs"]:
         bad.append(f"stated input shapes {shown} vs {f['inputs']}")
-    text = re.sub(r"(kernel|stride|padding|dilation)=? ?\[[^\]]*\]", "", answer)
+    # window geometry (kernel [1, 4]) and operand strides (A [64, 1]) are not tensor shapes
+    text = re.sub(r"(kernel|stride|padding|dilation)=? ?\[[^\]]*\]|\b[AB] \[[^\]]*\]", "",
+                  answer)
     for shape in _shape_lists(text):
         if not set(shape) <= dims | {1}:
             bad.append(f"reasoning shape {shape}")
