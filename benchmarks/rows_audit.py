@@ -1,8 +1,8 @@
 """Audit a published dataset version against issue 18's Done-when: rows worth training on.
 
 Checks, each counted pass/fail over the rows (or kernels) it applies to:
-- `generalised`: every SFT/RFT answer's verdict records a passed generalisation check (a
-  `generalised` finding, no `variant_skipped`).
+- `generalised`: every SFT/RFT answer's and preference chosen side's verdict records a passed
+  generalisation check (a `generalised` finding, no `variant_skipped`).
 - `no_switches`: no preprocessor switch (`#if`, `#ifdef`, `#elif`, `#else`, `#endif`, `#undef`)
   and no macro defined but unused in any published kernel (SFT, RFT, preference chosen sides).
 - `builds_clean`: the CPU kernels of those answers build with `-Wall -Wextra
@@ -311,6 +311,9 @@ def check_pairs(audit: Audit, rows: dict[str, list[dict]], cands: list[Candidate
             continue
         audit.record("pair_margin", has_margin(va, vb, MIN_SPEEDUP), where,
                      f"{va.status} {va.runtime_us} us vs {vb.status} {vb.runtime_us} us")
+        # the chosen side is taught as correct: it must have generalised too
+        audit.record("generalised", generalisation_checked(va), where + " chosen",
+                     "no passed generalisation check recorded")
 
 
 def _fix_of(c: Candidate, by_id: dict[str, Candidate]) -> str | None:
