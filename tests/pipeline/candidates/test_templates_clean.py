@@ -120,9 +120,9 @@ def test_cpu_sources_build_warning_free(seed_kernels, tmp_path) -> None:
     flags, system = _compile_flags()
     proc = subprocess.run(["g++", "-fsyntax-only", *flags, *system, str(src)],
                           capture_output=True, text=True, timeout=900)
-    # Not yet clean, so not asserted: -Wunused-parameter in the reduction family's shared
-    # combine helper, and scan's per-kernel OP macro redefined across this test's namespaces.
-    known = ("-Wunused-parameter", '_OP" redefined')
+    # scan's per-kernel OP macro is redefined across this test's namespaces (one per file in
+    # a real build), so that warning is the test's own making.
+    known = ('_OP" redefined',)
     warnings = [ln for ln in proc.stderr.splitlines() if ("warning:" in ln or "error:" in ln)
                 and not any(k in ln for k in known)]
     assert proc.returncode == 0 and not warnings, "\n".join(warnings[:30]) or proc.stderr[-3000:]
