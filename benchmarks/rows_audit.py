@@ -290,22 +290,27 @@ def check_sizes(audit: Audit, rows: dict[str, list[dict]]) -> None:
                      "names a constructor value by position")
 
 
-def _side_candidate(code: str, task_id: str, by_code: dict) -> Candidate | None:
-    return by_code.get((task_id, normalise_code(code)))
+def _side_verdict(code: str, task_id: str, reward: float, by_code: dict,
+                  verdicts: dict[str, Verdict]) -> Verdict | None:
+    """The verdict of the candidate a pair side is: same program, and (when one program was
+    verified more than once) the reward the row records."""
+    found = [verdicts[c.candidate_id] for c in by_code.get((task_id, normalise_code(code)), [])
+             if c.candidate_id in verdicts]
+    return min(found, key=lambda v: abs(v.reward - reward), default=None)
 
 
 def check_pairs(audit: Audit, rows: dict[str, list[dict]], cands: list[Candidate],
                 verdicts: dict[str, Verdict]) -> None:
-    by_code = {(c.task_id, normalise_code(c.code)): c for c in cands}
+    by_code: dict[tuple[str, str], list[Candidate]] = {}
+    for c in cands:
+        by_code.setdefault((c.task_id, normalise_code(c.code)), []).append(c)
     for r in rows.get("preference", []):
         where = f"preference {r['row_id'][:12]}"
         a, b = answer_code(r["chosen"][-1]["content"]), answer_code(r["rejected"][-1]["content"])
         sim = code_similarity(a, b)
         audit.record("pair_distinct", sim <= MAX_SIMILARITY, where, f"similarity {sim:.3f}")
-        ca, cb = _side_candidate(a, r["task_id"], by_code), _side_candidate(b, r["task_id"],
-                                                                            by_code)
-        va = verdicts.get(ca.candidate_id) if ca else None
-        vb = verdicts.get(cb.candidate_id) if cb else None
+        va = _side_verdict(a, r["task_id"], r["chosen_reward"], by_code, verdicts)
+        vb = _side_verdict(b, r["task_id"], r["rejected_reward"], by_code, verdicts)
         if va is None or vb is None:
             audit.record("pair_margin", False, where, "a side has no verdict in the workspace")
             continue
