@@ -48,7 +48,8 @@ class Finding:
     rule: str
     message: str
     line: int | None = None
-    severity: str = "error"  # error rejects the candidate; warning is recorded only
+    severity: str = "error"  # error rejects the candidate; warning is recorded only; info: a
+    # check it passed (`generalised`: the sizes and constructor values it was also correct at)
 
 
 # --- stage records ----------------------------------------------------------------------------

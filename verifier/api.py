@@ -35,7 +35,7 @@ from verifier.extract import FormatError, check_candidate, extract_code
 from verifier.extspec import ExtensionSpec, specs_from_source
 from verifier.fallback import apply_policy, errors
 from verifier.forkserver import ForkServer, ForkServerError
-from verifier.generalize import request_variants
+from verifier.generalize import record_generalisation, request_variants
 from verifier.gpu_pool import RunOutcome
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
 from verifier.reward import finalize, record_share
@@ -148,6 +148,7 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Base
                                "severity": "error"})
         if verdict != "ok":
             return item.stop(verdict, "correctness", why)
+    record_generalisation(v, variants, p.get("variants_checked"))
     if out.clock is not None:  # the reported runtime against the parent's own clock
         why = clock_verdict(item, opts, job, out, p)
         if why:

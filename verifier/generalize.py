@@ -174,3 +174,14 @@ def request_variants(req: VerifyRequest, opts: VerifyOptions) -> list[dict[str, 
     if req.variants is not None:
         return list(req.variants)
     return first_of_each(req.task_source)
+
+
+def record_generalisation(v: Any, variants: list[dict[str, Any]], checked: Any) -> None:
+    """An `info` finding `generalised` naming the variants the candidate passed, so a dataset
+    row can show its generalisation check (a candidate with none has no such finding)."""
+    if not variants or not isinstance(checked, list):
+        return
+    done = [describe(x) for x, c in zip(variants, checked, strict=False) if c is True]
+    if done:
+        v.findings.append({"rule": "generalised", "severity": "info", "line": None,
+                           "message": "also correct at " + "; ".join(done)})

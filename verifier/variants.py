@@ -16,7 +16,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-INIT = "get_init_inputs()"  # change names of literal constructor arguments: get_init_inputs()[i]
+# change names of literal constructor arguments: the `Model.__init__` parameter they bind to,
+# else their position `get_init_inputs()[i]`
+INIT = "get_init_inputs()"
 INPUTS = "get_inputs()"  # change names of sizes written inline in get_inputs: get_inputs()#k
 
 
@@ -24,8 +26,8 @@ def _literal_edits(tree: ast.Module, ints: Callable[[int], int], floats: Callabl
                    inline: bool = False
                    ) -> list[tuple[int, int, int, str, str, int | float, int | float]]:
     """(line, col, end col, new text, name, old, new) for top-level int/float constants, int
-    literals in get_inputs when `inline` (`get_inputs()#k`) and float literals in get_init_inputs (named
-    `get_init_inputs()[i]` in the order they appear)."""
+    literals in get_inputs when `inline` (`get_inputs()#k`) and float literals in get_init_inputs
+    (named by the constructor parameter they bind to, else `get_init_inputs()[i]`)."""
     edits = []
 
     def edit(node: ast.Constant, name: str, new: int | float) -> None:
@@ -54,9 +56,32 @@ def _literal_edits(tree: ast.Module, ints: Callable[[int], int], floats: Callabl
             found = sorted((n for n in ast.walk(stmt) if isinstance(n, ast.Constant)
                             and isinstance(n.value, float)),
                            key=lambda n: (n.lineno, n.col_offset))
+            names = _init_names(tree, stmt, found)
             for i, node in enumerate(found):
-                edit(node, f"{INIT}[{i}]", floats(node.value))
+                edit(node, names.get(id(node), f"{INIT}[{i}]"), floats(node.value))
     return edits
+
+
+def _init_names(tree: ast.Module, fn: ast.FunctionDef, found: list[ast.Constant]
+                ) -> dict[int, str]:
+    """id(literal) -> the `Model.__init__` parameter it binds to, for literals that are whole
+    items of the list `get_init_inputs` returns (`return [64, 0.7]` with `__init__(self, dim,
+    temperature)`: the 0.7 is `temperature`), so feedback names the argument, not a position.
+    A name a module-level constant already has, or a literal nested deeper, keeps its position."""
+    init = next((f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "Model"
+                 for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    ret = next((r for r in ast.walk(fn) if isinstance(r, ast.Return)), None)
+    if init is None or ret is None or not isinstance(ret.value, ast.List | ast.Tuple):
+        return {}
+    params = [a.arg for a in [*init.args.posonlyargs, *init.args.args][1:]]
+    taken = {t.id for stmt in tree.body if isinstance(stmt, ast.Assign)
+             for t in stmt.targets if isinstance(t, ast.Name)}
+    out = {}
+    ids = {id(n) for n in found}
+    for pos, item in enumerate(ret.value.elts):
+        if id(item) in ids and pos < len(params) and params[pos] not in taken:
+            out[id(item)] = params[pos]
+    return out
 
 
 def rewrite(source: str, ints: Callable[[int], int], floats: Callable[[float], float],
@@ -151,7 +176,8 @@ def apply_changes(source: str, changes: dict[str, list[int | float]]) -> str:
 
 
 def single_change(source: str, name: str, new: int | float) -> str:
-    """The task with only `name` (a module constant or `get_init_inputs()[i]`) set to `new`."""
+    """The task with only `name` (a module constant, a constructor parameter whose literal
+    `get_init_inputs` passes, or `get_init_inputs()[i]`) set to `new`."""
     tree = ast.parse(source)
     edits = [e for e in _literal_edits(tree, lambda v: v + 1, lambda v: v + 1.0, True)
              if e[4] == name]

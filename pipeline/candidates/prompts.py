@@ -7,6 +7,7 @@ user template is filled with `str.format` using the placeholders listed in `PLAC
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import dataclass
 
@@ -160,6 +161,26 @@ def init_inputs_for(task: Task, backend: str) -> object:
         return task.init_inputs
 
 
+def describe_init(source: str, init: object) -> str:
+    """The constructor arguments by the `Model.__init__` parameter each binds to
+    (`embed_dim=1024, num_heads=16`); the plain list when they cannot be matched."""
+    if init == [] or init is None:
+        return "none"
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return json.dumps(init)
+    fn = next((f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "Model"
+               for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if fn is None or not isinstance(init, list):
+        return json.dumps(init)
+    params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args][1:]]
+    if len(init) > len(params):
+        return json.dumps(init)
+    return ", ".join(f"{name}={json.dumps(value)}" for name, value in zip(params, init,
+                                                                          strict=False))
+
+
 def describe_inputs(task: Task, backend: str) -> str:
     """One bullet per forward input: name, shape, dtype, at the shown reference's sizes."""
     specs = input_specs_for(task, backend)
@@ -223,7 +244,7 @@ def prompt_fields(task: Task, backend: str, cfg: GenerateConfig) -> dict[str, st
         "build": w.build,
         "reference": reference_for(task, backend).strip("\n"),
         "inputs": describe_inputs(task, backend),
-        "init_inputs": json.dumps(init) if init != [] else "none",
+        "init_inputs": describe_init(reference_for(task, backend), init),
         "requirements": requirements(backend, cfg, reasoning=cfg.include_reasoning),
         "task_name": task.name or task.task_id,
     }

@@ -131,6 +131,13 @@ def _is_teacher(cand: Candidate) -> bool:
     return cand.generator.startswith(("template:", "teacher:"))
 
 
+def generalisation_checked(v: Verdict) -> bool:
+    """The verifier ran the generalisation check and every variant passed: a `generalised`
+    finding and no `variant_skipped` one (a correct verdict with neither was never checked)."""
+    rules = {f.rule for f in v.findings or []}
+    return "generalised" in rules and "variant_skipped" not in rules
+
+
 # --- builders --------------------------------------------------------------------------------
 
 
@@ -192,6 +199,9 @@ def _rft_selection(cands: list[Candidate], verdicts: list[Verdict], cfg: Config
     if not sampled:
         return []
     sel = cfg.select
+    if cfg.verify.generalize:
+        checked = {v.candidate_id for v in verdicts if generalisation_checked(v)}
+        verdicts = [v for v in verdicts if v.candidate_id in checked]
     ids = set(SELECTORS[sel.method](sampled, verdicts, sel.k, sel.diversity_weight, sel.seed))
     return [c for c in sampled if c.candidate_id in ids]
 
@@ -390,6 +400,8 @@ def build_datasets(tasks: list[Task], candidates: list[Candidate], verdicts: lis
     picked = set(selected)
     chosen = [c for c in cands if c.candidate_id in picked and c.candidate_id in vmap
               and vmap[c.candidate_id].status in CORRECT_STATUSES]
+    if cfg.verify.generalize:  # an answer taught as correct was also correct at other sizes
+        chosen = [c for c in chosen if generalisation_checked(vmap[c.candidate_id])]
     rows: dict[str, list] = {
         "sft": _sft_rows(task_map, chosen, vmap, splits, cfg),
         "rft": _rft_rows(task_map, _rft_selection(cands, verdicts, cfg), cands, vmap, splits,

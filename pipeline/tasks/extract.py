@@ -283,6 +283,11 @@ def build_task(m: RawModule, ext: Extraction | None, probe: dict, cfg: TasksConf
                                 flops=gpu["flops"], nbytes=gpu["bytes"],
                                 bytes_unfused=gpu.get("bytes_unfused", 0.0), level=level,
                                 gpu=cfg.target_gpu)
+    if ext is not None:  # the task file passes only the required arguments (assemble_task)
+        n = sum(1 for p in ext.init_params if not p.has_default)
+        probe = {**probe, "init_inputs": probe["init_inputs"][:n],
+                 "cpu_init_inputs": (probe.get("cpu_init_inputs") or [])[:n]
+                 if probe.get("cpu_init_inputs") is not None else None}
     meta = {"cpu_ms": probe.get("validity", {}).get("cpu_ms"), "annotated": count,
             "probe_s": round(probe.get("wall_s", 0.0), 3),
             "cpu_init_inputs": probe.get("cpu_init_inputs"), "cpu_sizes": cpu_values,

@@ -10,7 +10,7 @@ import json
 import random
 from pathlib import Path
 
-from schemas import Candidate, Message, RawModule, Rejection, Task, TensorSpec, Verdict
+from schemas import Candidate, Finding, Message, RawModule, Rejection, Task, TensorSpec, Verdict
 from verifier.protocol import CORRECT_STATUSES
 
 REFERENCE = '''import torch
@@ -136,6 +136,9 @@ def verdict(cand: Candidate, status: str, speedup: float | None = None, reward: 
         speedup=speedup, speedup_compiled=speedup * 0.8 if speedup else None,
         faster=bool(speedup and speedup > 1.1), reward=reward,
         feedback=f"status {status}" + (f": {error}" if error else ""),
+        # what the verifier records when the generalisation check passed (dataset builds)
+        findings=[Finding("generalised", "also correct at batch_size 16 -> 12", None, "info")]
+        if correct else [],
     )
 
 

@@ -307,3 +307,36 @@ def test_the_same_two_programs_make_one_pair_whatever_their_ids() -> None:
                 verdict(bad, "incorrect", reward=0.1, error="max diff 2.0")]
     rows = _prefs([task], [a, b, bad], verdicts)
     assert len(rows) == 1 and rows[0]["rejected_status"] == "incorrect"
+
+
+def test_sft_and_rft_answers_without_a_passed_generalisation_check_are_not_published() -> None:
+    from dataclasses import replace
+
+    from schemas import Finding
+
+    tasks, cands, verdicts = pool(n_tasks=4)
+    selected = select_diverse(cands, verdicts, 3, 0.5)
+    full = build_datasets(tasks, cands, verdicts, selected, Config())
+    sft_ids = full["sft"].column("candidate_id").to_pylist()
+    rft_ids = full["rft"].column("candidate_id").to_pylist()
+    assert sft_ids and rft_ids
+    unchecked = {sft_ids[0], rft_ids[0]}  # correct, but never checked at other sizes
+    skipped = {sft_ids[-1]}  # one variant skipped: not every size set was checked
+    changed = []
+    for v in verdicts:
+        if v.candidate_id in unchecked:
+            v = replace(v, findings=[])
+        elif v.candidate_id in skipped:
+            v = replace(v, findings=[*v.findings, Finding("variant_skipped", "sizes: ...",
+                                                          None, "warning")])
+        changed.append(v)
+    out = build_datasets(tasks, cands, changed, selected, Config())
+    kept = set(out["sft"].column("candidate_id").to_pylist()) | set(
+        out["rft"].column("candidate_id").to_pylist())
+    assert not kept & (unchecked | skipped)
+    assert set(sft_ids) - unchecked - skipped <= kept
+    # with the check off (a build that never ran it) the same verdicts publish
+    off = Config()
+    off.verify.generalize = False
+    assert sft_ids[0] in build_datasets(tasks, cands, changed, selected, off)["sft"].column(
+        "candidate_id").to_pylist()

@@ -30,7 +30,7 @@ def test_cuda_prompt_states_reference_shapes_and_rules(linear_task_source: str) 
     assert "CUDA C++" in system and "```python" in system
     assert linear_task_source.strip() in user  # the reference, verbatim
     assert "`x`: tensor float32 of shape (8, 64)" in user
-    assert "[64, 32]" in user
+    assert "in_features=64, out_features=32" in user  # named by the parameter they bind to
     assert "class ModelNew(nn.Module)" in user
     assert "No PyTorch/ATen compute fallback" in user
     assert "must compile" in user and "match the reference numerically" in user
@@ -67,9 +67,9 @@ def test_cpu_prompt_states_cpu_shapes_and_cpu_constructor_arguments(linear_task_
                                     "cpu_init_inputs": [16, 32]}))
     user = build_prompt(task, "cpu", GenerateConfig())[1].content
     assert "shape (8, 16)" in user and "shape (8, 64)" not in user
-    assert "[16, 32]" in user and "[64, 32]" not in user
+    assert "in_features=16, out_features=32" in user and "in_features=64" not in user
     cuda = build_prompt(task, "cuda", GenerateConfig())[1].content
-    assert "shape (8, 64)" in cuda and "[64, 32]" in cuda
+    assert "shape (8, 64)" in cuda and "in_features=64, out_features=32" in cuda
 
 
 def test_musa_prompt_uses_musa_wording_and_ported_reference() -> None:

@@ -8,6 +8,7 @@ answer's reasoning must be one that reference really has.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 
@@ -72,6 +73,13 @@ def _facts(source: str) -> tuple[list, list, list, set[int]]:
     return init, in_shapes, [list(o.shape) for o in outs], dims
 
 
+def _init_params(source: str) -> list[str]:
+    model = next(c for c in ast.parse(source).body if isinstance(c, ast.ClassDef)
+                 and c.name == "Model")
+    init = next(f for f in model.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+    return [a.arg for a in init.args.args[1:]]
+
+
 def _lists(text: str) -> list[list[int]]:
     return [[int(d) for d in m.split(",")] for m in re.findall(r"\[(\d+(?:, \d+)*)\]", text)]
 
@@ -93,8 +101,13 @@ def test_every_dimension_in_a_row_is_the_code_s(tasks, backend: str) -> None:
             assert set(shape) <= dims, (label, "comment", shape, sorted(dims))
         user = build_prompt(task, backend, GenerateConfig())[1].content
         stated = re.search(r"Constructor arguments \(from `get_init_inputs\(\)`\): (.*)", user)
-        assert stated and stated.group(1) == (json.dumps(init) if init else "none"), (
-            label, stated and stated.group(1), init)
+        assert stated, label
+        named = re.findall(r"(\w+)=([^,=]+(?:, [^,=]+)*?)(?=, \w+=|$)", stated.group(1))
+        values = [json.loads(v) for _, v in named] if named else (
+            [] if stated.group(1) == "none" else json.loads(stated.group(1)))
+        assert values == init, (label, stated.group(1), init)
+        if init:  # named by the constructor parameter each binds to
+            assert [n for n, _ in named] == _init_params(ref)[:len(init)], (label, stated)
         shown = [[int(d) for d in m.split(", ")] for m in
                  re.findall(r"of shape \((\d+(?:, \d+)*)\)", user)]
         assert shown in ([], in_shapes), (label, shown, in_shapes)

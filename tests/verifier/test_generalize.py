@@ -85,7 +85,7 @@ def test_variants_change_sizes_and_constructor_values_and_say_what() -> None:
     sizes, init = groups[0][0], groups[1][0]
     assert sizes["changes"] == {"batch_size": [16, 12], "dim": [256, 192]}
     assert "batch_size = 12" in sizes["source"] and "dim = 192" in sizes["source"]
-    assert init["changes"] == {"get_init_inputs()[0]": [1.5, 1.875]}
+    assert init["changes"] == {"scale": [1.5, 1.875]}  # named by its parameter
     assert "return [1.875]" in init["source"]
     assert describe(sizes) == "batch_size 16 -> 12, dim 256 -> 192"
     # a variant is rebuilt from its changes alone (what a Task stores)
@@ -133,8 +133,8 @@ def test_only_the_hard_coded_size_is_named(verdicts) -> None:
 def test_hard_coded_constructor_value_fails_naming_it(verdicts) -> None:
     v = verdicts["scale"]
     assert v.status == "incorrect"
-    assert "other constructor arguments (get_init_inputs()[0] 1.5 -> 1.875)" in v.feedback
-    assert "hard-codes get_init_inputs()[0] (1.5)" in v.feedback
+    assert "other constructor arguments (scale 1.5 -> 1.875)" in v.feedback
+    assert "hard-codes scale (1.5)" in v.feedback
 
 
 def test_the_requests_own_variants_are_the_ones_checked(verdicts) -> None:
@@ -153,3 +153,14 @@ def test_sizes_written_inline_in_get_inputs_move_too() -> None:
     assert sizes["changes"]["get_inputs()#2"] == [51, 39]
     assert "get_inputs()#1" not in sizes["changes"]  # 1 is structural, kept
     assert "torch.randn((28, 1)), torch.randn(39)" in apply_changes(inline, sizes["changes"])
+
+
+def test_constructor_literals_are_named_by_their_parameter() -> None:
+    two = TASK.replace("def __init__(self, scale: float):", "def __init__(self, dim, scale):") \
+              .replace("return [1.5]", "return [dim, 1.5]")
+    assert first_of_each(two)[-1]["changes"] == {"scale": [1.5, 1.875]}
+    # nested in a list, or the parameter's name already a module constant: its position
+    nested = TASK.replace("return [1.5]", "return [[1.5]]")
+    assert first_of_each(nested)[-1]["changes"] == {"get_init_inputs()[0]": [1.5, 1.875]}
+    clash = TASK.replace("dim = 256", "dim = 256\nscale = 2")
+    assert "get_init_inputs()[0]" in first_of_each(clash)[-1]["changes"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pipeline.candidates.templates.analysis import Node, NoTemplate
 from pipeline.candidates.templates.program import Builder, ctype, numel
+from pipeline.candidates.templates.symbolic import Dim
 
 _POINT = r"""
 struct K_Geom { int64_t D, H, W, Do, Ho, Wo, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw,
@@ -107,6 +108,25 @@ def _pad3(vals, fill: int, nsp: int) -> list[int]:
     return [fill] * (3 - len(vals)) + vals
 
 
+def _out_sizes(sp_in: list, sp_out: list, k3: list, s3: list, p3: list, d3: list,
+               ceil: bool) -> list:
+    """Output sizes as expressions of the input's: the trace writes a pooled size as a number
+    (`255` for `(512 - 4) // 2 + 1`), which would pin the candidate to the traced length."""
+    out = list(sp_out)
+    pad = 3 - len(sp_in)
+    for i, (n, o) in enumerate(zip(sp_in, sp_out, strict=True)):
+        j = pad + i
+        if not isinstance(n, Dim) or isinstance(o, Dim):
+            continue
+        c = 2 * p3[j] - d3[j] * (k3[j] - 1) - 1 + (s3[j] - 1 if ceil else 0)
+        size = ((n - (-c) if c < 0 else n + c) // s3[j]) + 1
+        if ceil and (int(size) - 1) * s3[j] >= int(n) + p3[j]:
+            continue  # PyTorch drops a last window that starts in the padding: keep the number
+        if int(size) == int(o):
+            out[i] = size
+    return out
+
+
 def lower_pool(b: Builder, node: Node) -> None:
     """Emit a pooling kernel for max_pool*d(_with_indices) / avg_pool*d."""
     base = node.base
@@ -128,6 +148,9 @@ def lower_pool(b: Builder, node: Node) -> None:
     s3 = _pad3(stride, 1, nsp)
     p3 = _pad3(node.a("padding", 0), 0, nsp)
     d3 = _pad3(node.a("dilation", 1), 1, nsp) if is_max else [1, 1, 1]
+    if not adaptive:
+        sp_out = _out_sizes(sp_in, sp_out, k3, s3, p3, d3, bool(node.a("ceil_mode", False)))
+        out_meta = {**out_meta, "shape": [*out_meta["shape"][:-nsp], *sp_out]}
     div = node.a("divisor_override") or 0
     include_pad = bool(node.a("count_include_pad", True))
     geom = [*_pad3(sp_in, 1, nsp), *_pad3(sp_out, 1, nsp), *k3, *s3, *p3, *d3, int(div),

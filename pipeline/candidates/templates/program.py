@@ -9,6 +9,7 @@ Shapes are static per backend source, so allocation sizes are literals taken fro
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import math
 import re
@@ -239,6 +240,8 @@ def render(b: Builder) -> str:
     if not b.cuda:
         body = tidy.cpu_inline(body)
     body = tidy.drop_unused_macros(body)
+    # a template slot left empty (no offset code) must not leave a blank line in a loop
+    body = re.sub(r"[ \t]+\n", "\n", re.sub(r"\{\n[ \t]*\n", "{\n", body))
     header = tidy.header(body, b.cuda)
     decls = "\n".join(k.decl + ";" for k in b.kernels)
     digest = hashlib.sha256((header + body + b.backend).encode()).hexdigest()[:12]
@@ -261,9 +264,12 @@ def render(b: Builder) -> str:
         sources = f'KERNELS = r"""\n{header}\n{body}"""\n'
     base_imports = {"import torch", "import torch.nn as nn",
                      "from torch.utils.cpp_extension import load_inline"}
-    preamble = "\n".join(ln for ln in b.ref.preamble.splitlines() if ln not in base_imports)
     init = "\n".join("    " + ln for ln in b.ref.init_source.splitlines())
     fwd = "\n".join("        " + ln for ln in b.lines)
+    used = _globals_read(f"class ModelNew:\n{init}\n    def forward({b.ref.forward_signature}):\n"
+                         f"{fwd}\n")
+    preamble = "\n".join(ln for ln in b.ref.preamble.splitlines()
+                         if ln not in base_imports and _binds_used(ln, used))
     return (
         "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
         f"{preamble}\n\n{sources}\n{build}\n\n\n"
@@ -272,6 +278,36 @@ def render(b: Builder) -> str:
         f"    def forward({b.ref.forward_signature}):\n"
         f"{fwd}\n"
     )
+
+
+def _globals_read(class_text: str) -> set[str]:
+    """Names the class reads that it does not bind itself (parameters, locals): the module
+    names its methods need."""
+    try:
+        tree = ast.parse(class_text)
+    except SyntaxError:  # keep every copied line rather than guess
+        return set(re.findall(r"\b\w+\b", class_text))
+    bound = {a.arg for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+             for a in [*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs,
+                       *filter(None, [f.args.vararg, f.args.kwarg])]}
+    bound |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+              and isinstance(n.ctx, ast.Store)}
+    read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return read - bound
+
+
+def _binds_used(line: str, names: set[str]) -> bool:
+    """A copied import or constant is kept only when the candidate reads the name it binds (the
+    reference's `batch_size = 512` in an answer would be a size it never reads)."""
+    m = (re.match(r"^(\w+) = ", line) or re.match(r"^import [\w.]+ as (\w+)$", line)
+         or re.match(r"^import (\w+)", line))
+    if m:
+        return m.group(1) in names
+    m = re.match(r"^from [\w.]+ import (.+)$", line)
+    if m:
+        bound = [n.split(" as ")[-1].strip() for n in m.group(1).strip("()").split(",")]
+        return any(n in names for n in bound)
+    return True
 
 
 __all__ = ["Builder", "Built", "Kernel", "NoTemplate", "acc_type", "ctype", "fn", "lit",

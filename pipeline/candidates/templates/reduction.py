@@ -62,9 +62,12 @@ def _ops(kind: str, p: float, acc: str) -> tuple[str, str, str, str]:
         return "0", "x", "v += ov;", "v / (acc_t)R" if kind == "mean" else "v"
     if kind == "prod":
         return "1", "x", "v *= ov;", "v"
-    if kind in ("max", "max_idx", "argmax"):
+    if kind in ("max", "min"):  # values only: no index to break ties with
+        return (f"-{inf}" if kind == "max" else inf), "x", \
+            f"if (ov {'>' if kind == 'max' else '<'} v) v = ov;", "v"
+    if kind in ("max_idx", "argmax"):
         return f"-{inf}", "x", f"if {better_max} {{ v = ov; vi = oi; }}", "v"
-    if kind in ("min", "min_idx", "argmin"):
+    if kind in ("min_idx", "argmin"):
         return inf, "x", f"if {better_min} {{ v = ov; vi = oi; }}", "v"
     if kind == "norm":
         f = "f" if acc == "float" else ""
@@ -78,6 +81,21 @@ def _ops(kind: str, p: float, acc: str) -> tuple[str, str, str, str]:
             return "0", "(x != 0 ? (acc_t)1 : (acc_t)0)", "v += ov;", "v"
         return "0", f"pow{f}(fabs{f}(x), (acc_t){p!r})", "v += ov;", f"pow{f}(v, (acc_t){1 / p!r})"
     raise NoTemplate(f"reduction kind {kind}")
+
+
+def _drop_index(src: str, kname: str, mapx: str) -> str:
+    """The kernel text without the running index a sum/mean/norm never reads (the shared text
+    carries one for argmax/argmin)."""
+    for a, b in ((f"HD void {kname}_combine(acc_t& v, int64_t& vi, acc_t ov, int64_t oi)",
+                  f"HD void {kname}_combine(acc_t& v, acc_t ov)"),
+                 (f"{kname}_combine(v, vi, {mapx}, r);", f"{kname}_combine(v, {mapx});"),
+                 (f"{kname}_combine(v, vi, ov, oi);", f"{kname}_combine(v, ov);"),
+                 (" int64_t vi = INT64_MAX;", ""),
+                 ("{ sv[warp] = v; si[warp] = vi; }", "sv[warp] = v;")):
+        src = src.replace(a, b)
+    drop = ("const int64_t oi = __shfl_down_sync", "__shared__ int64_t si[32];",
+            "vi = lane < nw ? si[lane] : INT64_MAX;")
+    return "\n".join(ln for ln in src.splitlines() if not any(d in ln for d in drop)) + "\n"
 
 
 def lower_reduction(b: Builder, node: Node) -> None:
@@ -112,7 +130,8 @@ HD void {kname}_combine(acc_t& v, int64_t& vi, acc_t ov, int64_t oi) {{
 """
     val_store = f"out[o] = ({out_t})(({fin}));" if has_val else ""
     idx_store = "idx[o] = vi;" if has_idx else ""
-    out_param = f"{out_t}* __restrict__ out, int64_t* __restrict__ idx"
+    out_param = ", ".join([f"{out_t}* __restrict__ out"] * has_val
+                          + ["int64_t* __restrict__ idx"] * has_idx)
     src_ptr = f"const {in_t}* base = in + (o / inner) * R * inner + (o % inner);"
     if b.cuda and block_mode:
         body = f"""
@@ -173,24 +192,27 @@ __global__ void {kname}_kernel(const {in_t}* __restrict__ in, {out_param},
         grid = f"ks_blocks(outer * inner, {threads})"
         how = (f"one thread per output ({threads} per block): neighbouring threads own "
                f"neighbouring inner positions, so each step of the {r}-long loop is a coalesced load")
+    out_ptr = "\n    ".join([f"{out_t}* __restrict__ out = ({out_t}*)out_.data_ptr();"] * has_val
+                             + ["int64_t* __restrict__ idx = (int64_t*)idx_.data_ptr();"]
+                             * has_idx)
     if b.cuda:
         host = f"""
-void NAME(torch::Tensor x, torch::Tensor out, torch::Tensor idx, int64_t outer, int64_t R,
-          int64_t inner) {{
+void NAME(torch::Tensor x, torch::Tensor{" out" * has_val}, torch::Tensor{" idx" * has_idx},
+          int64_t outer, int64_t R, int64_t inner) {{
     {kname}_kernel<<<{grid}, {threads}, 0, KS_STREAM>>>(
-        (const {in_t}*)x.data_ptr(), {"(" + out_t + "*)out.data_ptr()" if has_val else "nullptr"},
-        {"(int64_t*)idx.data_ptr()" if has_idx else "nullptr"}, outer, R, inner);
+        (const {in_t}*)x.data_ptr(), {", ".join(["(" + out_t + "*)out.data_ptr()"] * has_val
+                                               + ["(int64_t*)idx.data_ptr()"] * has_idx)},
+        outer, R, inner);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }}
 """
         src = combine_fn + body + host
     else:
         src = combine_fn + f"""
-void NAME(torch::Tensor x, torch::Tensor out_, torch::Tensor idx_, int64_t outer, int64_t R,
-          int64_t inner) {{
+void NAME(torch::Tensor x, torch::Tensor{" out_" * has_val}, torch::Tensor{" idx_" * has_idx},
+          int64_t outer, int64_t R, int64_t inner) {{
     const {in_t}* __restrict__ in = (const {in_t}*)x.data_ptr();
-    {out_t}* __restrict__ out = {"(" + out_t + "*)out_.data_ptr()" if has_val else "nullptr"};
-    int64_t* __restrict__ idx = {"(int64_t*)idx_.data_ptr()" if has_idx else "nullptr"};
+    {out_ptr}
     #pragma omp parallel for schedule(static)
     for (int64_t o = 0; o < outer * inner; ++o) {{
         {src_ptr}
@@ -200,7 +222,6 @@ void NAME(torch::Tensor x, torch::Tensor out_, torch::Tensor idx_, int64_t outer
             {kname}_combine(v, vi, {mapx}, r);
         }}
         {val_store} {idx_store}
-        (void)out; (void)idx;
     }}
 }}
 """
@@ -209,6 +230,8 @@ void NAME(torch::Tensor x, torch::Tensor out_, torch::Tensor idx_, int64_t outer
             "int64_t R, int64_t inner)")
     note = (f"Reduction ({kind}{'' if kind != 'norm' else f' p={p:g}'}) of shape {shape} viewed "
             f"as (outer={outer}, R={r}, inner={inner}) with {how}.")
+    if not has_idx:
+        src = _drop_index(src, kname, mapx)
     src = src.replace("acc_t", f"{kname}_acc")
     name = b.add_kernel("reduction", kname, src, decl, note)
     vals = b.alloc(out_meta["shape"], out_meta["dtype"]) if has_val else "dev_dummy"

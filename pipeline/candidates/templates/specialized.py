@@ -102,6 +102,45 @@ def resolve_specialized(p: dict, q: dict, symbols: dict[str, tuple[str, int] | s
     for na, nb in zip(p["nodes"], q["nodes"], strict=True):
         for key in ("args", "named", "meta"):
             na[key] = fix(na[key], nb[key])
+    return changed + _sqrt_of_ratio(p, q, set(symbols))
+
+
+def _sqrt_of_ratio(p: dict, q: dict, known: set[str]) -> int:
+    """A 1/sqrt(head_dim) scale where head_dim is a ratio of sizes (`embed_dim // num_heads`):
+    the second trace scales every size alike, so the ratio and its scale stay put and `fix`
+    cannot see them move. A float equal to sqrt or 1/sqrt of such a derived size (8 or more, the
+    same in both traces) is that size's expression."""
+    same: dict[tuple[int, int], str] = {}
+    for na, nb in zip(p["nodes"], q["nodes"], strict=True):
+        ma, mb = na.get("meta"), nb.get("meta")
+        if not (isinstance(ma, dict) and isinstance(mb, dict)):
+            continue
+        for sa, sb in zip(ma.get("shape") or [], mb.get("shape") or [], strict=False):
+            if (isinstance(sa, dict) and set(sa) == {"sym", "value"} and "//" in sa["sym"]
+                    and _value(sb) == sa["value"] >= 8
+                    and set(re.findall(r"[sk]\d+", sa["sym"])) <= known):
+                same.setdefault((sa["value"], sa["value"]), sa["sym"])
+    if not same:
+        return 0
+    changed = 0
+
+    def fix(a, b):
+        nonlocal changed
+        if isinstance(a, float) and not isinstance(a, bool) and a == b:
+            expr = _float_of_size(a, b, same, _SQRT_FORMS)
+            if expr is not None:
+                changed += 1
+                return {"scalar": expr, "value": a}
+            return a
+        if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            return [fix(x, y) for x, y in zip(a, b, strict=True)]
+        if isinstance(a, dict) and isinstance(b, dict) and not ({"sym", "node", "scalar"} & set(a)):
+            return {k: fix(v, b.get(k)) if k in b else v for k, v in a.items()}
+        return a
+
+    for na, nb in zip(p["nodes"], q["nodes"], strict=True):
+        for key in ("args", "named"):
+            na[key] = fix(na[key], nb[key])
     return changed
 
 
@@ -113,7 +152,7 @@ def _fix_expr(a: dict, b: dict, pairs: dict[tuple[int, int], str]) -> dict:
     out = []
     for i, (x, y) in enumerate(zip(ta, tb, strict=True)):
         if i % 2 == 1 and x != y:
-            sym = pairs.get((int(x), int(y)))
+            sym = pairs.get((int(x), int(y))) or _multiple_of_size(int(x), int(y), pairs)
             if sym is None:
                 return a
             out.append(sym)
@@ -124,19 +163,32 @@ def _fix_expr(a: dict, b: dict, pairs: dict[tuple[int, int], str]) -> dict:
     return {"sym": "".join(out), "value": a["value"]}
 
 
+def _multiple_of_size(x: int, y: int, pairs: dict[tuple[int, int], str]) -> str | None:
+    """`24` in one trace and `18` in the other, with a size that moved 8 -> 6: `(3*k0)` (sympy
+    folds a view's `3 * num_heads` into one number when num_heads was traced as a constant)."""
+    for (va, vb), sym in pairs.items():
+        if 2 <= va < x and vb and x % va == 0 and y % vb == 0 and x // va == y // vb:
+            return f"({x // va}*{sym})"
+    return None
+
+
 # Floats a reference computes from a size: 1/sqrt(head_dim) scales, 1/N means, 1/(N-1).
 _FLOAT_FORMS = (("1.0 / {s}", lambda v: 1.0 / v), ("{s} ** -0.5", lambda v: v ** -0.5),
                 ("{s} ** 0.5", lambda v: v ** 0.5), ("1.0 / ({s} - 1)", lambda v: 1.0 / (v - 1)),
                 ("float({s})", float))
 
 
-def _float_of_size(a: float, b: float, pairs: dict[tuple[int, int], str]) -> str | None:
+_SQRT_FORMS = _FLOAT_FORMS[1:3]
+
+
+def _float_of_size(a: float, b: float, pairs: dict[tuple[int, int], str],
+                   forms: tuple = _FLOAT_FORMS) -> str | None:
     """An expression of one size symbol that gives `a` in one trace and `b` in the other."""
     def close(x: float, y: float) -> bool:
         return abs(x - y) <= 1e-6 * max(abs(x), abs(y), 1e-30)
 
     for (va, vb), sym in pairs.items():
-        for text, f in _FLOAT_FORMS:
+        for text, f in forms:
             try:
                 if close(f(va), a) and close(f(vb), b):
                     return text.format(s=sym)

@@ -43,7 +43,7 @@ def test_probe_keeps_the_first_variant_whose_reference_runs() -> None:
     assert [v["label"] for v in kept] == ["sizes", "init"]
     # 3/4 (12, 48) fails the reference; 1/2 (8, 32) runs
     assert kept[0]["changes"] == {"batch_size": [16, 8], "features": [64, 32]}
-    assert kept[1]["changes"] == {"get_init_inputs()[0]": [0.5, 0.625]}
+    assert kept[1]["changes"] == {"temperature": [0.5, 0.625]}
     assert any(r.startswith("sizes:") and "power of two" in r for r in result["dropped"]["cpu"])
 
 

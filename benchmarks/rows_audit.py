@@ -1,0 +1,413 @@
+"""Audit a published dataset version against issue 18's Done-when: rows worth training on.
+
+Checks, each counted pass/fail over the rows (or kernels) it applies to:
+- `generalised`: every SFT/RFT answer's and preference chosen side's verdict records a passed
+  generalisation check (a `generalised` finding, no `variant_skipped`).
+- `no_switches`: no preprocessor switch (`#if`, `#ifdef`, `#elif`, `#else`, `#endif`, `#undef`)
+  and no macro defined but unused in any published kernel (SFT, RFT, preference chosen sides).
+- `builds_clean`: the CPU kernels of those answers build with `-Wall -Wextra
+  -Werror=unused-variable -Werror=unused-function` (one translation unit, each in a namespace;
+  `-fsyntax-only`); CUDA kernels are counted as not built.
+- `sizes_agree`: in every row that shows a reference (all configs), the `# inputs:`/`# returns`
+  annotations, every shape in a comment, the stated constructor arguments, the stated input
+  shapes and every shape in the answer's reasoning are the reference's own (run on the meta
+  device in the verifier's sandbox).
+- `init_named`: no row names a constructor value `get_init_inputs()[i]`.
+- `pair_margin` / `pair_distinct`: every preference pair is correct over incorrect or >= 1.2x
+  faster on the same device, and its two programs are at most 0.9 similar.
+- `review_fix_verified`: applying each review row's labelled fix to its kernel gives a program
+  the verifier passed.
+- `backend_named`: the card's tags are exactly those of the backends in the rows, every row
+  names its backend, and the card's text says which backend made and checked the kernels.
+
+    python -m benchmarks.rows_audit --workspace WS [--name kernelsynth] [--version vN]
+        [--out table.md]
+
+Exit status 1 when any check has a failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+
+from pipeline.datasets.card import backend_tags
+from pipeline.datasets.pairs import (
+    MAX_SIMILARITY,
+    MIN_SPEEDUP,
+    apply_label,
+    code_similarity,
+    fix_label,
+    has_margin,
+    normalise_code,
+    verified_codes,
+)
+from pipeline.datasets.rows import generalisation_checked
+from pipeline.workspace import Workspace
+from schemas import Candidate, Verdict
+from verifier.extspec import specs_from_source
+
+SWITCH = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif|undef)\b[^\n]*", re.M)
+CODE = re.compile(r"```(?:python)?\n(.*?)```", re.S)
+
+
+class Audit:
+    """Pass/fail counts per check and the first few failures of each."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, Counter] = {}
+        self.examples: dict[str, list[str]] = {}
+
+    def record(self, check: str, ok: bool, where: str = "", why: str = "") -> None:
+        self.counts.setdefault(check, Counter())["pass" if ok else "fail"] += 1
+        if not ok and len(self.examples.setdefault(check, [])) < 5:
+            self.examples[check].append(f"{where}: {why}"[:300])
+
+    def skip(self, check: str, n: int = 1) -> None:
+        self.counts.setdefault(check, Counter())["skipped"] += n
+
+    def failed(self) -> bool:
+        return any(c["fail"] for c in self.counts.values())
+
+    def table(self) -> str:
+        lines = ["| check | pass | fail | skipped |", "| --- | ---: | ---: | ---: |"]
+        for check, c in self.counts.items():
+            lines.append(f"| {check} | {c['pass']} | {c['fail']} | {c['skipped']} |")
+        for check, ex in self.examples.items():
+            lines += ["", f"{check} failures (first {len(ex)}):", *[f"- {e}" for e in ex]]
+        return "\n".join(lines) + "\n"
+
+
+def read_config(version_dir: Path, config: str) -> list[dict]:
+    """Every row of one config of a published version (all splits)."""
+    rows: list[dict] = []
+    for path in sorted((version_dir / config).rglob("*.parquet")):
+        rows += pq.read_table(path).to_pylist()
+    return rows
+
+
+def answer_code(content: str) -> str:
+    m = CODE.findall(content or "")
+    return m[-1] if m else ""
+
+
+def kernel_texts(code: str) -> list[tuple[str, str]]:
+    """(backend language, C++ text) of every load_inline source of a candidate file."""
+    out = []
+    for spec in specs_from_source(code) or []:
+        out += [("cpp", s) for s in spec.cpp_sources] + [("cuda", s) for s in spec.cuda_sources]
+    return out
+
+
+def check_generalised(audit: Audit, rows: dict[str, list[dict]],
+                      verdicts: dict[str, Verdict]) -> None:
+    for config in ("sft", "rft"):
+        for r in rows.get(config, []):
+            v = verdicts.get(r["candidate_id"])
+            if v is None:
+                audit.record("generalised", False, f"{config} {r['row_id'][:12]}", "no verdict")
+                continue
+            audit.record("generalised", generalisation_checked(v), f"{config} {r['row_id'][:12]}",
+                         "no passed generalisation check recorded: "
+                         + ", ".join(f.rule for f in v.findings or []))
+
+
+def published_kernels(rows: dict[str, list[dict]]) -> list[tuple[str, str]]:
+    """(where, candidate code) of every answer a trainer imitates."""
+    out = []
+    for config in ("sft", "rft"):
+        for r in rows.get(config, []):
+            out.append((f"{config} {r['row_id'][:12]}", answer_code(r["messages"][-1]["content"])))
+    for r in rows.get("preference", []):
+        out.append((f"preference {r['row_id'][:12]} chosen",
+                    answer_code(r["chosen"][-1]["content"])))
+    return out
+
+
+def check_switches(audit: Audit, kernels: list[tuple[str, str]]) -> None:
+    for where, code in kernels:
+        texts = kernel_texts(code)
+        bad = []
+        for _, text in texts:
+            bad += [m.group(0).strip() for m in SWITCH.finditer(text)]
+            for macro in re.findall(r"^\s*#define\s+(\w+)", text, re.M):
+                if len(re.findall(rf"\b{macro}\b", text)) < 2:
+                    bad.append(f"unused macro {macro}")
+        audit.record("no_switches", not bad, where, "; ".join(bad[:3]))
+
+
+def check_builds(audit: Audit, kernels: list[tuple[str, str]], tmp: Path) -> None:
+    """One -fsyntax-only g++ run over every CPU kernel, each in its own namespace."""
+    if shutil.which("g++") is None:
+        audit.skip("builds_clean", len(kernels))
+        return
+    import sysconfig
+
+    import torch.utils.cpp_extension as cpp
+
+    parts, spans = ["#include <torch/extension.h>\n"], []
+    line = 2
+    for i, (where, code) in enumerate(kernels):
+        cpu = [t for lang, t in kernel_texts(code) if lang == "cpp"]
+        if not cpu or any(lang == "cuda" for lang, _ in kernel_texts(code)):
+            audit.skip("builds_clean")
+            continue
+        body = "\n".join(cpu)
+        undef = "".join(f"#undef {m}\n" for m in re.findall(r"^\s*#define\s+(\w+)", body, re.M))
+        block = f"namespace k{i} {{\n{body}\n}}\n{undef}"
+        spans.append((where, line, line + block.count("\n")))
+        line += block.count("\n")
+        parts.append(block)
+    if not spans:
+        return
+    src = tmp / "kernels.cpp"
+    src.write_text("".join(parts), encoding="utf-8")
+    inc = Path(cpp.__file__).resolve().parent.parent / "include"
+    system = [inc, inc / "torch" / "csrc" / "api" / "include",
+              Path(sysconfig.get_paths()["include"])]
+    cmd = ["g++", "-fsyntax-only", "-std=c++17", "-fopenmp", "-Wall", "-Wextra",
+           "-Werror=unused-variable", "-Werror=unused-function",
+           "-DTORCH_EXTENSION_NAME=ks_audit", *[a for p in system for a in ("-isystem", str(p))],
+           str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    problems: dict[str, list[str]] = {}
+    for msg in proc.stderr.splitlines():
+        m = re.match(rf"{re.escape(str(src))}:(\d+):\d+: (warning|error): (.*)", msg)
+        if not m:
+            continue
+        at = int(m.group(1))
+        where = next((w for w, a, b in spans if a <= at < b), "header")
+        problems.setdefault(where, []).append(f"{m.group(2)}: {m.group(3)}")
+    for where, _, _ in spans:
+        found = problems.get(where, [])
+        audit.record("builds_clean", not found, where, "; ".join(found[:2]))
+
+
+def _shape_lists(text: str) -> list[list[int]]:
+    return [[int(d) for d in m.split(",")] for m in re.findall(r"\[(\d+(?:, \d+)*)\]", text)]
+
+
+def row_views(rows: dict[str, list[dict]]) -> list[tuple[str, str, str]]:
+    """(where, user text that shows a reference, answer text before its code) per row."""
+    out = []
+    for config in ("sft", "rft", "repair", "review"):
+        for r in rows.get(config, []):
+            msgs = r["messages"]
+            user = next((m["content"] for m in msgs if m["role"] == "user"), "")
+            answer = msgs[-1]["content"].split("```")[0] if config in ("sft", "rft") else ""
+            out.append((f"{config} {r['row_id'][:12]}", user, answer))
+    for r in rows.get("preference", []):
+        user = next((m["content"] for m in r["prompt"] if m["role"] == "user"), "")
+        out.append((f"preference {r['row_id'][:12]}", user, ""))
+    for r in rows.get("rl", []):
+        user = next((m["content"] for m in r["prompt"] if m["role"] == "user"), "")
+        out.append((f"rl {r['row_id'][:12]}", user, ""))
+    return out
+
+
+def reference_of(user: str) -> str:
+    m = re.search(r"```python\n(.*?)```", user, re.S)
+    return m.group(1) if m and "def get_inputs" in m.group(1) else ""
+
+
+def reference_facts(sources: list[str], timeout_s: float = 900.0) -> list[dict]:
+    """Shape facts of each reference, computed in the verifier's sandbox (meta device)."""
+    from verifier.sandbox import SandboxLimits, run_sandboxed
+
+    script = Path(__file__).with_name("rows_audit_facts.py")
+    res = run_sandboxed([sys.executable, "facts.py"],
+                        limits=SandboxLimits(timeout_s=timeout_s, memory_mb=8192),
+                        input_files={"facts.py": script.read_text(encoding="utf-8"),
+                                     "sources.json": json.dumps(sources)})
+    facts = (res.payload or {}).get("facts")
+    if facts is None:
+        raise RuntimeError(f"reference facts: {res.describe_failure()}")
+    return facts
+
+
+def size_problems(user: str, answer: str, f: dict) -> list[str]:
+    """Where a row's text disagrees with its reference's own sizes."""
+    ref = reference_of(user)
+    dims, bad = set(f["dims"]), []
+    sig = re.search(r"# inputs: (.*)", ref)
+    if sig and _shape_lists(sig.group(1)) != f["inputs"]:
+        bad.append(f"{sig.group(0)} vs inputs {f['inputs']}")
+    ret = re.search(r"# returns (.*)", ref)
+    if ret and _shape_lists(ret.group(1)) != f["outputs"]:
+        bad.append(f"{ret.group(0)} vs outputs {f['outputs']}")
+    for shape in _shape_lists("\n".join(re.findall(r"#[^\n]*", ref))):
+        if not set(shape) <= dims | {1}:
+            bad.append(f"comment shape {shape}")
+    stated = re.search(r"Constructor arguments \(from `get_init_inputs\(\)`\): (.*)", user)
+    if stated and stated.group(1) != "none":
+        named = re.findall(r"\w+=(.+?)(?=, \w+=|$)", stated.group(1))
+        try:
+            values = [json.loads(v) for v in named] if named else json.loads(stated.group(1))
+        except json.JSONDecodeError:
+            values = None
+        if values != f["init"]:
+            bad.append(f"constructor arguments {stated.group(1)} vs {f['init']}")
+    shown = [[int(d) for d in m.split(", ")] for m in
+             re.findall(r"of shape \((\d+(?:, \d+)*)\)", user)]
+    if shown and shown != f["inputs"]:
+        bad.append(f"stated input shapes {shown} vs {f['inputs']}")
+    # window geometry (kernel [1, 4]) and operand strides (A [64, 1]) are not tensor shapes
+    text = re.sub(r"(kernel|stride|padding|dilation)=? ?\[[^\]]*\]|\b[AB] \[[^\]]*\]", "",
+                  answer)
+    for shape in _shape_lists(text):
+        if not set(shape) <= dims | {1}:
+            bad.append(f"reasoning shape {shape}")
+    return bad
+
+
+def check_sizes(audit: Audit, rows: dict[str, list[dict]]) -> None:
+    views = row_views(rows)
+    refs = sorted({reference_of(u) for _, u, _ in views} - {""})
+    facts = dict(zip(refs, reference_facts(refs), strict=True)) if refs else {}
+    for where, user, answer in views:
+        ref = reference_of(user)
+        if not ref:
+            audit.skip("sizes_agree")
+            continue
+        f = facts[ref]
+        if not f.get("ok"):
+            audit.record("sizes_agree", False, where, f"reference does not run: {f.get('error')}")
+            continue
+        bad = size_problems(user, answer, f)
+        audit.record("sizes_agree", not bad, where, "; ".join(bad[:3]))
+        everything = user + answer
+        audit.record("init_named", "get_init_inputs()[" not in everything, where,
+                     "names a constructor value by position")
+
+
+def _side_verdict(code: str, task_id: str, reward: float, by_code: dict,
+                  verdicts: dict[str, Verdict]) -> Verdict | None:
+    """The verdict of the candidate a pair side is: same program, and (when one program was
+    verified more than once) the reward the row records."""
+    found = [verdicts[c.candidate_id] for c in by_code.get((task_id, normalise_code(code)), [])
+             if c.candidate_id in verdicts]
+    return min(found, key=lambda v: abs(v.reward - reward), default=None)
+
+
+def check_pairs(audit: Audit, rows: dict[str, list[dict]], cands: list[Candidate],
+                verdicts: dict[str, Verdict]) -> None:
+    by_code: dict[tuple[str, str], list[Candidate]] = {}
+    for c in cands:
+        by_code.setdefault((c.task_id, normalise_code(c.code)), []).append(c)
+    for r in rows.get("preference", []):
+        where = f"preference {r['row_id'][:12]}"
+        a, b = answer_code(r["chosen"][-1]["content"]), answer_code(r["rejected"][-1]["content"])
+        sim = code_similarity(a, b)
+        audit.record("pair_distinct", sim <= MAX_SIMILARITY, where, f"similarity {sim:.3f}")
+        va = _side_verdict(a, r["task_id"], r["chosen_reward"], by_code, verdicts)
+        vb = _side_verdict(b, r["task_id"], r["rejected_reward"], by_code, verdicts)
+        if va is None or vb is None:
+            audit.record("pair_margin", False, where, "a side has no verdict in the workspace")
+            continue
+        audit.record("pair_margin", has_margin(va, vb, MIN_SPEEDUP), where,
+                     f"{va.status} {va.runtime_us} us vs {vb.status} {vb.runtime_us} us")
+        # the chosen side is taught as correct: it must have generalised too
+        audit.record("generalised", generalisation_checked(va), where + " chosen",
+                     "no passed generalisation check recorded")
+
+
+def _fix_of(c: Candidate, by_id: dict[str, Candidate]) -> str | None:
+    """The program a mutant was made from (its parent, or the fix its metadata names)."""
+    meta = c.meta_dict()
+    parent = by_id.get(c.parent_id or "") or by_id.get(str(meta.get("fix_candidate_id", "")))
+    if parent is not None:
+        return parent.code
+    fix = meta.get("fix_code") or meta.get("fixed_code")
+    return fix if isinstance(fix, str) and fix.strip() else None
+
+
+def check_reviews(audit: Audit, rows: dict[str, list[dict]], cands: list[Candidate],
+                  verdicts: dict[str, Verdict]) -> None:
+    by_id = {c.candidate_id: c for c in cands}
+    passed = verified_codes(cands, verdicts)
+    for r in rows.get("review", []):
+        where = f"review {r['row_id'][:12]}"
+        c = by_id.get(r["candidate_id"])
+        fix = _fix_of(c, by_id) if c else None
+        label = fix_label(c.code, fix) if c and fix else None
+        if label is None or label[0] != r["bug_line"]:
+            audit.record("review_fix_verified", False, where, "no one-edit label at the row's line")
+            continue
+        fixed = normalise_code(apply_label(c.code, *label))
+        audit.record("review_fix_verified", fixed in passed.get((c.task_id, c.backend), set()),
+                     where, "the labelled fix was never verified correct")
+
+
+def check_backend(audit: Audit, version_dir: Path, rows: dict[str, list[dict]]) -> None:
+    backends = sorted({r["backend"] for rs in rows.values() for r in rs if "backend" in r})
+    for config, rs in rows.items():
+        for r in rs:
+            if "backend" in r:
+                audit.record("backend_named", bool(r["backend"]), f"{config} {r['row_id'][:12]}",
+                             "empty backend")
+    card = (version_dir / "README.md").read_text(encoding="utf-8")
+    front = card.split("---")[1] if card.startswith("---") else ""
+    tags = (yaml.safe_load(front) or {}).get("tags", []) if front else []
+    audit.record("backend_named", tags == backend_tags(backends), "card tags",
+                 f"{tags} for backends {backends}")
+    audit.record("backend_named", "Kernels in this version:" in card, "card text",
+                 "no sentence naming the backend")
+
+
+def latest_version(ws: Workspace, name: str) -> Path:
+    root = ws.datasets_dir / name
+    found = sorted((p for p in root.glob("v*") if (p / "manifest.json").is_file()),
+                   key=lambda p: int(p.name[1:]))
+    if not found:
+        raise SystemExit(f"{root}: no published version")
+    return found[-1]
+
+
+def audit_version(ws: Workspace, version_dir: Path) -> Audit:
+    manifest = json.loads((version_dir / "manifest.json").read_text(encoding="utf-8"))
+    rows = {c: read_config(version_dir, c) for c in manifest["configs"] if c != "tasks"}
+    cands = ws.read(Candidate)
+    verdicts = {v.candidate_id: v for v in ws.read(Verdict)}
+    audit = Audit()
+    check_generalised(audit, rows, verdicts)
+    kernels = published_kernels(rows)
+    check_switches(audit, kernels)
+    with tempfile.TemporaryDirectory() as tmp:
+        check_builds(audit, kernels, Path(tmp))
+    check_sizes(audit, rows)
+    check_pairs(audit, rows, cands, verdicts)
+    check_reviews(audit, rows, cands, verdicts)
+    check_backend(audit, version_dir, rows)
+    return audit
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workspace", required=True, type=Path)
+    ap.add_argument("--name", default="kernelsynth")
+    ap.add_argument("--version", default=None, help="vN (default: the latest)")
+    ap.add_argument("--out", type=Path, default=None, help="also write the table here")
+    args = ap.parse_args(argv)
+    ws = Workspace(args.workspace)
+    version_dir = (ws.datasets_dir / args.name / args.version if args.version
+                   else latest_version(ws, args.name))
+    audit = audit_version(ws, version_dir)
+    text = f"rows audit of {version_dir}\n\n" + audit.table()
+    print(text, end="")
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+    return 1 if audit.failed() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

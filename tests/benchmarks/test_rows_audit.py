@@ -1,0 +1,109 @@
+"""benchmarks.rows_audit: issue 18's Done-when checks over a published version.
+
+The unit tests feed each check a row with one defect and the same row without it; the slow
+test runs `kernelsynth build` on a few seed tasks (cpu backend) and audits the version it
+publishes: every check that applies passes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmarks.rows_audit import Audit, check_switches, main, size_problems
+
+BUILD_CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "builds"
+
+REF = '''import torch
+import torch.nn as nn
+
+batch_size = 8
+dim = 64
+
+
+class Model(nn.Module):
+    def __init__(self, scale: float):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        # x: [8, 64]
+        return x * self.scale
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [0.5]
+'''
+FACTS = {"ok": True, "init": [0.5], "inputs": [[8, 64]], "outputs": [[8, 64]], "dims": [8, 64]}
+
+
+def _user(ref: str, init: str = "scale=0.5", shape: str = "8, 64") -> str:
+    return (f"Reference:\n```python\n{ref}```\n- `x`: tensor float32 of shape ({shape})\n"
+            f"Constructor arguments (from `get_init_inputs()`): {init}\n")
+
+
+def test_size_problems_name_each_disagreeing_size() -> None:
+    assert size_problems(_user(REF), "Plan: one pass over [8, 64].", FACTS) == []
+    bad = size_problems(_user(REF.replace("# x: [8, 64]", "# x: [16, 256]"), "scale=0.7",
+                              "32, 64"), "Plan: one pass over [8, 128].", FACTS)
+    assert any("comment shape [16, 256]" in b for b in bad)
+    assert any("constructor arguments scale=0.7" in b for b in bad)
+    assert any("stated input shapes [[32, 64]]" in b for b in bad)
+    assert any("reasoning shape [8, 128]" in b for b in bad)
+
+
+def _candidate(body: str) -> str:
+    return ('import torch\nfrom torch.utils.cpp_extension import load_inline\n'
+            f'K = r"""\n{body}\n"""\n'
+            '_ext = load_inline(name="k", cpp_sources=[K], functions=["f"])\n')
+
+
+def test_switches_and_unused_macros_fail_clean_kernels_pass() -> None:
+    audit = Audit()
+    clean = "#include <torch/extension.h>\nvoid f(torch::Tensor x) { (void)x; }"
+    dead = ("#include <torch/extension.h>\n#define HD inline\n#if 0\nint g() { return 1; }\n"
+            "#endif\nvoid f(torch::Tensor x) { (void)x; }")
+    check_switches(audit, [("clean", _candidate(clean)), ("dead", _candidate(dead))])
+    assert audit.counts["no_switches"] == {"pass": 1, "fail": 1}
+    assert "#if 0" in audit.examples["no_switches"][0]
+    assert "unused macro HD" in audit.examples["no_switches"][0]
+    assert audit.failed() and "| no_switches | 1 | 1 | 0 |" in audit.table()
+
+
+@pytest.mark.slow
+def test_audit_of_a_small_default_build_passes_every_check(tmp_path: Path) -> None:
+    cfg = tmp_path / "ks.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "sources": {"seed_sample": 4, "transformers_sample": 0, "nnsmith": {"count": 0}},
+        "generate": {"backend": "cpu", "variants_per_task": 2},
+        "verify": {"backend": "cpu", "trials": 2, "perf_trials": 3, "perf_warmup": 1,
+                   "build_cache_dir": str(BUILD_CACHE)},
+        "repair": {"turns": 1},
+    }))
+    ws = tmp_path / "ws"
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    proc = subprocess.run([str(Path(sys.executable).parent / "kernelsynth"), "build",
+                           "--workspace", str(ws), "--config", str(cfg), "--json"],
+                          env=env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["published"]
+    out = tmp_path / "audit.md"
+    code = main(["--workspace", str(ws), "--out", str(out)])
+    table = out.read_text(encoding="utf-8")
+    rows = {ln.split("|")[1].strip(): [int(x) for x in ln.split("|")[2:5]]
+            for ln in table.splitlines() if ln.startswith("| ") and "---" not in ln
+            and not ln.startswith("| check")}
+    for check in ("generalised", "no_switches", "builds_clean", "sizes_agree", "init_named",
+                  "backend_named"):
+        assert check in rows and rows[check][0] > 0, (check, table)
+    assert code == 0 and all(r[1] == 0 for r in rows.values()), table
