@@ -130,6 +130,7 @@ HD void {kname}_combine(acc_t& v, int64_t& vi, acc_t ov, int64_t oi) {{
 """
     val_store = f"out[o] = ({out_t})(({fin}));" if has_val else ""
     idx_store = "idx[o] = vi;" if has_idx else ""
+    store = " ".join(x for x in (val_store, idx_store) if x)
     out_param = ", ".join([f"{out_t}* __restrict__ out"] * has_val
                           + ["int64_t* __restrict__ idx"] * has_idx)
     src_ptr = f"const {in_t}* base = in + (o / inner) * R * inner + (o % inner);"
@@ -164,7 +165,7 @@ __global__ void {kname}_kernel(const {in_t}* __restrict__ in, {out_param},
                 const int64_t oi = __shfl_down_sync(0xffffffffu, vi, off);
                 {kname}_combine(v, vi, ov, oi);
             }}
-            if (lane == 0) {{ {val_store} {idx_store} }}
+            if (lane == 0) {{ {store} }}
         }}
         __syncthreads();  // shared partials are reused by the next output
     }}
@@ -185,7 +186,7 @@ __global__ void {kname}_kernel(const {in_t}* __restrict__ in, {out_param},
             const acc_t x = (acc_t)base[r * inner];  // neighbouring threads: neighbouring o
             {kname}_combine(v, vi, {mapx}, r);
         }}
-        {val_store} {idx_store}
+        {store}
     }}
 }}
 """
@@ -221,11 +222,15 @@ void NAME(torch::Tensor x, torch::Tensor{" out_" * has_val}, torch::Tensor{" idx
             const acc_t x = (acc_t)base[r * inner];
             {kname}_combine(v, vi, {mapx}, r);
         }}
-        {val_store} {idx_store}
+        {store}
     }}
 }}
 """
-        how = f"an OpenMP loop over the {nout} outputs, each summing its {r} elements in {acc}"
+        extreme = "max" if kind in ("max", "max_idx", "argmax") else "min"
+        verb = ("multiplying its" if kind == "prod" else "summing its"
+                if kind in ("sum", "mean", "norm") else f"taking the {extreme}"
+                + (" and its index" if has_idx else "") + " of its")
+        how = f"an OpenMP loop over the {nout} outputs, each {verb} {r} elements in {acc}"
     decl = ("void NAME(torch::Tensor x, torch::Tensor out, torch::Tensor idx, int64_t outer, "
             "int64_t R, int64_t inner)")
     note = (f"Reduction ({kind}{'' if kind != 'norm' else f' p={p:g}'}) of shape {shape} viewed "
