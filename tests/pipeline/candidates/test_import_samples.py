@@ -21,7 +21,7 @@ from pipeline.cli import app
 from pipeline.config import Config, GenerateConfig
 from pipeline.datasets.rows import build_datasets
 from pipeline.workspace import Workspace
-from schemas import Candidate, Rejection, Task, Verdict
+from schemas import Candidate, Finding, Rejection, Task, Verdict
 from tests.conftest import LINEAR_TASK, RELU_TASK
 
 CODE = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
@@ -137,7 +137,10 @@ def _verdict(cand: Candidate, status: str, reward: float) -> Verdict:
     return Verdict(candidate_id=cand.candidate_id, task_id=cand.task_id, verifier_version="t",
                    device="cpu", backend="cpu",
                    stage="performance" if status.startswith("correct") else "correctness",
-                   status=status, reward=reward)
+                   status=status, reward=reward,
+                   # what the verifier records when the generalisation check passed
+                   findings=[Finding("generalised", "also correct at batch_size 16 -> 12", None,
+                                     "info")] if status.startswith("correct") else [])
 
 
 def _distinct_code(tag: str) -> str:
