@@ -225,7 +225,9 @@ def reference_facts(sources: list[str], timeout_s: float = 900.0) -> list[dict]:
     """Shape facts of each reference, computed in the verifier's sandbox (meta device)."""
     from verifier.sandbox import SandboxLimits, run_sandboxed
 
-    script = Path(__file__).with_name("rows_audit_facts.py")
+    from pipeline.tasks import shape_facts
+
+    script = Path(shape_facts.__file__)
     res = run_sandboxed([sys.executable, "facts.py"],
                         limits=SandboxLimits(timeout_s=timeout_s, memory_mb=8192),
                         input_files={"facts.py": script.read_text(encoding="utf-8"),
