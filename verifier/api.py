@@ -41,6 +41,7 @@ from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
 from verifier.reward import finalize, record_share
 from verifier.runners import _FLOOD_BYTES, _GpuRunner, _SandboxRunner
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
+from verifier.stale_cgroups import reap_stale_cgroups
 from verifier.static import check_cpp, check_python
 
 
@@ -243,6 +244,8 @@ def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = 
         name = _resolve_backend(opts, r)
         items.append(_Item(r, VerdictData(r.candidate_id, r.task_id, "runtime_error", "extract",
                                           name)))
+    if items:  # cgroups of a verifier that was killed before it could remove them
+        record.count("stale_cgroups_removed", len(reap_stale_cgroups()))
     server = ForkServer() if opts.fork_server and items else None
     try:
         for name in sorted(names):
