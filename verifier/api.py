@@ -27,7 +27,7 @@ from typing import Any
 from verifier.backends import Backend, BackendUnavailable, get_backend, select_backend
 from verifier.baselines import Baselines, default_cache_dir, prefetch
 from verifier.batch_stats import BatchStats
-from verifier.build import BuildContext, Builder, BuildResult, _flags_key
+from verifier.build import BuildContext, Builder, BuildResult, _flags_key, candidate_log
 from verifier.clock import check_outputs, cross_check
 from verifier.compile_plan import compile_all
 from verifier.decide import parent_check
@@ -385,7 +385,6 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
     # a CUDA/MUSA extension cannot be imported on a host without the device's torch build
     ctx = BuildContext(backend, cache, timeout_s=opts.compile_timeout_s,
                        check_import=not opts.compile_only or backend.is_available(),
-                       code_of={s.key: it.code for it in pending for s in it.specs},
                        launcher=launcher,
                        load_memory_mb=min(backend.sandbox_memory_mb(opts.memory_limit_mb),
                                           4096) or 0)
@@ -436,7 +435,9 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
             it.timing["compile_s"] = v.compile_s
             failed = [r for r in it.built.values() if not r.ok]
             if failed:
-                v.compile_log = "\n".join(r.log for r in failed)[-20000:]
+                spec_of = {s.key: s for s in it.specs}  # each log at this candidate's lines
+                v.compile_log = "\n".join(candidate_log(r.log, spec_of[r.key], it.code)
+                                          for r in failed)[-20000:]
                 first = next((ln for ln in v.compile_log.splitlines() if "error" in ln),
                              v.compile_log.strip()[:300])
                 it.stop("compile_error", "compile", first)
