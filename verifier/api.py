@@ -28,6 +28,7 @@ from verifier.backends import Backend, BackendUnavailable, get_backend, select_b
 from verifier.baselines import Baselines, default_cache_dir, prefetch
 from verifier.batch_stats import BatchStats
 from verifier.build import BuildContext, Builder, BuildResult, _flags_key, candidate_log
+from verifier.cache_bound import build_lease, trim
 from verifier.clock import check_outputs, cross_check
 from verifier.compile_plan import compile_all
 from verifier.decide import parent_check
@@ -226,6 +227,11 @@ def _resolve_backend(opts: VerifyOptions, r: VerifyRequest) -> str:
     return select_backend(requested)
 
 
+def build_cache(opts: VerifyOptions) -> Path:
+    """The build cache directory (all toolchain roots) of these options."""
+    return Path(opts.build_cache_dir) if opts.build_cache_dir else default_cache_dir() / "builds"
+
+
 def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = None,
                  progress: Callable[[VerdictData], None] | None = None,
                  timings: dict[str, dict[str, float]] | None = None,
@@ -248,12 +254,16 @@ def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = 
         record.count("stale_cgroups_removed", len(reap_stale_cgroups()))
     server = ForkServer() if opts.fork_server and items else None
     try:
-        for name in sorted(names):
-            group = [it for it in items if it.verdict.backend == name]
-            _verify_group(group, get_backend(name), opts, progress, server, record)
+        with build_lease(build_cache(opts)):  # what this batch uses stays in the cache
+            for name in sorted(names):
+                group = [it for it in items if it.verdict.backend == name]
+                _verify_group(group, get_backend(name), opts, progress, server, record)
     finally:
         if server is not None:
             server.close()
+    if opts.build_cache_max_gb > 0:
+        record.count("build_cache_evicted", len(trim([build_cache(opts)],
+                                                     int(opts.build_cache_max_gb * 2**30))))
     if timings is not None:
         for it in items:
             timings[it.req.candidate_id] = dict(it.timing)
@@ -300,7 +310,7 @@ class _ForkOrSpawn:
 def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
                   progress: Callable[[VerdictData], None] | None,
                   server: ForkServer | None, stats: BatchStats) -> None:
-    cache = Path(opts.build_cache_dir) if opts.build_cache_dir else default_cache_dir() / "builds"
+    cache = build_cache(opts)
     lock = threading.Lock()
     persistent = backend.persistent_worker and not opts.compile_only
     # cpu children, collect runs and load checks are forked; cuda candidates run in GPU workers

@@ -35,6 +35,7 @@ from verifier.artefacts import (  # noqa: F401 - re-exported: callers import the
     verify_artefact,
 )
 from verifier.backends import Backend, BuildUnit
+from verifier.cache_bound import touch
 from verifier.extspec import ExtensionSpec
 from verifier.landing import Landing
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
@@ -251,6 +252,9 @@ class Builder:
         if res.ok and not verify_artefact(res):
             record_event(f"cache entry {spec.key}: {res.path} does not match its hash; rebuilt")
             return None
+        touch(self._index_path(spec.key))  # a use: `verifier.cache_bound` evicts by last use
+        if res.ok:
+            touch(Path(res.path).parent)
         res.cached = True
         res.seconds = 0.0
         return res
@@ -260,6 +264,7 @@ class Builder:
             side = Path(f"{res.path}.sha256")
             res.sha256 = side.read_text().strip() if side.is_file() else file_sha256(res.path)
         path = self._index_path(res.key)
+        path.parent.mkdir(parents=True, exist_ok=True)  # `cache_bound.trim` removes it when empty
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         data = {k: v for k, v in res.__dict__.items() if k != "cached"}
         tmp.write_text(json.dumps(data))
@@ -271,6 +276,7 @@ class Builder:
             return None
         d = self.root / "pch" / _hash(*self.ctx.backend.host_flags(), *cflags)
         if (d / "ks_pch.h.gch").is_file():
+            touch(d)
             return d
         if n_specs < self.ctx.pch_min_specs:
             return None
@@ -411,6 +417,7 @@ class Builder:
         out_dir = self.root / "builds" / bkey
         so = out_dir / f"{module}.so"
         if so.is_file() and _sidecar_ok(so):
+            touch(out_dir)
             return True, "", so, module, 0.0
         host, device = batch_sources(specs, module, self.ctx.backend.device_prelude)
         ok, log = self._compile_link(specs[0], out_dir, module, host, device, len(specs))
