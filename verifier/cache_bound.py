@@ -125,19 +125,20 @@ def entries(cache_dir: Path) -> list[Entry]:
 
 
 def _in_use(e: Entry, since: float | None, now: float, grace_s: float) -> bool:
-    used = _measure(e.path).used if e.path.exists() else 0.0  # again: used meanwhile?
+    used = _measure(e.path).used  # again: used since it was listed?
     if used >= now - grace_s or (since is not None and used >= since):
         return True
     return e.path.parent.name == "pch" and (e.path / ".lock").exists()  # being built
 
 
-def _remove(path: Path) -> None:
-    """Out of the builder's sight at once (rename), then deleted; a root left empty goes too."""
+def _remove(path: Path) -> bool:
+    """Out of the builder's sight at once (rename), then deleted; a root left empty goes too.
+    False when it was gone already."""
     trash = path.parent.parent / f".trash-{os.getpid()}-{next(_seq)}"
     try:
         os.replace(path, trash)
-    except OSError:
-        return
+    except FileNotFoundError:
+        return False
     if trash.is_dir():
         shutil.rmtree(trash, ignore_errors=True)
     else:
@@ -150,6 +151,7 @@ def _remove(path: Path) -> None:
             continue
         except OSError:
             break
+    return True
 
 
 def trim(cache_dirs: Iterable[Path], max_bytes: int, grace_s: float = 600.0) -> list[Path]:
@@ -167,9 +169,11 @@ def trim(cache_dirs: Iterable[Path], max_bytes: int, grace_s: float = 600.0) -> 
     for e, d in sorted(found, key=lambda x: x[0].used):
         if total <= max_bytes:
             break
-        if _in_use(e, leases[d], now, grace_s):
+        try:
+            if _in_use(e, leases[d], now, grace_s) or not _remove(e.path):
+                continue
+        except FileNotFoundError:  # removed by another trim meanwhile
             continue
-        _remove(e.path)
         total -= e.size
         removed.append(e.path)
     return removed

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -55,11 +56,21 @@ def stale_cgroups(roots: Iterable[Path]) -> list[Path]:
     return out
 
 
-def reap_stale_cgroups(roots: Iterable[Path] | None = None) -> list[Path]:
-    """Kill what is left in each stale cgroup and remove it; the cgroups removed."""
+_stuck: set[Path] = set()  # could not be removed (an unkillable task): not tried again
+
+
+def reap_stale_cgroups(roots: Iterable[Path] | None = None, wait_s: float = 2.0) -> list[Path]:
+    """Kill what is left in each stale cgroup and remove it; the cgroups removed. One that
+    will not go is reported once on stderr and left (it costs each later batch nothing)."""
     removed = []
     for path in stale_cgroups(cgroup_roots() if roots is None else roots):
-        kill_cgroup(path)
-        if not path.exists():
+        if path in _stuck:
+            continue
+        kill_cgroup(path, wait_s=wait_s)
+        if path.exists():
+            _stuck.add(path)
+            print(f"kernelsynth verifier: stale cgroup {path} could not be removed",
+                  file=sys.stderr)
+        else:
             removed.append(path)
     return removed
