@@ -1,9 +1,8 @@
 """Batch builds: many candidates' extensions compiled as one translation unit, cached by content.
 
 Each batchable spec's sources are wrapped in `namespace ks_<key>` with their `#include` lines
-hoisted to the top and `#line` directives naming the spec's own sources (`<key>/cpp0`), and one
-PYBIND11_MODULE
-binds `k<key>__<fn>` for every spec. Host units include a gcc precompiled header of
+hoisted to the top and `#line` directives naming the spec's own sources (`<key>/cpp0`), and
+one PYBIND11_MODULE binds `k<key>__<fn>` for every spec. Host units include a gcc precompiled header of
 `torch/extension.h` built once per (backend, torch version, flags). When a batch fails, the specs
 named in the errors are rebuilt alone and the rest rebuilt together (bisection when no spec is
 named; `Builder.build_unit` returns those rebuilds, `verifier.compile_plan` runs them on any
