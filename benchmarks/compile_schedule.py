@@ -148,15 +148,14 @@ def recording_builder(ctx, run: Run, planned: set):
     return Recording(ctx)
 
 
-def build(name: str, specs: list, args: argparse.Namespace, code_of: dict, pch_src: Path
+def build(name: str, specs: list, args: argparse.Namespace, pch_src: Path
           ) -> tuple[Run, dict, float, float]:
     from verifier.backends import get_backend
     from verifier.build import BuildContext, _flags_key
     from verifier.compile_plan import CompilePool, plan_units
 
     cache = Path(tempfile.mkdtemp(prefix=f"ks-sched-{name}-", dir=args.tmp))
-    ctx = BuildContext(get_backend("cuda"), cache, check_import=args.import_check,
-                       code_of=code_of)
+    ctx = BuildContext(get_backend("cuda"), cache, check_import=args.import_check)
     if pch_src.is_dir():
         shutil.copytree(pch_src, ctx.root / "pch")
     run = Run(name)
@@ -240,7 +239,6 @@ def main() -> None:
 
     rows = subset(corpus_specs(), args.limit, args.errors, args.error_origin)
     specs = list({s.key: s for _, _, ss in rows for s in ss}.values())
-    code_of = {s.key: code for _, code, ss in rows for s in ss}
     head = [f"# python -m benchmarks.compile_schedule {' '.join(sys.argv[1:])} (cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f})",
             f"corpus subset: {len(rows)} candidates, {len(specs)} specs, "
             f"{sum(r[0].expected == 'compile_error' for r in rows)} labelled compile_error"]
@@ -250,14 +248,14 @@ def main() -> None:
         print("\n".join(head))
         return
     pch_cache = Path(tempfile.mkdtemp(prefix="ks-sched-pch-", dir=args.tmp))
-    ctx = BuildContext(get_backend("cuda"), pch_cache, check_import=False, code_of=code_of)
+    ctx = BuildContext(get_backend("cuda"), pch_cache, check_import=False)
     t = time.monotonic()
     Builder(ctx).prepare_pch(specs)  # as verify_batch: groups of >= 3 specs
     head.append(f"PCH (shared by both, built first): {time.monotonic() - t:.1f}s")
     print("\n".join(head), flush=True)
     body, seen = [], {}
     for name in args.order.split(","):
-        run, results, wall, cpu = build(name, specs, args, code_of, ctx.root / "pch")
+        run, results, wall, cpu = build(name, specs, args, ctx.root / "pch")
         seen[name] = {s.key: outcome(results.get(s.key)) for s in specs}
         body += lines_for(run, results, wall, cpu, rows, args.exec_s)
         print("\n".join(body[-len(run.units) - 3:]), flush=True)

@@ -135,12 +135,11 @@ def compile_costs(workers: int) -> list[dict]:
 
     cands = [c for c in all_candidates() if c.kind == "correct"]
     specs = [s for c in cands for s in (specs_from_source(c.source) or [])]
-    code_of = {s.key: c.source for c in cands for s in (specs_from_source(c.source) or [])}
     rows = []
 
     def build(label: str, groups: list[list]) -> None:
         cache = Path(tempfile.mkdtemp(prefix="ks-diag-"))
-        ctx = BuildContext(CudaBackend(), cache, code_of=code_of)
+        ctx = BuildContext(CudaBackend(), cache)
         t = time.monotonic()
         Builder(ctx).prepare_pch([s for g in groups for s in g])
         pch_s = time.monotonic() - t

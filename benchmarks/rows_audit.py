@@ -41,6 +41,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
+from pipeline.datasets.analysis_rows import fix_source
 from pipeline.datasets.card import backend_tags
 from pipeline.datasets.pairs import (
     MAX_SIMILARITY,
@@ -222,9 +223,10 @@ def reference_of(user: str) -> str:
 
 def reference_facts(sources: list[str], timeout_s: float = 900.0) -> list[dict]:
     """Shape facts of each reference, computed in the verifier's sandbox (meta device)."""
+    from pipeline.tasks import shape_facts
     from verifier.sandbox import SandboxLimits, run_sandboxed
 
-    script = Path(__file__).with_name("rows_audit_facts.py")
+    script = Path(shape_facts.__file__)
     res = run_sandboxed([sys.executable, "facts.py"],
                         limits=SandboxLimits(timeout_s=timeout_s, memory_mb=8192),
                         input_files={"facts.py": script.read_text(encoding="utf-8"),
@@ -321,16 +323,6 @@ def check_pairs(audit: Audit, rows: dict[str, list[dict]], cands: list[Candidate
                      "no passed generalisation check recorded")
 
 
-def _fix_of(c: Candidate, by_id: dict[str, Candidate]) -> str | None:
-    """The program a mutant was made from (its parent, or the fix its metadata names)."""
-    meta = c.meta_dict()
-    parent = by_id.get(c.parent_id or "") or by_id.get(str(meta.get("fix_candidate_id", "")))
-    if parent is not None:
-        return parent.code
-    fix = meta.get("fix_code") or meta.get("fixed_code")
-    return fix if isinstance(fix, str) and fix.strip() else None
-
-
 def check_reviews(audit: Audit, rows: dict[str, list[dict]], cands: list[Candidate],
                   verdicts: dict[str, Verdict]) -> None:
     by_id = {c.candidate_id: c for c in cands}
@@ -338,7 +330,7 @@ def check_reviews(audit: Audit, rows: dict[str, list[dict]], cands: list[Candida
     for r in rows.get("review", []):
         where = f"review {r['row_id'][:12]}"
         c = by_id.get(r["candidate_id"])
-        fix = _fix_of(c, by_id) if c else None
+        fix = fix_source(c, by_id) if c else None
         label = fix_label(c.code, fix) if c and fix else None
         if label is None or label[0] != r["bug_line"]:
             audit.record("review_fix_verified", False, where, "no one-edit label at the row's line")

@@ -15,9 +15,19 @@ from pipeline.workspace import Workspace
 sys.path.insert(0, str(Path(__file__).parent / "verifier"))
 from verifier_cases import LINEAR_TASK, RELU_TASK  # noqa: E402
 
+TEST_CACHE = Path.home() / ".cache" / "kernelsynth-tests"  # the build caches tests share
 # One extension build cache for the whole test session, so identical sources compile once.
-os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "kernelsynth-tests"
-                                                  / "torch_extensions"))
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(TEST_CACHE / "torch_extensions"))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Bound the shared test build caches together (KS_TEST_CACHE_GB, default 8; 0: none),
+    least recently used first; what another session used in the last hour stays."""
+    from verifier.cache_bound import trim
+
+    gb = float(os.environ.get("KS_TEST_CACHE_GB", "8"))
+    if gb > 0 and TEST_CACHE.is_dir():
+        trim([d for d in TEST_CACHE.iterdir() if d.is_dir()], int(gb * 2**30), grace_s=3600)
 
 
 @pytest.fixture

@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time a torch.compile baseline (speedup_compiled)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per run stage")
     ap.add_argument("--cache-dir", help="build cache (default ~/.cache/kernelsynth/builds)")
+    ap.add_argument("--cache-max-gb", type=float, default=5.0,
+                    help="cut the build cache to this size after the batch, least recently "
+                         "used first (0: no bound)")
     ap.add_argument("--json", action="store_true", help="print JSON verdicts")
     ap.add_argument("--fallback", default="strict", choices=["strict", "partial"],
                     help="strict: no library compute in forward (default); partial: library "
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                          compile_batch=a.compile_batch, compile_only=a.compile_only,
                          trials=a.trials, perf_trials=a.perf_trials, run_timeout_s=a.timeout,
                          torch_compile_baseline=a.torch_compile, build_cache_dir=a.cache_dir,
+                         build_cache_max_gb=a.cache_max_gb,
                          fallback=a.fallback, generalize=a.generalize)
     from verifier.api import verify_batch
 

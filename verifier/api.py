@@ -27,7 +27,8 @@ from typing import Any
 from verifier.backends import Backend, BackendUnavailable, get_backend, select_backend
 from verifier.baselines import Baselines, default_cache_dir, prefetch
 from verifier.batch_stats import BatchStats
-from verifier.build import BuildContext, Builder, BuildResult, _flags_key
+from verifier.build import BuildContext, Builder, BuildResult, _flags_key, candidate_log
+from verifier.cache_bound import build_lease, trim
 from verifier.clock import check_outputs, cross_check
 from verifier.compile_plan import compile_all
 from verifier.decide import parent_check
@@ -41,6 +42,7 @@ from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
 from verifier.reward import finalize, record_share
 from verifier.runners import _FLOOD_BYTES, _GpuRunner, _SandboxRunner
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
+from verifier.stale_cgroups import reap_stale_cgroups
 from verifier.static import check_cpp, check_python
 
 
@@ -225,6 +227,11 @@ def _resolve_backend(opts: VerifyOptions, r: VerifyRequest) -> str:
     return select_backend(requested)
 
 
+def build_cache(opts: VerifyOptions) -> Path:
+    """The build cache directory (all toolchain roots) of these options."""
+    return Path(opts.build_cache_dir) if opts.build_cache_dir else default_cache_dir() / "builds"
+
+
 def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = None,
                  progress: Callable[[VerdictData], None] | None = None,
                  timings: dict[str, dict[str, float]] | None = None,
@@ -243,14 +250,23 @@ def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = 
         name = _resolve_backend(opts, r)
         items.append(_Item(r, VerdictData(r.candidate_id, r.task_id, "runtime_error", "extract",
                                           name)))
+    if items:  # cgroups of a verifier that was killed before it could remove them
+        record.count("stale_cgroups_removed", len(reap_stale_cgroups()))
     server = ForkServer() if opts.fork_server and items else None
     try:
-        for name in sorted(names):
-            group = [it for it in items if it.verdict.backend == name]
-            _verify_group(group, get_backend(name), opts, progress, server, record)
+        with build_lease(build_cache(opts)):  # what this batch uses stays in the cache
+            for name in sorted(names):
+                group = [it for it in items if it.verdict.backend == name]
+                _verify_group(group, get_backend(name), opts, progress, server, record)
     finally:
         if server is not None:
             server.close()
+    if opts.build_cache_max_gb > 0:
+        try:
+            record.count("build_cache_evicted", len(trim([build_cache(opts)],
+                                                         int(opts.build_cache_max_gb * 2**30))))
+        except OSError as exc:  # the verdicts stand; the cache stays as it is
+            print(f"kernelsynth verifier: build cache not trimmed: {exc}", file=sys.stderr)
     if timings is not None:
         for it in items:
             timings[it.req.candidate_id] = dict(it.timing)
@@ -297,7 +313,7 @@ class _ForkOrSpawn:
 def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
                   progress: Callable[[VerdictData], None] | None,
                   server: ForkServer | None, stats: BatchStats) -> None:
-    cache = Path(opts.build_cache_dir) if opts.build_cache_dir else default_cache_dir() / "builds"
+    cache = build_cache(opts)
     lock = threading.Lock()
     persistent = backend.persistent_worker and not opts.compile_only
     # cpu children, collect runs and load checks are forked; cuda candidates run in GPU workers
@@ -382,7 +398,6 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
     # a CUDA/MUSA extension cannot be imported on a host without the device's torch build
     ctx = BuildContext(backend, cache, timeout_s=opts.compile_timeout_s,
                        check_import=not opts.compile_only or backend.is_available(),
-                       code_of={s.key: it.code for it in pending for s in it.specs},
                        launcher=launcher,
                        load_memory_mb=min(backend.sandbox_memory_mb(opts.memory_limit_mb),
                                           4096) or 0)
@@ -433,7 +448,9 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
             it.timing["compile_s"] = v.compile_s
             failed = [r for r in it.built.values() if not r.ok]
             if failed:
-                v.compile_log = "\n".join(r.log for r in failed)[-20000:]
+                spec_of = {s.key: s for s in it.specs}  # each log at this candidate's lines
+                v.compile_log = "\n".join(candidate_log(r.log, spec_of[r.key], it.code)
+                                          for r in failed)[-20000:]
                 first = next((ln for ln in v.compile_log.splitlines() if "error" in ln),
                              v.compile_log.strip()[:300])
                 it.stop("compile_error", "compile", first)

@@ -1,13 +1,15 @@
 """Batch builds: many candidates' extensions compiled as one translation unit, cached by content.
 
 Each batchable spec's sources are wrapped in `namespace ks_<key>` with their `#include` lines
-hoisted to the top and `#line` directives pointing at the candidate file, and one PYBIND11_MODULE
-binds `k<key>__<fn>` for every spec. Host units include a gcc precompiled header of
+hoisted to the top and `#line` directives naming the spec's own sources (`<key>/cpp0`), and
+one PYBIND11_MODULE binds `k<key>__<fn>` for every spec. Host units include a gcc precompiled header of
 `torch/extension.h` built once per (backend, torch version, flags). When a batch fails, the specs
 named in the errors are rebuilt alone and the rest rebuilt together (bisection when no spec is
 named; `Builder.build_unit` returns those rebuilds, `verifier.compile_plan` runs them on any
-free compile worker), so one bad candidate fails only itself, with errors mapped to its own
-lines. Results are cached per spec key in `<cache>/index/`, so a re-run or a later batch never compiles a spec twice.
+free compile worker), so one bad candidate fails only itself. Results are cached per spec key in
+`<cache>/index/`, so a re-run or a later batch never compiles a spec twice. A spec's log names
+lines of its own sources (`cpp_sources[0]:12`), since every candidate with those sources shares
+the entry wherever they sit in its file; `candidate_log` maps them to one candidate's lines.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from verifier.artefacts import (  # noqa: F401 - re-exported: callers import the
     verify_artefact,
 )
 from verifier.backends import Backend, BuildUnit
+from verifier.cache_bound import touch
 from verifier.extspec import ExtensionSpec
 from verifier.landing import Landing
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
@@ -55,11 +58,14 @@ class BuildResult:
     module: str = ""  # PyInit name of the shared object
     path: str = ""  # the shared object
     mode: str = "batch"  # batch: functions are k<key>__<fn>; module: the sources' own module
-    log: str = ""  # compiler output for this spec (errors mapped to candidate lines)
+    log: str = ""  # compiler output for this spec, lines of its sources (see candidate_log)
     seconds: float = 0.0  # this spec's share of the build time
     batch_size: int = 1
     cached: bool = False
     sha256: str = ""  # of the shared object, written by the builder, checked before every load
+    # the log names the spec's own source lines; entries without this key were mapped to the
+    # lines of the first candidate that had the sources, so their failures are built again
+    unit_log: bool = True
 
     def to_entry(self) -> dict:
         return {"module": self.module, "path": self.path, "mode": self.mode}
@@ -74,7 +80,6 @@ class BuildContext:
     timeout_s: float = 600.0
     use_pch: bool = True
     pch_min_specs: int = 3  # build a new PCH only when at least this many specs need it
-    code_of: dict[str, str] = field(default_factory=dict)  # spec key -> candidate code (for #line)
     check_import: bool = True
     launcher: Launcher = field(default_factory=SpawnLauncher)  # sandboxed runs (load checks)
     load_memory_mb: int = 8192  # address-space limit of the load check (0: none, CUDA hosts)
@@ -121,14 +126,40 @@ def _source_line(code: str, text: str) -> int:
     return code.count("\n", 0, idx) + 1 - skipped if idx >= 0 else 0
 
 
-def _wrap(spec: ExtensionSpec, sources: list[str], code: str, includes: list[str]) -> str:
-    """The spec's sources in its namespace, includes hoisted into `includes`, #line mapped."""
+_LOGGED = re.compile(r"\b(cpp|cuda)_sources\[(\d+)\](?:([:(])(\d+))?")
+
+
+def _line_directive(spec: ExtensionSpec, kind: str, i: int) -> str:
+    """Errors in source `i` of `kind` (cpp, cuda) are reported at its own lines, under a name
+    that holds the spec key (so a batch's log blames the spec) and that `_spec_log` shows."""
+    return f'#line 1 "{spec.key}/{kind}{i}"'
+
+
+def candidate_log(log: str, spec: ExtensionSpec, code: str) -> str:
+    """A spec's build log with its sources and their lines (`cpp_sources[0]:12`, nvcc's
+    `cuda_sources[0](12)`) as lines of `code`, the candidate that called load_inline with them
+    (left as they are where a source is not in `code` verbatim)."""
+    starts: dict[tuple[str, int], int] = {}
+
+    def sub(m: re.Match) -> str:
+        kind, i = m.group(1), int(m.group(2))
+        sources = spec.cpp_sources if kind == "cpp" else spec.cuda_sources
+        if (kind, i) not in starts:
+            starts[kind, i] = _source_line(code, sources[i]) if i < len(sources) else 0
+        first = starts[kind, i]
+        if not first:
+            return m.group(0)
+        return f"{CAND_FILE}{m.group(3)}{first + int(m.group(4)) - 1}" if m.group(4) else CAND_FILE
+
+    return _LOGGED.sub(sub, log) if code else log
+
+
+def _wrap(spec: ExtensionSpec, sources: list[str], kind: str, includes: list[str]) -> str:
+    """The spec's sources in its namespace, includes hoisted into `includes`, #line named."""
     parts = [f"namespace ks_{spec.key} {{"]
     defines: list[str] = []
     for i, src in enumerate(sources):
-        line = _source_line(code, src) if code else 0
-        where = f"{spec.key}/{CAND_FILE}" if line else f"{spec.key}/source{i}.cpp"
-        parts.append(f'#line {line or 1} "{where}"')
+        parts.append(_line_directive(spec, kind, i))
         out = []
         for ln in src.split("\n"):
             m = _INCLUDE.match(ln)
@@ -156,11 +187,11 @@ def _bind(spec: ExtensionSpec, i: int, fn: str) -> str:
     return f'  m.def("k{spec.key}__{fn}", {target}, "{doc}");'
 
 
-def batch_sources(specs: list[ExtensionSpec], module: str, code_of: dict[str, str],
-                  device_prelude: str) -> tuple[str, str]:
+def batch_sources(specs: list[ExtensionSpec], module: str, device_prelude: str
+                  ) -> tuple[str, str]:
     """(host unit, device unit or "") for batchable `specs` bound into module `module`."""
     includes: list[str] = []
-    bodies = [_wrap(s, s.cpp_sources, code_of.get(s.key, ""), includes) for s in specs]
+    bodies = [_wrap(s, s.cpp_sources, "cpp", includes) for s in specs]
     binds = [_bind(s, i, fn) for s in specs for i, fn in enumerate(s.functions or [])]
     host = "\n".join([
         "#include <torch/extension.h>", *(f"#include {i}" for i in includes), *bodies,
@@ -168,36 +199,31 @@ def batch_sources(specs: list[ExtensionSpec], module: str, code_of: dict[str, st
     device = ""
     if any(s.cuda_sources for s in specs):
         dincludes: list[str] = []
-        dbodies = [_wrap(s, s.cuda_sources, code_of.get(s.key, ""), dincludes)
-                   for s in specs if s.cuda_sources]
+        dbodies = [_wrap(s, s.cuda_sources, "cuda", dincludes) for s in specs if s.cuda_sources]
         # torch prepends the device headers unless no_implicit_headers (one flag per batch)
         prelude = [] if all(s.no_implicit_headers for s in specs) else [device_prelude]
         device = "\n".join([*prelude, *(f"#include {i}" for i in dincludes), *dbodies, ""])
     return host, device
 
 
-def _mapped(spec: ExtensionSpec, sources: list[str], code: str) -> list[str]:
-    """Each source behind a #line directive naming its line in the candidate (when found)."""
-    out = []
-    for src in sources:
-        line = _source_line(code, src) if code else 0
-        out += [f'#line {line} "{spec.key}/{CAND_FILE}"', src] if line else [src]
-    return out
+def _named(spec: ExtensionSpec, sources: list[str], kind: str) -> list[str]:
+    """Each source behind a #line directive naming it (see `_line_directive`)."""
+    return [part for i, src in enumerate(sources)
+            for part in (_line_directive(spec, kind, i), src)]
 
 
-def module_sources(spec: ExtensionSpec, code: str = "", device_prelude: str = ""
-                   ) -> tuple[str, str]:
+def module_sources(spec: ExtensionSpec, device_prelude: str = "") -> tuple[str, str]:
     """Sources of a spec that defines its own PYBIND11_MODULE (built alone), as torch's
     load_inline writes main.cpp and cuda.cu: `torch/extension.h` before the C++ sources,
     the backend's device headers (torch/types.h, cuda.h, cuda_runtime.h) before the device
-    sources, neither when `no_implicit_headers`; errors mapped to the candidate's lines."""
+    sources, neither when `no_implicit_headers`; errors name the spec's source lines."""
     implicit = not spec.no_implicit_headers
     head = ["#include <torch/extension.h>"] if implicit else []
-    host = "\n".join([*head, *_mapped(spec, spec.cpp_sources, code), ""])
+    host = "\n".join([*head, *_named(spec, spec.cpp_sources, "cpp"), ""])
     if not spec.cuda_sources:
         return host, ""
     dhead = [device_prelude] if implicit and device_prelude else []
-    return host, "\n".join([*dhead, *_mapped(spec, spec.cuda_sources, code), ""])
+    return host, "\n".join([*dhead, *_named(spec, spec.cuda_sources, "cuda"), ""])
 
 
 class Builder:
@@ -218,11 +244,16 @@ class Builder:
             res = BuildResult(**data)
         except (OSError, ValueError, TypeError):
             return None
+        if not res.ok and "unit_log" not in data:  # a log mapped to another candidate's lines
+            return None
         if res.ok and not Path(res.path).is_file():
             return None
         if res.ok and not verify_artefact(res):
             record_event(f"cache entry {spec.key}: {res.path} does not match its hash; rebuilt")
             return None
+        touch(self._index_path(spec.key))  # a use: `verifier.cache_bound` evicts by last use
+        if res.ok:
+            touch(Path(res.path).parent)
         res.cached = True
         res.seconds = 0.0
         return res
@@ -232,6 +263,7 @@ class Builder:
             side = Path(f"{res.path}.sha256")
             res.sha256 = side.read_text().strip() if side.is_file() else file_sha256(res.path)
         path = self._index_path(res.key)
+        path.parent.mkdir(parents=True, exist_ok=True)  # `cache_bound.trim` removes it when empty
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         data = {k: v for k, v in res.__dict__.items() if k != "cached"}
         tmp.write_text(json.dumps(data))
@@ -243,6 +275,7 @@ class Builder:
             return None
         d = self.root / "pch" / _hash(*self.ctx.backend.host_flags(), *cflags)
         if (d / "ks_pch.h.gch").is_file():
+            touch(d)
             return d
         if n_specs < self.ctx.pch_min_specs:
             return None
@@ -368,11 +401,12 @@ class Builder:
         return [(specs[:half], carried), (specs[half:], carried)]
 
     def _spec_log(self, log: str, key: str) -> str:
-        """The compiler output with the spec's file names shown as the candidate's."""
-        other = re.compile(r"([0-9a-f]{16})/" + re.escape(CAND_FILE))
+        """The compiler output about this spec (no other spec's lines), its sources named as
+        load_inline's arguments (`cpp_sources[0]:12`)."""
+        named = re.compile(r"([0-9a-f]{16})/(cpp|cuda)(\d+)\b")
         lines = [ln for ln in log.splitlines() if not ln.startswith("$ ")
-                 and all(m.group(1) == key for m in other.finditer(ln))]
-        text = "\n".join(lines).replace(f"{key}/{CAND_FILE}", CAND_FILE)
+                 and all(m.group(1) == key for m in named.finditer(ln))]
+        text = named.sub(lambda m: f"{m.group(2)}_sources[{m.group(3)}]", "\n".join(lines))
         return text.replace(f"ks_{key}::", "").replace(f"k{key}__", "")
 
     def _build_batch(self, specs: list[ExtensionSpec]) -> tuple[bool, str, Path, str, float]:
@@ -382,9 +416,9 @@ class Builder:
         out_dir = self.root / "builds" / bkey
         so = out_dir / f"{module}.so"
         if so.is_file() and _sidecar_ok(so):
+            touch(out_dir)
             return True, "", so, module, 0.0
-        host, device = batch_sources(specs, module, self.ctx.code_of,
-                                     self.ctx.backend.device_prelude)
+        host, device = batch_sources(specs, module, self.ctx.backend.device_prelude)
         ok, log = self._compile_link(specs[0], out_dir, module, host, device, len(specs))
         if ok and self.ctx.check_import:
             ok, imp = self._check_import(so, module)
@@ -398,8 +432,7 @@ class Builder:
         module = f"ks_m{spec.key}"
         out_dir = self.root / "builds" / f"m{spec.key}"
         so = out_dir / f"{module}.so"
-        host, device = module_sources(spec, self.ctx.code_of.get(spec.key, ""),
-                                      self.ctx.backend.device_prelude)
+        host, device = module_sources(spec, self.ctx.backend.device_prelude)
         flags_extra = [f"-DTORCH_EXTENSION_NAME={module}"]
         ok, log = self._compile_link(spec, out_dir, module, host, device, 1, flags_extra)
         if ok and self.ctx.check_import:

@@ -76,6 +76,9 @@ class VerifyOptions:
     fork_server: bool = True
     memory_limit_mb: int = 8192
     build_cache_dir: str | None = None
+    # after each batch the build cache is cut to this many GB, least recently used entries first
+    # (verifier.cache_bound: never one a running build may use); 0: no bound
+    build_cache_max_gb: float = 5.0
     baseline_cache_dir: str | None = None
     seed: int = 0
     # strict (MooreEval): no library compute in forward; partial (KernelBench): library ops

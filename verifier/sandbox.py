@@ -136,8 +136,9 @@ def make_pids_cgroup(limit: int) -> Path | None:
     return path
 
 
-def kill_cgroup(path: Path, attempts: int = 50) -> int:
-    """SIGKILL every process in the cgroup until it is empty, then remove it; returns kills."""
+def kill_cgroup(path: Path, attempts: int = 50, wait_s: float = 15.0) -> int:
+    """SIGKILL every process in the cgroup until it is empty, then remove it (waiting up to
+    `wait_s` for the kernel to let it go); returns kills."""
     killed = 0
     for _ in range(attempts):
         try:
@@ -153,7 +154,7 @@ def kill_cgroup(path: Path, attempts: int = 50) -> int:
             except ProcessLookupError:
                 pass
         time.sleep(0.02)
-    deadline = time.monotonic() + 15.0  # killed tasks may take a while to be reaped under load
+    deadline = time.monotonic() + wait_s  # killed tasks may take a while to be reaped under load
     while True:
         try:
             path.rmdir()

@@ -53,7 +53,9 @@ def _mutation_facts(cand: Candidate) -> tuple[str, str]:
     return kind, desc
 
 
-def _fix_source(cand: Candidate, by_id: dict[str, Candidate]) -> str | None:
+def fix_source(cand: Candidate, by_id: dict[str, Candidate]) -> str | None:
+    """The program a mutant was made from: its parent, the candidate its metadata names as the
+    fix, or the fix code its metadata carries (None when it names none)."""
     meta = cand.meta_dict()
     parent = by_id.get(cand.parent_id or "") or by_id.get(str(meta.get("fix_candidate_id", "")))
     if parent is not None:
@@ -89,7 +91,7 @@ def review_rows(tasks: dict[str, Task], all_cands: list[Candidate],
         v = verdicts.get(c.candidate_id)
         if v is None or v.status in CORRECT_STATUSES:
             continue  # unverified, or the mutation did not change behaviour: no bug to find
-        source = _fix_source(c, by_id)
+        source = fix_source(c, by_id)
         label = fix_label(c.code, source) if source is not None else None
         if label is None:
             continue

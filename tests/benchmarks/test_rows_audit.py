@@ -16,7 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks.rows_audit import Audit, check_switches, main, size_problems
+import benchmarks.rows_audit as rows_audit
+from benchmarks.rows_audit import Audit, check_reviews, check_switches, main, size_problems
+from pipeline.datasets import analysis_rows
+from schemas import Candidate, Verdict
 
 BUILD_CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "builds"
 
@@ -78,6 +81,32 @@ def test_switches_and_unused_macros_fail_clean_kernels_pass() -> None:
     assert "#if 0" in audit.examples["no_switches"][0]
     assert "unused macro HD" in audit.examples["no_switches"][0]
     assert audit.failed() and "| no_switches | 1 | 1 | 0 |" in audit.table()
+
+
+def test_review_fixes_are_found_as_the_row_builder_finds_them() -> None:
+    """The audit asks `analysis_rows.fix_source` (one definition) which program a mutant was
+    made from: its parent, the candidate its metadata names, or the fix code it carries."""
+    assert rows_audit.fix_source is analysis_rows.fix_source
+    assert not hasattr(rows_audit, "_fix_of")
+    good = "def f(x):\n    y = x + 1\n    return y\n"
+    bad = good.replace("x + 1", "x - 1")
+    fix = Candidate("fix", "t", "cpu", "template:a/b", good)
+    named = Candidate("m1", "t", "cpu", "mutate:sign", bad,
+                      meta=json.dumps({"fix_candidate_id": "fix"}))
+    carried = Candidate("m2", "t", "cpu", "mutate:sign", bad, meta=json.dumps({"fix_code": good}))
+    orphan = Candidate("m3", "t", "cpu", "mutate:sign", bad)
+    by_id = {c.candidate_id: c for c in (fix, named, carried, orphan)}
+    assert analysis_rows.fix_source(named, by_id) == good
+    assert analysis_rows.fix_source(carried, by_id) == good
+    assert analysis_rows.fix_source(orphan, by_id) is None
+    verdicts = {c: Verdict(c, "t", s, "done", "cpu")
+                for c, s in (("fix", "correct_slow"), ("m1", "incorrect"), ("m2", "incorrect"),
+                             ("m3", "incorrect"))}
+    audit = Audit()
+    rows = {"review": [{"row_id": f"row{c}", "candidate_id": c, "bug_line": 2}
+                       for c in ("m1", "m2", "m3")]}
+    check_reviews(audit, rows, list(by_id.values()), verdicts)
+    assert audit.counts["review_fix_verified"] == {"pass": 2, "fail": 1}
 
 
 @pytest.mark.slow

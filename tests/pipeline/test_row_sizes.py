@@ -19,6 +19,7 @@ from pipeline.candidates.templates import template_candidates
 from pipeline.config import GenerateConfig, TasksConfig
 from pipeline.tasks.extract import extract_tasks
 from pipeline.tasks.probe_pool import ProbePool
+from pipeline.tasks.shape_facts import facts
 from schemas import RawModule
 from sources.seed import SEED_DIR
 
@@ -43,34 +44,8 @@ def tasks() -> list:
 
 def _facts(source: str) -> tuple[list, list, list, set[int]]:
     """(init args, input shapes, output shapes, every dim of every tensor) of a reference."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    dims: set[int] = set()
-
-    class Shapes(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in (out if isinstance(out, tuple | list) else [out]):
-                if isinstance(t, torch.Tensor):
-                    dims.update(t.shape)
-            return out
-
-    ns: dict = {}
-    exec(compile(source, "reference.py", "exec"), ns)
-    init = ns["get_init_inputs"]()
-    with torch.device("meta"):
-        model = ns["Model"](*init)
-        inputs = ns["get_inputs"]()
-        for p in model.parameters():
-            dims.update(p.shape)
-        with Shapes():
-            out = model(*inputs)
-    outs = out if isinstance(out, tuple | list) else [out]
-    in_shapes = [list(x.shape) for x in inputs if isinstance(x, torch.Tensor)]
-    for s in in_shapes:
-        dims.update(s)
-    return init, in_shapes, [list(o.shape) for o in outs], dims
+    f = facts(source)
+    return f["init"], f["inputs"], f["outputs"], set(f["dims"])
 
 
 def _init_params(source: str) -> list[str]:

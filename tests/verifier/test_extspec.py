@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from verifier.build import _flags_key, _source_line, batch_sources, module_sources
+from verifier.build import (
+    _flags_key,
+    _source_line,
+    batch_sources,
+    candidate_log,
+    module_sources,
+)
 from verifier.extspec import ExtensionSpec, specs_from_source
 
 CODE = '''from torch.utils.cpp_extension import load_inline
@@ -44,16 +50,17 @@ def test_functions_dict_and_string() -> None:
 def test_batch_source_namespaces_hoists_and_maps_lines() -> None:
     (spec,) = specs_from_source(CODE)
     other = ExtensionSpec("o", ["#include <omp.h>\nint h(int a) { return a; }"], functions=["h"])
-    host, device = batch_sources([spec, other], "ks_bx", {spec.key: CODE}, "")
+    host, device = batch_sources([spec, other], "ks_bx", "")
     assert device == ""
     assert host.count("#include <omp.h>") == 1
     assert host.index("#include <omp.h>") < host.index(f"namespace ks_{spec.key}")
-    assert f'#line 2 "{spec.key}/candidate.py"' in host
+    assert f'#line 1 "{spec.key}/cpp0"' in host  # the source's own lines (cached per spec)
     assert "#undef BLOCK" in host
     assert f'm.def("k{spec.key}__f", torch::wrap_pybind_function(ks_{spec.key}::f)' in host
     assert f'"k{other.key}__h"' in host
-    # after #line 2, the source's line 4 ("#define BLOCK 4") is candidate line 4
+    # the source starts on candidate line 2: its line 3 ("#define BLOCK 4") is line 4 there
     assert _source_line(CODE, spec.cpp_sources[0]) == 2
+    assert candidate_log("cpp_sources[0]:3:9: error: x", spec, CODE) == "candidate.py:4:9: error: x"
 
 
 PB_CODE = '''from torch.utils.cpp_extension import load_inline
@@ -73,24 +80,24 @@ def test_own_module_units_get_the_headers_torch_prepends() -> None:
     unit once lacked torch/types.h, so `torch::Tensor` was unknown in it)."""
     (spec,) = specs_from_source(PB_CODE)
     assert spec.functions is None and not spec.batchable
-    host, device = module_sources(spec, PB_CODE, PRELUDE)
+    host, device = module_sources(spec, PRELUDE)
     assert host.startswith("#include <torch/extension.h>\n") and "PYBIND11_MODULE" in host
     assert device.startswith(PRELUDE)
-    assert f'#line 4 "{spec.key}/candidate.py"\n\n__global__' in device
+    assert f'#line 1 "{spec.key}/cuda0"\n\n__global__' in device
     bare = ExtensionSpec.from_call(("pb", PB_CODE), {"cuda_sources": "int g();",
                                                      "no_implicit_headers": True})
-    host, device = module_sources(bare, "", PRELUDE)
-    assert "torch/extension.h" not in host and device == "int g();\n"
-    assert module_sources(ExtensionSpec("c", ["int g();"]), "", PRELUDE)[1] == ""
+    host, device = module_sources(bare, PRELUDE)
+    assert "torch/extension.h" not in host and device == f'#line 1 "{bare.key}/cuda0"\nint g();\n'
+    assert module_sources(ExtensionSpec("c", ["int g();"]), PRELUDE)[1] == ""
 
 
 def test_batched_device_unit_skips_the_prelude_only_without_implicit_headers() -> None:
     a = ExtensionSpec("a", ["int f();"], ["int f() { return 1; }"], functions=["f"])
-    _, device = batch_sources([a], "ks_ba", {}, PRELUDE)
+    _, device = batch_sources([a], "ks_ba", PRELUDE)
     assert device.startswith(PRELUDE)
     b = ExtensionSpec("b", ["int f();"], ["int f() { return 1; }"], functions=["f"],
                       no_implicit_headers=True)
-    _, device = batch_sources([b], "ks_bb", {}, PRELUDE)
+    _, device = batch_sources([b], "ks_bb", PRELUDE)
     assert "torch/types.h" not in device
 
 

@@ -79,16 +79,15 @@ for key, kw in json.loads(Path(sys.argv[1]).read_text()).items():
 '''
 
 
-def _specs() -> tuple[dict[str, list[ExtensionSpec]], dict[str, str]]:
-    """Each case's specs, and each spec's candidate code (the builder maps errors to it)."""
+def _specs() -> dict[str, list[ExtensionSpec]]:
+    """Each case's specs."""
     rows = {r["name"]: r for r in corpus.load("cuda")}
-    out, code_of = {}, {}
+    out = {}
     for name in CASES:
         specs = specs_from_source(rows[name]["code"])
         assert specs, f"{name}: load_inline arguments are not literal"
         out[name] = specs
-        code_of.update({s.key: rows[name]["code"] for s in specs})
-    return out, code_of
+    return out
 
 
 def _torch_kwargs(spec: ExtensionSpec) -> dict[str, Any]:
@@ -145,7 +144,7 @@ def _torch_compiles(specs: list[ExtensionSpec], tmp: Path) -> dict[str, dict[str
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, dict]:
-    by_case, code_of = _specs()
+    by_case = _specs()
     # a case whose headers this toolkit lacks is skipped below: not built on either side
     unique = list({s.key: s for case, specs in by_case.items() for s in specs
                    if not _missing_library_headers(specs)}.values())
@@ -153,7 +152,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, dict
     old = os.environ.get("TORCH_CUDA_ARCH_LIST")
     os.environ["TORCH_CUDA_ARCH_LIST"] = _ARCH
     try:
-        ctx = BuildContext(get_backend("cuda"), _CACHE / "ours", code_of=code_of,
+        ctx = BuildContext(get_backend("cuda"), _CACHE / "ours",
                            check_import=torch_has_cuda_libs())
         ours = Builder(ctx).build(unique)
     finally:

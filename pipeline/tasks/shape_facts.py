@@ -1,8 +1,9 @@
-"""Shape facts of reference sources, for the rows audit; runs in the verifier's sandbox.
+"""Shape facts of a KernelBench reference: its constructor arguments, input and output shapes
+and every dim any tensor it makes has, from one forward on the meta device (a dispatch mode
+records each op's outputs). The rows audit and the row-size test check row text against them.
 
-Reads `sources.json` (a list of KernelBench sources), builds and runs each on the meta device,
-and writes `result.json`: per source, its constructor arguments, input and output shapes and
-every dim any tensor it makes has (or the error). torch + stdlib only.
+torch + stdlib only and self-contained: `benchmarks.rows_audit` runs this file as a script in
+the verifier's sandbox (reads `sources.json`, a list of sources; writes `result.json`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from pathlib import Path
 
 
 def facts(source: str) -> dict:
+    """{ok, init (JSON values), inputs, outputs (shapes), dims (sorted)} of one reference;
+    raises what building or running it raises."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
