@@ -134,15 +134,14 @@ def run(names: list[str] | None, jobs: int, work_root: Path, timeout: float
     from verifier.extspec import specs_from_source
 
     rows = [r for r in corpus.load("cuda") if not names or r["name"] in names]
-    specs, code_of, by_case = [], {}, {}
+    specs, by_case = [], {}
     for r in rows:
         found = specs_from_source(r["code"]) or []
         by_case[r["name"]] = found
         specs += found
-        code_of.update({s.key: r["code"] for s in found})
     unique = list({s.key: s for s in specs}.values())
     t = time.monotonic()
-    ctx = BuildContext(get_backend("cuda"), work_root / "cache", code_of=code_of)
+    ctx = BuildContext(get_backend("cuda"), work_root / "cache")
     results: dict[str, Any] = {}
     compile_all(Builder(ctx), unique, workers=jobs, most=8, on_ready=results.update)
     ours_build_s = time.monotonic() - t
