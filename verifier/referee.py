@@ -9,7 +9,7 @@ outputs the worker sent the parent (`verifier.gpu_worker`, saved by the parent i
 of its own). Only task code and `torch.load(weights_only=True)` run here.
 
     python -m verifier.referee BACKEND
-    stdin:  {"op": "run" | "clock", "outputs": PATH, "args": {...}} per line
+    stdin:  {"op": "run" | "clock", "outputs": PATH, "args": {...}, "job": N} per line
     stdout: {"ok": bool, "why": str} or {"error": str} per line
 
 Parent side: `Referee(env, backend)` (pinned with the same CUDA_VISIBLE_DEVICES as its
@@ -49,14 +49,16 @@ class Referee:
             env=scrubbed_env({"PYTHONPATH": _PKG_ROOT, **self.env}), start_new_session=True)
         self.buf = b""
 
-    def __call__(self, op: str, args: dict[str, Any], outputs: str) -> tuple[bool, str]:
-        """(ok, why not) for `op` on the outputs file; RuntimeError when the referee fails."""
+    def __call__(self, op: str, args: dict[str, Any], outputs: str, job: str = ""
+                 ) -> tuple[bool, str]:
+        """(ok, why not) for `op` on the outputs file of the parent's job number `job` (the
+        referee reads the file once per job); RuntimeError when the referee fails."""
         if self.proc is None or self.proc.poll() is not None:
             self._start()
         assert self.proc is not None and self.proc.stdin is not None
         try:
-            self.proc.stdin.write((json.dumps({"op": op, "outputs": outputs, "args": args})
-                                   + "\n").encode())
+            self.proc.stdin.write((json.dumps({"op": op, "outputs": outputs, "args": args,
+                                               "job": job}) + "\n").encode())
             self.proc.stdin.flush()
             reply = self._read(START_S + CALL_S)
         except (OSError, ValueError) as exc:
@@ -90,11 +92,26 @@ class Referee:
             self.proc = None
 
 
+_LAST: dict[str, Any] = {}  # the outputs file last read: one load serves a run's two ops
+
+
+def _outputs(path: Path, job: str) -> Any:
+    """The raw outputs in `path`, read once per job (a run asks "run" then "clock" of the
+    same file; the parent rewrites it for every job and numbers its jobs)."""
+    from verifier.decide import load_outputs
+
+    ident = (str(path), job) if job else None
+    if ident is None or _LAST.get("ident") != ident:
+        _LAST.clear()  # drop the old outputs before the new ones load
+        _LAST.update(ident=ident, data=load_outputs(path))
+    return _LAST["data"]
+
+
 def _answer(msg: dict[str, Any]) -> dict[str, Any]:
     from verifier.clock import check_outputs
-    from verifier.decide import check_run, load_outputs
+    from verifier.decide import check_run
 
-    data = load_outputs(Path(msg["outputs"]))
+    data = _outputs(Path(msg["outputs"]), str(msg.get("job") or ""))
     raw, clocked = (data if data is not None and len(data) == 2 else (None, None))
     raw, clocked = (x if isinstance(x, list) else None for x in (raw, clocked))
     args = msg["args"]

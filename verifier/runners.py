@@ -113,6 +113,7 @@ class _GpuRunner:
         # the parent judges raw outputs itself: here on the cpu, else by a trusted referee
         # process on the same GPU (inputs drawn there cannot be regenerated on the cpu)
         self.referee = Referee(env, backend) if backend != "cpu" else None
+        self.jobs = 0
         self.standby_thread: threading.Thread | None = None
         self.swaps = 0
         self.closed = self.starting = False
@@ -197,7 +198,8 @@ class _GpuRunner:
             if out.clock is not None:
                 out.clock = (*out.clock[:2], clocked if isinstance(clocked, list) else None)
         else:
-            out.referee = functools.partial(self.referee, outputs=str(mine))
+            self.jobs += 1  # the referee reads each job's outputs file once
+            out.referee = functools.partial(self.referee, outputs=str(mine), job=str(self.jobs))
         return out
 
     def _run_locked(self, item: Any, job: dict[str, Any], built: list) -> RunOutcome:

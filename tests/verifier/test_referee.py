@@ -68,3 +68,22 @@ def test_a_referee_failure_is_an_error_not_a_verdict(referee: Referee, tmp_path:
     with pytest.raises(RuntimeError, match="task does not load"):
         referee("run", broken, outputs=str(path))
     assert referee("run", _args(1), outputs=str(path)) == (True, "")  # still serving
+
+
+def test_outputs_are_read_once_per_job_and_again_for_the_next(referee: Referee,
+                                                             tmp_path: Path) -> None:
+    good = _trial_outputs(99, 3)
+    path = tmp_path / "outputs.pt"
+    torch.save([good, None], path)
+    assert referee("run", _args(99), outputs=str(path), job="1") == (True, "")
+    # the parent rewrites the file for its next job: job 2 must see the new, wrong outputs
+    torch.save([[good[0] * 0.5, good[1], good[2]], None], path)
+    ok, why = referee("run", _args(99), outputs=str(path), job="2")
+    assert not ok and why.startswith("trial 1"), why
+    # a second op of job 2 is answered from the outputs job 2 read (the file is not re-read)
+    path.unlink()
+    ok, why = referee("run", _args(99), outputs=str(path), job="2")
+    assert not ok and why.startswith("trial 1"), why
+    # without a job number every call reads the file
+    ok, why = referee("run", _args(99), outputs=str(path))
+    assert not ok and "no raw outputs" in why, why
