@@ -1,11 +1,12 @@
 """Offline stand-ins for the pretrained checkpoints KernelBench level 4 loads.
 
-A level-4 file builds `AutoModelForCausalLM.from_pretrained(name)` with `AutoConfig.from_pretrained`,
-which would download weights. The fingerprint needs only the forward's op sequence, which depends
-on the architecture, not the weights: each checkpoint is replaced by its transformers config class
-with the checkpoint's published hyperparameters (its `config.json` on the Hub), and the model is
-built with `from_config` on whatever device is current (meta while tracing). Runs in the
-sandboxed tracer (`pipeline.tasks.benchmark_trace`); imports transformers only when a file does.
+A level-4 file builds `AutoModelForCausalLM.from_pretrained(name)` with
+`AutoConfig.from_pretrained`, which would download weights. The fingerprint needs only the
+forward's op sequence, which depends on the architecture, not the weights: each checkpoint is
+replaced by its transformers config class with the checkpoint's published hyperparameters (its
+`config.json` on the Hub), and the model is built with `from_config` on whatever device is
+current (meta while tracing). Runs in the sandboxed tracer (`pipeline.tasks.benchmark_trace`);
+imports transformers only when a file does.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ CHECKPOINTS: dict[str, tuple[str, dict[str, Any]]] = {
         vocab_size=30522, embedding_size=128, hidden_size=256, num_hidden_layers=12,
         num_attention_heads=4, intermediate_size=1024, hidden_act="gelu",
         max_position_embeddings=512, type_vocab_size=2, pad_token_id=0)),
+    # d_model 1024, d_ff 4096, 8 heads and 64K positions as the Reformer paper states for enwik8;
+    # chunk lengths, buckets and axial shapes as its config.json (they do not change which ops
+    # run, so the first-use op sequence holds even if one were off)
     "google/reformer-enwik8": ("ReformerConfig", dict(
         vocab_size=258, hidden_size=1024, num_attention_heads=8, attention_head_size=128,
         attn_layers=["local", "lsh"] * 6, feed_forward_size=4096, hidden_act="relu",

@@ -104,7 +104,8 @@ needs_snapshot = pytest.mark.skipif(not SNAPSHOT.is_dir(),
 
 def test_renamer_changes_every_chosen_name() -> None:
     src = ("import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
-           '    """doc"""\n    def __init__(self, dim: int):\n        super(Model, self).__init__()\n'
+           '    """doc"""\n    def __init__(self, dim: int):\n'
+           "        super(Model, self).__init__()\n"
            "        self.dim = dim\n\n    def forward(self, x):  # note\n"
            "        return torch.sum(x, dim=self.dim)\n\nbatch_size = 16\n\n"
            "def get_inputs():\n    return [torch.rand(batch_size, 8)]\n\n"
