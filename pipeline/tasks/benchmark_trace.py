@@ -1,6 +1,7 @@
 """Child side of benchmark fingerprinting: the aten op sequence and input shapes of task files.
 
-Runs sandboxed (`pipeline.tasks.kernelbench_index` starts it) with torch + stdlib only. Reads one
+Runs sandboxed (`pipeline.tasks.kernelbench_index` starts it) with torch + stdlib only
+(transformers too for a file that loads a pretrained checkpoint). Reads one
 JSON line per file (`{"name", "source"}`) and answers one JSON line each. Every file is run in a
 forked child with a timeout, so a file that hangs or crashes costs only itself. The forward is
 traced on meta tensors (any size, no memory); where a meta kernel is missing, on CPU with the
@@ -76,6 +77,8 @@ def trace_file(name: str, source: str) -> dict:
             out = _trace(name, source, pretrained=True)
     except UnknownCheckpoint as exc:
         return {"ops": [], "shapes": [], "trace": f"none: {exc}"}
+    except ImportError as exc:  # the stand-ins need transformers
+        return {"ops": [], "shapes": [], "trace": f"none: loads a checkpoint; {exc}"[:200]}
     if used and not out["trace"].startswith("none"):
         out["trace"] += f" (stand-in: {used[0]} from config, random weights)"
     return out
