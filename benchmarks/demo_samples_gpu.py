@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from verifier.api import verify_batch  # noqa: E402
+from verifier.backends import BackendUnavailable  # noqa: E402
 from verifier.protocol import (  # noqa: E402
     CORRECT_STATUSES,
     VerdictData,
@@ -95,7 +96,11 @@ def main() -> int:
         print(f"[{time.monotonic() - t0:6.1f}s] {v.candidate_id}: {v.status}", file=sys.stderr,
               flush=True)
 
-    verdicts = {v.candidate_id: v.to_dict() for v in verify_batch(reqs, opts, show)}
+    try:
+        verdicts = {v.candidate_id: v.to_dict() for v in verify_batch(reqs, opts, show)}
+    except BackendUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     wall = time.monotonic() - t0
     hits = sum(matches(r["intended"], verdicts[r["case"]]["status"]) for r in rows)
     dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
