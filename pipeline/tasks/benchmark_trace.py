@@ -1,10 +1,13 @@
 """Child side of benchmark fingerprinting: the aten op sequence and input shapes of task files.
 
-Runs sandboxed (`pipeline.tasks.kernelbench_index` starts it) with torch + stdlib only. Reads one
+Runs sandboxed (`pipeline.tasks.kernelbench_index` starts it) with torch + stdlib only
+(transformers too for a file that loads a pretrained checkpoint). Reads one
 JSON line per file (`{"name", "source"}`) and answers one JSON line each. Every file is run in a
 forked child with a timeout, so a file that hangs or crashes costs only itself. The forward is
 traced on meta tensors (any size, no memory); where a meta kernel is missing, on CPU with the
-module's integer size constants shrunk.
+module's integer size constants shrunk. A file that loads a pretrained checkpoint (KernelBench
+level 4) gets an offline stand-in of the same architecture (`pipeline.tasks.pretrained_standins`)
+and, on CPU, keeps its sequence length (attention code paths depend on it): only the batch shrinks.
 """
 
 from __future__ import annotations
@@ -65,6 +68,23 @@ def _run(ns: dict, device: str) -> dict:
 
 def trace_file(name: str, source: str) -> dict:
     """{"ops", "shapes", "trace"}: on meta first, else on CPU at small sizes."""
+    if "from_pretrained" not in source:
+        return _trace(name, source, pretrained=False)
+    from pipeline.tasks.pretrained_standins import UnknownCheckpoint, offline_pretrained
+
+    try:
+        with offline_pretrained() as used:
+            out = _trace(name, source, pretrained=True)
+    except UnknownCheckpoint as exc:
+        return {"ops": [], "shapes": [], "trace": f"none: {exc}"}
+    except ImportError as exc:  # the stand-ins need transformers
+        return {"ops": [], "shapes": [], "trace": f"none: loads a checkpoint; {exc}"[:200]}
+    if used and not out["trace"].startswith("none"):
+        out["trace"] += f" (stand-in: {used[0]} from config, random weights)"
+    return out
+
+
+def _trace(name: str, source: str, pretrained: bool) -> dict:
     ns = {"__name__": "kernelsynth_benchmark", "__file__": name}
     try:
         exec(compile(source, name, "exec"), ns)
@@ -85,7 +105,8 @@ def trace_file(name: str, source: str) -> dict:
                            if isinstance(x, torch.Tensor)]
     except BaseException:  # noqa: BLE001 - shapes are optional
         meta_shapes = []
-    ns.update({k: min(v, _SMALL) for k, v in _int_constants(source).items() if v > _SMALL})
+    ns.update({k: min(v, _SMALL) for k, v in _int_constants(source).items()
+               if v > _SMALL and (not pretrained or "batch" in k)})
     try:
         res = _run(ns, "cpu")
         return {"ops": res["ops"], "shapes": meta_shapes or res["shapes"], "trace": "cpu-small"}

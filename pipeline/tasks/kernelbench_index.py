@@ -73,7 +73,7 @@ class Fingerprint:
     ops: list[str]  # aten ops of the forward in first-use order ([] when untraced)
     ast_ops: str  # hash of the AST op signature ("" when none)
     shapes: list[list[int]]  # input shapes as the file states them
-    trace: str  # meta | cpu-small | none: <why>
+    trace: str  # meta | cpu-small [(stand-in: <checkpoint> ...)] | none: <why>
 
     @property
     def level(self) -> str:
@@ -104,16 +104,16 @@ class FingerprintIndex:
             raise BenchmarkIndexError(f"{where}: not a fingerprint index ({exc})") from None
 
     @functools.cached_property
-    def _lookup(self) -> tuple[dict[int, list[int]], dict[tuple[str, ...], int],
+    def _lookup(self) -> tuple[dict[int, list[int]], dict[tuple[str, ...], list[int]],
                                dict[str, int]]:
         grams: dict[int, list[int]] = {}
-        ops: dict[tuple[str, ...], int] = {}
+        ops: dict[tuple[str, ...], list[int]] = {}
         ast_ops: dict[str, int] = {}
         for i, e in enumerate(self.entries):
             for g in e.grams:
                 grams.setdefault(g, []).append(i)
             if compute_ops(e.ops):
-                ops.setdefault(compute_ops(e.ops), i)
+                ops.setdefault(compute_ops(e.ops), []).append(i)
             if e.ast_ops:
                 ast_ops.setdefault(e.ast_ops, i)
         return grams, ops, ast_ops
@@ -198,7 +198,10 @@ def match_task(source: str, op_inventory: list[str], shapes: list[list[int]],
         return hits[i] >= threshold * 0.5 * len(set(index.entries[i].grams) - boiler)
 
     if ops and ops in ops_of:
-        match = found("aten", ops_of[ops])
+        # several files run the same ops (L2 and Frobenius norm): the one with the task's
+        # shapes, then the most shared text
+        match = found("aten", max(ops_of[ops], key=lambda i: (
+            bool(shapes) and shapes == index.entries[i].shapes, hits.get(i, 0), -i)))
         # first-use order drops repeats: a Linear+ReLU pair has the signature of a 3-layer MLP,
         # so a two-op match needs the same input shapes or shared text to count
         if len(ops) == 2 and not (match.same_shapes or match.overlap >= threshold / 2):
@@ -268,12 +271,9 @@ def benchmark_files(folder: Path, levels: tuple[str, ...] | None = None) -> dict
 def build_index(benchmark: str, source: str, files: dict[str, str], ngram: int,
                 timeout_s: float = 30.0) -> FingerprintIndex:
     """Fingerprint `files` (name -> text): traced in a sandbox, hashed, no text kept."""
-    # a file that loads pretrained weights (KernelBench level 4) would download them: its
-    # n-grams and AST signature are kept, its forward is not traced
-    untraced = {n for n, text in files.items() if "from_pretrained" in text}
-    traces = trace_files({n: t for n, t in files.items() if n not in untraced}, timeout_s)
-    traces.update({n: {"ops": [], "shapes": [], "trace": "none: loads pretrained weights"}
-                   for n in untraced})
+    # a file that loads pretrained weights (KernelBench level 4) is traced with an offline
+    # stand-in of the checkpoint's architecture (`pipeline.tasks.pretrained_standins`)
+    traces = trace_files(files, timeout_s)
     entries = [source_fingerprint(n, text, ngram, traces[n]["ops"], traces[n]["shapes"],
                                   traces[n]["trace"]) for n, text in files.items()]
     return FingerprintIndex(benchmark, source, ngram, entries)
