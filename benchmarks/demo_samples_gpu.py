@@ -108,13 +108,12 @@ def main() -> int:
              f"Command: python -m benchmarks.demo_samples_gpu --out {a.out}", "",
              *table(rows, verdicts), "",
              f"As intended: {hits}/{len(rows)}. Generalisation check: "
-             f"{'off' if a.no_generalize else 'on'}. Wall seconds: {wall:.0f}.", "",
-             "Mismatches (status, feedback):"]
-    for r in rows:
-        v = verdicts[r["case"]]
-        if not matches(r["intended"], v["status"]):
-            lines.append(f"- {r['case']} ({r['intended']}): {v['status']}: "
-                         f"{(v.get('feedback') or '')[:300]}")
+             f"{'off' if a.no_generalize else 'on'}. Wall seconds: {wall:.0f}."]
+    missed = [f"- {r['case']} ({r['intended']}): {verdicts[r['case']]['status']}: "
+              f"{(verdicts[r['case']].get('feedback') or '')[:300]}"
+              for r in rows if not matches(r["intended"], verdicts[r["case"]]["status"])]
+    if missed:
+        lines += ["", "Mismatches (status, feedback):", *missed]
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     a.out.with_suffix(".json").write_text(json.dumps(verdicts, indent=1), encoding="utf-8")
