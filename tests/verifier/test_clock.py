@@ -75,9 +75,15 @@ def test_cross_check_rules() -> None:
     w = [{"k": 100_000, "n": 10, "reported_us": 100.0, "wall_s": 0.001 + clock.WINDOW_ALLOW_S}
          for _ in range(3)]
     assert cross_check(w, 100.0)[0]
-    # a load spike in one window out of three does not flag an honest candidate (median)
-    spiky = [*w[:2], {**w[2], "wall_s": 5.0}]
+    # load spikes in two windows out of three do not flag an honest candidate (the fastest
+    # window counts: a median flagged honest runs on a 2-core host at load 20)
+    spiky = [w[0], {**w[1], "wall_s": 5.0}, {**w[2], "wall_s": 0.3}]
     assert cross_check(spiky, 100.0)[0]
+    # a report forged by more than K x is slow in every window, so even the fastest fails
+    forged = [{**x, "wall_s": x["n"] * (clock.K * 100.0 + clock.CALL_ALLOW_US + 5) * 1e-6
+               + clock.WINDOW_ALLOW_S} for x in w]
+    ok, why, figures = cross_check(forged, 100.0)
+    assert not ok and "fastest of 3 windows" in why and figures["parent_us"] > figures["limit_us"]
     ok, why, _ = cross_check(w, 1.0)  # the result says 1 us, the clock pipe said 100 us
     assert not ok and "not the one reported" in why
     ok, why, _ = cross_check(w[:2], 100.0)
