@@ -3,8 +3,9 @@
 Checks, each counted pass/fail over the rows (or kernels) it applies to:
 - `generalised`: every SFT/RFT answer's and preference chosen side's verdict records a passed
   generalisation check (a `generalised` finding, no `variant_skipped`).
-- `no_switches`: no preprocessor switch (`#if`, `#ifdef`, `#elif`, `#else`, `#endif`, `#undef`)
-  and no macro defined but unused in any published kernel (SFT, RFT, preference chosen sides).
+- `no_switches`: no preprocessor switch (`#if`, `#ifdef`, `#elif`, `#else`, `#endif`, `#undef`),
+  no macro defined but unused and no struct field never read (`g.divisor`; g++ does not warn on
+  those) in any published kernel (SFT, RFT, preference chosen sides).
 - `builds_clean`: the CPU kernels of those answers build with `-Wall -Wextra
   -Werror=unused-variable -Werror=unused-function` (one translation unit, each in a namespace;
   `-fsyntax-only`); CUDA kernels are counted as not built.
@@ -58,6 +59,22 @@ from schemas import Candidate, Verdict
 from verifier.extspec import specs_from_source
 
 SWITCH = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif|undef)\b[^\n]*", re.M)
+STRUCT = re.compile(r"\bstruct\s+(\w+)\s*\{([^{}]*)\}\s*;")
+# a data member declaration: `int64_t D, H, W;`, `bool include_pad;`, `float v = 0.f;`
+MEMBER = re.compile(r"^\s*(?:const\s+)?[\w:<>]+[\s*&]+([\w\s,*\[\]=.+-]+);", re.M)
+
+
+def unused_fields(text: str) -> list[str]:
+    """`Geom.divisor` for each data member of a struct in `text` that no `.x`/`->x` reads."""
+    out = []
+    for m in STRUCT.finditer(text):
+        rest = text[:m.start()] + text[m.end():]
+        for decl in MEMBER.finditer(m.group(2)):
+            for item in decl.group(1).split(","):
+                name = re.match(r"\s*\**\s*(\w+)", item)
+                if name and not re.search(rf"(\.|->)\s*{name.group(1)}\b", rest):
+                    out.append(f"unused field {m.group(1)}.{name.group(1)}")
+    return out
 CODE = re.compile(r"```(?:python)?\n(.*?)```", re.S)
 
 
@@ -143,6 +160,7 @@ def check_switches(audit: Audit, kernels: list[tuple[str, str]]) -> None:
             for macro in re.findall(r"^\s*#define\s+(\w+)", text, re.M):
                 if len(re.findall(rf"\b{macro}\b", text)) < 2:
                     bad.append(f"unused macro {macro}")
+            bad += unused_fields(text)
         audit.record("no_switches", not bad, where, "; ".join(bad[:3]))
 
 

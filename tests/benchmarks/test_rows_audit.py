@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks.rows_audit import Audit, check_switches, main, size_problems
+from benchmarks.rows_audit import Audit, check_switches, main, size_problems, unused_fields
 
 BUILD_CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "builds"
 
@@ -78,6 +78,20 @@ def test_switches_and_unused_macros_fail_clean_kernels_pass() -> None:
     assert "#if 0" in audit.examples["no_switches"][0]
     assert "unused macro HD" in audit.examples["no_switches"][0]
     assert audit.failed() and "| no_switches | 1 | 1 | 0 |" in audit.table()
+
+
+def test_struct_fields_no_code_reads_fail() -> None:
+    audit = Audit()
+    used = ("struct Geom {\n    int64_t D, H, W;\n    bool pad;\n};\n"
+            "float f(const Geom& g) { return g.pad ? g.D * g.H * g.W : 0; }")
+    # the max-pool geometry of old: the divisor fields travel along but no code reads them
+    unread = ("struct Geom {\n    int64_t D, H, divisor;\n    bool include_pad;\n};\n"
+              "float f(const Geom& g) { return g.D * g.H; }")
+    assert unused_fields(used) == []
+    assert unused_fields(unread) == ["unused field Geom.divisor", "unused field Geom.include_pad"]
+    check_switches(audit, [("used", _candidate(used)), ("unread", _candidate(unread))])
+    assert audit.counts["no_switches"] == {"pass": 1, "fail": 1}
+    assert "unused field Geom.divisor" in audit.examples["no_switches"][0]
 
 
 @pytest.mark.slow
