@@ -9,7 +9,9 @@
     broadcast_stride     a broadcast operand indexed by the wrong dimension (`b[i % C]` ->
                          `b[i / C]`, `b[i / C]` -> `b[i % C]`)
     int32_index          a 64-bit flat index narrowed to `int` (overflows past 2^31 elements;
-                         the verifier sees it only at such sizes)
+                         the verifier sees it only at such sizes, so GPU kernels only)
+    wrong_init           a running max/min started at 0 instead of -inf/+inf (`v = -INFINITY` ->
+                         `v = 0`): a window or row of only negative (positive) values gives 0
 
 Each finder takes the masked kernel text (`mutation_sites.masked`) and its absolute offset, like
 the finders in `mutation_sites`.
@@ -112,10 +114,35 @@ def _int32_index(view: str, base: int, backend: str) -> list[Site]:
     return sites
 
 
+_EXTREME_INIT = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*(-?\s*(?:INFINITY|HUGE_VALF?|FLT_MAX|DBL_MAX|"
+                           r"std::numeric_limits<[\w\s]+>::(?:infinity|max|lowest)\(\)))\s*[;,]")
+
+
+def _wrong_init(view: str, base: int, backend: str) -> list[Site]:
+    sites = []
+    for m in _EXTREME_INIT.finditer(view):
+        name, value = m.group(1), m.group(2)
+        rest = view[m.end():]
+        # a running extreme: compared against, or handed to a combine/max/min call
+        if not re.search(rf"[<>]=?\s*{name}\b|\b{name}\s*[<>]|\w\s*\(\s*{name}\s*,", rest):
+            continue
+        low = value.lstrip().startswith("-") or "lowest" in value
+        what, shows = ("max", "only negative") if low else ("min", "only positive")
+        # a softmax's shift cancels out: starting it at 0 rarely changes the result
+        shift = re.search(rf"\bexp\w*\s*\([^;]*-\s*{name}\b", rest)
+        sites.append(Site(base + m.start(2), base + m.end(2), "0",
+                          f"the running {what} `{name}` starts at 0 instead of `{value}`: a "
+                          f"window of {shows} values gives 0", priority=1 if shift else 0))
+    return sites
+
+
 EXTRA_FINDERS: dict[str, Callable[[str, int, str], list[Site]]] = {
     "grid_rounding": _grid_rounding,
     "unstable_softmax": _unstable_softmax,
     "wrong_reduction_axis": _wrong_reduction_axis,
     "broadcast_stride": _broadcast_stride,
     "int32_index": _int32_index,
+    "wrong_init": _wrong_init,
 }
+# kinds whose bug no CPU run can show: the CPU copies of tasks are scaled far below 2^31 elements
+GPU_ONLY_EXTRA = ("int32_index",)
