@@ -4,8 +4,9 @@
                          `n / T`): the tail of the data is never processed
     unstable_softmax     the running max no longer subtracted before `exp` (`expf(v - m)` ->
                          `expf(v)`): overflows to inf/nan for large logits
-    wrong_reduction_axis an accumulation reads `[i * S + j]` as `[j * S + i]`: it reduces along
-                         the other axis of the tensor
+    wrong_reduction_axis an accumulation reads `[i * S + j]` as `[j * S + i]`, or a loop over the
+                         reduced axis reads `base[r * inner]` as `base[r]`: it reduces along
+                         another axis of the tensor
     broadcast_stride     a broadcast operand indexed by the wrong dimension (`b[i % C]` ->
                          `b[i / C]`, `b[i / C]` -> `b[i % C]`)
     int32_index          a 64-bit flat index narrowed to `int` (overflows past 2^31 elements;
@@ -79,7 +80,22 @@ def _wrong_reduction_axis(view: str, base: int, backend: str) -> list[Site]:
                               f"the accumulation reads `[{inner} * {stride} + {outer}]`: it "
                               f"reduces along the other axis instead of over `{inner}`",
                               priority=0 if acc.group(2) in ("+=", "*=") else 1))
+    loops = set(_LOOP_VAR.findall(view))
+    for m in _STRIDED_READ.finditer(view):
+        arr, var, stride = m.groups()
+        after = view[m.end():m.end() + 3].lstrip()
+        if var not in loops or stride in loops or (after.startswith("=")
+                                                   and not after.startswith("==")):
+            continue
+        sites.append(Site(base + m.start(2), base + m.end(3), var,
+                          f"`{arr}[{var} * {stride}]` read as `{arr}[{var}]`: the loop walks "
+                          f"the contiguous axis instead of the reduced one (stride `{stride}`)",
+                          priority=1))
     return sites
+
+
+_LOOP_VAR = re.compile(r"\bfor\s*\(\s*(?:int64_t|int|long|size_t)\s+(\w+)\s*=")
+_STRIDED_READ = re.compile(r"\b(\w+)\s*\[\s*([A-Za-z_]\w*)\s*\*\s*([A-Za-z_][\w.]*)\s*\]")
 
 
 _BCAST = re.compile(r"(\w+)\s*\[\s*\(?\s*([A-Za-z_]\w*)\s*(%|/)\s*([A-Za-z_][\w.]*)\s*\)?\s*\]")
