@@ -18,6 +18,8 @@ Checks, each counted pass/fail over the rows (or kernels) it applies to:
   faster on the same device, and its two programs are at most 0.9 similar.
 - `review_fix_verified`: applying each review row's labelled fix to its kernel gives a program
   the verifier passed.
+- `review_kinds_spread`: no bug kind holds more than a third of the review rows (rounded up;
+  counted once per version, when three kinds or more exist); the table notes the distribution.
 - `backend_named`: the card's tags are exactly those of the backends in the rows, every row
   names its backend, and the card's text says which backend made and checked the kernels.
 
@@ -84,6 +86,7 @@ class Audit:
     def __init__(self) -> None:
         self.counts: dict[str, Counter] = {}
         self.examples: dict[str, list[str]] = {}
+        self.notes: list[str] = []
 
     def record(self, check: str, ok: bool, where: str = "", why: str = "") -> None:
         self.counts.setdefault(check, Counter())["pass" if ok else "fail"] += 1
@@ -102,6 +105,7 @@ class Audit:
             lines.append(f"| {check} | {c['pass']} | {c['fail']} | {c['skipped']} |")
         for check, ex in self.examples.items():
             lines += ["", f"{check} failures (first {len(ex)}):", *[f"- {e}" for e in ex]]
+        lines += ["", *self.notes] if self.notes else []
         return "\n".join(lines) + "\n"
 
 
@@ -364,6 +368,13 @@ def check_reviews(audit: Audit, rows: dict[str, list[dict]], cands: list[Candida
         fixed = normalise_code(apply_label(c.code, *label))
         audit.record("review_fix_verified", fixed in passed.get((c.task_id, c.backend), set()),
                      where, "the labelled fix was never verified correct")
+    kinds = Counter(r["bug_kind"] for r in rows.get("review", []))
+    if kinds:
+        spread = ", ".join(f"{k} {n}" for k, n in kinds.most_common())
+        audit.notes.append(f"review bug kinds ({sum(kinds.values())} rows): {spread}")
+        top = kinds.most_common(1)[0][1]
+        audit.record("review_kinds_spread", len(kinds) < 3 or 3 * top <= sum(kinds.values()) + 2,
+                     "review", f"one kind holds over a third: {spread}")
 
 
 def check_backend(audit: Audit, version_dir: Path, rows: dict[str, list[dict]]) -> None:

@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks.rows_audit import Audit, check_switches, main, size_problems, unused_fields
+from benchmarks.rows_audit import (
+    Audit,
+    check_reviews,
+    check_switches,
+    main,
+    size_problems,
+    unused_fields,
+)
 
 BUILD_CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "builds"
 
@@ -121,3 +128,16 @@ def test_audit_of_a_small_default_build_passes_every_check(tmp_path: Path) -> No
                   "backend_named"):
         assert check in rows and rows[check][0] > 0, (check, table)
     assert code == 0 and all(r[1] == 0 for r in rows.values()), table
+
+
+def test_review_kind_spread_is_checked_and_noted() -> None:
+    def rows(kinds: list[str]) -> dict:
+        return {"review": [{"row_id": f"r{i}", "candidate_id": f"c{i}", "bug_kind": k,
+                            "bug_line": 1} for i, k in enumerate(kinds)]}
+
+    skewed, even = Audit(), Audit()
+    check_reviews(skewed, rows(["wrong_cast"] * 4 + ["off_by_one", "wrong_init"]), [], {})
+    check_reviews(even, rows(["wrong_cast"] * 2 + ["off_by_one", "wrong_init"]), [], {})
+    assert skewed.counts["review_kinds_spread"] == {"fail": 1}
+    assert even.counts["review_kinds_spread"] == {"pass": 1}
+    assert "review bug kinds (6 rows): wrong_cast 4, off_by_one 1, wrong_init 1" in skewed.table()
