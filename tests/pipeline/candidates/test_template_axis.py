@@ -119,3 +119,11 @@ def test_reduction_template_reads_dim_from_the_module(verdicts) -> None:
     assert v.status in CORRECT_STATUSES, (v.status, v.error, v.feedback)
     passed = [f["message"] for f in v.findings if f["rule"] == "generalised"]
     assert passed and "dim 2 -> 1" in passed[0], v.findings
+
+
+def test_template_code_and_reasoning_take_the_axis_from_the_module() -> None:
+    trace_sources([TASK], timeout_s=600)
+    k = template_kernels(TaskView("argmin", "argmin", TASK, TASK), "cpu", 1)[0]
+    assert "self.dim % x.dim()" in k.code and "x.size(2)" not in k.code
+    sizes = next(ln for ln in k.reasoning.splitlines() if ln.startswith("Sizes:"))
+    assert "reduced axis from the module (`self.dim`)" in sizes and "traced at" not in sizes
