@@ -3,8 +3,9 @@
 Checks, each counted pass/fail over the rows (or kernels) it applies to:
 - `generalised`: every SFT/RFT answer's and preference chosen side's verdict records a passed
   generalisation check (a `generalised` finding, no `variant_skipped`).
-- `no_switches`: no preprocessor switch (`#if`, `#ifdef`, `#elif`, `#else`, `#endif`, `#undef`)
-  and no macro defined but unused in any published kernel (SFT, RFT, preference chosen sides).
+- `no_switches`: no preprocessor switch (`#if`, `#ifdef`, `#elif`, `#else`, `#endif`, `#undef`),
+  no macro defined but unused and no struct field never read (`g.divisor`; g++ does not warn on
+  those) in any published kernel (SFT, RFT, preference chosen sides).
 - `builds_clean`: the CPU kernels of those answers build with `-Wall -Wextra
   -Werror=unused-variable -Werror=unused-function` (one translation unit, each in a namespace;
   `-fsyntax-only`); CUDA kernels are counted as not built.
@@ -17,6 +18,8 @@ Checks, each counted pass/fail over the rows (or kernels) it applies to:
   faster on the same device, and its two programs are at most 0.9 similar.
 - `review_fix_verified`: applying each review row's labelled fix to its kernel gives a program
   the verifier passed.
+- `review_kinds_spread`: no bug kind holds more than a third of the review rows (rounded up;
+  counted once per version, when three kinds or more exist); the table notes the distribution.
 - `backend_named`: the card's tags are exactly those of the backends in the rows, every row
   names its backend, and the card's text says which backend made and checked the kernels.
 
@@ -59,6 +62,22 @@ from schemas import Candidate, Verdict
 from verifier.extspec import specs_from_source
 
 SWITCH = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif|undef)\b[^\n]*", re.M)
+STRUCT = re.compile(r"\bstruct\s+(\w+)\s*\{([^{}]*)\}\s*;")
+# a data member declaration: `int64_t D, H, W;`, `bool include_pad;`, `float v = 0.f;`
+MEMBER = re.compile(r"^\s*(?:const\s+)?[\w:<>]+[\s*&]+([\w\s,*\[\]=.+-]+);", re.M)
+
+
+def unused_fields(text: str) -> list[str]:
+    """`Geom.divisor` for each data member of a struct in `text` that no `.x`/`->x` reads."""
+    out = []
+    for m in STRUCT.finditer(text):
+        rest = text[:m.start()] + text[m.end():]
+        for decl in MEMBER.finditer(m.group(2)):
+            for item in decl.group(1).split(","):
+                name = re.match(r"\s*\**\s*(\w+)", item)
+                if name and not re.search(rf"(\.|->)\s*{name.group(1)}\b", rest):
+                    out.append(f"unused field {m.group(1)}.{name.group(1)}")
+    return out
 CODE = re.compile(r"```(?:python)?\n(.*?)```", re.S)
 
 
@@ -68,6 +87,7 @@ class Audit:
     def __init__(self) -> None:
         self.counts: dict[str, Counter] = {}
         self.examples: dict[str, list[str]] = {}
+        self.notes: list[str] = []
 
     def record(self, check: str, ok: bool, where: str = "", why: str = "") -> None:
         self.counts.setdefault(check, Counter())["pass" if ok else "fail"] += 1
@@ -86,6 +106,7 @@ class Audit:
             lines.append(f"| {check} | {c['pass']} | {c['fail']} | {c['skipped']} |")
         for check, ex in self.examples.items():
             lines += ["", f"{check} failures (first {len(ex)}):", *[f"- {e}" for e in ex]]
+        lines += ["", *self.notes] if self.notes else []
         return "\n".join(lines) + "\n"
 
 
@@ -144,6 +165,7 @@ def check_switches(audit: Audit, kernels: list[tuple[str, str]]) -> None:
             for macro in re.findall(r"^\s*#define\s+(\w+)", text, re.M):
                 if len(re.findall(rf"\b{macro}\b", text)) < 2:
                     bad.append(f"unused macro {macro}")
+            bad += unused_fields(text)
         audit.record("no_switches", not bad, where, "; ".join(bad[:3]))
 
 
@@ -338,6 +360,13 @@ def check_reviews(audit: Audit, rows: dict[str, list[dict]], cands: list[Candida
         fixed = normalise_code(apply_label(c.code, *label))
         audit.record("review_fix_verified", fixed in passed.get((c.task_id, c.backend), set()),
                      where, "the labelled fix was never verified correct")
+    kinds = Counter(r["bug_kind"] for r in rows.get("review", []))
+    if kinds:
+        spread = ", ".join(f"{k} {n}" for k, n in kinds.most_common())
+        audit.notes.append(f"review bug kinds ({sum(kinds.values())} rows): {spread}")
+        top = kinds.most_common(1)[0][1]
+        audit.record("review_kinds_spread", len(kinds) < 3 or 3 * top <= sum(kinds.values()) + 2,
+                     "review", f"one kind holds over a third: {spread}")
 
 
 def check_backend(audit: Audit, version_dir: Path, rows: dict[str, list[dict]]) -> None:

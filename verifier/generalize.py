@@ -20,11 +20,15 @@ from verifier.variants import describe, first_of_each, single_change
 VARIANT_TRIALS = 2
 MAX_SINGLE = 8  # changes tried one at a time to say which one the kernel hard-codes
 
-_WORDS = {"sizes": "another size set", "init": "other constructor arguments"}
+_WORDS = {"sizes": "another size set", "init": "other constructor arguments",
+          "args": "another axis argument"}
 _HINTS = {"sizes": "read sizes from the input tensors (x.size(i), x.numel()) and pass them to "
                    "the kernel as arguments",
           "init": "keep constructor values on the module in __init__ and pass them to the kernel "
-                  "as arguments"}
+                  "as arguments",
+          "args": "keep the axis on the module (self.dim) and derive the kernel's layout (the "
+                  "sizes before, along and after that axis) from it at run time, not from the "
+                  "axis the task was written with"}
 
 
 def run_variant(source: str, cand_ns: dict[str, Any], backend: Any, seed: int, input_seed: int,
@@ -95,7 +99,7 @@ def feedback(variant: dict, message: str, culprits: list[str]) -> str:
     label = variant["label"]
     text = (f"generalisation check: correct at the task's sizes, but not at "
             f"{_WORDS.get(label, label)} ({describe(variant)}): {message}.")
-    what = "a size" if label == "sizes" else "a constructor value"
+    what = {"sizes": "a size", "args": "an axis argument"}.get(label, "a constructor value")
     if culprits:
         names = ", ".join(f"{n} ({variant['changes'][n][0]})" for n in culprits)
         text += f" The kernel hard-codes {names}"

@@ -7,27 +7,35 @@ values in `get_init_inputs()` (or module-level floats it reads), so rewriting th
 the other task; the pipeline's task probe checks that the reference still runs there before a
 variant is kept (`pipeline.tasks.variants`).
 
-A variant is `{"label": "sizes" | "init", "source": str, "changes": {name: [old, new]}}`: the
-changes name what moved, so a failure can say which size or constructor value was hard-coded.
+Integer constructor arguments that name an axis (`dim`, `axis`, `reduce_dim`: a small int the
+module keeps and reduces or normalises over) get their own kind, "args": another axis, offered
+as several proposals (dim+1, dim-1, ...) since only the probe knows which the reference accepts.
+
+A variant is `{"label": "sizes" | "init" | "args", "source": str, "changes": {name: [old, new]}}`:
+the changes name what moved, so a failure can say which size or constructor value was hard-coded.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 
 # change names of literal constructor arguments: the `Model.__init__` parameter they bind to,
 # else their position `get_init_inputs()[i]`
 INIT = "get_init_inputs()"
 INPUTS = "get_inputs()"  # change names of sizes written inline in get_inputs: get_inputs()#k
+AXIS_ARG = re.compile(r"(dim|axis)|.*_(dim|axis)")  # constructor ints that name an axis
+AXIS_STEPS = (1, -1, 2, -2)  # other axes tried, in order, relative to the task's
 
 
 def _literal_edits(tree: ast.Module, ints: Callable[[int], int], floats: Callable[[float], float],
-                   inline: bool = False
+                   inline: bool = False, axes: Callable[[int], int] | None = None
                    ) -> list[tuple[int, int, int, str, str, int | float, int | float]]:
     """(line, col, end col, new text, name, old, new) for top-level int/float constants, int
-    literals in get_inputs when `inline` (`get_inputs()#k`) and float literals in get_init_inputs
-    (named by the constructor parameter they bind to, else `get_init_inputs()[i]`)."""
+    literals in get_inputs when `inline` (`get_inputs()#k`), float literals in get_init_inputs
+    (named by the constructor parameter they bind to, else `get_init_inputs()[i]`) and, mapped by
+    `axes`, the axis-naming int constructor arguments (`axis_args`)."""
     edits = []
 
     def edit(node: ast.Constant, name: str, new: int | float) -> None:
@@ -59,7 +67,39 @@ def _literal_edits(tree: ast.Module, ints: Callable[[int], int], floats: Callabl
             names = _init_names(tree, stmt, found)
             for i, node in enumerate(found):
                 edit(node, names.get(id(node), f"{INIT}[{i}]"), floats(node.value))
+    if axes is not None:
+        for name, node in axis_args(tree):
+            edit(node, name, axes(node.value))
     return edits
+
+
+def axis_args(tree: ast.Module) -> list[tuple[str, ast.Constant]]:
+    """(name, literal) of the int constructor arguments that name an axis: an item of the list
+    `get_init_inputs` returns that binds to an `__init__` parameter called `dim`/`axis`/`*_dim`,
+    as an int literal or as a module-level constant of that name, with a value in -8..7."""
+    init = next((f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "Model"
+                 for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    fn = next((f for f in tree.body if isinstance(f, ast.FunctionDef)
+               and f.name == "get_init_inputs"), None)
+    ret = None if fn is None else next((r for r in ast.walk(fn) if isinstance(r, ast.Return)),
+                                       None)
+    if init is None or ret is None or not isinstance(ret.value, ast.List | ast.Tuple):
+        return []
+    params = [a.arg for a in [*init.args.posonlyargs, *init.args.args][1:]]
+    consts = {s.targets[0].id: s.value for s in tree.body if isinstance(s, ast.Assign)
+              and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
+              and isinstance(s.value, ast.Constant)}
+    out = []
+    for param, item in zip(params, ret.value.elts, strict=False):
+        name, node = param, item
+        if isinstance(item, ast.Name) and item.id in consts:
+            name, node = item.id, consts[item.id]
+        elif name in consts:
+            continue  # the parameter's name is a module constant's: a change could not say which
+        if (isinstance(node, ast.Constant) and type(node.value) is int
+                and -8 <= node.value < 8 and AXIS_ARG.fullmatch(name)):
+            out.append((name, node))
+    return out
 
 
 def _init_names(tree: ast.Module, fn: ast.FunctionDef, found: list[ast.Constant]
@@ -85,11 +125,12 @@ def _init_names(tree: ast.Module, fn: ast.FunctionDef, found: list[ast.Constant]
 
 
 def rewrite(source: str, ints: Callable[[int], int], floats: Callable[[float], float],
-            inline: bool = False) -> tuple[str, dict[str, list[int | float]]]:
-    """The task file with module-level sizes mapped by `ints` and constructor floats by `floats`,
-    and what changed ({name: [old, new]})."""
+            inline: bool = False, axes: Callable[[int], int] | None = None
+            ) -> tuple[str, dict[str, list[int | float]]]:
+    """The task file with module-level sizes mapped by `ints`, constructor floats by `floats`
+    and axis arguments by `axes`, and what changed ({name: [old, new]})."""
     lines = source.splitlines(keepends=True)
-    edits = _literal_edits(ast.parse(source), ints, floats, inline)
+    edits = _literal_edits(ast.parse(source), ints, floats, inline, axes)
     for line, col, end, text, *_ in sorted(edits, reverse=True):
         raw = lines[line - 1].encode()  # ast columns count UTF-8 bytes
         lines[line - 1] = (raw[:col] + text.encode() + raw[end:]).decode()
@@ -154,6 +195,10 @@ def derive(source: str) -> list[list[dict]]:
     text, changes = rewrite(source, lambda v: v, other_scalar)
     if changes:
         groups.append([{"label": "init", "source": text, "changes": changes}])
+    for name, node in axis_args(ast.parse(source)):
+        old = node.value
+        groups.append([{"label": "args", "source": single_change(source, name, old + step),
+                        "changes": {name: [old, old + step]}} for step in AXIS_STEPS])
     return groups
 
 
@@ -167,7 +212,7 @@ def apply_changes(source: str, changes: dict[str, list[int | float]]) -> str:
     change's new value: a variant rebuilt from its `changes` alone."""
     for name, (old, new) in changes.items():
         edits = [e for e in _literal_edits(ast.parse(source), lambda v: v + 1,
-                                           lambda v: v + 1.0, True)
+                                           lambda v: v + 1.0, True, lambda v: v + 1)
                  if e[4] == name and e[5] == old]
         if not edits:
             raise ValueError(f"variant change {name} {old} -> {new}: no such literal in the task")
@@ -179,7 +224,8 @@ def single_change(source: str, name: str, new: int | float) -> str:
     """The task with only `name` (a module constant, a constructor parameter whose literal
     `get_init_inputs` passes, or `get_init_inputs()[i]`) set to `new`."""
     tree = ast.parse(source)
-    edits = [e for e in _literal_edits(tree, lambda v: v + 1, lambda v: v + 1.0, True)
+    edits = [e for e in _literal_edits(tree, lambda v: v + 1, lambda v: v + 1.0, True,
+                                       lambda v: v + 1)
              if e[4] == name]
     if not edits:
         return source

@@ -19,7 +19,10 @@ Kinds (CUDA/MUSA and CPU C++ unless noted):
     bad_launch_config   more threads per block than the device allows (GPU)
     omp_race            an OpenMP reduction clause or atomic removed (CPU)
     and the kinds of `pipeline.candidates.mutation_kinds` (grid_rounding, unstable_softmax,
-    wrong_reduction_axis, broadcast_stride, int32_index)
+    wrong_reduction_axis, broadcast_stride, int32_index (GPU), wrong_init)
+
+Kinds are dealt: each kernel gets the applicable kinds that have been used least so far, so
+whichever kind matches most kernels (casts, loop bounds) does not crowd out the rest.
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ import ast
 import json
 import random
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pipeline.candidates.mutation_kinds import EXTRA_FINDERS
+from pipeline.candidates.mutation_kinds import EXTRA_FINDERS, GPU_ONLY_EXTRA
 from pipeline.candidates.mutation_sites import FINDERS as BASE_FINDERS
 from pipeline.candidates.mutation_sites import (
     Site,
@@ -74,7 +78,9 @@ class MutationError(ValueError):
 
 def kinds_for(backend: str) -> tuple[str, ...]:
     """The mutation kinds that make sense for kernels of `backend`."""
-    return (CPU_KINDS if backend == "cpu" else GPU_KINDS) + EXTRA_KINDS
+    if backend == "cpu":
+        return CPU_KINDS + tuple(k for k in EXTRA_KINDS if k not in GPU_ONLY_EXTRA)
+    return GPU_KINDS + EXTRA_KINDS
 
 
 def find_sites(code: str, kind: str, backend: str) -> list[Site]:
@@ -151,6 +157,7 @@ def mutate_candidates(tasks: dict[str, Task] | Iterable[Task], candidates: list[
                                 f"(known: {', '.join(ALL_KINDS)})")
     out: list[Candidate] = []
     seen: set[str] = set()
+    used: Counter[str] = Counter()  # mutants made per kind so far: the least used goes first
     for cand in candidates:
         if status.get(cand.candidate_id) not in CORRECT_STATUSES:
             continue
@@ -159,6 +166,7 @@ def mutate_candidates(tasks: dict[str, Task] | Iterable[Task], candidates: list[
         kinds = [k for k in kinds_for(cand.backend) if k in wanted]
         rng = random.Random(content_hash(cand.candidate_id, str(cfg.seed)))
         rng.shuffle(kinds)
+        kinds.sort(key=lambda k: used[k])  # stable: ties keep the shuffled order
         made = 0
         for kind in kinds:
             if made >= cfg.mutations_per_kernel:
@@ -173,6 +181,7 @@ def mutate_candidates(tasks: dict[str, Task] | Iterable[Task], candidates: list[
                 continue
             seen.add(new.candidate_id)
             out.append(new)
+            used[kind] += 1
             made += 1
     return out
 

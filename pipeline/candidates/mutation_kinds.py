@@ -4,12 +4,15 @@
                          `n / T`): the tail of the data is never processed
     unstable_softmax     the running max no longer subtracted before `exp` (`expf(v - m)` ->
                          `expf(v)`): overflows to inf/nan for large logits
-    wrong_reduction_axis an accumulation reads `[i * S + j]` as `[j * S + i]`: it reduces along
-                         the other axis of the tensor
+    wrong_reduction_axis an accumulation reads `[i * S + j]` as `[j * S + i]`, or a loop over the
+                         reduced axis reads `base[r * inner]` as `base[r]`: it reduces along
+                         another axis of the tensor
     broadcast_stride     a broadcast operand indexed by the wrong dimension (`b[i % C]` ->
                          `b[i / C]`, `b[i / C]` -> `b[i % C]`)
     int32_index          a 64-bit flat index narrowed to `int` (overflows past 2^31 elements;
-                         the verifier sees it only at such sizes)
+                         the verifier sees it only at such sizes, so GPU kernels only)
+    wrong_init           a running max/min started at 0 instead of -inf/+inf (`v = -INFINITY` ->
+                         `v = 0`): a window or row of only negative (positive) values gives 0
 
 Each finder takes the masked kernel text (`mutation_sites.masked`) and its absolute offset, like
 the finders in `mutation_sites`.
@@ -77,7 +80,22 @@ def _wrong_reduction_axis(view: str, base: int, backend: str) -> list[Site]:
                               f"the accumulation reads `[{inner} * {stride} + {outer}]`: it "
                               f"reduces along the other axis instead of over `{inner}`",
                               priority=0 if acc.group(2) in ("+=", "*=") else 1))
+    loops = set(_LOOP_VAR.findall(view))
+    for m in _STRIDED_READ.finditer(view):
+        arr, var, stride = m.groups()
+        after = view[m.end():m.end() + 3].lstrip()
+        if var not in loops or stride in loops or (after.startswith("=")
+                                                   and not after.startswith("==")):
+            continue
+        sites.append(Site(base + m.start(2), base + m.end(3), var,
+                          f"`{arr}[{var} * {stride}]` read as `{arr}[{var}]`: the loop walks "
+                          f"the contiguous axis instead of the reduced one (stride `{stride}`)",
+                          priority=1))
     return sites
+
+
+_LOOP_VAR = re.compile(r"\bfor\s*\(\s*(?:int64_t|int|long|size_t)\s+(\w+)\s*=")
+_STRIDED_READ = re.compile(r"\b(\w+)\s*\[\s*([A-Za-z_]\w*)\s*\*\s*([A-Za-z_][\w.]*)\s*\]")
 
 
 _BCAST = re.compile(r"(\w+)\s*\[\s*\(?\s*([A-Za-z_]\w*)\s*(%|/)\s*([A-Za-z_][\w.]*)\s*\)?\s*\]")
@@ -112,10 +130,35 @@ def _int32_index(view: str, base: int, backend: str) -> list[Site]:
     return sites
 
 
+_EXTREME_INIT = re.compile(r"\b([A-Za-z_]\w*)\s*=\s*(-?\s*(?:INFINITY|HUGE_VALF?|FLT_MAX|DBL_MAX|"
+                           r"std::numeric_limits<[\w\s]+>::(?:infinity|max|lowest)\(\)))\s*[;,]")
+
+
+def _wrong_init(view: str, base: int, backend: str) -> list[Site]:
+    sites = []
+    for m in _EXTREME_INIT.finditer(view):
+        name, value = m.group(1), m.group(2)
+        rest = view[m.end():]
+        # a running extreme: compared against, or handed to a combine/max/min call
+        if not re.search(rf"[<>]=?\s*{name}\b|\b{name}\s*[<>]|\w\s*\(\s*{name}\s*,", rest):
+            continue
+        low = value.lstrip().startswith("-") or "lowest" in value
+        what, shows = ("max", "only negative") if low else ("min", "only positive")
+        # a softmax's shift cancels out: starting it at 0 rarely changes the result
+        shift = re.search(rf"\bexp\w*\s*\([^;]*-\s*{name}\b", rest)
+        sites.append(Site(base + m.start(2), base + m.end(2), "0",
+                          f"the running {what} `{name}` starts at 0 instead of `{value}`: a "
+                          f"window of {shows} values gives 0", priority=1 if shift else 0))
+    return sites
+
+
 EXTRA_FINDERS: dict[str, Callable[[str, int, str], list[Site]]] = {
     "grid_rounding": _grid_rounding,
     "unstable_softmax": _unstable_softmax,
     "wrong_reduction_axis": _wrong_reduction_axis,
     "broadcast_stride": _broadcast_stride,
     "int32_index": _int32_index,
+    "wrong_init": _wrong_init,
 }
+# kinds whose bug no CPU run can show: the CPU copies of tasks are scaled far below 2^31 elements
+GPU_ONLY_EXTRA = ("int32_index",)

@@ -117,7 +117,25 @@ def review_rows(tasks: dict[str, Task], all_cands: list[Candidate],
                     Message("assistant", "\n".join(answer))]
         rows.append(ReviewRow(content_hash("review", c.candidate_id), c.task_id, c.candidate_id,
                               messages, kind, line, c.backend, v.status, splits[c.task_id]))
-    return rows
+    return spread_kinds(rows, lambda r: r.bug_kind)
+
+
+def spread_kinds(rows: list, kind_of: Any, share: int = 3) -> list:
+    """`rows` less the last ones of the commonest bug kind until none has more than
+    ceil(1/share) of them: a reviewer should not learn that most bugs are casts. Left as they
+    are when fewer than `share` kinds exist (no such spread is possible)."""
+    rows = list(rows)
+    while True:
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[kind_of(r)] = counts.get(kind_of(r), 0) + 1
+        if len(counts) < share:
+            return rows
+        top = max(counts, key=lambda k: counts[k])
+        if counts[top] * share <= len(rows) + share - 1:  # counts[top] <= ceil(len / share)
+            return rows
+        last = max(i for i, r in enumerate(rows) if kind_of(r) == top)
+        del rows[last]
 
 
 def _peaks(device: str) -> tuple[float, float] | None:

@@ -1,7 +1,9 @@
 """Rules that make preference pairs and bug labels teach something.
 
 - A preference pair has a real margin: a correct kernel over an incorrect one, or a correct kernel
-  over another correct kernel measured on the same device and at least `MIN_SPEEDUP` times slower.
+  over another correct kernel measured on the same device and at least `MIN_SPEEDUP` times slower
+  across its repeated timing samples: the slower one's lower quartile against the faster one's
+  upper quartile (median -/+ IQR/2), so a margin within the timing noise makes no pair.
 - Its two sides are different programs: code similarity (difflib ratio over normalised code)
   at most `MAX_SIMILARITY`, never identical.
 - Mutants (`mutate:<kind>`) of one task are shared out by kind between the repair, review and
@@ -52,7 +54,11 @@ def has_margin(win: Verdict, lose: Verdict, min_speedup: float = MIN_SPEEDUP) ->
         return False
     if not win.runtime_us or not lose.runtime_us or win.runtime_us <= 0:
         return False  # speed is compared on measured runtimes only
-    return lose.runtime_us >= min_speedup * win.runtime_us
+    if win.runtime_iqr_us is None or lose.runtime_iqr_us is None:
+        return False  # no spread recorded: one timing, whose noise is unknown
+    win_slow = win.runtime_us + win.runtime_iqr_us / 2  # upper quartile, about
+    lose_fast = lose.runtime_us - lose.runtime_iqr_us / 2  # lower quartile, about
+    return lose_fast >= min_speedup * win_slow
 
 
 def distinct_enough(a: Candidate, b: Candidate, max_similarity: float = MAX_SIMILARITY) -> bool:

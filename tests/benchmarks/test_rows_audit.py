@@ -17,7 +17,14 @@ import pytest
 import yaml
 
 import benchmarks.rows_audit as rows_audit
-from benchmarks.rows_audit import Audit, check_reviews, check_switches, main, size_problems
+from benchmarks.rows_audit import (
+    Audit,
+    check_reviews,
+    check_switches,
+    main,
+    size_problems,
+    unused_fields,
+)
 from pipeline.datasets import analysis_rows
 from schemas import Candidate, Verdict
 
@@ -109,6 +116,20 @@ def test_review_fixes_are_found_as_the_row_builder_finds_them() -> None:
     assert audit.counts["review_fix_verified"] == {"pass": 2, "fail": 1}
 
 
+def test_struct_fields_no_code_reads_fail() -> None:
+    audit = Audit()
+    used = ("struct Geom {\n    int64_t D, H, W;\n    bool pad;\n};\n"
+            "float f(const Geom& g) { return g.pad ? g.D * g.H * g.W : 0; }")
+    # the max-pool geometry of old: the divisor fields travel along but no code reads them
+    unread = ("struct Geom {\n    int64_t D, H, divisor;\n    bool include_pad;\n};\n"
+              "float f(const Geom& g) { return g.D * g.H; }")
+    assert unused_fields(used) == []
+    assert unused_fields(unread) == ["unused field Geom.divisor", "unused field Geom.include_pad"]
+    check_switches(audit, [("used", _candidate(used)), ("unread", _candidate(unread))])
+    assert audit.counts["no_switches"] == {"pass": 1, "fail": 1}
+    assert "unused field Geom.divisor" in audit.examples["no_switches"][0]
+
+
 @pytest.mark.slow
 def test_audit_of_a_small_default_build_passes_every_check(tmp_path: Path) -> None:
     cfg = tmp_path / "ks.yaml"
@@ -136,3 +157,16 @@ def test_audit_of_a_small_default_build_passes_every_check(tmp_path: Path) -> No
                   "backend_named"):
         assert check in rows and rows[check][0] > 0, (check, table)
     assert code == 0 and all(r[1] == 0 for r in rows.values()), table
+
+
+def test_review_kind_spread_is_checked_and_noted() -> None:
+    def rows(kinds: list[str]) -> dict:
+        return {"review": [{"row_id": f"r{i}", "candidate_id": f"c{i}", "bug_kind": k,
+                            "bug_line": 1} for i, k in enumerate(kinds)]}
+
+    skewed, even = Audit(), Audit()
+    check_reviews(skewed, rows(["wrong_cast"] * 4 + ["off_by_one", "wrong_init"]), [], {})
+    check_reviews(even, rows(["wrong_cast"] * 2 + ["off_by_one", "wrong_init"]), [], {})
+    assert skewed.counts["review_kinds_spread"] == {"fail": 1}
+    assert even.counts["review_kinds_spread"] == {"pass": 1}
+    assert "review bug kinds (6 rows): wrong_cast 4, off_by_one 1, wrong_init 1" in skewed.table()

@@ -10,6 +10,7 @@ from pipeline.config import Config
 from pipeline.datasets.pairs import code_similarity, fix_label, has_margin, mutant_configs
 from pipeline.datasets.rows import CONFIGS, assign_splits, build_datasets, config_schema
 from pipeline.datasets.selection import select_diverse
+from schemas import Verdict
 from tests.pipeline.ks_synthetic import candidate, kernel_code, make_task, pool, verdict
 from verifier.protocol import CORRECT_STATUSES
 
@@ -340,3 +341,16 @@ def test_sft_and_rft_answers_without_a_passed_generalisation_check_are_not_publi
     off.verify.generalize = False
     assert sft_ids[0] in build_datasets(tasks, cands, changed, selected, off)["sft"].column(
         "candidate_id").to_pylist()
+
+
+def test_speed_margin_must_hold_across_the_timing_spread() -> None:
+    def timed(cid: str, median: float, iqr: float | None) -> Verdict:
+        return Verdict(candidate_id=cid, task_id="t", status="correct_fast", stage="done",
+                       backend="cpu", device="cpu", runtime_us=median, runtime_iqr_us=iqr)
+
+    fast = timed("a", 100.0, 4.0)
+    assert has_margin(fast, timed("b", 140.0, 4.0))  # 138 >= 1.2 * 102
+    # 1.3x by the medians, but the quartiles overlap the 1.2x line: within the noise
+    assert not has_margin(fast, timed("c", 130.0, 20.0))  # 120 < 1.2 * 102
+    assert not has_margin(timed("d", 100.0, 30.0), timed("e", 130.0, 2.0))
+    assert not has_margin(timed("f", 100.0, None), timed("g", 300.0, 1.0))  # no spread known

@@ -402,3 +402,32 @@ def test_template_style_patterns() -> None:
     assert any("carries over" in d for d in descriptions)  # m, s hoisted out of the o-loop
     # loop variables and call arguments are never taken for accumulators
     assert not any("`j`" in m.description or "`r`" in m.description for m in cpu if m)
+
+
+def test_kinds_are_dealt_least_used_first() -> None:
+    # eight correct kernels that differ only in a comment: each gets one mutant, and the kinds
+    # go round instead of the commonest (a cast, a bound) repeating
+    cands, verdicts = [], []
+    for i in range(8):
+        code = CPU_CANDIDATE + f"\n# copy {i}\n"
+        c = Candidate(candidate_id=Candidate.make_id("t1", "cpu", code), task_id="t1",
+                      backend="cpu", generator="template:reduction/omp", code=code)
+        cands.append(c)
+        verdicts.append(Verdict(candidate_id=c.candidate_id, task_id="t1",
+                                status="correct_slow", stage="done", backend="cpu"))
+    out = mutate_candidates([_task()], cands, verdicts, GenerateConfig(mutations_per_kernel=1))
+    kinds = [m.generator.removeprefix("mutate:") for m in out]
+    applicable = [k for k in kinds_for("cpu") if mutate_code(CPU_CANDIDATE, k, "cpu")]
+    assert len(kinds) == 8
+    assert max(kinds.count(k) for k in kinds) <= -(-8 // len(applicable))
+    assert len(set(kinds)) == min(8, len(applicable))
+
+
+def test_review_rows_spread_bug_kinds() -> None:
+    from pipeline.datasets.analysis_rows import spread_kinds
+
+    rows = ["cast"] * 6 + ["bound"] * 3 + ["init", "axis"]
+    kept = spread_kinds(rows, lambda r: r)
+    assert max(kept.count(k) for k in set(kept)) * 3 <= len(kept) + 2
+    assert {"init", "axis", "bound"} <= set(kept) and kept.count("cast") >= 2
+    assert spread_kinds(["cast"] * 4 + ["bound"], lambda r: r) == ["cast"] * 4 + ["bound"]

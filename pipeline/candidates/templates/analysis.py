@@ -75,6 +75,8 @@ class Graph:
     # size symbol -> (placeholder node name, dim) it is read from, or the module attribute
     # (`self.gn.num_groups`) holding it; empty for a fixed-size trace
     symbols: dict[str, tuple[str, int] | str] = field(default_factory=dict)
+    # `self.dim` -> 1: the module's int attributes, so a reduction can read its axis at run time
+    int_attrs: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.by_name = {n.name: n for n in self.nodes}
@@ -146,7 +148,8 @@ def _graph(p: dict) -> Graph:
         if node is not None and isinstance(node.named.get(sc["arg"]), float):
             node.named[sc["arg"]] = Scalar(node.named[sc["arg"]], sc["attr"])
     return Graph(params=p["params"], nodes=nodes, num_inputs=p["num_inputs"],
-                 training=p.get("training", True), symbols=symbols)
+                 training=p.get("training", True), symbols=symbols,
+                 int_attrs=dict(p.get("int_attrs") or {}))
 
 
 def trace_sources(sources: list[str], *, timeout_s: float = 600.0) -> dict[str, Graph | str]:

@@ -10,6 +10,9 @@ block column per (batch, out-channel) with that channel's filter cached in share
 
 from __future__ import annotations
 
+import re
+import textwrap
+
 from pipeline.candidates.templates.analysis import Node, NoTemplate
 from pipeline.candidates.templates.program import Builder, ctype, numel
 
@@ -201,6 +204,14 @@ def lower_conv(b: Builder, node: Node) -> None:
     else:
         src = geom_src + _CPU_HOST
     src = src.replace("K_", f"{k}_").replace("X_T", x_t).replace("W_T", w_t)
+    names = "N, Ci, Co, Di, Hi, Wi, Do, Ho, Wo, Kd, Kh, Kw, stride d/h/w, padding d/h/w, " \
+            "dilation d/h/w, groups"
+    if "g.N" not in src:  # only the shared-filter launch reads the batch: no field for it
+        src = src.replace("int64_t N, Ci,", "int64_t Ci,")
+        geom, names = geom[1:], names.removeprefix("N, ")
+        init = textwrap.fill(", ".join(f"d[{i}]" for i in range(len(geom))), width=84,
+                             subsequent_indent="        ")
+        src = re.sub(r"(_Geom g\{)[^}]*\}", lambda m: m.group(1) + init + "}", src)
     kind = "transposed convolution" if transposed else "convolution"
     extra = []
     if groups > 1:
@@ -222,8 +233,7 @@ def lower_conv(b: Builder, node: Node) -> None:
             + f"{how}; fp32 accumulation over {per} products per output.")
     name = b.add_kernel("conv_transpose" if transposed else "conv", k, src, _DECL, note)
     out = b.alloc(out_shape, node.dtype)
-    b.emit("# geometry: N, Ci, Co, Di, Hi, Wi, Do, Ho, Wo, Kd, Kh, Kw, stride d/h/w, "
-           "padding d/h/w, dilation d/h/w, groups")
+    b.emit("# geometry: " + names)
     b.call(name, xin, win, bvar, out, str(has_bias), repr(geom))
     b.env[node.name] = out
     b.params.setdefault("conv", []).append({"transposed": transposed, "shared_filter": use_shared,

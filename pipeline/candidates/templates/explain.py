@@ -113,7 +113,14 @@ def reasoning(view: TaskView, graph: Graph, summary: str, built, backend: str) -
     forward = code[code.find("def forward"):]
     kernels = _kernel_text(code)
     sizes = len(set(re.findall(r"\b\w+(?:\.\w+)*\.size\(\d+\)", forward)))
-    if sizes:
+    axes = sorted(set(re.findall(r"=\s*(self\.\w+) % \w+\.dim\(\)", forward)))
+    if axes:
+        where = ("forward reads the reduced axis from the module (" + ", ".join(
+            f"`{a}`" for a in axes) + ") and the sizes before, along and after it from the "
+                 "tensor's shape, and passes them to the "
+                 + ("kernels" if cuda else "functions") + " as arguments, so the same code "
+                 "serves any size and any axis the task is run at")
+    elif sizes:
         where = (f"forward reads {sizes} size{'s' if sizes != 1 else ''} from the tensors "
                  "(`.size(i)`) and passes sizes to the "
                  + ("kernels as arguments (grid sizes and bounds checks use them)" if cuda

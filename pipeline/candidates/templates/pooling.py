@@ -1,29 +1,29 @@
 """Max and average pooling, 1-D to 3-D (kernel, stride, padding, dilation, ceil_mode).
 
 Like conv.py every case is treated as 3-D; one `HD` window function per output serves the CUDA
-grid-stride kernel and the CPU loop. Average pooling follows PyTorch's divisor rule: the window
+grid-stride kernel and the CPU loop. Its geometry struct holds only the fields that kind reads. Average pooling follows PyTorch's divisor rule: the window
 clipped to the padded extent when `count_include_pad`, else to the real input, unless
 `divisor_override` is given.
 """
 
 from __future__ import annotations
 
+import textwrap
+
 from pipeline.candidates.templates.analysis import Node, NoTemplate
 from pipeline.candidates.templates.program import Builder, ctype, numel
 from pipeline.candidates.templates.symbolic import Dim
 
-_POINT = r"""
-struct K_Geom { int64_t D, H, W, Do, Ho, Wo, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw,
-                divisor; bool include_pad; };
-
+_HEAD = r"""
 HD float K_point(const X_T* __restrict__ x, const K_Geom& g, int64_t o) {
     int64_t t = o;
     const int64_t ow = t % g.Wo; t /= g.Wo;
     const int64_t oh = t % g.Ho; t /= g.Ho;
     const int64_t od = t % g.Do; const int64_t nc = t / g.Do;
     const X_T* xc = x + nc * g.D * g.H * g.W;
-    const int64_t d0 = od * g.sd - g.pd, h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;
-#if IS_ADAPTIVE
+"""
+
+_ADAPTIVE = r"""
     // Adaptive windows: [floor(o * In / Out), ceil((o + 1) * In / Out)) on every dim.
     const int64_t ds = od * g.D / g.Do, de = ((od + 1) * g.D + g.Do - 1) / g.Do;
     const int64_t hs = oh * g.H / g.Ho, he = ((oh + 1) * g.H + g.Ho - 1) / g.Ho;
@@ -32,9 +32,14 @@ HD float K_point(const X_T* __restrict__ x, const K_Geom& g, int64_t o) {
     for (int64_t id = ds; id < de; ++id)
         for (int64_t ih = hs; ih < he; ++ih)
             for (int64_t iw = ws; iw < we; ++iw) s += (float)xc[(id * g.H + ih) * g.W + iw];
-    (void)d0; (void)h0; (void)w0;
     return s / (float)((de - ds) * (he - hs) * (we - ws));
-#elif IS_MAX
+}
+"""
+
+_ORIGIN = r"""
+    const int64_t d0 = od * g.sd - g.pd, h0 = oh * g.sh - g.ph, w0 = ow * g.sw - g.pw;"""
+
+_MAX = _ORIGIN + r"""
     float best = -INFINITY;
     for (int64_t a = 0; a < g.kd; ++a) {
         const int64_t id = d0 + a * g.dd;
@@ -51,7 +56,10 @@ HD float K_point(const X_T* __restrict__ x, const K_Geom& g, int64_t o) {
         }
     }
     return best;
-#else
+}
+"""
+
+_AVG = _ORIGIN + r"""
     // Window bounds clipped to the padded input (the count_include_pad divisor) ...
     const int64_t d1 = d0 + g.kd < g.D + g.pd ? d0 + g.kd : g.D + g.pd;
     const int64_t h1 = h0 + g.kh < g.H + g.ph ? h0 + g.kh : g.H + g.ph;
@@ -67,9 +75,35 @@ HD float K_point(const X_T* __restrict__ x, const K_Geom& g, int64_t o) {
     const int64_t div = g.divisor > 0 ? g.divisor
                         : (g.include_pad ? padded : (de - ds) * (he - hs) * (we - ws));
     return s / (float)div;
-#endif
 }
 """
+
+# the geometry fields each kind reads (the struct holds these and nothing else), and what
+# forward's comment calls each group
+_SIZES = ["D", "H", "W", "Do", "Ho", "Wo"]
+_WINDOW = ["kd", "kh", "kw", "sd", "sh", "sw", "pd", "ph", "pw"]
+_GROUPS = {"D": "input D/H/W", "Do": "output D/H/W", "kd": "kernel", "sd": "stride",
+           "pd": "padding", "dd": "dilation (d/h/w)", "divisor": "divisor override",
+           "include_pad": "count_include_pad"}
+
+
+def _fields(adaptive: bool, is_max: bool) -> list[str]:
+    if adaptive:
+        return _SIZES
+    return _SIZES + _WINDOW + (["dd", "dh", "dw"] if is_max else ["divisor", "include_pad"])
+
+
+def _struct(fields: list[str]) -> tuple[str, str]:
+    """(the K_Geom struct, its initializer from the vector `d`) for these fields."""
+    ints = [f for f in fields if f != "include_pad"]
+    decl = textwrap.fill("int64_t " + ", ".join(ints) + ";", width=84, subsequent_indent="    ")
+    if "include_pad" in fields:
+        decl += "\n    bool include_pad;"
+    init = textwrap.fill(", ".join(f"d[{i}]" + (" != 0" if f == "include_pad" else "")
+                                   for i, f in enumerate(fields)),
+                         width=84, subsequent_indent="        ")
+    return f"struct K_Geom {{\n    {decl}\n}};\n", f"K_Geom g{{{init}}};"
+
 
 _CUDA = r"""
 __global__ void K_kernel(const X_T* __restrict__ x, X_T* __restrict__ out, K_Geom g,
@@ -79,8 +113,7 @@ __global__ void K_kernel(const X_T* __restrict__ x, X_T* __restrict__ out, K_Geo
 }
 
 void NAME(torch::Tensor x, torch::Tensor out, std::vector<int64_t> d) {
-    K_Geom g{d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
-             d[13], d[14], d[15], d[16], d[17], d[18], d[19] != 0};
+    GEOM_INIT
     const int64_t total = out.numel();
     K_kernel<<<ks_blocks(total, THREADS), THREADS, 0, KS_STREAM>>>(
         (const X_T*)x.data_ptr(), (X_T*)out.data_ptr(), g, total);
@@ -90,8 +123,7 @@ void NAME(torch::Tensor x, torch::Tensor out, std::vector<int64_t> d) {
 
 _CPU = r"""
 void NAME(torch::Tensor x, torch::Tensor out, std::vector<int64_t> d) {
-    K_Geom g{d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12],
-             d[13], d[14], d[15], d[16], d[17], d[18], d[19] != 0};
+    GEOM_INIT
     const X_T* xp = (const X_T*)x.data_ptr();
     X_T* op = (X_T*)out.data_ptr();
     const int64_t total = out.numel();
@@ -153,14 +185,19 @@ def lower_pool(b: Builder, node: Node) -> None:
         out_meta = {**out_meta, "shape": [*out_meta["shape"][:-nsp], *sp_out]}
     div = node.a("divisor_override") or 0
     include_pad = bool(node.a("count_include_pad", True))
-    geom = [*_pad3(sp_in, 1, nsp), *_pad3(sp_out, 1, nsp), *k3, *s3, *p3, *d3, int(div),
-            int(include_pad)]
+    values = dict(zip([*_SIZES, *_WINDOW, "dd", "dh", "dw", "divisor", "include_pad"],
+                      [*_pad3(sp_in, 1, nsp), *_pad3(sp_out, 1, nsp), *k3, *s3, *p3, *d3,
+                       int(div), int(include_pad)], strict=True))
+    fields = _fields(adaptive, is_max)
+    geom = [values[f] for f in fields]
+    struct, init = _struct(fields)
     xin = b.contiguous(x_ref)
     x_t = ctype(xm["dtype"])
     k = f"pool{len(b.kernels)}"
     threads = (256, 128, 512)[b.variant % 3]
-    tpl = (_POINT + (_CUDA if b.cuda else _CPU)).replace("IS_MAX", "1" if is_max else "0")
-    tpl = tpl.replace("IS_ADAPTIVE", "1" if adaptive else "0")
+    body = _ADAPTIVE if adaptive else _MAX if is_max else _AVG
+    tpl = struct + _HEAD.rstrip("\n") + body + (_CUDA if b.cuda else _CPU).replace("GEOM_INIT",
+                                                                                    init)
     src = (tpl.replace("K_", f"{k}_").replace("X_T", x_t).replace("THREADS", str(threads)))
     note = (f"{nsp}-D {'adaptive ' if adaptive else ''}{'max' if is_max else 'average'} pooling {xm['shape']} -> "
             f"{out_meta['shape']} (kernel {ks}, stride {stride}, padding {node.a('padding', 0)}"
@@ -171,8 +208,7 @@ def lower_pool(b: Builder, node: Node) -> None:
     name = b.add_kernel("pooling", k, src, "void NAME(torch::Tensor x, torch::Tensor out, "
                         "std::vector<int64_t> d)", note)
     out = b.alloc(out_meta["shape"], out_meta["dtype"])
-    b.emit("# geometry: input D/H/W, output D/H/W, kernel, stride, padding, dilation (d/h/w), "
-           "divisor override, count_include_pad")
+    b.emit("# geometry: " + ", ".join(_GROUPS[f] for f in fields if f in _GROUPS))
     b.call(name, xin, out, repr(geom))
     b.tuples[node.name] = {0: out}
     b.env[node.name] = out

@@ -6,15 +6,18 @@ R, then warp shuffles and a shared-memory pass combine the partials; best when i
 thread per output (adjacent threads read adjacent `inner` elements, so loads coalesce; best when
 inner is large). Arg-reductions carry (value, index) pairs and break ties by the lower index, as
 PyTorch returns the first occurrence. CPU: an OpenMP loop over outputs with a double accumulator.
+A reduction over the axis a module keeps (`self.dim`) whose result is the task's output derives
+(outer, R, inner) and the output shape from `self.dim` in forward, so it follows another axis.
 """
 
 from __future__ import annotations
 
 import math
 
-from pipeline.candidates.templates.analysis import Node, NoTemplate
+from pipeline.candidates.templates.analysis import Node, NoTemplate, refs
 from pipeline.candidates.templates.program import Builder, acc_type, ctype, numel
 from pipeline.candidates.templates.symbolic import Dim, Scalar
+from verifier.variants import AXIS_ARG
 
 
 def layout(shape: list[int], dims: list[int]) -> tuple[int, int, int]:
@@ -98,6 +101,25 @@ def _drop_index(src: str, kname: str, mapx: str) -> str:
     return "\n".join(ln for ln in src.splitlines() if not any(d in ln for d in drop)) + "\n"
 
 
+def axis_attr(b: Builder, node: Node, dims: list[int] | None, nd: int) -> str | None:
+    """The module attribute (`self.dim`) holding the one reduced axis, when the reduction's
+    values are the task's outputs (nothing after it was traced at that axis's layout)."""
+    if dims is None or len(dims) != 1:
+        return None
+    found = [path for path, v in b.graph.int_attrs.items()
+             if AXIS_ARG.fullmatch(path.rsplit(".", 1)[-1]) and -nd <= v < nd
+             and v % nd == dims[0] % nd]
+    outs = set(refs(b.graph.outputs()))
+    for user in node.users:
+        u = b.graph.by_name.get(user)
+        if u is None or user in outs or u.op == "output":
+            continue
+        if "getitem" in str(u.target) and (user in outs or not u.users):
+            continue  # one half of (values, indices): an output, or unused
+        return None
+    return found[0] if len(found) == 1 else None
+
+
 def lower_reduction(b: Builder, node: Node) -> None:
     """Emit one reduction kernel for `node` (values and, for arg-kinds, indices)."""
     kind, dims, p = _spec(node)
@@ -107,6 +129,8 @@ def lower_reduction(b: Builder, node: Node) -> None:
     outer, r, inner = layout(shape, dims or [])
     if dims is None:
         outer, r, inner = 1, numel(shape), 1
+    axis = axis_attr(b, node, dims, len(shape))
+    rtxt = "R" if axis else r
     xin = b.contiguous(x)
     metas = node.meta if isinstance(node.meta, list) else [node.meta]
     has_val = kind not in ("argmax", "argmin")
@@ -172,7 +196,7 @@ __global__ void {kname}_kernel(const {in_t}* __restrict__ in, {out_param},
 }}
 """
         grid = "(unsigned int)std::min<int64_t>(outer * inner, 65535)"
-        how = (f"one {threads}-thread block per output: threads stride over the {r} reduced "
+        how = (f"one {threads}-thread block per output: threads stride over the {rtxt} reduced "
                "elements, then warp shuffles and a shared-memory pass combine the partials")
     elif b.cuda:
         body = f"""
@@ -192,7 +216,8 @@ __global__ void {kname}_kernel(const {in_t}* __restrict__ in, {out_param},
 """
         grid = f"ks_blocks(outer * inner, {threads})"
         how = (f"one thread per output ({threads} per block): neighbouring threads own "
-               f"neighbouring inner positions, so each step of the {r}-long loop is a coalesced load")
+               f"neighbouring inner positions, so each step of the {rtxt}-long loop is a coalesced "
+               "load")
     out_ptr = "\n    ".join([f"{out_t}* __restrict__ out = ({out_t}*)out_.data_ptr();"] * has_val
                              + ["int64_t* __restrict__ idx = (int64_t*)idx_.data_ptr();"]
                              * has_idx)
@@ -230,22 +255,43 @@ void NAME(torch::Tensor x, torch::Tensor{" out_" * has_val}, torch::Tensor{" idx
         verb = ("multiplying its" if kind == "prod" else "summing its"
                 if kind in ("sum", "mean", "norm") else f"taking the {extreme}"
                 + (" and its index" if has_idx else "") + " of its")
-        how = f"an OpenMP loop over the {nout} outputs, each {verb} {r} elements in {acc}"
+        how = (f"an OpenMP loop over the outer * inner outputs, each {verb} R elements in {acc}"
+               if axis else
+               f"an OpenMP loop over the {nout} outputs, each {verb} {r} elements in {acc}")
     decl = ("void NAME(torch::Tensor x, torch::Tensor out, torch::Tensor idx, int64_t outer, "
             "int64_t R, int64_t inner)")
     note = (f"Reduction ({kind}{'' if kind != 'norm' else f' p={p:g}'}) of shape {shape} viewed "
             f"as (outer={outer}, R={r}, inner={inner}) with {how}.")
+    if axis:
+        note = (f"Reduction ({kind}) over axis {axis} of a contiguous tensor viewed as (outer = "
+                f"the sizes before the axis multiplied, R = its size, inner = the sizes after it "
+                f"multiplied; forward computes them from {axis}) with {how}.")
     if not has_idx:
         src = _drop_index(src, kname, mapx)
     src = src.replace("acc_t", f"{kname}_acc")
     name = b.add_kernel("reduction", kname, src, decl, note)
-    vals = b.alloc(out_meta["shape"], out_meta["dtype"]) if has_val else "dev_dummy"
-    idxs = b.alloc(idx_meta["shape"], "int64") if has_idx else None
+    sizes = [str(outer), str(r), str(inner)]
+    if axis:
+        d = b.fresh("ax")
+        b.emit(f"{d} = {axis} % {xin}.dim()  # the reduced axis, read from the module")
+        keep = " + (1,)" if node.a("keepdim") else ""
+        oshape = f"{xin}.shape[:{d}]{keep} + {xin}.shape[{d} + 1:]"
+        sizes = [f"{xin}.shape[:{d}].numel()", f"{xin}.size({d})", f"{xin}.shape[{d} + 1:].numel()"]
+
+    def alloc(meta: dict, dtype: str) -> str:
+        if not axis:
+            return b.alloc(meta["shape"], dtype)
+        var = b.fresh("buf")
+        b.emit(f"{var} = torch.empty({oshape}, dtype=torch.{dtype}, device=dev)")
+        return var
+
+    vals = alloc(out_meta, out_meta["dtype"]) if has_val else "dev_dummy"
+    idxs = alloc(idx_meta, "int64") if has_idx else None
     if not has_val:
         vals = idxs
     if idxs is None:
         idxs = vals
-    b.call(name, xin, vals, idxs, str(outer), str(r), str(inner))
+    b.call(name, xin, vals, idxs, *sizes)
     if kind in ("max_idx", "min_idx"):
         b.tuples[node.name] = {0: vals, 1: idxs}
     else:
