@@ -110,7 +110,7 @@ def test_review_fixes_are_found_as_the_row_builder_finds_them() -> None:
                 for c, s in (("fix", "correct_slow"), ("m1", "incorrect"), ("m2", "incorrect"),
                              ("m3", "incorrect"))}
     audit = Audit()
-    rows = {"review": [{"row_id": f"row{c}", "candidate_id": c, "bug_line": 2}
+    rows = {"review": [{"row_id": f"row{c}", "candidate_id": c, "bug_line": 2, "bug_kind": "sign"}
                        for c in ("m1", "m2", "m3")]}
     check_reviews(audit, rows, list(by_id.values()), verdicts)
     assert audit.counts["review_fix_verified"] == {"pass": 2, "fail": 1}

@@ -335,8 +335,11 @@ __global__ void {kname}_kernel({ptr_params}, {out_t}* __restrict__ out, int64_t 
 """.replace("torch::Tensor out,", "torch::Tensor out_t_,", 1)
         how = "an OpenMP-parallel loop over the output elements" + (
             "" if flat else " with broadcast strides")
-    note = (f"Fused elementwise kernel for [{ops}] over {n} elements: one read of each operand "
-            f"and one write, computed in {acc} with {how}.")
+    # "fused" only when the kernel computes several ops in one pass
+    what = (f"Fused elementwise kernel for [{ops}]" if len(members) > 1
+            else f"Elementwise kernel for {ops}")
+    note = (f"{what} over {n} elements: one read of each operand and one write, computed in "
+            f"{acc} with {how}.")
     family = "activation" if any(m.base.removesuffix("_") in ACTIVATIONS for m in members) \
         else ("broadcast" if not flat else "elementwise")
     name = b.add_kernel(family, kname, src, decl, note)

@@ -132,7 +132,9 @@ __global__ void {k}_kernel({ptrs}, {t}* __restrict__ out, int64_t n) {{
 }}
 """
     note = (f"cat of {len(ins)} tensors along dim {dim} into {out_shape}: each output element "
-            "finds its source tensor by its coordinate on the cat dim.")
+            "finds its source tensor by its coordinate on the cat dim." if len(ins) > 1 else
+            f"copy into {out_shape} (the task's cat has one tensor): each output element reads "
+            "the input element at its own coordinate.")
     name = b.add_kernel("shape", k, src, decl, note)
     out = b.alloc(out_shape, dtype)
     b.call(name, out, *ins)

@@ -163,3 +163,18 @@ def test_copied_constants_and_imports_are_only_the_ones_modelnew_reads() -> None
     assert _binds_used("import torch.nn.functional as F", names)
     assert not _binds_used("import math", names)
     assert _binds_used("from torch import nn, Tensor", names)
+
+
+def test_fused_is_said_only_of_kernels_that_compute_several_ops(
+        seed_kernels: dict[str, dict[str, list]]) -> None:
+    """A one-op pass is not called fused (a trainer reading "Fused ... for [relu]" learns a
+    word for something the code does not do)."""
+    claims = 0
+    for backend, by_task in seed_kernels.items():
+        for name, kernels in by_task.items():
+            for k in kernels:
+                for text in (k.code, k.reasoning):
+                    for ops in re.findall(r"Fused elementwise kernel for \[([^\]]*)\]", text):
+                        claims += 1
+                        assert "," in ops, (backend, name, ops)
+    assert claims  # the seed corpus has fused multi-op kernels, and they still say so
