@@ -145,6 +145,7 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Base
                          else "runtime_error", p.get("stage", stage), p.get("error", ""))
     if out.rechecked:  # the worker's "ok" is not believed: the parent compares the outputs
         verdict, why = parent_check(out, item.req.task_source, opts, job, variants, p)
+        item.timing["referee_s"] = out.referee_s  # the benchmarks' profile
         if verdict == "cheat":
             v.findings.append({"rule": "parent_check", "message": why, "line": None,
                                "severity": "error"})
@@ -153,6 +154,7 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Base
     record_generalisation(v, variants, p.get("variants_checked"))
     if out.clock is not None:  # the reported runtime against the parent's own clock
         why = clock_verdict(item, opts, job, out, p)
+        item.timing["referee_s"] = out.referee_s
         if why:
             return item.stop("cheat", "performance", why)
     v.runtime_us, v.runtime_iqr_us = p.get("runtime_us"), p.get("runtime_iqr_us")
@@ -340,7 +342,8 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
             chosen = chosen[:opts.gpus]
         for slot in chosen:
             runner: _SandboxRunner | _GpuRunner = (
-                _GpuRunner(opts, slot.env, backend.name, opts.standby_worker) if persistent else
+                _GpuRunner(opts, slot.env, backend.name,
+                           opts.standby_workers if opts.standby_worker else 0) if persistent else
                 _SandboxRunner(launcher, backend, opts, slot.env, threads=1))
             runners.append(runner)
             lanes[id(runner)] = slot.label
@@ -433,6 +436,8 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
             slots.put(runner)
         for phase, secs in (it.timing.get("phase_s") or {}).items():
             stats.count(f"worker {phase} s", float(secs))
+        if it.timing.get("referee_s"):
+            stats.count("referee s", float(it.timing["referee_s"]))
         finish(it)
 
     def after_build(chunk_results: dict[str, BuildResult]) -> None:

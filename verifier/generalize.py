@@ -80,7 +80,7 @@ def run_variant(source: str, cand_ns: dict[str, Any], backend: Any, seed: int, i
         verdict, msg, _, _ = _judge(ref, inputs, ref_out, new_out, tol)
         if verdict != "ok":
             return ("cheat" if verdict == "cheat" else "incorrect"), f"trial {t + 1}: {msg}", raw
-        raw.append(_to_device(_clone(new_out), "cpu"))
+        raw.append(_clone(new_out))  # on its device, as the trials' (`verifier.worker`)
     return "ok", "", raw
 
 

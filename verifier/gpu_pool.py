@@ -10,8 +10,9 @@ pids cgroup, a host memory bound (`verifier.membound`: a memory cgroup, else RLI
 RLIMIT_AS cannot bound a CUDA process), rlimits and a scrubbed environment. It cannot see the
 build cache: each job's verified objects are copied into its directory (`ext/<job>/`) and
 removed after the job. Jobs go in on its stdin; progress and results come back on a private
-pipe, each result followed by the job's raw outputs, which go to a file of the parent's own
-(`outputs_file`) for its own comparison; the parent-clocked timing windows (`verifier.clock`)
+unix socket; the job's raw outputs come in a memfd the parent passed over that socket before
+the job and sealed after it (`verifier.shared_outputs`; the parent keeps the descriptor,
+`outputs_fd`) for its own comparison; the parent-clocked timing windows (`verifier.clock`)
 run over two more pipes the worker inherits. A worker that exceeds a job's timeout, dies, floods its output or
 reports a broken CUDA context is killed and replaced before the next job; only the job in
 flight is affected.
@@ -25,6 +26,7 @@ import secrets
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,7 @@ from verifier.sandbox import (
     scrubbed_env,
     stop_process,
 )
+from verifier.shared_outputs import check_sealed, new_memfd, seal
 
 _PKG_ROOT = str(Path(__file__).resolve().parent.parent)
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session
@@ -56,6 +59,7 @@ FLOOD_BYTES = 16 << 20
 JOB_DISK_MB = 128
 DISK_MB = 2 * JOB_DISK_MB
 MAX_OUTPUT_BYTES = 16 << 30  # raw outputs of one job, as the worker sends them
+MAX_FDS = 4  # descriptors taken per read of the result socket (more are closed by the kernel)
 WRITABLE = "/tmp/w"  # the worker's caches and job directories (in the tmpfs) when isolated
 _announced: set[str] = set()
 EXIT_GRACE_S = 10.0
@@ -81,21 +85,22 @@ class RunOutcome:
     # the parent-clocked timing windows (`verifier.clock`): (windows, protocol error, the
     # windows' last outputs (None: in `outputs_file`)), or None where there was no clock
     clock: Any = None
-    # persistent workers: the file (the parent's own) holding the job's raw outputs as sent,
-    # and the trusted process that judges them on the worker's GPU (`verifier.referee`)
-    outputs_file: str = ""
+    # persistent workers: the sealed memfd (the parent's descriptor) holding the job's raw
+    # outputs as sent, where each tensor sits in it, and the trusted process that judges them
+    # on the worker's GPU (`verifier.referee`)
+    outputs_fd: int = -1
+    outputs_layout: Any = None
     referee: Any = None
+    referee_s: float = 0.0  # seconds the referee's checks of this job took
 
 
 class GpuWorkerProcess:
     """One persistent worker on one GPU; `run` blocks until the job's result or a failure."""
 
     def __init__(self, env: dict[str, str], backend: str = "cuda", memory_mb: int = 0,
-                 processes: int = 1024, isolate: bool = True, host_memory_mb: int = 0,
-                 outdir: Path | None = None) -> None:
+                 processes: int = 1024, isolate: bool = True, host_memory_mb: int = 0) -> None:
         """`memory_mb`: RLIMIT_AS (0 on CUDA, whose driver reserves terabytes of address
-        space); `host_memory_mb`: the worker's host memory, bounded by `verifier.membound`;
-        `outdir`: where jobs' raw outputs go (the caller's; else one of its own)."""
+        space); `host_memory_mb`: the worker's host memory, bounded by `verifier.membound`."""
         self.env, self.backend, self.host_memory_mb = env, backend, host_memory_mb
         self.limits = SandboxLimits(timeout_s=1e6, memory_mb=memory_mb, cpu_s=10**7,
                                     file_mb=FLOOD_BYTES * 4 >> 20, processes=processes,
@@ -103,13 +108,13 @@ class GpuWorkerProcess:
                                     run_dir_writable=not isolate)
         self.mem_cgroup: Path | None = None
         self.memory_bound = ""
-        self.outdir, self.own_outdir = outdir, outdir is None
         self.clock_fds: tuple[int, ...] = ()
         self.clock: ParentClock | None = None
         self.jobs = 0
         self.ext_id: tuple[int, int] = (0, 0)
         self.proc: subprocess.Popen | None = None
-        self.rfd = -1
+        self.sock: socket.socket | None = None
+        self.fds: list[int] = []  # descriptors received on the result socket, oldest first
         self.buf = b""
         self.workdir: Path | None = None
         self.cgroup: Path | None = None
@@ -120,7 +125,8 @@ class GpuWorkerProcess:
     def start(self) -> bool:
         """Start the worker and wait until it is warm; False (with `ready` None) on failure."""
         self.workdir = Path(tempfile.mkdtemp(prefix="ks-gpu-"))
-        rfd, wfd = os.pipe()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        wfd = theirs.fileno()
         # the parent-clocked timing windows (`verifier.clock`): worker -> parent, parent -> it
         req_r, req_w = os.pipe()
         go_r, go_w = os.pipe()
@@ -143,10 +149,11 @@ class GpuWorkerProcess:
                               FDS_ENV: f"{req_w},{go_r}"}),
             pass_fds=(wfd, req_w, go_r),
             cwd=self.workdir, start_new_session=True)
-        for fd in (wfd, req_w, go_r):
+        theirs.close()
+        for fd in (req_w, go_r):
             os.close(fd)
         self.clock_fds = (req_r, go_w)
-        self.rfd, self.buf, self.eof = rfd, b"", False
+        self.sock, self.buf, self.eof = mine, b"", False
         self.starts += 1
         self.ready = self._read(STARTUP_S)
         if self.ready is None or not self.ready.get("ready"):
@@ -196,15 +203,17 @@ class GpuWorkerProcess:
         return self.proc is not None and self.proc.poll() is None and self.ready is not None
 
     def _read(self, timeout_s: float) -> dict[str, Any] | None:
+        assert self.sock is not None
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self.buf:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            ready, _, _ = select.select([self.rfd], [], [], min(left, 1.0))
+            ready, _, _ = select.select([self.sock], [], [], min(left, 1.0))
             if ready:
-                chunk = os.read(self.rfd, 1 << 20)
-                if not chunk:
+                chunk, fds, _, _ = socket.recv_fds(self.sock, 1 << 20, MAX_FDS)
+                self.fds.extend(fds)
+                if not chunk and not fds:
                     self.eof = True
                     return None
                 self.buf += chunk
@@ -215,6 +224,12 @@ class GpuWorkerProcess:
             return json.loads(line)
         except ValueError:
             return None
+
+    def drop_received_fds(self) -> None:
+        """Close descriptors that came on the result socket (the worker sends none)."""
+        fds, self.fds = self.fds, []
+        for fd in fds:
+            os.close(fd)
 
     def log_size(self) -> int:
         try:
@@ -243,7 +258,25 @@ class GpuWorkerProcess:
 
     def _exchange(self, message: dict[str, Any], start: float, deadline: float,
                   timeout_s: float, log_before: int, clock: ParentClock) -> RunOutcome:
-        assert self.proc is not None
+        """One job: its outputs' memfd, then the job, then progress until the result."""
+        memfd = -1
+        try:
+            memfd = new_memfd(MAX_OUTPUT_BYTES)
+            out = self._exchange_with(memfd, message, start, deadline, timeout_s, log_before,
+                                      clock)
+        except OSError as exc:  # the socket broke or no memfd could be made
+            self.stop()
+            out = RunOutcome(None, failure=f"the GPU worker's result socket: {exc}",
+                             wall_s=time.monotonic() - start)
+        if out.outputs_fd != memfd and memfd >= 0:
+            os.close(memfd)
+        return out
+
+    def _exchange_with(self, memfd: int, message: dict[str, Any], start: float,
+                       deadline: float, timeout_s: float, log_before: int, clock: ParentClock
+                       ) -> RunOutcome:
+        assert self.proc is not None and self.sock is not None
+        socket.send_fds(self.sock, [b"o"], [memfd])  # the worker takes it with the job
         why = self._send((json.dumps(message) + "\n").encode(), deadline)
         if why:
             self.stop()
@@ -269,12 +302,13 @@ class GpuWorkerProcess:
             if "progress" in msg:
                 stage = msg["progress"]
                 continue
+            self.drop_received_fds()  # the worker has no descriptor to send: any is junk
             flood = self.log_size() - log_before >= FLOOD_BYTES
             size = msg.get("outputs_bytes") or 0
-            why = self._receive(size, deadline) if isinstance(size, int) else "a bad size"
+            why = self._seal_outputs(memfd, size)
             if why:
                 self.stop()
-                return RunOutcome(None, "performance", "took" in why,
+                return RunOutcome(None, "performance", False,
                                   f"the GPU worker's raw outputs: {why}", flood,
                                   time.monotonic() - start)
             # the worker is pid 1 of its own namespace: name it by the host's pid
@@ -282,43 +316,24 @@ class GpuWorkerProcess:
             if flood or msg.get("sticky_cuda_error") or msg.get("outcome") == "cheat":
                 self.stop()  # the next candidate gets a clean process
             timed = (clock.stop(), clock.protocol_error, None) if msg.get(
-                "outcome") == "ok" else None  # clocked outputs: in the outputs file
+                "outcome") == "ok" else None  # clocked outputs: in the outputs memfd
             return RunOutcome(msg, msg.get("stage", stage), False, "", flood,
                               time.monotonic() - start, clock=timed,
-                              outputs_file=str(self.outputs_path) if size else "")
+                              outputs_fd=memfd if size else -1,
+                              outputs_layout=msg.pop("outputs_layout", None))
 
-    @property
-    def outputs_path(self) -> Path:
-        """Where a job's raw outputs go: a directory of the parent's own, not the worker's."""
-        if self.outdir is None:
-            self.outdir = Path(tempfile.mkdtemp(prefix="ks-gpu-out-"))
-        return self.outdir / "outputs.pt"
-
-    def _receive(self, size: int, deadline: float) -> str:
-        """Copy the `size` bytes that follow a result line into `outputs_path`; "" when done,
-        else why not (too large, the pipe closed, the job's time ran out)."""
-        path = self.outputs_path
-        path.unlink(missing_ok=True)
-        if size <= 0:
-            return "" if size == 0 else "a bad size"
+    @staticmethod
+    def _seal_outputs(memfd: int, size: Any) -> str:
+        """Seal the job's memfd at the size the result announced; why that fails ("" when
+        sealed or there are none): a size that is not a count, over the limit, a writable
+        mapping the worker kept."""
+        if not isinstance(size, int) or size < 0:
+            return "a bad size"
         if size > MAX_OUTPUT_BYTES:
             return f"{size >> 20} MB, over the {MAX_OUTPUT_BYTES >> 20} MB limit"
-        with open(path, "wb") as fh:
-            take, self.buf = self.buf[:size], self.buf[size:]
-            fh.write(take)
-            left = size - len(take)
-            while left > 0:
-                wait = deadline - time.monotonic()
-                if wait <= 0:
-                    return "took longer than the run's timeout to arrive"
-                if not select.select([self.rfd], [], [], min(wait, 1.0))[0]:
-                    continue
-                chunk = os.read(self.rfd, min(left, 1 << 22))
-                if not chunk:
-                    return f"the pipe closed with {left} bytes missing"
-                fh.write(chunk)
-                left -= len(chunk)
-        return ""
+        if not size:
+            return ""
+        return seal(memfd, size) or check_sealed(memfd, size)
 
     def _send(self, data: bytes, deadline: float) -> str:
         """Write a job to the worker's stdin without blocking past `deadline` (a worker that
@@ -364,9 +379,12 @@ class GpuWorkerProcess:
                                  "after SIGKILL (stuck in the driver?); a fresh one is started\n")
             self.proc = None
             self.log.close()
-        if self.rfd >= 0:
-            os.close(self.rfd)
-            self.rfd = -1
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
         if self.clock is not None:  # its thread reads the pipe closed here
             self.clock.stop()
         for fd in self.clock_fds:
@@ -379,7 +397,4 @@ class GpuWorkerProcess:
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
-        if self.own_outdir and self.outdir is not None:
-            shutil.rmtree(self.outdir, ignore_errors=True)
-            self.outdir = None
         self.ready = None

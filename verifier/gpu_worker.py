@@ -9,9 +9,11 @@ Started by `verifier.api` as `python -m verifier.gpu_worker RESULT_FD [BACKEND]`
 cuda; the tests run the same loop with `cpu`, which no GPU host needs) inside the sandbox's
 session, pids cgroup and network namespace. Reads one JSON job per stdin line ({"job",
 "task_source", "candidate_source"}); writes {"progress": stage} lines and then one result per
-job to RESULT_FD, a pipe only this process holds (the candidate's prints go to stdout/stderr,
-never into results); the result line is followed by its `outputs_bytes` bytes of raw outputs,
-which the parent compares with its own references (nothing the worker says is believed). Jobs
+job to RESULT_FD, a unix socket only this process holds (the candidate's prints go to
+stdout/stderr, never into results). The job's raw outputs, which the parent compares with its
+own references (nothing the worker says is believed), go into a memfd the parent passes over
+that socket (SCM_RIGHTS) before each job, and seals after it (`verifier.shared_outputs`); the
+result line says their size (`outputs_bytes`) and where each tensor sits (`outputs_layout`). Jobs
 run in directories of the private tmpfs (KS_WORKER_TMP); a job that leaves less than
 KS_JOB_DISK_MB free there ends the worker after its result. Between jobs it checks that the process is still fit to judge the next
 candidate: no CUDA error left in the context, no replaced torch/time functions (a wide snapshot
@@ -27,9 +29,11 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
+import time
 from typing import Any
 
 # Modules whose public attributes a candidate must leave alone (compared by identity per job).
@@ -129,6 +133,7 @@ def main(argv: list[str]) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks on demand (hang reports)
     out = os.fdopen(int(argv[0]), "w", buffering=1)
     os.set_inheritable(out.fileno(), False)
+    sock = socket.socket(fileno=os.dup(out.fileno()))
     backend_name = argv[1] if len(argv) > 1 else "cuda"
     import torch
 
@@ -161,6 +166,8 @@ def main(argv: list[str]) -> int:
     for line in sys.stdin:
         msg = json.loads(line)
         job = msg["job"]
+        _, fds, _, _ = socket.recv_fds(sock, 1, 1)  # sent before the job: its outputs' memfd
+        job_fd = fds[0] if fds else -1
         jobdir = tempfile.mkdtemp(prefix="job-", dir=base)  # nothing left for the next job
         os.chdir(jobdir)
         try:
@@ -168,7 +175,12 @@ def main(argv: list[str]) -> int:
         finally:
             os.chdir(base)
             shutil.rmtree(jobdir, ignore_errors=True)
-        blob = outputs_blob(result)
+        began = time.monotonic()
+        size, layout = outputs_memfd(result, job_fd)
+        if job_fd >= 0:
+            os.close(job_fd)
+        if isinstance(result.get("phase_s"), dict):  # the benchmarks' profile
+            result["phase_s"]["outputs"] = round(time.monotonic() - began, 4)
         sys.stdout.flush()
         sys.stderr.flush()
         leave = after_job(result, state, flags, threads)
@@ -184,31 +196,29 @@ def main(argv: list[str]) -> int:
         if job_free and free_bytes(base) < job_free:  # the next job gets a fresh tmpfs
             leave = True
         result["worker_pid"], result["worker_device"] = os.getpid(), ident
-        result["outputs_bytes"] = len(blob)
+        result["outputs_bytes"], result["outputs_layout"] = size, layout
         out.write(json.dumps(result, default=str) + "\n")
         out.flush()
-        view = memoryview(blob)
-        while view:  # the raw outputs follow their result line on the same pipe
-            view = view[os.write(out.fileno(), view):]
         if leave:
             return 3
     return 0
 
 
-def outputs_blob(result: dict[str, Any]) -> bytes:
-    """The run's raw outputs (moved to the cpu by the harness) as `torch.save` bytes of
-    [trial and variant outputs, timing-window outputs], for the parent's own comparison
-    (`verifier.decide`); b"" when the run left none (it failed before the end)."""
-    import io
-
-    import torch
+def outputs_memfd(result: dict[str, Any], fd: int) -> tuple[int, Any]:
+    """The run's raw outputs (moved to the cpu by the harness), [trial and variant outputs,
+    timing-window outputs], written into the parent's memfd `fd` for its own comparison
+    (`verifier.decide`): (size, layout), or (0, None) when the run left none (it failed before
+    the end), or left what is not tensors and plain values or does not fit."""
+    from verifier.shared_outputs import Unsupported, write_into
 
     raw, clocked = result.pop("raw_outputs", None), result.pop("clocked_outputs", None)
-    if raw is None:
-        return b""
-    buf = io.BytesIO()
-    torch.save([raw, clocked], buf)
-    return buf.getvalue()
+    if raw is None or fd < 0:
+        return 0, None
+    try:
+        return write_into(fd, [raw, clocked])
+    except (Unsupported, ValueError) as exc:
+        result["outputs_unsupported"] = str(exc)
+        return 0, None
 
 
 def free_bytes(path: str) -> int:

@@ -51,8 +51,9 @@ class VerifyOptions:
     backend: str = "auto"
     workers: int = 2
     gpus: int = 0  # GPU backends: execution workers on the first N visible GPUs (0: all)
-    # GPU backends: a warm standby worker per GPU replaces one a candidate killed at once
+    # GPU backends: warm standby workers per GPU replace one a candidate killed at once
     standby_worker: bool = True
+    standby_workers: int = 2  # how many (with standby_worker)
     compile_workers: int = 2
     compile_batch: int = 16  # most specs a build unit (verifier.compile_plan sizes them)
     compile_timeout_s: float = 600.0

@@ -5,11 +5,13 @@ A GPU worker draws each trial's inputs on the GPU from a seed the parent chose f
 (`input_seed`), so the parent's cpu cannot regenerate them (another random stream); this
 process can. It runs `verifier.decide`'s and `verifier.clock`'s own checks with
 `decide.DEVICE` set to the GPU: the task's reference on the same inputs, judged against the raw
-outputs the worker sent the parent (`verifier.gpu_worker`, saved by the parent in a directory
-of its own). Only task code and `torch.load(weights_only=True)` run here.
+outputs the worker sent the parent (`verifier.gpu_worker`: a sealed memfd the parent holds,
+mapped here copy-on-write by its /proc path, `verifier.shared_outputs`). Only task code and the
+checked layout reader run here.
 
     python -m verifier.referee BACKEND
-    stdin:  {"op": "run" | "clock", "outputs": PATH, "args": {...}, "job": N} per line
+    stdin:  {"op": "run" | "clock", "outputs": PATH, "layout": {...}, "args": {...}, "job": N}
+            per line
     stdout: {"ok": bool, "why": str} or {"error": str} per line
 
 Parent side: `Referee(env, backend)` (pinned with the same CUDA_VISIBLE_DEVICES as its
@@ -49,16 +51,17 @@ class Referee:
             env=scrubbed_env({"PYTHONPATH": _PKG_ROOT, **self.env}), start_new_session=True)
         self.buf = b""
 
-    def __call__(self, op: str, args: dict[str, Any], outputs: str, job: str = ""
-                 ) -> tuple[bool, str]:
-        """(ok, why not) for `op` on the outputs file of the parent's job number `job` (the
-        referee reads the file once per job); RuntimeError when the referee fails."""
+    def __call__(self, op: str, args: dict[str, Any], outputs: str, layout: Any = None,
+                 job: str = "") -> tuple[bool, str]:
+        """(ok, why not) for `op` on the outputs at `outputs` (a sealed memfd's /proc path,
+        "" for none; `layout` as the worker described it) of the parent's job number `job`
+        (the referee maps them once per job); RuntimeError when the referee fails."""
         if self.proc is None or self.proc.poll() is not None:
             self._start()
         assert self.proc is not None and self.proc.stdin is not None
         try:
-            self.proc.stdin.write((json.dumps({"op": op, "outputs": outputs, "args": args,
-                                               "job": job}) + "\n").encode())
+            self.proc.stdin.write((json.dumps({"op": op, "outputs": outputs, "layout": layout,
+                                               "args": args, "job": job}) + "\n").encode())
             self.proc.stdin.flush()
             reply = self._read(START_S + CALL_S)
         except (OSError, ValueError) as exc:
@@ -92,18 +95,23 @@ class Referee:
             self.proc = None
 
 
-_LAST: dict[str, Any] = {}  # the outputs file last read: one load serves a run's two ops
+_LAST: dict[str, Any] = {}  # the outputs last mapped: one mapping serves a run's two ops
 
 
-def _outputs(path: Path, job: str) -> Any:
-    """The raw outputs in `path`, read once per job (a run asks "run" then "clock" of the
-    same file; the parent rewrites it for every job and numbers its jobs)."""
-    from verifier.decide import load_outputs
+def _outputs(path: str, layout: Any, job: str) -> Any:
+    """The raw outputs at `path`, mapped once per job (a run asks "run" then "clock" of the
+    same outputs; the parent numbers its jobs); None when there are none or the layout does
+    not fit them."""
+    from verifier.shared_outputs import read_mapped
 
-    ident = (str(path), job) if job else None
+    ident = (path, job) if job else None
     if ident is None or _LAST.get("ident") != ident:
-        _LAST.clear()  # drop the old outputs before the new ones load
-        _LAST.update(ident=ident, data=load_outputs(path))
+        _LAST.clear()  # drop the old outputs before the new ones map
+        try:
+            data = read_mapped(path, layout) if path else None
+        except (OSError, ValueError):  # gone, or a layout that does not fit: no outputs
+            data = None
+        _LAST.update(ident=ident, data=data)
     return _LAST["data"]
 
 
@@ -111,8 +119,8 @@ def _answer(msg: dict[str, Any]) -> dict[str, Any]:
     from verifier.clock import check_outputs
     from verifier.decide import check_run
 
-    data = _outputs(Path(msg["outputs"]), str(msg.get("job") or ""))
-    raw, clocked = (data if data is not None and len(data) == 2 else (None, None))
+    data = _outputs(str(msg.get("outputs") or ""), msg.get("layout"), str(msg.get("job") or ""))
+    raw, clocked = (data if isinstance(data, list) and len(data) == 2 else (None, None))
     raw, clocked = (x if isinstance(x, list) else None for x in (raw, clocked))
     args = msg["args"]
     args["tol"] = tuple(args["tol"])

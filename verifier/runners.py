@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from verifier.gpu_pool import GpuWorkerProcess, RunOutcome
 from verifier.protocol import VerifyOptions
 from verifier.referee import Referee
 from verifier.sandbox import Launcher, SandboxLimits
+from verifier.shared_outputs import read_mapped
 
 _FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
 _DISK_BYTES = 128 << 20  # all files a run writes (the file-size rlimit bounds each one)
@@ -93,30 +95,32 @@ class _SandboxRunner:
 
 
 class _GpuRunner:
-    """One execution slot pinned to a GPU: a persistent `verifier.gpu_worker` process, and a
-    warm standby beside it (`standby`): a worker that a candidate kills (crash, hang, sticky
-    CUDA error, tampering) is replaced by the standby at once instead of after a fresh start
-    (import torch, CUDA context, the profiler's first session: ~10 s), and a new standby
-    starts in the background."""
+    """One execution slot pinned to a GPU: a persistent `verifier.gpu_worker` process, and
+    `standbys` warm spares beside it: a worker that a candidate kills (crash, hang, sticky
+    CUDA error, tampering) is replaced by a spare at once instead of after a fresh start
+    (import torch, CUDA context, the profiler's first session: ~12 s on an H100 node), and a
+    new spare starts in the background. Cheating candidates come in runs (an RL policy that
+    found a hole tries it again; a corpus groups them), so one spare is not enough: with one,
+    the H100 benchmark waited ~10 s four times in a batch for the spare of the previous swap."""
 
     def __init__(self, opts: VerifyOptions, env: dict[str, str], backend: str,
-                 standby: bool = False) -> None:
+                 standbys: int = 0) -> None:
         self.opts, self.backend = opts, backend
         # RLIMIT_AS cannot bound a CUDA process: its host memory is bounded by a cgroup
         # (`verifier.membound`), the run's limit plus room for the runtime's own
         mem = opts.memory_limit_mb + RUNTIME_MB if opts.memory_limit_mb > 0 else 0
-        # jobs' raw outputs land in this slot's own directory (the workers never see it)
-        self.outdir = Path(tempfile.mkdtemp(prefix="ks-gpu-judge-"))
-        self.worker = GpuWorkerProcess(env, backend, host_memory_mb=mem, outdir=self.outdir)
-        self.standby = GpuWorkerProcess(env, backend, host_memory_mb=mem,
-                                        outdir=self.outdir) if standby else None
+        self.worker = GpuWorkerProcess(env, backend, host_memory_mb=mem)
+        self.spares = [GpuWorkerProcess(env, backend, host_memory_mb=mem)
+                       for _ in range(max(0, standbys))]
         # the parent judges raw outputs itself: here on the cpu, else by a trusted referee
         # process on the same GPU (inputs drawn there cannot be regenerated on the cpu)
         self.referee = Referee(env, backend) if backend != "cpu" else None
         self.jobs = 0
-        self.standby_thread: threading.Thread | None = None
+        self.held_fd = -1  # the last job's sealed outputs, until its verdict is made
+        self.threads: dict[int, threading.Thread] = {}  # spare index -> its start, oldest first
         self.swaps = 0
-        self.closed = self.starting = False
+        self.closed = False
+        self.starting: set[int] = set()  # spares whose start has not ended (state_lock)
         self.state_lock = threading.Lock()  # closed/starting, between close() and a start
         self.lock = threading.Lock()  # warm() and run() never drive the process at once
 
@@ -133,37 +137,45 @@ class _GpuRunner:
             return
 
     def _refill(self) -> None:
-        """Start the standby in the background unless it is up or starting (lock held)."""
-        if self.standby is None or self.standby.alive() or (
-                self.standby_thread is not None and self.standby_thread.is_alive()):
-            return
-        self.standby.stop()
-        with self.state_lock:
-            self.starting = True
-        self.standby_thread = threading.Thread(target=self._start_standby, args=(self.standby,),
+        """Start every spare that is neither up nor starting, in the background (lock held)."""
+        for i, spare in enumerate(self.spares):
+            with self.state_lock:
+                if spare.alive() or i in self.starting:
+                    continue
+                self.starting.add(i)
+            spare.stop()
+            self.threads.pop(i, None)
+            self.threads[i] = threading.Thread(target=self._start_spare, args=(i, spare),
                                                daemon=True)
-        self.standby_thread.start()
+            self.threads[i].start()
 
-    def _start_standby(self, proc: GpuWorkerProcess) -> None:
+    def _start_spare(self, i: int, proc: GpuWorkerProcess) -> None:
         proc.start()
         with self.state_lock:
-            self.starting = False
+            self.starting.discard(i)
             leave = self.closed
         if leave:  # the batch ended while it started: nothing will use it
             proc.stop()
 
     def _swap_in_standby(self, wait: bool) -> None:
-        """The standby becomes the worker when the worker is gone (lock held); `wait`: for a
-        standby still starting (before a job; after one, the next job waits instead)."""
-        if self.standby is None or self.worker.alive():
+        """A warm spare becomes the worker when the worker is gone (lock held); `wait`: for
+        the spare that started first, when none is up yet (before a job; after one, the next
+        job waits instead)."""
+        if not self.spares or self.worker.alive():
             return
-        if self.standby_thread is not None and self.standby_thread.is_alive():
+        ready = [i for i, s in enumerate(self.spares) if s.alive()]
+        if not ready:
             if not wait:
                 return
-            self.standby_thread.join()
-        if self.standby.alive():
+            with self.state_lock:
+                pending = [i for i in self.threads if i in self.starting]
+            if pending:
+                self.threads[pending[0]].join()
+            ready = [i for i, s in enumerate(self.spares) if s.alive()]
+        if ready:
+            i = ready[0]
             self.worker.stop()
-            self.worker, self.standby = self.standby, self.worker
+            self.worker, self.spares[i] = self.spares[i], self.worker
             self.swaps += 1
         self._refill()
 
@@ -177,6 +189,7 @@ class _GpuRunner:
         job = {**job, "device_sources": [src for s in item.specs
                                          for src in (*s.cuda_sources, *s.cpp_sources)]}
         with self.lock:
+            self._release_outputs()
             self._swap_in_standby(wait=True)
             try:
                 out = self._run_locked(item, job, built)
@@ -184,22 +197,42 @@ class _GpuRunner:
             finally:
                 self._swap_in_standby(wait=False)
 
+    def _release_outputs(self) -> None:
+        """Close the previous job's outputs memfd (its verdict is made: the slot is free)."""
+        if self.held_fd >= 0:
+            os.close(self.held_fd)
+            self.held_fd = -1
+
     def _judged_here(self, out: RunOutcome) -> RunOutcome:
-        """The job's raw outputs (in this slot's directory) loaded for the parent's own
-        comparison (cpu) or handed to the referee (its GPU)."""
-        mine = Path(out.outputs_file) if out.outputs_file else self.outdir / "none.pt"
+        """The job's raw outputs (a sealed memfd this slot holds) read for the parent's own
+        comparison (cpu) or handed to the referee (its GPU), which maps it by its /proc path."""
+        self.held_fd = out.outputs_fd
         if out.payload is None or out.payload.get("outcome") != "ok":
             return out
         out.rechecked = True  # the worker's "ok" is not believed
+        path = f"/proc/{os.getpid()}/fd/{out.outputs_fd}" if out.outputs_fd >= 0 else ""
         if self.referee is None:
-            data = load_outputs(mine) if mine.exists() else None
-            raw, clocked = data if data is not None and len(data) == 2 else (None, None)
+            try:
+                data = read_mapped(path, out.outputs_layout) if path else None
+            except (OSError, ValueError):  # a layout that does not fit: no outputs
+                data = None
+            raw, clocked = data if isinstance(data, list) and len(data) == 2 else (None, None)
             out.outputs = raw if isinstance(raw, list) else None
             if out.clock is not None:
                 out.clock = (*out.clock[:2], clocked if isinstance(clocked, list) else None)
         else:
-            self.jobs += 1  # the referee reads each job's outputs file once
-            out.referee = functools.partial(self.referee, outputs=str(mine), job=str(self.jobs))
+            self.jobs += 1  # the referee maps each job's outputs once
+            call = functools.partial(self.referee, outputs=path, layout=out.outputs_layout,
+                                     job=str(self.jobs))
+
+            def timed(op: str, args: dict[str, Any]) -> tuple[bool, str]:
+                began = time.monotonic()
+                try:
+                    return call(op, args)
+                finally:  # the benchmarks' profile: what the referee adds to a job
+                    out.referee_s += time.monotonic() - began
+
+            out.referee = timed
         return out
 
     def _run_locked(self, item: Any, job: dict[str, Any], built: list) -> RunOutcome:
@@ -233,15 +266,16 @@ class _GpuRunner:
                 shutil.rmtree(staged, ignore_errors=True)
 
     def close(self) -> None:
-        """Stop both processes; a standby still starting stops itself once it is up (the
-        batch does not wait for it)."""
+        """Stop every process; a spare still starting stops itself once it is up (the batch
+        does not wait for it)."""
         with self.lock:
             self.worker.stop()
             with self.state_lock:
                 self.closed = True
-                starting = self.starting
-            if self.standby is not None and not starting:
-                self.standby.stop()
+                starting = set(self.starting)
+            for i, spare in enumerate(self.spares):
+                if i not in starting:
+                    spare.stop()
             if self.referee is not None:
                 self.referee.close()
-            shutil.rmtree(self.outdir, ignore_errors=True)
+            self._release_outputs()

@@ -332,7 +332,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
             res.finding("input_mutation", "forward modified its input tensors in place")
             res.finish("incorrect", "forward modified its input tensors (the reference does not)")
         prev_ref, prev_new = ref_out, new_out
-        raw.append(_to_device(_clone(new_out), "cpu"))  # others pass through unchanged
+        raw.append(_clone(new_out))  # kept on its device: copied once, into the outputs memfd
         if t == 0:
             first_inputs, first_ref = pristine, ref_out
     res.data.setdefault("mismatch_frac", 0.0)
@@ -368,7 +368,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
             again = new(*_clone(first_inputs))
             backend.synchronize()
             clocked = child_windows(new, make_inputs, backend.synchronize, runs[0].median_us,
-                                    lambda o: _to_device(_clone(o), "cpu"))
+                                    _clone)
     except Exception as exc:
         msg, line = _candidate_traceback(exc)
         res.finish("runtime_error", f"during timing: {msg}")

@@ -272,3 +272,23 @@ def test_the_workers_disk_total_and_host_memory_are_bounded() -> None:
                 or "MemoryError" in str(grab.payload)), (grab.payload, grab.failure)  # DATA
     finally:
         worker.stop()
+
+
+def test_outputs_larger_than_the_sandboxes_file_limit_come_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's RLIMIT_FSIZE is 64 MB (its log, its files); a job's raw outputs go into
+    the parent's memfd through a mapping, which the limit does not cover: 3 trials and 3
+    clocked windows of 32 MB each come back and are judged."""
+    monkeypatch.setattr(CpuBackend, "persistent_worker", True)
+    assert GpuWorkerProcess({}, "cpu").limits.file_mb == 64
+    task = RELU_TASK.replace("batch_size = 16", "batch_size = 2048").replace(
+        "dim = 1024", "dim = 4096")
+    timings: dict = {}
+    wrong = WRONG.replace("relu_fwd", "relu_w")
+    verdicts = verify_batch([VerifyRequest("big", "relu", task, relu_ok("relu_big"), "cpu"),
+                             VerifyRequest("big_wrong", "relu", task, wrong, "cpu")],
+                            _opts(tmp_path), timings=timings)
+    v = {x.candidate_id: x for x in verdicts}
+    assert v["big"].status in CORRECT_STATUSES, v["big"].error
+    assert timings["big"]["phase_s"]["outputs"] > 0
+    assert v["big_wrong"].status == "incorrect", v["big_wrong"].error

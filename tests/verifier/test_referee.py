@@ -4,13 +4,18 @@ cpu backend (the same process and protocol; on a GPU host `decide.DEVICE` is the
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from verifier.referee import Referee
+from verifier.shared_outputs import write_sealed
 
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import RELU_TASK  # noqa: E402
@@ -29,6 +34,27 @@ def _trial_outputs(input_seed: int, trials: int) -> list[torch.Tensor]:
     return outs
 
 
+@pytest.fixture
+def sealed() -> Iterator[Any]:
+    """Outputs as a worker hands them over: a sealed memfd this process holds, named for the
+    referee (a child of this process) by its /proc path; closed after the test."""
+    fds: list[int] = []
+
+    def make(obj: Any) -> dict[str, Any]:
+        fd, _, layout = write_sealed(obj)
+        fds.append(fd)
+        return {"outputs": f"/proc/{os.getpid()}/fd/{fd}", "layout": layout}
+
+    yield make
+    for fd in fds:
+        with contextlib.suppress(OSError):  # closed by the test itself
+            os.close(fd)
+
+
+def _close(shared: dict[str, Any]) -> None:
+    os.close(int(shared["outputs"].rsplit("/", 1)[1]))
+
+
 @pytest.fixture(scope="module")
 def referee():
     ref = Referee({}, "cpu")
@@ -42,48 +68,57 @@ def _args(input_seed: int) -> dict:
 
 
 def test_right_outputs_pass_and_wrong_or_missing_ones_do_not(referee: Referee,
-                                                             tmp_path: Path) -> None:
+                                                             sealed: Any) -> None:
     good = _trial_outputs(4242, 3)
-    path = tmp_path / "outputs.pt"
-    torch.save([good, None], path)
-    assert referee("run", _args(4242), outputs=str(path)) == (True, "")
+    assert referee("run", _args(4242), **sealed([good, None])) == (True, "")
     # the same outputs for other inputs (a worker that replayed an earlier run): caught
-    ok, why = referee("run", _args(777), outputs=str(path))
+    ok, why = referee("run", _args(777), **sealed([good, None]))
     assert not ok and "trial 1, checked by the verifier itself" in why, why
-    bad = [good[0], good[1] * 0.5, good[2]]
-    torch.save([bad, None], path)
-    ok, why = referee("run", _args(4242), outputs=str(path))
+    ok, why = referee("run", _args(4242), **sealed([[good[0], good[1] * 0.5, good[2]], None]))
     assert not ok and why.startswith("trial 2"), why
-    torch.save([good[:2], None], path)
-    ok, why = referee("run", _args(4242), outputs=str(path))
+    ok, why = referee("run", _args(4242), **sealed([good[:2], None]))
     assert not ok and "2 trial outputs, expected 3" in why, why
-    ok, why = referee("run", _args(4242), outputs=str(tmp_path / "missing.pt"))
+    ok, why = referee("run", _args(4242), outputs="")
     assert not ok and "no raw outputs" in why, why
 
 
-def test_a_referee_failure_is_an_error_not_a_verdict(referee: Referee, tmp_path: Path) -> None:
-    path = tmp_path / "outputs.pt"
-    torch.save([_trial_outputs(1, 3), None], path)
+def test_a_layout_that_does_not_fit_its_memfd_is_no_outputs(referee: Referee,
+                                                           sealed: Any) -> None:
+    good = _trial_outputs(5, 3)
+    shared = sealed([good, None])
+    assert referee("run", _args(5), **shared) == (True, "")
+    # the layout comes from the worker: one that reads past the file, or calls the bytes
+    # another dtype's, is not believed (no outputs: the run is not ok)
+    meta = shared["layout"]["tensors"]
+    for bad in ({**meta[2], "offset": meta[2]["offset"] + 64},
+                {**meta[2], "dtype": "float64"}, {**meta[2], "dtype": "object"}):
+        layout = {**shared["layout"], "tensors": [*meta[:2], bad]}
+        ok, why = referee("run", _args(5), outputs=shared["outputs"], layout=layout)
+        assert not ok and "no raw outputs" in why, (bad, why)
+
+
+def test_a_referee_failure_is_an_error_not_a_verdict(referee: Referee, sealed: Any) -> None:
+    shared = sealed([_trial_outputs(1, 3), None])
     broken = {**_args(1), "task_source": "raise SystemError('task does not load')"}
     with pytest.raises(RuntimeError, match="task does not load"):
-        referee("run", broken, outputs=str(path))
-    assert referee("run", _args(1), outputs=str(path)) == (True, "")  # still serving
+        referee("run", broken, **shared)
+    assert referee("run", _args(1), **shared) == (True, "")  # still serving
 
 
-def test_outputs_are_read_once_per_job_and_again_for_the_next(referee: Referee,
-                                                             tmp_path: Path) -> None:
+def test_outputs_are_mapped_once_per_job_and_again_for_the_next(referee: Referee,
+                                                               sealed: Any) -> None:
     good = _trial_outputs(99, 3)
-    path = tmp_path / "outputs.pt"
-    torch.save([good, None], path)
-    assert referee("run", _args(99), outputs=str(path), job="1") == (True, "")
-    # the parent rewrites the file for its next job: job 2 must see the new, wrong outputs
-    torch.save([[good[0] * 0.5, good[1], good[2]], None], path)
-    ok, why = referee("run", _args(99), outputs=str(path), job="2")
+    first = sealed([good, None])
+    assert referee("run", _args(99), **first, job="1") == (True, "")
+    # job 2 brings other, wrong outputs: they are mapped, not job 1's
+    second = sealed([[good[0] * 0.5, good[1], good[2]], None])
+    ok, why = referee("run", _args(99), **second, job="2")
     assert not ok and why.startswith("trial 1"), why
-    # a second op of job 2 is answered from the outputs job 2 read (the file is not re-read)
-    path.unlink()
-    ok, why = referee("run", _args(99), outputs=str(path), job="2")
-    assert not ok and why.startswith("trial 1"), why
-    # without a job number every call reads the file
-    ok, why = referee("run", _args(99), outputs=str(path))
+    # a second op of job 2 is answered from what job 2 mapped, even with the memfd closed
+    gone = sealed([good, None])
+    assert referee("run", _args(99), **gone, job="3") == (True, "")
+    _close(gone)
+    assert referee("run", _args(99), **gone, job="3") == (True, "")
+    # without a job number every call maps its path: now gone, so no outputs
+    ok, why = referee("run", _args(99), **gone)
     assert not ok and "no raw outputs" in why, why

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+import verifier.runners as runners
 from verifier.api import verify_batch
 from verifier.backends.cpu import CpuBackend
 from verifier.batch_stats import BatchStats, _union, profile_table
@@ -94,3 +96,55 @@ def test_persistent_workers_prefetch_baselines_and_a_standby_takes_over(
     assert again["counters"].get("baseline_cache_hits") == 1
     assert "baseline" not in again["phases"]
     assert verdicts2[0].eager_us == cached[0]["eager_us"]
+
+
+class _FakeWorker:
+    """Stands in for a GpuWorkerProcess: starting takes `START_S`, a test kills it."""
+
+    START_S = 0.5
+    started: list[int] = []
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        self.up = False
+
+    def start(self) -> bool:
+        time.sleep(self.START_S)
+        self.up = True
+        _FakeWorker.started.append(id(self))
+        return True
+
+    def alive(self) -> bool:
+        return self.up
+
+    def stop(self) -> None:
+        self.up = False
+
+
+def test_a_second_killed_worker_is_replaced_by_the_second_spare_without_waiting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two spares: two candidates in a row that kill their worker each get a warm one at once
+    (with one spare the second waits for the first swap's refill to start)."""
+    monkeypatch.setattr(runners, "GpuWorkerProcess", _FakeWorker)
+    runner = runners._GpuRunner(VerifyOptions(backend="cpu"), {}, "cpu", standbys=2)
+    runner.warm()
+    for t in runner.threads.values():
+        t.join()
+    first = runner.worker
+    waits = []
+    for _ in range(2):
+        runner.worker.stop()  # a candidate killed it
+        began = time.monotonic()
+        with runner.lock:
+            runner._swap_in_standby(wait=True)
+        waits.append(time.monotonic() - began)
+        assert runner.worker.alive() and runner.worker is not first
+    assert runner.swaps == 2 and max(waits) < _FakeWorker.START_S / 2, waits
+    runner.worker.stop()  # a third in a row: both spares are still starting, the job waits
+    began = time.monotonic()
+    with runner.lock:
+        runner._swap_in_standby(wait=True)
+    assert runner.worker.alive() and time.monotonic() - began > _FakeWorker.START_S / 4
+    runner.close()
+    for t in runner.threads.values():
+        t.join()
+    assert not any(s.alive() for s in runner.spares) and not runner.worker.alive()
