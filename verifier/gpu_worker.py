@@ -25,6 +25,7 @@ worker exits after reporting it, so the parent starts a clean one for the next c
 from __future__ import annotations
 
 import faulthandler
+import gc
 import json
 import os
 import shutil
@@ -84,7 +85,24 @@ def global_flags() -> dict[str, Any]:
             "grad_enabled": torch.is_grad_enabled(),
             "deterministic": torch.are_deterministic_algorithms_enabled(),
             "cudnn_enabled": torch.backends.cudnn.enabled,
-            "num_threads": torch.get_num_threads()}
+            "num_threads": torch.get_num_threads(),
+            # a handler or timer left behind runs candidate code after its run, e.g. between
+            # the outputs' write and their seal (`verifier.shared_outputs`)
+            "signal_handlers": signal_handlers(),
+            "timers": tuple(signal.getitimer(t) != (0.0, 0.0) for t in (
+                signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF))}
+
+
+def signal_handlers() -> tuple[tuple[int, int], ...]:
+    """(signal, identity of its Python-level handler) for every signal that has one."""
+    out = []
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+        except (OSError, ValueError):  # signals Python cannot ask about
+            continue
+        out.append((int(sig), id(handler)))
+    return tuple(out)
 
 
 def sticky_cuda_error() -> str | None:
@@ -163,8 +181,10 @@ def main(argv: list[str]) -> int:
     base = os.environ.get("KS_WORKER_TMP") or os.getcwd()
     os.makedirs(base, exist_ok=True)
     job_free = int(os.environ.get("KS_JOB_DISK_MB", "0")) << 20
+    held: list[Any] = []  # the last job's raw outputs, alive until the next job comes
     for line in sys.stdin:
         msg = json.loads(line)
+        held.clear()
         job = msg["job"]
         _, fds, _, _ = socket.recv_fds(sock, 1, 1)  # sent before the job: its outputs' memfd
         job_fd = fds[0] if fds else -1
@@ -176,6 +196,12 @@ def main(argv: list[str]) -> int:
             os.chdir(base)
             shutil.rmtree(jobdir, ignore_errors=True)
         began = time.monotonic()
+        # nothing of the job is freed, and no cyclic garbage collected (finalizers are
+        # candidate code), from the outputs' write until the parent has sealed them: the job's
+        # objects go when the next job arrives, which the parent sends after sealing
+        gc.collect()
+        gc.disable()
+        held[:] = [result.get("raw_outputs"), result.get("clocked_outputs")]
         size, layout = outputs_memfd(result, job_fd)
         if job_fd >= 0:
             os.close(job_fd)
@@ -199,16 +225,18 @@ def main(argv: list[str]) -> int:
         result["outputs_bytes"], result["outputs_layout"] = size, layout
         out.write(json.dumps(result, default=str) + "\n")
         out.flush()
+        gc.enable()
         if leave:
             return 3
     return 0
 
 
 def outputs_memfd(result: dict[str, Any], fd: int) -> tuple[int, Any]:
-    """The run's raw outputs (moved to the cpu by the harness), [trial and variant outputs,
+    """The run's raw outputs (where the harness made them), [trial and variant outputs,
     timing-window outputs], written into the parent's memfd `fd` for its own comparison
     (`verifier.decide`): (size, layout), or (0, None) when the run left none (it failed before
-    the end), or left what is not tensors and plain values or does not fit."""
+    the end), left what is not tensors and plain values, or the memfd was tampered with (cut,
+    sealed: the candidate ran in this process and can reach it)."""
     from verifier.shared_outputs import Unsupported, write_into
 
     raw, clocked = result.pop("raw_outputs", None), result.pop("clocked_outputs", None)
@@ -216,7 +244,7 @@ def outputs_memfd(result: dict[str, Any], fd: int) -> tuple[int, Any]:
         return 0, None
     try:
         return write_into(fd, [raw, clocked])
-    except (Unsupported, ValueError) as exc:
+    except (Unsupported, ValueError, OSError) as exc:
         result["outputs_unsupported"] = str(exc)
         return 0, None
 

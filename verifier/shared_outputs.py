@@ -19,6 +19,7 @@ of its announced size, bounded nesting. Only torch and the standard library.
 
 from __future__ import annotations
 
+import collections
 import errno
 import fcntl
 import mmap
@@ -50,21 +51,23 @@ def encode(obj: Any) -> tuple[Any, list[Any]]:
         if depth > MAX_DEPTH or len(tensors) > MAX_ENTRIES:
             raise Unsupported("outputs nested too deep or too many")
         if isinstance(x, torch.Tensor):
+            if type(x) not in (torch.Tensor, torch.nn.Parameter):  # as weights_only loads
+                raise Unsupported(f"a {type(x).__name__} (a Tensor subclass)")
             if x.layout != torch.strided or x.is_quantized or x.is_nested:
                 raise Unsupported(f"a {x.layout} tensor")
             if str(x.dtype).removeprefix("torch.") not in _DTYPES:
                 raise Unsupported(f"a {x.dtype} tensor")
             tensors.append(x)
             return {"t": len(tensors) - 1}
-        if x is None or isinstance(x, (bool, int, float, str)):
+        if x is None or type(x) in (bool, int, float, str):
             return {"v": x}
         if isinstance(x, torch.Size):
             return {"size": list(x)}
         if isinstance(x, torch.dtype):
             return {"dtype": str(x).removeprefix("torch.")}
-        if isinstance(x, (list, tuple)):
+        if type(x) in (list, tuple):  # exact types: a subclass could carry a finalizer
             return {"tuple" if isinstance(x, tuple) else "list": [walk(v, depth + 1) for v in x]}
-        if isinstance(x, dict):
+        if type(x) in (dict, collections.OrderedDict):
             if not all(isinstance(k, (str, int)) for k in x):
                 raise Unsupported("a dict with keys other than str/int")
             return {"dict": [[k, walk(v, depth + 1)] for k, v in x.items()]}

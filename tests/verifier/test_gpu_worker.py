@@ -8,7 +8,9 @@ candidate getting a fresh worker.
 
 from __future__ import annotations
 
+import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -118,6 +120,18 @@ def test_the_watch_sees_replaced_functions_and_global_state() -> None:
         assert global_flags()["default_dtype"] != flags["default_dtype"]
     finally:
         torch.set_default_dtype(torch.float32)
+    # a handler or a timer left behind would run candidate code after its run
+    before = signal.signal(signal.SIGALRM, lambda *a: None)
+    try:
+        assert global_flags()["signal_handlers"] != flags["signal_handlers"]
+    finally:
+        signal.signal(signal.SIGALRM, before)
+    signal.setitimer(signal.ITIMER_VIRTUAL, 100.0)
+    try:
+        assert global_flags()["timers"] != flags["timers"]
+    finally:
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+    assert global_flags() == flags
 
 
 def test_threads_the_harness_started_are_not_held_against_the_candidate() -> None:
@@ -278,16 +292,16 @@ def test_outputs_larger_than_the_sandboxes_file_limit_come_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker's RLIMIT_FSIZE is 64 MB (its log, its files); a job's raw outputs go into
     the parent's memfd through a mapping, which the limit does not cover: 3 trials and 3
-    clocked windows of 32 MB each come back and are judged."""
+    clocked windows of 16 MB each (96 MB) come back and are judged."""
     monkeypatch.setattr(CpuBackend, "persistent_worker", True)
     assert GpuWorkerProcess({}, "cpu").limits.file_mb == 64
-    task = RELU_TASK.replace("batch_size = 16", "batch_size = 2048").replace(
+    task = RELU_TASK.replace("batch_size = 16", "batch_size = 1024").replace(
         "dim = 1024", "dim = 4096")
     timings: dict = {}
     wrong = WRONG.replace("relu_fwd", "relu_w")
     verdicts = verify_batch([VerifyRequest("big", "relu", task, relu_ok("relu_big"), "cpu"),
                              VerifyRequest("big_wrong", "relu", task, wrong, "cpu")],
-                            _opts(tmp_path), timings=timings)
+                            replace(_opts(tmp_path), run_timeout_s=60.0), timings=timings)
     v = {x.candidate_id: x for x in verdicts}
     assert v["big"].status in CORRECT_STATUSES, v["big"].error
     assert timings["big"]["phase_s"]["outputs"] > 0

@@ -118,6 +118,19 @@ def test_outputs_with_no_plain_bytes_are_unsupported() -> None:
         write_sealed([[object()], None])
     with pytest.raises(Unsupported, match="keys"):
         write_sealed([[{(1, 2): torch.ones(1)}], None])
+    # subclasses (of tensors or containers) could carry a finalizer, which is candidate code
+    # running after the write; torch.load(weights_only=True) refused them too
+
+    class Sub(torch.Tensor):
+        pass
+
+    class Listy(list):
+        pass
+
+    with pytest.raises(Unsupported, match="Tensor subclass"):
+        write_sealed([[torch.ones(2).as_subclass(Sub)], None])
+    with pytest.raises(Unsupported, match="Listy"):
+        write_sealed([Listy([torch.ones(2)]), None])
 
 
 @pytest.mark.parametrize("bad, why", [
