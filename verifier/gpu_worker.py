@@ -184,6 +184,7 @@ def main(argv: list[str]) -> int:
     held: list[Any] = []  # the last job's raw outputs, alive until the next job comes
     for line in sys.stdin:
         msg = json.loads(line)
+        gc.enable()  # the parent sealed the last job's outputs before it sent this job
         held.clear()
         job = msg["job"]
         _, fds, _, _ = socket.recv_fds(sock, 1, 1)  # sent before the job: its outputs' memfd
@@ -198,8 +199,8 @@ def main(argv: list[str]) -> int:
         began = time.monotonic()
         # nothing of the job is freed, and no cyclic garbage collected (finalizers are
         # candidate code), from the outputs' write until the parent has sealed them: the job's
-        # objects go when the next job arrives, which the parent sends after sealing
-        gc.collect()
+        # objects go, and collection resumes, when the next job arrives, which the parent
+        # sends after sealing (a full collection here would cost ~50 ms a job)
         gc.disable()
         held[:] = [result.get("raw_outputs"), result.get("clocked_outputs")]
         size, layout = outputs_memfd(result, job_fd)
@@ -225,7 +226,6 @@ def main(argv: list[str]) -> int:
         result["outputs_bytes"], result["outputs_layout"] = size, layout
         out.write(json.dumps(result, default=str) + "\n")
         out.flush()
-        gc.enable()
         if leave:
             return 3
     return 0
