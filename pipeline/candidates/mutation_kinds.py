@@ -144,11 +144,12 @@ def _wrong_init(view: str, base: int, backend: str) -> list[Site]:
             continue
         low = value.lstrip().startswith("-") or "lowest" in value
         what, shows = ("max", "only negative") if low else ("min", "only positive")
-        # a softmax's shift cancels out: starting it at 0 rarely changes the result
-        shift = re.search(rf"\bexp\w*\s*\([^;]*-\s*{name}\b", rest)
+        # a softmax's shift cancels out: started at 0 it gives the same result (no bug)
+        if re.search(rf"\bexp\w*\s*\([^;]*-\s*{name}\b|\b{name}\s*\+\s*log\w*\s*\(", rest):
+            continue
         sites.append(Site(base + m.start(2), base + m.end(2), "0",
                           f"the running {what} `{name}` starts at 0 instead of `{value}`: a "
-                          f"window of {shows} values gives 0", priority=1 if shift else 0))
+                          f"window of {shows} values gives 0", priority=0))
     return sites
 
 
