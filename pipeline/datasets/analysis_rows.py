@@ -82,7 +82,7 @@ def review_rows(tasks: dict[str, Task], all_cands: list[Candidate],
     a program the verifier passed (the same task and backend), so every labelled fix is verified.
     """
     by_id = {c.candidate_id: c for c in all_cands}
-    owner = mutant_configs(all_cands)
+    owner = mutant_configs(all_cands, verdicts)
     passed = verified_codes(all_cands, verdicts)
     rows = []
     for c in all_cands:

@@ -243,7 +243,7 @@ def _repair_rows(tasks: dict[str, Task], all_cands: list[Candidate],
                  ) -> list[RepairRow]:
     by_id = {c.candidate_id: c for c in all_cands}
     has_child = {c.parent_id for c in all_cands if c.parent_id}
-    owner = mutant_configs(all_cands)
+    owner = mutant_configs(all_cands, verdicts)
     rows = []
     for leaf in all_cands:
         if not leaf.parent_id or leaf.candidate_id in has_child:
@@ -296,7 +296,7 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
     enter only when `mutant_configs` gives them to this config.
     """
     pairs_per_task = cfg.publish.preference_pairs_per_task
-    owner = mutant_configs(all_cands)
+    owner = mutant_configs(all_cands, verdicts)
     groups: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
     for c in all_cands:
         if c.candidate_id in verdicts and owner.get(c.candidate_id, "preference") == "preference":
