@@ -111,6 +111,38 @@ def _broadcast_stride(view: str, base: int, backend: str) -> list[Site]:
                           f"broadcast operand `{arr}` indexed by `{idx} {other} {dim}` instead "
                           f"of `{idx} {op} {dim}`: it is broadcast along the wrong dimension",
                           priority=0))
+    return sites + _broadcast_index(view, base)
+
+
+_REM = re.compile(r"\bint64_t\s+rem\s*=\s*\w+\s*;")
+_DIM_INDEX = re.compile(r"\bconst\s+int64_t\s+(\w+)\s*=\s*rem\s*%")
+
+
+def _broadcast_index(view: str, base: int) -> list[Site]:
+    """An output index split into per-dimension indices (`i2 = rem % size1`): an operand whose
+    subscript uses only some of them is broadcast over the others; give it a wrong one."""
+    sites = []
+    for rem in _REM.finditer(view):
+        stop = view.find("}", rem.end())
+        body = view[rem.end():stop if stop >= 0 else len(view)]
+        dims = _DIM_INDEX.findall(body)  # innermost first
+        if len(dims) < 2:
+            continue
+        for m in re.finditer(r"\b(\w+)\s*\[([^\[\]]+)\]", body):
+            arr, sub = m.groups()
+            used = [d for d in dims if re.search(rf"\b{d}\b", sub)]
+            if not used or len(used) == len(dims):
+                continue
+            # its innermost index moves to the nearest dimension it is broadcast over
+            u = used[0]
+            at = dims.index(u)
+            near = sorted((d for d in dims if d not in used),
+                          key=lambda d: (abs(dims.index(d) - at), dims.index(d)))
+            hit = re.search(rf"\b{u}\b", sub)
+            start = base + rem.end() + m.start(2) + hit.start()
+            sites.append(Site(start, start + len(u), near[0],
+                              f"broadcast operand `{arr}` indexed by `{near[0]}` instead of "
+                              f"`{u}`: it is broadcast along the wrong dimension", priority=0))
     return sites
 
 
