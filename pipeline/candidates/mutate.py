@@ -17,7 +17,8 @@ Kinds (CUDA/MUSA and CPU C++ unless noted):
     uninit_accumulator  an accumulator never (re)initialised: hoisted out of its loop, or
                         declared without a value
     bad_launch_config   more threads per block than the device allows (GPU)
-    omp_race            an OpenMP reduction clause or atomic removed (CPU)
+    omp_race            an OpenMP reduction clause or atomic removed (CPU; not dealt unless
+                        configured: the verifier runs CPU candidates on one thread, see UNSHOWN)
     and the kinds of `pipeline.candidates.mutation_kinds` (grid_rounding, unstable_softmax,
     wrong_reduction_axis, broadcast_stride, int32_index (GPU), wrong_init)
 
@@ -76,11 +77,22 @@ class MutationError(ValueError):
     """An unknown mutation kind; the message names it."""
 
 
-def kinds_for(backend: str) -> tuple[str, ...]:
-    """The mutation kinds that make sense for kernels of `backend`."""
+# Kinds whose bug no verifier run on the backend can show: CPU candidates run on one thread
+# (OMP_NUM_THREADS=1 and torch.set_num_threads(1): verifier/runners.py, verifier/sandbox.py,
+# verifier/worker.py), so an OpenMP race never changes a result there. Dealt only when
+# configured by name (`generate.mutation_kinds`).
+UNSHOWN = {"cpu": ("omp_race",)}
+
+
+def kinds_for(backend: str, shown_only: bool = True) -> tuple[str, ...]:
+    """The mutation kinds that make sense for kernels of `backend` (with `shown_only`, less
+    those its verifier runs cannot show)."""
     if backend == "cpu":
-        return CPU_KINDS + tuple(k for k in EXTRA_KINDS if k not in GPU_ONLY_EXTRA)
-    return GPU_KINDS + EXTRA_KINDS
+        kinds = CPU_KINDS + tuple(k for k in EXTRA_KINDS if k not in GPU_ONLY_EXTRA)
+    else:
+        kinds = GPU_KINDS + EXTRA_KINDS
+    hidden = UNSHOWN.get(backend, ()) if shown_only else ()
+    return tuple(k for k in kinds if k not in hidden)
 
 
 def find_sites(code: str, kind: str, backend: str) -> list[Site]:
@@ -181,7 +193,8 @@ def mutate_candidates(tasks: dict[str, Task] | Iterable[Task], candidates: list[
             continue
         budget = min(cfg.mutations_per_kernel, cap - len(before))
         tried = Counter(_kind(m) for m in before)
-        kinds = [k for k in kinds_for(cand.backend) if k in wanted]
+        kinds = [k for k in kinds_for(cand.backend, shown_only=not cfg.mutation_kinds)
+                 if k in wanted]
         rng = random.Random(content_hash(cand.candidate_id, str(cfg.seed)))
         rng.shuffle(kinds)
         kinds.sort(key=lambda k: (tried[k], used[k]))  # stable: ties keep the shuffled order

@@ -87,10 +87,14 @@ def _wrong_reduction_axis(view: str, base: int, backend: str) -> list[Site]:
         if var not in loops or stride in loops or (after.startswith("=")
                                                    and not after.startswith("==")):
             continue
+        # in a dot product `a[k * sa] * b[k * sb]` the right operand is the one read down its
+        # column (a row-major B); the left one's stride is often 1, which no edit can show
+        stop = view.find(";", m.end())
+        later = _STRIDED_READ.search(view, m.end(), stop if stop >= 0 else len(view))
         sites.append(Site(base + m.start(2), base + m.end(3), var,
                           f"`{arr}[{var} * {stride}]` read as `{arr}[{var}]`: the loop walks "
                           f"the contiguous axis instead of the reduced one (stride `{stride}`)",
-                          priority=1))
+                          priority=2 if later else 1))
     return sites
 
 

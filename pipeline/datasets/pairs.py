@@ -11,6 +11,8 @@
   its share of every kind.
 - A review label (line + fix) is kept only when applying it to the mutant gives a program the
   verifier passed.
+- Review and repair rows spread their bug kinds: no kind over `MAX_KIND_SHARE`, the one-token
+  kinds (`SHALLOW_KINDS`) together under `MAX_SHALLOW_SHARE` (`analysis_rows.spread_kinds`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from verifier.protocol import CORRECT_STATUSES
 MIN_SPEEDUP = 1.2
 MAX_SIMILARITY = 0.9
 MUTANT_CONFIGS = ("review", "repair", "preference")
+# review and repair rows: no bug kind over this share of a config's mutant rows, and the
+# one-token kinds that nearly every kernel admits (a loop bound, a cast) together under the next
+MAX_KIND_SHARE = 0.3
+SHALLOW_KINDS = ("off_by_one", "wrong_cast")
+MAX_SHALLOW_SHARE = 0.4
 
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/|^\s*#(?!\s*(?:pragma|include|define|if|else|"
                       r"elif|endif|ifdef|ifndef|undef))[^\n]*", re.S | re.M)
