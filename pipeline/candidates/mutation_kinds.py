@@ -8,11 +8,13 @@
                          reduced axis reads `base[r * inner]` as `base[r]`: it reduces along
                          another axis of the tensor
     broadcast_stride     a broadcast operand indexed by the wrong dimension (`b[i % C]` ->
-                         `b[i / C]`, `b[i / C]` -> `b[i % C]`)
+                         `b[i / C]`, `b[i / C]` -> `b[i % C]`; with per-dimension indices
+                         split off a flat one, `b[i1 * 1]` -> `b[i2 * 1]`)
     int32_index          a 64-bit flat index narrowed to `int` (overflows past 2^31 elements;
                          the verifier sees it only at such sizes, so GPU kernels only)
     wrong_init           a running max/min started at 0 instead of -inf/+inf (`v = -INFINITY` ->
                          `v = 0`): a window or row of only negative (positive) values gives 0
+                         (not a softmax's max: its shift cancels out, so 0 is no bug)
 
 Each finder takes the masked kernel text (`mutation_sites.masked`) and its absolute offset, like
 the finders in `mutation_sites`.
