@@ -181,7 +181,7 @@ def _bcast_strides(meta: dict, out_shape: list[int]) -> list[int]:
 
 
 # elements per OpenMP iteration of a CPU elementwise kernel: 32 KiB of fp32, about an L1 cache
-CPU_BLOCK = 8192
+CPU_CHUNK = 8192
 
 
 def _offset_code(strides: list[list[int]], shape: list[int], i: str) -> tuple[str, list[str]]:
@@ -330,20 +330,20 @@ __global__ void {kname}_kernel({ptr_params}, {out_t}* __restrict__ out, int64_t 
     {ptr_decls}
     {out_t}* __restrict__ out = ({out_t}*)out_t_.data_ptr();
     const int64_t n = out_t_.numel();
-    // blocks of {CPU_BLOCK} elements, the count rounded up so the last, partial block is done
-    const int64_t block = {CPU_BLOCK};
-    const int64_t blocks = (n + block - 1) / block;
+    // chunks of {CPU_CHUNK} elements, the count rounded up so the last, partial chunk is done
+    const int64_t chunk = {CPU_CHUNK};
+    const int64_t chunks = (n + chunk - 1) / chunk;
     #pragma omp parallel for schedule(static)
-    for (int64_t bi = 0; bi < blocks; ++bi) {{
-        const int64_t end = std::min(n, (bi + 1) * block);
-        for (int64_t i = bi * block; i < end; ++i) {{
+    for (int64_t ch = 0; ch < chunks; ++ch) {{
+        const int64_t end = std::min(n, (ch + 1) * chunk);
+        for (int64_t i = ch * chunk; i < end; ++i) {{
             {offset_code.replace(chr(10), chr(10) + "    ")}
             {store}
         }}
     }}
 }}
 """.replace("torch::Tensor out,", "torch::Tensor out_t_,", 1)
-        how = (f"an OpenMP-parallel loop over blocks of {CPU_BLOCK} output elements (the block "
+        how = (f"an OpenMP-parallel loop over chunks of {CPU_CHUNK} output elements (the chunk "
                "count rounded up), each a contiguous inner loop" + (
                    "" if flat else " reading each operand through its broadcast strides"))
     # "fused" only when the kernel computes several ops in one pass

@@ -1,5 +1,5 @@
 """The CPU templates give the wider bug kinds real sites: an elementwise kernel's rounded-up
-block count (grid_rounding) and a broadcast operand's per-dimension index (broadcast_stride);
+chunk count (grid_rounding) and a broadcast operand's per-dimension index (broadcast_stride);
 through the real CPU verifier each mutant fails and the template passes, at the task's sizes and
 at the other sizes the generalisation check runs."""
 
@@ -34,8 +34,8 @@ def template() -> str:
 def test_elementwise_template_has_grid_rounding_and_broadcast_sites(template: str) -> None:
     grid = mutate_code(template, "grid_rounding", "cpu")
     assert grid is not None
-    assert "blocks = (n + block - 1) / block;" in grid.before
-    assert "blocks = n / block;" in grid.after
+    assert "chunks = (n + chunk - 1) / chunk;" in grid.before
+    assert "chunks = n / chunk;" in grid.after
     bcast = mutate_code(template, "broadcast_stride", "cpu")
     assert bcast is not None
     # the scale is read by the channel index i1; the mutant reads it by the height index i2
