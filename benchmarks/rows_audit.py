@@ -18,8 +18,10 @@ Checks, each counted pass/fail over the rows (or kernels) it applies to:
   faster on the same device, and its two programs are at most 0.9 similar.
 - `review_fix_verified`: applying each review row's labelled fix to its kernel gives a program
   the verifier passed.
-- `review_kinds_spread`: no bug kind holds more than a third of the review rows (rounded up;
-  counted once per version, when three kinds or more exist); the table notes the distribution.
+- `review_kinds_spread` / `repair_kinds_spread`: no bug kind holds more than 30% of the review
+  rows (of the repair rows whose chain starts from a mutant), and casts and off-by-ones together
+  under 40% (counted once per version; fewer than 4 rows pass); the table notes each
+  distribution and its number of kinds.
 - `backend_named`: the card's tags are exactly those of the backends in the rows, every row
   names its backend, and the card's text says which backend made and checked the kernels.
 
@@ -47,12 +49,16 @@ import yaml
 from pipeline.datasets.analysis_rows import fix_source
 from pipeline.datasets.card import backend_tags
 from pipeline.datasets.pairs import (
+    MAX_KIND_SHARE,
+    MAX_SHALLOW_SHARE,
     MAX_SIMILARITY,
     MIN_SPEEDUP,
+    SHALLOW_KINDS,
     apply_label,
     code_similarity,
     fix_label,
     has_margin,
+    mutant_kind,
     normalise_code,
     verified_codes,
 )
@@ -360,13 +366,35 @@ def check_reviews(audit: Audit, rows: dict[str, list[dict]], cands: list[Candida
         fixed = normalise_code(apply_label(c.code, *label))
         audit.record("review_fix_verified", fixed in passed.get((c.task_id, c.backend), set()),
                      where, "the labelled fix was never verified correct")
-    kinds = Counter(r["bug_kind"] for r in rows.get("review", []))
-    if kinds:
-        spread = ", ".join(f"{k} {n}" for k, n in kinds.most_common())
-        audit.notes.append(f"review bug kinds ({sum(kinds.values())} rows): {spread}")
-        top = kinds.most_common(1)[0][1]
-        audit.record("review_kinds_spread", len(kinds) < 3 or 3 * top <= sum(kinds.values()) + 2,
-                     "review", f"one kind holds over a third: {spread}")
+    check_kind_spread(audit, "review", Counter(r["bug_kind"] for r in rows.get("review", [])))
+    by_code = {(c.task_id, normalise_code(c.code)): c for c in cands}
+    repair: Counter[str] = Counter()
+    for r in rows.get("repair", []):
+        first = next((m["content"] for m in r["messages"] if m["role"] == "assistant"), "")
+        c = by_code.get((r["task_id"], normalise_code(answer_code(first))))
+        if c is not None and c.generator.startswith("mutate:"):
+            repair[mutant_kind(c)] += 1
+    check_kind_spread(audit, "repair", repair, len(rows.get("repair", [])))
+
+
+def check_kind_spread(audit: Audit, config: str, kinds: Counter[str],
+                      total: int | None = None) -> None:
+    """No bug kind over MAX_KIND_SHARE of a config's mutant rows, casts and bounds together
+    under MAX_SHALLOW_SHARE; noted with the distribution. Fewer rows than 1 / MAX_KIND_SHARE
+    cannot spread and pass."""
+    n = sum(kinds.values())
+    if not n:
+        return
+    spread = ", ".join(f"{k} {c}" for k, c in kinds.most_common())
+    of = f" of {total}" if total is not None else ""
+    audit.notes.append(f"{config} bug kinds ({n}{of} rows, {len(kinds)} kinds): {spread}")
+    top = kinds.most_common(1)[0][1]
+    shallow = sum(kinds[k] for k in SHALLOW_KINDS)
+    ok = n * MAX_KIND_SHARE < 1 or (top <= MAX_KIND_SHARE * n
+                                    and shallow < MAX_SHALLOW_SHARE * n)
+    audit.record(f"{config}_kinds_spread", ok, config,
+                 f"a kind over {MAX_KIND_SHARE:.0%} or {' + '.join(SHALLOW_KINDS)} at "
+                 f"{MAX_SHALLOW_SHARE:.0%} or more: {spread}")
 
 
 def check_backend(audit: Audit, version_dir: Path, rows: dict[str, list[dict]]) -> None:

@@ -355,9 +355,13 @@ def build_dataset(workspace: str = "./ks-data", config: str | None = None,
         stage("tasks", tasks_flow, st.tasks)
         stage("generate", generate_flow, st.generate, backend=backend)
         stage("verify", verify_flow, st.verify, backend=backend)
-        if cfg.generate.mutations_per_kernel > 0:
-            stage("mutate", mutate_flow, st.mutate, backend=backend)
-            stage("verify:mutants", verify_flow, st.verify, backend=backend)
+        for r in range(cfg.generate.mutation_rounds if cfg.generate.mutations_per_kernel else 0):
+            # a later round retries the kernels whose mutants all verified correct
+            suffix = "" if r == 0 else f":{r + 1}"
+            made = stage(f"mutate{suffix}", mutate_flow, st.mutate, backend=backend)
+            if r and not made.get("candidates"):
+                break
+            stage(f"verify:mutants{suffix}", verify_flow, st.verify, backend=backend)
         for turn in range(1, cfg.repair.turns + 1):
             stage(f"repair:{turn}", repair_flow, st.repair, backend=backend, turn=turn)
             stage(f"verify:repair{turn}", verify_flow, st.verify, backend=backend)

@@ -58,6 +58,8 @@ class GenerateConfig(Section):
     request_timeout_s: float = 300.0
     retries: int = 4
     mutations_per_kernel: int = 1
+    # rounds of mutate + verify: a kernel whose mutants all verified correct gets new kinds
+    mutation_rounds: int = 2
     include_reasoning: bool = True
     performance_hint: bool = True
     # prompt templates (pipeline/candidates/prompts.py); None: the built-in wording. Placeholders in

@@ -248,13 +248,24 @@ def task_batches(tasks: dict[str, Task], by_task: dict[str, list[Candidate]],
 
 def mutation_pending(by_task: dict[str, list[Candidate]], verdicts: list[Verdict]
                      ) -> dict[str, list[Candidate]]:
-    """Tasks with a correct first-attempt kernel that has not been mutated yet."""
-    correct = {v.candidate_id for v in verdicts if v.status in CORRECT_STATUSES}
-    mutated = {c.parent_id for cs in by_task.values() for c in cs
-               if c.generator.startswith("mutate:")}
-    return {tid: cs for tid, cs in by_task.items()
-            if any(c.candidate_id in correct and c.candidate_id not in mutated
-                   and not c.generator.startswith(("mutate:", "repair:")) for c in cs)}
+    """Tasks with a correct first-attempt kernel that has no mutant yet, or whose mutants all
+    verified correct (the mutate stage retries those with other kinds, up to its cap)."""
+    status = {v.candidate_id: v.status for v in verdicts}
+    mutants: dict[str, list[str]] = {}  # source kernel -> its mutants' ids
+    for cs in by_task.values():
+        for c in cs:
+            if c.generator.startswith("mutate:"):
+                source = str(c.meta_dict().get("fix_candidate_id", ""))
+                mutants.setdefault(source, []).append(c.candidate_id)
+
+    def open_kernel(c: Candidate) -> bool:
+        if status.get(c.candidate_id) not in CORRECT_STATUSES:
+            return False
+        if c.generator.startswith(("mutate:", "repair:")):
+            return False
+        return all(status.get(m) in CORRECT_STATUSES for m in mutants.get(c.candidate_id, []))
+
+    return {tid: cs for tid, cs in by_task.items() if any(open_kernel(c) for c in cs)}
 
 
 def repair_pending(by_task: dict[str, list[Candidate]], verdicts: list[Verdict], turn: int

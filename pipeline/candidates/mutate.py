@@ -17,7 +17,8 @@ Kinds (CUDA/MUSA and CPU C++ unless noted):
     uninit_accumulator  an accumulator never (re)initialised: hoisted out of its loop, or
                         declared without a value
     bad_launch_config   more threads per block than the device allows (GPU)
-    omp_race            an OpenMP reduction clause or atomic removed (CPU)
+    omp_race            an OpenMP reduction clause or atomic removed (CPU; not dealt unless
+                        configured: the verifier runs CPU candidates on one thread, see UNSHOWN)
     and the kinds of `pipeline.candidates.mutation_kinds` (grid_rounding, unstable_softmax,
     wrong_reduction_axis, broadcast_stride, int32_index (GPU), wrong_init)
 
@@ -31,7 +32,7 @@ import ast
 import json
 import random
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -76,11 +77,22 @@ class MutationError(ValueError):
     """An unknown mutation kind; the message names it."""
 
 
-def kinds_for(backend: str) -> tuple[str, ...]:
-    """The mutation kinds that make sense for kernels of `backend`."""
+# Kinds whose bug no verifier run on the backend can show: CPU candidates run on one thread
+# (OMP_NUM_THREADS=1 and torch.set_num_threads(1): verifier/runners.py, verifier/sandbox.py,
+# verifier/worker.py), so an OpenMP race never changes a result there. Dealt only when
+# configured by name (`generate.mutation_kinds`).
+UNSHOWN = {"cpu": ("omp_race",)}
+
+
+def kinds_for(backend: str, shown_only: bool = True) -> tuple[str, ...]:
+    """The mutation kinds that make sense for kernels of `backend` (with `shown_only`, less
+    those its verifier runs cannot show)."""
     if backend == "cpu":
-        return CPU_KINDS + tuple(k for k in EXTRA_KINDS if k not in GPU_ONLY_EXTRA)
-    return GPU_KINDS + EXTRA_KINDS
+        kinds = CPU_KINDS + tuple(k for k in EXTRA_KINDS if k not in GPU_ONLY_EXTRA)
+    else:
+        kinds = GPU_KINDS + EXTRA_KINDS
+    hidden = UNSHOWN.get(backend, ()) if shown_only else ()
+    return tuple(k for k in kinds if k not in hidden)
 
 
 def find_sites(code: str, kind: str, backend: str) -> list[Site]:
@@ -147,7 +159,13 @@ def _task_map(tasks: dict[str, Task] | Iterable[Task]) -> dict[str, Task]:
 
 def mutate_candidates(tasks: dict[str, Task] | Iterable[Task], candidates: list[Candidate],
                       verdicts: list[Verdict], cfg: GenerateConfig) -> list[Candidate]:
-    """Failing first attempts made from correct kernels, tagged `mutate:<kind>`, fix in meta."""
+    """Failing first attempts made from correct kernels, tagged `mutate:<kind>`, fix in meta.
+
+    A kernel whose mutants all verified correct (the edit did not change behaviour at the
+    verified sizes: a unit stride, a size that divides evenly) gets `mutations_per_kernel` new
+    ones of kinds and sites not tried on it yet, until it has `mutations_per_kernel *
+    mutation_rounds`; a kernel with a failing mutant, or one still waiting for its verdict, none.
+    """
     task_map = _task_map(tasks)
     status = {v.candidate_id: v.status for v in verdicts}
     wanted = [k for k in (cfg.mutation_kinds or ALL_KINDS)]
@@ -155,35 +173,62 @@ def mutate_candidates(tasks: dict[str, Task] | Iterable[Task], candidates: list[
         if kind not in FINDERS:
             raise MutationError(f"mutation_kinds: unknown kind {kind!r} "
                                 f"(known: {', '.join(ALL_KINDS)})")
+    earlier: dict[str, list[Candidate]] = defaultdict(list)  # source kernel -> its mutants
+    for c in candidates:
+        if c.generator.startswith("mutate:"):
+            earlier[str(c.meta_dict().get("fix_candidate_id", ""))].append(c)
     out: list[Candidate] = []
-    seen: set[str] = set()
-    used: Counter[str] = Counter()  # mutants made per kind so far: the least used goes first
+    seen = {c.candidate_id for c in candidates}
+    # mutants per kind that teach a bug (failing, or not judged yet): the least used goes first
+    used: Counter[str] = Counter(_kind(m) for ms in earlier.values() for m in ms
+                                 if status.get(m.candidate_id) not in CORRECT_STATUSES)
+    cap = cfg.mutations_per_kernel * max(1, cfg.mutation_rounds)
     for cand in candidates:
         if status.get(cand.candidate_id) not in CORRECT_STATUSES:
             continue
         if cand.generator.startswith(("mutate:", "repair:fix")):
             continue
-        kinds = [k for k in kinds_for(cand.backend) if k in wanted]
+        before = earlier.get(cand.candidate_id, [])
+        if any(status.get(m.candidate_id) not in CORRECT_STATUSES for m in before):
+            continue
+        budget = min(cfg.mutations_per_kernel, cap - len(before))
+        tried = Counter(_kind(m) for m in before)
+        kinds = [k for k in kinds_for(cand.backend, shown_only=not cfg.mutation_kinds)
+                 if k in wanted]
         rng = random.Random(content_hash(cand.candidate_id, str(cfg.seed)))
         rng.shuffle(kinds)
-        kinds.sort(key=lambda k: used[k])  # stable: ties keep the shuffled order
+        kinds.sort(key=lambda k: (tried[k], used[k]))  # stable: ties keep the shuffled order
         made = 0
         for kind in kinds:
-            if made >= cfg.mutations_per_kernel:
+            if made >= budget:
                 break
-            # the first site of the best class: measured on the built-in tasks, the first
-            # (outermost) loop or guard changes behaviour far more often than a random one
-            mutation = mutate_code(cand.code, kind, cand.backend)
-            if mutation is None:
-                continue
-            new = _mutant(cand, mutation, task_map.get(cand.task_id), cfg)
-            if new.candidate_id in seen:
+            new = _untried(cand, kind, task_map.get(cand.task_id), cfg, seen)
+            if new is None:
                 continue
             seen.add(new.candidate_id)
             out.append(new)
             used[kind] += 1
             made += 1
     return out
+
+
+def _kind(mutant: Candidate) -> str:
+    return mutant.generator.split(":", 1)[1]
+
+
+def _untried(cand: Candidate, kind: str, task: Task | None, cfg: GenerateConfig,
+             seen: set[str]) -> Candidate | None:
+    """The mutant of `kind` at its best site not made before (for a retry, the next site)."""
+    # the first site of the best class: measured on the built-in tasks, the first (outermost)
+    # loop or guard changes behaviour far more often than a random one
+    for index in range(8):
+        mutation = mutate_code(cand.code, kind, cand.backend, site_index=index)
+        if mutation is None:
+            return None
+        new = _mutant(cand, mutation, task, cfg)
+        if new.candidate_id not in seen:
+            return new
+    return None
 
 
 def _mutant(source: Candidate, mutation: Mutation, task: Task | None,

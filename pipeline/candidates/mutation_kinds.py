@@ -8,11 +8,13 @@
                          reduced axis reads `base[r * inner]` as `base[r]`: it reduces along
                          another axis of the tensor
     broadcast_stride     a broadcast operand indexed by the wrong dimension (`b[i % C]` ->
-                         `b[i / C]`, `b[i / C]` -> `b[i % C]`)
+                         `b[i / C]`, `b[i / C]` -> `b[i % C]`; with per-dimension indices
+                         split off a flat one, `b[i1 * 1]` -> `b[i2 * 1]`)
     int32_index          a 64-bit flat index narrowed to `int` (overflows past 2^31 elements;
                          the verifier sees it only at such sizes, so GPU kernels only)
     wrong_init           a running max/min started at 0 instead of -inf/+inf (`v = -INFINITY` ->
                          `v = 0`): a window or row of only negative (positive) values gives 0
+                         (not a softmax's max: its shift cancels out, so 0 is no bug)
 
 Each finder takes the masked kernel text (`mutation_sites.masked`) and its absolute offset, like
 the finders in `mutation_sites`.
@@ -87,10 +89,14 @@ def _wrong_reduction_axis(view: str, base: int, backend: str) -> list[Site]:
         if var not in loops or stride in loops or (after.startswith("=")
                                                    and not after.startswith("==")):
             continue
+        # in a dot product `a[k * sa] * b[k * sb]` the right operand is the one read down its
+        # column (a row-major B); the left one's stride is often 1, which no edit can show
+        stop = view.find(";", m.end())
+        later = _STRIDED_READ.search(view, m.end(), stop if stop >= 0 else len(view))
         sites.append(Site(base + m.start(2), base + m.end(3), var,
                           f"`{arr}[{var} * {stride}]` read as `{arr}[{var}]`: the loop walks "
                           f"the contiguous axis instead of the reduced one (stride `{stride}`)",
-                          priority=1))
+                          priority=2 if later else 1))
     return sites
 
 
@@ -111,6 +117,38 @@ def _broadcast_stride(view: str, base: int, backend: str) -> list[Site]:
                           f"broadcast operand `{arr}` indexed by `{idx} {other} {dim}` instead "
                           f"of `{idx} {op} {dim}`: it is broadcast along the wrong dimension",
                           priority=0))
+    return sites + _broadcast_index(view, base)
+
+
+_REM = re.compile(r"\bint64_t\s+rem\s*=\s*\w+\s*;")
+_DIM_INDEX = re.compile(r"\bconst\s+int64_t\s+(\w+)\s*=\s*rem\s*%")
+
+
+def _broadcast_index(view: str, base: int) -> list[Site]:
+    """An output index split into per-dimension indices (`i2 = rem % size1`): an operand whose
+    subscript uses only some of them is broadcast over the others; give it a wrong one."""
+    sites = []
+    for rem in _REM.finditer(view):
+        stop = view.find("}", rem.end())
+        body = view[rem.end():stop if stop >= 0 else len(view)]
+        dims = _DIM_INDEX.findall(body)  # innermost first
+        if len(dims) < 2:
+            continue
+        for m in re.finditer(r"\b(\w+)\s*\[([^\[\]]+)\]", body):
+            arr, sub = m.groups()
+            used = [d for d in dims if re.search(rf"\b{d}\b", sub)]
+            if not used or len(used) == len(dims):
+                continue
+            # its innermost index moves to the nearest dimension it is broadcast over
+            u = used[0]
+            at = dims.index(u)
+            near = sorted((d for d in dims if d not in used),
+                          key=lambda d: (abs(dims.index(d) - at), dims.index(d)))
+            hit = re.search(rf"\b{u}\b", sub)
+            start = base + rem.end() + m.start(2) + hit.start()
+            sites.append(Site(start, start + len(u), near[0],
+                              f"broadcast operand `{arr}` indexed by `{near[0]}` instead of "
+                              f"`{u}`: it is broadcast along the wrong dimension", priority=0))
     return sites
 
 
@@ -144,11 +182,12 @@ def _wrong_init(view: str, base: int, backend: str) -> list[Site]:
             continue
         low = value.lstrip().startswith("-") or "lowest" in value
         what, shows = ("max", "only negative") if low else ("min", "only positive")
-        # a softmax's shift cancels out: starting it at 0 rarely changes the result
-        shift = re.search(rf"\bexp\w*\s*\([^;]*-\s*{name}\b", rest)
+        # a softmax's shift cancels out: started at 0 it gives the same result (no bug)
+        if re.search(rf"\bexp\w*\s*\([^;]*-\s*{name}\b|\b{name}\s*\+\s*log\w*\s*\(", rest):
+            continue
         sites.append(Site(base + m.start(2), base + m.end(2), "0",
                           f"the running {what} `{name}` starts at 0 instead of `{value}`: a "
-                          f"window of {shows} values gives 0", priority=1 if shift else 0))
+                          f"window of {shows} values gives 0", priority=0))
     return sites
 
 

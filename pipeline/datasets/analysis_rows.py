@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from pipeline.candidates.prompts import reference_for, task_meta
 from pipeline.datasets.pairs import (
+    MAX_KIND_SHARE,
+    MAX_SHALLOW_SHARE,
+    SHALLOW_KINDS,
     apply_label,
     fix_label,
     mutant_configs,
@@ -82,7 +86,7 @@ def review_rows(tasks: dict[str, Task], all_cands: list[Candidate],
     a program the verifier passed (the same task and backend), so every labelled fix is verified.
     """
     by_id = {c.candidate_id: c for c in all_cands}
-    owner = mutant_configs(all_cands)
+    owner = mutant_configs(all_cands, verdicts)
     passed = verified_codes(all_cands, verdicts)
     rows = []
     for c in all_cands:
@@ -120,22 +124,29 @@ def review_rows(tasks: dict[str, Task], all_cands: list[Candidate],
     return spread_kinds(rows, lambda r: r.bug_kind)
 
 
-def spread_kinds(rows: list, kind_of: Any, share: int = 3) -> list:
-    """`rows` less the last ones of the commonest bug kind until none has more than
-    ceil(1/share) of them: a reviewer should not learn that most bugs are casts. Left as they
-    are when fewer than `share` kinds exist (no such spread is possible)."""
+def spread_kinds(rows: list, kind_of: Any, max_share: float = MAX_KIND_SHARE,
+                 shallow: tuple[str, ...] = SHALLOW_KINDS,
+                 max_shallow: float = MAX_SHALLOW_SHARE) -> list:
+    """`rows` less the last ones of the commonest bug kind until none holds more than
+    `max_share` of them and the `shallow` kinds together less than `max_shallow`: a reviewer
+    should not learn that most bugs are casts. Rows whose kind is None (a repair chain that did
+    not start from a mutant) are kept and not counted. Left as they are when fewer kinds exist
+    than such a spread needs (1 / max_share)."""
     rows = list(rows)
     while True:
-        counts: dict[str, int] = {}
-        for r in rows:
-            counts[kind_of(r)] = counts.get(kind_of(r), 0) + 1
-        if len(counts) < share:
+        counts = Counter(k for k in map(kind_of, rows) if k is not None)
+        n = sum(counts.values())
+        if len(counts) * max_share < 1:
             return rows
         top = max(counts, key=lambda k: counts[k])
-        if counts[top] * share <= len(rows) + share - 1:  # counts[top] <= ceil(len / share)
+        low = {k: counts[k] for k in shallow if counts[k]}
+        if counts[top] > max_share * n:
+            drop = top
+        elif low and sum(low.values()) >= max_shallow * n:
+            drop = max(low, key=lambda k: low[k])
+        else:
             return rows
-        last = max(i for i, r in enumerate(rows) if kind_of(r) == top)
-        del rows[last]
+        del rows[max(i for i, r in enumerate(rows) if kind_of(r) == drop)]
 
 
 def _peaks(device: str) -> tuple[float, float] | None:

@@ -7,9 +7,12 @@
 - Its two sides are different programs: code similarity (difflib ratio over normalised code)
   at most `MAX_SIMILARITY`, never identical.
 - Mutants (`mutate:<kind>`) of one task are shared out by kind between the repair, review and
-  preference configs, so no bug kind of a task is reused across configs.
+  preference configs, so no bug kind of a task is reused across configs, and each config gets
+  its share of every kind.
 - A review label (line + fix) is kept only when applying it to the mutant gives a program the
   verifier passed.
+- Review and repair rows spread their bug kinds: no kind over `MAX_KIND_SHARE`, the one-token
+  kinds (`SHALLOW_KINDS`) together under `MAX_SHALLOW_SHARE` (`analysis_rows.spread_kinds`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from schemas import Candidate, Verdict
 from verifier.protocol import CORRECT_STATUSES
@@ -25,6 +28,11 @@ from verifier.protocol import CORRECT_STATUSES
 MIN_SPEEDUP = 1.2
 MAX_SIMILARITY = 0.9
 MUTANT_CONFIGS = ("review", "repair", "preference")
+# review and repair rows: no bug kind over this share of a config's mutant rows, and the
+# one-token kinds that nearly every kernel admits (a loop bound, a cast) together under the next
+MAX_KIND_SHARE = 0.3
+SHALLOW_KINDS = ("off_by_one", "wrong_cast")
+MAX_SHALLOW_SHARE = 0.4
 
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/|^\s*#(?!\s*(?:pragma|include|define|if|else|"
                       r"elif|endif|ifdef|ifndef|undef))[^\n]*", re.S | re.M)
@@ -70,25 +78,37 @@ def mutant_kind(c: Candidate) -> str:
     return c.generator.split(":", 1)[1] if ":" in c.generator else c.generator
 
 
-def mutant_configs(cands: list[Candidate]) -> dict[str, str]:
+def mutant_configs(cands: list[Candidate], verdicts: dict[str, Verdict] | None = None
+                   ) -> dict[str, str]:
     """mutant candidate_id -> the one config (review, repair or preference) that may use it.
 
-    Per (task, backend) the mutant kinds are ordered by a stable hash and dealt round-robin, so
-    every config gets different bug kinds of a task and each kind is used by one config only.
+    A unit is one bug kind of one (task, backend); every mutant of a unit goes to one config, so
+    no kind of a task is taught twice. Units are dealt rarest kind first, each to the config
+    that has the fewest of its kind so far (then the fewest units), so every config gets its
+    share of every kind instead of whatever a task's hash gives it. With `verdicts`, only
+    mutants that failed verification are dealt; the others (no bug shows) get "".
     """
-    kinds: dict[tuple[str, str], set[str]] = defaultdict(set)
+    units: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    unused: list[str] = []
     for c in cands:
-        if c.generator.startswith("mutate:"):
-            kinds[(c.task_id, c.backend)].add(mutant_kind(c))
-    owner: dict[tuple[str, str, str], str] = {}
-    for (tid, backend), names in kinds.items():
-        order = sorted(names, key=lambda k: hashlib.sha256(f"{tid}|{backend}|{k}".encode())
-                       .hexdigest())
-        start = int(hashlib.sha256(f"{tid}|{backend}".encode()).hexdigest()[:8], 16)
-        for i, k in enumerate(order):
-            owner[(tid, backend, k)] = MUTANT_CONFIGS[(start + i) % len(MUTANT_CONFIGS)]
-    return {c.candidate_id: owner[(c.task_id, c.backend, mutant_kind(c))]
-            for c in cands if c.generator.startswith("mutate:")}
+        if not c.generator.startswith("mutate:"):
+            continue
+        v = verdicts.get(c.candidate_id) if verdicts is not None else None
+        if verdicts is not None and (v is None or v.status in CORRECT_STATUSES):
+            unused.append(c.candidate_id)
+            continue
+        units[(c.task_id, c.backend, mutant_kind(c))].append(c.candidate_id)
+    per_kind = Counter(k for _t, _b, k in units)
+    order = sorted(units, key=lambda u: (per_kind[u[2]], u[2], hashlib.sha256(
+        "|".join(u).encode()).hexdigest()))
+    have: dict[str, Counter[str]] = {cfg: Counter() for cfg in MUTANT_CONFIGS}
+    owner = dict.fromkeys(unused, "")
+    for unit in order:
+        cfg = min(MUTANT_CONFIGS, key=lambda g: (have[g][unit[2]], sum(have[g].values()),
+                                                 MUTANT_CONFIGS.index(g)))
+        have[cfg][unit[2]] += 1
+        owner.update(dict.fromkeys(units[unit], cfg))
+    return owner
 
 
 def fix_label(buggy: str, fixed: str) -> tuple[int, str, list[str]] | None:

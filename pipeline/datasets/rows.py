@@ -20,11 +20,12 @@ import pyarrow as pa
 
 from pipeline.candidates.prompts import build_prompt, reference_for
 from pipeline.config import Config
-from pipeline.datasets.analysis_rows import perf_rows, review_rows
+from pipeline.datasets.analysis_rows import perf_rows, review_rows, spread_kinds
 from pipeline.datasets.pairs import (
     distinct_enough,
     has_margin,
     mutant_configs,
+    mutant_kind,
     normalise_code,
 )
 from pipeline.datasets.selection import SELECTORS, kernel_features
@@ -243,7 +244,7 @@ def _repair_rows(tasks: dict[str, Task], all_cands: list[Candidate],
                  ) -> list[RepairRow]:
     by_id = {c.candidate_id: c for c in all_cands}
     has_child = {c.parent_id for c in all_cands if c.parent_id}
-    owner = mutant_configs(all_cands)
+    owner = mutant_configs(all_cands, verdicts)
     rows = []
     for leaf in all_cands:
         if not leaf.parent_id or leaf.candidate_id in has_child:
@@ -270,12 +271,13 @@ def _repair_rows(tasks: dict[str, Task], all_cands: list[Candidate],
                 messages.append(Message("user", f"{fb}\nFix the kernel and return the complete "
                                                 "file."))
             messages.append(Message("assistant", assistant_content(task, c, reasoning=False)))
-        rows.append(RepairRow(
+        rows.append((RepairRow(
             content_hash("repair", *(c.candidate_id for c in chain)), leaf.task_id, messages,
             [verdicts[c.candidate_id].reward for c in chain],
             [verdicts[c.candidate_id].status for c in chain], leaf.backend, final.status,
-            splits[leaf.task_id]))
-    return rows
+            splits[leaf.task_id]), mutant_kind(chain[0]) if chain[0].generator.startswith(
+                "mutate:") else None))
+    return [row for row, _kind in spread_kinds(rows, lambda r: r[1])]
 
 
 def pair_side(cand: Candidate) -> list[Message]:
@@ -296,7 +298,7 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
     enter only when `mutant_configs` gives them to this config.
     """
     pairs_per_task = cfg.publish.preference_pairs_per_task
-    owner = mutant_configs(all_cands)
+    owner = mutant_configs(all_cands, verdicts)
     groups: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
     for c in all_cands:
         if c.candidate_id in verdicts and owner.get(c.candidate_id, "preference") == "preference":

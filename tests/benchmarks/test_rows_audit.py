@@ -164,9 +164,38 @@ def test_review_kind_spread_is_checked_and_noted() -> None:
         return {"review": [{"row_id": f"r{i}", "candidate_id": f"c{i}", "bug_kind": k,
                             "bug_line": 1} for i, k in enumerate(kinds)]}
 
-    skewed, even = Audit(), Audit()
+    skewed, even, few = Audit(), Audit(), Audit()
     check_reviews(skewed, rows(["wrong_cast"] * 4 + ["off_by_one", "wrong_init"]), [], {})
-    check_reviews(even, rows(["wrong_cast"] * 2 + ["off_by_one", "wrong_init"]), [], {})
+    spread = ["wrong_cast", "off_by_one", "wrong_init", "grid_rounding", "wrong_stride",
+              "unstable_softmax", "wrong_init", "grid_rounding", "wrong_stride",
+              "broadcast_stride"]
+    check_reviews(even, rows(spread), [], {})
+    check_reviews(few, rows(["wrong_cast", "off_by_one", "wrong_init"]), [], {})
     assert skewed.counts["review_kinds_spread"] == {"fail": 1}
     assert even.counts["review_kinds_spread"] == {"pass": 1}
-    assert "review bug kinds (6 rows): wrong_cast 4, off_by_one 1, wrong_init 1" in skewed.table()
+    assert few.counts["review_kinds_spread"] == {"pass": 1}  # 3 rows cannot spread
+    # four kinds at 25% each, but casts and bounds together at 50%
+    shallow = Audit()
+    check_reviews(shallow, rows(["wrong_cast", "off_by_one", "wrong_init", "wrong_stride"] * 2),
+                  [], {})
+    assert shallow.counts["review_kinds_spread"] == {"fail": 1}
+    assert ("review bug kinds (6 rows, 3 kinds): wrong_cast 4, off_by_one 1, wrong_init 1"
+            in skewed.table())
+
+
+def test_repair_kinds_come_from_the_mutant_each_chain_starts_from() -> None:
+    kinds = ["wrong_cast", "wrong_cast", "off_by_one", "wrong_init"]
+    muts = [Candidate(f"m{i}", "t", "cpu", f"mutate:{k}", f"x = {i}\n")
+            for i, k in enumerate(kinds)]
+    attempt = Candidate("a", "t", "cpu", "template:a/b", "x = 'first try'\n")
+    rows = {"repair": [{"row_id": f"r{c.candidate_id}", "task_id": "t", "messages": [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": f"Here:\n```python\n{c.code}```"},
+        {"role": "user", "content": "feedback"},
+        {"role": "assistant", "content": "```python\nx = 'fixed'\n```"}]}
+        for c in [*muts, attempt]]}
+    audit = Audit()
+    check_reviews(audit, rows, [*muts, attempt], {})
+    assert "repair bug kinds (4 of 5 rows, 3 kinds): wrong_cast 2, off_by_one 1, wrong_init 1" \
+        in audit.table()
+    assert audit.counts["repair_kinds_spread"] == {"fail": 1}  # wrong_cast holds 50%

@@ -60,8 +60,10 @@ def test_build_publishes_a_version_with_the_funnel(reference: dict) -> None:
     s = reference["summary"]
     assert s["published"] and s["version"] == "v1" and s["parent"] is None
     stages = {r["stage"]: r for r in s["stages"]}
+    # every mutant failed, so the retry round (mutate:2) makes none and verifies nothing
     assert list(stages) == ["ingest", "tasks", "generate", "verify", "mutate", "verify:mutants",
-                            "repair:1", "verify:repair1", "publish"]
+                            "mutate:2", "repair:1", "verify:repair1", "publish"]
+    assert stages["mutate:2"]["candidates"] == 0
     # 6 modules -> 6 tasks; 5 with templates x 2 variants; one rejected (no template)
     assert stages["generate"]["candidates"] == 10 and stages["generate"]["rejections"] == 1
     ws = Workspace(s["workspace"])
@@ -96,7 +98,8 @@ def test_second_run_with_nothing_new_keeps_the_version(reference: dict) -> None:
     new = {r["stage"]: r for r in again["stages"]}
     assert new["ingest"]["modules"] == 0 and new["ingest"]["existing"] == 6
     assert new["tasks"]["skipped"] == 6 and new["tasks"].get("tasks", 0) == 0
-    for name in ("generate", "verify", "mutate", "verify:mutants", "repair:1", "verify:repair1"):
+    for name in ("generate", "verify", "mutate", "verify:mutants", "mutate:2", "repair:1",
+                 "verify:repair1"):
         assert new[name].get("candidates", 0) == 0 and new[name].get("verdicts", 0) == 0, name
     assert again["funnel"] == s["funnel"]
     assert wall < 60

@@ -354,3 +354,32 @@ def test_speed_margin_must_hold_across_the_timing_spread() -> None:
     assert not has_margin(fast, timed("c", 130.0, 20.0))  # 120 < 1.2 * 102
     assert not has_margin(timed("d", 100.0, 30.0), timed("e", 130.0, 2.0))
     assert not has_margin(timed("f", 100.0, None), timed("g", 300.0, 1.0))  # no spread known
+
+
+def test_every_config_gets_its_share_of_every_failing_kind() -> None:
+    # six tasks, each with a cast and an off-by-one mutant; three rarer kinds once each; and a
+    # mutant that verified correct (no bug shows), which no config gets
+    muts, verdicts = [], {}
+    for t in range(6):
+        task = make_task(t)
+        kinds = ["off_by_one", "wrong_cast"] + (["wrong_init", "grid_rounding",
+                                                 "unstable_softmax"][t:t + 1])
+        for i, k in enumerate(kinds):
+            m = candidate(task, f"mutate:{k}", kernel_code("plain", scale=f"{t}.{i}5"))
+            muts.append(m)
+            verdicts[m.candidate_id] = verdict(m, "incorrect")
+    passing = candidate(make_task(0), "mutate:wrong_stride", kernel_code("plain", scale="9.5"))
+    verdicts[passing.candidate_id] = verdict(passing, "correct_slow")
+    owner = mutant_configs([*muts, passing], verdicts)
+    assert owner[passing.candidate_id] == ""
+    for kind in ("off_by_one", "wrong_cast"):
+        got = sorted(owner[m.candidate_id] for m in muts if m.generator == f"mutate:{kind}")
+        assert got == ["preference", "preference", "repair", "repair", "review", "review"]
+    rare = {owner[m.candidate_id] for m in muts
+            if m.generator not in ("mutate:off_by_one", "mutate:wrong_cast")}
+    assert rare == {"review", "repair", "preference"}
+    # a second off-by-one mutant of task 0 (from another kernel) goes where the first went
+    again = candidate(make_task(0), "mutate:off_by_one", kernel_code("plain", scale="7.5"))
+    verdicts[again.candidate_id] = verdict(again, "incorrect")
+    both = mutant_configs([*muts, again], verdicts)
+    assert both[again.candidate_id] == both[muts[0].candidate_id]

@@ -426,8 +426,44 @@ def test_kinds_are_dealt_least_used_first() -> None:
 def test_review_rows_spread_bug_kinds() -> None:
     from pipeline.datasets.analysis_rows import spread_kinds
 
-    rows = ["cast"] * 6 + ["bound"] * 3 + ["init", "axis"]
+    rows = (["wrong_cast"] * 6 + ["off_by_one"] * 4 + ["wrong_init"] * 3
+            + ["grid_rounding", "wrong_stride"] * 2 + ["broadcast_stride"])
     kept = spread_kinds(rows, lambda r: r)
-    assert max(kept.count(k) for k in set(kept)) * 3 <= len(kept) + 2
-    assert {"init", "axis", "bound"} <= set(kept) and kept.count("cast") >= 2
-    assert spread_kinds(["cast"] * 4 + ["bound"], lambda r: r) == ["cast"] * 4 + ["bound"]
+    assert all(kept.count(k) * 10 <= 3 * len(kept) for k in kept)  # none over 30%
+    shallow = kept.count("wrong_cast") + kept.count("off_by_one")
+    assert 0 < shallow * 10 < 4 * len(kept)  # casts and bounds together under 40%
+    assert set(kept) == set(rows) and kept.count("wrong_init") == 3  # only the excess goes
+    rest = iter(rows)
+    assert all(k in rest for k in kept)  # a subsequence: rows keep their order
+    # fewer kinds than a 30% spread needs: left alone; rows of no kind are kept, not counted
+    assert spread_kinds(["wrong_cast"] * 4 + ["off_by_one"], lambda r: r) == \
+        ["wrong_cast"] * 4 + ["off_by_one"]
+    mixed = [None] * 5 + ["a", "b", "c", "d", "a"]
+    assert spread_kinds(mixed, lambda r: r, shallow=()) == [None] * 5 + ["a", "b", "c", "d"]
+
+
+def test_kernels_whose_mutants_verified_correct_get_other_kinds() -> None:
+    cand = Candidate(candidate_id=Candidate.make_id("t1", "cpu", CPU_CANDIDATE), task_id="t1",
+                     backend="cpu", generator="template:reduction/omp", code=CPU_CANDIDATE)
+    ok = Verdict(candidate_id=cand.candidate_id, task_id="t1", status="correct_slow",
+                 stage="done", backend="cpu")
+    cfg = GenerateConfig(mutations_per_kernel=1, mutation_rounds=3)
+    first = mutate_candidates([_task()], [cand], [ok], cfg)
+    assert len(first) == 1
+    # not judged yet, or failing: no new mutant
+    assert mutate_candidates([_task()], [cand, *first], [ok], cfg) == []
+    failed = Verdict(candidate_id=first[0].candidate_id, task_id="t1", status="incorrect",
+                     stage="correctness", backend="cpu")
+    assert mutate_candidates([_task()], [cand, *first], [ok, failed], cfg) == []
+    # verified correct (the edit changed nothing at these sizes): another kind, then the cap
+    made, verdicts = list(first), [ok]
+    for _ in range(2):
+        verdicts += [Verdict(candidate_id=m.candidate_id, task_id="t1", status="correct_slow",
+                             stage="done", backend="cpu") for m in made[-1:]]
+        more = mutate_candidates([_task()], [cand, *made], verdicts, cfg)
+        assert len(more) == 1 and more[0].candidate_id not in {m.candidate_id for m in made}
+        made += more
+    assert len({m.generator for m in made}) == 3  # untried kinds go first
+    verdicts.append(Verdict(candidate_id=made[-1].candidate_id, task_id="t1",
+                            status="correct_slow", stage="done", backend="cpu"))
+    assert mutate_candidates([_task()], [cand, *made], verdicts, cfg) == []  # 1 x 3 rounds

@@ -12,36 +12,16 @@ import pytest
 from pipeline.candidates.templates import TaskView, template_kernels
 from pipeline.candidates.templates.analysis import trace_sources
 from pipeline.tasks.variants import validate
+from sources.seed import SEED_DIR
 from verifier.api import verify_batch
 from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
-from verifier.variants import apply_changes, derive
+from verifier.variants import apply_changes, derive, rewrite_literals, shrink
 
 CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
 
-TASK = '''import torch
-import torch.nn as nn
-
-batch_size = 8
-rows = 16
-cols = 24
-
-
-class Model(nn.Module):
-    def __init__(self, dim: int):
-        super().__init__()
-        self.dim = dim
-
-    def forward(self, x):
-        return torch.argmin(x, dim=self.dim)
-
-
-def get_inputs():
-    return [torch.randn(batch_size, rows, cols)]
-
-
-def get_init_inputs():
-    return [2]
-'''
+# the seed task at the sizes test_templates_clean checks seeds at (each size / 16, at least 8)
+SEED = SEED_DIR / "reduction_argmin_dim.py"
+TASK = rewrite_literals(SEED.read_text(encoding="utf-8"), lambda v: shrink(v, 16), lambda f: f)
 
 # sizes read from the tensor, but always the last axis: what a template traced at dim=2 did
 HARD_AXIS = '''import torch
