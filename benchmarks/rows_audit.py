@@ -23,7 +23,8 @@ Checks, each counted pass/fail over the rows (or kernels) it applies to:
   under 40% (counted once per version; fewer than 4 rows pass); the table notes each
   distribution and its number of kinds.
 - `backend_named`: the card's tags are exactly those of the backends in the rows, every row
-  names its backend, and the card's text says which backend made and checked the kernels.
+  names its backend, a cpu row's system prompt names no GPU, and the card's text says which
+  backend made and checked the kernels.
 
     python -m benchmarks.rows_audit --workspace WS [--name kernelsynth] [--version vN]
         [--out table.md]
@@ -404,6 +405,12 @@ def check_backend(audit: Audit, version_dir: Path, rows: dict[str, list[dict]]) 
             if "backend" in r:
                 audit.record("backend_named", bool(r["backend"]), f"{config} {r['row_id'][:12]}",
                              "empty backend")
+            if r.get("backend") == "cpu":  # a CPU row's prompts must not claim a GPU
+                said = " ".join(m["content"] for m in r.get("messages") or []
+                                if m.get("role") == "system")
+                audit.record("backend_named", not re.search(r"\bGPU\b|\bCUDA\b", said),
+                             f"{config} {r['row_id'][:12]} system prompt",
+                             f"a cpu row's system prompt says GPU: {said[:80]!r}")
     card = (version_dir / "README.md").read_text(encoding="utf-8")
     front = card.split("---")[1] if card.startswith("---") else ""
     tags = (yaml.safe_load(front) or {}).get("tags", []) if front else []

@@ -23,9 +23,16 @@ from schemas import Candidate, Message, PerfAnalysisRow, ReviewRow, Task, Verdic
 from verifier.protocol import CORRECT_STATUSES
 
 REVIEW_SYSTEM = (
-    "You are an expert GPU kernel reviewer. Find the bug in the kernel, give its line number and "
-    "the fix."
+    "You are an expert reviewer of {device} kernels. Find the bug in the kernel, give its line "
+    "number and the fix."
 )
+REVIEW_DEVICE = {"cpu": "C++ (CPU)", "cuda": "CUDA (GPU)", "musa": "MUSA (GPU)"}
+
+
+def review_system(backend: str) -> str:
+    """The review rows' system prompt, naming the backend the kernels were made and checked for
+    (a CPU row's reviewer is not a GPU reviewer)."""
+    return REVIEW_SYSTEM.format(device=REVIEW_DEVICE.get(backend, backend))
 PERF_SYSTEM = (
     "You are an expert GPU performance engineer. Given a verified kernel and its measurements, "
     "explain the bottleneck and the next optimization to try."
@@ -117,7 +124,7 @@ def review_rows(tasks: dict[str, Task], all_cands: list[Candidate],
             answer.append(desc)
         answer.append(f"Running it gives `{v.status}`.")
         answer.append(_fix_text(line, action, new))
-        messages = [Message("system", REVIEW_SYSTEM), Message("user", user),
+        messages = [Message("system", review_system(c.backend)), Message("user", user),
                     Message("assistant", "\n".join(answer))]
         rows.append(ReviewRow(content_hash("review", c.candidate_id), c.task_id, c.candidate_id,
                               messages, kind, line, c.backend, v.status, splits[c.task_id]))

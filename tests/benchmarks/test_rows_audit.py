@@ -199,3 +199,24 @@ def test_repair_kinds_come_from_the_mutant_each_chain_starts_from() -> None:
     assert "repair bug kinds (4 of 5 rows, 3 kinds): wrong_cast 2, off_by_one 1, wrong_init 1" \
         in audit.table()
     assert audit.counts["repair_kinds_spread"] == {"fail": 1}  # wrong_cast holds 50%
+
+
+def test_a_cpu_rows_system_prompt_that_says_gpu_fails_backend_named(tmp_path: Path) -> None:
+    """Review rows once told a GPU reviewer to review C++ loops checked on the CPU."""
+    (tmp_path / "README.md").write_text("---\ntags: []\n---\nKernels in this version: cpu\n")
+
+    def row(i: int, backend: str, system: str) -> dict:
+        return {"row_id": f"r{i:012d}", "backend": backend,
+                "messages": [{"role": "system", "content": system},
+                             {"role": "user", "content": "GPU words in a user turn are fine"}]}
+
+    wrong, right = Audit(), Audit()
+    gpu = "You are an expert GPU kernel reviewer. Find the bug."
+    rows_audit.check_backend(wrong, tmp_path, {"review": [row(1, "cpu", gpu)]})
+    rows_audit.check_backend(right, tmp_path, {"review": [
+        row(1, "cpu", analysis_rows.review_system("cpu")),
+        row(2, "cuda", analysis_rows.review_system("cuda"))]})
+    assert any("system prompt says GPU" in e for e in wrong.examples["backend_named"])
+    assert not any("system prompt" in e for e in right.examples.get("backend_named", []))
+    assert "CUDA (GPU)" in analysis_rows.review_system("cuda")
+    assert "GPU" not in analysis_rows.review_system("cpu")
