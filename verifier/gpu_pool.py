@@ -47,7 +47,7 @@ from verifier.sandbox import (
     scrubbed_env,
     stop_process,
 )
-from verifier.shared_outputs import check_sealed, new_memfd, seal
+from verifier.shared_outputs import new_memfd, seal
 
 _PKG_ROOT = str(Path(__file__).resolve().parent.parent)
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session
@@ -59,7 +59,6 @@ FLOOD_BYTES = 16 << 20
 JOB_DISK_MB = 128
 DISK_MB = 2 * JOB_DISK_MB
 MAX_OUTPUT_BYTES = 16 << 30  # raw outputs of one job, as the worker sends them
-MAX_FDS = 4  # descriptors taken per read of the result socket (more are closed by the kernel)
 WRITABLE = "/tmp/w"  # the worker's caches and job directories (in the tmpfs) when isolated
 _announced: set[str] = set()
 EXIT_GRACE_S = 10.0
@@ -83,7 +82,7 @@ class RunOutcome:
     outputs: Any = None  # the raw trial outputs: the parent judges them itself
     rechecked: bool = False  # whether the parent judges the outputs (`verifier.decide`)
     # the parent-clocked timing windows (`verifier.clock`): (windows, protocol error, the
-    # windows' last outputs (None: in `outputs_file`)), or None where there was no clock
+    # windows' last outputs (None: in `outputs_fd`)), or None where there was no clock
     clock: Any = None
     # persistent workers: the sealed memfd (the parent's descriptor) holding the job's raw
     # outputs as sent, where each tensor sits in it, and the trusted process that judges them
@@ -114,7 +113,6 @@ class GpuWorkerProcess:
         self.ext_id: tuple[int, int] = (0, 0)
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
-        self.fds: list[int] = []  # descriptors received on the result socket, oldest first
         self.buf = b""
         self.workdir: Path | None = None
         self.cgroup: Path | None = None
@@ -211,9 +209,13 @@ class GpuWorkerProcess:
                 return None
             ready, _, _ = select.select([self.sock], [], [], min(left, 1.0))
             if ready:
-                chunk, fds, _, _ = socket.recv_fds(self.sock, 1 << 20, MAX_FDS)
-                self.fds.extend(fds)
-                if not chunk and not fds:
+                # a plain read: descriptors a candidate sends on this socket are closed by the
+                # kernel, never received (the worker itself sends none)
+                try:
+                    chunk = self.sock.recv(1 << 20)
+                except ConnectionResetError:  # it died with our job's memfd still unread
+                    chunk = b""
+                if not chunk:
                     self.eof = True
                     return None
                 self.buf += chunk
@@ -224,12 +226,6 @@ class GpuWorkerProcess:
             return json.loads(line)
         except ValueError:
             return None
-
-    def drop_received_fds(self) -> None:
-        """Close descriptors that came on the result socket (the worker sends none)."""
-        fds, self.fds = self.fds, []
-        for fd in fds:
-            os.close(fd)
 
     def log_size(self) -> int:
         try:
@@ -302,7 +298,6 @@ class GpuWorkerProcess:
             if "progress" in msg:
                 stage = msg["progress"]
                 continue
-            self.drop_received_fds()  # the worker has no descriptor to send: any is junk
             flood = self.log_size() - log_before >= FLOOD_BYTES
             size = msg.get("outputs_bytes") or 0
             why = self._seal_outputs(memfd, size)
@@ -333,7 +328,7 @@ class GpuWorkerProcess:
             return f"{size >> 20} MB, over the {MAX_OUTPUT_BYTES >> 20} MB limit"
         if not size:
             return ""
-        return seal(memfd, size) or check_sealed(memfd, size)
+        return seal(memfd, size)
 
     def _send(self, data: bytes, deadline: float) -> str:
         """Write a job to the worker's stdin without blocking past `deadline` (a worker that
@@ -382,9 +377,6 @@ class GpuWorkerProcess:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []
         if self.clock is not None:  # its thread reads the pipe closed here
             self.clock.stop()
         for fd in self.clock_fds:

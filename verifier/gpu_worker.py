@@ -237,14 +237,14 @@ def outputs_memfd(result: dict[str, Any], fd: int) -> tuple[int, Any]:
     (`verifier.decide`): (size, layout), or (0, None) when the run left none (it failed before
     the end), left what is not tensors and plain values, or the memfd was tampered with (cut,
     sealed: the candidate ran in this process and can reach it)."""
-    from verifier.shared_outputs import Unsupported, write_into
+    from verifier.shared_outputs import write_into
 
     raw, clocked = result.pop("raw_outputs", None), result.pop("clocked_outputs", None)
     if raw is None or fd < 0:
         return 0, None
     try:
         return write_into(fd, [raw, clocked])
-    except (Unsupported, ValueError, OSError) as exc:
+    except (ValueError, OSError) as exc:  # `Unsupported` is a ValueError
         result["outputs_unsupported"] = str(exc)
         return 0, None
 

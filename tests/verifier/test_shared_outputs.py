@@ -5,6 +5,7 @@ does not fit is refused."""
 
 from __future__ import annotations
 
+import fcntl
 import io
 import math
 import mmap
@@ -18,10 +19,11 @@ import torch
 
 from verifier.gpu_pool import GpuWorkerProcess
 from verifier.shared_outputs import (
+    SEALS,
     Unsupported,
-    check_sealed,
     new_memfd,
     read_mapped,
+    seal,
     write_into,
     write_sealed,
 )
@@ -59,9 +61,15 @@ def _outputs() -> list[Any]:
             [torch.Size([2, 3]), 1.25, float("nan"), 7, True, "text", torch.float16]]
 
 
+def _sealed_at(fd: int, size: int) -> bool:
+    """The memfd carries every seal and has exactly `size` bytes."""
+    return (fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS
+            and os.fstat(fd).st_size == size)
+
+
 def _mapped(obj: Any) -> tuple[Any, int]:
     fd, size, layout = write_sealed(obj)
-    assert check_sealed(fd, size) == ""
+    assert _sealed_at(fd, size)
     return read_mapped(f"/proc/self/fd/{fd}", layout), fd
 
 
@@ -95,19 +103,17 @@ def test_nothing_changes_the_bytes_once_sealed() -> None:
         os.close(fd)
 
 
-def test_only_a_sealed_memfd_of_the_announced_size_is_taken() -> None:
+def test_sealing_cuts_the_memfd_to_the_reported_size_and_seals_everything() -> None:
     fd, size, _ = write_sealed([torch.ones(8)])
-    assert check_sealed(fd, size) == ""
-    assert "announced" in check_sealed(fd, size + 4)
+    assert _sealed_at(fd, size) and not _sealed_at(fd, size + 4)
     os.close(fd)
-    open_fd = os.memfd_create("x", os.MFD_ALLOW_SEALING)
-    os.ftruncate(open_fd, 32)
-    assert check_sealed(open_fd, 32) == "not sealed against writing"
+    open_fd = new_memfd(1 << 20)
+    assert not _sealed_at(open_fd, 32)  # a memfd the parent has not sealed yet
+    assert seal(open_fd, 32) == "" and _sealed_at(open_fd, 32)
+    assert seal(open_fd, 16).startswith("not sealable")  # sealed for good
     os.close(open_fd)
-    with tempfile.TemporaryFile() as fh:
-        fh.write(b"\0" * 32)
-        fh.flush()
-        assert check_sealed(fh.fileno(), 32).startswith("not a memfd")
+    with tempfile.TemporaryFile() as fh:  # only a memfd takes seals
+        assert seal(fh.fileno(), 0).startswith("not sealable")
 
 
 def test_outputs_with_no_plain_bytes_are_unsupported() -> None:
@@ -162,7 +168,7 @@ def test_a_layout_that_does_not_fit_the_file_is_refused(bad: Any, why: str) -> N
 def test_the_job_memfd_goes_to_the_worker_and_is_sealed_after() -> None:
     """The parent passes a sparse memfd with the job; the worker maps it, writes, lets go and
     reports; the parent seals it at the reported size. A worker that keeps a writable mapping
-    leaves it unsealable; descriptors the worker sends back are closed."""
+    leaves it unsealable; a descriptor sent back on the socket is never received."""
     proc = GpuWorkerProcess({}, "cpu")
     parent, worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     proc.sock = parent
@@ -185,11 +191,13 @@ def test_the_job_memfd_goes_to_the_worker_and_is_sealed_after() -> None:
         mapping.close()
         os.close(kept)
         junk = os.memfd_create("junk")
+        before = set(os.listdir("/proc/self/fd"))
         socket.send_fds(worker, [b'{"outputs_bytes": 0}\n'], [junk])
         os.close(junk)
-        assert proc._read(5) == {"outputs_bytes": 0} and len(proc.fds) == 1
-        proc.drop_received_fds()
-        assert proc.fds == []
+        assert proc._read(5) == {"outputs_bytes": 0}
+        opened = set(os.listdir("/proc/self/fd")) - before
+        assert not any("memfd:junk" in os.readlink(f"/proc/self/fd/{n}") for n in opened
+                       if os.path.exists(f"/proc/self/fd/{n}"))
     finally:
         proc.stop()
         worker.close()
