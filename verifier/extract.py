@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import re
 
+from verifier import pyast
+
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 
 
@@ -53,7 +55,7 @@ def check_candidate(code: str, task_source: str) -> ast.Module:
     if not code.strip():
         raise FormatError("the response contains no code")
     try:
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except SyntaxError as exc:
         raise FormatError(f"syntax error at line {exc.lineno}: {exc.msg}") from None
     except ValueError as exc:
@@ -62,7 +64,7 @@ def check_candidate(code: str, task_source: str) -> ast.Module:
     if new is None:
         raise FormatError("no top-level `class ModelNew` in the code")
     try:
-        ref = _class(ast.parse(task_source), "Model")
+        ref = _class(pyast.parse(task_source), "Model")
     except SyntaxError:
         ref = None
     if ref is None:

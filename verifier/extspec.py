@@ -20,6 +20,8 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from verifier import pyast
+
 # Positional parameters of torch.utils.cpp_extension.load_inline, in order.
 LOAD_INLINE_PARAMS = (
     "name", "cpp_sources", "cuda_sources", "sycl_sources", "functions", "extra_cflags",
@@ -226,7 +228,7 @@ def specs_from_source(code: str) -> list[ExtensionSpec] | None:
     (then the module is run with a recorder). Calls inside functions, class bodies and try
     blocks count; a function's literal locals are visible to its calls."""
     try:
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except SyntaxError:
         return None
     calls: list[tuple[ast.Call, dict[str, Any]]] = []

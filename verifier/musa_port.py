@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 import re
 
+from verifier import pyast
+
 # Whole `#include` lines first: PyTorch's CUDA headers live elsewhere in torch_musa.
 INCLUDE_MAP: dict[str, str] = {
     "ATen/cuda/CUDAContext.h": "torch_musa/csrc/aten/musa/MUSAContext.h",
@@ -148,7 +150,7 @@ def port_candidate_to_musa(candidate_source: str) -> str:
 def _port_string_literals(source: str) -> str:
     """Apply port_cuda_to_musa inside string literals that look like C++ (keeps Python intact)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return port_cuda_to_musa(source)
     lines = source.splitlines(keepends=True)
@@ -188,7 +190,7 @@ def musa_task_variant(task_source: str) -> str:
 
 def _insert_after_imports(text: str, line: str) -> str:
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except SyntaxError:
         return line + text
     last = 0

@@ -21,6 +21,8 @@ import ast
 import re
 from collections.abc import Callable
 
+from verifier import pyast
+
 # change names of literal constructor arguments: the `Model.__init__` parameter they bind to,
 # else their position `get_init_inputs()[i]`
 INIT = "get_init_inputs()"
@@ -130,7 +132,7 @@ def rewrite(source: str, ints: Callable[[int], int], floats: Callable[[float], f
     """The task file with module-level sizes mapped by `ints`, constructor floats by `floats`
     and axis arguments by `axes`, and what changed ({name: [old, new]})."""
     lines = source.splitlines(keepends=True)
-    edits = _literal_edits(ast.parse(source), ints, floats, inline, axes)
+    edits = _literal_edits(pyast.parse(source), ints, floats, inline, axes)
     for line, col, end, text, *_ in sorted(edits, reverse=True):
         raw = lines[line - 1].encode()  # ast columns count UTF-8 bytes
         lines[line - 1] = (raw[:col] + text.encode() + raw[end:]).decode()
@@ -181,7 +183,7 @@ def derive(source: str) -> list[list[dict]]:
     of preference; a caller keeps the first of a group whose reference runs. [] for groups with
     nothing to change (no module-level size of 8 or more, no constructor float)."""
     try:
-        ast.parse(source)
+        pyast.parse(source)
     except SyntaxError:
         return []
     groups = []
@@ -195,7 +197,7 @@ def derive(source: str) -> list[list[dict]]:
     text, changes = rewrite(source, lambda v: v, other_scalar)
     if changes:
         groups.append([{"label": "init", "source": text, "changes": changes}])
-    for name, node in axis_args(ast.parse(source)):
+    for name, node in axis_args(pyast.parse(source)):
         old = node.value
         groups.append([{"label": "args", "source": single_change(source, name, old + step),
                         "changes": {name: [old, old + step]}} for step in AXIS_STEPS])
@@ -211,7 +213,7 @@ def apply_changes(source: str, changes: dict[str, list[int | float]]) -> str:
     """The task with each named literal (whose value is still the change's old one) set to the
     change's new value: a variant rebuilt from its `changes` alone."""
     for name, (old, new) in changes.items():
-        edits = [e for e in _literal_edits(ast.parse(source), lambda v: v + 1,
+        edits = [e for e in _literal_edits(pyast.parse(source), lambda v: v + 1,
                                            lambda v: v + 1.0, True, lambda v: v + 1)
                  if e[4] == name and e[5] == old]
         if not edits:
@@ -223,7 +225,7 @@ def apply_changes(source: str, changes: dict[str, list[int | float]]) -> str:
 def single_change(source: str, name: str, new: int | float) -> str:
     """The task with only `name` (a module constant, a constructor parameter whose literal
     `get_init_inputs` passes, or `get_init_inputs()[i]`) set to `new`."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     edits = [e for e in _literal_edits(tree, lambda v: v + 1, lambda v: v + 1.0, True,
                                        lambda v: v + 1)
              if e[4] == name]

@@ -28,7 +28,6 @@ whichever kind matches most kernels (casts, loop bounds) does not crowd out the 
 
 from __future__ import annotations
 
-import ast
 import json
 import random
 import re
@@ -48,6 +47,7 @@ from pipeline.candidates.mutation_sites import (
 from pipeline.candidates.prompts import build_prompt, fence
 from pipeline.config import GenerateConfig
 from schemas import Candidate, Task, Verdict, content_hash
+from verifier import pyast
 from verifier.protocol import CORRECT_STATUSES
 
 GPU_KINDS = ("off_by_one", "missing_bound_check", "missing_syncthreads", "wrong_stride",
@@ -120,7 +120,7 @@ def apply_site(code: str, site: Site, kind: str) -> Mutation | None:
     if _strip_cxx(out) == _strip_cxx(code):
         return None
     try:
-        ast.parse(out)
+        pyast.parse(out)
     except SyntaxError:
         return None
     last = max(site.start, site.end - 1)  # a deleted line ends at its newline

@@ -9,6 +9,8 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from verifier import pyast
+
 _CXX_MARKERS = ("#include", "__global__", "torch::Tensor", "at::Tensor", "data_ptr")
 _MASK = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])'", re.S)
 _IF = re.compile(r"\bif\s*\(")
@@ -33,7 +35,7 @@ class Site:
 def kernel_spans(code: str) -> list[tuple[int, int]]:
     """Character spans of the string literals in `code` that hold C++/CUDA source."""
     try:
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except SyntaxError:
         return []
     lines = code.splitlines(keepends=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from pipeline.config import GenerateConfig
 from schemas import Message, Task, TensorSpec
+from verifier import pyast
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ def describe_init(source: str, init: object) -> str:
     if init == [] or init is None:
         return "none"
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except SyntaxError:
         return json.dumps(init)
     fn = next((f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "Model"

@@ -7,8 +7,7 @@ code the verifier will run; this module only adds the pipeline's notion of "no c
 
 from __future__ import annotations
 
-import ast
-
+from verifier import pyast
 from verifier.extract import extract_code as _verifier_extract
 
 
@@ -18,7 +17,7 @@ def _bare_python(response: str) -> str | None:
     if "class ModelNew" not in text:
         return None
     try:
-        ast.parse(text)
+        pyast.parse(text)
     except (SyntaxError, ValueError):
         return None
     return text + "\n"

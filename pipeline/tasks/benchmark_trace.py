@@ -20,6 +20,8 @@ import signal
 import sys
 import traceback
 
+from verifier import pyast
+
 _SMALL = 8  # module-level size constants above this are shrunk for the CPU fallback
 
 
@@ -44,7 +46,7 @@ def _recorder():
 
 def _int_constants(source: str) -> dict[str, int]:
     out = {}
-    for node in ast.parse(source).body:
+    for node in pyast.parse(source).body:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) \
                 and type(node.value.value) is int:
             out.update({t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)})

@@ -34,6 +34,7 @@ from pipeline.tasks.carve_closure import (
 from pipeline.tasks.carve_config import config_defaults, config_source, small_config
 from pipeline.tasks.carve_shims import SHIMS
 from pipeline.tasks.normalize import NormalizeError, normalize_source
+from verifier import pyast
 
 
 @dataclass
@@ -219,7 +220,7 @@ def _cst_names(expr: cst.CSTNode) -> list[cst.Name]:
 
         def visit_SimpleString(self, node: cst.SimpleString) -> None:
             try:  # string annotations: check their names too
-                parsed = ast.parse(node.evaluated_value, mode="eval")
+                parsed = pyast.parse(node.evaluated_value, mode="eval")
             except (SyntaxError, ValueError):
                 return
             out.extend(cst.Name(n.id) for n in ast.walk(parsed) if isinstance(n, ast.Name))
@@ -409,7 +410,7 @@ def extract_class(code: str, class_name: str, path: str = "<file>",
     except NormalizeError as exc:
         raise ExtractError(exc.reason, f"{class_name}: {exc.detail}") from None
     fwd_params = [Param("input")] if inherited_forward else _params(fwd_fn)
-    out_tree = ast.parse(out)
+    out_tree = pyast.parse(out)
     model_node = next((n for n in out_tree.body if isinstance(n, ast.ClassDef)
                        and n.name == "Model"), None)
     if model_node is not None:
@@ -437,7 +438,7 @@ def _guess_config_class(info: FileInfo, class_name: str) -> str:
 
 
 def _import_names(line: str) -> set[str]:
-    node = ast.parse(line).body[0]
+    node = pyast.parse(line).body[0]
     if isinstance(node, ast.Import):
         return {a.asname or a.name.split(".")[0] for a in node.names}
     if isinstance(node, ast.ImportFrom):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pipeline.tasks.carve_shims import SHIM_NEEDS, SHIMS
 from pipeline.tasks.normalize_deps import absolute_module, dependency_definitions
 from pipeline.tasks.repo_resolver import same_definition
+from verifier import pyast
 
 # Top-level modules a task file may import (the verifier has torch + stdlib only).
 ALLOWED_MODULES = frozenset({
@@ -62,7 +63,7 @@ class FileInfo:
 
 @functools.lru_cache(maxsize=64)
 def parse_file(path: str, source: str) -> FileInfo:
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     bindings: dict[str, _Binding] = {}
     for i, node in enumerate(tree.body):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):

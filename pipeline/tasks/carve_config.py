@@ -13,6 +13,7 @@ from pipeline.tasks.carve_closure import (
     parse_file,
     root_name,
 )
+from verifier import pyast
 
 # Fallback values for config fields a class reads when the config class cannot be parsed.
 GENERIC_CONFIG: dict[str, object] = {
@@ -87,7 +88,7 @@ def _put_literal(values: dict, name: str, node: ast.expr) -> None:
             k.arg == "default" for k in node.keywords):  # interval(...)(default=0.02)
         node = next(k.value for k in node.keywords if k.arg == "default")
     try:
-        value = ast.literal_eval(node)
+        value = pyast.literal_eval(node)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return
     if isinstance(value, int | float | str | bool | list | tuple | type(None)):

@@ -29,6 +29,7 @@ from pipeline.tasks.kernelbench_index import (
     resolve_indexes,
 )
 from schemas import Rejection, Task, content_hash
+from verifier import pyast
 
 STAGE = "curate"
 _KEEP = frozenset(dir(builtins)) | {"self", "torch", "nn", "F", "math", "np", "Model",
@@ -132,7 +133,7 @@ def _bound_names(tree: ast.Module) -> set[str]:
 @functools.lru_cache(maxsize=4096)
 def normalized_source(source: str) -> str:
     """Canonical text: identifiers renamed, numbers zeroed, docstrings/comments/imports gone."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     tree.body = [n for n in tree.body if not isinstance(n, ast.Import | ast.ImportFrom)
                  and not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
     tree = _Canon(_bound_names(tree)).visit(tree)
@@ -185,7 +186,7 @@ class Model(nn.Module):
 def computation_ngrams(source: str, n: int) -> set[str]:
     """N-grams of the computation only: no input functions, constants or template lines."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
         tree.body = [b for b in tree.body if isinstance(b, ast.ClassDef | ast.FunctionDef)
                      and b.name not in ("get_inputs", "get_init_inputs")]
         text = ast.unparse(tree)
@@ -222,7 +223,7 @@ def _call_name(func: ast.expr) -> str:
 def op_signature(source: str) -> tuple[str, ...]:
     """Layer types and calls of Model, in order: ('Conv2d', 'relu', 'max_pool2d')."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except (SyntaxError, ValueError):
         return ()
     model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"),

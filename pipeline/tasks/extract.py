@@ -29,6 +29,7 @@ from pipeline.tasks.taskfile import substitute_constants, task_id_of
 from pipeline.tasks.variants import job_for as variants_job
 from pipeline.tasks.variants import with_variants
 from schemas import RawModule, Rejection, Task, TensorSpec
+from verifier import pyast
 
 STAGE = "extract"
 BASE_SIZES = {"batch": 2, "seq": 16, "spatial": 16}
@@ -55,7 +56,7 @@ def is_complete_task(code: str) -> bool:
     if "def get_inputs" not in code or "def get_init_inputs" not in code:
         return False
     try:
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
     except (SyntaxError, ValueError):
         return False
     names = {n.name for n in tree.body if isinstance(n, ast.ClassDef | ast.FunctionDef)}
@@ -131,7 +132,7 @@ def init_candidates(params: list[Param], config: dict | None) -> list[list]:
                default=-1)
     if last >= 0:
         try:
-            tail = {p.name: ast.literal_eval(p.default) for p in params[:last] if p.has_default}
+            tail = {p.name: pyast.literal_eval(p.default) for p in params[:last] if p.has_default}
         except (ValueError, SyntaxError):
             tail = None
         if tail is not None:
@@ -141,7 +142,7 @@ def init_candidates(params: list[Param], config: dict | None) -> list[list]:
         args = []
         for p in required:
             if p.has_default:
-                args.append(0 if p.name in _LAYER_INDEX else ast.literal_eval(p.default))
+                args.append(0 if p.name in _LAYER_INDEX else pyast.literal_eval(p.default))
                 continue
             if config and p.name in config and config[p.name] is not None:
                 args.append(config[p.name])
@@ -160,7 +161,7 @@ def _py(value: object) -> str:
 
 
 def _taken_names(source: str) -> set[str]:
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     names = set()
     for node in tree.body:
         if isinstance(node, ast.ClassDef | ast.FunctionDef):

@@ -116,11 +116,12 @@ def _jsonable(value):
 
 def _complete(job: dict) -> dict:
     """A full KernelBench file: its own inputs; scale a CPU copy; analyze at the given sizes."""
-    import ast
+
+    from verifier import pyast
 
     torch = load_torch()
     ns = exec_source(job["source"])
-    tree = ast.parse(job["source"])
+    tree = pyast.parse(job["source"])
     constants, partners = int_constants(tree), tie_partners(tree)
     for fn in ("get_inputs", "get_init_inputs"):
         if not callable(ns.get(fn)):

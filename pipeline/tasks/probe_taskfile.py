@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from pipeline.tasks.dims import derived_refresher, int_constants, tie_partners
 from pipeline.tasks.scale import footprint, input_numel, is_alloc_failure, scale_constants
+from verifier import pyast
 
 
 class _Invalid(Exception):
@@ -56,7 +57,7 @@ def _load(source: str) -> tuple[ast.Module, dict]:
     import torch
 
     try:
-        tree = ast.parse(source, "task.py")
+        tree = pyast.parse(source, "task.py")
     except SyntaxError as exc:
         raise _Invalid(f"syntax error at line {exc.lineno}: {exc.msg}") from None
     module = types.ModuleType("kernelsynth_task")

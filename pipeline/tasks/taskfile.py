@@ -16,6 +16,7 @@ from pipeline.tasks.dims import literal_int
 from pipeline.tasks.probe_pool import ProbePool
 from pipeline.tasks.scale import is_alloc_failure
 from schemas import TensorSpec, content_hash
+from verifier import pyast
 
 
 class TaskFileError(ValueError):
@@ -62,7 +63,7 @@ def _spec_json(s: TensorSpec) -> dict:
 
 def normalize_source(source: str) -> str:
     """Canonical text of a Python source: comments, blank lines and formatting removed."""
-    return ast.unparse(ast.parse(source))
+    return ast.unparse(pyast.parse(source))
 
 
 def task_id_of(source: str) -> str:
@@ -76,7 +77,7 @@ def substitute_constants(source: str, values: dict[str, int]) -> str:
     `scale.tie_partners`)."""
     if not values:
         return source
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     lines = source.splitlines(keepends=True)
     targets: list[tuple[str, ast.expr]] = []
     for node in tree.body:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pipeline.candidates.templates.specialized import resolve_specialized
 from pipeline.candidates.templates.symbolic import Scalar, decode
+from verifier import pyast
 from verifier.sandbox import SandboxLimits, run_sandboxed
 from verifier.variants import other_sizes
 
@@ -212,7 +213,7 @@ class Reference:
 
 def read_reference(source: str) -> Reference:
     """Parse the reference file: the candidate reuses its constructor verbatim."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"),
                  None)
     if model is None:
@@ -233,7 +234,7 @@ def read_reference(source: str) -> Reference:
     if init is None:
         init_src = "def __init__(self):\n    super().__init__()"
     else:
-        init_node = _SuperFix().visit(ast.parse(ast.unparse(init)))
+        init_node = _SuperFix().visit(pyast.parse(ast.unparse(init)))
         init_src = ast.unparse(init_node)
     if fwd.args.vararg or fwd.args.kwarg:
         raise NoTemplate("forward takes *args/**kwargs")
@@ -273,7 +274,7 @@ class TaskView:
                   ) -> TaskView:
         p = Path(path)
         src = p.read_text(encoding="utf-8")
-        tid = hashlib.sha256(ast.unparse(ast.parse(src)).encode()).hexdigest()[:20]
+        tid = hashlib.sha256(ast.unparse(pyast.parse(src)).encode()).hexdigest()[:20]
         return cls(tid, p.stem, src, cpu_source or src, level, str(p))
 
 

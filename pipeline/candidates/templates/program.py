@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pipeline.candidates.templates import symbolic, tidy
 from pipeline.candidates.templates.analysis import Graph, Node, NoTemplate, Reference, refs
 from pipeline.candidates.templates.symbolic import Dim, Scalar, scalar_marker
+from verifier import pyast
 
 C_TYPES = {
     "float32": "float", "float64": "double", "float16": "c10::Half", "bfloat16": "c10::BFloat16",
@@ -284,7 +285,7 @@ def _globals_read(class_text: str) -> set[str]:
     """Names the class reads that it does not bind itself (parameters, locals): the module
     names its methods need."""
     try:
-        tree = ast.parse(class_text)
+        tree = pyast.parse(class_text)
     except SyntaxError:  # keep every copied line rather than guess
         return set(re.findall(r"\b\w+\b", class_text))
     bound = {a.arg for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)

@@ -18,6 +18,8 @@ import traceback
 import types
 from pathlib import Path
 
+from verifier import pyast
+
 
 def _body(kernels: str) -> str:
     """The C++ after the candidate's own includes and shared macros (the shared TU has them)."""
@@ -32,7 +34,7 @@ def _body(kernels: str) -> str:
 
 def _split(code: str) -> tuple[str, list[str]]:
     """(C++ body without the shared header, bound function names) from a candidate file."""
-    tree = ast.parse(code)
+    tree = pyast.parse(code)
     kernels, names = None, []
     for node in tree.body:
         if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
@@ -210,7 +212,7 @@ def cuda_translation_unit(codes: list[str]) -> str:
 
     parts = [CUDA_HEADER]
     for i, code in enumerate(codes):
-        tree = ast.parse(code)
+        tree = pyast.parse(code)
         kernels = next(n.value.value for n in tree.body if isinstance(n, ast.Assign)
                        and isinstance(n.targets[0], ast.Name) and n.targets[0].id == "KERNELS")
         body = _body(kernels)
