@@ -22,6 +22,9 @@ Checks, each counted pass/fail over the rows (or kernels) it applies to:
   rows (of the repair rows whose chain starts from a mutant), and casts and off-by-ones together
   under 40% (counted once per version; fewer than 4 rows pass); the table notes each
   distribution and its number of kinds.
+- `answer_format`: every assistant turn (SFT, RFT, repair, the history in RL repair prompts,
+  both preference sides) answers in the form its user turn asked for: an explanation before the
+  code when the prompt asks for one, one code block alone when it says "code block only".
 - `backend_named`: the card's tags are exactly those of the backends in the rows, every row
   names its backend, a cpu row's system prompt names no GPU, and the card's text says which
   backend made and checked the kernels.
@@ -47,6 +50,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
+from pipeline.candidates.prompts import answer_format_problems
 from pipeline.datasets.analysis_rows import fix_source
 from pipeline.datasets.card import backend_tags
 from pipeline.datasets.pairs import (
@@ -65,7 +69,7 @@ from pipeline.datasets.pairs import (
 )
 from pipeline.datasets.rows import generalisation_checked
 from pipeline.workspace import Workspace
-from schemas import Candidate, Verdict
+from schemas import Candidate, Message, Verdict
 from verifier.extspec import specs_from_source
 
 SWITCH = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif|undef)\b[^\n]*", re.M)
@@ -420,6 +424,25 @@ def check_backend(audit: Audit, version_dir: Path, rows: dict[str, list[dict]]) 
                  "no sentence naming the backend")
 
 
+def check_answer_format(audit: Audit, rows: dict[str, list[dict]]) -> None:
+    def msgs(ms: list[dict]) -> list[Message]:
+        return [Message(m["role"], m["content"]) for m in ms or []]
+
+    for config, rs in rows.items():
+        for r in rs:
+            if config == "preference":
+                convs = [msgs(r["prompt"]) + msgs(r[side]) for side in ("chosen", "rejected")]
+            elif config == "rl":
+                convs = [msgs(r["prompt"])]
+            elif config in ("sft", "rft", "repair"):
+                convs = [msgs(r["messages"])]
+            else:
+                continue
+            problems = [p for conv in convs for p in answer_format_problems(conv)]
+            audit.record("answer_format", not problems, f"{config} {r['row_id'][:12]}",
+                         "; ".join(problems))
+
+
 def latest_version(ws: Workspace, name: str) -> Path:
     root = ws.datasets_dir / name
     found = sorted((p for p in root.glob("v*") if (p / "manifest.json").is_file()),
@@ -444,6 +467,7 @@ def audit_version(ws: Workspace, version_dir: Path) -> Audit:
     check_pairs(audit, rows, cands, verdicts)
     check_reviews(audit, rows, cands, verdicts)
     check_backend(audit, version_dir, rows)
+    check_answer_format(audit, rows)
     return audit
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from dataclasses import dataclass
 
 from pipeline.config import GenerateConfig
@@ -207,6 +208,39 @@ def _spec_text(spec: TensorSpec, shape: bool) -> str:
     return text
 
 
+REASONING_RULE = ("Before the code, explain your kernel design briefly: the parallel "
+                  "decomposition, memory accesses and numerical care.")
+CODE_ONLY_RULE = "Reply with the code block only."
+
+
+def has_prose(answer: str) -> bool:
+    """Whether an assistant answer says something besides its fenced code."""
+    return bool(re.sub(r"```.*?```", "", answer, flags=re.S).strip())
+
+
+EXPLAIN_FIX_RULE = "Say briefly what was wrong, then reply with the complete corrected Python file"
+CODE_ONLY_FIX = "Reply with the complete corrected Python file alone"
+
+
+def answer_format_problems(messages: list[Message]) -> list[str]:
+    """Assistant turns that do not answer in the form their user turn asked for: prose before
+    the code when it asked for an explanation, one code block alone when it asked for that."""
+    problems, asked = [], ""
+    for i, m in enumerate(messages):
+        if m.role == "user":
+            asked = m.content
+            continue
+        if m.role != "assistant":
+            continue
+        prose = has_prose(m.content)
+        if (CODE_ONLY_RULE in asked or CODE_ONLY_FIX in asked) and prose:
+            problems.append(f"turn {i}: asked for the code block only, answered with prose")
+        if (REASONING_RULE in asked or EXPLAIN_FIX_RULE in asked) and not prose:
+            problems.append(f"turn {i}: asked for an explanation, answered with bare code")
+        asked = ""
+    return problems
+
+
 def requirements(backend: str, cfg: GenerateConfig, *, reasoning: bool) -> str:
     """The rules a candidate is verified against, as a numbered list."""
     w = backend_wording(backend)
@@ -226,11 +260,7 @@ def requirements(backend: str, cfg: GenerateConfig, *, reasoning: bool) -> str:
     if cfg.performance_hint:
         rules.append(f"Performance: aim for at least {cfg.speedup_target:g}x the speed of the "
                      "eager PyTorch reference on this device.")
-    if reasoning:
-        rules.append("Before the code, explain your kernel design briefly: the parallel "
-                     "decomposition, memory accesses and numerical care.")
-    else:
-        rules.append("Reply with the code block only.")
+    rules.append(REASONING_RULE if reasoning else CODE_ONLY_RULE)
     return "\n".join(f"{i}. {r}" for i, r in enumerate(rules, 1))
 
 

@@ -18,7 +18,8 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from pipeline.candidates.prompts import build_prompt, reference_for
+from pipeline.candidates.prompts import build_prompt, has_prose, reference_for
+from pipeline.candidates.repair import feedback_turn
 from pipeline.config import Config
 from pipeline.datasets.analysis_rows import perf_rows, review_rows, spread_kinds
 from pipeline.datasets.pairs import (
@@ -71,9 +72,19 @@ def assign_splits(tasks: list[Task], validation_fraction: float) -> dict[str, st
 # --- prompts and responses -------------------------------------------------------------------
 
 
-def task_prompt(task: Task, backend: str, cfg: Config) -> list[Message]:
-    """System and user messages asking for a `ModelNew` (the generators' own prompt)."""
-    return build_prompt(task, backend, cfg.generate)
+def task_prompt(task: Task, backend: str, cfg: Config, reasoning: bool | None = None
+                ) -> list[Message]:
+    """System and user messages asking for a `ModelNew` (the generators' own prompt).
+
+    `reasoning` says whether the answer that follows explains its design before the code
+    (default: the config's `include_reasoning`); the prompt asks for exactly that, so a row never
+    answers "explain your design first" with bare code.
+    """
+    gen = cfg.generate
+    if reasoning is not None and reasoning != gen.include_reasoning:
+        gen = gen.model_copy(update={"include_reasoning": reasoning})
+    return build_prompt(task, backend, gen)
+
 
 
 def _prompt_for(task: Task, cand: Candidate, cfg: Config) -> list[Message]:
@@ -230,9 +241,10 @@ def _rl_rows(tasks: dict[str, Task], all_cands: list[Candidate], verdicts: dict[
             attempts.sort(key=lambda c: (-verdicts[c.candidate_id].reward, c.candidate_id))
             for c in attempts[:cfg.select.k]:
                 fb = feedback_text(verdicts[c.candidate_id])
-                prompt = task_prompt(task, backend, cfg) + [
-                    Message("assistant", assistant_content(task, c, reasoning=False)),
-                    Message("user", f"{fb}\nFix the kernel and return the complete file.")]
+                attempt = assistant_content(task, c, reasoning=False)
+                prompt = task_prompt(task, backend, cfg, has_prose(attempt)) + [
+                    Message("assistant", attempt),
+                    Message("user", feedback_turn(verdicts[c.candidate_id]))]
                 rows.append(RlRow(content_hash("rl-repair", c.candidate_id), tid, prompt,
                                   reference_for(task, backend), task.input_specs, backend,
                                   task.level, "repair", fb, splits[tid]))
@@ -264,13 +276,13 @@ def _repair_rows(tasks: dict[str, Task], all_cands: list[Candidate],
         if final.status not in CORRECT_STATUSES:
             continue  # a chain that never got fixed teaches no fix
         task = tasks[leaf.task_id]
-        messages = task_prompt(task, leaf.backend, cfg)
-        for i, c in enumerate(chain):
-            if i:
-                fb = feedback_text(verdicts[chain[i - 1].candidate_id])
-                messages.append(Message("user", f"{fb}\nFix the kernel and return the complete "
-                                                "file."))
-            messages.append(Message("assistant", assistant_content(task, c, reasoning=False)))
+        answers = [assistant_content(task, c, reasoning=False) for c in chain]
+        messages = task_prompt(task, leaf.backend, cfg, has_prose(answers[0]))
+        for i, answer in enumerate(answers):
+            if i:  # the repair generator's own turn, asking for the form the answer has
+                messages.append(Message("user", feedback_turn(
+                    verdicts[chain[i - 1].candidate_id], explain=has_prose(answer))))
+            messages.append(Message("assistant", answer))
         rows.append((RepairRow(
             content_hash("repair", *(c.candidate_id for c in chain)), leaf.task_id, messages,
             [verdicts[c.candidate_id].reward for c in chain],
@@ -336,7 +348,8 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
             wv = verdicts[win.candidate_id]
             rows.append(PreferenceRow(
                 content_hash("preference", win.candidate_id, rej.candidate_id), tid,
-                task_prompt(task, win.backend, cfg), pair_side(win), pair_side(rej),
+                task_prompt(task, win.backend, cfg, reasoning=False), pair_side(win),
+                pair_side(rej),
                 wv.reward, rv.reward, wv.status, rv.status, splits[tid]))
             made += 1
     return rows

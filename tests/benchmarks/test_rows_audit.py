@@ -154,7 +154,7 @@ def test_audit_of_a_small_default_build_passes_every_check(tmp_path: Path) -> No
             for ln in table.splitlines() if ln.startswith("| ") and "---" not in ln
             and not ln.startswith("| check")}
     for check in ("generalised", "no_switches", "builds_clean", "sizes_agree", "init_named",
-                  "backend_named"):
+                  "backend_named", "answer_format"):
         assert check in rows and rows[check][0] > 0, (check, table)
     assert code == 0 and all(r[1] == 0 for r in rows.values()), table
 

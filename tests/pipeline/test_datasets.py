@@ -6,11 +6,13 @@ import json
 
 import pytest
 
+from pipeline.candidates.prompts import CODE_ONLY_RULE, REASONING_RULE, answer_format_problems
+from pipeline.candidates.repair import feedback_turn
 from pipeline.config import Config
 from pipeline.datasets.pairs import code_similarity, fix_label, has_margin, mutant_configs
 from pipeline.datasets.rows import CONFIGS, assign_splits, build_datasets, config_schema
 from pipeline.datasets.selection import select_diverse
-from schemas import Verdict
+from schemas import Message, Verdict
 from tests.pipeline.ks_synthetic import candidate, kernel_code, make_task, pool, verdict
 from verifier.protocol import CORRECT_STATUSES
 
@@ -383,3 +385,53 @@ def test_every_config_gets_its_share_of_every_failing_kind() -> None:
     verdicts[again.candidate_id] = verdict(again, "incorrect")
     both = mutant_configs([*muts, again], verdicts)
     assert both[again.candidate_id] == both[muts[0].candidate_id]
+
+
+def _conversations(tables: dict) -> list[tuple[str, list[Message]]]:
+    out = []
+    for config, key in (("sft", "messages"), ("rft", "messages"), ("repair", "messages"),
+                        ("rl", "prompt")):
+        for r in tables[config].to_pylist():
+            out.append((config, [Message(m["role"], m["content"]) for m in r[key]]))
+    for r in tables["preference"].to_pylist():
+        for side in ("chosen", "rejected"):
+            out.append(("preference", [Message(m["role"], m["content"])
+                                       for m in r["prompt"] + r[side]]))
+    return out
+
+
+def test_every_answer_has_the_form_its_prompt_asked_for(built: tuple) -> None:
+    """A prompt that says "explain your design before the code" is never answered with bare
+    code (preference sides, repair first attempts), nor "code block only" with prose."""
+    convs = _conversations(built[4])
+    assert {c for c, _ in convs} >= {"sft", "repair", "rl", "preference"}
+    for config, conv in convs:
+        assert answer_format_problems(conv) == [], (config, conv[-1].content[:200])
+    pref = [conv for c, conv in convs if c == "preference"]
+    assert pref and all(CODE_ONLY_RULE in conv[1].content for conv in pref)
+    sft = [conv for c, conv in convs if c == "sft"]
+    assert sft and all(REASONING_RULE in conv[1].content for conv in sft)
+    repair = [conv for c, conv in convs if c == "repair"]
+    # the fix turns are the repair generator's own feedback turn, naming the status
+    assert repair and all("did not pass verification (status:" in conv[-2].content
+                          for conv in repair)
+
+
+def test_answer_format_problems_flags_both_mismatches() -> None:
+    code = "```python\nx = 1\n```"
+    ask = [Message("system", "s"), Message("user", f"task\n7. {REASONING_RULE}")]
+    only = [Message("system", "s"), Message("user", f"task\n7. {CODE_ONLY_RULE}")]
+    assert answer_format_problems(ask + [Message("assistant", code)]) == [
+        "turn 2: asked for an explanation, answered with bare code"]
+    assert answer_format_problems(ask + [Message("assistant", "One loop.\n\n" + code)]) == []
+    assert answer_format_problems(only + [Message("assistant", "Plan.\n" + code)]) == [
+        "turn 2: asked for the code block only, answered with prose"]
+    assert answer_format_problems(only + [Message("assistant", code)]) == []
+    fix_only = only + [Message("assistant", code),
+                       Message("user", feedback_turn(Verdict("c", "t", "incorrect", "correctness", "cpu"), explain=False))]
+    assert answer_format_problems(fix_only + [Message("assistant", "It was off.\n" + code)]) == [
+        "turn 4: asked for the code block only, answered with prose"]
+    explain = only + [Message("assistant", code),
+                      Message("user", feedback_turn(Verdict("c", "t", "incorrect", "correctness", "cpu")))]
+    assert answer_format_problems(explain + [Message("assistant", code)]) == [
+        "turn 4: asked for an explanation, answered with bare code"]
