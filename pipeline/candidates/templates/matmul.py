@@ -311,10 +311,16 @@ def lower_matmul(b: Builder, node: Node) -> None:
     src = (tpl.replace("K_", f"{k_name}_").replace("A_T", a_t).replace("B_T", b_t)
            .replace("C_T", c_t))
     op = {"addmm": "linear/addmm", "baddbmm": "baddbmm"}.get(base, base)
-    note = (f"{op}: C[{batch}x{m}x{n}] = {alpha} * A @ B (K={k})"
-            + (f" + {beta} * bias" if bias is not None else "")
-            + f"; operands are read through their strides (A {am['stride']}, B {bm['stride']}) so "
-              f"transposed views need no copy; {how}.")
+    # sizes as "M = ..." (not "C[1x64x32]"): in the kernel's comment they become expressions
+    # such as x.size(0), which an "x"-joined shape would run together
+    def scaled(factor: object, term: str) -> str:
+        return term if factor == 1 else f"{factor} * {term}"
+
+    note = (f"{op}: C = {scaled(alpha, 'A @ B')}"
+            + (f" + {scaled(beta, 'bias')}" if bias is not None else "")
+            + f" with batch {batch}, M = {m}, N = {n}, K = {k}; operands are read through their "
+              f"strides (A {am['stride']}, B {bm['stride']}) so transposed views need no copy; "
+              f"{how}.")
     name = b.add_kernel("matmul", k_name, src, _DECL, note)
     out = b.alloc(node.shape, out_dtype)
     b.call(name, b.val(a_ref), b.val(b_ref), bias_var, out, str(bias is not None), str(batch),

@@ -74,7 +74,7 @@ def lower_diag(b: Builder, node: Node) -> None:
         raise NoTemplate("diag of a matrix or an off-diagonal")
     n = shape[0]
     code = f"const int64_t r = i / {n}, c = i % {n};\n        out[i] = r == c ? in[r] : (T)0;"
-    _gather(b, node, x, code, f"diag of a {n}-vector into a {n}x{n} matrix")
+    _gather(b, node, x, code, f"diag of a {n}-vector into a {n} x {n} matrix")
 
 
 def lower_cat(b: Builder, node: Node) -> None:

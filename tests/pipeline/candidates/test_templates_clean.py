@@ -181,3 +181,22 @@ def test_fused_is_said_only_of_kernels_that_compute_several_ops(
                         claims += 1
                         assert "," in ops, (backend, name, ops)
     assert claims  # the seed corpus has fused multi-op kernels, and they still say so
+
+
+# a size expression run into an "x"-joined shape: `1xx0.size(1)`, `x.size(0)xx.size(0)`
+_RUN_TOGETHER = re.compile(r"(?:[\w)])x(?:self\.|[A-Za-z_]\w*\.size\()|\.size\(\d+\)x\w")
+
+
+def test_kernel_comments_read_as_text_once_sizes_are_expressions(seed_kernels) -> None:
+    """The comment over each kernel names sizes as forward's expressions; none runs together."""
+    problems, expressions = [], 0
+    for backend, tasks in seed_kernels.items():
+        for name, kernels in tasks.items():
+            for k in kernels:
+                comments = "\n".join(ln for ln in _kernels_text(k.code).splitlines()
+                                     if ln.lstrip().startswith("//"))
+                expressions += len(re.findall(r"\.size\(\d+\)", comments))
+                problems += [f"{backend}:{name}:{k.variant}: {m.group(0)!r} in {ln.strip()!r}"
+                             for ln in comments.splitlines() for m in _RUN_TOGETHER.finditer(ln)]
+    assert expressions > 100  # the comments do carry size expressions
+    assert not problems, "\n".join(problems[:10])
