@@ -156,6 +156,9 @@ def spread_kinds(rows: list, kind_of: Any, max_share: float = MAX_KIND_SHARE,
         del rows[max(i for i, r in enumerate(rows) if kind_of(r) == drop)]
 
 
+FAR_BEHIND_EAGER = 5.0  # this many times slower than eager: not at a roof, whatever the intensity
+
+
 def _peaks(device: str) -> tuple[float, float] | None:
     up = device.upper()
     return next((p for name, p in DEVICE_PEAKS.items() if name in up), None)
@@ -216,8 +219,18 @@ def analyse_performance(task: Task, cand: Candidate, v: Verdict) -> tuple[str, f
                              "FP32 throughput.")
         elif intensity is not None:
             bottleneck = "memory" if intensity < 4.0 else "compute"
-            lines.append(f"With {intensity:.2f} FLOP/byte the kernel is most likely "
-                         f"{bottleneck}-bound on this device (no roofline is known for it).")
+            behind = v.eager_us / rt if v.eager_us else 1.0
+            if behind < 1 / FAR_BEHIND_EAGER:
+                # no roofline, but eager PyTorch on the same device is a floor on what it allows
+                lines.append(
+                    f"No roofline is known for this device, but eager PyTorch does the same work "
+                    f"at {flops / (v.eager_us * 1e3):.1f} GFLOP/s and "
+                    f"{nbytes / (v.eager_us * 1e3):.1f} GB/s, {1 / behind:.0f}x this kernel: "
+                    f"the {bottleneck}-heavy work ({intensity:.2f} FLOP/byte) is far from any "
+                    "hardware limit, and the kernel's loop structure is what holds it back.")
+            else:
+                lines.append(f"With {intensity:.2f} FLOP/byte the kernel is most likely "
+                             f"{bottleneck}-bound on this device (no roofline is known for it).")
     families = set(task.op_families)
     ideas = (cpu_ideas if cand.backend == "cpu" else gpu_ideas)(f, families, bottleneck)
     lines.append("Next optimization: " + "; ".join(ideas) + ".")

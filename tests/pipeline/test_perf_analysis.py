@@ -52,3 +52,22 @@ def test_cpu_advice_has_no_gpu_words_and_gpu_advice_keeps_them() -> None:
     _, _, gpu = analyse_performance(_task(False), Candidate("c", "t", "cuda", "template:x", code),
                                     _verdict("NVIDIA H100 80GB HBM3"))
     assert "warp" in gpu
+
+
+def test_a_kernel_far_behind_eager_is_not_called_bound_by_the_hardware() -> None:
+    """A 0.2 GFLOP/s C++ loop nest 130x behind eager is not 'compute-bound': eager on the same
+    device shows what the hardware allows."""
+    task = _task(scaled=False)
+    slow = Verdict(candidate_id="c", task_id="t", status="correct_slow", stage="done",
+                   backend="cpu", device="cpu:Intel(R) Xeon(R) Processor",
+                   runtime_us=355444.0, eager_us=2663.0)
+    bottleneck, _, text = analyse_performance(task, Candidate("c", "t", "cpu", "template:x",
+                                                              CPU_CODE), slow)
+    assert "most likely" not in text and "-bound" not in text
+    assert "eager PyTorch does the same work at 25.2 GFLOP/s" in text
+    assert "133x this kernel" in text and "far from any hardware limit" in text
+    assert bottleneck == "memory"  # 0.25 FLOP/byte: the label keeps the work's character
+    # near eager, the intensity-based guess stands
+    _, _, near = analyse_performance(task, Candidate("c", "t", "cpu", "template:x", CPU_CODE),
+                                     _verdict("cpu"))
+    assert "most likely memory-bound" in near
