@@ -211,15 +211,14 @@ def _spec_text(spec: TensorSpec, shape: bool) -> str:
 REASONING_RULE = ("Before the code, explain your kernel design briefly: the parallel "
                   "decomposition, memory accesses and numerical care.")
 CODE_ONLY_RULE = "Reply with the code block only."
+# the repair generator's feedback turn ends with one of these (pipeline/candidates/repair.py)
+EXPLAIN_FIX_RULE = "Say briefly what was wrong, then reply with the complete corrected Python file"
+CODE_ONLY_FIX = "Reply with the complete corrected Python file alone"
 
 
 def has_prose(answer: str) -> bool:
     """Whether an assistant answer says something besides its fenced code."""
     return bool(re.sub(r"```.*?```", "", answer, flags=re.S).strip())
-
-
-EXPLAIN_FIX_RULE = "Say briefly what was wrong, then reply with the complete corrected Python file"
-CODE_ONLY_FIX = "Reply with the complete corrected Python file alone"
 
 
 def answer_format_problems(messages: list[Message]) -> list[str]:

@@ -186,10 +186,11 @@ def analyse_performance(task: Task, cand: Candidate, v: Verdict) -> tuple[str, f
     flops, nbytes = measured_work(task, cand.backend)
     intensity = flops / nbytes if flops > 0 and nbytes > 0 else None
     peaks = _peaks(v.device)
+    speedup = v.eager_us / rt if v.eager_us and rt else None
     facts = [f"Measured {rt:.2f} us on {v.device or v.backend}"]
     if v.eager_us:
-        facts.append(f"eager PyTorch {v.eager_us:.2f} us (speedup {v.eager_us / rt:.2f}x)"
-                     if rt else f"eager PyTorch {v.eager_us:.2f} us")
+        facts.append(f"eager PyTorch {v.eager_us:.2f} us (speedup {speedup:.2f}x)"
+                     if speedup else f"eager PyTorch {v.eager_us:.2f} us")
     if v.compiled_us:
         facts.append(f"torch.compile {v.compiled_us:.2f} us")
     lines = ["; ".join(facts) + "."]
@@ -219,13 +220,12 @@ def analyse_performance(task: Task, cand: Candidate, v: Verdict) -> tuple[str, f
                              "FP32 throughput.")
         elif intensity is not None:
             bottleneck = "memory" if intensity < 4.0 else "compute"
-            behind = v.eager_us / rt if v.eager_us else 1.0
-            if behind < 1 / FAR_BEHIND_EAGER:
+            if speedup is not None and speedup * FAR_BEHIND_EAGER < 1:
                 # no roofline, but eager PyTorch on the same device is a floor on what it allows
                 lines.append(
                     f"No roofline is known for this device, but eager PyTorch does the same work "
                     f"at {flops / (v.eager_us * 1e3):.1f} GFLOP/s and "
-                    f"{nbytes / (v.eager_us * 1e3):.1f} GB/s, {1 / behind:.0f}x this kernel: "
+                    f"{nbytes / (v.eager_us * 1e3):.1f} GB/s, {1 / speedup:.0f}x this kernel: "
                     f"the {bottleneck}-heavy work ({intensity:.2f} FLOP/byte) is far from any "
                     "hardware limit, and the kernel's loop structure is what holds it back.")
             else:
