@@ -29,7 +29,6 @@ from verifier.baselines import Baselines, default_cache_dir, prefetch
 from verifier.batch_stats import BatchStats
 from verifier.build import BuildContext, Builder, BuildResult, _flags_key, candidate_log
 from verifier.cache_bound import build_lease, trim
-from verifier.clock import check_outputs, cross_check
 from verifier.compile_plan import compile_all
 from verifier.decide import parent_check
 from verifier.extract import FormatError, check_candidate, extract_code
@@ -37,7 +36,7 @@ from verifier.extspec import ExtensionSpec, specs_from_source
 from verifier.fallback import apply_policy, errors
 from verifier.forkserver import ForkServer, ForkServerError
 from verifier.generalize import record_generalisation, request_variants
-from verifier.gpu_pool import RunOutcome
+from verifier.performance import judge_performance
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
 from verifier.reward import finalize, record_share
 from verifier.runners import _FLOOD_BYTES, _GpuRunner, _SandboxRunner
@@ -107,12 +106,12 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Base
              runner: _SandboxRunner | _GpuRunner) -> None:
     """Run the correctness and performance stages for one candidate on one execution slot."""
     v = item.verdict
-    device_label = backend.baseline_key()
-    base = baselines.get(item.req.task_source, device_label)
+    job_options = {k: getattr(opts, k) for k in _JOB_OPTIONS}
+    # timed in a process that never ran candidate code, before this candidate runs
+    base = baselines.ensure(item.req.task_source, runner, job_options)
     nonce = secrets.token_hex(16)
     job = {"nonce": nonce, "backend": backend.name, "input_seed": secrets.randbelow(1 << 30),
-           "options": {k: getattr(opts, k) for k in _JOB_OPTIONS},
-           "eager_us": base.get("eager_us"), "compiled_us": base.get("compiled_us")}
+           "options": job_options}
     variants = request_variants(item.req, opts)
     job["variants"] = variants
     out = runner.run(item, job)
@@ -135,7 +134,6 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Base
                            "the harness", "line": None, "severity": "error"})
         return item.stop("cheat", stage, "the candidate wrote the harness's result")
     _record_measurements(v, p)
-    baselines.record(item.req.task_source, device_label, p)
     outcome = p.get("outcome")
     if outcome != "ok":
         if outcome == "task_error":
@@ -152,42 +150,11 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Base
         if verdict != "ok":
             return item.stop(verdict, "correctness", why)
     record_generalisation(v, variants, p.get("variants_checked"))
-    if out.clock is not None:  # the reported runtime against the parent's own clock
-        why = clock_verdict(item, opts, job, out, p)
-        item.timing["referee_s"] = out.referee_s
-        if why:
-            return item.stop("cheat", "performance", why)
-    v.runtime_us, v.runtime_iqr_us = p.get("runtime_us"), p.get("runtime_iqr_us")
-    v.eager_us, v.compiled_us = p.get("eager_us"), p.get("compiled_us")
-    if v.runtime_us and v.eager_us:
-        v.speedup = round(v.eager_us / v.runtime_us, 4)
-    if v.runtime_us and v.compiled_us:
-        v.speedup_compiled = round(v.compiled_us / v.runtime_us, 4)
-    v.faster = bool(v.speedup and v.speedup > opts.fast_threshold)
-    item.stop("correct_fast" if v.faster else "correct_slow", "done")
-
-
-def clock_verdict(item: _Item, opts: VerifyOptions, job: dict[str, Any], out: RunOutcome,
-                  p: dict[str, Any]) -> str:
-    """Why the parent-clocked timing windows make this run a cheat ("" when they do not);
-    the parent's and the reported figures go into a finding either way."""
-    windows, protocol_error, clocked = out.clock
-    ok, why, figures = cross_check(windows, p.get("runtime_us"), protocol_error)
-    item.timing["parent_clock"] = figures
-    if ok and out.rechecked:
-        args = {"task_source": item.req.task_source, "seed": opts.seed, "windows": windows,
-                "input_seed": job["input_seed"],
-                "tol": (opts.atol_fp32, opts.rtol_fp32, opts.atol_low, opts.rtol_low)}
-        try:
-            ok, why = (out.referee("clock", args) if out.referee is not None
-                       else check_outputs(outputs=clocked, **args))
-        except RuntimeError as exc:  # the referee failed: say so, it is not the candidate
-            ok, why = False, f"the verifier's referee failed: {exc}"
-    if ok:
-        return ""
-    item.verdict.findings.append({"rule": "parent_clock", "message": why, "line": None,
-                                  "severity": "error", **figures})
-    return "the runtime the worker reported disagrees with the verifier's own clock: " + why
+    item.timing["judge_clock"] = (out.clock or {}).get("figures")
+    item.timing["referee_s"] = out.referee_s
+    status, why = judge_performance(v, opts, out.clock, base, runner.peaks(),
+                                    item.req.flops, item.req.bytes_moved)
+    item.stop(status, "done" if status.startswith("correct") else "performance", why)
 
 
 def _record_measurements(v: VerdictData, p: dict[str, Any]) -> None:

@@ -1,33 +1,31 @@
-"""Parent-clocked timing cross-check: the runtime a worker reports is checked against wall time
-measured by the verifier process's own clock, which code in the worker cannot reach.
+"""The judge's clock: a candidate's runtime is measured by the trusted judge, never reported.
 
-The worker's timing (host clock or GPU events, `Backend.time_call`) runs in the candidate's
-process, so a candidate can scale what it reports (patch `time_call`, `summarize`, the C function
-behind `time.perf_counter`). After its own timing the worker runs `WINDOWS` parent-clocked
-windows through two FIFOs the parent made in the run directory:
+Code that shares a process with the candidate is the candidate's, so the worker reports no
+time at all. After its correctness trials it serves timed windows over two pipes (FIFOs in the
+run directory of a sandboxed run; inherited pipes, `FDS_ENV`, of a persistent worker):
 
-    worker -> parent  "r <reported us>"      parent -> worker  "<seed offset k> <calls n>"
-    worker: makes up to `POOL` input sets from input_seed + k (fresh, unknown before), then
-    worker -> parent  "g"                    worker: n calls, synchronize
-    worker -> parent  "d"
+    worker -> judge  "t"        ready: its inputs are views of the judge's arena (`verifier.arena`)
+    judge  -> worker "w <n>"    sent right after the judge wrote fresh inputs into the arena
+    worker: n calls over the arena's input sets (under the dispatcher trace, as every call),
+            the last call's output copied into the arena's slot, synchronize
+    worker -> judge  "d"
+    judge  -> worker "e"        no more windows
 
-The parent times "g" to "d" with its own clock and checks the output of each window's last call
-against its own reference (cpu), so the calls cannot be skipped. The number of calls is chosen
-from the reported time (about `TARGET_S` of work if the report is true), so a forged report
-makes the window long. A candidate is a `cheat` when even the fastest window's time per call,
-by the parent's clock, exceeds `K` x the reported time + `CALL_ALLOW_US` (after
-`WINDOW_ALLOW_S` of wake-up and pipe latency per window). Load on the host only ever adds
-time to a window, and a window cannot run faster than the calls truly take (each window's last
-output is checked), so the fastest window is the truest figure: an honest candidate passes when
-one window ran undisturbed (the median failed honest runs on a 2-core host at load 20), and a
-report forged by more than `K` x fails every window.
+The judge times "w" sent to "d" received with its own clock. The worker cannot compute ahead:
+a window's inputs do not exist before the judge writes them, right before "w". It cannot skip
+calls unseen: the last output is checked against the judge's reference and every input
+against the judge's pristine copy. A window with no calls measures the round trip; a window of
+one call the call; then `WINDOWS` windows of n calls, n large enough that the round trip is
+under 1% of a window (and a window at least `TARGET_S`). The runtime is the fastest window's
+time per call, less the judge's own time for the one output copy: load only adds time, and no
+window runs faster than its calls truly take. The reference's baseline is timed the same way
+(`time_windows`) in a process that never ran candidate code.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import secrets
 import select
 import threading
 import time
@@ -37,20 +35,55 @@ from typing import Any
 
 REQ, GO = "clock.req", "clock.go"
 FDS_ENV = "KS_CLOCK_FDS"  # a persistent worker's inherited pipe ends: "<req write>,<go read>"
-WINDOWS, POOL = 3, 4
-TARGET_S, MIN_CALLS, MAX_CALLS = 0.02, 3, 50  # a forged report costs <= 3 x 50 calls
-K, CALL_ALLOW_US, WINDOW_ALLOW_S = 8.0, 50.0, 0.005
-_SEED_BASE = 100_000  # above the worker's trial (1000 + t) and timing (5000 + i) offsets
+WINDOWS = 5
+TARGET_S = 0.02  # a window is at least this long (timer and scheduler noise well under 1%)
+ROUND_TRIP_SHARE = 0.01  # the round trip is under this share of a window
+MIN_CALLS, MAX_CALLS = 3, 100_000
+WAIT_S = 120.0  # the longest the judge waits for one message
 
 
-def calls_for(reported_us: float) -> int:
-    """Calls in one window: about TARGET_S of work at the reported time."""
-    if not reported_us or reported_us <= 0 or not math.isfinite(reported_us):
-        return MAX_CALLS
-    return max(MIN_CALLS, min(MAX_CALLS, math.ceil(TARGET_S * 1e6 / reported_us)))
+def calls_for(call_s: float, round_trip_s: float = 0.0) -> int:
+    """Calls in one window: at least TARGET_S of work, the round trip under 1% of it."""
+    want = max(TARGET_S, round_trip_s / ROUND_TRIP_SHARE)
+    if not call_s > 0 or not math.isfinite(call_s):
+        return MIN_CALLS
+    return max(MIN_CALLS, min(MAX_CALLS, math.ceil(want / call_s)))
 
 
-# --- worker side (runs in the candidate's process: nothing here is believed) -----------------
+def summarize(per_call_s: list[float]) -> dict[str, Any]:
+    """Runtime figures (us) of windows' times per call: the fastest, and the spread."""
+    xs = sorted(per_call_s)
+    q1, q3 = xs[len(xs) // 4], xs[(3 * len(xs)) // 4]
+    return {"runtime_us": round(xs[0] * 1e6, 4), "median_us": round(xs[len(xs) // 2] * 1e6, 4),
+            "iqr_us": round((q3 - q1) * 1e6, 4), "windows_us": [round(x * 1e6, 4) for x in xs]}
+
+
+def time_windows(call: Callable[..., Any], sets: list[list[Any]], refresh: Callable[[], None],
+                 synchronize: Callable[[], None], keep: Callable[[Any], None]
+                 ) -> dict[str, Any]:
+    """The same windows timed in this (trusted) process: the reference's eager or compiled
+    baseline. `refresh` draws fresh inputs into `sets` (outside the clock), `keep` copies the
+    last output once (as the worker copies its output into the slot)."""
+    def window(n: int) -> float:
+        refresh()
+        synchronize()
+        t0 = time.perf_counter()
+        out = None
+        for i in range(n):
+            out = call(*sets[i % len(sets)])
+        if n:
+            keep(out)
+        synchronize()
+        return time.perf_counter() - t0
+
+    window(1)  # warm-up: first-call costs (allocations, lazy init) are not the call's
+    n = calls_for(min(window(1) for _ in range(2)))
+    figures = summarize([window(n) / n for _ in range(WINDOWS)])
+    figures["calls"] = n
+    return figures
+
+
+# --- worker side (runs in the candidate's process: it only serves, it reports nothing) -------
 def _readline(fd: int) -> str:
     buf = b""
     while not buf.endswith(b"\n"):
@@ -61,158 +94,205 @@ def _readline(fd: int) -> str:
     return buf.decode()
 
 
-def child_windows(call: Callable[..., Any], make_inputs: Callable[[int], list[Any]],
-                  synchronize: Callable[[], None], reported_us: float,
-                  keep: Callable[[Any], Any]) -> list[Any] | None:
-    """Run the parent-clocked windows (None where the parent made no clock pipes): FIFOs in the
-    run directory (a sandboxed run), or pipes a persistent worker inherited (FDS_ENV)."""
+def open_worker_pipes() -> tuple[int, int] | None:
+    """(write, read) ends of the clock pipes, or None where the judge made none."""
     fds = os.environ.get(FDS_ENV, "")
     if fds:
-        wfd, rfd = (os.dup(int(f)) for f in fds.split(","))
-    elif os.path.exists(REQ):
-        wfd, rfd = os.open(REQ, os.O_WRONLY), os.open(GO, os.O_RDONLY)
-    else:
-        return None
-    outputs = []
+        w, r = (os.dup(int(f)) for f in fds.split(","))
+        return w, r
+    if os.path.exists(REQ):
+        return os.open(REQ, os.O_WRONLY), os.open(GO, os.O_RDONLY)
+    return None
+
+
+def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[list[Any]],
+                  put: Callable[[Any], None], synchronize: Callable[[], None]) -> None:
+    """Serve the judge's windows until it says "e": n calls over `sets`, `put` the last
+    output into the slot, synchronize, "d"."""
+    wfd, rfd = pipes
     try:
-        for _ in range(WINDOWS):
-            os.write(wfd, f"r {reported_us!r}\n".encode())
-            k, n = (int(v) for v in _readline(rfd).split())
-            sets = [make_inputs(k + j) for j in range(min(n, POOL))]
-            synchronize()
-            os.write(wfd, b"g\n")
+        os.write(wfd, b"t\n")
+        while True:
+            msg = _readline(rfd).split()
+            if msg == ["e"]:
+                return
+            n = int(msg[1])
+            out = None
             for i in range(n):
                 out = call(*sets[i % len(sets)])
+            if n:
+                put(out)
             synchronize()
             os.write(wfd, b"d\n")
-            outputs.append(keep(out))
     finally:
         os.close(wfd)
         os.close(rfd)
-    return outputs
 
 
-# --- parent side -------------------------------------------------------------------------------
-class ParentClock:
-    """The parent's end of the clock pipes for one run directory; a thread answers the worker."""
+# --- judge side ---------------------------------------------------------------------------
+class JudgeClock:
+    """The judge's end of the clock pipes for one run; a thread drives the windows.
 
-    def __init__(self, workdir: Path | None, fds: tuple[int, int] | None = None) -> None:
+    `judge` writes fresh inputs (`fill()`), checks a window's output slot and inputs
+    (`check(n) -> why not or ""`), and knows its own time for one output copy (`copy_s`)."""
+
+    def __init__(self, judge: Any, workdir: Path | None = None,
+                 fds: tuple[int, int] | None = None, wait_s: float = WAIT_S) -> None:
         """FIFOs made in `workdir`, or `fds` (read, write): a persistent worker's pipes, kept
         open across jobs (what an earlier job left in them is drained first)."""
-        self.windows: list[dict[str, Any]] = []
-        self.protocol_error = ""
+        self.judge, self.wait_s = judge, wait_s
+        self.figures: dict[str, Any] = {}
+        self.failure = ""  # why the windows do not stand (the worker's doing)
+        self.judge_error = ""  # why the judge could not time them (not the worker's doing)
         self.own = fds is None
         if fds is None:
             assert workdir is not None
-            os.mkfifo(workdir / REQ, 0o600)
-            os.mkfifo(workdir / GO, 0o600)
+            os.mkfifo(workdir / REQ, 0o666)
+            os.mkfifo(workdir / GO, 0o666)
             # O_RDWR: opening never blocks, reads never see EOF while a worker comes and goes
             self.rfd = os.open(workdir / REQ, os.O_RDWR | os.O_NONBLOCK)
             self.wfd = os.open(workdir / GO, os.O_RDWR | os.O_NONBLOCK)
         else:
             self.rfd, self.wfd = fds
-            try:
-                while os.read(self.rfd, 1 << 16):
-                    pass
-            except BlockingIOError:
-                pass
+            _drain(self.rfd)
         self._stop = threading.Event()
-        self._cur: dict[str, Any] | None = None
-        self._thread = threading.Thread(target=self._loop, name="ks-parent-clock", daemon=True)
+        self._thread = threading.Thread(target=self._drive, name="ks-judge-clock", daemon=True)
         self._thread.start()
 
-    def _loop(self) -> None:
+    def _read(self, deadline: float) -> str:
+        """The worker's next message (one byte at a time: nothing of a later one is lost)."""
         buf = b""
-        while not self._stop.is_set():
-            ready, _, _ = select.select([self.rfd], [], [], 0.1)
-            if not ready:
+        while not buf.endswith(b"\n"):
+            left = deadline - time.perf_counter()
+            if self._stop.is_set() or left <= 0:
+                raise TimeoutError("no message from the worker")
+            if not select.select([self.rfd], [], [], min(left, 0.1))[0]:
                 continue
-            t = time.perf_counter()  # the parent's clock, at the moment the message arrived
             try:
-                buf += os.read(self.rfd, 4096)
+                chunk = os.read(self.rfd, 1)
             except BlockingIOError:
                 continue
-            while b"\n" in buf and not self.protocol_error:
-                line, buf = buf.split(b"\n", 1)
-                self._on(line.decode(errors="replace").split(), t)
-            if len(buf) > 4096 or self.protocol_error:
-                self.protocol_error = self.protocol_error or "oversized clock message"
-                return
+            if not chunk:
+                raise OSError("the worker closed the clock pipe")
+            buf += chunk
+            if len(buf) > 64:
+                raise ValueError("an oversized clock message")
+        return buf.decode(errors="replace").strip()
 
-    def _on(self, msg: list[str], t: float) -> None:
-        cur = self._cur
-        if msg and msg[0] == "r" and len(msg) == 2 and cur is None and len(self.windows) < WINDOWS:
-            try:
-                reported = float(msg[1])
-            except ValueError:
-                self.protocol_error = f"bad clock message {' '.join(msg)[:40]!r}"
-                return
-            k, n = _SEED_BASE + secrets.randbelow(1 << 24), calls_for(reported)
-            self._cur = {"k": k, "n": n, "reported_us": reported, "t0": time.perf_counter()}
-            os.write(self.wfd, f"{k} {n}\n".encode())
-        elif msg == ["g"] and cur is not None and "t_g" not in cur:
-            cur["t_g"], cur["prep_s"] = t, t - cur["t0"]
-        elif msg == ["d"] and cur is not None and "t_g" in cur:
-            cur["wall_s"] = t - cur.pop("t_g")
-            cur.pop("t0")
-            self.windows.append(cur)
-            self._cur = None
-        else:
-            self.protocol_error = f"unexpected clock message {' '.join(msg)[:40]!r}"
+    def _window(self, n: int) -> float:
+        os.write(self.wfd, f"w {n}\n".encode())
+        t0 = time.perf_counter()
+        msg = self._read(t0 + self.wait_s)
+        t1 = time.perf_counter()
+        if msg != "d":
+            raise ValueError(f"unexpected clock message {msg[:40]!r}")
+        return t1 - t0
 
-    def stop(self) -> list[dict[str, Any]]:
+    def _drive(self) -> None:
+        started = False
+        try:
+            msg = self._read(time.perf_counter() + 1e9)  # a run that fails first sends nothing
+            if msg != "t":
+                raise ValueError(f"unexpected clock message {msg[:40]!r}")
+            started = True
+            self.figures = self._measure()
+        except TimeoutError:
+            if not self._stop.is_set():
+                self.failure = "the worker did not finish a timing window in time"
+        except (OSError, ValueError) as exc:
+            self.failure = f"the timing windows failed: {exc}"
+        except RuntimeError as exc:  # the judge itself (the referee) failed: not the worker
+            self.judge_error = f"the verifier's timing judge failed: {exc}"
+        finally:
+            if started:  # the worker waits for its next order only once it said "t"
+                try:
+                    os.write(self.wfd, b"e\n")
+                except OSError as exc:
+                    self.failure = self.failure or f"the timing windows failed: {exc}"
+
+    def _measure(self) -> dict[str, Any]:
+        round_trip = min(self._window(0) for _ in range(3))
+        self.judge.fill()
+        one = self._window(1)
+        why = self.judge.check(1)
+        if why:
+            self.failure = why
+            return {}
+        copy_s = self.judge.copy_s
+        n = calls_for(max(one - round_trip - copy_s, 1e-7), round_trip)
+        per_call = []
+        for _ in range(WINDOWS):
+            self.judge.fill()
+            wall = self._window(n)
+            why = self.judge.check(n)
+            if why:
+                self.failure = why
+                return {}
+            per_call.append(max(wall - copy_s, 0.0) / n)
+        figures = summarize(per_call)
+        figures.update(calls=n, round_trip_us=round(round_trip * 1e6, 2),
+                       copy_us=round(copy_s * 1e6, 2), sets=self.judge.sets,
+                       out_bytes=int(self.judge.out_bytes))
+        return figures
+
+    def result(self) -> dict[str, Any]:
+        """What the judge measured once the windows are over: {"figures", "failure" (the
+        worker's doing), "judge_error" (the verifier's)}."""
+        figures = self.stop()
+        return {"figures": figures, "failure": self.failure, "judge_error": self.judge_error}
+
+    def stop(self) -> dict[str, Any]:
+        """The figures once the windows are over (or abandoned: the worker is gone)."""
         self._stop.set()
-        self._thread.join(timeout=2.0)
+        self._thread.join(timeout=5.0)
         if self.own:
             os.close(self.rfd)
             os.close(self.wfd)
-        return self.windows
+        return self.figures
 
 
-def cross_check(windows: list[dict[str, Any]], reported_us: float | None,
-                protocol_error: str = "") -> tuple[bool, str, dict[str, Any]]:
-    """(ok, why not, figures): the parent's wall time per call against the reported time."""
-    if protocol_error:
-        return False, f"the parent-clocked timing failed: {protocol_error}", {}
-    if len(windows) < WINDOWS:
-        return False, (f"the worker ran {len(windows)} of {WINDOWS} parent-clocked timing "
-                       "windows"), {}
-    if reported_us is None or any(w["reported_us"] != reported_us for w in windows):
-        return False, ("the runtime announced on the clock pipe "
-                       f"({windows[0]['reported_us']} us) is not the one reported "
-                       f"({reported_us} us)"), {}
-    # the fastest window: load adds time, nothing in the worker can take it away
-    parent_us = min(max(0.0, w["wall_s"] - WINDOW_ALLOW_S) / w["n"] * 1e6 for w in windows)
-    limit = K * reported_us + CALL_ALLOW_US
-    figures = {"parent_us": round(parent_us, 2), "reported_us": round(reported_us, 2),
-               "limit_us": round(limit, 2), "calls": [w["n"] for w in windows],
-               "window_ms": [round(w["wall_s"] * 1e3, 3) for w in windows]}
-    if parent_us <= limit:
-        return True, "", figures
-    return False, (f"the parent's clock measured {parent_us:.1f} us per call (fastest of "
-                   f"{len(windows)} windows of {windows[0]['n']} calls), the worker reported "
-                   f"{reported_us:.1f} us (limit {limit:.1f} us = {K:g} x reported + "
-                   f"{CALL_ALLOW_US:g} us)"), figures
+NO_JUDGE = "the verifier has no timing judge on this backend"
 
 
-def check_outputs(task_source: str, seed: int, input_seed: int, windows: list[dict[str, Any]],
-                  outputs: list[Any] | None, tol: tuple[float, float, float, float]
-                  ) -> tuple[bool, str]:
-    """(ok, why not): each window's last output against the parent's reference (cpu runs)."""
+def no_judge() -> dict[str, Any]:
+    """The result of a run no judge timed (a backend whose device the judge cannot map)."""
+    return {"figures": {}, "failure": "", "judge_error": NO_JUDGE}
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 1 << 16):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def time_reference(ref: Any, make_inputs: Callable[[int], list[Any]],
+                   synchronize: Callable[[], None], torch_compile: bool = False,
+                   pool: int = 4) -> dict[str, Any]:
+    """Eager (and torch.compile) baselines of the reference module `ref`, timed in windows as
+    the judge times candidates; only a process that never ran candidate code calls this."""
     import torch
 
-    from verifier.decide import _LOCK, _reference, make_inputs, on_device
-    from verifier.judge import _judge
+    from verifier.arena import fill
 
-    if outputs is None or len(outputs) != len(windows):
-        return False, "the worker left no outputs of its parent-clocked timing windows"
-    model, get_inputs = _reference(task_source, seed)
-    with _LOCK, torch.no_grad():
-        for w, out in zip(windows, outputs, strict=True):
-            inputs = make_inputs(get_inputs,
-                                 input_seed + w["k"] + (w["n"] - 1) % min(w["n"], POOL))
-            ref_out = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-            verdict, msg, _, _ = _judge(model, inputs, ref_out, on_device(out), tol)
-            if verdict != "ok":
-                return False, f"a parent-clocked timing call's output was wrong: {msg}"
-    return True, ""
+    draws = [10_000]
+    sets = [make_inputs(draws[0] + i) for i in range(pool)]
+
+    def refresh() -> None:  # fresh inputs for every window, drawn outside the clock
+        draws[0] += pool
+        sets[:] = [make_inputs(draws[0] + i) for i in range(pool)]
+
+    with torch.no_grad():
+        first = ref(*sets[0])
+        scratch = (first.clone() if isinstance(first, torch.Tensor)
+                   else type(first)(x.clone() if isinstance(x, torch.Tensor) else x
+                                    for x in first))
+        keep = lambda out: fill(scratch, out)  # noqa: E731 - the output copied once
+        eager = time_windows(ref, sets, refresh, synchronize, keep)
+        figures = {"eager_us": eager["runtime_us"], "eager_iqr_us": eager["iqr_us"],
+                   "eager_windows": eager}
+        if torch_compile:
+            compiled = time_windows(torch.compile(ref), sets, refresh, synchronize, keep)
+            figures.update(compiled_us=compiled["runtime_us"], compiled_windows=compiled)
+    return figures

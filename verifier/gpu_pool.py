@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from verifier.build import ArtefactMismatch, copy_for_worker
-from verifier.clock import FDS_ENV, ParentClock
+from verifier.clock import FDS_ENV, JudgeClock, no_judge
 from verifier.isolate import RUN_DIR
 from verifier.membound import host_memory_bound
 from verifier.sandbox import (
@@ -81,8 +81,8 @@ class RunOutcome:
     wall_s: float = 0.0
     outputs: Any = None  # the raw trial outputs: the parent judges them itself
     rechecked: bool = False  # whether the parent judges the outputs (`verifier.decide`)
-    # the parent-clocked timing windows (`verifier.clock`): (windows, protocol error, the
-    # windows' last outputs (None: in `outputs_fd`)), or None where there was no clock
+    # what the judge's clock measured of the timed windows (`verifier.clock.JudgeClock.result`),
+    # for a run whose worker said ok; None otherwise
     clock: Any = None
     # persistent workers: the sealed memfd (the parent's descriptor) holding the job's raw
     # outputs as sent, where each tensor sits in it, and the trusted process that judges them
@@ -108,8 +108,9 @@ class GpuWorkerProcess:
         self.mem_cgroup: Path | None = None
         self.memory_bound = ""
         self.clock_fds: tuple[int, ...] = ()
-        self.clock: ParentClock | None = None
+        self.clock: JudgeClock | None = None
         self.jobs = 0
+        self.arena_fd = -1
         self.ext_id: tuple[int, int] = (0, 0)
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
@@ -233,8 +234,11 @@ class GpuWorkerProcess:
         except OSError:
             return 0
 
-    def run(self, message: dict[str, Any], timeout_s: float) -> RunOutcome:
-        """Send one job ({"job", "task_source", "candidate_source"}) and wait for its result."""
+    def run(self, message: dict[str, Any], timeout_s: float, judge: Any = None,
+            arena_fd: int = -1) -> RunOutcome:
+        """Send one job ({"job", "task_source", "candidate_source"}) and wait for its result;
+        `judge` (with the descriptor of its arena, sent to the worker with the job) times the
+        job's windows (`verifier.clock`)."""
         if not self.alive():
             self.stop()
             if not self.start():
@@ -245,15 +249,18 @@ class GpuWorkerProcess:
         log_before = self.log_size()
         assert self.proc is not None and self.proc.stdin is not None
         deadline = start + timeout_s
-        clock = self.clock = ParentClock(None, self.clock_fds)
+        clock = self.clock = (JudgeClock(judge, fds=self.clock_fds, wait_s=timeout_s)
+                              if judge is not None else None)
+        self.arena_fd = arena_fd
         try:
             return self._exchange(message, start, deadline, timeout_s, log_before, clock)
         finally:
-            clock.stop()
-            self.clock = None
+            if clock is not None:
+                clock.stop()
+            self.clock, self.arena_fd = None, -1
 
     def _exchange(self, message: dict[str, Any], start: float, deadline: float,
-                  timeout_s: float, log_before: int, clock: ParentClock) -> RunOutcome:
+                  timeout_s: float, log_before: int, clock: JudgeClock | None) -> RunOutcome:
         """One job: its outputs' memfd, then the job, then progress until the result."""
         memfd = -1
         try:
@@ -269,10 +276,12 @@ class GpuWorkerProcess:
         return out
 
     def _exchange_with(self, memfd: int, message: dict[str, Any], start: float,
-                       deadline: float, timeout_s: float, log_before: int, clock: ParentClock
-                       ) -> RunOutcome:
+                       deadline: float, timeout_s: float, log_before: int,
+                       clock: JudgeClock | None) -> RunOutcome:
         assert self.proc is not None and self.sock is not None
-        socket.send_fds(self.sock, [b"o"], [memfd])  # the worker takes it with the job
+        # the worker takes them with the job: its outputs' memfd, the judge's arena
+        socket.send_fds(self.sock, [b"o"], [memfd] + ([self.arena_fd] if self.arena_fd >= 0
+                                                      else []))
         why = self._send((json.dumps(message) + "\n").encode(), deadline)
         if why:
             self.stop()
@@ -310,8 +319,9 @@ class GpuWorkerProcess:
             msg["worker_ns_pid"], msg["worker_pid"] = msg.get("worker_pid"), self.proc.pid
             if flood or msg.get("sticky_cuda_error") or msg.get("outcome") == "cheat":
                 self.stop()  # the next candidate gets a clean process
-            timed = (clock.stop(), clock.protocol_error, None) if msg.get(
-                "outcome") == "ok" else None  # clocked outputs: in the outputs memfd
+            timed = None
+            if msg.get("outcome") == "ok":
+                timed = clock.result() if clock is not None else no_judge()
             return RunOutcome(msg, msg.get("stage", stage), False, "", flood,
                               time.monotonic() - start, clock=timed,
                               outputs_fd=memfd if size else -1,

@@ -187,8 +187,12 @@ def main(argv: list[str]) -> int:
         gc.enable()  # the parent sealed the last job's outputs before it sent this job
         held.clear()
         job = msg["job"]
-        _, fds, _, _ = socket.recv_fds(sock, 1, 1)  # sent before the job: its outputs' memfd
+        # sent before the job: its outputs' memfd, and the judge's arena (`verifier.arena`)
+        _, fds, _, _ = socket.recv_fds(sock, 1, 2)
         job_fd = fds[0] if fds else -1
+        arena_fd = fds[1] if len(fds) > 1 else -1
+        if arena_fd >= 0:
+            job["arena_fd"] = arena_fd
         jobdir = tempfile.mkdtemp(prefix="job-", dir=base)  # nothing left for the next job
         os.chdir(jobdir)
         try:
@@ -196,6 +200,8 @@ def main(argv: list[str]) -> int:
         finally:
             os.chdir(base)
             shutil.rmtree(jobdir, ignore_errors=True)
+            if arena_fd >= 0:  # mapped while the windows ran; unmapped by then
+                os.close(arena_fd)
         began = time.monotonic()
         # nothing of the job is freed, and no cyclic garbage collected (finalizers are
         # candidate code), from the outputs' write until the parent has sealed them: the job's

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import socket
 import subprocess
 import sys
 import time
@@ -45,11 +46,47 @@ class Referee:
     def _start(self) -> None:
         from verifier.sandbox import scrubbed_env
 
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "verifier.referee", self.backend], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            env=scrubbed_env({"PYTHONPATH": _PKG_ROOT, **self.env}), start_new_session=True)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "verifier.referee", self.backend, str(theirs.fileno())],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env=scrubbed_env({"PYTHONPATH": _PKG_ROOT, **self.env}),
+                start_new_session=True, pass_fds=(theirs.fileno(),))
+        finally:
+            theirs.close()
+        self.fds = mine  # the referee sends its arena's descriptor here (SCM_RIGHTS)
         self.buf = b""
+
+    def request(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """One operation's reply (RuntimeError when the referee fails or reports an error)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps({"op": op, "args": args}) + "\n").encode())
+            self.proc.stdin.flush()
+            reply = self._read(START_S + CALL_S)
+        except (OSError, ValueError) as exc:
+            self.close()
+            raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
+        if "error" in reply:
+            raise RuntimeError(str(reply["error"])[:500])
+        return reply
+
+    def prepare(self, args: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """A window judge for one job on the referee's GPU: (its reply, the arena's
+        descriptor, which the caller closes once the worker has it)."""
+        reply = self.request("prepare", args)
+        self.fds.settimeout(30.0)
+        try:
+            _, fds, _, _ = socket.recv_fds(self.fds, 1, 1)
+        except OSError as exc:
+            self.close()
+            raise RuntimeError(f"the referee's arena descriptor: {exc}") from exc
+        if not fds:
+            raise RuntimeError("the referee sent no arena descriptor")
+        return reply, fds[0]
 
     def __call__(self, op: str, args: dict[str, Any], outputs: str, layout: Any = None,
                  job: str = "") -> tuple[bool, str]:
@@ -93,6 +130,25 @@ class Referee:
 
             stop_process(self.proc, 10.0)
             self.proc = None
+            self.fds.close()
+
+
+class RemoteJudge:
+    """The referee's window judge seen from the verifier process (`verifier.clock`)."""
+
+    def __init__(self, referee: Referee, reply: dict[str, Any]) -> None:
+        self.referee = referee
+        self.sets, self.copy_s = int(reply["sets"]), float(reply["copy_s"])
+        self.out_bytes, self.spec = int(reply["out_bytes"]), reply["spec"]
+
+    def fill(self) -> None:
+        self.referee.request("fill", {})
+
+    def check(self, n: int) -> str:
+        return str(self.referee.request("check", {"n": n}).get("why", ""))
+
+    def release(self) -> None:
+        self.referee.request("release", {})
 
 
 _LAST: dict[str, Any] = {}  # the outputs last mapped: one mapping serves a run's two ops
@@ -115,22 +171,81 @@ def _outputs(path: str, layout: Any, job: str) -> Any:
     return _LAST["data"]
 
 
-def _answer(msg: dict[str, Any]) -> dict[str, Any]:
-    from verifier.clock import check_outputs
+_JUDGE: dict[str, Any] = {}  # the window judge of the job in flight (one at a time)
+
+
+def _answer(msg: dict[str, Any], fds: socket.socket | None = None) -> dict[str, Any]:
     from verifier.decide import check_run
 
-    data = _outputs(str(msg.get("outputs") or ""), msg.get("layout"), str(msg.get("job") or ""))
-    raw, clocked = (data if isinstance(data, list) and len(data) == 2 else (None, None))
-    raw, clocked = (x if isinstance(x, list) else None for x in (raw, clocked))
-    args = msg["args"]
-    args["tol"] = tuple(args["tol"])
-    if msg["op"] == "run":
-        ok, why = check_run(outputs=raw, **args)
-    elif msg["op"] == "clock":
-        ok, why = check_outputs(outputs=clocked, **args)
-    else:
-        return {"error": f"unknown op {msg['op']!r}"}
-    return {"ok": ok, "why": why}
+    op, args = msg["op"], msg.get("args") or {}
+    if op == "run":
+        data = _outputs(str(msg.get("outputs") or ""), msg.get("layout"),
+                        str(msg.get("job") or ""))
+        raw = data[0] if isinstance(data, list) and len(data) == 2 else data
+        args["tol"] = tuple(args["tol"])
+        ok, why = check_run(outputs=raw if isinstance(raw, list) else None, **args)
+        return {"ok": ok, "why": why}
+    if op == "prepare":
+        return _prepare(args, fds)
+    if op == "fill":
+        _JUDGE["judge"].fill()
+        return {"ok": True}
+    if op == "check":
+        return {"ok": True, "why": _JUDGE["judge"].check(int(args["n"]))}
+    if op == "release":
+        _release()
+        return {"ok": True}
+    if op == "baseline":
+        return _baseline(args)
+    if op == "peaks":
+        from verifier.floor import device_peaks
+
+        return {"ok": True, "peaks": device_peaks(_device(), Path(args["cache_dir"]))}
+    return {"error": f"unknown op {op!r}"}
+
+
+def _device() -> str:
+    import verifier.decide as decide
+
+    return decide.DEVICE
+
+
+def _release() -> None:
+    judge = _JUDGE.pop("judge", None)
+    if judge is not None:
+        judge.close()
+
+
+def _prepare(args: dict[str, Any], fds: socket.socket | None) -> dict[str, Any]:
+    """A new window judge (the last one released): its arena's descriptor over `fds`."""
+    import torch
+
+    from verifier.window_judge import WindowJudge
+
+    _release()
+    free, _ = torch.cuda.mem_get_info() if _device().startswith("cuda") else (1 << 34, 0)
+    budget = min(int(args.get("budget_bytes") or 8 << 30), free // 4)
+    judge = _JUDGE["judge"] = WindowJudge(args["task_source"], int(args["seed"]),
+                                          tuple(args["tol"]), budget)
+    if fds is None:
+        raise RuntimeError("no socket for the arena's descriptor")
+    socket.send_fds(fds, [b"a"], [judge.arena.fd])
+    return {"ok": True, "sets": judge.sets, "copy_s": judge.copy_s, "out_bytes": judge.out_bytes,
+            "spec": judge.spec}
+
+
+def _baseline(args: dict[str, Any]) -> dict[str, Any]:
+    """The reference's baselines timed here, in a process that never runs candidate code."""
+    from verifier import decide
+    from verifier.backends import get_backend
+    from verifier.clock import time_reference
+
+    model, get_inputs = decide._reference(args["task_source"], int(args["seed"]))
+    backend = get_backend(args["backend"])
+    figures = time_reference(model, lambda k: decide.make_inputs(get_inputs, k),
+                             backend.synchronize,
+                             bool(args.get("torch_compile")) and backend.torch_compile_supported())
+    return {"ok": True, "figures": figures}
 
 
 def main(argv: list[str]) -> int:
@@ -141,12 +256,13 @@ def main(argv: list[str]) -> int:
 
     backend = get_backend(argv[0] if argv else "cuda")
     decide.DEVICE = backend.device()
+    fds = socket.socket(fileno=int(argv[1])) if len(argv) > 1 else None
     out = sys.stdout
     sys.stdout = sys.stderr  # task code that prints cannot break the protocol
     torch.set_grad_enabled(False)
     for line in sys.stdin:
         try:
-            reply = _answer(json.loads(line))
+            reply = _answer(json.loads(line), fds)
         except Exception as exc:  # a reference that fails here is reported, not judged
             reply = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         out.write(json.dumps(reply) + "\n")

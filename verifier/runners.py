@@ -7,26 +7,50 @@ from __future__ import annotations
 import functools
 import json
 import os
+import secrets
 import shutil
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from verifier.backends import Backend
 from verifier.build import ArtefactMismatch, copy_for_worker, verify_artefact
-from verifier.clock import ParentClock
+from verifier.clock import JudgeClock, no_judge
 from verifier.decide import load_outputs
 from verifier.gpu_pool import GpuWorkerProcess, RunOutcome
 from verifier.protocol import VerifyOptions
-from verifier.referee import Referee
+from verifier.referee import Referee, RemoteJudge
 from verifier.sandbox import Launcher, SandboxLimits
 from verifier.shared_outputs import read_mapped
+from verifier.window_judge import WindowJudge
 
 _FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
 _DISK_BYTES = 128 << 20  # all files a run writes (the file-size rlimit bounds each one)
+ARENA_FILE = "arena.bin"
+CPU_ARENA_BYTES = 64 << 20  # the judge's input sets and output slot for a cpu run
+GPU_ARENA_BYTES = 8 << 30  # on a GPU (at most a quarter of its free memory)
 RUNTIME_MB = 2048  # a GPU worker's host memory beyond the run's limit: torch, the CUDA runtime
+
+
+_PEAKS: dict[str, Any] = {}
+
+
+def cpu_peaks() -> dict[str, Any] | None:
+    """This host's cpu peaks (measured once per host and torch, cached on disk)."""
+    if "cpu" not in _PEAKS:
+        from verifier.baselines import default_cache_dir
+        from verifier.floor import device_peaks
+
+        try:
+            _PEAKS["cpu"] = device_peaks("cpu", default_cache_dir())
+        except (OSError, RuntimeError) as exc:  # no floor, said once: the verdicts stand
+            print(f"kernelsynth verifier: no physics floor: {exc}", file=sys.stderr)
+            _PEAKS["cpu"] = None
+    return _PEAKS["cpu"]
 
 
 class _SandboxRunner:
@@ -46,7 +70,9 @@ class _SandboxRunner:
                 return RunOutcome(None, "correctness", False, f"verifier build cache: {exc}",
                                   False, 0.0)
             job = {**job, "extensions": exts, "threads": self.threads}
-            clock = ParentClock(workdir)  # the parent's own clock for the timing windows
+            judge, clock = self._judge(item, job, workdir)
+            if judge is not None:
+                job["arena"] = {**judge.spec, "path": ARENA_FILE}
             try:
                 res = self.launcher.run_module(
                     "verifier.worker",
@@ -57,12 +83,12 @@ class _SandboxRunner:
                                  "candidate.py": item.code},
                     env={"OMP_NUM_THREADS": str(self.threads), **self.env}, workdir=workdir)
             finally:
-                windows = clock.stop()
+                timed = clock.result() if clock is not None else no_judge()
+                if judge is not None:
+                    judge.close()
             clock_data = None
             if res.payload is not None and res.payload.get("outcome") == "ok":
-                clocked = (load_outputs(workdir / "clocked.pt") if self.backend.name == "cpu"
-                           else None)
-                clock_data = (windows, clock.protocol_error, clocked)
+                clock_data = timed
             try:
                 stage = json.loads((workdir / "progress.json").read_text()).get(
                     "stage", "correctness")
@@ -74,7 +100,8 @@ class _SandboxRunner:
                         if (workdir / n).exists()) >= _FLOOD_BYTES
             # the file-size rlimit is per file: the total the run wrote is bounded here
             written = sum(f.stat().st_size for f in workdir.rglob("*") if f.is_file()
-                          and not f.is_symlink() and f.suffix != ".so")
+                          and not f.is_symlink() and f.suffix != ".so"
+                          and f.name != ARENA_FILE)  # the judge's arena is not the run's
             if written > _DISK_BYTES and res.payload is not None:
                 res.payload = None
                 res.stderr += (f"\nthe run wrote {written >> 20} MB to its directory (limit "
@@ -89,6 +116,39 @@ class _SandboxRunner:
         # references on this host's cpu match cpu runs; device backends: the worker's checks
         return RunOutcome(res.payload, stage, res.timed_out, failure, flood, res.wall_s,
                           outputs, self.backend.name == "cpu", clock_data)
+
+    def _judge(self, item: Any, job: dict[str, Any], workdir: Path
+               ) -> tuple[WindowJudge | None, JudgeClock | None]:
+        """The verifier's own judge of this run's timed windows (cpu: this process; a
+        baseline-only run needs none), and its clock."""
+        if self.backend.name != "cpu" or job.get("baseline_only"):
+            return None, None
+        opts = self.opts
+        try:
+            judge = WindowJudge(item.req.task_source, opts.seed,
+                                (opts.atol_fp32, opts.rtol_fp32, opts.atol_low, opts.rtol_low),
+                                CPU_ARENA_BYTES, path=str(workdir / ARENA_FILE))
+        except Exception as exc:  # the reference itself fails: the worker will say how
+            print(f"kernelsynth verifier: no timing judge for {item.req.task_id}: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr)
+            return None, None
+        return judge, JudgeClock(judge, workdir=workdir, wait_s=self.opts.run_timeout_s)
+
+    def baseline(self, task_source: str, job_options: dict[str, Any]) -> dict[str, Any] | None:
+        """The reference's baselines, timed in a fresh sandboxed child that loads nothing but
+        the reference (a process that never runs candidate code); None when it failed."""
+        job = {"nonce": secrets.token_hex(16), "backend": self.backend.name,
+               "input_seed": secrets.randbelow(1 << 30), "options": job_options,
+               "baseline_only": True}
+        item = SimpleNamespace(built={}, specs=[], code="", req=SimpleNamespace(
+            task_source=task_source, task_id="baseline"))
+        p = self.run(item, job).payload
+        return p if p and p.get("nonce") == job["nonce"] and p.get("outcome") == "baseline" \
+            else None
+
+    def peaks(self) -> dict[str, Any] | None:
+        """The device's peaks for the physics floor, measured here (cpu: this trusted process)."""
+        return cpu_peaks() if self.backend.name == "cpu" else None
 
     def close(self) -> None:
         return None
@@ -116,6 +176,7 @@ class _GpuRunner:
         # process on the same GPU (inputs drawn there cannot be regenerated on the cpu)
         self.referee = Referee(env, backend) if backend != "cpu" else None
         self.jobs = 0
+        self.device_peaks: dict[str, Any] | None = None
         self.held_fd = -1  # the last job's sealed outputs, until its verdict is made
         self.threads: dict[int, threading.Thread] = {}  # spare index -> its start, oldest first
         self.swaps = 0
@@ -191,11 +252,75 @@ class _GpuRunner:
         with self.lock:
             self._release_outputs()
             self._swap_in_standby(wait=True)
+            judge, arena_fd = None, -1
             try:
-                out = self._run_locked(item, job, built)
+                if not job.get("baseline_only"):
+                    try:
+                        judge, arena_fd = self._judge(item)
+                    except RuntimeError as exc:  # the verifier's fault, not the candidate's
+                        return RunOutcome(None, failure=f"the verifier's referee failed: {exc}")
+                    job = {**job, "arena": judge.spec}
+                out = self._run_locked(item, job, built, judge, arena_fd)
                 return self._judged_here(out)
             finally:
+                if arena_fd >= 0:
+                    os.close(arena_fd)
+                if judge is not None:
+                    self._release_judge(judge)
                 self._swap_in_standby(wait=False)
+
+    def _judge(self, item: Any) -> tuple[Any, int]:
+        """The job's window judge and its arena's descriptor (for the worker): the referee's on
+        its GPU; on the cpu loop (no referee) this process's, in a memfd."""
+        opts = self.opts
+        tol = (opts.atol_fp32, opts.rtol_fp32, opts.atol_low, opts.rtol_low)
+        if self.referee is None:
+            try:
+                judge = WindowJudge(item.req.task_source, opts.seed, tol, CPU_ARENA_BYTES)
+            except Exception as exc:  # noqa: BLE001 - the reference fails: its task's error
+                raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
+            return judge, os.dup(judge.arena.fd)
+        reply, fd = self.referee.prepare({"task_source": item.req.task_source, "seed": opts.seed,
+                                          "tol": tol, "budget_bytes": GPU_ARENA_BYTES})
+        return RemoteJudge(self.referee, reply), fd
+
+    def _release_judge(self, judge: Any) -> None:
+        try:
+            judge.release() if isinstance(judge, RemoteJudge) else judge.close()
+        except RuntimeError as exc:  # the referee restarts on its next use
+            print(f"kernelsynth verifier: the referee did not release a judge: {exc}",
+                  file=sys.stderr)
+
+    def baseline(self, task_source: str, job_options: dict[str, Any]) -> dict[str, Any] | None:
+        """The reference's baselines timed by the referee, which never runs candidate code
+        (the cpu loop: by this process); None when they cannot be timed."""
+        args = {"task_source": task_source, "seed": self.opts.seed, "backend": self.backend,
+                "torch_compile": bool(job_options.get("torch_compile_baseline"))}
+        try:
+            if self.referee is None:
+                from verifier.referee import _baseline
+
+                return _baseline(args)["figures"]
+            return self.referee.request("baseline", args)["figures"]
+        except Exception as exc:  # noqa: BLE001 - an untimeable reference: no baseline
+            print(f"kernelsynth verifier: no baseline for a task: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            return None
+
+    def peaks(self) -> dict[str, Any] | None:
+        """The GPU's peaks for the physics floor, measured once by the referee (cached)."""
+        if self.referee is None:
+            return cpu_peaks()
+        if self.device_peaks is None:
+            from verifier.baselines import default_cache_dir
+
+            try:
+                self.device_peaks = self.referee.request(
+                    "peaks", {"cache_dir": str(default_cache_dir())})["peaks"]
+            except RuntimeError as exc:
+                print(f"kernelsynth verifier: no physics floor: {exc}", file=sys.stderr)
+                self.device_peaks = {}
+        return self.device_peaks or None
 
     def _release_outputs(self) -> None:
         """Close the previous job's outputs memfd (its verdict is made: the slot is free)."""
@@ -216,10 +341,8 @@ class _GpuRunner:
                 data = read_mapped(path, out.outputs_layout) if path else None
             except (OSError, ValueError):  # a layout that does not fit: no outputs
                 data = None
-            raw, clocked = data if isinstance(data, list) and len(data) == 2 else (None, None)
+            raw = data[0] if isinstance(data, list) and len(data) == 2 else None
             out.outputs = raw if isinstance(raw, list) else None
-            if out.clock is not None:
-                out.clock = (*out.clock[:2], clocked if isinstance(clocked, list) else None)
         else:
             self.jobs += 1  # the referee maps each job's outputs once
             call = functools.partial(self.referee, outputs=path, layout=out.outputs_layout,
@@ -235,7 +358,8 @@ class _GpuRunner:
             out.referee = timed
         return out
 
-    def _run_locked(self, item: Any, job: dict[str, Any], built: list) -> RunOutcome:
+    def _run_locked(self, item: Any, job: dict[str, Any], built: list, judge: Any = None,
+                    arena_fd: int = -1) -> RunOutcome:
         """One job on the current worker (lock held): start it if gone, stage the objects."""
         if not self.worker.alive():  # objects are staged in a started worker's directory
             self.worker.stop()
@@ -250,13 +374,15 @@ class _GpuRunner:
                        for r in built}
             return self.worker.run({"job": {**job, "extensions": entries},
                                     "task_source": item.req.task_source,
-                                    "candidate_source": item.code}, self.opts.run_timeout_s)
+                                    "candidate_source": item.code}, self.opts.run_timeout_s,
+                                   judge, arena_fd)
         staged = None
         try:
             entries, staged = self.worker.stage(built)
             return self.worker.run({"job": {**job, "extensions": entries},
                                     "task_source": item.req.task_source,
-                                    "candidate_source": item.code}, self.opts.run_timeout_s)
+                                    "candidate_source": item.code}, self.opts.run_timeout_s,
+                                   judge, arena_fd)
         except (ArtefactMismatch, OSError) as exc:  # the worker is not trusted further
             self.worker.stop()
             return RunOutcome(None, "correctness", False, f"verifier build cache: {exc}",

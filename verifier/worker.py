@@ -35,8 +35,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from verifier.clock import child_windows  # the parent's clock checks the reported runtime
-
 # Functions the harness relies on; a candidate that replaces any of them is tampering.
 _GUARDED = (
     ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "time"),
@@ -207,7 +205,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
 
     from verifier.backends import get_backend
     from verifier.extspec import install_shim
-    from verifier.fallback import judge_ops, make_trace_mode
+    from verifier.fallback import judge_ops, make_trace_mode, op_kind
     from verifier.generalize import check_variants
 
     backend = get_backend(job["backend"])
@@ -244,21 +242,10 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         with torch.device(device):  # random inputs made on the device (fast for big tensors)
             return list(_to_device(get_inputs(), device))
 
-    timing = {"warmup": int(opts.get("perf_warmup", 3)),
-              "min_trials": int(opts.get("perf_trials", 20)),
-              "max_trials": int(opts.get("perf_max_trials", 100)),
-              "budget_s": float(opts.get("perf_budget_s", 3.0)),
-              "target_rel_iqr": float(opts.get("perf_target_rel_iqr", 0.02))}
-    counter = [0]
-
-    def timing_inputs(_i: int) -> list[Any]:  # fresh inputs for every timed call
-        counter[0] += 1
-        return make_inputs(5000 + counter[0])
-
     mark("reference_load")
-    _baselines(res, job, backend, ref, timing_inputs, timing)
-    mark("baseline")
-    if job.get("baseline_only"):  # the parent measures a task's baselines ahead of candidates
+    if job.get("baseline_only"):  # a process that never runs candidate code times the reference
+        _baselines(res, job, backend, ref, make_inputs)
+        mark("baseline")
         res.finish("baseline")
 
     guard = _guard_snapshot()  # before the extensions load: their static initializers run then
@@ -293,7 +280,6 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     ops: list[tuple[str, int | None]] = []  # (aten op, candidate line) of every forward
     own_calls = 0  # calls into the candidate's extension functions during forward
     worst: dict[str, float] = {}
-    cand_s = 0.0  # time inside the candidate's forward (for the harness-overhead figure)
     for t in range(trials):
         inputs = make_inputs(1000 + t)
         pristine = _clone(inputs)
@@ -302,10 +288,8 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
                 ref_out = ref(*_clone(inputs))
                 cand_inputs = _clone(inputs)
                 with make_trace_mode() as tr:  # every trial: no per-call-count behaviour
-                    t_call = time.perf_counter()
                     new_out = new(*cand_inputs)
                     backend.synchronize()
-                    cand_s += time.perf_counter() - t_call
                 ops.extend(tr.ops)
                 own_calls += tr.own_calls
         except Exception as exc:
@@ -351,91 +335,82 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     mark("variants")
 
     res.progress("performance")
-    last: dict[str, Any] = {}
-
-    def timed(*args: Any) -> Any:  # the last timed call's output is checked, not just trials
-        out = new(*args)
-        last["out"], last["k"] = out, counter[0]
-        return out
-
-    runs = []
     try:
         with torch.no_grad():
-            for _ in range(max(1, int(opts.get("repeat_timing", 1)))):
-                runs.append(backend.time_call(timed, timing_inputs, **timing))
-                backend.synchronize()
-                _check_timed_output(res, ref, make_inputs, last, tol)
             again = new(*_clone(first_inputs))
             backend.synchronize()
-            clocked = child_windows(new, make_inputs, backend.synchronize, runs[0].median_us,
-                                    _clone)
+            window_ops = _serve_windows(job, new, backend)
     except Exception as exc:
         msg, line = _candidate_traceback(exc)
         res.finish("runtime_error", f"during timing: {msg}")
-    cand_t = runs[0]
-    res.data.update(runtime_us=cand_t.median_us, runtime_iqr_us=cand_t.iqr_us,
-                    timing_trials=cand_t.trials, timing_cv=cand_t.cv,
-                    timing_method=cand_t.method, hidden_us=cand_t.hidden_us)
-    for key in ("spin_us", "host_us", "uncovered_trials", "discarded_trials", "clock_mhz"):
-        res.data[key] = getattr(cand_t, key, None)  # device timing only (gpu_timing)
-    cand_s += cand_t.mean_us * cand_t.trials / 1e6
-    res.data["candidate_s"] = cand_s
-    if len(runs) > 1:
-        from verifier.gpu_timing import coefficient_of_variation
-
-        res.data["repeat_medians_us"] = [r.median_us for r in runs]
-        res.data["repeat_cv"] = coefficient_of_variation(res.data["repeat_medians_us"])
-    if cand_t.method == "device_sync":  # paid for in the timing; worth knowing in the data
-        res.finding("hidden_work", f"{cand_t.hidden_us:.0f} us of device work was still "
-                    "running after forward's stream finished (side streams or threads); timed "
-                    "to device idle", severity="warning")
+    res.data["timed_ops"] = sorted(window_ops)[:50]
+    unseen = sorted(op for op in window_ops - {op for op, _ in ops} if op_kind(op) == "compute")
+    if unseen:  # behaviour that changes when the trials are over: a fallback it hid from them
+        res.finding("timed_fallback", f"the timed calls ran {', '.join(unseen[:3])}, which "
+                    "the traced trials did not")
+        res.finish("cheat", "the timed calls ran library compute the trials did not: "
+                   + ", ".join(unseen[:3]))
+    found, cheat = judge_ops([(op, None) for op in window_ops], policy, own_calls)
+    if cheat:
+        res.data["findings"].extend(found)
+        res.finish("cheat", "in the timed calls: " + cheat)
     verdict, msg, _, _ = _judge(ref, first_inputs, first_ref, again, tol)
     if verdict != "ok":
         res.finding("changed_after_timing", msg)
         res.finish("cheat", f"outputs changed after the timing runs: {msg}")
     _check_tamper(res, guard, threads_before)
-    res.data["raw_outputs"], res.data["clocked_outputs"] = raw + variant_raw, clocked
+    res.data["raw_outputs"] = raw + variant_raw
     mark("performance")
     res.progress("done")
     res.finish("ok")
 
 
-def _check_timed_output(res: _Result, ref: Any, make_inputs: Callable[[int], list[Any]],
-                        last: dict[str, Any], tol: tuple[float, float, float, float]) -> None:
-    """The output of the last timed call against the reference on the same (regenerated)
-    inputs: a forward that works only on inputs it has seen, or only on its first calls, is
-    fast and wrong here."""
-    if "out" not in last:
-        return
-    inputs = make_inputs(5000 + last["k"])
-    ref_out = ref(*_clone(inputs))
-    verdict, msg, _, _ = _judge(ref, inputs, ref_out, last.pop("out"), tol)
-    if verdict != "ok":
-        res.finding("timed_output_wrong", msg)
-        res.finish("cheat", f"the output of a timed call was wrong: {msg}")
+def _serve_windows(job: dict[str, Any], new: Any, backend: Any) -> set[str]:
+    """Serve the judge's timed windows (`verifier.clock`) on the inputs it writes into the
+    shared arena; the aten ops the timed calls ran (traced on every call, as in the trials).
+    Nothing is measured here: the judge's clock owns the runtime."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from verifier.arena import Arena, fill, views
+    from verifier.clock import open_worker_pipes, serve_windows
+
+    spec = job.get("arena")
+    pipes = open_worker_pipes() if spec else None
+    if spec is None or pipes is None:  # no judge for this run: it gets no runtime
+        return set()
+    seen: set[str] = set()
+
+    class TimedTrace(TorchDispatchMode):  # light: one set insert per aten op
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            seen.add(str(func))
+            return func(*args, **(kwargs or {}))
+
+    arena = Arena.attach(spec.get("path") or job["arena_fd"], int(spec["nbytes"]),
+                         backend.device())
+    try:
+        sets = [views(arena, layout) for layout in spec["sets"]]
+        slot = views(arena, spec["out"])
+        with TimedTrace():
+            serve_windows(pipes, new, sets, lambda out: fill(slot, out), backend.synchronize)
+        sets = slot = None
+    finally:
+        arena.close()
+    seen.discard("aten.copy_.default")  # the harness's own copy of the output into the slot
+    return seen
 
 
 def _baselines(res: _Result, job: dict[str, Any], backend: Any, ref: Any,
-               make_args: Callable[[int], list[Any]], timing: dict[str, Any]) -> None:
-    """Eager / torch.compile timings of the reference, unless the parent has them cached."""
-    import torch
+               make_inputs: Callable[[int], list[Any]]) -> None:
+    """Eager (and torch.compile) baselines timed as the judge times candidates
+    (`verifier.clock.time_reference`); only a process that never ran candidate code runs
+    this (a fresh sandboxed child; on a GPU the referee)."""
+    from verifier.clock import time_reference
 
     opts = job["options"]
     try:
-        with torch.no_grad():
-            if job.get("eager_us") is None:
-                et = backend.time_call(ref, make_args, **timing)
-                res.data.update(eager_us=et.median_us, eager_iqr_us=et.iqr_us,
-                                eager_measured=True)
-            else:
-                res.data["eager_us"] = job["eager_us"]
-            if opts.get("torch_compile_baseline") and backend.torch_compile_supported():
-                if job.get("compiled_us") is None:
-                    compiled = torch.compile(ref)
-                    ct = backend.time_call(compiled, make_args, **timing)
-                    res.data.update(compiled_us=ct.median_us, compiled_measured=True)
-                else:
-                    res.data["compiled_us"] = job["compiled_us"]
+        res.data.update(time_reference(
+            ref, make_inputs, backend.synchronize,
+            bool(opts.get("torch_compile_baseline")) and backend.torch_compile_supported()))
     except Exception as exc:  # a reference that cannot be timed is the task's problem
         res.finish("task_error", f"timing the reference failed: {type(exc).__name__}: {exc}")
 
@@ -482,13 +457,11 @@ def main() -> None:
     os.unlink("task.py")
     data = run_job(job, task_src, cand_src,
                    on_progress=lambda stage: _write("progress.json", {"stage": stage}))
-    raw, clocked = data.pop("raw_outputs", None), data.pop("clocked_outputs", None)
+    raw = data.pop("raw_outputs", None)
     if raw is not None:  # raw outputs for the parent, which compares them itself
         import torch
 
         torch.save(raw, "outputs.pt")
-        if clocked is not None:
-            torch.save(clocked, "clocked.pt")
     _write("result.json", data)
     sys.stdout.flush()
     os._exit(0)  # skip atexit/finalizers the candidate may have registered

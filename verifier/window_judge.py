@@ -1,0 +1,106 @@
+"""The judge's side of the timed windows (`verifier.clock`): fresh inputs written into the
+shared arena (`verifier.arena`) right before each window, the window's last output and every
+input checked right after. It runs in the verifier process (cpu) or in the referee on the
+worker's GPU (`verifier.referee`): never in a process that runs candidate code."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from verifier import decide
+from verifier.arena import Arena, fill, plan, views
+
+POOL_MAX = 8  # input sets a window cycles over (each fresh for every window)
+
+
+def _clone(xs: Any) -> Any:
+    import torch
+
+    if isinstance(xs, torch.Tensor):
+        return xs.clone()
+    if isinstance(xs, list | tuple):
+        return type(xs)(_clone(x) for x in xs)
+    return xs
+
+
+def _synchronize(device: str) -> None:
+    import torch
+
+    if device != "cpu":
+        getattr(torch, device.split(":")[0]).synchronize()
+
+
+class WindowJudge:
+    """Fresh inputs per window in an arena both sides map; checks of what the worker left."""
+
+    def __init__(self, task_source: str, seed: int, tol: tuple[float, float, float, float],
+                 budget_bytes: int, path: str = "") -> None:
+        import torch
+
+        self.model, self.get_inputs = decide._reference(task_source, seed)
+        self.device, self.tol = decide.DEVICE, tol
+        self._seed = (1 << 40) + secrets.randbelow(1 << 40)  # unknown to the worker
+        sample = self._draw()
+        with decide._LOCK, torch.no_grad():
+            ref_out = self.model(*_clone(sample))
+        _, set_bytes = plan(sample)
+        _, out_bytes = plan(ref_out)
+        self.out_bytes = out_bytes
+        self.sets = int(max(1, min(POOL_MAX, (budget_bytes - out_bytes) // max(2 * set_bytes, 1))))
+        layouts, end = [], 0
+        for _ in range(self.sets):
+            layout, end = plan(sample, end)
+            layouts.append(layout)
+        out_layout, total = plan(ref_out, end)
+        self.arena = Arena.create(total, self.device, path)
+        self.views = [views(self.arena, layout) for layout in layouts]
+        self.slot = views(self.arena, out_layout)
+        self.spec = {"nbytes": self.arena.nbytes, "sets": layouts, "out": out_layout}
+        self.pristine: list[Any] = []
+        self.copy_s = min(self._timed_copy(ref_out) for _ in range(3))
+
+    def _timed_copy(self, out: Any) -> float:
+        _synchronize(self.device)
+        t0 = time.perf_counter()
+        fill(self.slot, out)
+        _synchronize(self.device)
+        return time.perf_counter() - t0
+
+    def _draw(self) -> list[Any]:
+        self._seed += 1
+        with decide._LOCK:  # the global generator: a recheck seeds and draws under this lock
+            return decide.make_inputs(self.get_inputs, self._seed)
+
+    def fill(self) -> None:
+        """Fresh inputs into every set; the drawn tensors are the pristine copies."""
+        self.pristine = []
+        for target in self.views:
+            drawn = self._draw()
+            fill(target, drawn)
+            self.pristine.append(drawn)
+        _synchronize(self.device)
+
+    def check(self, n: int) -> str:
+        """Why the window of `n` calls does not stand ("" when it does)."""
+        import torch
+
+        from verifier.judge import _judge
+        from verifier.worker import _same
+
+        k = (n - 1) % self.sets
+        with decide._LOCK, torch.no_grad():
+            ref_out = self.model(*_clone(self.pristine[k]))
+            verdict, msg, _, _ = _judge(self.model, self.pristine[k], ref_out, self.slot,
+                                        self.tol)
+        if verdict != "ok":
+            return f"the output of a timed call was wrong: {msg}"
+        for target, drawn in zip(self.views, self.pristine, strict=True):
+            if not _same(target, drawn):
+                return "forward modified its input tensors during a timed call"
+        return ""
+
+    def close(self) -> None:
+        self.views, self.slot, self.pristine = [], None, []
+        self.arena.close()
