@@ -39,13 +39,13 @@ class VerifyRequest:
     task_source: str  # the KernelBench reference file (Model, get_inputs, get_init_inputs)
     response: str  # raw model response (markdown with code fences) or plain Python code
     backend: str = "cpu"  # cpu | cuda | musa
+    # other size sets / constructor arguments for the generalisation check (verifier.variants:
+    # {label, source, changes}); None: derived from task_source when options.generalize is on
+    variants: list[dict[str, Any]] | None = None
     # the task's FLOPs and the bytes its work must move (`Task.flops` / `Task.bytes_moved`):
     # the physics floor a runtime cannot beat (0: unknown; the output's bytes still count)
     flops: float = 0.0
     bytes_moved: float = 0.0
-    # other size sets / constructor arguments for the generalisation check (verifier.variants:
-    # {label, source, changes}); None: derived from task_source when options.generalize is on
-    variants: list[dict[str, Any]] | None = None
 
 
 @dataclass

@@ -12,7 +12,8 @@ from typing import Any
 from verifier import decide
 from verifier.arena import Arena, fill, plan, views
 
-POOL_MAX = 8  # input sets a window cycles over (each fresh for every window)
+POOL_MAX = 64  # input sets a window cycles over, each fresh for every window: a result
+# cached for a repeated set within a window is the one saving the floor alone bounds
 
 
 def _clone(xs: Any) -> Any:

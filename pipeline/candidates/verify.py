@@ -59,9 +59,12 @@ def verify_with_rejections(
             rejections.append(Rejection.make("verify", c.candidate_id, f"backend {requested}",
                                              "backend_unavailable", str(exc)))
             continue
+        source = _reference(task, backend)
         groups.setdefault(backend, []).append(VerifyRequest(
-            c.candidate_id, c.task_id, _reference(task, backend), c.code or c.raw_response,
-            backend, task_variants(task, backend) if cfg.generalize else None))
+            c.candidate_id, c.task_id, source, c.code or c.raw_response,
+            backend, task_variants(task, backend) if cfg.generalize else None,
+            # the physics floor's FLOPs: the task's estimate is for its own sizes only
+            flops=task.flops if source == task.source else 0.0))
     verdicts: list[Verdict] = []
     opts = verify_options(cfg, cache_dir)
     for backend, reqs in groups.items():
