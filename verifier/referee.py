@@ -1,21 +1,23 @@
-"""The trusted referee of a GPU worker: reference outputs on the worker's GPU, in a process that
-never runs candidate code.
+"""The trusted referee of a GPU worker: the judge on the worker's GPU, in a process that never
+runs candidate code.
 
-A GPU worker draws each trial's inputs on the GPU from a seed the parent chose fresh
-(`input_seed`), so the parent's cpu cannot regenerate them (another random stream); this
-process can. It runs `verifier.decide`'s and `verifier.clock`'s own checks with
-`decide.DEVICE` set to the GPU: the task's reference on the same inputs, judged against the raw
-outputs the worker sent the parent (`verifier.gpu_worker`: a sealed memfd the parent holds,
-mapped here copy-on-write by its /proc path, `verifier.shared_outputs`). Only task code and the
-checked layout reader run here.
+It owns every number of a GPU run. `run`: the trial outputs the worker sent the parent (a sealed
+memfd, mapped here copy-on-write by its /proc path, `verifier.shared_outputs`) against the
+task's reference on inputs regenerated from the parent's seeds (`verifier.decide` with
+`decide.DEVICE` set to the GPU). `prepare` / `fill` / `check` / `release`: the timed windows'
+judge (`verifier.window_judge`): an arena of device memory whose descriptor goes to the parent
+over a socket (SCM_RIGHTS) and on to the worker, fresh inputs written before each window, the
+window's output slot and inputs checked after it, all on the device. `baseline`: the reference's
+eager (and torch.compile) timings, by the judge's window method. `peaks`: the device's peaks for
+the physics floor (`verifier.floor`), measured once and cached. Only task code runs here.
 
-    python -m verifier.referee BACKEND
-    stdin:  {"op": "run" | "clock", "outputs": PATH, "layout": {...}, "args": {...}, "job": N}
-            per line
-    stdout: {"ok": bool, "why": str} or {"error": str} per line
+    python -m verifier.referee BACKEND [FD-SOCKET]
+    stdin:  {"op": ..., "args": {...}} (and for "run": "outputs", "layout", "job") per line
+    stdout: {"ok": true, ...} or {"error": str} per line
 
 Parent side: `Referee(env, backend)` (pinned with the same CUDA_VISIBLE_DEVICES as its
-worker), started on first use and again after a failure.
+worker), started on first use and again after a failure; `RemoteJudge`, the window judge as
+`verifier.clock.JudgeClock` sees it.
 """
 
 from __future__ import annotations
