@@ -212,14 +212,20 @@ class JudgeClock:
 
     def _measure(self) -> dict[str, Any]:
         round_trip = min(self._window(0) for _ in range(3))
-        self.judge.fill()
-        one = self._window(1)
-        why = self.judge.check(1)
-        if why:
-            self.failure = why
-            return {}
         copy_s = self.judge.copy_s
-        n = calls_for(max(one - round_trip - copy_s, 1e-7), round_trip)
+        n, call_s = 1, 0.0
+        while True:  # calibration: double the calls until a window is a quarter of the target
+            self.judge.fill()
+            wall = self._window(n)
+            why = self.judge.check(n)
+            if why:
+                self.failure = why
+                return {}
+            call_s = max(wall - round_trip - copy_s, 1e-7) / n
+            if wall >= TARGET_S / 4 or n >= MAX_CALLS:
+                break
+            n *= 4 if wall < TARGET_S / 64 else 2
+        n = calls_for(call_s, round_trip)
         per_call = []
         for _ in range(WINDOWS):
             self.judge.fill()
