@@ -78,9 +78,9 @@ def test_an_honest_worker_is_timed_by_the_judge(tmp_path: Path) -> None:
     fig = res["figures"]
     assert res["failure"] == "" and res["judge_error"] == ""
     assert 2000.0 <= fig["runtime_us"] < 6000.0, fig
-    assert fig["calls"] >= clock.MIN_CALLS and fig["calls"] * 0.002 >= clock.TARGET_S * 0.9
-    # the round trip is under 1% of a window
-    assert fig["round_trip_us"] / 1e6 <= clock.ROUND_TRIP_SHARE * fig["calls"] * 0.002 * 1.5
+    # n from the judge's own calibration: about TARGET_S of work (a loaded host inflates the
+    # calibrated call, so fewer calls, never fewer than MIN_CALLS)
+    assert clock.MIN_CALLS <= fig["calls"] <= clock.TARGET_S / 0.002 + 1
     assert len(fig["windows_us"]) == clock.WINDOWS and fig["out_bytes"] == 64 * 32 * 4
 
 
