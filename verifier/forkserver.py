@@ -169,6 +169,10 @@ def serve(preload: list[str]) -> int:
         if poisoned_by is None and _fork_poisoned():
             poisoned_by = f"import {name}"
     poisoned = poisoned_by is not None
+    if not torch.cuda.is_available():  # a child's first profiler session would cost seconds:
+        # the worker traces every call with torch's profiler (`verifier.worker._OpNames`)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+            torch.zeros(1).add_(1)
 
     def send(obj: dict[str, Any]) -> None:
         data = (json.dumps(obj) + "\n").encode()

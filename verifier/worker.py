@@ -202,6 +202,7 @@ def run_job(job: dict[str, Any], task_src: str, cand_src: str,
 
 def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> None:
     import torch
+    from torch.autograd.profiler import record_function
 
     from verifier.backends import get_backend
     from verifier.extspec import install_shim
@@ -279,48 +280,51 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     raw: list[Any] = []  # the candidate's outputs, for the parent's own comparison
     ops: list[tuple[str, int | None]] = []  # (aten op, candidate line) of every forward
     own_calls = 0  # calls into the candidate's extension functions during forward
-    trial_names: set[str] = set()  # the aten ops the trials ran, as the timed calls record them
     worst: dict[str, float] = {}
-    for t in range(trials):
-        inputs = make_inputs(1000 + t)
-        pristine = _clone(inputs)
-        try:
-            with torch.no_grad():
-                ref_out = ref(*_clone(inputs))
-                cand_inputs = _clone(inputs)
-                with make_trace_mode() as tr, _OpNames() as names:  # every trial traced
-                    new_out = new(*cand_inputs)
-                    backend.synchronize()
-                trial_names |= names
-                ops.extend(tr.ops)
-                own_calls += tr.own_calls
-        except Exception as exc:
-            msg, line = _candidate_traceback(exc)
-            res.data["error_line"] = line
-            res.data["trials"] = t
-            res.finish("runtime_error", msg)
-        if prev_new is not None and _same(new_out, prev_new) and not _same(ref_out, prev_ref):
+    names = _OpNames(label=True)
+    trial_names = names.__enter__()  # the trials' own aten ops, recorded as timed calls are
+    try:
+        for t in range(trials):
+            inputs = make_inputs(1000 + t)
+            pristine = _clone(inputs)
+            try:
+                with torch.no_grad():
+                    ref_out = ref(*_clone(inputs))
+                    cand_inputs = _clone(inputs)
+                    with make_trace_mode() as tr, record_function(LABEL):  # every trial traced
+                        new_out = new(*cand_inputs)
+                        backend.synchronize()
+                    ops.extend(tr.ops)
+                    own_calls += tr.own_calls
+            except Exception as exc:
+                msg, line = _candidate_traceback(exc)
+                res.data["error_line"] = line
+                res.data["trials"] = t
+                res.finish("runtime_error", msg)
+            if prev_new is not None and _same(new_out, prev_new) and not _same(ref_out, prev_ref):
+                res.data["trials"] = t + 1
+                res.finding("result_caching", "the same output for different inputs")
+                res.finish("cheat", "the output did not change with new inputs (cached result)")
+            verdict, msg, stats, by_fp64 = _judge(ref, pristine, ref_out, new_out, tol)
+            if by_fp64:
+                res.data["tolerance"] = "fp64_reference"
+            for k, v in stats.items():
+                worst[k] = max(worst.get(k, 0.0), v)
+            res.data.update(worst)
             res.data["trials"] = t + 1
-            res.finding("result_caching", "the same output for different inputs")
-            res.finish("cheat", "the output did not change with new inputs (cached result)")
-        verdict, msg, stats, by_fp64 = _judge(ref, pristine, ref_out, new_out, tol)
-        if by_fp64:
-            res.data["tolerance"] = "fp64_reference"
-        for k, v in stats.items():
-            worst[k] = max(worst.get(k, 0.0), v)
-        res.data.update(worst)
-        res.data["trials"] = t + 1
-        if verdict == "cheat":
-            res.finding("output_type", msg)
-        if verdict != "ok":
-            res.finish("cheat" if verdict == "cheat" else "incorrect", f"trial {t + 1}: {msg}")
-        if not _same(cand_inputs, pristine):
-            res.finding("input_mutation", "forward modified its input tensors in place")
-            res.finish("incorrect", "forward modified its input tensors (the reference does not)")
-        prev_ref, prev_new = ref_out, new_out
-        raw.append(_clone(new_out))  # kept on its device: copied once, into the outputs memfd
-        if t == 0:
-            first_inputs, first_ref = pristine, ref_out
+            if verdict == "cheat":
+                res.finding("output_type", msg)
+            if verdict != "ok":
+                res.finish("cheat" if verdict == "cheat" else "incorrect", f"trial {t + 1}: {msg}")
+            if not _same(cand_inputs, pristine):
+                res.finding("input_mutation", "forward modified its input tensors in place")
+                res.finish("incorrect", "forward modified its input tensors (the reference does not)")
+            prev_ref, prev_new = ref_out, new_out
+            raw.append(_clone(new_out))  # kept on its device: copied once, into the outputs memfd
+            if t == 0:
+                first_inputs, first_ref = pristine, ref_out
+    finally:  # a run that ends in a trial must not leave the session open
+        names.__exit__(None, None, None)
     res.data.setdefault("mismatch_frac", 0.0)
     policy = str(opts.get("fallback", "strict"))
     found, cheat = judge_ops(ops, policy, own_calls)
@@ -367,10 +371,16 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     res.finish("ok")
 
 
+LABEL = "ks-candidate"  # the candidate's own calls in a profile that also holds others
+
+
 class _OpNames:
-    """The names of the aten ops run inside it, recorded by torch's profiler (its C++ record
-    function hooks cost ~nothing per op, where a Python dispatch mode costs ~15 us): so every
-    timed call can be traced without slowing it."""
+    """The names of the aten ops run inside it (only those under `LABEL`, when `label`),
+    recorded by torch's profiler: its C++ record hooks cost ~nothing per op, where a Python
+    dispatch mode costs ~15 us, so every timed call can be traced without slowing it."""
+
+    def __init__(self, label: bool = False) -> None:
+        self.label = label
 
     def __enter__(self) -> set[str]:
         import torch
@@ -382,7 +392,14 @@ class _OpNames:
 
     def __exit__(self, *exc: Any) -> None:
         self.prof.__exit__(*exc)
-        self.names.update(e.name for e in self.prof.events() if e.name.startswith("aten::"))
+        for e in self.prof.events():
+            if not e.name.startswith("aten::"):
+                continue
+            parent = e.cpu_parent
+            while self.label and parent is not None and parent.name != LABEL:
+                parent = parent.cpu_parent
+            if not self.label or parent is not None:
+                self.names.add(e.name)
 
 
 def _serve_windows(job: dict[str, Any], new: Any, backend: Any) -> set[str]:
