@@ -57,6 +57,9 @@ ESCAPE_ATTRS = frozenset({
     "killpg", "setsid", "unshare", "setns", "ptrace", "execv", "execve", "spawnv", "dlopen",
     "settrace", "setprofile", "_exit",
 })
+# nn.Module's own methods named like an escape attribute: `self.modules()` is the module tree,
+# `sys.modules` a dict that is never called, so only the called form is the nn.Module API.
+MODULE_API = frozenset({"modules"})
 ESCAPE_CALLS = frozenset({"open", "exec", "eval", "compile", "__import__", "globals", "locals",
                           "vars", "setattr", "delattr", "breakpoint", "input", "memoryview"})
 PATCHABLE = frozenset({"torch", "time", "F", "nn", "np", "numpy", "threading", "builtins", "sys",
@@ -128,6 +131,16 @@ def _dotted(node: ast.AST) -> str:
         parts.append(node.id)
         return ".".join(reversed(parts))
     return ""
+
+
+def _own_attribute(call: ast.Call) -> bool:
+    """`setattr(self..., name, v)` / `delattr(self..., name)`: nn.Module code registering its own
+    attributes (`setattr(self, f"conv{i}", ...)`), unless the name is a dunder."""
+    if _dotted(call.func) not in ("setattr", "delattr") or not call.args:
+        return False
+    name = call.args[1] if len(call.args) > 1 else None
+    dunder = isinstance(name, ast.Constant) and str(name.value).startswith("__")
+    return _dotted(call.args[0]).split(".")[0] == "self" and not dunder
 
 
 def _task_is_low_precision(task_source: str) -> bool:
@@ -209,6 +222,7 @@ def check_python(tree: ast.Module, task_source: str) -> list[dict[str, Any]]:
     low_ok = _task_is_low_precision(task_source)
     model_new = next((n for n in tree.body if isinstance(n, ast.ClassDef)
                       and n.name == "ModelNew"), None)
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     for node in ast.walk(tree):
         if id(node) in build_env:
             continue
@@ -232,7 +246,8 @@ def check_python(tree: ast.Module, task_source: str) -> list[dict[str, Any]]:
         elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
             out.append(_finding("escape", f"accesses {node.id}", node.lineno))
         elif isinstance(node, ast.Attribute) and node.attr in ESCAPE_ATTRS and not (
-                node.attr == "_C" and _dotted(node) in ("torch._C",)):
+                node.attr == "_C" and _dotted(node) in ("torch._C",)) and not (
+                node.attr in MODULE_API and id(node) in called):
             out.append(_finding("escape", f"reaches .{node.attr} ({_dotted(node) or 'attribute'}"
                                           ": the OS, the interpreter or the harness)", node.lineno))
         elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr in (
@@ -241,7 +256,7 @@ def check_python(tree: ast.Module, task_source: str) -> list[dict[str, Any]]:
             out.append(_finding("escape", f"introspection through {node.attr}", node.lineno))
         elif isinstance(node, ast.Call):
             fn = _dotted(node.func)
-            if fn in ESCAPE_CALLS:
+            if fn in ESCAPE_CALLS and not _own_attribute(node):
                 out.append(_finding("escape", f"calls {fn}()", node.lineno))
             elif fn.split(".")[0] in ("os", "sys") or fn in ("torch.load", "torch.save"):
                 out.append(_finding("escape", f"calls {fn}()", node.lineno))
