@@ -39,7 +39,7 @@ from verifier.forkserver import ForkServer, ForkServerError
 from verifier.generalize import record_generalisation, request_variants
 from verifier.gpu_pool import RunOutcome
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
-from verifier.reward import finalize, record_share
+from verifier.reward import finalize, record_share, speedup_of
 from verifier.runners import _FLOOD_BYTES, _GpuRunner, _SandboxRunner
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
 from verifier.stale_cgroups import reap_stale_cgroups
@@ -159,10 +159,8 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Base
             return item.stop("cheat", "performance", why)
     v.runtime_us, v.runtime_iqr_us = p.get("runtime_us"), p.get("runtime_iqr_us")
     v.eager_us, v.compiled_us = p.get("eager_us"), p.get("compiled_us")
-    if v.runtime_us and v.eager_us:
-        v.speedup = round(v.eager_us / v.runtime_us, 4)
-    if v.runtime_us and v.compiled_us:
-        v.speedup_compiled = round(v.compiled_us / v.runtime_us, 4)
+    v.speedup = speedup_of(v.eager_us, v.runtime_us)
+    v.speedup_compiled = speedup_of(v.compiled_us, v.runtime_us)
     v.faster = bool(v.speedup and v.speedup > opts.fast_threshold)
     item.stop("correct_fast" if v.faster else "correct_slow", "done")
 
