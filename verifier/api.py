@@ -249,7 +249,7 @@ def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = 
     for r in requests:
         name = _resolve_backend(opts, r)
         items.append(_Item(r, VerdictData(r.candidate_id, r.task_id, "runtime_error", "extract",
-                                          name)))
+                                          name, tolerance_policy=opts.tolerance_policy())))
     if items:  # cgroups of a verifier that was killed before it could remove them
         record.count("stale_cgroups_removed", len(reap_stale_cgroups()))
     server = ForkServer() if opts.fork_server and items else None
