@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from verifier.backends import BackendUnavailable
-from verifier.protocol import VerifyOptions, VerifyRequest, parse_tolerance
+from verifier.protocol import NAMESPACES, VerifyOptions, VerifyRequest, parse_tolerance
 
 
 def _read_rows(path: Path) -> list[dict]:
@@ -114,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="output tolerances: strict (fp32 1e-4, fp16/bf16 1e-2; default), "
                          "kernelbench (1e-2 for every dtype, as KernelBench's leaderboard "
                          "harness), or ATOL,RTOL for every dtype")
+    ap.add_argument("--namespace", default="isolated", choices=list(NAMESPACES),
+                    help="isolated: the candidate runs in its own module namespace (default); "
+                         "kernelbench: it starts with the reference file's globals (sizes, "
+                         "helpers), as KernelBench runs both in one namespace")
     a = ap.parse_args(args)
     try:
         parse_tolerance(a.tolerance)
@@ -126,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                          torch_compile_baseline=a.torch_compile, build_cache_dir=a.cache_dir,
                          build_cache_max_gb=a.cache_max_gb,
                          fallback=a.fallback, generalize=a.generalize,
-                         tolerance=a.tolerance)
+                         tolerance=a.tolerance, namespace=a.namespace)
     from verifier.api import verify_batch
 
     if a.batch:

@@ -21,6 +21,7 @@ import json
 import math
 from typing import Any
 
+from verifier.namespace import name_error_hint
 from verifier.protocol import VerdictData
 
 BASE = {"format_error": 0.0, "static_reject": 0.0, "cheat": 0.0, "compile_error": 0.05,
@@ -94,7 +95,9 @@ def feedback_of(v: VerdictData) -> str:
         errs = _first_errors(v.compile_log) or [v.error or v.compile_log.strip()[:500]]
         return "The extension failed to compile. First errors:\n" + "\n".join(errs[:5])
     if s == "runtime_error":
-        return f"The kernel compiled but failed at run time: {v.error}"
+        hint = name_error_hint(v.error, v.findings)
+        return f"The kernel compiled but failed at run time: {v.error}" + (
+            f"\n{hint}." if hint else "")
     if s == "timeout":
         return f"The kernel did not finish in time ({v.error}). Look for infinite loops or " \
                "far too much work per element."

@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from verifier.extspec import ExtensionSpec
+from verifier.namespace import HINT, reference_names_used
 
 # torch.<name>(...) calls a forward may make: allocation, shapes, dtypes, grad mode.
 TORCH_ALLOWED = frozenset({
@@ -215,9 +216,15 @@ def _build_env_nodes(tree: ast.Module) -> set[int]:
     return ok
 
 
-def check_python(tree: ast.Module, task_source: str) -> list[dict[str, Any]]:
-    """Findings on the candidate's Python source."""
+def check_python(tree: ast.Module, task_source: str, namespace: str = "isolated"
+                 ) -> list[dict[str, Any]]:
+    """Findings on the candidate's Python source; `namespace` is VerifyOptions.namespace (under
+    kernelbench the reference's names are the candidate's too)."""
     out: list[dict[str, Any]] = []
+    if namespace == "isolated":  # a warning: the NameError it leads to is the verdict
+        out += [{"rule": "reference_name", "message": HINT.format(name=name), "line": line,
+                 "severity": "warning"}
+                for name, line in reference_names_used(tree, task_source).items()]
     build_env = _build_env_nodes(tree)
     low_ok = _task_is_low_precision(task_source)
     model_new = next((n for n in tree.body if isinstance(n, ast.ClassDef)
