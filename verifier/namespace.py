@@ -58,7 +58,7 @@ def reference_names(task_source: str) -> set[str]:
     """Names the reference file binds at its top level (sizes, helpers, imports, classes)."""
     try:
         tree = pyast.parse(task_source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError):
         return set()
     names: set[str] = set()
     for node in tree.body:
