@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Literal, get_type_hints
+from typing import Annotated, Any, Literal, get_type_hints
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+)
 
 from sources.config import SourcesConfig  # sources owns its section
-from verifier.protocol import VerifyOptions
+from verifier.protocol import NAMESPACES, VerifyOptions, parse_tolerance
 
 
 class Section(BaseModel):
@@ -91,7 +98,15 @@ def _verify_fields() -> dict[str, Any]:
     fields["fallback"] = (Literal["strict", "partial"], fields["fallback"][1])  # checked early
     # dataset builds teach no kernel that hard-codes a size: the generalisation check is on
     fields["generalize"] = (bool, True)
+    # kernelbench | strict | "ATOL,RTOL", and isolated | kernelbench: checked when loaded
+    fields["tolerance"] = (Annotated[str, AfterValidator(_tolerance)], fields["tolerance"][1])
+    fields["namespace"] = (Literal[NAMESPACES], fields["namespace"][1])  # type: ignore[valid-type]
     return fields
+
+
+def _tolerance(spec: str) -> str:
+    parse_tolerance(spec)  # ValueError names the bad spec; pydantic reports it with the field
+    return spec
 
 
 _VERIFIER_ONLY = frozenset({"repeat_timing"})  # benchmark knobs, not pipeline configuration

@@ -155,7 +155,7 @@ class Verdict(Record):
 
     TABLE = "verdicts"
     KEY = "candidate_id"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2  # 2: tolerance_policy
 
     candidate_id: str
     task_id: str
@@ -184,6 +184,9 @@ class Verdict(Record):
     feedback: str = ""
     compile_s: float = 0.0
     wall_s: float = 0.0
+    # the output tolerances judged at: "strict: fp32 atol=0.0001 rtol=0.0001, fp16/bf16 ..."
+    # (not the worker's `tolerance` timing diagnostic, which says fp64_reference accepted it)
+    tolerance_policy: str = ""
 
 
 @dataclass

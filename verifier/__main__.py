@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from verifier.backends import BackendUnavailable
-from verifier.protocol import VerifyOptions, VerifyRequest
+from verifier.protocol import NAMESPACES, VerifyOptions, VerifyRequest, parse_tolerance
 
 
 def _read_rows(path: Path) -> list[dict]:
@@ -110,14 +110,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--generalize", action="store_true",
                     help="also check correctness at another size set and other constructor "
                          "arguments (a batch row's `variants`, else derived from the task)")
+    ap.add_argument("--tolerance", default="strict", metavar="kernelbench|strict|ATOL,RTOL",
+                    help="output tolerances: strict (fp32 1e-4, fp16/bf16 1e-2; default), "
+                         "kernelbench (1e-2 for every dtype, as KernelBench's leaderboard "
+                         "harness), or ATOL,RTOL for every dtype")
+    ap.add_argument("--namespace", default="isolated", choices=list(NAMESPACES),
+                    help="isolated: the candidate runs in its own module namespace (default); "
+                         "kernelbench: it starts with the reference file's globals (sizes, "
+                         "helpers), as KernelBench runs both in one namespace")
     a = ap.parse_args(args)
+    try:
+        parse_tolerance(a.tolerance)
+    except ValueError as exc:
+        ap.error(str(exc))
     opts = VerifyOptions(backend=a.backend, workers=a.workers, gpus=a.gpus,
                          compile_workers=a.compile_workers,
                          compile_batch=a.compile_batch, compile_only=a.compile_only,
                          trials=a.trials, perf_trials=a.perf_trials, run_timeout_s=a.timeout,
                          torch_compile_baseline=a.torch_compile, build_cache_dir=a.cache_dir,
                          build_cache_max_gb=a.cache_max_gb,
-                         fallback=a.fallback, generalize=a.generalize)
+                         fallback=a.fallback, generalize=a.generalize,
+                         tolerance=a.tolerance, namespace=a.namespace)
     from verifier.api import verify_batch
 
     if a.batch:

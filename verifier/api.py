@@ -93,7 +93,7 @@ def _collect_specs(item: _Item, opts: VerifyOptions, launcher: Launcher) -> None
 
 _JOB_OPTIONS = ("trials", "atol_fp32", "rtol_fp32", "atol_low", "rtol_low", "perf_trials",
                 "perf_max_trials", "perf_budget_s", "perf_target_rel_iqr", "perf_warmup",
-                "repeat_timing", "torch_compile_baseline", "seed", "fallback")
+                "repeat_timing", "torch_compile_baseline", "seed", "fallback", "namespace")
 
 
 _TIMING_DIAGNOSTICS = ("candidate_s", "timing_cv", "timing_trials", "timing_method", "hidden_us",
@@ -169,14 +169,14 @@ def _record_measurements(v: VerdictData, p: dict[str, Any]) -> None:
     record_share(v, p.get("own_share"), p.get("own_calls"))
 
 
-def _front_stages(item: _Item, policy: str = "strict") -> None:
+def _front_stages(item: _Item, policy: str = "strict", namespace: str = "isolated") -> None:
     """extract and static (Python) in the caller."""
     try:
         item.code = extract_code(item.req.response)
         tree = check_candidate(item.code, item.req.task_source)
     except FormatError as exc:
         return item.stop("format_error", "extract", str(exc))
-    findings = apply_policy(check_python(tree, item.req.task_source), policy)
+    findings = apply_policy(check_python(tree, item.req.task_source, namespace), policy)
     item.verdict.findings = findings
     if errors(findings):
         return item.stop("static_reject", "static", "; ".join(
@@ -218,7 +218,7 @@ def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = 
     for r in requests:
         name = _resolve_backend(opts, r)
         items.append(_Item(r, VerdictData(r.candidate_id, r.task_id, "runtime_error", "extract",
-                                          name)))
+                                          name, tolerance_policy=opts.tolerance_policy())))
     if items:  # cgroups of a verifier that was killed before it could remove them
         record.count("stale_cgroups_removed", len(reap_stale_cgroups()))
     server = ForkServer() if opts.fork_server and items else None
@@ -298,7 +298,7 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
 
     with stats.span("front"):
         for it in items:
-            _front_stages(it, opts.fallback)
+            _front_stages(it, opts.fallback, opts.namespace)
     pending = [it for it in items if not it.done]
     slots: queue.Queue = queue.Queue()
     runners: list[_SandboxRunner | _GpuRunner] = []

@@ -20,11 +20,13 @@ from pathlib import Path
 def main() -> None:
     code = Path("candidate.py").read_text(encoding="utf-8")
     from verifier.extspec import ExtensionSpec, install_recorder
+    from verifier.namespace import candidate_globals
 
     init_inputs, init_error = None, ""
     task = Path("task.py")
+    ref: dict = {}
     if task.is_file():
-        ref: dict = {"__name__": "ks_reference"}
+        ref["__name__"] = "ks_reference"
         try:
             exec(compile(task.read_text(encoding="utf-8"), "reference.py", "exec"), ref)
             init_inputs = list(ref["get_init_inputs"]())
@@ -38,6 +40,9 @@ def main() -> None:
     module.__file__ = "candidate.py"
     error, line = "", None
     try:
+        # discovery only: the reference's names, so a kernelbench-mode candidate's module runs
+        # here; the worker gives the candidate the namespace its options say
+        module.__dict__.update(candidate_globals(ref, "kernelbench"))
         exec(compile(code, "candidate.py", "exec"), module.__dict__)
         model_new = module.__dict__.get("ModelNew")
         if init_inputs is not None and isinstance(model_new, type):

@@ -9,6 +9,7 @@ from typing import Any
 
 from verifier.clock import NO_JUDGE
 from verifier.protocol import VerdictData, VerifyOptions
+from verifier.reward import speedup_of
 
 _CHEATS = ("the output of a timed call was wrong", "forward modified its input tensors")
 
@@ -40,10 +41,8 @@ def judge_performance(v: VerdictData, opts: VerifyOptions, clock: dict[str, Any]
                            "severity": "error"})
         return "cheat", why
     v.eager_us, v.compiled_us = base.get("eager_us"), base.get("compiled_us")
-    if v.eager_us is not None:
-        v.speedup = round(v.eager_us / v.runtime_us, 6) if v.runtime_us > 0 else None
-    if v.compiled_us is not None and v.runtime_us > 0:
-        v.speedup_compiled = round(v.compiled_us / v.runtime_us, 6)
+    v.speedup = speedup_of(v.eager_us, v.runtime_us)
+    v.speedup_compiled = speedup_of(v.compiled_us, v.runtime_us)
     v.faster = v.speedup is not None and v.speedup > opts.fast_threshold
     return ("correct_fast" if v.faster else "correct_slow"), ""
 

@@ -29,6 +29,28 @@ STATUSES = (
 
 CORRECT_STATUSES = ("correct_slow", "correct_fast")
 
+NAMESPACES = ("isolated", "kernelbench")
+# KernelBench v0/v0.1 (the leaderboard's harness) compares every dtype at atol = rtol = 1e-2;
+# its later eval.py uses 1e-4 for fp32 and 1e-2 for fp16/bf16, which is `strict` here.
+KERNELBENCH_TOLERANCE = (1e-2, 1e-2)
+
+
+def parse_tolerance(spec: str) -> tuple[float, float] | None:
+    """(atol, rtol) for every dtype from `kernelbench` or `ATOL,RTOL`; None for `strict` (the
+    atol/rtol options stand). ValueError names a bad spec."""
+    if spec == "strict":
+        return None
+    if spec == "kernelbench":
+        return KERNELBENCH_TOLERANCE
+    try:
+        atol, rtol = (float(x) for x in spec.split(","))
+    except ValueError:  # not two numbers
+        atol = rtol = float("nan")
+    if not (0 <= atol < float("inf") and 0 <= rtol < float("inf")):
+        raise ValueError(f"tolerance must be kernelbench, strict or ATOL,RTOL (two non-negative "
+                         f"numbers), not {spec!r}")
+    return atol, rtol
+
 
 @dataclass
 class VerifyRequest:
@@ -92,10 +114,29 @@ class VerifyOptions:
     # generalisation check: also correct at another size set and other constructor arguments
     # (verifier.generalize); the pipeline turns it on for dataset builds
     generalize: bool = False
+    # output tolerances: strict (the atol/rtol fields above: fp32 1e-4, fp16/bf16 1e-2),
+    # kernelbench (1e-2 for every dtype, as KernelBench v0/v0.1 judged its leaderboard), or
+    # "ATOL,RTOL" for every dtype; resolved onto the atol/rtol fields at construction
+    tolerance: str = "strict"
+    # isolated: the candidate runs in its own module namespace; kernelbench: it starts with the
+    # reference file's globals (batch_size, helpers), as KernelBench runs both in one namespace
+    namespace: str = "isolated"
 
     def __post_init__(self) -> None:
         if self.fallback not in ("strict", "partial"):
             raise ValueError(f"fallback must be 'strict' or 'partial', not {self.fallback!r}")
+        if self.namespace not in NAMESPACES:
+            raise ValueError(f"namespace must be one of {', '.join(NAMESPACES)}, not "
+                             f"{self.namespace!r}")
+        fixed = parse_tolerance(self.tolerance)
+        if fixed is not None:
+            self.atol_fp32 = self.atol_low = fixed[0]
+            self.rtol_fp32 = self.rtol_low = fixed[1]
+
+    def tolerance_policy(self) -> str:
+        """The tolerances in force, as every verdict records them."""
+        return (f"{self.tolerance}: fp32 atol={self.atol_fp32:g} rtol={self.rtol_fp32:g}, "
+                f"fp16/bf16 atol={self.atol_low:g} rtol={self.rtol_low:g}")
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> VerifyOptions:
@@ -134,6 +175,7 @@ class VerdictData:
     feedback: str = ""
     compile_s: float = 0.0
     wall_s: float = 0.0
+    tolerance_policy: str = ""  # VerifyOptions.tolerance_policy(): the tolerances judged at
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -21,10 +21,27 @@ import json
 import math
 from typing import Any
 
+from verifier.namespace import name_error_hint
 from verifier.protocol import VerdictData
 
 BASE = {"format_error": 0.0, "static_reject": 0.0, "cheat": 0.0, "compile_error": 0.05,
         "runtime_error": 0.1, "timeout": 0.1, "compiled": 0.1, "incorrect": 0.2}
+
+
+SPEEDUP_DIGITS = 4  # significant digits a speedup keeps
+
+
+def speedup_of(baseline_us: float | None, runtime_us: float | None) -> float | None:
+    """baseline / runtime to SPEEDUP_DIGITS significant digits (None without both): a kernel
+    6000x behind eager is 1.667e-04, not a rounded 0.0."""
+    if not baseline_us or not runtime_us:
+        return None
+    ratio = baseline_us / runtime_us
+    return float(f"{ratio:.{SPEEDUP_DIGITS}g}")
+
+
+def _times(speedup: float) -> str:
+    return f"{speedup:.2f}" if speedup >= 0.1 else f"{speedup:.2g}"
 
 
 def record_share(v: VerdictData, own_share: float | None, own_calls: int | None) -> None:
@@ -43,7 +60,9 @@ def reward_of(v: VerdictData, policy: str = "strict") -> tuple[float, dict[str, 
     if v.status in BASE:
         r = BASE[v.status]
         return r, {"level": v.status, "base": r, "speed": 0.0, **extra}
-    speed = min(1.0, math.log2(1.0 + (v.speedup or 1.0)) / 2.0) if v.speedup else 0.5
+    # a speedup of 0.0 is a (very slow) speedup, not a missing timing
+    speed = min(1.0, math.log2(1.0 + max(0.0, v.speedup)) / 2.0) if v.speedup is not None \
+        else 0.5
     if policy == "partial" and share is not None:
         speed *= max(0.0, min(1.0, float(share)))
     r = 0.5 + 0.5 * speed
@@ -76,7 +95,9 @@ def feedback_of(v: VerdictData) -> str:
         errs = _first_errors(v.compile_log) or [v.error or v.compile_log.strip()[:500]]
         return "The extension failed to compile. First errors:\n" + "\n".join(errs[:5])
     if s == "runtime_error":
-        return f"The kernel compiled but failed at run time: {v.error}"
+        hint = name_error_hint(v.error, v.findings)
+        return f"The kernel compiled but failed at run time: {v.error}" + (
+            f"\n{hint}." if hint else "")
     if s == "timeout":
         return f"The kernel did not finish in time ({v.error}). Look for infinite loops or " \
                "far too much work per element."
@@ -93,9 +114,9 @@ def feedback_of(v: VerdictData) -> str:
         return "The extension compiled (compile-only run; not executed)."
     if v.speedup is not None:
         if s == "correct_fast":
-            return f"Correct and {v.speedup:.2f}x faster than PyTorch eager " \
+            return f"Correct and {_times(v.speedup)}x faster than PyTorch eager " \
                    f"({v.runtime_us:.1f} us vs {v.eager_us:.1f} us)."
-        return f"Correct, but {v.speedup:.2f}x the speed of PyTorch eager ({v.runtime_us:.1f} " \
+        return f"Correct, but {_times(v.speedup)}x the speed of PyTorch eager ({v.runtime_us:.1f} " \
                f"us vs {v.eager_us:.1f} us); optimize memory access and parallelism."
     return "Correct."
 

@@ -5,8 +5,10 @@ lines are mapped through where the source literal sits in the Python file). Rule
 `torch_compute` (torch/F/nn compute in ModelNew's methods), `nn_layer` (an nn layer called in
 forward), `try_fallback`, `reference_model` (subclassing, calling or importing `Model`),
 `monkey_patch` (assigning attributes of torch/time/...), `threads_streams`, `precision_downgrade`,
-`escape` (files, network, processes, ctypes, environment, introspection), `cpp_torch_compute`
-(ATen/torch compute from C++), `compiler_flag` (flags outside an allowlist).
+`escape` (files, network, processes, ctypes, environment, introspection, torch._C),
+`computed_attr` (attribute names computed at run time, getter functions: verifier.computed_names),
+`reference_name` (a warning: a name only the reference defines, under the isolated namespace),
+`cpp_torch_compute` (ATen/torch compute from C++), `compiler_flag` (flags outside an allowlist).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import ast
 import re
 from typing import Any
 
+from verifier.computed_names import check_computed
 from verifier.extspec import ExtensionSpec
+from verifier.namespace import HINT, reference_names_used
 
 # torch.<name>(...) calls a forward may make: allocation, shapes, dtypes, grad mode.
 TORCH_ALLOWED = frozenset({
@@ -55,8 +59,18 @@ ESCAPE_ATTRS = frozenset({
     "f_globals", "f_builtins", "gi_frame", "cr_frame", "tb_frame", "tb_next", "modules",
     "_C", "CDLL", "cdll", "pythonapi", "environ", "system", "popen", "fork", "forkpty", "kill",
     "killpg", "setsid", "unshare", "setns", "ptrace", "execv", "execve", "spawnv", "dlopen",
-    "settrace", "setprofile", "_exit",
+    "settrace", "setprofile", "_exit", "currentframe", "getouterframes", "getinnerframes",
+    "get_referrers", "get_referents", "get_objects", "ag_frame",
 })
+# Dunder attributes that reach globals, frames, classes or lookups by string from any object.
+INTROSPECTION = frozenset({
+    "__subclasses__", "__globals__", "__code__", "__closure__", "__builtins__", "__dict__",
+    "__class__", "__bases__", "__mro__", "__self__", "__traceback__", "__getattribute__",
+    "__getattr__", "__func__", "__wrapped__",
+})
+# nn.Module's own methods named like an escape attribute: `self.modules()` is the module tree,
+# `sys.modules` a dict that is never called, so only the called form is the nn.Module API.
+MODULE_API = frozenset({"modules"})
 ESCAPE_CALLS = frozenset({"open", "exec", "eval", "compile", "__import__", "globals", "locals",
                           "vars", "setattr", "delattr", "breakpoint", "input", "memoryview"})
 PATCHABLE = frozenset({"torch", "time", "F", "nn", "np", "numpy", "threading", "builtins", "sys",
@@ -119,6 +133,13 @@ def _finding(rule: str, message: str, line: int | None) -> dict[str, Any]:
     return {"rule": rule, "message": message, "line": line, "severity": "error"}
 
 
+def _seen(rule: str, node: ast.AST, message: str) -> dict[str, Any]:
+    """A finding whose message names the line and the source text seen there."""
+    text = ast.unparse(node)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return _finding(rule, f"line {node.lineno}: {text}: {message}", node.lineno)
+
+
 def _dotted(node: ast.AST) -> str:
     parts = []
     while isinstance(node, ast.Attribute):
@@ -128,6 +149,16 @@ def _dotted(node: ast.AST) -> str:
         parts.append(node.id)
         return ".".join(reversed(parts))
     return ""
+
+
+def _own_attribute(call: ast.Call) -> bool:
+    """`setattr(self..., name, v)` / `delattr(self..., name)`: nn.Module code registering its own
+    attributes (`setattr(self, f"conv{i}", ...)`), unless the name is a dunder."""
+    if _dotted(call.func) not in ("setattr", "delattr") or not call.args:
+        return False
+    name = call.args[1] if len(call.args) > 1 else None
+    dunder = isinstance(name, ast.Constant) and str(name.value).startswith("__")
+    return _dotted(call.args[0]).split(".")[0] == "self" and not dunder
 
 
 def _task_is_low_precision(task_source: str) -> bool:
@@ -202,13 +233,20 @@ def _build_env_nodes(tree: ast.Module) -> set[int]:
     return ok
 
 
-def check_python(tree: ast.Module, task_source: str) -> list[dict[str, Any]]:
-    """Findings on the candidate's Python source."""
+def check_python(tree: ast.Module, task_source: str, namespace: str = "isolated"
+                 ) -> list[dict[str, Any]]:
+    """Findings on the candidate's Python source; `namespace` is VerifyOptions.namespace (under
+    kernelbench the reference's names are the candidate's too)."""
     out: list[dict[str, Any]] = []
+    if namespace == "isolated":  # a warning: the NameError it leads to is the verdict
+        out += [{"rule": "reference_name", "message": HINT.format(name=name), "line": line,
+                 "severity": "warning"}
+                for name, line in reference_names_used(tree, task_source).items()]
     build_env = _build_env_nodes(tree)
     low_ok = _task_is_low_precision(task_source)
     model_new = next((n for n in tree.body if isinstance(n, ast.ClassDef)
                       and n.name == "ModelNew"), None)
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     for node in ast.walk(tree):
         if id(node) in build_env:
             continue
@@ -220,7 +258,7 @@ def check_python(tree: ast.Module, task_source: str) -> list[dict[str, Any]]:
                 if root in ESCAPE_MODULES:
                     rule = "threads_streams" if root in ("threading", "multiprocessing",
                                                          "concurrent", "asyncio") else "escape"
-                    out.append(_finding(rule, f"imports {name}", node.lineno))
+                    out.append(_seen(rule, node, f"imports {name}"))
                 if root in REFERENCE_MODULES:
                     out.append(_finding("reference_model", f"imports {name} (the reference)",
                                         node.lineno))
@@ -230,21 +268,20 @@ def check_python(tree: ast.Module, task_source: str) -> list[dict[str, Any]]:
         elif isinstance(node, ast.Name) and node.id == "Model":
             out.append(_finding("reference_model", "uses the reference Model", node.lineno))
         elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
-            out.append(_finding("escape", f"accesses {node.id}", node.lineno))
+            out.append(_seen("escape", node, f"accesses {node.id}"))
         elif isinstance(node, ast.Attribute) and node.attr in ESCAPE_ATTRS and not (
-                node.attr == "_C" and _dotted(node) in ("torch._C",)):
-            out.append(_finding("escape", f"reaches .{node.attr} ({_dotted(node) or 'attribute'}"
-                                          ": the OS, the interpreter or the harness)", node.lineno))
-        elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr in (
-                "__subclasses__", "__globals__", "__code__", "__closure__", "__builtins__",
-                "__dict__", "__class__", "__bases__", "__mro__", "__self__"):
-            out.append(_finding("escape", f"introspection through {node.attr}", node.lineno))
+                node.attr == "_C" and _dotted(node) in ("torch._C",)) and not (
+                node.attr in MODULE_API and id(node) in called):
+            out.append(_seen("escape", node, f"reaches .{node.attr} (the OS, the interpreter "
+                                             "or the harness)"))
+        elif isinstance(node, ast.Attribute) and node.attr in INTROSPECTION:
+            out.append(_seen("escape", node, f"introspection through {node.attr}"))
         elif isinstance(node, ast.Call):
             fn = _dotted(node.func)
-            if fn in ESCAPE_CALLS:
-                out.append(_finding("escape", f"calls {fn}()", node.lineno))
+            if fn in ESCAPE_CALLS and not _own_attribute(node):
+                out.append(_seen("escape", node, f"calls {fn}()"))
             elif fn.split(".")[0] in ("os", "sys") or fn in ("torch.load", "torch.save"):
-                out.append(_finding("escape", f"calls {fn}()", node.lineno))
+                out.append(_seen("escape", node, f"calls {fn}()"))
             if fn.endswith(("cuda.Stream", "cuda.stream", "musa.Stream", "musa.stream")) or \
                     fn.endswith(("Thread", "Process", "ThreadPoolExecutor")):
                 out.append(_finding("threads_streams", f"creates {fn}", node.lineno))
@@ -255,10 +292,10 @@ def check_python(tree: ast.Module, task_source: str) -> list[dict[str, Any]]:
             if fn in ("torch.set_default_dtype", "torch.set_float32_matmul_precision",
                       "torch.set_num_threads", "torch._C._set_dispatch_mode") or fn.startswith(
                     ("torch._C.", "torch.utils._python_dispatch", "torch._dynamo")):
-                out.append(_finding("monkey_patch", f"calls {fn}", node.lineno))
+                out.append(_seen("monkey_patch", node, f"calls {fn}"))
         elif isinstance(node, ast.Attribute) and _dotted(node) in (
                 "os.environ", "sys.modules", "torch.backends"):
-            out.append(_finding("escape", f"accesses {_dotted(node)}", node.lineno))
+            out.append(_seen("escape", node, f"accesses {_dotted(node)}"))
         elif isinstance(node, ast.Attribute) and node.attr in ("float16", "half", "bfloat16") \
                 and _dotted(node).startswith("torch.") and not low_ok:
             out.append(_finding("precision_downgrade", f"uses {_dotted(node)} in an fp32 task",
@@ -268,11 +305,12 @@ def check_python(tree: ast.Module, task_source: str) -> list[dict[str, Any]]:
             for t in targets:
                 d = _dotted(t) if isinstance(t, ast.Attribute) else ""
                 if d and d.split(".")[0] in PATCHABLE:
-                    out.append(_finding("monkey_patch", f"assigns {d}", node.lineno))
+                    out.append(_seen("monkey_patch", node, f"assigns {d}"))
         if isinstance(node, ast.Try | ast.TryStar) and model_new is not None and any(
                 node is n for n in ast.walk(model_new)):
             out.append(_finding("try_fallback", "try/except in ModelNew (a fallback path)",
                                 node.lineno))
+    out += check_computed(tree, model_new)
     if model_new is not None:
         ext_names = {t.id for n in tree.body if isinstance(n, ast.Assign)
                      and isinstance(n.value, ast.Call)

@@ -208,6 +208,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     from verifier.extspec import install_shim
     from verifier.fallback import judge_ops, make_trace_mode, op_kind
     from verifier.generalize import check_variants
+    from verifier.namespace import candidate_globals
 
     backend = get_backend(job["backend"])
     opts = job["options"]
@@ -259,6 +260,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     cand = types.ModuleType("candidate")
     cand.__file__ = "candidate.py"
     try:
+        cand.__dict__.update(candidate_globals(ref_ns, str(opts.get("namespace", "isolated"))))
         exec(compile(cand_src, "candidate.py", "exec"), cand.__dict__)
         model_new_cls = cand.__dict__["ModelNew"]
         torch.manual_seed(seed)

@@ -50,3 +50,9 @@ def test_format_errors_say_why(code: str, needle: str) -> None:
     with pytest.raises(FormatError, match=None) as err:
         check_candidate(code, TASK)
     assert needle in str(err.value)
+
+
+def test_code_nested_past_the_parser_limit_is_a_format_error() -> None:
+    code = GOOD + "x = " + "+".join(["'a'"] * 5000) + "\n"
+    with pytest.raises(FormatError, match="nests too deeply"):
+        check_candidate(code, TASK)

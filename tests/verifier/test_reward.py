@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from verifier.protocol import STATUSES, VerdictData
-from verifier.reward import finalize
+from verifier.reward import finalize, speedup_of
 
 
 def _v(status: str, **kw) -> VerdictData:
@@ -39,3 +39,24 @@ def test_feedback_contents() -> None:
     assert "torch_compute" in v.feedback and "line 7" in v.feedback
     v = _v("correct_fast", speedup=2.0, runtime_us=5.0, eager_us=10.0)
     assert "2.00x faster" in v.feedback
+
+
+def test_zero_speedup_is_a_speedup_not_a_missing_timing() -> None:
+    # issue 28: a kernel repeating its work 6000x got speedup 0.0 after rounding and the
+    # "no timing" reward 0.75, above an honest 0.51x kernel
+    crawl = _v("correct_slow", speedup=0.0, runtime_us=6000.0, eager_us=0.1)
+    honest = _v("correct_slow", speedup=0.51, runtime_us=2.0, eager_us=1.02)
+    untimed = _v("correct_slow")
+    assert crawl.reward == 0.5 < honest.reward < untimed.reward == 0.75
+    assert json.loads(crawl.reward_components)["speed"] == 0.0
+
+
+def test_tiny_speedups_keep_significant_digits() -> None:
+    s = speedup_of(1.0, 6000.0)
+    assert s is not None and s > 0 and abs(s - 1 / 6000) / (1 / 6000) < 1e-3
+    assert speedup_of(3.0, 1.0) == 3.0 and speedup_of(2.0, 3.0) == 0.6667
+    assert speedup_of(None, 1.0) is None and speedup_of(1.0, 0.0) is None
+    slow = _v("correct_slow", speedup=s, runtime_us=6000.0, eager_us=1.0)
+    assert 0.5 < slow.reward < _v("correct_slow", speedup=0.01, runtime_us=100.0,
+                                  eager_us=1.0).reward
+    assert "0.00017x the speed" in slow.feedback

@@ -143,3 +143,54 @@ def test_compiler_flags_allowlist() -> None:
     assert _cpp("", extra_cflags=["-O3", "-fopenmp", "-march=native", "-DN=4"]) == []
     bad = _cpp("", extra_cflags=["-fplugin=/tmp/x.so"], extra_ldflags=["-Wl,--wrap=malloc"])
     assert [f["rule"] for f in bad] == ["compiler_flag", "compiler_flag"]
+
+
+# nn.Module's own API, as KernelBench-leaderboard kernels use it (issue 29: `self.modules()`
+# was an "escape" because `modules` is also sys.modules).
+MODULE_API = """import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+ext = load_inline(name="e", cpp_sources="", functions=["f"])
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.fc = nn.Linear(n, n)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
+        for name, p in self.named_parameters():
+            setattr(self, name.replace(".", "_") + "_t", p.detach())
+        for i in range(2):
+            setattr(self, f"w{i}", nn.Parameter(torch.zeros(n)))
+        delattr(self, "w1")
+        self.register_buffer("scale", torch.ones(n))
+        self.apply(lambda m: None)
+        sd = self.state_dict()
+        self.load_state_dict(sd)
+        kids = list(self.children()) + list(self.named_children()) + list(self.named_modules())
+        bufs = list(self.buffers()) + list(self.named_buffers()) + list(self.parameters())
+        self.fc.modules()
+        self.add_module("extra", nn.Identity())
+        self.register_parameter("b2", nn.Parameter(torch.zeros(n)))
+        self.get_submodule("fc").requires_grad_(False)
+    def forward(self, x):
+        ws = [m.weight for m in self.modules() if isinstance(m, nn.Linear)]
+        b = getattr(self, "fc").bias
+        y = torch.empty_like(x)
+        return ext.f(x, ws[0], b, y, getattr(self, "w0"))
+"""
+
+
+def test_nn_module_api_is_not_an_escape() -> None:
+    assert rules(MODULE_API) == []
+
+
+@pytest.mark.parametrize("snippet,line", [
+    ("m = torch.nn\nd = m.modules\n", 2),  # not called: the dict form (sys.modules)
+    ("setattr(torch, 'relu', abs)\n", 1),
+    ("setattr(self, '__class__', int)\n", 1),
+    ("delattr(torch.nn.functional, 'relu')\n", 1),
+])
+def test_module_api_names_still_catch_escapes(snippet: str, line: int) -> None:
+    found = rules("import torch\n" + snippet)
+    assert ("escape", line + 1) in found, found
