@@ -209,6 +209,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     from verifier.fallback import judge_ops, make_trace_mode, op_kind
     from verifier.generalize import check_variants
     from verifier.namespace import candidate_globals
+    from verifier.timed_calls import LABEL, OpNames, baselines, serve_timed_windows
 
     backend = get_backend(job["backend"])
     opts = job["options"]
@@ -246,7 +247,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
 
     mark("reference_load")
     if job.get("baseline_only"):  # a process that never runs candidate code times the reference
-        _baselines(res, job, backend, ref, make_inputs)
+        baselines(res, job, backend, ref, make_inputs)
         mark("baseline")
         res.finish("baseline")
 
@@ -283,7 +284,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     ops: list[tuple[str, int | None]] = []  # (aten op, candidate line) of every forward
     own_calls = 0  # calls into the candidate's extension functions during forward
     worst: dict[str, float] = {}
-    names = _OpNames(label=True)
+    names = OpNames(label=True)
     trial_names = names.__enter__()  # the trials' own aten ops, recorded as timed calls are
     try:
         for t in range(trials):
@@ -293,7 +294,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
                 with torch.no_grad():
                     ref_out = ref(*_clone(inputs))
                     cand_inputs = _clone(inputs)
-                    with make_trace_mode() as tr, record_function(LABEL):  # every trial traced
+                    with make_trace_mode() as tr, record_function(LABEL):  # traced
                         new_out = new(*cand_inputs)
                         backend.synchronize()
                     ops.extend(tr.ops)
@@ -347,7 +348,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         with torch.no_grad():
             again = new(*_clone(first_inputs))
             backend.synchronize()
-            window_ops = _serve_windows(job, new, backend)
+            window_ops = serve_timed_windows(job, new, backend)
     except Exception as exc:
         msg, line = _candidate_traceback(exc)
         res.finish("runtime_error", f"during timing: {msg}")
@@ -371,77 +372,6 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     mark("performance")
     res.progress("done")
     res.finish("ok")
-
-
-LABEL = "ks-candidate"  # the candidate's own calls in a profile that also holds others
-
-
-class _OpNames:
-    """The names of the aten ops run inside it (only those under `LABEL`, when `label`),
-    recorded by torch's profiler: its C++ record hooks cost ~nothing per op, where a Python
-    dispatch mode costs ~15 us, so every timed call can be traced without slowing it."""
-
-    def __init__(self, label: bool = False) -> None:
-        self.label = label
-
-    def __enter__(self) -> set[str]:
-        import torch
-
-        self.names: set[str] = set()
-        self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-        self.prof.__enter__()
-        return self.names
-
-    def __exit__(self, *exc: Any) -> None:
-        self.prof.__exit__(*exc)
-        for e in self.prof.events():
-            if not e.name.startswith("aten::"):
-                continue
-            parent = e.cpu_parent
-            while self.label and parent is not None and parent.name != LABEL:
-                parent = parent.cpu_parent
-            if not self.label or parent is not None:
-                self.names.add(e.name)
-
-
-def _serve_windows(job: dict[str, Any], new: Any, backend: Any) -> set[str]:
-    """Serve the judge's timed windows (`verifier.clock`) on the inputs it writes into the
-    shared arena; the aten ops the timed calls ran (every call traced, as in the trials).
-    Nothing is measured here: the judge's clock owns the runtime."""
-    from verifier.arena import Arena, fill, views
-    from verifier.clock import open_worker_pipes, serve_windows
-
-    spec = job.get("arena")
-    pipes = open_worker_pipes() if spec else None
-    if spec is None or pipes is None:  # no judge for this run: it gets no runtime
-        return set()
-    arena = Arena.attach(spec.get("path") or job["arena_fd"], int(spec["nbytes"]),
-                         backend.device())
-    try:
-        sets = [views(arena, layout) for layout in spec["sets"]]
-        slot = views(arena, spec["out"])
-        with _OpNames() as ops:
-            serve_windows(pipes, new, sets, lambda out: fill(slot, out), backend.synchronize)
-        sets = slot = None
-    finally:
-        arena.close()
-    return ops
-
-
-def _baselines(res: _Result, job: dict[str, Any], backend: Any, ref: Any,
-               make_inputs: Callable[[int], list[Any]]) -> None:
-    """Eager (and torch.compile) baselines timed as the judge times candidates
-    (`verifier.clock.time_reference`); only a process that never ran candidate code runs
-    this (a fresh sandboxed child; on a GPU the referee)."""
-    from verifier.clock import time_reference
-
-    opts = job["options"]
-    try:
-        res.data.update(time_reference(
-            ref, make_inputs, backend.synchronize,
-            bool(opts.get("torch_compile_baseline")) and backend.torch_compile_supported()))
-    except Exception as exc:  # a reference that cannot be timed is the task's problem
-        res.finish("task_error", f"timing the reference failed: {type(exc).__name__}: {exc}")
 
 
 def _check_kernels(res: _Result, backend: Any, job: dict[str, Any],
