@@ -35,7 +35,7 @@ from typing import Any
 
 REQ, GO = "clock.req", "clock.go"
 FDS_ENV = "KS_CLOCK_FDS"  # a persistent worker's inherited pipe ends: "<req write>,<go read>"
-WINDOWS = 5
+WINDOWS = 3
 TARGET_S = 0.02  # a window is at least this long (timer and scheduler noise well under 1%)
 ROUND_TRIP_SHARE = 0.01  # the round trip is under this share of a window
 MIN_CALLS, MAX_CALLS = 3, 100_000
@@ -133,7 +133,7 @@ def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[l
 class JudgeClock:
     """The judge's end of the clock pipes for one run; a thread drives the windows.
 
-    `judge` writes fresh inputs (`fill()`), checks a window's output slot and inputs
+    `judge` writes fresh inputs for a window of n calls (`fill(n)`), checks its output slot and inputs
     (`check(n) -> why not or ""`), and knows its own time for one output copy (`copy_s`)."""
 
     def __init__(self, judge: Any, workdir: Path | None = None,
@@ -223,8 +223,8 @@ class JudgeClock:
             call_s = max(wall - copy_s, 1e-7) / n  # an upper bound: noise only adds time
             if wall >= TARGET_S / 4 or n >= MAX_CALLS:
                 break
-            n *= 4 if wall < TARGET_S / 64 else 2
-        for _ in range(3):  # until even the fastest window holds the round trip under 1%
+            n *= 8 if wall < TARGET_S / 64 else 2
+        for _ in range(2):  # until even the fastest window holds the round trip under 1%
             n = calls_for(call_s, round_trip)
             per_call = []
             for _ in range(WINDOWS):
@@ -244,7 +244,7 @@ class JudgeClock:
     def _checked(self, n: int) -> float | None:
         """One window of n calls on fresh inputs: its wall time, or None (and the failure)
         when the judge's checks of its output and inputs fail."""
-        self.judge.fill()
+        self.judge.fill(n)
         wall = self._window(n)
         why = self.judge.check(n)
         if why:

@@ -69,6 +69,10 @@ def op_kind(op_name: str) -> str:
         return "other"
     try:
         packet = getattr(torch.ops.aten, base)
+        if not overload and "default" not in packet.overloads():  # a profiler's name: the kind
+            # of its overloads (`aten::empty` has memory_format, names and out, all allocation)
+            kinds = {op_kind(f"aten.{base}.{o}") for o in packet.overloads() if o != "out"}
+            return kinds.pop() if len(kinds) == 1 else "compute"
         op = getattr(packet, overload or "default")
     except (AttributeError, RuntimeError):
         return "compute"

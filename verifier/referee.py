@@ -143,8 +143,8 @@ class RemoteJudge:
         self.sets, self.copy_s = int(reply["sets"]), float(reply["copy_s"])
         self.out_bytes, self.spec = int(reply["out_bytes"]), reply["spec"]
 
-    def fill(self) -> None:
-        self.referee.request("fill", {})
+    def fill(self, n: int) -> None:
+        self.referee.request("fill", {"n": n})
 
     def check(self, n: int) -> str:
         return str(self.referee.request("check", {"n": n}).get("why", ""))
@@ -190,7 +190,7 @@ def _answer(msg: dict[str, Any], fds: socket.socket | None = None) -> dict[str, 
     if op == "prepare":
         return _prepare(args, fds)
     if op == "fill":
-        _JUDGE["judge"].fill()
+        _JUDGE["judge"].fill(int(args.get("n", 1)))
         return {"ok": True}
     if op == "check":
         return {"ok": True, "why": _JUDGE["judge"].check(int(args["n"]))}

@@ -31,7 +31,7 @@ from verifier.window_judge import WindowJudge
 _FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
 _DISK_BYTES = 128 << 20  # all files a run writes (the file-size rlimit bounds each one)
 ARENA_FILE = "arena.bin"
-CPU_ARENA_BYTES = 64 << 20  # the judge's input sets and output slot for a cpu run
+CPU_ARENA_BYTES = 16 << 20  # the judge's input sets and output slot for a cpu run
 GPU_ARENA_BYTES = 8 << 30  # on a GPU (at most a quarter of its free memory)
 RUNTIME_MB = 2048  # a GPU worker's host memory beyond the run's limit: torch, the CUDA runtime
 

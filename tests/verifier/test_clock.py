@@ -151,9 +151,9 @@ def test_the_judge_sizes_its_input_sets_from_its_budget(tmp_path: Path, budget: 
     judge = WindowJudge(SCALE_TASK, 0, TOL, budget, path=str(tmp_path / "a.bin"))
     try:
         assert judge.sets == (64 if budget > 1 else 1)
-        judge.fill()
+        judge.fill(judge.sets)
         first = [p[0].clone() for p in judge.pristine]
-        judge.fill()  # every window gets inputs the worker has never seen
+        judge.fill(judge.sets)  # every window gets inputs the worker has never seen
         assert all(not torch.equal(a, p[0]) for a, p in zip(first, judge.pristine, strict=True))
     finally:
         judge.close()
