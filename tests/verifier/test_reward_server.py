@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -209,3 +210,157 @@ def test_serve_commands_answer_on_loopback(argv: list[str], tmp_path: Path) -> N
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _strict(raw: bytes) -> dict:
+    def no_constant(name: str) -> None:
+        raise AssertionError(f"{name} in an answer is not JSON")
+    return json.loads(raw, parse_constant=no_constant)
+
+
+def test_numbers_backends_and_task_sources_are_checked(server: RewardServer) -> None:
+    item = {"task_source": RELU_TASK, "response": "no code"}
+    for raw in (b'{"timeout_s": NaN, "items": []}', b'{"timeout_s": Infinity, "items": []}',
+                b'{"timeout_s": -Infinity, "items": []}'):
+        status, data = _call(server.url + "/verify", raw, method="POST")
+        assert status == 400 and "is not a number this service takes" in data["error"], raw
+    for bad in (1e999, -1, 0, "10", True, [5], None):
+        body = json.dumps({"timeout_s": bad, "items": [item]}).replace("Infinity", "1e999")
+        status, data = _call(server.url + "/verify", body.encode(), method="POST")
+        if bad is None:  # absent timeout: the server's own
+            assert status == 200 and data["verdicts"][0]["status"] == "format_error"
+            continue
+        assert status == 400 and '"timeout_s" must be a' in data["error"], (bad, data)
+    status, data = _post(server.url + "/verify", {"items": [{**item, "backend": "gpu"}]})
+    assert status == 400 and "items[0]: unknown \"backend\" 'gpu'" in data["error"]
+    status, data = _post(server.url + "/verify", {"items": [{**item, "candidate_id": 1.5}]})
+    assert status == 400 and '"candidate_id" must be a string or an integer' in data["error"]
+    no_inputs = RELU_TASK.split("def get_inputs")[0]
+    status, data = _post(server.url + "/verify", {"items": [item, {**item,
+                                                                    "task_source": no_inputs}]})
+    assert status == 400, data
+    assert data["error"].startswith("items[1]: the task source is not a KernelBench task file: "
+                                    "it defines no get_inputs, get_init_inputs")
+    status, data = _post(server.url + "/verify", {"items": [{**item, "task_source": "def f(:"}]})
+    assert status == 400 and "does not parse as Python" in data["error"]
+    status, data = _post(server.url + "/get_reward", {"query": ["x"], "prompts": [""],
+                                                      "labels": ["print('hello')"]})
+    assert status == 400 and data["error"].startswith("sample 0 (label): the task source is "
+                                                      "not a KernelBench task file")
+    assert _call(server.url + "/health")[1]["in_flight"] == 0
+
+
+def test_answers_are_strict_json_with_components_as_an_object(server: RewardServer) -> None:
+    req = urllib.request.Request(server.url + "/verify", method="POST", data=json.dumps(
+        {"items": [{"task_source": RELU_TASK, "response": MARKDOWN, "task_id": "relu"}]}).encode())
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        data = _strict(resp.read())
+    verdict = data["verdicts"][0]
+    assert verdict["status"] in ("correct_slow", "correct_fast"), verdict["error"]
+    assert isinstance(verdict["reward_components"], dict) and verdict["reward_components"]
+    assert all(isinstance(v, (int, float)) for v in verdict["reward_components"].values()
+               if not isinstance(v, (str, bool, type(None))))
+    assert isinstance(verdict["speedup"], float) and isinstance(verdict["runtime_us"], float)
+    assert data["rewards"] == [verdict["reward"]] and 0.5 < verdict["reward"] <= 1.0
+
+
+def _slow_body(url: str, announced: int = 1000) -> socket.socket:
+    host, port = url.rsplit("/", 1)[1].split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.sendall(b"POST /verify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n{\"items\":" % announced)  # 9 bytes of the body
+    return sock
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    return data
+
+
+def test_forty_slow_bodies_do_not_exhaust_the_server() -> None:
+    srv = _server(ServiceLimits(max_concurrency=1, timeout_s=60, read_timeout_s=3.0),
+                  CountingVerify())
+    slow = [_slow_body(srv.url) for _ in range(40)]
+    try:
+        time.sleep(0.5)  # every slow client is connected and waiting for its body
+        t0 = time.monotonic()
+        status, data = _post(srv.url + "/verify", {"items": [
+            {"task_source": RELU_TASK, "response": "no code"}]}, timeout=10)
+        assert status == 200 and data["verdicts"][0]["status"] == "format_error"
+        assert time.monotonic() - t0 < 5
+        for sock in slow:  # each is answered 408 once its read timeout passes, then closed
+            answer = _answer(sock)
+            assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
+            assert b"body not received within 3 s (9 of 1000 bytes)" in answer
+        assert time.monotonic() - t0 < 10
+    finally:
+        for sock in slow:
+            sock.close()
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_connections_past_the_bound_get_503_and_slots_come_back() -> None:
+    srv = _server(ServiceLimits(max_concurrency=1, timeout_s=60, read_timeout_s=2.0,
+                                max_connections=4), CountingVerify())
+    slow = [_slow_body(srv.url) for _ in range(4)]
+    try:
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        status, data = _post(srv.url + "/verify", {"items": []}, timeout=10)
+        assert status == 503 and "4 connections open" in data["error"]
+        assert time.monotonic() - t0 < 1  # answered at once, not queued behind the slow ones
+        time.sleep(2.5)  # the slow ones time out and free their connections
+        status, data = _post(srv.url + "/verify", {"items": [
+            {"task_source": RELU_TASK, "response": "no code"}]}, timeout=10)
+        assert status == 200 and data["verdicts"][0]["status"] == "format_error"
+    finally:
+        for sock in slow:
+            sock.close()
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_body_over_the_limit_is_413_before_it_is_read() -> None:
+    srv = _server(ServiceLimits(max_body_bytes=1024), CountingVerify())
+    try:
+        sock = _slow_body(srv.url, announced=4096)  # announces 4 KiB, sends 9 bytes
+        answer = _answer(sock)  # and closed: the unread body is never parsed as a request
+        assert answer.startswith(b"HTTP/1.1 413 ") and b"over the limit of 1024" in answer
+        assert answer.count(b"HTTP/1.1") == 1
+        sock.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_abandoned_request_frees_its_slot() -> None:
+    srv = _server(ServiceLimits(max_concurrency=1, timeout_s=300))
+    try:
+        body = json.dumps({"timeout_s": 250, "items": [
+            {"task_source": RELU_TASK, "response": SPINNING}]}).encode()
+        host, port = srv.url.rsplit("/", 1)[1].split(":")
+        sock = socket.create_connection((host, int(port)), timeout=30)
+        sock.sendall(b"POST /verify HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                     % (len(body), body))
+        deadline = time.monotonic() + 60
+        while _call(srv.url + "/health")[1]["in_flight"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _call(srv.url + "/health")[1]["in_flight"] == 1
+        time.sleep(1.0)  # the batch is running (the candidate spins until its 250 s timeout)
+        sock.close()  # the client gives up
+        t0 = time.monotonic()
+        while _call(srv.url + "/health")[1]["in_flight"] and time.monotonic() - t0 < 10:
+            time.sleep(0.1)
+        health = _call(srv.url + "/health")[1]
+        assert health["in_flight"] == 0 and health["ended_early"] == 1
+        assert time.monotonic() - t0 < 5
+        status, data = _post(srv.url + "/verify", {"items": [
+            {"task_source": RELU_TASK, "response": "no code"}]}, timeout=120)
+        assert status == 200 and data["verdicts"][0]["status"] == "format_error"
+    finally:
+        srv.shutdown()
+        srv.server_close()
