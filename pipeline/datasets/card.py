@@ -11,16 +11,16 @@ measurements come from, and a usage snippet with the real repo id.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
-from datasets import DatasetInfo, Features, SplitDict, SplitInfo
-from datasets.info import DatasetInfosDict
-from datasets.utils.metadata import MetadataConfigs
-from huggingface_hub import DatasetCard, DatasetCardData
 
 from pipeline.datasets.card_facts import card_lines
 from pipeline.datasets.stats import format_value, metric_definition
+
+if TYPE_CHECKING:  # `datasets` and huggingface_hub load only when a card is written (CLI start-up)
+    from datasets.info import DatasetInfosDict
+    from huggingface_hub import DatasetCardData
 
 BACKEND_TAGS = {"cuda": ["cuda", "gpu-kernels"], "musa": ["musa", "gpu-kernels"],
                 "cpu": ["cpp", "cpu-kernels", "openmp"]}
@@ -87,6 +87,9 @@ def _split_files(folder: Path, config: str, split: str) -> list[Path]:
 
 def dataset_infos(folder: Path, manifest: dict[str, Any]) -> DatasetInfosDict:
     """Each config's DatasetInfo from its written Parquet: features, rows and sizes per split."""
+    from datasets import DatasetInfo, Features, SplitDict, SplitInfo
+    from datasets.info import DatasetInfosDict
+
     infos = {}
     for config in manifest["configs"]:
         splits, features, download = SplitDict(), None, 0
@@ -109,6 +112,8 @@ def dataset_infos(folder: Path, manifest: dict[str, Any]) -> DatasetInfosDict:
 
 def add_data_metadata(data: DatasetCardData, folder: Path, manifest: dict[str, Any]) -> None:
     """`configs` (data_files, sft the default) and `dataset_info`, written by `datasets` itself."""
+    from datasets.utils.metadata import MetadataConfigs
+
     MetadataConfigs({c: {"data_files": [{"split": s, "path": f"{c}/{s}-*.parquet"}
                                         for s in manifest["counts"][c]],
                          **({"default": True} if c == "sft" else {})}
@@ -128,6 +133,8 @@ def render_card(name: str, version: str, manifest: dict[str, Any],
     `folder` holds the version's Parquet files (default: `local_path`), described in the
     metadata.
     """
+    from huggingface_hub import DatasetCard, DatasetCardData
+
     licenses = manifest.get("licenses", {})
     total = sum(sum(c.values()) for c in manifest["counts"].values())
     lin = manifest["lineage"]
