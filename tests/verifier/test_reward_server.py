@@ -25,6 +25,8 @@ CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
 OPTS = VerifyOptions(backend="cpu", build_cache_dir=str(CACHE), trials=2, perf_trials=5,
                      perf_budget_s=0.5)
 TORCH_RELU = relu_ok().replace("return ext.relu_fwd(x)", "return torch.relu(x)")
+WRONG = "```python\n" + relu_ok().replace("in[i] > 0.f ? in[i] : 0.f", "in[i] > 0.f ? 0.f : in[i]") \
+    + "```"  # compiles and runs, wrong output
 # Its load_inline arguments are not literals, so the verifier runs the module to find them,
 # and the module spins forever at import: only the run timeout ends it.
 SPINNING = relu_ok().replace('cpp_source = r"""', 'n = 0\nwhile n >= 0:\n    n += 1\n'
@@ -146,12 +148,15 @@ def test_concurrent_clients_get_their_own_verdicts(server: RewardServer,
 def test_openrlhf_shape_scores_only_the_response(server: RewardServer) -> None:
     # The prompt shows the reference in a code block; only the response after it is judged.
     prompt = f"Optimize this model:\n```python\n{RELU_TASK}```\n"
+    # exactly what OpenRLHF's remote_rm_fn posts; it reads response["rewards"]
     status, data = _post(server.url + "/get_reward", {
-        "query": [prompt + MARKDOWN, prompt + "I cannot."], "prompts": [prompt, prompt],
-        "labels": [RELU_TASK, RELU_TASK]})
+        "query": [prompt + MARKDOWN, prompt + WRONG, prompt + "I cannot."],
+        "prompts": [prompt] * 3, "labels": [RELU_TASK] * 3})
     assert status == 200, data
     assert data["rewards"] == data["scores"]
-    assert 0.5 < data["rewards"][0] <= 1.0 and data["rewards"][1] == 0.0
+    good, wrong, refusal = data["rewards"]
+    assert 0.5 < good <= 1.0 and wrong == pytest.approx(0.2) and refusal == 0.0, data
+    assert data["extra_logs"] == {"kernel_correct": [1.0, 0.0, 0.0]}
 
 
 def test_request_timeout_answers_504_and_frees_the_slot() -> None:
@@ -174,16 +179,15 @@ def test_request_timeout_answers_504_and_frees_the_slot() -> None:
         srv.server_close()
 
 
-def test_readme_verl_client_works_as_written(server: RewardServer) -> None:
+def test_readme_names_the_verl_functions_that_exist() -> None:
+    import verifier.verl_reward as verl
+
     readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    block = readme.split("and in `kernel_reward.py`:\n\n```python\n", 1)[1].split("```", 1)[0]
-    namespace: dict = {}
-    exec(compile(block, "README.md:kernel_reward.py", "exec"), namespace)  # noqa: S102
-    namespace["URL"] = server.url + "/verify"
-    scores = namespace["compute_score"](data_sources=["kernelsynth"] * 2,
-                                        solution_strs=["no code", "still none"],
-                                        ground_truths=[RELU_TASK] * 2, extra_infos=[None] * 2)
-    assert scores == [0.0, 0.0]
+    names = {line.split("custom_reward_function.name=")[1].split("`")[0]
+             for line in readme.splitlines() if "custom_reward_function.name=" in line}
+    assert names == {"compute_score", "compute_score_batch"}
+    assert all(callable(getattr(verl, n)) for n in names)
+    assert "verifier.verl_reward" in readme and "KERNELSYNTH_REWARD_URL" in readme
 
 
 @pytest.mark.parametrize("argv", [
