@@ -13,8 +13,8 @@
                        response, ...], "prompts": [prompt, ...], "labels": [task source, ...]}
                   ->  {"rewards": [...], "scores": [...], "extra_logs": {"kernel_correct": [...]}}
 
-Every request is one batch (one `verify_batch` call) in a slot: a warm verifier process
-(`verifier.reward_service`). At most `max_concurrency` batches verify at a time; a request that
+Every request is one batch (one `verify_batch` call) in a slot: under the serve commands a warm
+verifier process (`verifier.reward_service`, `ServiceLimits.isolate_batches`). At most `max_concurrency` batches verify at a time; a request that
 finds no free slot within its timeout gets 503. A batch not done within its timeout (the
 request's `timeout_s`, capped by the server's) answers 504 and its process is ended, as is the
 batch of a client that disconnects: the slot frees at once. Requests are checked before anything
@@ -273,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                          build_cache_dir=a.cache_dir)
     limits = ServiceLimits(max_concurrency=a.max_concurrency, timeout_s=a.timeout,
                            max_body_bytes=int(a.max_body_mb * (1 << 20)), max_items=a.max_items,
-                           read_timeout_s=a.read_timeout, max_connections=a.max_connections)
+                           read_timeout_s=a.read_timeout, max_connections=a.max_connections,
+                           isolate_batches=True)
     serve(a.host, a.port, opts, limits)
     return 0

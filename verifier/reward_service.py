@@ -39,6 +39,10 @@ class ServiceLimits:
     max_items: int = 1024
     read_timeout_s: float = 10.0  # to receive a request's headers, and its body, in full
     max_connections: int = 64  # open client connections (one thread each)
+    # True (the serve commands): each slot is a warm verifier process, ended when its request
+    # times out or its client goes away. False (embedding; tests that patch the verifier in
+    # this process): batches run on threads here and hold their slot until they finish.
+    isolate_batches: bool = False
 
 
 class BatchFailed(BadRequest):
@@ -114,7 +118,7 @@ class BatchProcess:
 
 
 class RewardService:
-    """Bounded concurrent batches with per-request timeouts; `verify` given: run in-process."""
+    """Bounded concurrent batches with per-request timeouts (see ServiceLimits.isolate_batches)."""
 
     def __init__(self, options: VerifyOptions, limits: ServiceLimits, verify: Verify | None = None):
         self.options, self.limits = options, limits
@@ -124,10 +128,10 @@ class RewardService:
         self.ended = 0  # batches ended early (timeout or client gone)
         self._idle: Queue[BatchProcess | None] = Queue()
         self._pool = None
-        if verify is None:
+        if verify is None and limits.isolate_batches:
             for _ in range(limits.max_concurrency):
                 self._idle.put(BatchProcess())
-        else:  # an injected verify (tests, embedding) cannot be ended: it runs on threads
+        else:  # a batch on a thread cannot be ended: it holds its slot until it returns
             self._pool = ThreadPoolExecutor(max_workers=limits.max_concurrency,
                                             thread_name_prefix="verify")
             for _ in range(limits.max_concurrency):
@@ -193,8 +197,10 @@ class RewardService:
 
     def _run_in_thread(self, reqs: list[VerifyRequest], opts: VerifyOptions,
                        timeout: float) -> list[VerdictData]:
-        assert self._pool is not None and self._verify is not None
+        assert self._pool is not None
         verify = self._verify
+        if verify is None:
+            from verifier.api import verify_batch as verify
 
         def run() -> list[VerdictData]:
             try:

@@ -37,7 +37,8 @@ def serve_verifier(
     if backend:
         opts.backend = backend
     try:
-        serve(host, port, opts, ServiceLimits(max_concurrency, timeout,
-                                              int(max_body_mb * (1 << 20)), max_items))
+        serve(host, port, opts, ServiceLimits(max_concurrency=max_concurrency, timeout_s=timeout,
+                                              max_body_bytes=int(max_body_mb * (1 << 20)),
+                                              max_items=max_items, isolate_batches=True))
     except OSError as exc:
         raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

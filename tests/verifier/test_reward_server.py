@@ -159,8 +159,9 @@ def test_openrlhf_shape_scores_only_the_response(server: RewardServer) -> None:
     assert data["extra_logs"] == {"kernel_correct": [1.0, 0.0, 0.0]}
 
 
-def test_request_timeout_answers_504_and_frees_the_slot() -> None:
-    srv = _server(ServiceLimits(max_concurrency=1, timeout_s=30))
+@pytest.mark.parametrize("isolate", [False, True])
+def test_request_timeout_answers_504_and_frees_the_slot(isolate: bool) -> None:
+    srv = _server(ServiceLimits(max_concurrency=1, timeout_s=30, isolate_batches=isolate))
     try:
         t0 = time.monotonic()
         status, data = _post(srv.url + "/verify", {"timeout_s": 0.5, "items": [
@@ -342,7 +343,7 @@ def test_body_over_the_limit_is_413_before_it_is_read() -> None:
 
 
 def test_abandoned_request_frees_its_slot() -> None:
-    srv = _server(ServiceLimits(max_concurrency=1, timeout_s=300))
+    srv = _server(ServiceLimits(max_concurrency=1, timeout_s=300, isolate_batches=True))
     try:
         body = json.dumps({"timeout_s": 250, "items": [
             {"task_source": RELU_TASK, "response": SPINNING}]}).encode()
