@@ -54,6 +54,23 @@ def _attach_progress(json_: bool, verbose: bool) -> None:
     logger.propagate = False
 
 
+def config_rows(summary: dict[str, Any]) -> list[list[Any]]:
+    """Rows per config and split of the version the build left (from its manifest)."""
+    from pipeline.datasets.versions import read_manifest
+
+    manifest = read_manifest(Path(summary["path"]))
+    rows = [[c, s.get("train", 0), s.get("validation", 0), sum(s.values())]
+            for c, s in manifest["counts"].items()]
+    rows += [[c, 0, 0, "0 (left out: empty)"] for c in manifest.get("empty_configs", [])]
+    return rows
+
+
+def print_config_rows(summary: dict[str, Any]) -> None:
+    """The rows-per-config table of the build's version."""
+    print_table(f"rows per config ({summary['version']})",
+                ["config", "train", "validation", "total"], config_rows(summary))
+
+
 def print_summary(summary: dict[str, Any], wall_s: float) -> None:
     """The end-of-build report: per-stage times and throughput, the funnel, the version."""
     rows = []
@@ -81,6 +98,7 @@ def print_summary(summary: dict[str, Any], wall_s: float) -> None:
         ["tasks with a correct kernel", f["tasks_solved"], ""],
         ["median / max speedup (correct)", f"{f['median_speedup']} / {f['max_speedup']}", ""],
     ])
+    print_config_rows(summary)
     if summary["published"]:
         out.print(f"new version [bold]{summary['version']}[/bold] (parent "
                   f"{summary.get('parent') or 'none'}): {summary['path']}", highlight=False)

@@ -1,12 +1,38 @@
 #!/usr/bin/env bash
-# Create ./.venv and install kernelsynth with its dev extras. Idempotent.
+# Create ./.venv and install kernelsynth with its dev extras. Idempotent. Shows pip's progress
+# and stops at the first step that fails, with that step's exit status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+START=$SECONDS
+
+step() { printf '==> %s (%ds so far)\n' "$*" "$((SECONDS - START))"; }
+
+# pip with its progress lines; only the "WARNING: Location" noise of editable installs is
+# filtered out. grep's own status is ignored (it is 1 when every line was filtered); pip's is
+# what counts.
+pip_install() {
+  local status
+  set +e
+  .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off "$@" 2>&1 \
+    | grep --line-buffered -v '^WARNING: Location'
+  status=${PIPESTATUS[0]}
+  set -e
+  if [ "$status" -ne 0 ]; then
+    echo "setup: 'pip install $*' failed with exit status $status" >&2
+    exit "$status"
+  fi
+}
+
 if [ ! -x .venv/bin/python ]; then
+  step "creating .venv with $PY"
   "$PY" -m venv .venv
 fi
 # The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
-.venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0" 2>&1 | grep -v '^WARNING: Location' || true
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v '^WARNING: Location' || true
-.venv/bin/python -c "import torch, pipeline, verifier, schemas, sources, flows" 
+step "installing torch 2.13.0 (CPU build)"
+pip_install "torch==2.13.0"
+step "installing kernelsynth and its dev extras"
+pip_install -e ".[dev]"
+step "checking the packages import"
+.venv/bin/python -c "import torch, pipeline, verifier, schemas, sources, flows"
+step "done"

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from verifier.protocol import CORRECT_STATUSES, VerdictData, VerifyOptions, VerifyRequest
+from verifier.reward_requests import task_source_problem
 
 REFERENCE_COLUMNS = ("reference", "task_source")
 
@@ -70,6 +71,9 @@ def requests_for(completions: Sequence[Any], columns: dict[str, Any],
     for i, (completion, ref) in enumerate(zip(completions, refs, strict=True)):
         if not isinstance(ref, str) or not ref.strip():
             raise RewardInputError(f"completion {i}: empty reference (task source)")
+        problem = task_source_problem(ref)
+        if problem:  # a reward of a run that could not judge would mislead the policy
+            raise RewardInputError(f"completion {i}: the reference {problem}")
         text = completion_text(completion, i)
         task_id = str(task_ids[i] or hashlib.sha256(ref.encode()).hexdigest()[:16])
         cid = f"{task_id}-{i}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -26,9 +26,9 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from pipeline.config import Config, ConfigError, load_config
-from pipeline.runner import set_progress_sink
-from pipeline.workspace import Workspace
+if TYPE_CHECKING:  # imported where used: `kernelsynth --help` loads no data library
+    from pipeline.config import Config
+    from pipeline.workspace import Workspace
 
 WorkspaceOpt = Annotated[
     Path | None,
@@ -51,6 +51,9 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 def open_context(workspace: Path | None, config: Path | None) -> tuple[Config, Workspace]:
     """Load the config (CLI --workspace wins over the file) and open the workspace."""
+    from pipeline.config import ConfigError, load_config
+    from pipeline.workspace import Workspace
+
     try:
         cfg = load_config(config, workspace)
     except ConfigError as exc:
@@ -109,6 +112,8 @@ def stage_progress_bars(con: Console, enabled: bool = True) -> Iterator[None]:
     if not enabled:
         yield
         return
+    from pipeline.runner import set_progress_sink
+
     sink = RichProgressSink(con)
     previous = set_progress_sink(sink)
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import duckdb
 import typer
 
 from pipeline.cli.app import app, config_app, tasks_app
@@ -20,15 +19,14 @@ from pipeline.cli.common import (
     out,
     print_table,
 )
-from pipeline.config import ConfigError, dump_config, load_config
-from pipeline.tasks.taskfile import validate_task_files
-from pipeline.workspace import WorkspaceError
 
 
 @config_app.command("show")
 def config_show(workspace: WorkspaceOpt = None, config: ConfigOpt = None,
                 json_: JsonOpt = False) -> None:
     """Print the effective configuration (defaults merged with the config file)."""
+    from pipeline.config import ConfigError, dump_config, load_config
+
     try:
         cfg = load_config(config, workspace)
     except ConfigError as exc:
@@ -50,6 +48,8 @@ def tasks_validate(
 ) -> None:
     """Load each task file in a sandbox, run its reference on CPU; exit 0 only if every file is
     valid or too_large_for_host (its sizes are meant for a GPU: the host's allocator refused)."""
+    from pipeline.tasks.taskfile import validate_task_files
+
     cfg, _ = open_context(workspace, config)
     reports = validate_task_files(files, workers=cfg.tasks.workers, timeout_s=timeout,
                                   scale=scale, cpu_max_numel=cfg.tasks.cpu_max_numel)
@@ -78,6 +78,10 @@ def sql(
     json_: JsonOpt = False,
 ) -> None:
     """Run DuckDB SQL over views of the workspace tables and print the result."""
+    import duckdb
+
+    from pipeline.workspace import WorkspaceError
+
     _, ws = open_context(workspace, config)
     try:
         con = ws.duckdb()

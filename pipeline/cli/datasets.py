@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
-import duckdb
 import typer
 
 from pipeline.cli.app import app
@@ -21,18 +20,9 @@ from pipeline.cli.common import (
     out,
     print_table,
 )
-from pipeline.datasets.publish import publish_workspace, workspace_stats
-from pipeline.datasets.versions import (
-    PublishError,
-    VersionIntegrityError,
-    find_version,
-    read_manifest,
-    read_stats,
-)
-from pipeline.workspace import WorkspaceError
 
-# huggingface_hub, matplotlib and datasketch are imported inside the commands that use them, so
-# `kernelsynth --help` and the other commands start quickly.
+# Data libraries (duckdb, polars, datasets, huggingface_hub, matplotlib) are imported inside the
+# commands that use them, so `kernelsynth --help` and the other commands start quickly.
 
 NameOpt = Annotated[str | None, typer.Option("--name", help="Dataset name (default: config).")]
 
@@ -46,6 +36,10 @@ def publish(
     version: Annotated[str | None, typer.Option(help="Version (default: next v<N>).")] = None,
 ) -> None:
     """Build every dataset config from the workspace and write a new dataset version."""
+    from pipeline.datasets.publish import publish_workspace
+    from pipeline.datasets.versions import PublishError, VersionIntegrityError, read_manifest
+    from pipeline.workspace import WorkspaceError
+
     cfg, ws = open_context(workspace, config)
     if name:
         cfg = cfg.model_copy(update={"publish": cfg.publish.model_copy(update={"name": name})})
@@ -81,6 +75,7 @@ def push(
 ) -> None:
     """Make the Hub repo's main exactly a version in one commit (stale files deleted), tag it."""
     from pipeline.datasets.hub import HubError, push_version
+    from pipeline.datasets.versions import PublishError, VersionIntegrityError, find_version
 
     cfg, ws = open_context(workspace, config)
     # The token is read here, at the CLI edge: HF_TOKEN first, then the saved login.
@@ -134,7 +129,17 @@ def stats(
     name: NameOpt = None,
 ) -> None:
     """Print the funnel, pass rates, pass@k / fast_p metrics, speedups and compile errors."""
+    import duckdb
+
     from pipeline.datasets.catalog import open_catalog
+    from pipeline.datasets.publish import workspace_stats
+    from pipeline.datasets.versions import (
+        PublishError,
+        VersionIntegrityError,
+        find_version,
+        read_stats,
+    )
+    from pipeline.workspace import WorkspaceError
 
     cfg, ws = open_context(workspace, config)
     try:
@@ -159,7 +164,8 @@ def stats(
 
 @app.command("report")
 def report(
-    version: Annotated[str, typer.Option(help="The version to report on.")],
+    version: Annotated[str | None, typer.Option(help="The version to report on (default: the "
+                                                     "latest).")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="HTML file (default: next to "
                                                                 "the version).")] = None,
     workspace: WorkspaceOpt = None,
@@ -168,9 +174,22 @@ def report(
 ) -> None:
     """Write an HTML page with plots of a version's statistics."""
     from pipeline.datasets.report import write_report
+    from pipeline.datasets.versions import (
+        PublishError,
+        VersionIntegrityError,
+        find_version,
+        list_versions,
+    )
 
-    _, ws = open_context(workspace, config)
+    cfg, ws = open_context(workspace, config)
     try:
+        if version is None:
+            dataset = name or cfg.publish.name
+            published = list_versions(ws, dataset)
+            if not published:
+                raise fail(f"{ws.datasets_dir / dataset}: no published version of {dataset!r}; "
+                           "run `kernelsynth build` or `kernelsynth publish` first")
+            version = published[-1]
         path = write_report(find_version(ws, version, name), out_file)
     except (PublishError, VersionIntegrityError) as exc:
         raise fail(str(exc)) from None

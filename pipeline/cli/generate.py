@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import Progress
 
-from pipeline.candidates.generate import GENERATORS, GenerateError, run_generate, run_repair
-from pipeline.candidates.import_samples import SampleFileError
-from pipeline.candidates.llm import LLMError
-from pipeline.candidates.prompts import PromptError
 from pipeline.cli.app import app
 from pipeline.cli.common import (
     ConfigOpt,
@@ -23,9 +19,13 @@ from pipeline.cli.common import (
     open_context,
     print_table,
 )
-from pipeline.config import Config
-from pipeline.workspace import WorkspaceError
-from schemas import Task
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+
+# pipeline.candidates.generate.GENERATORS, spelled here so `--help` imports no generator
+# (tests/pipeline/test_cli_startup.py checks the two agree)
+GENERATOR_NAMES = ("template", "openai", "hf", "import", "mutate")
 
 
 def _api_key(cfg: Config) -> str | None:
@@ -48,7 +48,7 @@ def _summary(title: str, counts: dict[str, int], json_: bool) -> None:
 @app.command("generate")
 def generate(
     generator: Annotated[list[str] | None, typer.Option(
-        "--generator", "-g", help=f"Generator(s): {'|'.join(GENERATORS)} (repeatable).")] = None,
+        "--generator", "-g", help=f"Generator(s): {'|'.join(GENERATOR_NAMES)} (repeatable).")] = None,
     backend: Annotated[str | None, typer.Option(help="auto|cuda|musa|cpu.")] = None,
     variants: Annotated[int | None, typer.Option(help="Template variants per task.")] = None,
     samples: Annotated[int | None, typer.Option(
@@ -67,6 +67,13 @@ def generate(
     json_: JsonOpt = False,
 ) -> None:
     """Generate candidate kernels for the workspace's tasks."""
+    from pipeline.candidates.generate import GENERATORS, GenerateError, run_generate
+    from pipeline.candidates.import_samples import SampleFileError
+    from pipeline.candidates.llm import LLMError
+    from pipeline.candidates.prompts import PromptError
+    from pipeline.workspace import WorkspaceError
+    from schemas import Task
+
     cfg, ws = open_context(workspace, config)
     gens = generator or cfg.generate.generators
     unknown = [g for g in gens if g not in GENERATORS]
@@ -112,6 +119,11 @@ def repair(
     json_: JsonOpt = False,
 ) -> None:
     """Continue failing candidates with verifier feedback as the next turn, up to N turns."""
+    from pipeline.candidates.generate import run_repair
+    from pipeline.candidates.llm import LLMError
+    from pipeline.candidates.prompts import PromptError
+    from pipeline.workspace import WorkspaceError
+
     cfg, ws = open_context(workspace, config)
     rep = {k: v for k, v in {"turns": turns, "generator": generator}.items() if v is not None}
     if no_verify:

@@ -20,11 +20,6 @@ from pipeline.cli.common import (
     open_context,
     print_table,
 )
-from pipeline.tasks.ingest import run_ingest
-from pipeline.workspace import WorkspaceError
-from schemas import RawModule
-from sources.git_repos import ManifestError, load_manifest
-from sources.github import GitHubError, search_repositories, write_manifest
 
 
 @app.command("ingest")
@@ -43,6 +38,11 @@ def ingest(
     json_: JsonOpt = False,
 ) -> None:
     """Collect PyTorch modules (seed corpus, transformers, NNSmith, git repos) as raw_modules."""
+    from pipeline.tasks.ingest import run_ingest
+    from pipeline.workspace import WorkspaceError
+    from schemas import RawModule
+    from sources.git_repos import ManifestError, load_manifest
+
     cfg, ws = open_context(workspace, config)
     if manifest is not None:
         try:
@@ -85,6 +85,8 @@ def github_search(
     json_: JsonOpt = False,
 ) -> None:
     """Search GitHub repositories (language:python) and write a repo manifest for `ingest`."""
+    from sources.github import GitHubError, search_repositories, write_manifest
+
     token = os.environ.get("GITHUB_TOKEN") or None  # read once, here at the CLI edge
     if token is None:
         console.print("[yellow]note:[/yellow] GITHUB_TOKEN is not set; GitHub allows 10 "

@@ -8,8 +8,6 @@ from typing import Annotated
 
 import typer
 
-from pipeline.candidates.generate import resolve_backend
-from pipeline.candidates.prompts import PromptError, build_prompt
 from pipeline.cli.app import app
 from pipeline.cli.common import (
     ConfigOpt,
@@ -20,7 +18,6 @@ from pipeline.cli.common import (
     open_context,
     out,
 )
-from schemas import Task
 
 prompts_app = typer.Typer(help="Task prompts for offline batch generation (vLLM and friends).",
                           no_args_is_help=True)
@@ -36,6 +33,10 @@ def export(
     json_: JsonOpt = False,
 ) -> None:
     """One line per task: task_id, backend and the chat messages (the `rl` rows' prompt)."""
+    from pipeline.candidates.generate import resolve_backend
+    from pipeline.candidates.prompts import PromptError, build_prompt
+    from schemas import Task
+
     cfg, ws = open_context(workspace, config)
     chosen = resolve_backend(backend or cfg.generate.backend)
     tasks = ws.read(Task)

@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from pipeline.candidates.verify import verify_options
 from pipeline.cli.app import app
 from pipeline.cli.common import ConfigOpt, WorkspaceOpt, fail, open_context
 
@@ -25,6 +24,7 @@ def serve_verifier(
     config: ConfigOpt = None,
 ) -> None:
     """HTTP reward service for RL (POST /verify, POST /get_reward, GET /health)."""
+    from pipeline.candidates.verify import verify_options
     from verifier.reward_server import ServiceLimits, serve
 
     cfg, ws = open_context(workspace, config)
@@ -37,7 +37,8 @@ def serve_verifier(
     if backend:
         opts.backend = backend
     try:
-        serve(host, port, opts, ServiceLimits(max_concurrency, timeout,
-                                              int(max_body_mb * (1 << 20)), max_items))
+        serve(host, port, opts, ServiceLimits(max_concurrency=max_concurrency, timeout_s=timeout,
+                                              max_body_bytes=int(max_body_mb * (1 << 20)),
+                                              max_items=max_items, isolate_batches=True))
     except OSError as exc:
         raise fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

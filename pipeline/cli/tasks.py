@@ -20,9 +20,6 @@ from pipeline.cli.common import (
     out,
     print_table,
 )
-from pipeline.tasks.stages import done_module_ids, run_tasks
-from pipeline.workspace import WorkspaceError
-from schemas import RawModule, Task
 
 
 @tasks_app.command("build")
@@ -37,6 +34,10 @@ def tasks_build(
     json_: JsonOpt = False,
 ) -> None:
     """Turn the workspace's RawModules into curated KernelBench tasks."""
+    from pipeline.tasks.stages import done_module_ids, run_tasks
+    from pipeline.workspace import WorkspaceError
+    from schemas import RawModule
+
     cfg, ws = open_context(workspace, config)
     upd: dict[str, object] = {}
     if workers is not None:
@@ -73,6 +74,9 @@ def tasks_show(
     json_: JsonOpt = False,
 ) -> None:
     """Print a task file with its shape annotations, and its reasoning trace."""
+    from pipeline.workspace import WorkspaceError
+    from schemas import Task
+
     _, ws = open_context(workspace, config)
     try:
         tasks = [t for t in ws.read(Task) if t.task_id.startswith(task_id)]

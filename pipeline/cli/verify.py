@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from pipeline.candidates.verify import run_verify
 from pipeline.cli.app import app
 from pipeline.cli.common import (
     ConfigOpt,
@@ -19,10 +18,6 @@ from pipeline.cli.common import (
     open_context,
     print_table,
 )
-from pipeline.workspace import WorkspaceError
-from schemas import Candidate, Verdict
-from verifier.backends import BackendUnavailable
-from verifier.protocol import STATUSES
 
 
 @app.command("verify")
@@ -42,6 +37,12 @@ def verify(
     limit: Annotated[int | None, typer.Option(help="Verify at most this many.")] = None,
 ) -> None:
     """Verify candidates without verdicts; write verdicts to a new run of the workspace."""
+    from pipeline.candidates.verify import run_verify
+    from pipeline.workspace import WorkspaceError
+    from schemas import Candidate, Verdict
+    from verifier.backends import BackendUnavailable
+    from verifier.protocol import STATUSES
+
     cfg, ws = open_context(workspace, config)
     if fallback is not None and fallback not in ("strict", "partial"):
         raise fail(f"--fallback must be strict or partial, not {fallback!r}")

@@ -1,22 +1,26 @@
 """The dataset card of a version, written with huggingface_hub's DatasetCard / DatasetCardData.
 
 The YAML metadata carries what the Hub and `datasets` read: the licenses of the rows, size and
-task categories, every config with its `data_files`, and `dataset_info` features derived from the
-configs' Arrow schemas. The body states how each metric is defined (pipeline.datasets.stats
+task categories, and `configs` (data_files) and `dataset_info` (features, rows and bytes per split,
+from the written Parquet) written by `datasets`' own MetadataConfigs / DatasetInfosDict, so
+`datasets` and the Hub read them without a warning. The body states how each metric is defined (pipeline.datasets.stats
 METRIC_DEFINITIONS, the one place), the device, backend, torch and verifier versions the
 measurements come from, and a usage snippet with the real repo id.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from datasets import Features
-from huggingface_hub import DatasetCard, DatasetCardData
+import pyarrow.parquet as pq
 
 from pipeline.datasets.card_facts import card_lines
-from pipeline.datasets.rows import config_schema
 from pipeline.datasets.stats import format_value, metric_definition
+
+if TYPE_CHECKING:  # `datasets` and huggingface_hub load only when a card is written (CLI start-up)
+    from datasets.info import DatasetInfosDict
+    from huggingface_hub import DatasetCardData
 
 BACKEND_TAGS = {"cuda": ["cuda", "gpu-kernels"], "musa": ["musa", "gpu-kernels"],
                 "cpu": ["cpp", "cpu-kernels", "openmp"]}
@@ -77,24 +81,60 @@ def hub_license(spdx: str) -> str:
     return spdx.lower() if spdx else "unknown"
 
 
-def dataset_info(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """`dataset_info` entries: features from each config's Arrow schema, split row counts."""
-    info = []
+def _split_files(folder: Path, config: str, split: str) -> list[Path]:
+    return sorted((folder / config).glob(f"{split}-*.parquet"))
+
+
+def dataset_infos(folder: Path, manifest: dict[str, Any]) -> DatasetInfosDict:
+    """Each config's DatasetInfo from its written Parquet: features, rows and sizes per split."""
+    from datasets import DatasetInfo, Features, SplitDict, SplitInfo
+    from datasets.info import DatasetInfosDict
+
+    infos = {}
     for config in manifest["configs"]:
-        features = Features.from_arrow_schema(config_schema(config).remove_metadata())
-        counts = manifest["counts"][config]
-        info.append({"config_name": config, "features": features._to_yaml_list(),
-                     "splits": [{"name": s, "num_examples": n} for s, n in counts.items()]})
-    return info
+        splits, features, download = SplitDict(), None, 0
+        for split in manifest["counts"][config]:
+            files = _split_files(folder, config, split)
+            if not files:
+                raise FileNotFoundError(f"{folder / config}: no {split}-*.parquet to describe")
+            metas = [pq.ParquetFile(f).metadata for f in files]
+            if features is None:
+                features = Features.from_arrow_schema(pq.read_schema(files[0]))
+            splits.add(SplitInfo(name=split, num_examples=sum(m.num_rows for m in metas),
+                                 num_bytes=sum(m.row_group(i).total_byte_size for m in metas
+                                               for i in range(m.num_row_groups))))
+            download += sum(f.stat().st_size for f in files)
+        infos[config] = DatasetInfo(features=features, splits=splits, config_name=config,
+                                    download_size=download,
+                                    dataset_size=sum(s.num_bytes for s in splits.values()))
+    return DatasetInfosDict(infos)
+
+
+def add_data_metadata(data: DatasetCardData, folder: Path, manifest: dict[str, Any]) -> None:
+    """`configs` (data_files, sft the default) and `dataset_info`, written by `datasets` itself."""
+    from datasets.utils.metadata import MetadataConfigs
+
+    MetadataConfigs({c: {"data_files": [{"split": s, "path": f"{c}/{s}-*.parquet"}
+                                        for s in manifest["counts"][c]],
+                         **({"default": True} if c == "sft" else {})}
+                     for c in manifest["configs"]}).to_dataset_card_data(data)
+    dataset_infos(folder, manifest).to_dataset_card_data(data)
+    order = {c: i for i, c in enumerate(manifest["configs"])}  # datasets sorts by name
+    for field in ("configs", "dataset_info"):
+        if isinstance(data.get(field), list):
+            data[field] = sorted(data[field], key=lambda entry: order[entry["config_name"]])
 
 
 def render_card(name: str, version: str, manifest: dict[str, Any],
-                stats: dict[str, Any] | None, repo_id: str | None, local_path: str) -> str:
-    """The card's text (YAML front matter + Markdown), checked by DatasetCard's parser."""
-    configs = [{"config_name": c,
-                "data_files": [{"split": s, "path": f"{c}/{s}-*.parquet"}
-                               for s in manifest["counts"][c]],
-                **({"default": True} if c == "sft" else {})} for c in manifest["configs"]]
+                stats: dict[str, Any] | None, repo_id: str | None, local_path: str,
+                folder: Path | None = None) -> str:
+    """The card's text (YAML front matter + Markdown), checked by DatasetCard's parser.
+
+    `folder` holds the version's Parquet files (default: `local_path`), described in the
+    metadata.
+    """
+    from huggingface_hub import DatasetCard, DatasetCardData
+
     licenses = manifest.get("licenses", {})
     total = sum(sum(c.values()) for c in manifest["counts"].values())
     lin = manifest["lineage"]
@@ -102,8 +142,8 @@ def render_card(name: str, version: str, manifest: dict[str, Any],
     data = DatasetCardData(
         license=sorted({hub_license(x) for x in licenses}) or ["unknown"],
         pretty_name=f"{name} {version}", tags=backend_tags(backends),
-        task_categories=["text-generation"], size_categories=[size_category(total)],
-        configs=configs, dataset_info=dataset_info(manifest))
+        task_categories=["text-generation"], size_categories=[size_category(total)])
+    add_data_metadata(data, Path(folder or local_path), manifest)
     target = repo_id or local_path
     lines = [f"# {name} {version}", "", backend_sentence(backends), "",
              "Verified training data for LLMs that write kernels, produced by kernelsynth: "

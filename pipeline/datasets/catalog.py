@@ -2,11 +2,13 @@
 over the workspace Parquet (`ws_<table>`) and over every version's configs (`ds_<config>`).
 
 Views are recreated when a version is registered (so right after `publish` / `build`) and each
-time the catalog is opened, since the set of tables changes as runs and versions are added.
-Views and `versions.path` hold paths relative to the workspace root, so a moved or copied
-workspace keeps working: a connection resolves them with `SET file_search_path` to the root
-(`connect_catalog` does; with the duckdb CLI, run it from the workspace directory). Parquet files
-are checked (footer and schema) before a view is made over them, so a corrupt or foreign file is
+time a kernelsynth command opens the catalog, since the set of tables changes as runs and
+versions are added. Views name their Parquet files by absolute path, so plain
+`duckdb.connect(".../catalog.duckdb")` works from any directory (a notebook, the duckdb CLI in
+the project root); a moved or copied workspace gets its views rewritten to the new location by
+the next kernelsynth command that opens it (`stats`, `sql`, `publish`, `build`).
+`versions.path` stays relative to the workspace root, as the data it is. Parquet files are
+checked (footer and schema) before a view is made over them, so a corrupt or foreign file is
 reported by name instead of failing later inside a query.
 """
 
@@ -57,8 +59,13 @@ def _relative(ws: Workspace, path: Path) -> str:
         return str(Path(path).resolve())
 
 
+def _absolute(path: Path) -> str:
+    """A view's file path: absolute, so the view reads the same from any working directory."""
+    return str(Path(path).resolve())
+
+
 def connect_catalog(ws: Workspace, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """A connection to catalog.duckdb that resolves the views' relative paths in `ws`."""
+    """A connection to catalog.duckdb; relative paths (catalogs of older releases) resolve in `ws`."""
     con = duckdb.connect(str(ws.catalog_path), read_only=read_only)
     con.execute(f"SET file_search_path = {_sql_str(str(ws.root.resolve()))}")
     return con
@@ -137,7 +144,7 @@ def refresh_views(ws: Workspace, con: duckdb.DuckDBPyConnection) -> list[str]:
         parts = check_parts(ws, table)
         if not parts:
             continue
-        files = "[" + ", ".join(_sql_str(_relative(ws, p)) for p in parts) + "]"
+        files = "[" + ", ".join(_sql_str(_absolute(p)) for p in parts) + "]"
         con.execute(f'CREATE VIEW "ws_{table}" AS SELECT * FROM read_parquet({files}, '
                     "union_by_name = true)")
         views.append(f"ws_{table}")
@@ -150,7 +157,7 @@ def refresh_views(ws: Workspace, con: duckdb.DuckDBPyConnection) -> list[str]:
             folder = ws.root / path  # an absolute path (older catalogs) stays absolute
             if not paths or not folder.is_dir():
                 continue
-            file_list = "[" + ", ".join(_sql_str(_relative(ws, folder / p)) for p in paths) + "]"
+            file_list = "[" + ", ".join(_sql_str(_absolute(folder / p)) for p in paths) + "]"
             selects.append(f"SELECT {_sql_str(name)} AS dataset, {_sql_str(version)} AS version, "
                            f"* FROM read_parquet({file_list}, union_by_name = true)")
         if selects:

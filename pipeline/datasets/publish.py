@@ -160,7 +160,7 @@ def publish_version(ws: Workspace, tables: dict[str, pa.Table], cfg: Config,
             (tmp / STATS).write_text(json.dumps(stats, indent=2) + "\n",
                                      encoding="utf-8")
         (tmp / CARD).write_text(render_card(name, version, manifest, stats,
-                                            cfg.publish.hub_repo, str(final)),
+                                            cfg.publish.hub_repo, str(final), folder=tmp),
                                 encoding="utf-8")
         for extra in (STATS, CARD):
             if (tmp / extra).exists():

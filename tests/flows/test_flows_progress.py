@@ -124,6 +124,14 @@ def test_kernelsynth_build_draws_bars_and_is_quiet_under_json(prefect_api: str,
     gen = next(line for line in bars if line.lstrip().startswith("generate"))
     assert "/s" in gen and "/" in gen.split("/s")[0]
     assert any(line.lstrip().startswith("verify[cpu]") for line in bars), res.stderr
+    # the summary lists rows per config of the version it published, from its manifest
+    manifest = json.loads(next((tmp_path / "b").glob("datasets/*/v1/manifest.json")).read_text())
+    table = res.stdout.split("rows per config (v1)", 1)[1]
+    for config, splits in manifest["counts"].items():
+        cells = [c.strip() for line in table.splitlines() if f" {config} " in line
+                 for c in line.split("│")[1:-1]]
+        assert cells[:4] == [config, str(splits.get("train", 0)),
+                             str(splits.get("validation", 0)), str(sum(splits.values()))], cells
 
 
 if __name__ == "__main__":  # pragma: no cover

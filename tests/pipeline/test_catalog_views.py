@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import Config
+from pipeline.datasets.catalog import open_catalog
 from pipeline.datasets.publish import publish_workspace
 from pipeline.datasets.rows import CONFIGS
 from pipeline.datasets.versions import read_version
@@ -40,10 +41,38 @@ def _published_then_moved(tmp_path: Path) -> tuple[Workspace, list[Path]]:
     return Workspace(moved), [moved / v.relative_to(ws.root) for v in versions]
 
 
+def _every_view_answers(catalog: Path) -> dict[str, int]:
+    """Row counts of every view, through plain duckdb (no search path, nothing attached)."""
+    con = duckdb.connect(str(catalog), read_only=True)
+    try:
+        views = [r[0] for r in con.execute(
+            "SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()]
+        return {v: con.execute(f'SELECT count(*) FROM "{v}"').fetchone()[0] for v in views}
+    finally:
+        con.close()
+
+
+def test_catalog_opens_with_plain_duckdb_from_any_directory(tmp_path: Path, monkeypatch) -> None:
+    ws = Workspace(tmp_path / "project" / "ks-data")
+    fill_workspace(ws, n_tasks=3)
+    version = publish_workspace(ws, Config(workspace=str(ws.root)))
+    published = json.loads((version / "manifest.json").read_text())["configs"]
+    for cwd in (ws.root.parent, tmp_path, Path("/")):  # project root, elsewhere, the root
+        monkeypatch.chdir(cwd)
+        counts = _every_view_answers(ws.catalog_path.relative_to(cwd) if cwd != Path("/")
+                                     else ws.catalog_path)
+        assert {f"ds_{c}" for c in published} <= set(counts), counts
+        for config in published:
+            assert counts[f"ds_{config}"] == read_version(version)[config].num_rows, config
+        assert counts["ws_verdicts"] == ws.read_table(Verdict).num_rows
+
+
 def test_views_exist_right_after_publish_and_survive_a_move(tmp_path: Path, monkeypatch) -> None:
     ws, versions = _published_then_moved(tmp_path)
-    monkeypatch.chdir(ws.root)  # the duckdb CLI way: started in the workspace, nothing set
-    con = duckdb.connect("catalog.duckdb", read_only=True)
+    open_catalog(ws).close()  # what any kernelsynth command does first: views follow the move
+    monkeypatch.chdir(tmp_path)  # neither the old nor the new workspace
+    assert set(_every_view_answers(ws.catalog_path)) >= {"ds_sft", "ws_verdicts"}
+    con = duckdb.connect(str(ws.catalog_path), read_only=True)
     try:
         views = {r[0] for r in con.execute(
             "SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}

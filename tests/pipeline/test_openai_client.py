@@ -48,38 +48,41 @@ def test_server_returning_fewer_choices_is_asked_again(server: tuple[FakeServer,
     assert [r["n"] for r in state.requests] == [3, 2, 1]
 
 
-def test_429_then_success_backs_off(server: tuple[FakeServer, str]) -> None:
+def test_429_then_500_are_retried_by_the_sdk(server: tuple[FakeServer, str]) -> None:
     state, url = server
     state.script = ["429", "500", "ok"]
-    delays: list[float] = []
-    client = OpenAIChatClient(url, "m", retries=3, backoff_s=0.5, sleep=delays.append)
+    client = OpenAIChatClient(url, "m", retries=3)
+    start = time.monotonic()
     out = client.complete(PROMPT, n=2)
-    assert len(out) == 2 and len(state.requests) == 3
-    assert len(delays) == 2
-    assert 0.5 <= delays[0] <= 0.55 and 1.0 <= delays[1] <= 1.1  # exponential, small jitter
+    assert len(out) == 2 and len(state.requests) == 3 and client.requests_made == 3
+    assert time.monotonic() - start >= 0.5  # the SDK backed off between tries (0.5 s and up)
 
 
 def test_timeout_is_retried_then_succeeds(server: tuple[FakeServer, str]) -> None:
     state, url = server
     state.script = ["slow", "ok"]
-    delays: list[float] = []
-    client = OpenAIChatClient(url, "m", timeout_s=0.3, retries=2, backoff_s=0.01,
-                              sleep=delays.append)
-    start = time.monotonic()
+    client = OpenAIChatClient(url, "m", timeout_s=0.3, retries=2)
     out = client.complete(PROMPT)
     assert out[0].text.startswith("answer 0")
-    assert len(delays) == 1 and time.monotonic() - start < 1.0  # did not wait for the slow one
+    assert client.requests_made == 2 and len(state.requests) == 2
+    client = OpenAIChatClient(url, "m", timeout_s=0.3, retries=0)
+    state.script = ["slow"]
+    start = time.monotonic()
+    with pytest.raises(LLMError, match=r"/chat/completions: failed after 1 attempts: timed out "
+                                       r"after 0\.3s"):
+        client.complete(PROMPT)
+    assert time.monotonic() - start < 1.0  # did not wait for the slow answer
 
 
 def test_retries_exhausted_and_client_errors_raise(server: tuple[FakeServer, str]) -> None:
     state, url = server
     state.script = ["500", "500", "500"]
-    client = OpenAIChatClient(url, "m", retries=2, sleep=lambda s: None)
-    with pytest.raises(LLMError, match="failed after 3 attempts: HTTP 500"):
+    client = OpenAIChatClient(url, "m", retries=2)
+    with pytest.raises(LLMError, match="failed after 3 attempts: HTTP 500: boom"):
         client.complete(PROMPT)
     state.script = ["400"]
     before = len(state.requests)
-    with pytest.raises(LLMError, match="HTTP 400.*max_tokens too large"):
+    with pytest.raises(LLMError, match="HTTP 400: bad request: max_tokens too large"):
         client.complete(PROMPT)
     assert len(state.requests) == before + 1  # a client error is not retried
 
@@ -110,7 +113,8 @@ def test_model_resolved_from_server_and_config(server: tuple[FakeServer, str]) -
 
 
 def test_unreachable_server_fails_with_named_endpoint() -> None:
-    client = OpenAIChatClient("http://127.0.0.1:9/v1", "m", retries=1, timeout_s=1,
-                              sleep=lambda s: None)
-    with pytest.raises(LLMError, match=r"127\.0\.0\.1:9/v1/chat/completions.*connection"):
+    client = OpenAIChatClient("http://127.0.0.1:9/v1", "m", retries=1, timeout_s=1)
+    with pytest.raises(LLMError, match=r"127\.0\.0\.1:9/v1/chat/completions: failed after 2 "
+                                       "attempts: connection failed"):
         client.complete(PROMPT)
+    assert client.requests_made == 2

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import warnings
 from pathlib import Path
 
 import datasets
@@ -10,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from huggingface_hub import DatasetCard
 from typer.testing import CliRunner
 
 from pipeline.cli import app
@@ -47,6 +50,44 @@ def test_every_config_loads_offline_with_load_dataset(published, monkeypatch, tm
     sft = datasets.load_dataset(str(path), name="sft", cache_dir=str(cache))["train"]
     assert "role" in str(sft.features["messages"])
     assert sft[0]["messages"][-1]["role"] == "assistant"
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_every_config_loads_without_a_warning(published, monkeypatch, tmp_path) -> None:
+    _, path = published
+    cache = hf_offline(monkeypatch, tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    logger = logging.getLogger("datasets")
+    handler = _Records()
+    logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for config in manifest["configs"]:
+                ds = datasets.load_dataset(str(path), name=config, cache_dir=str(cache))
+                assert {s: ds[s].num_rows for s in ds} == manifest["counts"][config], config
+    finally:
+        logger.removeHandler(handler)
+    assert [str(w.message) for w in caught] == []
+    assert [r.getMessage() for r in handler.records] == []
+    # and the metadata says what the files hold: rows and bytes per split, from the Parquet
+    card = DatasetCard.load(path / "README.md").data.to_dict()
+    info = {i["config_name"]: i for i in card["dataset_info"]}
+    for config in manifest["configs"]:
+        splits = {s["name"]: s for s in info[config]["splits"]}
+        assert {k: s["num_examples"] for k, s in splits.items()} == manifest["counts"][config]
+        assert all(s["num_bytes"] > 0 for s in splits.values())
+        parquet = [f for f in manifest["files"] if f.startswith(f"{config}/")]
+        assert info[config]["download_size"] == sum(manifest["files"][f]["bytes"]
+                                                    for f in parquet)
 
 
 def test_card_lists_every_config_with_data_files(published) -> None:

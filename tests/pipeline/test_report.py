@@ -55,6 +55,19 @@ def test_cli_report_writes_outside_the_version(version: Path, workspace: Workspa
     assert res.exit_code == 1 and "content hash mismatch" in res.output
 
 
+def test_cli_report_defaults_to_the_latest_version(workspace: Workspace, tmp_path: Path) -> None:
+    empty = CliRunner().invoke(app, ["report", "-w", str(tmp_path / "empty")])
+    assert empty.exit_code == 1 and "no published version of 'kernelsynth'" in empty.output
+    fill_workspace(workspace, n_tasks=3)
+    cfg = Config(workspace=str(workspace.root))
+    first, second = publish_workspace(workspace, cfg), publish_workspace(workspace, cfg)
+    res = CliRunner().invoke(app, ["report", "-w", str(workspace.root)])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.replace("\n", "") == str(second.parent / "v2-report.html")  # rich wraps
+    assert (second.parent / "v2-report.html").is_file()
+    assert not (first.parent / "v1-report.html").exists()
+
+
 def test_notebook_runs_top_to_bottom_on_the_latest_version(workspace: Workspace,
                                                            version: Path, tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location("run_notebook", NOTEBOOKS / "run_notebook.py")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -24,6 +25,8 @@ CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
 OPTS = VerifyOptions(backend="cpu", build_cache_dir=str(CACHE), trials=2, perf_trials=5,
                      perf_budget_s=0.5)
 TORCH_RELU = relu_ok().replace("return ext.relu_fwd(x)", "return torch.relu(x)")
+WRONG = "```python\n" + relu_ok().replace("in[i] > 0.f ? in[i] : 0.f", "in[i] > 0.f ? 0.f : in[i]") \
+    + "```"  # compiles and runs, wrong output
 # Its load_inline arguments are not literals, so the verifier runs the module to find them,
 # and the module spins forever at import: only the run timeout ends it.
 SPINNING = relu_ok().replace('cpp_source = r"""', 'n = 0\nwhile n >= 0:\n    n += 1\n'
@@ -145,16 +148,20 @@ def test_concurrent_clients_get_their_own_verdicts(server: RewardServer,
 def test_openrlhf_shape_scores_only_the_response(server: RewardServer) -> None:
     # The prompt shows the reference in a code block; only the response after it is judged.
     prompt = f"Optimize this model:\n```python\n{RELU_TASK}```\n"
+    # exactly what OpenRLHF's remote_rm_fn posts; it reads response["rewards"]
     status, data = _post(server.url + "/get_reward", {
-        "query": [prompt + MARKDOWN, prompt + "I cannot."], "prompts": [prompt, prompt],
-        "labels": [RELU_TASK, RELU_TASK]})
+        "query": [prompt + MARKDOWN, prompt + WRONG, prompt + "I cannot."],
+        "prompts": [prompt] * 3, "labels": [RELU_TASK] * 3})
     assert status == 200, data
     assert data["rewards"] == data["scores"]
-    assert 0.5 < data["rewards"][0] <= 1.0 and data["rewards"][1] == 0.0
+    good, wrong, refusal = data["rewards"]
+    assert 0.5 < good <= 1.0 and wrong == pytest.approx(0.2) and refusal == 0.0, data
+    assert data["extra_logs"] == {"kernel_correct": [1.0, 0.0, 0.0]}
 
 
-def test_request_timeout_answers_504_and_frees_the_slot() -> None:
-    srv = _server(ServiceLimits(max_concurrency=1, timeout_s=30))
+@pytest.mark.parametrize("isolate", [False, True])
+def test_request_timeout_answers_504_and_frees_the_slot(isolate: bool) -> None:
+    srv = _server(ServiceLimits(max_concurrency=1, timeout_s=30, isolate_batches=isolate))
     try:
         t0 = time.monotonic()
         status, data = _post(srv.url + "/verify", {"timeout_s": 0.5, "items": [
@@ -173,16 +180,15 @@ def test_request_timeout_answers_504_and_frees_the_slot() -> None:
         srv.server_close()
 
 
-def test_readme_verl_client_works_as_written(server: RewardServer) -> None:
+def test_readme_names_the_verl_functions_that_exist() -> None:
+    import verifier.verl_reward as verl
+
     readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    block = readme.split("and in `kernel_reward.py`:\n\n```python\n", 1)[1].split("```", 1)[0]
-    namespace: dict = {}
-    exec(compile(block, "README.md:kernel_reward.py", "exec"), namespace)  # noqa: S102
-    namespace["URL"] = server.url + "/verify"
-    scores = namespace["compute_score"](data_sources=["kernelsynth"] * 2,
-                                        solution_strs=["no code", "still none"],
-                                        ground_truths=[RELU_TASK] * 2, extra_infos=[None] * 2)
-    assert scores == [0.0, 0.0]
+    names = {line.split("custom_reward_function.name=")[1].split("`")[0]
+             for line in readme.splitlines() if "custom_reward_function.name=" in line}
+    assert names == {"compute_score", "compute_score_batch"}
+    assert all(callable(getattr(verl, n)) for n in names)
+    assert "verifier.verl_reward" in readme and "KERNELSYNTH_REWARD_URL" in readme
 
 
 @pytest.mark.parametrize("argv", [
@@ -209,3 +215,157 @@ def test_serve_commands_answer_on_loopback(argv: list[str], tmp_path: Path) -> N
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _strict(raw: bytes) -> dict:
+    def no_constant(name: str) -> None:
+        raise AssertionError(f"{name} in an answer is not JSON")
+    return json.loads(raw, parse_constant=no_constant)
+
+
+def test_numbers_backends_and_task_sources_are_checked(server: RewardServer) -> None:
+    item = {"task_source": RELU_TASK, "response": "no code"}
+    for raw in (b'{"timeout_s": NaN, "items": []}', b'{"timeout_s": Infinity, "items": []}',
+                b'{"timeout_s": -Infinity, "items": []}'):
+        status, data = _call(server.url + "/verify", raw, method="POST")
+        assert status == 400 and "is not a number this service takes" in data["error"], raw
+    for bad in (1e999, -1, 0, "10", True, [5], None):
+        body = json.dumps({"timeout_s": bad, "items": [item]}).replace("Infinity", "1e999")
+        status, data = _call(server.url + "/verify", body.encode(), method="POST")
+        if bad is None:  # absent timeout: the server's own
+            assert status == 200 and data["verdicts"][0]["status"] == "format_error"
+            continue
+        assert status == 400 and '"timeout_s" must be a' in data["error"], (bad, data)
+    status, data = _post(server.url + "/verify", {"items": [{**item, "backend": "gpu"}]})
+    assert status == 400 and "items[0]: unknown \"backend\" 'gpu'" in data["error"]
+    status, data = _post(server.url + "/verify", {"items": [{**item, "candidate_id": 1.5}]})
+    assert status == 400 and '"candidate_id" must be a string or an integer' in data["error"]
+    no_inputs = RELU_TASK.split("def get_inputs")[0]
+    status, data = _post(server.url + "/verify", {"items": [item, {**item,
+                                                                    "task_source": no_inputs}]})
+    assert status == 400, data
+    assert data["error"].startswith("items[1]: the task source is not a KernelBench task file: "
+                                    "it defines no get_inputs, get_init_inputs")
+    status, data = _post(server.url + "/verify", {"items": [{**item, "task_source": "def f(:"}]})
+    assert status == 400 and "does not parse as Python" in data["error"]
+    status, data = _post(server.url + "/get_reward", {"query": ["x"], "prompts": [""],
+                                                      "labels": ["print('hello')"]})
+    assert status == 400 and data["error"].startswith("sample 0 (label): the task source is "
+                                                      "not a KernelBench task file")
+    assert _call(server.url + "/health")[1]["in_flight"] == 0
+
+
+def test_answers_are_strict_json_with_components_as_an_object(server: RewardServer) -> None:
+    req = urllib.request.Request(server.url + "/verify", method="POST", data=json.dumps(
+        {"items": [{"task_source": RELU_TASK, "response": MARKDOWN, "task_id": "relu"}]}).encode())
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        data = _strict(resp.read())
+    verdict = data["verdicts"][0]
+    assert verdict["status"] in ("correct_slow", "correct_fast"), verdict["error"]
+    assert isinstance(verdict["reward_components"], dict) and verdict["reward_components"]
+    assert all(isinstance(v, (int, float)) for v in verdict["reward_components"].values()
+               if not isinstance(v, (str, bool, type(None))))
+    assert isinstance(verdict["speedup"], float) and isinstance(verdict["runtime_us"], float)
+    assert data["rewards"] == [verdict["reward"]] and 0.5 < verdict["reward"] <= 1.0
+
+
+def _slow_body(url: str, announced: int = 1000) -> socket.socket:
+    host, port = url.rsplit("/", 1)[1].split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.sendall(b"POST /verify HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n{\"items\":" % announced)  # 9 bytes of the body
+    return sock
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    return data
+
+
+def test_forty_slow_bodies_do_not_exhaust_the_server() -> None:
+    srv = _server(ServiceLimits(max_concurrency=1, timeout_s=60, read_timeout_s=3.0),
+                  CountingVerify())
+    slow = [_slow_body(srv.url) for _ in range(40)]
+    try:
+        time.sleep(0.5)  # every slow client is connected and waiting for its body
+        t0 = time.monotonic()
+        status, data = _post(srv.url + "/verify", {"items": [
+            {"task_source": RELU_TASK, "response": "no code"}]}, timeout=10)
+        assert status == 200 and data["verdicts"][0]["status"] == "format_error"
+        assert time.monotonic() - t0 < 5
+        for sock in slow:  # each is answered 408 once its read timeout passes, then closed
+            answer = _answer(sock)
+            assert answer.startswith(b"HTTP/1.1 408 "), answer[:80]
+            assert b"body not received within 3 s (9 of 1000 bytes)" in answer
+        assert time.monotonic() - t0 < 10
+    finally:
+        for sock in slow:
+            sock.close()
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_connections_past_the_bound_get_503_and_slots_come_back() -> None:
+    srv = _server(ServiceLimits(max_concurrency=1, timeout_s=60, read_timeout_s=2.0,
+                                max_connections=4), CountingVerify())
+    slow = [_slow_body(srv.url) for _ in range(4)]
+    try:
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        status, data = _post(srv.url + "/verify", {"items": []}, timeout=10)
+        assert status == 503 and "4 connections open" in data["error"]
+        assert time.monotonic() - t0 < 1  # answered at once, not queued behind the slow ones
+        time.sleep(2.5)  # the slow ones time out and free their connections
+        status, data = _post(srv.url + "/verify", {"items": [
+            {"task_source": RELU_TASK, "response": "no code"}]}, timeout=10)
+        assert status == 200 and data["verdicts"][0]["status"] == "format_error"
+    finally:
+        for sock in slow:
+            sock.close()
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_body_over_the_limit_is_413_before_it_is_read() -> None:
+    srv = _server(ServiceLimits(max_body_bytes=1024), CountingVerify())
+    try:
+        sock = _slow_body(srv.url, announced=4096)  # announces 4 KiB, sends 9 bytes
+        answer = _answer(sock)  # and closed: the unread body is never parsed as a request
+        assert answer.startswith(b"HTTP/1.1 413 ") and b"over the limit of 1024" in answer
+        assert answer.count(b"HTTP/1.1") == 1
+        sock.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_abandoned_request_frees_its_slot() -> None:
+    srv = _server(ServiceLimits(max_concurrency=1, timeout_s=300, isolate_batches=True))
+    try:
+        body = json.dumps({"timeout_s": 250, "items": [
+            {"task_source": RELU_TASK, "response": SPINNING}]}).encode()
+        host, port = srv.url.rsplit("/", 1)[1].split(":")
+        sock = socket.create_connection((host, int(port)), timeout=30)
+        sock.sendall(b"POST /verify HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                     % (len(body), body))
+        deadline = time.monotonic() + 60
+        while _call(srv.url + "/health")[1]["in_flight"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _call(srv.url + "/health")[1]["in_flight"] == 1
+        time.sleep(1.0)  # the batch is running (the candidate spins until its 250 s timeout)
+        sock.close()  # the client gives up
+        t0 = time.monotonic()
+        while _call(srv.url + "/health")[1]["in_flight"] and time.monotonic() - t0 < 10:
+            time.sleep(0.1)
+        health = _call(srv.url + "/health")[1]
+        assert health["in_flight"] == 0 and health["ended_early"] == 1
+        assert time.monotonic() - t0 < 5
+        status, data = _post(srv.url + "/verify", {"items": [
+            {"task_source": RELU_TASK, "response": "no code"}]}, timeout=120)
+        assert status == 200 and data["verdicts"][0]["status"] == "format_error"
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -39,6 +39,9 @@ def test_requests_need_the_reference_column() -> None:
         requests_for(["x"], {"task_id": ["t"]})
     with pytest.raises(RewardInputError, match="2 completions but 1 references"):
         requests_for(["x", "y"], {"reference": [RELU_TASK]})
+    with pytest.raises(RewardInputError, match="completion 1: the reference is not a KernelBench "
+                                               "task file: it defines no Model"):
+        requests_for(["x", "y"], {"reference": [RELU_TASK, "import torch\nx = 1\n"]})
     reqs = requests_for(["a", "a"], {"reference": [RELU_TASK] * 2, "task_id": ["t1", "t1"],
                                      "backend": ["cuda", "cuda"]})
     assert [r.task_id for r in reqs] == ["t1", "t1"] and reqs[0].backend == "cuda"

@@ -1,35 +1,25 @@
 """A client for OpenAI-compatible chat-completions servers (vLLM, SGLang, TGI, OpenAI itself).
 
-Stdlib only (urllib): `POST {base_url}/chat/completions` with `n` samples per request, a limit on
-concurrent requests, a per-request timeout, and retries with exponential backoff on 429, 5xx,
-timeouts and dropped connections (honouring `Retry-After`). Token usage is returned per sample.
+Built on the `openai` SDK, which vLLM and SGLang test their servers against: it owns the
+per-request timeout, the retries (429, 408/409, 5xx, timeouts and dropped connections, with
+exponential backoff and jitter, honouring `Retry-After`) and the error types. This module adds
+`n` samples per prompt (servers that return fewer choices are asked again), a bound on
+concurrent requests, token usage per sample, and LLMErrors that name the endpoint and the cause.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
-import random
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import openai
 
 from pipeline.candidates.llm.base import Completion, LLMError
 from pipeline.config import GenerateConfig
 from schemas import Message
-
-MAX_RETRY_AFTER_S = 60.0
-
-
-class _Retryable(Exception):
-    """A failure worth another try (rate limit, server error, timeout, dropped connection)."""
-
-    def __init__(self, message: str, retry_after: float | None = None):
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 class OpenAIChatClient:
@@ -47,25 +37,29 @@ class OpenAIChatClient:
         concurrency: int = 8,
         timeout_s: float = 300.0,
         retries: int = 4,
-        backoff_s: float = 1.0,
         seed: int | None = None,
-        sleep: Callable[[float], None] = time.sleep,
     ):
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self.api_key = api_key
         self.temperature = temperature
         self.top_p = top_p
         self.max_tokens = max_tokens
         self.concurrency = max(1, concurrency)
         self.timeout_s = timeout_s
         self.retries = max(0, retries)
-        self.backoff_s = backoff_s
         self.seed = seed
-        self._sleep = sleep
         self._slots = threading.BoundedSemaphore(self.concurrency)
-        self._rng = random.Random(seed)
-        self.requests_made = 0  # including retries; read by benchmarks and tests
+        self._count = threading.Lock()
+        self.requests_made = 0  # every HTTP request, retries included; read by tests
+        # Local servers take any key; the SDK insists on one, so "EMPTY" (vLLM's convention).
+        self._client = openai.OpenAI(
+            base_url=self.base_url, api_key=api_key or "EMPTY", timeout=timeout_s,
+            max_retries=self.retries,
+            http_client=openai.DefaultHttpxClient(event_hooks={"request": [self._counted]}))
+
+    def _counted(self, request: httpx.Request) -> None:
+        with self._count:
+            self.requests_made += 1
 
     @classmethod
     def from_config(cls, cfg: GenerateConfig, api_key: str | None = None) -> OpenAIChatClient:
@@ -73,69 +67,38 @@ class OpenAIChatClient:
         return cls(cfg.openai_base_url, cfg.openai_model, api_key=api_key,
                    temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
                    concurrency=cfg.concurrency, timeout_s=cfg.request_timeout_s,
-                   retries=cfg.retries, backoff_s=cfg.retry_backoff_s, seed=cfg.seed)
+                   retries=cfg.retries, seed=cfg.seed)
 
     @property
     def generator_name(self) -> str:
         return f"llm:{self.model or 'unknown'}"
 
-    # --- HTTP ----------------------------------------------------------------------------------
-
-    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base_url + path, data=data, headers=headers,
-                                     method=method)
-        self.requests_made += 1
-        try:
-            with self._slots, urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:300].decode("utf-8", "replace").strip()
-            if exc.code == 429 or exc.code >= 500:
-                raise _Retryable(f"HTTP {exc.code}: {detail}",
-                                 _retry_after(exc.headers.get("Retry-After"))) from None
-            raise LLMError(f"{self.base_url}{path}: HTTP {exc.code}: {detail}") from None
-        except TimeoutError as exc:
-            raise _Retryable(f"timed out after {self.timeout_s:g}s ({exc})") from None
-        except urllib.error.URLError as exc:
-            raise _Retryable(f"connection failed: {exc.reason}") from None
-        except (ConnectionError, http.client.HTTPException) as exc:
-            raise _Retryable(f"connection dropped: {exc!r}") from None
-        try:
-            return json.loads(raw)
-        except json.JSONDecodeError:
-            raise _Retryable(f"unparsable response body: {raw[:120]!r}") from None
-
-    def _with_retries(self, method: str, path: str, body: dict | None = None) -> dict:
-        last = ""
-        for attempt in range(self.retries + 1):
-            try:
-                return self._request(method, path, body)
-            except _Retryable as exc:
-                last = str(exc)
-                if attempt == self.retries:
-                    break
-                delay = self.backoff_s * (2 ** attempt)
-                delay += self._rng.uniform(0, 0.1 * delay)  # jitter: clients do not resync
-                if exc.retry_after is not None:
-                    delay = max(delay, exc.retry_after)
-                self._sleep(delay)
-        raise LLMError(f"{self.base_url}{path}: failed after {self.retries + 1} attempts: {last}")
+    def _error(self, path: str, exc: openai.OpenAIError) -> LLMError:
+        """The LLMError for a failure the SDK gave up on (after its retries, where it retries)."""
+        where = f"{self.base_url}{path}"
+        tries = f"failed after {self.retries + 1} attempts: "
+        if isinstance(exc, openai.APIStatusError):
+            detail = _detail(exc)
+            retried = exc.status_code in (408, 409, 429) or exc.status_code >= 500
+            return LLMError(f"{where}: {tries if retried else ''}HTTP {exc.status_code}: {detail}")
+        if isinstance(exc, openai.APITimeoutError):
+            return LLMError(f"{where}: {tries}timed out after {self.timeout_s:g}s")
+        if isinstance(exc, openai.APIConnectionError):
+            return LLMError(f"{where}: {tries}connection failed: {exc.__cause__ or exc}")
+        return LLMError(f"{where}: {type(exc).__name__}: {exc}")
 
     def resolve_model(self) -> str:
         """The served model's id (the first of `GET /models`) when none was configured."""
         if not self.model:
-            listing = self._with_retries("GET", "/models")
-            models = [m.get("id", "") for m in listing.get("data", []) if isinstance(m, dict)]
+            try:
+                with self._slots:
+                    models = [m.id for m in self._client.models.list()]
+            except openai.OpenAIError as exc:
+                raise self._error("/models", exc) from None
             if not models or not models[0]:
                 raise LLMError(f"{self.base_url}/models: the server lists no model")
             self.model = models[0]
         return self.model
-
-    # --- chat ----------------------------------------------------------------------------------
 
     def complete(self, messages: list[Message], n: int = 1) -> list[Completion]:
         """`n` sampled completions of one chat; servers that return fewer choices are re-asked."""
@@ -145,15 +108,20 @@ class OpenAIChatClient:
             want = n - len(out)
             if want <= 0:
                 break
-            body = {"model": model, "messages": [{"role": m.role, "content": m.content}
-                                                 for m in messages],
-                    "n": want, "temperature": self.temperature, "top_p": self.top_p,
-                    "max_tokens": self.max_tokens}
+            extra: dict[str, Any] = {}
             if self.seed is not None and self.temperature > 0:
-                body["seed"] = self.seed + len(out)
+                extra["seed"] = self.seed + len(out)
             start = time.monotonic()
-            payload = self._with_retries("POST", "/chat/completions", body)
-            got = _parse_choices(payload, time.monotonic() - start)
+            try:
+                with self._slots:
+                    resp = self._client.chat.completions.create(
+                        model=model, n=want, temperature=self.temperature, top_p=self.top_p,
+                        max_tokens=self.max_tokens,
+                        messages=[{"role": m.role, "content": m.content} for m in messages],
+                        **extra)
+            except openai.OpenAIError as exc:
+                raise self._error("/chat/completions", exc) from None
+            got = _completions(resp, time.monotonic() - start)
             if not got:
                 raise LLMError(f"{self.base_url}/chat/completions: response has no choices")
             out.extend(got[:want])
@@ -175,30 +143,29 @@ class OpenAIChatClient:
             return list(pool.map(one, prompts))
 
 
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return min(MAX_RETRY_AFTER_S, max(0.0, float(value)))
-    except ValueError:
-        return None  # an HTTP date; the exponential backoff applies instead
+def _detail(exc: openai.APIStatusError) -> str:
+    """The server's error message (OpenAI's {"error": {"message"}} or a plain body), short."""
+    body = exc.body
+    if isinstance(body, dict):
+        body = body.get("message", body)
+    return str(body if body is not None else exc.response.text)[:300].strip()
 
 
-def _parse_choices(payload: dict, latency_s: float) -> list[Completion]:
-    choices = payload.get("choices") or []
-    usage = payload.get("usage") or {}
-    prompt_tokens = int(usage.get("prompt_tokens") or 0)
-    total_completion = int(usage.get("completion_tokens") or 0)
+def _completions(resp: Any, latency_s: float) -> list[Completion]:
+    usage = resp.usage
+    prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+    total_completion = int(getattr(usage, "completion_tokens", 0) or 0)
+    choices = sorted(resp.choices or [], key=lambda c: c.index or 0)
     k = max(1, len(choices))
     out = []
-    for i, choice in enumerate(sorted(choices, key=lambda c: c.get("index", 0))):
-        message = choice.get("message") or {}
-        text = message.get("content") or ""
-        reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+    for i, choice in enumerate(choices):
+        message = choice.message
+        extra = message.model_extra or {}
+        reasoning = extra.get("reasoning_content") or extra.get("reasoning") or ""
         # usage covers the whole request: split the completion tokens over its choices
         share = total_completion // k + (1 if i < total_completion % k else 0)
         out.append(Completion(
-            text=text, finish_reason=choice.get("finish_reason") or "",
+            text=message.content or "", finish_reason=choice.finish_reason or "",
             prompt_tokens=prompt_tokens, completion_tokens=share, latency_s=latency_s,
             extra={"reasoning_content": reasoning} if reasoning else {},
         ))
