@@ -58,26 +58,34 @@ def summarize(per_call_s: list[float]) -> dict[str, Any]:
             "iqr_us": round((q3 - q1) * 1e6, 4), "windows_us": [round(x * 1e6, 4) for x in xs]}
 
 
-def time_windows(call: Callable[..., Any], sets: list[list[Any]], refresh: Callable[[], None],
-                 synchronize: Callable[[], None], keep: Callable[[Any], None]
-                 ) -> dict[str, Any]:
-    """The same windows timed in this (trusted) process: the reference's eager or compiled
-    baseline. `refresh` draws fresh inputs into `sets` (outside the clock), `keep` copies the
-    last output once (as the worker copies its output into the slot)."""
+def time_windows(call: Callable[..., Any], sets: list[list[Any]],
+                 refresh: Callable[[int], None], synchronize: Callable[[], None],
+                 keep: Callable[[Any], None]) -> dict[str, Any]:
+    """The judge's windows timed in this (trusted) process: the reference's eager or compiled
+    baseline, by the candidates' method: the same calibration, the same number of input sets
+    (`refresh(n)` draws fresh ones for a window of n calls, outside the clock), the last
+    output copied once (`keep`), the fastest window per call."""
     def window(n: int) -> float:
-        refresh()
+        refresh(n)
+        used = max(1, min(n, len(sets)))
         synchronize()
         t0 = time.perf_counter()
         out = None
         for i in range(n):
-            out = call(*sets[i % len(sets)])
+            out = call(*sets[i % used])
         if n:
             keep(out)
         synchronize()
         return time.perf_counter() - t0
 
     window(1)  # warm-up: first-call costs (allocations, lazy init) are not the call's
-    n = calls_for(min(window(1) for _ in range(2)))
+    n = 1
+    while True:
+        wall = window(n)
+        if wall >= TARGET_S / 4 or n >= MAX_CALLS:
+            break
+        n *= 8 if wall < TARGET_S / 64 else 2
+    n = calls_for(wall / n)
     figures = summarize([window(n) / n for _ in range(WINDOWS)])
     figures["calls"] = n
     return figures
@@ -286,29 +294,34 @@ def _drain(fd: int) -> None:
 
 def time_reference(ref: Any, make_inputs: Callable[[int], list[Any]],
                    synchronize: Callable[[], None], torch_compile: bool = False,
-                   pool: int = 4) -> dict[str, Any]:
-    """Eager (and torch.compile) baselines of the reference module `ref`, timed in windows as
-    the judge times candidates; only a process that never ran candidate code calls this."""
+                   budget_bytes: int = 16 << 20) -> dict[str, Any]:
+    """Eager (and torch.compile) baselines of the reference module `ref`, timed as the judge
+    times candidates (as many input sets as its arena would hold, every call under the same
+    op recorder); only a process that never ran candidate code calls this."""
     import torch
 
-    from verifier.arena import fill
+    from verifier.arena import fill, plan
+    from verifier.timed_calls import OpNames
+    from verifier.window_judge import sets_for
 
     draws = [10_000]
-    sets = [make_inputs(draws[0] + i) for i in range(pool)]
-
-    def refresh() -> None:  # fresh inputs for every window, drawn outside the clock
-        draws[0] += pool
-        sets[:] = [make_inputs(draws[0] + i) for i in range(pool)]
-
+    sample = make_inputs(draws[0])
     with torch.no_grad():
-        first = ref(*sets[0])
-        scratch = (first.clone() if isinstance(first, torch.Tensor)
-                   else type(first)(x.clone() if isinstance(x, torch.Tensor) else x
-                                    for x in first))
-        keep = lambda out: fill(scratch, out)  # noqa: E731 - the output copied once
+        first = ref(*sample)
+    pool = sets_for(plan(sample)[1], plan(first)[1], budget_bytes)
+    sets: list[list[Any]] = [sample]
+
+    def refresh(n: int) -> None:  # fresh inputs for every window, drawn outside the clock
+        draws[0] += pool
+        sets[:] = [make_inputs(draws[0] + i) for i in range(max(1, min(n, pool)))]
+
+    scratch = (first.clone() if isinstance(first, torch.Tensor)
+               else type(first)(x.clone() if isinstance(x, torch.Tensor) else x for x in first))
+    keep = lambda out: fill(scratch, out)  # noqa: E731 - the output copied once
+    with torch.no_grad(), OpNames():
         eager = time_windows(ref, sets, refresh, synchronize, keep)
         figures = {"eager_us": eager["runtime_us"], "eager_iqr_us": eager["iqr_us"],
-                   "eager_windows": eager}
+                   "eager_windows": {**eager, "sets": pool}}
         if torch_compile:
             compiled = time_windows(torch.compile(ref), sets, refresh, synchronize, keep)
             figures.update(compiled_us=compiled["runtime_us"], compiled_windows=compiled)

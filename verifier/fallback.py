@@ -71,8 +71,9 @@ def op_kind(op_name: str) -> str:
         packet = getattr(torch.ops.aten, base)
         if not overload and "default" not in packet.overloads():  # a profiler's name: the kind
             # of its overloads (`aten::empty` has memory_format, names and out, all allocation)
-            kinds = {op_kind(f"aten.{base}.{o}") for o in packet.overloads() if o != "out"}
-            return kinds.pop() if len(kinds) == 1 else "compute"
+            plain = [o for o in packet.overloads() if "out" not in o] or packet.overloads()
+            kinds = {op_kind(f"aten.{base}.{o}") for o in plain}
+            return kinds.pop() if len(kinds) == 1 else op_kind(f"aten.{base}.{plain[0]}")
         op = getattr(packet, overload or "default")
     except (AttributeError, RuntimeError):
         return "compute"

@@ -220,13 +220,11 @@ def _release() -> None:
 
 def _prepare(args: dict[str, Any], fds: socket.socket | None) -> dict[str, Any]:
     """A new window judge (the last one released): its arena's descriptor over `fds`."""
-    import torch
 
     from verifier.window_judge import WindowJudge
 
     _release()
-    free, _ = torch.cuda.mem_get_info() if _device().startswith("cuda") else (1 << 34, 0)
-    budget = min(int(args.get("budget_bytes") or 8 << 30), free // 4)
+    budget = _budget(int(args.get("budget_bytes") or 8 << 30))
     judge = _JUDGE["judge"] = WindowJudge(args["task_source"], int(args["seed"]),
                                           tuple(args["tol"]), budget)
     if fds is None:
@@ -234,6 +232,15 @@ def _prepare(args: dict[str, Any], fds: socket.socket | None) -> dict[str, Any]:
     socket.send_fds(fds, [b"a"], [judge.arena.fd])
     return {"ok": True, "sets": judge.sets, "copy_s": judge.copy_s, "out_bytes": judge.out_bytes,
             "spec": judge.spec}
+
+
+def _budget(asked: int) -> int:
+    """The window judge's arena budget on this device: what was asked, at most a quarter of
+    the free memory."""
+    import torch
+
+    free, _ = torch.cuda.mem_get_info() if _device().startswith("cuda") else (1 << 34, 0)
+    return min(asked, free // 4)
 
 
 def _baseline(args: dict[str, Any]) -> dict[str, Any]:
@@ -246,7 +253,8 @@ def _baseline(args: dict[str, Any]) -> dict[str, Any]:
     backend = get_backend(args["backend"])
     figures = time_reference(model, lambda k: decide.make_inputs(get_inputs, k),
                              backend.synchronize,
-                             bool(args.get("torch_compile")) and backend.torch_compile_supported())
+                             bool(args.get("torch_compile")) and backend.torch_compile_supported(),
+                             _budget(int(args.get("budget_bytes") or 8 << 30)))
     return {"ok": True, "figures": figures}
 
 

@@ -139,7 +139,7 @@ class _SandboxRunner:
         the reference (a process that never runs candidate code); None when it failed."""
         job = {"nonce": secrets.token_hex(16), "backend": self.backend.name,
                "input_seed": secrets.randbelow(1 << 30), "options": job_options,
-               "baseline_only": True}
+               "baseline_only": True, "arena_budget": CPU_ARENA_BYTES}
         item = SimpleNamespace(built={}, specs=[], code="", req=SimpleNamespace(
             task_source=task_source, task_id="baseline"))
         p = self.run(item, job).payload
@@ -295,7 +295,8 @@ class _GpuRunner:
         """The reference's baselines timed by the referee, which never runs candidate code
         (the cpu loop: by this process); None when they cannot be timed."""
         args = {"task_source": task_source, "seed": self.opts.seed, "backend": self.backend,
-                "torch_compile": bool(job_options.get("torch_compile_baseline"))}
+                "torch_compile": bool(job_options.get("torch_compile_baseline")),
+                "budget_bytes": GPU_ARENA_BYTES if self.referee is not None else CPU_ARENA_BYTES}
         try:
             if self.referee is None:
                 from verifier.referee import _baseline

@@ -74,6 +74,7 @@ def baselines(res: Any, job: dict[str, Any], backend: Any, ref: Any,
     try:
         res.data.update(time_reference(
             ref, make_inputs, backend.synchronize,
-            bool(opts.get("torch_compile_baseline")) and backend.torch_compile_supported()))
+            bool(opts.get("torch_compile_baseline")) and backend.torch_compile_supported(),
+            int(job.get("arena_budget") or 16 << 20)))
     except Exception as exc:  # a reference that cannot be timed is the task's problem
         res.finish("task_error", f"timing the reference failed: {type(exc).__name__}: {exc}")

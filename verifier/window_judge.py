@@ -16,6 +16,13 @@ POOL_MAX = 64  # input sets a window cycles over, each fresh for every window: a
 # cached for a repeated set within a window is the one saving the floor alone bounds
 
 
+def sets_for(set_bytes: int, out_bytes: int, budget_bytes: int) -> int:
+    """How many input sets a window cycles over: as many as the budget holds twice (the arena's
+    and the judge's pristine copy), at most POOL_MAX, at least one. The baselines use the same
+    count, so a reference and a candidate read equally cold (or warm) inputs."""
+    return int(max(1, min(POOL_MAX, (budget_bytes - out_bytes) // max(2 * set_bytes, 1))))
+
+
 def _clone(xs: Any) -> Any:
     import torch
 
@@ -49,7 +56,7 @@ class WindowJudge:
         _, set_bytes = plan(sample)
         _, out_bytes = plan(ref_out)
         self.out_bytes = out_bytes
-        self.sets = int(max(1, min(POOL_MAX, (budget_bytes - out_bytes) // max(2 * set_bytes, 1))))
+        self.sets = sets_for(set_bytes, out_bytes, budget_bytes)
         layouts, end = [], 0
         for _ in range(self.sets):
             layout, end = plan(sample, end)

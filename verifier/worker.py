@@ -359,10 +359,6 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
                     "the traced trials did not")
         res.finish("cheat", "the timed calls ran library compute the trials did not: "
                    + ", ".join(unseen[:3]))
-    found, cheat = judge_ops([(op, None) for op in window_ops], policy, own_calls)
-    if cheat:
-        res.data["findings"].extend(found)
-        res.finish("cheat", "in the timed calls: " + cheat)
     verdict, msg, _, _ = _judge(ref, first_inputs, first_ref, again, tol)
     if verdict != "ok":
         res.finding("changed_after_timing", msg)
