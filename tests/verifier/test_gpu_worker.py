@@ -58,7 +58,7 @@ def test_one_process_many_jobs_and_bad_jobs_end_only_themselves(
     assert {t.get("worker_device") for n, t in timings.items() if n.startswith("ok")} == {"cpu"}
     for name in ("ok1", "ok2", "ok3", "ok4"):  # the judge's own clock timed the windows
         clock = timings[name]["judge_clock"]
-        assert len(clock["windows_us"]) == 5 and clock["runtime_us"] == v[name].runtime_us
+        assert len(clock["windows_us"]) == 3 and clock["runtime_us"] == v[name].runtime_us
     # builds land in any order, so the run order is read back, not assumed
     ran = sorted(timings, key=lambda n: timings[n]["exec_end"])
     pid = {n: timings[n].get("worker_pid") for n in ran if n not in ("crash", "hang")}
