@@ -14,7 +14,9 @@ run directory of a sandboxed run; inherited pipes, `FDS_ENV`, of a persistent wo
 The judge times "w" sent to "d" received with its own clock. The worker cannot compute ahead:
 a window's inputs do not exist before the judge writes them, right before "w". It cannot skip
 calls unseen: the last output is checked against the judge's reference and every input
-against the judge's pristine copy. A window with no calls measures the round trip; a window of
+against the judge's pristine copy; a window has no more calls than input sets (a repeated set
+would let a cache answer without the work), and a timed call's output is a plain tensor (a lazy
+subclass would do the work only for the one output copied into the slot). A window with no calls measures the round trip; a window of
 one call the call; then `WINDOWS` windows of n calls, n large enough that the round trip is
 under 1% of a window (and a window at least `TARGET_S`). The runtime is the fastest window's
 time per call, less the judge's own time for the one output copy: load only adds time, and no
@@ -105,6 +107,19 @@ def open_worker_pipes() -> tuple[int, int] | None:
     return None
 
 
+class RefusedOutput(ValueError):
+    """A timed call returned what the harness does not copy into the judge's slot."""
+
+
+def _plain(out: Any) -> bool:
+    """Whether every tensor of `out` is exactly a torch.Tensor (no subclass)."""
+    import torch
+
+    if isinstance(out, list | tuple):
+        return all(_plain(x) for x in out)
+    return not isinstance(out, torch.Tensor) or type(out) is torch.Tensor
+
+
 def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[list[Any]],
                   put: Callable[[Any], None], synchronize: Callable[[], None]) -> None:
     """Serve the judge's windows until it says "e": n calls over `sets`, `put` the last
@@ -121,6 +136,9 @@ def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[l
             for i in range(n):
                 out = call(*sets[i % len(sets)])
             if n:
+                if not _plain(out):  # its work could wait for the one copy the judge checks
+                    raise RefusedOutput("a timed call returned a tensor subclass "
+                                        f"({type(out).__name__}), not a plain tensor")
                 put(out)
             synchronize()
             os.write(wfd, b"d\n")
@@ -219,7 +237,10 @@ class JudgeClock:
             self.failure = why
             return {}
         copy_s = self.judge.copy_s
-        n = calls_for(max(one - round_trip - copy_s, 1e-7), round_trip)
+        # no more calls than input sets: every call of a window on a set fresh for it (the
+        # round trip's share grows past 1% only where the judge's budget holds too few sets,
+        # and it only adds time)
+        n = min(calls_for(max(one - round_trip - copy_s, 1e-7), round_trip), self.judge.sets)
         per_call = []
         for _ in range(WINDOWS):
             self.judge.fill()
