@@ -64,7 +64,7 @@ def _run(base: Path, name: str, rows: list[tuple[str, str]]) -> tuple[dict[str, 
     out = base / f"{name}.jsonl"
     spec = {"task": TASK, "out": str(out), "rows": [{"id": i, "code": c} for i, c in rows],
             "options": {"backend": "cpu", "workers": 1, "compile_workers": 2,
-                        "compile_batch": 40, "run_timeout_s": 60.0, "trials": 5,
+                        "compile_batch": 40, "run_timeout_s": 240.0, "trials": 5,
                         "memory_limit_mb": 4096, "build_cache_dir": str(BUILD_CACHE),
                         "baseline_cache_dir": str(base / "baselines")}}
     (base / f"{name}.json").write_text(json.dumps(spec))
@@ -286,3 +286,46 @@ def test_a_shrunk_arena_file_does_not_kill_the_judge(tmp_path: Path) -> None:
     assert proc.returncode == 0, f"the judge died (status {proc.returncode}): {proc.stderr[-500:]}"
     said = proc.stdout.split("JUDGE SAYS", 1)[1].strip()
     assert said, "the judge accepted a window over a truncated arena"
+
+
+def test_a_slow_round_trip_never_makes_a_window_of_100k_calls(tmp_path: Path) -> None:
+    """Under load the empty windows can take longer than the first one-call window; the old
+    clock then took the call as free (1e-7 s) and asked for MAX_CALLS calls per window (an
+    honest 1 ms kernel: 100 s a window, a timeout). A batchmate that loads the host does this to
+    its neighbours. A window has at most as many calls as the judge has input sets."""
+    import time
+
+    judge = WindowJudge(SCALE_TASK, 0, TOL, SET_BYTES * 2 * 4 + SET_BYTES,
+                        path=str(tmp_path / "arena.bin"))
+    jc = JudgeClock(judge, workdir=tmp_path, wait_s=10.0)
+
+    def worker() -> None:  # the harness's loop, with a round trip slower than the first call
+        old = os.getcwd()
+        os.chdir(tmp_path)
+        arena = Arena.attach(str(tmp_path / "arena.bin"), judge.spec["nbytes"], "cpu")
+        sets = [views(arena, layout) for layout in judge.spec["sets"]]
+        slot = views(arena, judge.spec["out"])
+        wfd, rfd = clock.open_worker_pipes()
+        os.chdir(old)
+        os.write(wfd, b"t\n")
+        while True:
+            msg = clock._readline(rfd).split()
+            if msg == ["e"]:
+                break
+            n = int(msg[1])
+            time.sleep(0.03 if n == 0 else 0.02)
+            for i in range(n):
+                out = sets[i % len(sets)][0] * 3.0 + 1.0
+            if n:
+                fill(slot, out)
+            os.write(wfd, b"d\n")
+        os.close(wfd)
+        os.close(rfd)
+
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+    t.join(timeout=60)
+    res = jc.result()
+    judge.close()
+    assert res["failure"] == "" and res["figures"], res
+    assert res["figures"]["calls"] <= judge.sets == 4, res["figures"]
