@@ -16,9 +16,11 @@ a window's inputs do not exist before the judge writes them, right before "w". I
 calls unseen: the last output is checked against the judge's reference and every input
 against the judge's pristine copy; a window has no more calls than input sets (a repeated set
 would let a cache answer without the work), and a timed call's output is a plain tensor (a lazy
-subclass would do the work only for the one output copied into the slot). A window with no calls measures the round trip; a window of
-one call the call; then `WINDOWS` windows of n calls, n large enough that the round trip is
-under 1% of a window (and a window at least `TARGET_S`). The runtime is the fastest window's
+subclass would do the work only for the one output copied into the slot). A window with no
+calls measures the round trip; a window of one call the call; then `WINDOWS` windows of n
+calls, n large enough that the round trip is under 1% of a window (and a window at least
+`TARGET_S`), but never more than the judge's input sets (where they are too few, the round
+trip's larger share only adds time). The runtime is the fastest window's
 time per call, less the judge's own time for the one output copy: load only adds time, and no
 window runs faster than its calls truly take. The reference's baseline is timed the same way
 (`time_windows`) in a process that never ran candidate code.
