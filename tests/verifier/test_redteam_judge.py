@@ -329,3 +329,40 @@ def test_a_slow_round_trip_never_makes_a_window_of_100k_calls(tmp_path: Path) ->
     judge.close()
     assert res["failure"] == "" and res["figures"], res
     assert res["figures"]["calls"] <= judge.sets == 4, res["figures"]
+
+
+@pytest.mark.xfail(strict=True, reason=_OPEN["rogue_clock_speaker"])
+def test_a_thread_that_answers_the_windows_itself_gains_nothing(tmp_path: Path) -> None:
+    """The harness's loop replaced by a thread of the candidate's (what any code in the worker
+    can do): a true call takes 2 ms, but the thread writes only the one output the judge checks
+    (the window's last set, in the arena since the judge's fill) and answers at once."""
+    judge = WindowJudge(SCALE_TASK, 0, TOL, SET_BYTES * 2 * 8 + SET_BYTES,
+                        path=str(tmp_path / "arena.bin"))
+    jc = JudgeClock(judge, workdir=tmp_path, wait_s=10.0)
+
+    def rogue() -> None:
+        old = os.getcwd()
+        os.chdir(tmp_path)
+        arena = Arena.attach(str(tmp_path / "arena.bin"), judge.spec["nbytes"], "cpu")
+        sets = [views(arena, layout) for layout in judge.spec["sets"]]
+        slot = views(arena, judge.spec["out"])
+        wfd, rfd = clock.open_worker_pipes()
+        os.chdir(old)
+        os.write(wfd, b"t\n")
+        while True:
+            msg = clock._readline(rfd).split()
+            if msg == ["e"]:
+                break
+            n = int(msg[1])
+            if n:  # one output, not n calls of 2 ms
+                fill(slot, sets[(n - 1) % len(sets)][0] * 3.0 + 1.0)
+            os.write(wfd, b"d\n")
+        os.close(wfd)
+        os.close(rfd)
+
+    t = threading.Thread(target=rogue, daemon=True)
+    t.start()
+    t.join(timeout=60)
+    res = jc.result()
+    judge.close()
+    assert res["failure"] or res["figures"].get("runtime_us", 0) >= 1800.0, res["figures"]
