@@ -41,11 +41,17 @@ def judge_performance(v: VerdictData, opts: VerifyOptions, clock: dict[str, Any]
         return "cheat", why
     v.eager_us, v.compiled_us = base.get("eager_us"), base.get("compiled_us")
     if v.eager_us is not None:
-        v.speedup = round(v.eager_us / v.runtime_us, 6) if v.runtime_us > 0 else None
+        v.speedup = _ratio(v.eager_us, v.runtime_us) if v.runtime_us > 0 else None
     if v.compiled_us is not None and v.runtime_us > 0:
-        v.speedup_compiled = round(v.compiled_us / v.runtime_us, 6)
+        v.speedup_compiled = _ratio(v.compiled_us, v.runtime_us)
     v.faster = v.speedup is not None and v.speedup > opts.fast_threshold
     return ("correct_fast" if v.faster else "correct_slow"), ""
+
+
+def _ratio(base_us: float, runtime_us: float) -> float:
+    """base/runtime to 6 significant digits: a huge slowdown is a tiny speedup, never 0.0 (a
+    reward reads 0.0 as 'not timed')."""
+    return float(f"{base_us / runtime_us:.6g}")
 
 
 def _floor(v: VerdictData, peaks: dict[str, Any] | None, figures: dict[str, Any],

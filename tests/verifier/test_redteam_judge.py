@@ -366,3 +366,22 @@ def test_a_thread_that_answers_the_windows_itself_gains_nothing(tmp_path: Path) 
     res = jc.result()
     judge.close()
     assert res["failure"] or res["figures"].get("runtime_us", 0) >= 1800.0, res["figures"]
+
+
+def test_a_huge_slowdown_earns_no_more_than_a_slow_kernel() -> None:
+    """verifier/reward.py reads a speedup of 0.0 as 'not timed' (speed term of 1x); the judge
+    rounded eager/runtime to 6 places, so a 2e6-fold slowdown was paid as 1x (issue 28)."""
+    from verifier.performance import judge_performance
+    from verifier.protocol import VerdictData, VerifyOptions
+    from verifier.reward import finalize
+
+    def reward(runtime_us: float) -> float:
+        v = VerdictData("c", "t", "runtime_error", "performance", "cpu")
+        clock_result = {"figures": {"runtime_us": runtime_us, "out_bytes": 4}, "failure": "",
+                        "judge_error": ""}
+        v.status, _ = judge_performance(v, VerifyOptions(), clock_result, {"eager_us": 1.0},
+                                        None)
+        assert v.speedup is not None and v.speedup > 0, v.speedup
+        return finalize(v).reward
+
+    assert reward(4e6) <= reward(100.0) <= reward(2.0)
