@@ -411,3 +411,33 @@ def test_a_copy_time_inflated_by_load_takes_no_window_away(tmp_path: Path) -> No
     judge.close()
     assert res["failure"] == "" and res["figures"], res
     assert res["figures"]["runtime_us"] >= 1000.0, res["figures"]  # half a call at the least
+
+
+def test_a_judge_thread_late_after_its_order_still_times_the_window(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge's thread may wait for the GIL right after it writes "w" (a verifier process
+    with many threads); a clock started after the write missed the window the worker ran
+    meanwhile."""
+    import time
+    import types
+
+    real_write = os.write
+
+    def write(fd: int, data: bytes) -> int:
+        n = real_write(fd, data)
+        if data.startswith(b"w "):  # the judge's order out, then its thread is held up
+            time.sleep(0.03)
+        return n
+
+    slow_os = types.SimpleNamespace(**{k: getattr(os, k) for k in dir(os)
+                                       if not k.startswith("__")})
+    slow_os.write = write
+    monkeypatch.setattr(clock, "os", slow_os)
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.002)
+        return x * 3.0 + 1.0
+
+    res = _timed(tmp_path, forward, budget=16 << 20)
+    assert res["failure"] == "" and res["figures"], res
+    assert res["figures"]["runtime_us"] >= 1800.0, res["figures"]
