@@ -68,7 +68,8 @@ def test_static_rejects(name: str, code: str) -> None:
 
 @pytest.mark.slow  # one verifier run of 40 candidates plus two small ones: minutes
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason=OPEN[n])) if n in OPEN else n for n in _NAMES])
+    strict=False, reason=OPEN[n])) if n in OPEN else n for n in _NAMES])  # load-dependent
+# end to end; test_redteam_judge's unit test shows the hole strictly
 def test_attack_held(suite: tuple[dict, dict], name: str) -> None:
     if _ONLY is not None and name not in _ONLY:
         pytest.skip("not in KS_REDTEAM_ONLY")
