@@ -139,6 +139,30 @@ class Arena:
                  unmap: Any = None) -> None:
         self.base, self.nbytes, self.device, self.fd = base, nbytes, device, fd
         self._unmap = unmap
+        self._private: Any = None  # the judge's own copy of a cpu arena (see `create`)
+
+    def push(self, lo: int, hi: int) -> None:
+        """The judge's bytes [lo, hi) into the shared file (a mapped arena: nothing to do)."""
+        if self._private is None:
+            return
+        view = memoryview(self._private)[lo:hi]
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self.fd, view[done:], lo + done)
+
+    def pull(self, lo: int, hi: int) -> None:
+        """The shared file's bytes [lo, hi) into the judge's copy; ArenaError when the file no
+        longer holds them (the worker shrank it)."""
+        if self._private is None:
+            return
+        view = memoryview(self._private)[lo:hi]
+        done = 0
+        while done < len(view):
+            got = os.preadv(self.fd, [view[done:]], lo + done)
+            if got <= 0:
+                raise ArenaError(f"the arena file ends at byte {lo + done}, before {hi}: "
+                                 "the worker shrank it")
+            done += got
 
     @classmethod
     def create(cls, nbytes: int, device: str, path: str = "") -> Arena:
@@ -148,7 +172,16 @@ class Arena:
             fd = (os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
                   if path else os.memfd_create("ks-arena", os.MFD_CLOEXEC))
             os.ftruncate(fd, nbytes)
-            return cls._cpu(fd, nbytes)
+            # The judge never maps the file: a worker that shrinks it would make the verifier
+            # process's next touch of the mapping a SIGBUS. Its copy is private memory, written
+            # to the file (`push`) and read back (`pull`, short when the file was shrunk).
+            import torch
+
+            buf = mmap.mmap(-1, nbytes)
+            base = torch.frombuffer(buf, dtype=torch.uint8, count=nbytes)
+            arena = cls(base, nbytes, "cpu", fd, unmap=buf.close)
+            arena._private = buf
+            return arena
         drv = _Driver()
         dev = drv.device()
         gran = drv.granularity(dev)

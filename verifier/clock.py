@@ -14,9 +14,13 @@ run directory of a sandboxed run; inherited pipes, `FDS_ENV`, of a persistent wo
 The judge times "w" sent to "d" received with its own clock. The worker cannot compute ahead:
 a window's inputs do not exist before the judge writes them, right before "w". It cannot skip
 calls unseen: the last output is checked against the judge's reference and every input
-against the judge's pristine copy. A window with no calls measures the round trip; a window of
-one call the call; then `WINDOWS` windows of n calls, n large enough that the round trip is
-under 1% of a window (and a window at least `TARGET_S`). The runtime is the fastest window's
+against the judge's pristine copy; a window has no more calls than input sets (a repeated set
+would let a cache answer without the work), and a timed call's output is a plain tensor (a lazy
+subclass would do the work only for the one output copied into the slot). A window with no
+calls measures the round trip; then windows of more and more calls calibrate one call; then
+`WINDOWS` windows of n calls, n large enough that the round trip is under 1% of a window (and a
+window at least `TARGET_S`), but never more than the judge's input sets (where they are too
+few, the round trip's larger share only adds time). The runtime is the fastest window's
 time per call, less the judge's own time for the one output copy: load only adds time, and no
 window runs faster than its calls truly take. The reference's baseline is timed the same way
 (`time_windows`) in a process that never ran candidate code.
@@ -60,7 +64,7 @@ def summarize(per_call_s: list[float]) -> dict[str, Any]:
 
 def time_windows(call: Callable[..., Any], sets: list[list[Any]],
                  refresh: Callable[[int], None], synchronize: Callable[[], None],
-                 keep: Callable[[Any], None]) -> dict[str, Any]:
+                 keep: Callable[[Any], None], pool: int = MAX_CALLS) -> dict[str, Any]:
     """The judge's windows timed in this (trusted) process: the reference's eager or compiled
     baseline, by the candidates' method: the same calibration, the same number of input sets
     (`refresh(n)` draws fresh ones for a window of n calls, outside the clock), the last
@@ -79,13 +83,13 @@ def time_windows(call: Callable[..., Any], sets: list[list[Any]],
         return time.perf_counter() - t0
 
     window(1)  # warm-up: first-call costs (allocations, lazy init) are not the call's
-    n = 1
+    n, cap = 1, min(MAX_CALLS, pool)  # as the judge: no more calls than input sets
     while True:
         wall = window(n)
-        if wall >= TARGET_S / 4 or n >= MAX_CALLS:
+        if wall >= TARGET_S / 4 or n >= cap:
             break
-        n *= 8 if wall < TARGET_S / 64 else 2
-    n = calls_for(wall / n)
+        n = min(n * (8 if wall < TARGET_S / 64 else 2), cap)
+    n = min(calls_for(wall / n), cap)
     figures = summarize([window(n) / n for _ in range(WINDOWS)])
     figures["calls"] = n
     return figures
@@ -113,6 +117,19 @@ def open_worker_pipes() -> tuple[int, int] | None:
     return None
 
 
+class RefusedOutput(ValueError):
+    """A timed call returned what the harness does not copy into the judge's slot."""
+
+
+def _plain(out: Any) -> bool:
+    """Whether every tensor of `out` is exactly a torch.Tensor (no subclass)."""
+    import torch
+
+    if isinstance(out, list | tuple):
+        return all(_plain(x) for x in out)
+    return not isinstance(out, torch.Tensor) or type(out) is torch.Tensor
+
+
 def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[list[Any]],
                   put: Callable[[Any], None], synchronize: Callable[[], None]) -> None:
     """Serve the judge's windows until it says "e": n calls over `sets`, `put` the last
@@ -129,6 +146,9 @@ def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[l
             for i in range(n):
                 out = call(*sets[i % len(sets)])
             if n:
+                if not _plain(out):  # its work could wait for the one copy the judge checks
+                    raise RefusedOutput("a timed call returned a tensor subclass "
+                                        f"({type(out).__name__}), not a plain tensor")
                 put(out)
             synchronize()
             os.write(wfd, b"d\n")
@@ -228,20 +248,24 @@ class JudgeClock:
             wall = self._checked(n)
             if wall is None:
                 return {}
-            call_s = max(wall - copy_s, 1e-7) / n  # an upper bound: noise only adds time
-            if wall >= TARGET_S / 4 or n >= MAX_CALLS:
+            call_s = max(wall - min(copy_s, wall / 2), 1e-7) / n  # noise only adds time
+            if wall >= TARGET_S / 4 or n >= min(MAX_CALLS, self.judge.sets):
                 break
-            n *= 8 if wall < TARGET_S / 64 else 2
+            n = min(n * (8 if wall < TARGET_S / 64 else 2), self.judge.sets)
         for _ in range(2):  # until even the fastest window holds the round trip under 1%
-            n = calls_for(call_s, round_trip)
+            # no more calls than input sets: every call of a window on a set fresh for it
+            n = min(calls_for(call_s, round_trip), self.judge.sets)
             per_call = []
             for _ in range(WINDOWS):
                 wall = self._checked(n)
                 if wall is None:
                     return {}
-                per_call.append(max(wall - copy_s, 0.0) / n)
+                # the copy was measured once, when the judge was made: a load spike then must
+                # not take a window's work away (a call writes its output: the copy is at most
+                # half)
+                per_call.append((wall - min(copy_s, wall / 2)) / n)
             call_s = min(per_call)
-            if call_s * n >= round_trip / ROUND_TRIP_SHARE or n >= MAX_CALLS:
+            if call_s * n >= round_trip / ROUND_TRIP_SHARE or n >= self.judge.sets:
                 break
         figures = summarize(per_call)
         figures.update(calls=n, round_trip_us=round(round_trip * 1e6, 2),
@@ -319,10 +343,10 @@ def time_reference(ref: Any, make_inputs: Callable[[int], list[Any]],
                else type(first)(x.clone() if isinstance(x, torch.Tensor) else x for x in first))
     keep = lambda out: fill(scratch, out)  # noqa: E731 - the output copied once
     with torch.no_grad(), OpNames():
-        eager = time_windows(ref, sets, refresh, synchronize, keep)
+        eager = time_windows(ref, sets, refresh, synchronize, keep, pool)
         figures = {"eager_us": eager["runtime_us"], "eager_iqr_us": eager["iqr_us"],
                    "eager_windows": {**eager, "sets": pool}}
         if torch_compile:
-            compiled = time_windows(torch.compile(ref), sets, refresh, synchronize, keep)
+            compiled = time_windows(torch.compile(ref), sets, refresh, synchronize, keep, pool)
             figures.update(compiled_us=compiled["runtime_us"], compiled_windows=compiled)
     return figures

@@ -205,6 +205,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     from torch.autograd.profiler import record_function
 
     from verifier.backends import get_backend
+    from verifier.clock import RefusedOutput
     from verifier.extspec import install_shim
     from verifier.fallback import judge_ops, make_trace_mode, op_kind
     from verifier.generalize import check_variants
@@ -349,6 +350,9 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
             again = new(*_clone(first_inputs))
             backend.synchronize()
             window_ops = serve_timed_windows(job, new, backend)
+    except RefusedOutput as exc:  # work deferred to the one output the judge checks
+        res.finding("timed_output_type", str(exc))
+        res.finish("cheat", f"during timing: {exc}")
     except Exception as exc:
         msg, line = _candidate_traceback(exc)
         res.finish("runtime_error", f"during timing: {msg}")

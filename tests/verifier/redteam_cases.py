@@ -203,6 +203,118 @@ torch::Tensor relu_fwd(torch::Tensor x) {
     /*DISPATCH*/""")
 
 
+# --- attacks on the judge's clock (issue 28, round 4) ----------------------------------------
+# A result cache in C++ keyed by the input's address and a probe of its values: the trials'
+# inputs are fresh clones (a miss every time); a timed window cycles over the judge's input sets,
+# so a window of more calls than sets repeats a set and the cache answers without the work.
+SET_CACHE_CPP = r"""
+#include <unordered_map>
+#include <vector>
+struct KsMemo { std::vector<float> probe; torch::Tensor out; };
+static std::unordered_map<const void*, KsMemo> ks_memo;
+torch::Tensor relu_fwd(torch::Tensor x) {
+    auto xc = x.contiguous();
+    const float* in = xc.data_ptr<float>();
+    int64_t n = xc.numel();
+    std::vector<float> probe;
+    for (int64_t j = 0; j < 16 && n > 0; ++j) probe.push_back(in[(j * 1000003) % n]);
+    auto hit = ks_memo.find(in);
+    if (hit != ks_memo.end() && hit->second.probe == probe) return hit->second.out;
+    auto out = torch::empty_like(xc);
+    float* o = out.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) o[i] = in[i] > 0.f ? in[i] : 0.f;
+    if (ks_memo.size() > 512) ks_memo.clear();
+    ks_memo[in] = KsMemo{probe, out};
+    return out;
+}
+"""
+
+# A timed call (its input is a view of the judge's arena, `_base` set; a trial's is a fresh
+# clone) returns a lazy tensor: no work unless the harness copies it into the judge's output
+# slot, which it does for the window's last call only.
+LAZY_LAST = """
+class KsLazy(torch.Tensor):
+    @staticmethod
+    def __new__(cls, src):
+        t = torch.Tensor._make_wrapper_subclass(cls, src.shape, dtype=src.dtype,
+                                                device=src.device)
+        t.src = src
+        return t
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        real = [ext.relu_fwd(a.src) if isinstance(a, KsLazy) else a for a in args]
+        return func(*real, **(kwargs or {}))
+
+
+def lazy_relu(x):
+    if x._base is not None:
+        return KsLazy(x)
+    return ext.relu_fwd(x)
+"""
+
+# The candidate speaks the judge's clock protocol itself, from a thread of its own: "t" at
+# construction, then for each "w <n>" it writes the one output the judge checks (the window's
+# last set, already in the arena) and answers "d" when the time it wants the judge to see has
+# passed (CLAIM_US per call); "e" goes back into the pipe for the harness, which finds the
+# windows over. The construction waits for the thread: the trials run after it, unhurried.
+ROGUE_CLOCK = """
+CLAIM_US = 100.0
+
+
+def rogue(done):
+    A = __import__("verifier.arena", fromlist=["Arena"])  # the harness imports it later
+    tm = S.modules["time"]
+    spec = None
+    for o in S.modules["gc"].get_objects():
+        if isinstance(o, dict) and "sets" in o and "out" in o and "nbytes" in o:
+            spec = o
+            break
+    copy = 0.0
+    try:
+        if spec is None or not spec.get("path"):  # a cpu sandbox's run (the file by name)
+            return
+        arena = A.Arena.attach(spec["path"], int(spec["nbytes"]), "cpu")
+        sets = [A.views(arena, lay) for lay in spec["sets"]]
+        slot = A.views(arena, spec["out"])
+        w = P.open("clock.req", P.O_WRONLY)
+        r = P.open("clock.go", P.O_RDONLY)
+        P.write(w, b"t\\n")
+        while True:
+            buf = b""
+            while not buf.endswith(b"\\n"):
+                buf += P.read(r, 1)
+            msg = buf.split()
+            if msg == [b"e"]:  # the harness's turn: it reads "e" and finds the windows over
+                g = P.open("clock.go", P.O_WRONLY)
+                P.write(g, b"e\\n")
+                P.close(g)
+                return
+            n = int(msg[1])
+            t0 = tm.perf_counter()
+            if n:
+                out = ext.relu_fwd(sets[(n - 1) % len(sets)][0])
+                c0 = tm.perf_counter()
+                A.fill(slot, out)
+                copy = tm.perf_counter() - c0
+            # the judge takes its own time for one output copy off each window: claim more
+            claim = n * CLAIM_US * 1e-6 + (copy + 0.0005 if n else 0.0)
+            while tm.perf_counter() - t0 < claim:
+                pass
+            P.write(w, b"d\\n")
+    finally:
+        done.release()
+
+
+def start_rogue():
+    T = S.modules["_thread"]
+    done = T.allocate_lock()
+    done.acquire()
+    T.start_new_thread(rogue, (done,))
+    done.acquire(timeout=60)
+"""
+
+
 def attacks(ctx: dict) -> list[tuple[str, str]]:
     """The attacks, each a full candidate source, for the observer's paths in `ctx`."""
     v, out, cache, ws = ctx["victim"], ctx["out"], ctx["cache"], ctx["workspace"]
@@ -460,6 +572,52 @@ def by_pointer(x):
         ("abs_include_secret", candidate(cpp=INCLUDE_CPP.replace("SECRET_FILE",
                                                                   ctx["secret_file"]),
                                          name="absinc", prelude=False, cflags='["-Os"]')),
+        # --- the judge's clock (issue 28, round 4) ---
+        ("window_set_cache", candidate(cpp=SET_CACHE_CPP, name="setcache", prelude=False,
+                                       cflags='["-O2", "-DKS_SETCACHE"]')),
+        ("lazy_last_output", candidate(LAZY_LAST, forward="return lazy_relu(x)", name="lazy",
+                                       prelude=False, cflags='["-O2", "-DKS_LAZY"]')),
+        ("rogue_clock_speaker", candidate(ROGUE_CLOCK, init="start_rogue()", name="rogue",
+                                          cflags='["-O2", "-DKS_ROGUE"]')),
+        ("clock_early_done", candidate("""
+def say_done_early():  # "t" and a pile of "d"s before any window: instant windows, if believed
+    w = P.open("clock.req", P.O_WRONLY)
+    P.write(w, b"t\\n" + b"d\\n" * 40)
+    P.close(w)
+""", init="say_done_early()", name="early", cflags='["-O2", "-DKS_EARLY"]')),
+        ("arena_truncate", candidate("""
+_shrink = []
+
+
+def shrink_arena():  # 20 ms after the first timed call: the judge is filling the next window
+    S.modules["time"].sleep(0.02)
+    try:
+        fd = P.open("arena.bin", P.O_RDWR)
+        P.ftruncate(fd, 0)  # a judge that maps this file dies of SIGBUS at its next touch
+        P.close(fd)
+    except OSError:
+        pass
+
+
+def relu_then_shrink(x):
+    if x._base is not None and not _shrink:  # a view of the judge's arena: a timed call
+        _shrink.append(1)
+        S.modules["_thread"].start_new_thread(shrink_arena, ())
+    return ext.relu_fwd(x)
+""", forward="return relu_then_shrink(x)", name="shrink", cflags='["-O2", "-DKS_SHRINK"]')),
+        ("write_trusted_caches", candidate(f"""
+def poison_caches():  # baselines and peaks are read by later honest runs
+    for d in {ctx.get("trusted_caches", [])!r}:
+        try:
+            for e in P.scandir(d):
+                fd = P.open(e.path, P.O_WRONLY | P.O_TRUNC)
+                P.write(fd, b'{{"eager_us": 1000000.0, "bandwidth_Bps": 1.0}}')
+                P.close(fd)
+            fd = P.open(d + "/ksrt-planted.json", P.O_WRONLY | P.O_CREAT, 0o644)
+            P.close(fd)
+        except OSError:
+            pass
+""", init="poison_caches()", name="poison", cflags='["-O2", "-DKS_POISON"]')),
     ]
     return a
 

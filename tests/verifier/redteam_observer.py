@@ -92,7 +92,8 @@ def make_context(base: Path, backend: str = "cpu") -> dict:
     return {"base": str(base), "victim": str(victim), "secret_file": str(secret_file),
             "secret": secret, "out": str(base / "out.jsonl"), "cache": str(base / "cache"),
             "workspace": str(ws), "tmp_probe": f"/tmp/ksrt-probe-{token}", "token": token,
-            "backend": backend, "port": 0}
+            "backend": backend, "port": 0,
+            "trusted_caches": [str(base / "baselines")]}  # what only trusted processes write
 
 
 def snapshot(root: str) -> dict[str, str]:
@@ -190,6 +191,10 @@ def run_suite(ctx: dict, daemon_wait_s: float = 8.0, only: set[str] | None = Non
             os.unlink(ctx["tmp_probe"])
 
 
+# attacks on the judge's clock: a correct verdict must not claim more than an honest one of the
+# same kernel (their gain is 3x and more; two honest runs agree far better)
+_JUDGE_TIMING = {"window_set_cache", "lazy_last_output", "rogue_clock_speaker",
+                 "clock_early_done"}
 _TIMING = {"patch_sys_modules_timer", "patch_summarize", "time_patch_cpp", "call_counting",
            "input_pointer_cache", "forge_frame", "forge_gc"}
 
@@ -214,6 +219,15 @@ def judge(name: str, r: dict, ctx: dict) -> tuple[bool, str]:
         if not v.get("runtime_us") or v["runtime_us"] < ref / 4:
             return False, (f"{v['status']} at {v.get('runtime_us')} us, honest {ref:.1f} us: "
                            "the timing was forged")
+    if name in _JUDGE_TIMING and correct and honest_us:
+        if not v.get("runtime_us") or v["runtime_us"] < min(honest_us) / 1.6:
+            return False, (f"{v['status']} at {v.get('runtime_us')} us, honest "
+                           f"{min(honest_us):.1f} us: the judge's clock was fooled")
+    if name == "write_trusted_caches":
+        eager = {w.get("eager_us") for w in [*r["warm"], *r["later"].values()]
+                 if w.get("status") in CORRECT}
+        if len(eager) > 1:
+            return False, f"the cached baseline changed: {sorted(eager)}"
     if name == "patch_compare" and correct:
         return False, "a kernel returning garbage passed"
     if name == "daemon_double_fork" and (r["out_changed"] or r["survivors"]):
@@ -241,7 +255,7 @@ def judge(name: str, r: dict, ctx: dict) -> tuple[bool, str]:
             return False, "the loopback listener received data"
     if name in ("memory_bomb_loadcheck", "stdout_flood", "multi_file_size") and correct:
         return False, f"{v['status']}: the resource limit did not stop it"
-    if name in ("posix_sigstop_parent", "sigkill_main", "sigkill_forkserver"):
+    if name in ("posix_sigstop_parent", "sigkill_main", "sigkill_forkserver", "arena_truncate"):
         if len(r["verdicts"]) != len(r["rows"]) or r["rc"] != 0:
             return False, f"the batch lost verdicts ({len(r['verdicts'])}/{len(r['rows'])})"
         if r.get("transport") == "http" and (not r["server_up_after_attacks"]

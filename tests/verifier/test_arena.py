@@ -25,6 +25,7 @@ def _exchange(device: str, tmp_path: Path, argv_prefix: list[str] | None = None)
     arena = Arena.create(total, device, path=str(tmp_path / "arena.bin"))
     try:
         fill(views(arena, layout), [x, y, 3])
+        arena.push(0, arena.nbytes)  # cpu: the judge's private copy into the shared file
         spec = {"device": device, "path": str(tmp_path / "arena.bin"), "fd": arena.fd,
                 "nbytes": arena.nbytes, "inputs": layout, "out": out_layout}
         os.set_inheritable(arena.fd, True)
@@ -36,6 +37,7 @@ def _exchange(device: str, tmp_path: Path, argv_prefix: list[str] | None = None)
         seen = json.loads(res.stdout.strip().splitlines()[-1])
         assert seen["stride"] == list(x.stride())
         assert seen["sum"] == pytest.approx(float(x.double().sum()), rel=1e-6)
+        arena.pull(0, arena.nbytes)  # cpu: what the other process wrote, into the judge's copy
         out = views(arena, out_layout)
         assert torch.equal(out, x * 2 + y)  # written by the other process, read here
     finally:

@@ -15,7 +15,7 @@ import torch
 from verifier import clock
 from verifier.arena import Arena, fill, views
 from verifier.clock import JudgeClock, calls_for, serve_windows, time_windows
-from verifier.window_judge import WindowJudge
+from verifier.window_judge import POOL_MAX, WindowJudge
 
 SCALE_TASK = '''import torch
 import torch.nn as nn
@@ -150,7 +150,7 @@ def test_time_windows_measures_what_a_call_takes() -> None:
 def test_the_judge_sizes_its_input_sets_from_its_budget(tmp_path: Path, budget: int) -> None:
     judge = WindowJudge(SCALE_TASK, 0, TOL, budget, path=str(tmp_path / "a.bin"))
     try:
-        assert judge.sets == (64 if budget > 1 else 1)
+        assert judge.sets == (POOL_MAX if budget > 1 else 1)
         judge.fill(judge.sets)
         first = [p[0].clone() for p in judge.pristine]
         judge.fill(judge.sets)  # every window gets inputs the worker has never seen
