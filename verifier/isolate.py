@@ -51,11 +51,32 @@ def _mount(src: str | None, target: str, fstype: str | None, flags: int,
         raise OSError(err, f"mount {target}: {os.strerror(err)}")
 
 
+def interpreter_dirs() -> list[str]:
+    """Directories the interpreter runs from, wherever they live (a virtualenv under /tmp or a
+    home): its prefixes, the folders of its executable and of the link's target, and the base
+    interpreter's folder that the venv's pyvenv.cfg names (`home = ...`)."""
+    dirs = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+            os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
+    try:
+        for line in Path(sys.prefix, "pyvenv.cfg").read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip():
+                dirs.append(value.strip())
+    except OSError:  # not a venv
+        pass
+    out = []
+    for d in dirs:
+        for p in (os.path.abspath(d), os.path.realpath(d)):
+            if p and os.path.isdir(p) and p not in out:
+                out.append(p)
+    return out
+
+
 def _home_paths_needed(home: str) -> list[str]:
     """Top-level entries of `home` that Python, torch or the verifier are loaded from."""
     pkg = str(Path(__file__).resolve().parent.parent)
-    wanted = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.realpath(sys.executable),
-              pkg, *[p for p in sys.path if p]]
+    wanted = [*interpreter_dirs(), os.path.realpath(sys.executable), pkg,
+              *[p for p in sys.path if p]]
     tops = set()
     for p in wanted:
         real = os.path.realpath(p)
@@ -156,8 +177,9 @@ def _private_fs(workdir: str, tmp_mb: int, home: str, notes: list[str],
         plan = device_plan()
         dev_fds = {t: os.open(src, os.O_PATH) for kind, t, src in plan if kind == "bind"}
     keep = {p: os.open(p, os.O_PATH) for p in _home_paths_needed(home)} if home else {}
-    # import paths under /tmp (a test's entry module) stay visible, read-only
-    tmp_paths = {os.path.realpath(p) for p in sys.path if p}
+    # the interpreter (a virtualenv under /tmp) and import paths under /tmp (a test's entry
+    # module) stay visible, read-only
+    tmp_paths = {os.path.realpath(p) for p in sys.path if p} | set(interpreter_dirs())
     tmp_keep = {p: os.open(p, os.O_PATH) for p in sorted(tmp_paths)
                 if p.startswith("/tmp/") and os.path.isdir(p)}
     wfd = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
@@ -267,7 +289,7 @@ def build_argv(cmd: list[str]) -> list[str]:
 
 def _visible_for(cmd: list[str]) -> list[str]:
     """Directories the command needs: those its arguments name, Python's, the toolchain's."""
-    want = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(cmd[0]))}
+    want = {*interpreter_dirs(), os.path.dirname(os.path.realpath(cmd[0]))}
     for arg in cmd:
         for part in arg.split("=")[-1:] + ([arg[2:]] if arg.startswith(("-I", "-L")) else []):
             if part.startswith("/"):
@@ -285,16 +307,30 @@ def _visible_for(cmd: list[str]) -> list[str]:
 
 
 def enter_build(cmd: list[str]) -> None:
-    """In the build wrapper: new mount/network/IPC namespaces, host trees hidden, then exec."""
-    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC
-    if os.geteuid() != 0:
-        flags |= CLONE_NEWUSER
-    if _libc.unshare(flags) != 0:
+    """In the build wrapper: new user, pid, mount, network and IPC namespaces (the compiler is
+    pid 1's child with a /proc of its own namespace, so `/proc/<pid>/root` leads nowhere but
+    into its own view), host trees hidden, no capabilities in any namespace, then exec."""
+    outer_uid, outer_gid = os.getuid(), os.getgid()
+    base = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID
+    for flags in (base | CLONE_NEWUSER, base):  # without a user namespace only as root
+        if flags & CLONE_NEWUSER == 0 and os.geteuid() != 0:
+            continue
+        if _libc.unshare(flags) == 0:
+            break
+    else:
         sys.stderr.write(f"[build sandbox] no namespaces ({os.strerror(ctypes.get_errno())}): "
                          "the compiler runs unsandboxed\n")
         os.execvp(cmd[0], cmd)
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    if flags & CLONE_NEWUSER:
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"0 {outer_uid} 1")
+        Path("/proc/self/gid_map").write_text(f"0 {outer_gid} 1")
     keep = {p: os.open(p, os.O_PATH) for p in _visible_for(cmd)}
+    pid = os.fork()
+    if pid != 0:
+        _wait_and_mirror(pid)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the wrapper's end (a timeout) ends the build
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
     for h in HIDDEN_FOR_BUILDS:
         if os.path.isdir(h) and not os.path.islink(h):
             _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=755")
@@ -302,4 +338,28 @@ def enter_build(cmd: list[str]) -> None:
         os.makedirs(path, exist_ok=True)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         os.close(fd)
+    try:  # this pid namespace's own processes only
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:  # a /proc with masked parts cannot be mounted anew: none at all then
+        _mount("tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=1m,mode=555")
+    drop_capabilities()
     os.execvp(cmd[0], cmd)
+
+
+PR_SET_SECUREBITS, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 28, 24, 47, 4
+# noroot, no setuid fixup, keep caps off, all locked: an exec as uid 0 gains nothing
+SECURE_ALL = 0b101111
+
+
+def drop_capabilities() -> None:
+    """No capability now or after exec: bounding and ambient sets emptied, root's exec rule
+    off (securebits), the effective, permitted and inheritable sets cleared, no_new_privs."""
+    _libc.prctl(PR_SET_SECUREBITS, SECURE_ALL, 0, 0, 0)
+    for cap in range(64):
+        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    data = (ctypes.c_uint32 * 6)()
+    if _libc.capset(header, data) != 0:
+        raise PermissionError(f"[build sandbox] capset: {os.strerror(ctypes.get_errno())}")
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)

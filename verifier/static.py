@@ -335,6 +335,7 @@ def _strip_comments(src: str) -> str:
 def check_cpp(specs: list[ExtensionSpec], code: str, task_source: str) -> list[dict[str, Any]]:
     """Findings on the C++/CUDA sources and flags of the candidate's extensions."""
     from verifier.build import _source_line
+    from verifier.build import scan as scan_directives
 
     out: list[dict[str, Any]] = []
     low_ok = _task_is_low_precision(task_source)
@@ -349,6 +350,9 @@ def check_cpp(specs: list[ExtensionSpec], code: str, task_source: str) -> list[d
         for src in [*spec.cpp_sources, *spec.cuda_sources]:
             base = _source_line(code, src)
             clean = _strip_comments(src)
+            # what the preprocessor sees (digraphs, splices, macro operands), not the raw text
+            for reason in scan_directives(src).reject:
+                out.append(_finding("build_file_access", reason, base or spec.line or None))
 
             def line_of(pos: int, _clean: str = clean, _base: int = base,
                         _call: int = spec.line) -> int | None:
