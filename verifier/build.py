@@ -38,7 +38,7 @@ from verifier.backends import Backend, BuildUnit
 from verifier.cache_bound import touch
 from verifier.extspec import ExtensionSpec
 from verifier.landing import Landing
-from verifier.preprocess import macro_baseline
+from verifier.preprocess import macro_baseline, unallowed_reads
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
 from verifier.unit_sources import (  # noqa: F401 - re-exported: callers import them from here
     CAND_FILE,
@@ -78,6 +78,11 @@ class BuildResult:
     # the log names the spec's own source lines; entries without this key were mapped to the
     # lines of the first candidate that had the sources, so their failures are built again
     unit_log: bool = True
+
+    @property
+    def refused(self) -> bool:
+        """The build was refused for what it reads: a static_reject, not a compile error."""
+        return self.log.startswith(REFUSED)
 
     def to_entry(self) -> dict:
         return {"module": self.module, "path": self.path, "mode": self.mode}
@@ -119,6 +124,9 @@ def _flags_key(spec: ExtensionSpec) -> tuple:
     return (tuple(spec.extra_cflags), tuple(spec.extra_ldflags), tuple(spec.extra_include_paths),
             tuple(spec.extra_cuda_cflags), spec.no_implicit_headers,
             includes_of(spec.cpp_sources), includes_of(spec.cuda_sources))
+
+
+REFUSED = "build refused:"  # a log that begins so: the build read what it must not (no output)
 
 
 _BASELINE_LOCK = threading.Lock()
@@ -276,7 +284,7 @@ class Builder:
         held = results.hold()
         for s in specs:
             if refusal(s):
-                results[s.key] = BuildResult(s.key, False, log=f"build refused: {refusal(s)}",
+                results[s.key] = BuildResult(s.key, False, log=f"{REFUSED} {refusal(s)}",
                                              seconds=carried)
         results.release(held)
         specs = [s for s in specs if s.key not in results]
@@ -420,21 +428,34 @@ class Builder:
         tag = f"{os.getpid()}-{threading.get_ident()}"
         (out_dir / f"host-{tag}.cpp").write_text(host)
         objs = [out_dir / f"host-{tag}.o"]
+        deps: list[Path] = []  # the -MD lists of the compiles that ran
         try:
             ok = True
             if device:  # first: it needs no PCH, which may still be building meanwhile
                 dpath = out_dir / f"device-{tag}{be.device_suffix}"
                 dpath.write_text(device)
                 objs.append(out_dir / f"device-{tag}.o")
+                deps.append(out_dir / f"device-{tag}.d")
                 ok = be.compile_unit(BuildUnit(dpath, "device"), objs[1],
-                                     [*first.extra_cuda_cflags, *(extra or [])], None, log,
-                                     self.ctx.timeout_s)
+                                     [*first.extra_cuda_cflags, *(extra or []), "-MD", "-MF",
+                                      str(deps[-1])], None, log, self.ctx.timeout_s)
             if ok:
                 pch = self.pch_dir(cflags, n, log)
+                deps.append(out_dir / f"host-{tag}.d")
                 ok = be.compile_unit(BuildUnit(out_dir / f"host-{tag}.cpp", "host"), objs[0],
-                                     [*cflags, *(extra or [])], pch, log, self.ctx.timeout_s)
+                                     [*cflags, *(extra or []), "-MD", "-MF", str(deps[-1])],
+                                     pch, log, self.ctx.timeout_s)
         except ValueError as exc:
             return False, str(exc)
+        read = unallowed_reads(log, deps, [str(out_dir), str(self.root / "pch")],
+                               first.extra_include_paths, be.host_compiler())
+        for d in deps:
+            d.unlink(missing_ok=True)
+        if read:  # none of the compiler's output: it may quote the file
+            for o in objs:
+                o.unlink(missing_ok=True)
+            return False, (f"{REFUSED} it read {', '.join(read[:5])}: outside the toolchain's, "
+                           "torch's, CUDA's and Python's headers and its own sources")
         if ok:
             tmp = out_dir / f".{module}.so.{tag}.tmp"
             ok = be.link(objs, tmp, first.extra_ldflags, log, self.ctx.timeout_s)

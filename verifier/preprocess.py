@@ -14,11 +14,17 @@ a candidate that redefines or undefines one of them (a header's or a predefined 
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
 _TRIGRAPH = re.compile(r"\?\?[=/'()!<>\-]")
+_TRIGRAPHS = {"=": "#", "/": "\\", "'": "^", "(": "[", ")": "]", "!": "|", "<": "{", ">": "}",
+              "-": "~"}
 _SPLICE = re.compile(r"\\[ \t\f\v]*\n")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 # Directives an honest kernel uses that a batch unit can neutralise (conditionals balanced,
@@ -168,7 +174,8 @@ def scan_source(src: str) -> SourceScan:
     if _TRIGRAPH.search(src):
         scan.alone.append("a trigraph (??=, ??/, ...): the preprocessor reads it as another "
                           "character under some -std modes")
-    text, line_of = _strip(src)
+    # read as under -trigraphs too (-std=c++14 turns them on): a directive either way counts
+    text, line_of = _strip(_TRIGRAPH.sub(lambda m: _TRIGRAPHS[m.group(0)[2]], src))
     code = _code_outside_literals(text)
     if "%:" in code:
         scan.alone.append("the digraph %: (a # the wrapper's directive rules must not miss)")
@@ -187,6 +194,8 @@ def scan_source(src: str) -> SourceScan:
     for ln in text.split("\n"):
         start, pos = pos, pos + len(ln) + 1
         body = ln.lstrip(" \t\f\v")
+        if body.startswith("%:"):  # the digraph of #
+            body = "#" + body[2:]
         if not body.startswith("#"):
             continue
         first = line_of[start] if start < len(line_of) else 0
@@ -272,3 +281,87 @@ def macro_baseline(cmd: list[str], prefix: str, timeout_s: float = 300.0) -> fro
         raise RuntimeError(f"the compiler could not list the headers' macros: "
                            f"{proc.stderr.strip()[-300:]}")
     return frozenset(_DEFINE_LINE.findall(proc.stdout))
+
+
+# --- what a build read ---------------------------------------------------------------------------
+_SEARCH_LIST = re.compile(r"#include <\.\.\.> search starts here:\n(.*?)End of search list",
+                          re.S)
+
+
+def compiler_search_dirs(cxx: str) -> list[str]:
+    """The compiler's own system include folders (`-v`), cached per compiler."""
+    if cxx not in _SEARCH_DIRS:
+        proc = subprocess.run([cxx, "-x", "c++", "-E", "-v", "-"], input="", text=True,
+                              capture_output=True, timeout=120, errors="replace")
+        m = _SEARCH_LIST.search(proc.stderr)
+        _SEARCH_DIRS[cxx] = [ln.strip().split(" (")[0] for ln in
+                             (m.group(1).splitlines() if m else []) if ln.strip()]
+    return _SEARCH_DIRS[cxx]
+
+
+_SEARCH_DIRS: dict[str, list[str]] = {}
+
+
+def read_dependencies(dep_file: str) -> list[str]:
+    """The files a compile read, from its `-MD -MF` file (make syntax: escaped spaces, line
+    continuations, the target before the first unescaped colon)."""
+    with open(dep_file, encoding="utf-8", errors="replace") as fh:
+        text = fh.read().replace("\\\n", " ")
+    out: list[str] = []
+    for rule in text.splitlines():
+        _, sep, deps = rule.partition(": ")
+        if not sep:
+            continue
+        for word in re.split(r"(?<!\\)\s+", deps.strip()):
+            if word:
+                out.append(word.replace("\\ ", " ").replace("$$", "$"))
+    return out
+
+
+def _real(path: str) -> str:
+    """The path with links followed; as written where a link cannot be read (/proc/1/root)."""
+    try:
+        return os.path.realpath(path)
+    except OSError:
+        return os.path.abspath(path)
+
+
+def outside(paths: list[str], roots: list[str], cwd: str) -> list[str]:
+    """The paths (resolved, links followed) under none of `roots`."""
+    real_roots = [_real(r).rstrip("/") + "/" for r in roots if r]
+    bad = []
+    for p in paths:
+        real = _real(os.path.join(cwd, p))
+        if not any((real + "/").startswith(r) for r in real_roots):
+            bad.append(p)
+    return list(dict.fromkeys(bad))
+
+
+def unallowed_reads(log: list[str], deps: list[Path], allowed: list[str],
+                    excluded: list[str], host_compiler: str) -> list[str]:
+    """Files a build's compiles read (their `-MD` lists `deps`) outside the allowlist: the
+    include folders its commands (`$ ` lines of `log`) pass, except `excluded` (a candidate's
+    extra_include_paths), the compilers' folders and toolkits, the host compiler's system
+    include folders, and `allowed` (the unit's folder, the PCH). A compile that left no list,
+    or whose output was cut (a flood could hide what it read), counts as an unknown read."""
+    cmds = [shlex.split(ln[2:]) for ln in log if ln.startswith("$ ")]
+    own = {_real(p) for p in excluded}
+    roots = list(allowed)
+    for cmd in cmds:
+        tool = os.path.realpath(shutil.which(cmd[0]) or cmd[0])
+        roots += [os.path.dirname(tool), os.path.dirname(os.path.dirname(tool))]
+        for i, arg in enumerate(cmd):
+            path = (cmd[i + 1] if arg in ("-I", "-isystem") and i + 1 < len(cmd) else
+                    arg[2:] if arg.startswith("-I") and len(arg) > 2 else "")
+            if path and _real(path) not in own:
+                roots.append(path)
+    # a compiler in /usr/bin makes /usr a root: only its include folders count there
+    roots = [r for r in roots if _real(r) not in ("/", "/usr", "/usr/local", "/bin",
+                                                             "/usr/bin", "/usr/local/bin")]
+    roots += compiler_search_dirs(host_compiler)
+    ran = [d for d in deps if d.is_file()]
+    if len(ran) < len(deps) and any("timed out" in ln for ln in log):
+        return []  # killed before it said anything: only the timeout is reported
+    if len(ran) < len(deps) or any(len(ln) >= 200_000 for ln in log):
+        return ["(unknown: the compiler left no complete record of what it read)"]
+    return outside([p for d in ran for p in read_dependencies(str(d))], roots, os.getcwd())

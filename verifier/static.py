@@ -332,6 +332,15 @@ def _strip_comments(src: str) -> str:
     return re.sub(r"//[^\n]*", "", src)
 
 
+def _flag_ok(flag: str) -> bool:
+    """On the allowlist; a flag nvcc hands to the host compiler (-Xcompiler a,b) only when
+    each flag it hands over is (-fplugin=, -B, -specs= there read files too)."""
+    m = re.fullmatch(r"(?:-Xcompiler|--compiler-options)=?(.*)", flag)
+    if m:
+        return all(_FLAG_OK.match(f) for f in m.group(1).split(",") if f) and bool(m.group(1))
+    return bool(_FLAG_OK.match(flag))
+
+
 def check_cpp(specs: list[ExtensionSpec], code: str, task_source: str) -> list[dict[str, Any]]:
     """Findings on the C++/CUDA sources and flags of the candidate's extensions."""
     from verifier.build import _source_line
@@ -341,7 +350,7 @@ def check_cpp(specs: list[ExtensionSpec], code: str, task_source: str) -> list[d
     low_ok = _task_is_low_precision(task_source)
     for spec in specs:
         for flag in [*spec.extra_cflags, *spec.extra_cuda_cflags, *spec.extra_ldflags]:
-            if not _FLAG_OK.match(flag.strip()):
+            if not _flag_ok(flag.strip()):
                 out.append(_finding("compiler_flag", f"compiler/linker flag {flag!r} is not "
                                                      "allowed", spec.line or None))
         if spec.extra_include_paths:
