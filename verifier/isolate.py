@@ -55,15 +55,21 @@ def interpreter_dirs() -> list[str]:
     """Directories the interpreter runs from, wherever they live (a virtualenv under /tmp or a
     home): its prefixes, the folders of its executable and of the link's target, and the base
     interpreter's folder that the venv's pyvenv.cfg names (`home = ...`)."""
-    dirs = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-            os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
-    try:
-        for line in Path(sys.prefix, "pyvenv.cfg").read_text().splitlines():
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    dirs = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, exe_dir,
+            os.path.dirname(os.path.realpath(sys.executable))]
+    # the venv's root from its pyvenv.cfg: under `python -S` (the sandbox's wrappers) site.py
+    # never ran, so sys.prefix is the base interpreter's
+    for root in (sys.prefix, exe_dir, os.path.dirname(exe_dir)):
+        try:
+            cfg = Path(root, "pyvenv.cfg").read_text()
+        except OSError:  # not a venv
+            continue
+        dirs.append(root)
+        for line in cfg.splitlines():
             key, _, value = line.partition("=")
             if key.strip() == "home" and value.strip():
                 dirs.append(value.strip())
-    except OSError:  # not a venv
-        pass
     out = []
     for d in dirs:
         for p in (os.path.abspath(d), os.path.realpath(d)):
