@@ -225,3 +225,23 @@ def test_proc_of_the_host_is_not_reachable_from_the_compiler(tmp_path: Path) -> 
         assert "found via" not in "\n".join(log)
     finally:
         secret.unlink()
+
+
+@pytest.mark.slow
+def test_incbin_through_pasted_asm_reads_nothing_of_the_host(tmp_path: Path,
+                                                             secret_dir: Path) -> None:
+    """`__asm__` formed by token pasting hides from every rule on the source text; the
+    assembler then runs in the compiler's root, where the host's files do not exist."""
+    token = (secret_dir / "secret.h").read_text().split()[0]
+    blob = RELU.replace("torch::Tensor relu_fwd(torch::Tensor x) {", (
+        "#define KS_CAT(a, b) a##b\n#define KS_ASM KS_CAT(__as, m__)\n"
+        f'KS_ASM(".section .rodata\\n.global ks_blob\\nks_blob:\\n.incbin \\"{secret_dir}'
+        '/secret.h\\"\\n.byte 0\\n.text\\n");\n'
+        'extern "C" const char ks_blob[];\n'
+        "torch::Tensor relu_fwd(torch::Tensor x) {\n"
+        "    if (ks_blob[0]) throw std::runtime_error(ks_blob);"))
+    s = spec(blob)
+    assert check_cpp([s], "", "")  # the static rules see the .incbin string, but the build
+    res = Builder(_ctx(tmp_path)).build([s])[s.key]  # is checked on its own here
+    assert not res.ok and token not in res.log
+    assert "secret.h" in res.log  # the assembler names the file it could not find
