@@ -126,6 +126,16 @@ def _flags_key(spec: ExtensionSpec) -> tuple:
             includes_of(spec.cpp_sources), includes_of(spec.cuda_sources))
 
 
+# The wrapper's own failure (verifier.build_sandbox): a traceback of its `-c` program or its
+# message. Raised, so the spec fails in this batch without a cached outcome.
+SANDBOX_FAILED = re.compile(r'^\[build sandbox\]|^  File "<string>", line \d+, in <module>',
+                            re.MULTILINE)
+
+
+class BuildSandboxError(RuntimeError):
+    """The compiler's sandbox could not run the compiler (the message says why)."""
+
+
 REFUSED = "build refused:"  # a log that begins so: the build read what it must not (no output)
 
 
@@ -447,6 +457,9 @@ class Builder:
                                      pch, log, self.ctx.timeout_s)
         except ValueError as exc:
             return False, str(exc)
+        if any(SANDBOX_FAILED.search(chunk) for chunk in log):  # not the candidate's doing:
+            raise BuildSandboxError("the compiler's sandbox failed: "  # never cached
+                                    + next(c for c in log if SANDBOX_FAILED.search(c))[-300:])
         read = unallowed_reads(log, deps, [str(out_dir), str(self.root / "pch")],
                                first.extra_include_paths, be.host_compiler())
         for d in deps:

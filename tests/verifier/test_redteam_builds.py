@@ -245,3 +245,20 @@ def test_incbin_through_pasted_asm_reads_nothing_of_the_host(tmp_path: Path,
     res = Builder(_ctx(tmp_path)).build([s])[s.key]  # is checked on its own here
     assert not res.ok and token not in res.log
     assert "secret.h" in res.log  # the assembler names the file it could not find
+
+
+def test_a_broken_build_sandbox_is_never_cached(tmp_path: Path, monkeypatch) -> None:
+    """The wrapper's own failure is no outcome of the candidate: it fails this batch only."""
+    be = get_backend("cpu")
+
+    def broken(unit, obj, flags, pch, log, timeout_s):
+        log += ["$ g++ -c x.cpp", "[build sandbox] could not build the compiler's root: boom"]
+        return False
+
+    monkeypatch.setattr(be, "compile_unit", broken)
+    b = Builder(BuildContext(be, tmp_path, check_import=False, use_pch=False))
+    s = spec(RELU)
+    landed: dict[str, BuildResult] = {}
+    compile_all(b, [s], 1, 4, landed.update)
+    assert not landed[s.key].ok and "sandbox failed" in landed[s.key].log
+    assert b.cached(s) is None

@@ -127,7 +127,7 @@ def test_the_verifier_from_a_venv_under_tmp_gives_an_honest_verdict(tmp_path: Pa
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert p.returncode == 0, p.stderr[-3000:]
     v = json.loads(p.stdout)
-    assert v["status"] in CORRECT_STATUSES, v
+    assert v["status"] in CORRECT_STATUSES, (v["status"], v["error"], v["compile_log"][-2000:])
 
 
 def test_an_environment_that_fails_every_item_alike_is_named() -> None:
