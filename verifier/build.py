@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -35,10 +34,11 @@ from verifier.artefacts import (  # noqa: F401 - re-exported: callers import the
     verify_artefact,
 )
 from verifier.backends import Backend, BuildUnit
+from verifier.batch_guard import batch_blockers
 from verifier.cache_bound import touch
 from verifier.extspec import ExtensionSpec
 from verifier.landing import Landing
-from verifier.preprocess import macro_baseline, unallowed_reads
+from verifier.preprocess import unallowed_reads
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
 from verifier.unit_sources import (  # noqa: F401 - re-exported: callers import them from here
     CAND_FILE,
@@ -137,10 +137,6 @@ class BuildSandboxError(RuntimeError):
 
 
 REFUSED = "build refused:"  # a log that begins so: the build read what it must not (no output)
-
-
-_BASELINE_LOCK = threading.Lock()
-_BASELINE_LOCKS: dict[str, threading.Lock] = {}
 
 
 def _hash(*parts: str) -> str:
@@ -333,57 +329,8 @@ class Builder:
         return [(specs[:half], carried), (specs[half:], carried)]
 
     def batch_blockers(self, specs: list[ExtensionSpec]) -> dict[str, str]:
-        """Spec key -> why it cannot share a unit: a directive the unit cannot neutralise
-        (`verifier.preprocess`), or a macro it defines or undefines that exists before its
-        code (a header's or a predefined one: an #undef after it would not restore it)."""
-        out: dict[str, str] = {}
-        for s in specs:
-            reasons = [r for sc in spec_scans(s) for r in sc.alone]
-            for kind, sources in (("host", s.cpp_sources), ("device", s.cuda_sources)):
-                names = {m for src in sources for m in scan(src).macros}
-                if not names or reasons:
-                    continue
-                try:
-                    known = self._baseline(kind, s)
-                except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-                    reasons.append(f"the headers' macros are unknown ({exc})")
-                    continue
-                clash = sorted(names & known)
-                if clash:
-                    reasons.append(f"redefines or undefines {', '.join(clash[:5])}, defined "
-                                   "before its code")
-            if reasons:
-                out[s.key] = "; ".join(reasons)
-        return out
-
-    def _baseline(self, kind: str, spec: ExtensionSpec) -> frozenset[str]:
-        """Macros defined before a spec's code in a unit of `kind` (its flags and headers):
-        the compiler's `-dM`, kept on disk under the toolchain root."""
-        be = self.ctx.backend
-        if kind == "host":
-            flags = [*be.host_flags(), *spec.extra_cflags,
-                     *(f"-I{p}" for p in spec.extra_include_paths)]
-            head = ["#include <torch/extension.h>", *(f"#include {i}" for i in
-                                                       includes_of(spec.cpp_sources))]
-        else:  # the device unit's headers, read by the host compiler (nvcc's -D/-U kept)
-            flags = [*be.host_flags(), *(f for f in spec.extra_cuda_cflags
-                                         if f.startswith(("-D", "-U")))]
-            head = [*([] if spec.no_implicit_headers else [be.device_prelude]),
-                    *(f"#include {i}" for i in includes_of(spec.cuda_sources))]
-        prefix = "\n".join(head) + "\n"
-        path = self.root / "macros" / f"{_hash(kind, *flags, prefix)}.txt"
-        with _BASELINE_LOCK:
-            lock = _BASELINE_LOCKS.setdefault(str(path), threading.Lock())
-        with lock:
-            if path.is_file():
-                return frozenset(path.read_text().split())
-            names = macro_baseline([be.host_compiler(), "-x", "c++", *flags], prefix,
-                                   self.ctx.timeout_s)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
-            tmp.write_text("\n".join(sorted(names)))
-            os.replace(tmp, path)
-            return names
+        """Spec key -> why it cannot share a unit (`verifier.batch_guard`)."""
+        return batch_blockers(specs, self.ctx.backend, self.root, self.ctx.timeout_s)
 
     def _spec_log(self, log: str, key: str) -> str:
         """The compiler output about this spec (no other spec's lines), its sources named as

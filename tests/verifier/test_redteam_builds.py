@@ -86,6 +86,9 @@ def test_directive_variants_are_seen_as_the_compiler_sees_them(tmp_path: Path) -
     assert set(undone) == {"line_splice", "splice_trailing_blank", "comment_in_directive",
                            "comment_before_hash"}
     assert b.batch_blockers([honest, *plain]) == {}
+    # a reserved name (nvcc's own __CUDACC__ is in no -dM of the host compiler) leaves too
+    reserved = attacker("#undef __CUDACC__\n")
+    assert "reserved" in b.batch_blockers([reserved, honest])[reserved.key]
     # literals and comments are not directives
     quoted = spec(RELU + 'const char* ks_s = "#define numel() 0";\n// %:define numel() 0\n'
                   'auto ks_r = R"x(\n#define numel() 0\n)x";\n')
