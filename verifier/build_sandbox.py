@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -60,7 +61,8 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
 def visible_for(cmd: list[str]) -> list[str]:
     """Folders the command needs besides the system trees: those its arguments name (the file's
     folder for a file) and its tool's folder, with the toolkit above a `bin` (nvcc's)."""
-    tool = os.path.dirname(os.path.realpath(cmd[0]))
+    # the tool as exec finds it on PATH (a bare "g++" is no file of the working directory)
+    tool = os.path.dirname(os.path.realpath(shutil.which(cmd[0]) or cmd[0]))
     want = {tool} | ({os.path.dirname(tool)} if os.path.basename(tool) == "bin" else set())
     for arg in cmd:
         for part in arg.split("=")[-1:] + ([arg[2:]] if arg.startswith(("-I", "-L")) else []):
