@@ -6,8 +6,13 @@ one PYBIND11_MODULE binds `k<key>__<fn>` for every spec. Host units include a gc
 `torch/extension.h` built once per (backend, torch version, flags). When a batch fails, the specs
 named in the errors are rebuilt alone and the rest rebuilt together (bisection when no spec is
 named; `Builder.build_unit` returns those rebuilds, `verifier.compile_plan` runs them on any
-free compile worker), so one bad candidate fails only itself. Results are cached per spec key in
-`<cache>/index/`, so a re-run or a later batch never compiles a spec twice. A spec's log names
+free compile worker), so one bad candidate fails only itself; a failure is final (and cached)
+only for a spec built alone. No candidate's preprocessor state reaches another: a unit holds a
+spec only when `verifier.batch_guard` finds every directive of it, read as the compiler reads
+it (`verifier.preprocess`), neutralised (its macros undefined after it); other specs are built
+alone. A build whose `-MD` list names a file outside the allowlist is refused with no compiler
+output (`REFUSED`); compilers run in `verifier.build_sandbox`. Results are cached per spec key
+in `<cache>/index/`, so a re-run or a later batch never compiles a spec twice. A spec's log names
 lines of its own sources (`cpp_sources[0]:12`), since every candidate with those sources shares
 the entry wherever they sit in its file; `candidate_log` maps them to one candidate's lines.
 """
