@@ -67,7 +67,10 @@ def visible_for(cmd: list[str]) -> list[str]:
     for arg in cmd:
         for part in arg.split("=")[-1:] + ([arg[2:]] if arg.startswith(("-I", "-L")) else []):
             if part.startswith("/"):
-                p = os.path.realpath(part)
+                try:
+                    p = os.path.realpath(part)
+                except OSError:  # a link it may not follow (/proc/1/root): not shown
+                    continue
                 want.add(p if os.path.isdir(p) else os.path.dirname(p))
     system = tuple(os.path.realpath(t) for t in SYSTEM_TREES if os.path.isdir(t))
     out = {p for p in want if p and os.path.isdir(p) and p != "/" and not _under(p, system)}
