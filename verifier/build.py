@@ -6,8 +6,13 @@ one PYBIND11_MODULE binds `k<key>__<fn>` for every spec. Host units include a gc
 `torch/extension.h` built once per (backend, torch version, flags). When a batch fails, the specs
 named in the errors are rebuilt alone and the rest rebuilt together (bisection when no spec is
 named; `Builder.build_unit` returns those rebuilds, `verifier.compile_plan` runs them on any
-free compile worker), so one bad candidate fails only itself. Results are cached per spec key in
-`<cache>/index/`, so a re-run or a later batch never compiles a spec twice. A spec's log names
+free compile worker), so one bad candidate fails only itself; a failure is final (and cached)
+only for a spec built alone. No candidate's preprocessor state reaches another: a unit holds a
+spec only when `verifier.batch_guard` finds every directive of it, read as the compiler reads
+it (`verifier.preprocess`), neutralised (its macros undefined after it); other specs are built
+alone. A build whose `-MD` list names a file outside the allowlist is refused with no compiler
+output (`REFUSED`); compilers run in `verifier.build_sandbox`. Results are cached per spec key
+in `<cache>/index/`, so a re-run or a later batch never compiles a spec twice. A spec's log names
 lines of its own sources (`cpp_sources[0]:12`), since every candidate with those sources shares
 the entry wherever they sit in its file; `candidate_log` maps them to one candidate's lines.
 """
@@ -34,19 +39,31 @@ from verifier.artefacts import (  # noqa: F401 - re-exported: callers import the
     verify_artefact,
 )
 from verifier.backends import Backend, BuildUnit
+from verifier.batch_guard import batch_blockers
 from verifier.cache_bound import touch
 from verifier.extspec import ExtensionSpec
 from verifier.landing import Landing
+from verifier.preprocess import unallowed_reads
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
+from verifier.unit_sources import (  # noqa: F401 - re-exported: callers import them from here
+    CAND_FILE,
+    _source_line,
+    batch_sources,
+    candidate_log,
+    includes_of,
+    module_sources,
+    refusal,
+    scan,
+    spec_scans,
+)
 
-_INCLUDE = re.compile(r'^\s*#\s*include\s*([<"][^>"]+[>"])')
-_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)")
-CAND_FILE = "candidate.py"
 # Changes with what a build means (headers, flags): cached outcomes of older rules, failures
 # included, are not reused. "": the first rules; "|2": device headers and the toolkit's include
 # folder for functions=None modules and CUDA host units, as torch's load_inline has them;
 # "|3": specs share a unit only when they include the same headers.
-BUILD_RULES = "|3"
+# "|4": each candidate's directives read as the compiler reads them (verifier.preprocess), a
+# candidate the unit cannot neutralise built alone, a failure final only when built alone.
+BUILD_RULES = "|4"
 
 
 @dataclass
@@ -66,6 +83,11 @@ class BuildResult:
     # the log names the spec's own source lines; entries without this key were mapped to the
     # lines of the first candidate that had the sources, so their failures are built again
     unit_log: bool = True
+
+    @property
+    def refused(self) -> bool:
+        """The build was refused for what it reads: a static_reject, not a compile error."""
+        return self.log.startswith(REFUSED)
 
     def to_entry(self) -> dict:
         return {"module": self.module, "path": self.path, "mode": self.mode}
@@ -100,130 +122,30 @@ def toolchain_key(backend: Backend) -> str:
     return hashlib.sha256(ident.encode()).hexdigest()[:12]
 
 
-def _includes(sources: list[str]) -> tuple[str, ...]:
-    return tuple(sorted({m.group(1) for src in sources for ln in src.split("\n")
-                         if (m := _INCLUDE.match(ln))}))
-
-
 def _flags_key(spec: ExtensionSpec) -> tuple:
     """What specs sharing a translation unit must have in common: flags, and the headers they
     include (hoisted to the unit's top, one spec's header would declare names for another that
     torch's load_inline, building it alone, rejects)."""
     return (tuple(spec.extra_cflags), tuple(spec.extra_ldflags), tuple(spec.extra_include_paths),
             tuple(spec.extra_cuda_cflags), spec.no_implicit_headers,
-            _includes(spec.cpp_sources), _includes(spec.cuda_sources))
+            includes_of(spec.cpp_sources), includes_of(spec.cuda_sources))
+
+
+# The wrapper's own failure (verifier.build_sandbox): a traceback of its `-c` program or its
+# message. Raised, so the spec fails in this batch without a cached outcome.
+SANDBOX_FAILED = re.compile(r'^\[build sandbox\]|^  File "<string>", line \d+, in <module>',
+                            re.MULTILINE)
+
+
+class BuildSandboxError(RuntimeError):
+    """The compiler's sandbox could not run the compiler (the message says why)."""
+
+
+REFUSED = "build refused:"  # a log that begins so: the build read what it must not (no output)
 
 
 def _hash(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
-
-
-def _source_line(code: str, text: str) -> int:
-    """1-based line in `code` where `text` starts (0 when it is not there verbatim)."""
-    probe = text.lstrip("\n")
-    skipped = text[: len(text) - len(probe)].count("\n")
-    idx = code.find(probe[:400]) if probe else -1
-    return code.count("\n", 0, idx) + 1 - skipped if idx >= 0 else 0
-
-
-_LOGGED = re.compile(r"\b(cpp|cuda)_sources\[(\d+)\](?:([:(])(\d+))?")
-
-
-def _line_directive(spec: ExtensionSpec, kind: str, i: int) -> str:
-    """Errors in source `i` of `kind` (cpp, cuda) are reported at its own lines, under a name
-    that holds the spec key (so a batch's log blames the spec) and that `_spec_log` shows."""
-    return f'#line 1 "{spec.key}/{kind}{i}"'
-
-
-def candidate_log(log: str, spec: ExtensionSpec, code: str) -> str:
-    """A spec's build log with its sources and their lines (`cpp_sources[0]:12`, nvcc's
-    `cuda_sources[0](12)`) as lines of `code`, the candidate that called load_inline with them
-    (left as they are where a source is not in `code` verbatim)."""
-    starts: dict[tuple[str, int], int] = {}
-
-    def sub(m: re.Match) -> str:
-        kind, i = m.group(1), int(m.group(2))
-        sources = spec.cpp_sources if kind == "cpp" else spec.cuda_sources
-        if (kind, i) not in starts:
-            starts[kind, i] = _source_line(code, sources[i]) if i < len(sources) else 0
-        first = starts[kind, i]
-        if not first:
-            return m.group(0)
-        return f"{CAND_FILE}{m.group(3)}{first + int(m.group(4)) - 1}" if m.group(4) else CAND_FILE
-
-    return _LOGGED.sub(sub, log) if code else log
-
-
-def _wrap(spec: ExtensionSpec, sources: list[str], kind: str, includes: list[str]) -> str:
-    """The spec's sources in its namespace, includes hoisted into `includes`, #line named."""
-    parts = [f"namespace ks_{spec.key} {{"]
-    defines: list[str] = []
-    for i, src in enumerate(sources):
-        parts.append(_line_directive(spec, kind, i))
-        out = []
-        for ln in src.split("\n"):
-            m = _INCLUDE.match(ln)
-            if m:
-                if m.group(1) not in includes:
-                    includes.append(m.group(1))
-                out.append("")
-                continue
-            d = _DEFINE.match(ln)
-            if d:
-                defines.append(d.group(1))
-            out.append(ln)
-        parts.append("\n".join(out))
-    parts.append(f"}}  // namespace ks_{spec.key}")
-    parts += [f"#undef {d}" for d in dict.fromkeys(defines)]
-    return "\n".join(parts)
-
-
-def _bind(spec: ExtensionSpec, i: int, fn: str) -> str:
-    """One m.def line, as load_inline writes it (docstring raw, error handling optional)."""
-    doc = spec.docstrings[i] if spec.docstrings else fn
-    target = f"ks_{spec.key}::{fn}"
-    if spec.error_handling:
-        target = f"torch::wrap_pybind_function({target})"
-    return f'  m.def("k{spec.key}__{fn}", {target}, "{doc}");'
-
-
-def batch_sources(specs: list[ExtensionSpec], module: str, device_prelude: str
-                  ) -> tuple[str, str]:
-    """(host unit, device unit or "") for batchable `specs` bound into module `module`."""
-    includes: list[str] = []
-    bodies = [_wrap(s, s.cpp_sources, "cpp", includes) for s in specs]
-    binds = [_bind(s, i, fn) for s in specs for i, fn in enumerate(s.functions or [])]
-    host = "\n".join([
-        "#include <torch/extension.h>", *(f"#include {i}" for i in includes), *bodies,
-        "#line 1 \"ks_bindings.cpp\"", f"PYBIND11_MODULE({module}, m) {{", *binds, "}", ""])
-    device = ""
-    if any(s.cuda_sources for s in specs):
-        dincludes: list[str] = []
-        dbodies = [_wrap(s, s.cuda_sources, "cuda", dincludes) for s in specs if s.cuda_sources]
-        # torch prepends the device headers unless no_implicit_headers (one flag per batch)
-        prelude = [] if all(s.no_implicit_headers for s in specs) else [device_prelude]
-        device = "\n".join([*prelude, *(f"#include {i}" for i in dincludes), *dbodies, ""])
-    return host, device
-
-
-def _named(spec: ExtensionSpec, sources: list[str], kind: str) -> list[str]:
-    """Each source behind a #line directive naming it (see `_line_directive`)."""
-    return [part for i, src in enumerate(sources)
-            for part in (_line_directive(spec, kind, i), src)]
-
-
-def module_sources(spec: ExtensionSpec, device_prelude: str = "") -> tuple[str, str]:
-    """Sources of a spec that defines its own PYBIND11_MODULE (built alone), as torch's
-    load_inline writes main.cpp and cuda.cu: `torch/extension.h` before the C++ sources,
-    the backend's device headers (torch/types.h, cuda.h, cuda_runtime.h) before the device
-    sources, neither when `no_implicit_headers`; errors name the spec's source lines."""
-    implicit = not spec.no_implicit_headers
-    head = ["#include <torch/extension.h>"] if implicit else []
-    host = "\n".join([*head, *_named(spec, spec.cpp_sources, "cpp"), ""])
-    if not spec.cuda_sources:
-        return host, ""
-    dhead = [device_prelude] if implicit and device_prelude else []
-    return host, "\n".join([*dhead, *_named(spec, spec.cuda_sources, "cuda"), ""])
 
 
 class Builder:
@@ -366,10 +288,28 @@ class Builder:
                    ) -> list[tuple[list[ExtensionSpec], float]]:
         """Build `specs` (batchable ones with the same flags, or one that is not) as one unit
         and land what is final; the rebuilds a failure needs, each with the seconds per spec
-        already spent on it (`carried`, charged to the spec so compile_s is honest)."""
+        already spent on it (`carried`, charged to the spec so compile_s is honest). A spec
+        whose directives the unit cannot neutralise (`batch_blockers`) is built alone, and a
+        failure is final only for a spec built alone: a batch-mate cannot fail it (its
+        `#line` may name another spec) nor leave a failure cached under its key."""
+        held = results.hold()
+        for s in specs:
+            if refusal(s):
+                results[s.key] = BuildResult(s.key, False, log=f"{REFUSED} {refusal(s)}",
+                                             seconds=carried)
+        results.release(held)
+        specs = [s for s in specs if s.key not in results]
+        if not specs:
+            return []
         if len(specs) == 1 and not specs[0].batchable:
             results[specs[0].key] = self._build_one_module(specs[0])
             return []
+        if len(specs) > 1:
+            alone = self.batch_blockers(specs)
+            if alone:
+                rest = [s for s in specs if s.key not in alone]
+                return [*(([s], carried) for s in specs if s.key in alone),
+                        *([(rest, carried)] if rest else [])]
         ok, log, so, module, secs = self._build_batch(specs)
         if ok:
             held = results.hold()  # a unit's specs go on together, in their order
@@ -385,20 +325,17 @@ class Builder:
             return []
         carried += secs / len(specs)
         blamed = {s.key for s in specs if s.key in log}
-        if len(blamed) == 1:
-            # Errors only in one candidate's own file (#line-mapped): fail it with those errors
-            # and rebuild the rest; if the rest fails too, its rebuild splits it further.
-            (key,) = blamed
-            results[key] = BuildResult(key, False, log=self._spec_log(log, key),
-                                       seconds=carried)
-            return [([s for s in specs if s.key != key], carried)]
         if blamed and len(blamed) < len(specs):
-            # the rest first: candidates with no error land after one more build, not after
-            # every blamed one has been confirmed alone
+            # the rest first (candidates with no error land after one more build), then each
+            # blamed spec alone: only its own build may fail it
             return [([s for s in specs if s.key not in blamed], carried),
                     *(([s], carried) for s in specs if s.key in blamed)]
         half = len(specs) // 2
         return [(specs[:half], carried), (specs[half:], carried)]
+
+    def batch_blockers(self, specs: list[ExtensionSpec]) -> dict[str, str]:
+        """Spec key -> why it cannot share a unit (`verifier.batch_guard`)."""
+        return batch_blockers(specs, self.ctx.backend, self.root, self.ctx.timeout_s)
 
     def _spec_log(self, log: str, key: str) -> str:
         """The compiler output about this spec (no other spec's lines), its sources named as
@@ -453,21 +390,37 @@ class Builder:
         tag = f"{os.getpid()}-{threading.get_ident()}"
         (out_dir / f"host-{tag}.cpp").write_text(host)
         objs = [out_dir / f"host-{tag}.o"]
+        deps: list[Path] = []  # the -MD lists of the compiles that ran
         try:
             ok = True
             if device:  # first: it needs no PCH, which may still be building meanwhile
                 dpath = out_dir / f"device-{tag}{be.device_suffix}"
                 dpath.write_text(device)
                 objs.append(out_dir / f"device-{tag}.o")
+                deps.append(out_dir / f"device-{tag}.d")
                 ok = be.compile_unit(BuildUnit(dpath, "device"), objs[1],
-                                     [*first.extra_cuda_cflags, *(extra or [])], None, log,
-                                     self.ctx.timeout_s)
+                                     [*first.extra_cuda_cflags, *(extra or []), "-MD", "-MF",
+                                      str(deps[-1])], None, log, self.ctx.timeout_s)
             if ok:
                 pch = self.pch_dir(cflags, n, log)
+                deps.append(out_dir / f"host-{tag}.d")
                 ok = be.compile_unit(BuildUnit(out_dir / f"host-{tag}.cpp", "host"), objs[0],
-                                     [*cflags, *(extra or [])], pch, log, self.ctx.timeout_s)
+                                     [*cflags, *(extra or []), "-MD", "-MF", str(deps[-1])],
+                                     pch, log, self.ctx.timeout_s)
         except ValueError as exc:
             return False, str(exc)
+        if any(SANDBOX_FAILED.search(chunk) for chunk in log):  # not the candidate's doing:
+            raise BuildSandboxError("the compiler's sandbox failed: "  # never cached
+                                    + next(c for c in log if SANDBOX_FAILED.search(c))[-300:])
+        read = unallowed_reads(log, deps, [str(out_dir), str(self.root / "pch")],
+                               first.extra_include_paths, be.host_compiler())
+        for d in deps:
+            d.unlink(missing_ok=True)
+        if read:  # none of the compiler's output: it may quote the file
+            for o in objs:
+                o.unlink(missing_ok=True)
+            return False, (f"{REFUSED} it read {', '.join(read[:5])}: outside the toolchain's, "
+                           "torch's, CUDA's and Python's headers and its own sources")
         if ok:
             tmp = out_dir / f".{module}.so.{tag}.tmp"
             ok = be.link(objs, tmp, first.extra_ldflags, log, self.ctx.timeout_s)

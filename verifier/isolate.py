@@ -51,11 +51,38 @@ def _mount(src: str | None, target: str, fstype: str | None, flags: int,
         raise OSError(err, f"mount {target}: {os.strerror(err)}")
 
 
+def interpreter_dirs() -> list[str]:
+    """Directories the interpreter runs from, wherever they live (a virtualenv under /tmp or a
+    home): its prefixes, the folders of its executable and of the link's target, and the base
+    interpreter's folder that the venv's pyvenv.cfg names (`home = ...`)."""
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    dirs = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, exe_dir,
+            os.path.dirname(os.path.realpath(sys.executable))]
+    # the venv's root from its pyvenv.cfg: under `python -S` (the sandbox's wrappers) site.py
+    # never ran, so sys.prefix is the base interpreter's
+    for root in (sys.prefix, exe_dir, os.path.dirname(exe_dir)):
+        try:
+            cfg = Path(root, "pyvenv.cfg").read_text()
+        except OSError:  # not a venv
+            continue
+        dirs.append(root)
+        for line in cfg.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip():
+                dirs.append(value.strip())
+    out = []
+    for d in dirs:
+        for p in (os.path.abspath(d), os.path.realpath(d)):
+            if p and os.path.isdir(p) and p not in out:
+                out.append(p)
+    return out
+
+
 def _home_paths_needed(home: str) -> list[str]:
     """Top-level entries of `home` that Python, torch or the verifier are loaded from."""
     pkg = str(Path(__file__).resolve().parent.parent)
-    wanted = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.realpath(sys.executable),
-              pkg, *[p for p in sys.path if p]]
+    wanted = [*interpreter_dirs(), os.path.realpath(sys.executable), pkg,
+              *[p for p in sys.path if p]]
     tops = set()
     for p in wanted:
         real = os.path.realpath(p)
@@ -156,8 +183,9 @@ def _private_fs(workdir: str, tmp_mb: int, home: str, notes: list[str],
         plan = device_plan()
         dev_fds = {t: os.open(src, os.O_PATH) for kind, t, src in plan if kind == "bind"}
     keep = {p: os.open(p, os.O_PATH) for p in _home_paths_needed(home)} if home else {}
-    # import paths under /tmp (a test's entry module) stay visible, read-only
-    tmp_paths = {os.path.realpath(p) for p in sys.path if p}
+    # the interpreter (a virtualenv under /tmp) and import paths under /tmp (a test's entry
+    # module) stay visible, read-only
+    tmp_paths = {os.path.realpath(p) for p in sys.path if p} | set(interpreter_dirs())
     tmp_keep = {p: os.open(p, os.O_PATH) for p in sorted(tmp_paths)
                 if p.startswith("/tmp/") and os.path.isdir(p)}
     wfd = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
@@ -251,55 +279,8 @@ def _private_dev(plan: list[tuple[str, str, str]], fds: dict[str, int]) -> None:
 
 
 # --- compilers ---------------------------------------------------------------------------------
-# Host trees a compiler has no business reading (build caches, workspaces, other runs, homes):
-# hidden behind empty tmpfs, except the directories its own command line names.
-HIDDEN_FOR_BUILDS = ("/tmp", "/var/tmp", "/dev/shm", "/root", "/home", "/work", "/srv", "/mnt",
-                     "/media", "/run/user")
-_ENTER_BUILD = ("import sys; sys.path.insert(0, sys.argv[1]); "
-                "from verifier.isolate import enter_build; enter_build(sys.argv[2:])")
-
-
 def build_argv(cmd: list[str]) -> list[str]:
-    """`cmd` (a compiler or linker) behind the build wrapper, which hides host trees first."""
-    pkg = str(Path(__file__).resolve().parent.parent)
-    return [sys.executable, "-S", "-c", _ENTER_BUILD, pkg, *cmd]
+    """`cmd` behind the compiler's sandbox (`verifier.build_sandbox`, which imports this)."""
+    from verifier.build_sandbox import build_argv as sandboxed
 
-
-def _visible_for(cmd: list[str]) -> list[str]:
-    """Directories the command needs: those its arguments name, Python's, the toolchain's."""
-    want = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(cmd[0]))}
-    for arg in cmd:
-        for part in arg.split("=")[-1:] + ([arg[2:]] if arg.startswith(("-I", "-L")) else []):
-            if part.startswith("/"):
-                p = os.path.realpath(part)
-                want.add(p if os.path.isdir(p) else os.path.dirname(p))
-    hidden = [h for h in HIDDEN_FOR_BUILDS if os.path.isdir(h)]
-    out = {p for p in want if p and os.path.isdir(p)
-           and any(p == h or p.startswith(h + "/") for h in hidden)}
-    # innermost last would hide nothing it needs; outermost first, duplicates inside dropped
-    keep: list[str] = []
-    for p in sorted(out, key=len):
-        if not any(p.startswith(k + "/") for k in keep):
-            keep.append(p)
-    return keep
-
-
-def enter_build(cmd: list[str]) -> None:
-    """In the build wrapper: new mount/network/IPC namespaces, host trees hidden, then exec."""
-    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC
-    if os.geteuid() != 0:
-        flags |= CLONE_NEWUSER
-    if _libc.unshare(flags) != 0:
-        sys.stderr.write(f"[build sandbox] no namespaces ({os.strerror(ctypes.get_errno())}): "
-                         "the compiler runs unsandboxed\n")
-        os.execvp(cmd[0], cmd)
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    keep = {p: os.open(p, os.O_PATH) for p in _visible_for(cmd)}
-    for h in HIDDEN_FOR_BUILDS:
-        if os.path.isdir(h) and not os.path.islink(h):
-            _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=755")
-    for path, fd in keep.items():
-        os.makedirs(path, exist_ok=True)
-        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        os.close(fd)
-    os.execvp(cmd[0], cmd)
+    return sandboxed(cmd)

@@ -19,6 +19,7 @@ import functools
 import itertools
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -382,3 +383,24 @@ class SpawnLauncher:
 def python_argv(module: str, *args: str) -> list[str]:
     """argv to run `python -m module args` with this interpreter."""
     return [sys.executable, "-m", module, *args]
+
+
+class EnvironmentFailure(RuntimeError):
+    """Every item of a stage failed for one reason of the environment (the interpreter or the
+    sandbox), not of the items: the run must stop with that reason instead of rejecting all."""
+
+
+# How a child fails when the interpreter or the sandbox is broken (the interpreter hidden by
+# the private /tmp, the verifier or torch not importable, the fork server down), whatever it ran.
+ENVIRONMENTAL = re.compile(r"FileNotFoundError|PermissionError|\[sandbox\]|fork server|"
+                           r"No module named '(torch|verifier|pipeline|numpy)[.']")
+
+
+def common_failure(reasons: list[str], least: int = 3) -> str | None:
+    """The one environmental reason (`ENVIRONMENTAL`) shared by all of at least `least`
+    failures, else None: no item's own fault gives every item that same message."""
+    if len(reasons) < least or not all(reasons):
+        return None
+    first = reasons[0]
+    same = all(r == first for r in reasons)
+    return first if same and ENVIRONMENTAL.search(first) else None

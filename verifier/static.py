@@ -370,15 +370,25 @@ def _strip_comments(src: str) -> str:
     return re.sub(r"//[^\n]*", "", src)
 
 
+def _flag_ok(flag: str) -> bool:
+    """On the allowlist; a flag nvcc hands to the host compiler (-Xcompiler a,b) only when
+    each flag it hands over is (-fplugin=, -B, -specs= there read files too)."""
+    m = re.fullmatch(r"(?:-Xcompiler|--compiler-options)=?(.*)", flag)
+    if m:
+        return all(_FLAG_OK.match(f) for f in m.group(1).split(",") if f) and bool(m.group(1))
+    return bool(_FLAG_OK.match(flag))
+
+
 def check_cpp(specs: list[ExtensionSpec], code: str, task_source: str) -> list[dict[str, Any]]:
     """Findings on the C++/CUDA sources and flags of the candidate's extensions."""
     from verifier.build import _source_line
+    from verifier.build import scan as scan_directives
 
     out: list[dict[str, Any]] = []
     low_ok = _task_is_low_precision(task_source)
     for spec in specs:
         for flag in [*spec.extra_cflags, *spec.extra_cuda_cflags, *spec.extra_ldflags]:
-            if not _FLAG_OK.match(flag.strip()):
+            if not _flag_ok(flag.strip()):
                 out.append(_finding("compiler_flag", f"compiler/linker flag {flag!r} is not "
                                                      "allowed", spec.line or None))
         if spec.extra_include_paths:
@@ -387,6 +397,9 @@ def check_cpp(specs: list[ExtensionSpec], code: str, task_source: str) -> list[d
         for src in [*spec.cpp_sources, *spec.cuda_sources]:
             base = _source_line(code, src)
             clean = _strip_comments(src)
+            # what the preprocessor sees (digraphs, splices, macro operands), not the raw text
+            for reason in scan_directives(src).reject:
+                out.append(_finding("build_file_access", reason, base or spec.line or None))
 
             def line_of(pos: int, _clean: str = clean, _base: int = base,
                         _call: int = spec.line) -> int | None:

@@ -20,6 +20,7 @@ from schemas import Candidate, Rejection, Task, Verdict
 from verifier.api import verify_batch
 from verifier.backends import BackendUnavailable, select_backend
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
+from verifier.sandbox import EnvironmentFailure, common_failure
 
 
 def verify_options(cfg: VerifyConfig, cache_dir: Path) -> VerifyOptions:
@@ -69,8 +70,14 @@ def verify_with_rejections(
     opts = verify_options(cfg, cache_dir)
     for backend, reqs in groups.items():
         opts.backend = backend
-        for v in verify_batch(reqs, opts, progress):
-            verdicts.append(Verdict.from_dict(v.to_dict()))
+        batch = verify_batch(reqs, opts, progress)
+        # the sandbox or interpreter failing every candidate alike is no verdict on them
+        same = common_failure([v.error if v.status == "runtime_error" else "" for v in batch])
+        if same:
+            raise EnvironmentFailure(f"every one of {len(batch)} candidates ({backend}) failed "
+                                     f"the same way, so the environment is broken, not the "
+                                     f"candidates: {same}")
+        verdicts += [Verdict.from_dict(v.to_dict()) for v in batch]
     return verdicts, rejections
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from verifier.forkserver import ForkServer, ForkServerError
-from verifier.sandbox import SandboxLimits, SandboxResult
+from verifier.sandbox import EnvironmentFailure, SandboxLimits, SandboxResult, common_failure
 
 PROBE_ENTRY = "pipeline.tasks.probe"
 PRELOAD = ("pipeline.tasks.probe_warmup",)
@@ -73,6 +73,12 @@ class ProbePool:
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             list(pool.map(one, range(len(jobs))))
+        # a sandbox that cannot start the probe fails every job alike: stop, do not reject all
+        same = common_failure([r.get("detail", "") if r.get("reason") in (
+            "crash", "probe_unavailable") else "" for r in results])
+        if same:
+            raise EnvironmentFailure(f"every one of {len(results)} task probes failed the same "
+                                     f"way, so the environment is broken, not the tasks: {same}")
         return results
 
     def close(self) -> None:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from verifier.sandbox import SandboxLimits, pids_cgroup_root, run_sandboxed
+
+ROOT = Path(__file__).parents[2]
 
 
 def _py(code: str, **limits) -> object:
@@ -71,3 +76,65 @@ def test_fork_bomb_is_contained_and_cleaned_up() -> None:
     assert _alive_with(marker) == []
     if pids_cgroup_root() is not None:
         assert res.extra["pids_cgroup"] and res.extra["leftover_killed"] > 0
+
+
+# --- an interpreter in a virtualenv under /tmp (issue 28, item 6) ------------------------------
+def _tmp_venv(root: Path) -> Path:
+    """A venv under /tmp (pytest's tmp_path) whose site-packages reach this one's through a
+    .pth, as `python -m venv` + `pip install` would have it: bin/python links to the base."""
+    import sysconfig
+
+    assert str(root).startswith("/tmp/"), root
+    venv = root / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "ks_parent.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv
+
+
+def test_a_spawned_child_runs_from_a_venv_under_tmp(tmp_path: Path) -> None:
+    """The private /tmp keeps the venv (read-only): the child starts with the venv's packages.
+    Before, the venv was hidden and the child was the base interpreter without torch."""
+    venv = _tmp_venv(tmp_path)
+    code = ("import sys\nfrom verifier.sandbox import run_sandboxed\n"
+            "r = run_sandboxed([sys.executable, '-c', \"import json, sys, torch, os; "
+            "open('result.json', 'w').write(json.dumps({'prefix': sys.prefix, "
+            "'torch': torch.__version__, 'w': os.access(sys.prefix, os.W_OK)}))\"])\n"
+            "print(json.dumps(r.payload) if r.payload else 'FAILED ' + r.describe_failure())\n")
+    p = subprocess.run([str(venv / "bin" / "python"), "-c", "import json\n" + code],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["prefix"] == str(venv) and out["torch"] and out["w"] is False
+
+
+@pytest.mark.slow
+def test_the_verifier_from_a_venv_under_tmp_gives_an_honest_verdict(tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from verifier_cases import RELU_TASK, relu_ok
+
+    from verifier.protocol import CORRECT_STATUSES
+
+    venv = _tmp_venv(tmp_path)
+    (tmp_path / "task.py").write_text(RELU_TASK)
+    (tmp_path / "cand.md").write_text("```python\n" + relu_ok() + "```\n")
+    p = subprocess.run([str(venv / "bin" / "python"), "-m", "verifier", "--task",
+                        str(tmp_path / "task.py"), "--candidate", str(tmp_path / "cand.md"),
+                        "--backend", "cpu", "--json", "--perf-trials", "3", "--cache-dir",
+                        str(Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds")],
+                       capture_output=True, text=True, timeout=900, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    v = json.loads(p.stdout)
+    assert v["status"] in CORRECT_STATUSES, (v["status"], v["error"], v["compile_log"][-2000:])
+
+
+def test_an_environment_that_fails_every_item_alike_is_named() -> None:
+    from verifier.sandbox import common_failure
+
+    broken = "worker exited with code 1: FileNotFoundError: [Errno 2] /tmp/venv/bin/python"
+    assert common_failure([broken] * 3) == broken
+    assert common_failure([broken] * 2) is None  # too few to tell
+    assert common_failure([broken, broken, "worker died with SIGSEGV"]) is None
+    assert common_failure(["worker died with SIGSEGV"] * 5) is None  # candidates' own crash
