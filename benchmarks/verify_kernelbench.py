@@ -113,8 +113,10 @@ def run_verifier(rows_path: Path, out: Path, cache: Path, budget_s: float,
     start = time.monotonic()
     err_path = out.with_name(out.name + ".stderr")
     with open(err_path, "w", encoding="utf-8") as err:
+        # a fresh XDG cache: the eager baselines are measured in this run, not found
+        env = dict(os.environ, XDG_CACHE_HOME=str(cache.with_name(cache.name + "-xdg")))
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         try:
             rc = proc.wait(timeout=budget_s)
             cut = False

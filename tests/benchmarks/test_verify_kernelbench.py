@@ -157,3 +157,28 @@ def test_device_tag_and_kb_subset_leave_hangs_out() -> None:
     sub = kb_subset(cands, 10)
     assert len(sub) == 10 and all(c.label != "hanging" for c in sub)
     assert len({c.problem for c in sub}) >= 5  # spread over the corpus, not its head
+
+
+def test_main_writes_partial_results_when_the_batch_decides_nothing(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU node the batch runs for real")
+    kb = tmp_path / "KernelBench"
+    (kb / "level1").mkdir(parents=True)
+    (kb / "level1" / "26_GELU_.py").write_text(GELU)
+    out, res = tmp_path / "out", tmp_path / "results"
+    from benchmarks.verify_kernelbench import main
+
+    gelu_only = ["--kb-dir", str(kb), "--out", str(out), "--results-dir", str(res),
+                 "--levels", "1", "--limit", "195", "--budget-s", "60", "--kb-limit", "0",
+                 "--device-tag", "cpu"]
+    with pytest.raises(SystemExit, match="19_ReLU.py"):  # the corpus needs every problem file
+        main(gelu_only)
+    for name in {c.problem for c in candidates((1,))} - {"level1/26_GELU_.py"}:
+        (kb / name).write_text(GELU.replace("4096", "8"))
+    assert main(gelu_only) == 0
+    report = json.loads((out / "results.json").read_text())
+    assert report["ours1"]["decided"] == 0 and "cuda" in report["ours1_stderr_tail"]
+    md = (res / "verify_kernelbench_cpu.md").read_text()
+    assert "| level1/26_GELU_.py | 6144 | 6144 |" in md and "0/156" in md
