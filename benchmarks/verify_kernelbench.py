@@ -19,6 +19,11 @@ benchmarks/results/verify_kernelbench_<device>.md), so a run cut at its wall lim
    trials at atol = rtol = 1e-2, 100 timed calls) on an every-k-th subset without hangs, until
    its share of the budget; candidates per GPU-hour and the ratio, verdict agreement.
 3. with --repeat: the same batch again (builds cached): verdict agreement across two runs.
+4. with --gpus N: the batch cold on N GPUs: speed-up (decided per second) and agreement.
+Shares: phase 1 gets --ours-share of the budget; 2 gets what is left (half of it when 3 or 4
+follow); 3 and 4 run only while more than 30 s are left. For 1 vs 2 GPUs in one call, use
+--kb-limit 0 --gpus 2 --ours-share 0.45. Pass verifier flags as --verifier-args="--fallback
+partial" (with `=`, since the value starts with dashes).
 """
 
 from __future__ import annotations
@@ -103,10 +108,10 @@ def expected(status: str, label: str, strict: bool = True) -> bool:
 
 
 def run_verifier(rows_path: Path, out: Path, cache: Path, budget_s: float,
-                 args: argparse.Namespace) -> dict[str, Any]:
+                 args: argparse.Namespace, gpus: int = 1) -> dict[str, Any]:
     """`python -m verifier --batch` as a subprocess, stopped (SIGKILL) at `budget_s`."""
     cmd = [sys.executable, "-m", "verifier", "--batch", str(rows_path), "--out", str(out),
-           "--backend", "cuda", "--gpus", "1", "--cache-dir", str(cache),
+           "--backend", "cuda", "--gpus", str(gpus), "--cache-dir", str(cache),
            "--timeout", str(args.run_timeout), "--compile-workers", str(args.compile_workers),
            *args.verifier_args.split()]
     log(f"[ours] {' '.join(cmd[2:])}")
@@ -129,7 +134,7 @@ def run_verifier(rows_path: Path, out: Path, cache: Path, budget_s: float,
         if out.exists() else []
     progress = [p for p in map(parse_progress, stderr.splitlines()) if p]
     log(f"[ours] {len(verdicts)} verdicts in {wall:.1f}s (rc {rc}{', cut at budget' if cut else ''})")
-    return {"wall_s": wall, "rc": rc, "cut": cut, "verdicts": verdicts,
+    return {"wall_s": wall, "rc": rc, "cut": cut, "verdicts": verdicts, "gpus": gpus,
             "progress_last": progress[-1] if progress else None,
             "stderr_tail": stderr[-3000:]}
 
@@ -138,7 +143,7 @@ def summarize(run: dict[str, Any], labels: dict[str, str], n_total: int) -> dict
     """Rates and counts of one verifier run."""
     vs = run["verdicts"]
     ran = sum(v["status"] in RAN for v in vs)
-    hours = run["wall_s"] / 3600
+    hours = run["wall_s"] * run.get("gpus", 1) / 3600  # GPU-hours
     return {"decided": len(vs), "of": n_total, "wall_s": round(run["wall_s"], 1),
             "cut": run["cut"], "ran": ran, "ran_per_gpu_hour": round(ran / hours) if hours else 0,
             "per_gpu_hour": round(len(vs) / hours) if hours else 0,
@@ -233,6 +238,15 @@ def markdown(report: dict[str, Any]) -> str:
     if rep:
         lines.append(f"| agreement, two runs (builds cached in the second) | "
                      f"{rep['agree']}/{rep['both']} |")
+    multi = report.get("multi")
+    if multi and ours:
+        m = multi["summary"]
+        lines += [f"| ours cold, {multi['gpus']} GPUs: decided | {m['decided']}/{m['of']} in "
+                  f"{m['wall_s']} s{' (cut at budget)' if m['cut'] else ''}; "
+                  f"{m['ran_per_gpu_hour']} compiled-and-run per GPU-hour |",
+                  f"| speed-up 1 -> {multi['gpus']} GPUs (decided per second) | "
+                  f"**{multi['speedup']:.2f}x** |",
+                  f"| agreement, 1 vs {multi['gpus']} GPUs | {multi['agree']}/{multi['both']} |"]
     sizes = report.get("sizes")
     if sizes:
         lines += ["", "## Problem sizes (main's files; MiB per input / output tensor)", "",
@@ -267,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kb-limit", type=int, default=12, help="0: skip KernelBench's harness")
     ap.add_argument("--kb-timeout", type=float, default=120.0)
     ap.add_argument("--repeat", action="store_true", help="run the batch twice (agreement)")
+    ap.add_argument("--gpus", type=int, default=1,
+                    help="N > 1: also a cold batch on N GPUs (speed-up, agreement)")
     ap.add_argument("--run-timeout", type=float, default=30.0)
     ap.add_argument("--compile-workers", type=int, default=os.cpu_count() or 8)
     ap.add_argument("--verifier-args", default="", help="more `python -m verifier` flags")
@@ -311,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.kb_limit and left > 30:
             decided = {v["candidate_id"] for v in first["verdicts"]}
             sub = kb_subset([c for c in cands if c.candidate_id in decided], a.kb_limit)
-            kb_share = left * (0.5 if a.repeat else 0.9)
+            kb_share = left * (0.5 if a.repeat or a.gpus > 1 else 0.9)
             kb = run_kb(sub, rows, work / "kb", kb_share, a)
             ours = {v["candidate_id"]: coarse(v["status"]) for v in first["verdicts"]}
             kb["compared"] = len(kb["verdicts"])
@@ -328,6 +344,17 @@ def main(argv: list[str] | None = None) -> int:
             both, agree, diff = agreement(first["verdicts"], second["verdicts"])
             report["repeat"] = {"both": both, "agree": agree, "differ": diff[:40],
                                 "summary": summarize(second, labels, len(cands))}
+            save()
+        left = a.budget_s - (time.monotonic() - T0)
+        if a.gpus > 1 and left > 30:
+            multi = run_verifier(rows_path, a.out / f"ours{a.gpus}gpu.jsonl",
+                                 work / f"cache{a.gpus}", left - 10, a, gpus=a.gpus)
+            both, agree, diff = agreement(first["verdicts"], multi["verdicts"])
+            rate = (len(multi["verdicts"]) / multi["wall_s"]) / max(
+                len(first["verdicts"]) / first["wall_s"], 1e-9)
+            report["multi"] = {"gpus": a.gpus, "both": both, "agree": agree,
+                               "differ": diff[:40], "speedup": rate,
+                               "summary": summarize(multi, labels, len(cands))}
             save()
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -147,6 +147,12 @@ def test_summary_and_markdown_of_a_partial_run() -> None:
     md = markdown(report)
     assert "**200 per GPU-hour**" in md and "(cut at budget)" in md
     assert "**3.0x**" in md  # 300 decided per GPU-hour vs 100
+    two = summarize(dict(run, gpus=2, wall_s=20.0), labels, 4)
+    assert two["ran_per_gpu_hour"] == 180  # 2 ran in 40 GPU-seconds
+    report["multi"] = {"gpus": 2, "both": 3, "agree": 3, "differ": [], "speedup": 1.8,
+                       "summary": two}
+    md = markdown(report)
+    assert "**1.80x**" in md and "| agreement, 1 vs 2 GPUs | 3/3 |" in md
     json.dumps(report)
 
 
