@@ -5,7 +5,10 @@ Serve:   python -m verifier serve --port 8008 --backend cuda   (HTTP reward serv
          verifier/reward_server.py)
 Batch:   python -m verifier --batch candidates.jsonl|.parquet --out verdicts.jsonl|.parquet
          (rows: candidate_id, task_id, task_source, response or code, backend, optional
-         variants; Parquet needs pyarrow, JSONL needs nothing)
+         variants; Parquet needs pyarrow, JSONL needs nothing). Each verdict is appended to
+         --out (or <out>.jsonl beside a .parquet --out, which is written at the end) as it is
+         decided; a re-run with the same --out keeps those verdicts and verifies only the rest
+         (and any candidate whose task or response changed). Progress goes to stderr.
 Add --generalize to check each candidate also at another size set and other constructor
 arguments: a kernel that hard-codes a size or a constructor value fails, naming which.
 """
@@ -18,61 +21,8 @@ import sys
 from pathlib import Path
 
 from verifier.backends import BackendUnavailable
+from verifier.batch_io import run_batch
 from verifier.protocol import NAMESPACES, VerifyOptions, VerifyRequest, parse_tolerance
-
-
-def _read_rows(path: Path) -> list[dict]:
-    if path.suffix == ".parquet":
-        try:
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise SystemExit(f"{path}: Parquet batches need pyarrow (pip install pyarrow), "
-                             "or pass a .jsonl file") from None
-        return pq.read_table(path).to_pylist()
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as exc:
-                    raise SystemExit(f"{path}:{n}: not JSON ({exc})") from None
-    return rows
-
-
-def _write_rows(path: Path, rows: list[dict]) -> None:
-    if path.suffix == ".parquet":
-        try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise SystemExit(f"{path}: writing Parquet needs pyarrow; use a .jsonl output") \
-                from None
-        for r in rows:
-            r["findings"] = json.dumps(r["findings"])
-        pq.write_table(pa.Table.from_pylist(rows), path)
-        return
-    with open(path, "w", encoding="utf-8") as fh:
-        for r in rows:
-            fh.write(json.dumps(r) + "\n")
-
-
-def _requests(rows: list[dict], source: Path) -> list[VerifyRequest]:
-    out = []
-    for i, r in enumerate(rows):
-        missing = [k for k in ("task_source",) if not r.get(k)]
-        if missing or not (r.get("response") or r.get("code")):
-            raise SystemExit(f"{source} row {i}: needs task_source and response (or code)")
-        variants = r.get("variants")
-        if isinstance(variants, str):
-            try:
-                variants = json.loads(variants)
-            except ValueError as exc:
-                raise SystemExit(f"{source} row {i}: variants is not JSON ({exc})") from None
-        out.append(VerifyRequest(str(r.get("candidate_id", i)), str(r.get("task_id", "")),
-                                 r["task_source"], r.get("response") or r["code"],
-                                 r.get("backend") or "auto", variants))
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="cut the build cache to this size after the batch, least recently "
                          "used first (0: no bound)")
     ap.add_argument("--json", action="store_true", help="print JSON verdicts")
+    ap.add_argument("--progress", default="normal", choices=["quiet", "normal", "verbose"],
+                    help="batch mode: progress lines on stderr (verbose: also one per verdict)")
     ap.add_argument("--fallback", default="strict", choices=["strict", "partial"],
                     help="strict: no library compute in forward (default); partial: library "
                          "ops allowed if an own kernel runs, own-kernel share in the reward")
@@ -134,8 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     from verifier.api import verify_batch
 
     if a.batch:
-        reqs = _requests(_read_rows(a.batch), a.batch)
-    elif a.task and a.candidate:
+        try:
+            return run_batch(a.batch, a.out, opts, progress=a.progress)
+        except BackendUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    if a.task and a.candidate:
         try:
             reqs = [VerifyRequest(a.candidate.stem, a.task.stem, a.task.read_text("utf-8"),
                                   a.candidate.read_text("utf-8"), a.backend)]
@@ -149,11 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     except BackendUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    rows = [v.to_dict() for v in verdicts]
-    if a.batch and a.out:
-        _write_rows(a.out, rows)
     for v in verdicts:
-        if a.json or a.batch:
+        if a.json:
             print(json.dumps(v.to_dict()))
         else:
             print(f"{v.candidate_id}: {v.status} (stage {v.stage}, reward {v.reward:.3f})\n"
