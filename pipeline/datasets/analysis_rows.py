@@ -126,8 +126,10 @@ def review_rows(tasks: dict[str, Task], all_cands: list[Candidate],
         answer.append(_fix_text(line, action, new))
         messages = [Message("system", review_system(c.backend)), Message("user", user),
                     Message("assistant", "\n".join(answer))]
-        rows.append(ReviewRow(content_hash("review", c.candidate_id), c.task_id, c.candidate_id,
-                              messages, kind, line, c.backend, v.status, splits[c.task_id]))
+        rows.append(ReviewRow(row_id=content_hash("review", c.candidate_id), task_id=c.task_id,
+                              candidate_id=c.candidate_id, messages=messages, bug_kind=kind,
+                              bug_line=line, backend=c.backend, observed_status=v.status,
+                              split=splits[c.task_id]))
     return spread_kinds(rows, lambda r: r.bug_kind)
 
 
@@ -301,7 +303,9 @@ def perf_rows(tasks: dict[str, Task], selected: list[Candidate], verdicts: dict[
         messages = [Message("system", system), Message("user", user),
                     Message("assistant", text)]
         rows.append(PerfAnalysisRow(
-            content_hash("perf", c.candidate_id), c.task_id, c.candidate_id, messages, c.backend,
-            v.device, float(v.runtime_us), v.eager_us, v.speedup, intensity, bottleneck,
-            splits[c.task_id]))
+            row_id=content_hash("perf", c.candidate_id), task_id=c.task_id,
+            candidate_id=c.candidate_id, messages=messages, backend=c.backend, device=v.device,
+            runtime_us=float(v.runtime_us), eager_us=v.eager_us, speedup=v.speedup,
+            arithmetic_intensity=intensity, bottleneck=bottleneck, split=splits[c.task_id],
+            reward=v.reward, runtime_iqr_us=v.runtime_iqr_us))
     return rows

@@ -29,7 +29,12 @@ from pipeline.datasets.pairs import (
     mutant_kind,
     normalise_code,
 )
-from pipeline.datasets.selection import SELECTORS, kernel_features
+from pipeline.datasets.selection import (
+    SELECTORS,
+    fastest_per_task,
+    kernel_features,
+    meets_speedup,
+)
 from schemas import (
     PROVENANCE_FIELDS,
     Candidate,
@@ -153,6 +158,24 @@ def generalisation_checked(v: Verdict) -> bool:
 # --- builders --------------------------------------------------------------------------------
 
 
+def verdict_numbers(v: Verdict) -> dict[str, float | None]:
+    """The verdict's figures under the row fields that carry them (always by name)."""
+    return {"reward": v.reward, "speedup": v.speedup, "runtime_us": v.runtime_us,
+            "runtime_iqr_us": v.runtime_iqr_us, "eager_us": v.eager_us}
+
+
+def side_numbers(win: Verdict, lose: Verdict) -> dict[str, float | str | None]:
+    """A preference pair's figures for both sides, and what the pair contrasts."""
+    both = win.status in CORRECT_STATUSES and lose.status in CORRECT_STATUSES
+    return {"chosen_reward": win.reward, "rejected_reward": lose.reward,
+            "chosen_status": win.status, "rejected_status": lose.status,
+            "chosen_speedup": win.speedup, "rejected_speedup": lose.speedup,
+            "chosen_runtime_us": win.runtime_us, "rejected_runtime_us": lose.runtime_us,
+            "chosen_runtime_iqr_us": win.runtime_iqr_us,
+            "rejected_runtime_iqr_us": lose.runtime_iqr_us, "eager_us": win.eager_us,
+            "kind": "speed" if both else "correctness"}
+
+
 def _sft_rows(tasks: dict[str, Task], cands: list[Candidate], verdicts: dict[str, Verdict],
               splits: dict[str, str], cfg: Config) -> list[SftRow]:
     rows = []
@@ -162,9 +185,9 @@ def _sft_rows(tasks: dict[str, Task], cands: list[Candidate], verdicts: dict[str
         task, v = tasks[c.task_id], verdicts[c.candidate_id]
         messages = task_prompt(task, c.backend, cfg) + [
             Message("assistant", assistant_content(task, c, cfg.generate.include_reasoning))]
-        rows.append(SftRow(content_hash("sft", c.candidate_id), c.task_id, c.candidate_id,
-                           messages, c.backend, task.level, splits[c.task_id], v.reward,
-                           v.speedup))
+        rows.append(SftRow(row_id=content_hash("sft", c.candidate_id), task_id=c.task_id,
+                           candidate_id=c.candidate_id, messages=messages, backend=c.backend,
+                           level=task.level, split=splits[c.task_id], **verdict_numbers(v)))
     return rows
 
 
@@ -197,9 +220,11 @@ def _rft_rows(tasks: dict[str, Task], selected: list[Candidate], all_cands: list
                                           (1, 1.0, v.reward, 0.0))
         messages = _prompt_for(task, c, cfg) + [
             Message("assistant", assistant_content(task, c))]
-        rows.append(RftRow(content_hash("rft", c.candidate_id), c.task_id, c.candidate_id,
-                           messages, c.backend, c.generator, v.reward, v.speedup, size, rate,
-                           mean, std, splits[c.task_id]))
+        rows.append(RftRow(row_id=content_hash("rft", c.candidate_id), task_id=c.task_id,
+                           candidate_id=c.candidate_id, messages=messages, backend=c.backend,
+                           generator=c.generator, group_size=size, group_pass_rate=rate,
+                           group_mean_reward=mean, group_std_reward=std,
+                           split=splits[c.task_id], **verdict_numbers(v)))
     return rows
 
 
@@ -211,9 +236,10 @@ def _rft_selection(cands: list[Candidate], verdicts: list[Verdict], cfg: Config
     if not sampled:
         return []
     sel = cfg.select
+    # kept responses are fast enough to teach; the group statistics still count every sample
+    verdicts = [v for v in verdicts if meets_speedup(v, sel.min_speedup)]
     if cfg.verify.generalize:
-        checked = {v.candidate_id for v in verdicts if generalisation_checked(v)}
-        verdicts = [v for v in verdicts if v.candidate_id in checked]
+        verdicts = [v for v in verdicts if generalisation_checked(v)]
     ids = set(SELECTORS[sel.method](sampled, verdicts, sel.k, sel.diversity_weight, sel.seed))
     return [c for c in sampled if c.candidate_id in ids]
 
@@ -284,10 +310,14 @@ def _repair_rows(tasks: dict[str, Task], all_cands: list[Candidate],
                     verdicts[chain[i - 1].candidate_id], explain=has_prose(answer))))
             messages.append(Message("assistant", answer))
         rows.append((RepairRow(
-            content_hash("repair", *(c.candidate_id for c in chain)), leaf.task_id, messages,
-            [verdicts[c.candidate_id].reward for c in chain],
-            [verdicts[c.candidate_id].status for c in chain], leaf.backend, final.status,
-            splits[leaf.task_id]), mutant_kind(chain[0]) if chain[0].generator.startswith(
+            row_id=content_hash("repair", *(c.candidate_id for c in chain)),
+            task_id=leaf.task_id, messages=messages,
+            turn_rewards=[verdicts[c.candidate_id].reward for c in chain],
+            turn_statuses=[verdicts[c.candidate_id].status for c in chain],
+            backend=leaf.backend, final_status=final.status, split=splits[leaf.task_id],
+            final_reward=final.reward, final_speedup=final.speedup,
+            final_runtime_us=final.runtime_us, final_runtime_iqr_us=final.runtime_iqr_us,
+            eager_us=final.eager_us), mutant_kind(chain[0]) if chain[0].generator.startswith(
                 "mutate:") else None))
     return [row for row, _kind in spread_kinds(rows, lambda r: r[1])]
 
@@ -304,12 +334,14 @@ def pair_side(cand: Candidate) -> list[Message]:
 def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
                      verdicts: dict[str, Verdict], splits: dict[str, str],
                      cfg: Config) -> list[PreferenceRow]:
-    """Correct over incorrect, or faster over >= MIN_SPEEDUP slower on the same device.
+    """Correct over incorrect, or faster over >= MIN_SPEEDUP slower on the same device; the
+    chosen side is always at least `select.min_speedup` times faster than eager.
 
     Both sides are bare code, never identical, code similarity at most MAX_SIMILARITY; mutants
     enter only when `mutant_configs` gives them to this config.
     """
     pairs_per_task = cfg.publish.preference_pairs_per_task
+    min_speedup = cfg.select.min_speedup
     owner = mutant_configs(all_cands, verdicts)
     groups: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
     for c in all_cands:
@@ -318,13 +350,15 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
     rows = []
     for (tid, _backend), cands in sorted(groups.items()):
         rank = sorted(cands, key=lambda c: (-verdicts[c.candidate_id].reward, c.candidate_id))
-        chosen = [c for c in rank if verdicts[c.candidate_id].status in CORRECT_STATUSES
+        chosen = [c for c in rank if meets_speedup(verdicts[c.candidate_id], min_speedup)
                   and not c.generator.startswith("mutate:")]
+        correct = [c for c in rank if verdicts[c.candidate_id].status in CORRECT_STATUSES
+                   and not c.generator.startswith("mutate:")]
         if not chosen:
             continue
         incorrect = [c for c in rank if verdicts[c.candidate_id].status not in CORRECT_STATUSES]
-        slow = sorted(chosen[1:], key=lambda c: (-(verdicts[c.candidate_id].runtime_us or 0),
-                                                 c.candidate_id))
+        slow = sorted((c for c in correct if c is not chosen[0]),
+                      key=lambda c: (-(verdicts[c.candidate_id].runtime_us or 0), c.candidate_id))
         task, made, used = tasks[tid], 0, set()
         seen_code: set[tuple[str, str]] = set()  # the same two programs under other ids
         for rej in incorrect + slow:
@@ -347,10 +381,10 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
             seen_code.add(key)
             wv = verdicts[win.candidate_id]
             rows.append(PreferenceRow(
-                content_hash("preference", win.candidate_id, rej.candidate_id), tid,
-                task_prompt(task, win.backend, cfg, reasoning=False), pair_side(win),
-                pair_side(rej),
-                wv.reward, rv.reward, wv.status, rv.status, splits[tid]))
+                row_id=content_hash("preference", win.candidate_id, rej.candidate_id),
+                task_id=tid, prompt=task_prompt(task, win.backend, cfg, reasoning=False),
+                chosen=pair_side(win), rejected=pair_side(rej), split=splits[tid],
+                **side_numbers(wv, rv)))
             made += 1
     return rows
 
@@ -417,8 +451,14 @@ def build_datasets(tasks: list[Task], candidates: list[Candidate], verdicts: lis
               and vmap[c.candidate_id].status in CORRECT_STATUSES]
     if cfg.verify.generalize:  # an answer taught as correct was also correct at other sizes
         chosen = [c for c in chosen if generalisation_checked(vmap[c.candidate_id])]
+    # sft teaches, per task, the fastest teacher kernel that passed every gate (its slower
+    # siblings feed preference pairs)
+    taught = [c for c in cands if _is_teacher(c) and c.candidate_id in vmap
+              and meets_speedup(vmap[c.candidate_id], cfg.select.min_speedup)
+              and (not cfg.verify.generalize or generalisation_checked(vmap[c.candidate_id]))]
+    answers = fastest_per_task((c, vmap[c.candidate_id]) for c in taught)
     rows: dict[str, list] = {
-        "sft": _sft_rows(task_map, chosen, vmap, splits, cfg),
+        "sft": _sft_rows(task_map, answers, vmap, splits, cfg),
         "rft": _rft_rows(task_map, _rft_selection(cands, verdicts, cfg), cands, vmap, splits,
                          cfg),
         "rl": _rl_rows(task_map, cands, vmap, splits, cfg),
