@@ -11,23 +11,24 @@ near-duplicate task sits on both sides.
 
 from __future__ import annotations
 
-import hashlib
 import statistics
 from collections import defaultdict
 from dataclasses import replace
 
 import pyarrow as pa
 
-from pipeline.candidates.prompts import build_prompt, has_prose, reference_for
+from pipeline.candidates.prompts import build_prompt, has_prose, input_specs_for, reference_for
 from pipeline.candidates.repair import feedback_turn
 from pipeline.config import Config
 from pipeline.datasets.analysis_rows import perf_rows, review_rows, spread_kinds
 from pipeline.datasets.pairs import (
+    alternate,
     distinct_enough,
     has_margin,
     mutant_configs,
     mutant_kind,
     normalise_code,
+    unstable_timings,
 )
 from pipeline.datasets.selection import (
     SELECTORS,
@@ -35,6 +36,7 @@ from pipeline.datasets.selection import (
     kernel_features,
     meets_speedup,
 )
+from pipeline.datasets.splits import assign_splits, with_validation
 from schemas import (
     PROVENANCE_FIELDS,
     Candidate,
@@ -56,22 +58,6 @@ from verifier.protocol import CORRECT_STATUSES
 CONFIGS = ("tasks", "sft", "rft", "rl", "repair", "preference", "review", "perf_analysis")
 
 # --- splits ----------------------------------------------------------------------------------
-
-
-def assign_splits(tasks: list[Task], validation_fraction: float) -> dict[str, str]:
-    """task_id -> train | validation, decided per dedup cluster (stable across versions).
-
-    A cluster goes to validation when its hash falls below the fraction, so adding tasks never
-    moves an existing cluster; when that leaves validation empty and there are two or more
-    clusters, the lowest-hash cluster is moved so every version has a validation split.
-    """
-    clusters = {t.task_id: (t.dedup_cluster or t.task_id) for t in tasks}
-    position = {c: int(hashlib.sha256(c.encode()).hexdigest()[:12], 16) / 16**12
-                for c in set(clusters.values())}
-    validation = {c for c, p in position.items() if p < validation_fraction}
-    if not validation and validation_fraction > 0 and len(position) >= 2:
-        validation = {min(position, key=lambda c: (position[c], c))}
-    return {tid: ("validation" if c in validation else "train") for tid, c in clusters.items()}
 
 
 # --- prompts and responses -------------------------------------------------------------------
@@ -254,10 +240,12 @@ def _rl_rows(tasks: dict[str, Task], all_cands: list[Candidate], verdicts: dict[
     for tid, task in tasks.items():
         backends = sorted({c.backend for c in by_task.get(tid, [])}) or [default_backend]
         for backend in backends:
-            rows.append(RlRow(content_hash("rl", tid, backend), tid,
-                              task_prompt(task, backend, cfg), reference_for(task, backend),
-                              task.input_specs, backend,
-                              task.level, "task", "", splits[tid]))
+            # input_specs: the sizes of the reference the prompt shows (the CPU copy's on cpu)
+            rows.append(RlRow(row_id=content_hash("rl", tid, backend), task_id=tid,
+                              prompt=task_prompt(task, backend, cfg),
+                              reference=reference_for(task, backend),
+                              input_specs=input_specs_for(task, backend), backend=backend,
+                              level=task.level, kind="task", feedback="", split=splits[tid]))
             attempts = [c for c in by_task.get(tid, []) if c.backend == backend
                         and _is_sample(c) and c.candidate_id in verdicts]
             if not attempts or any(verdicts[c.candidate_id].status in CORRECT_STATUSES
@@ -271,9 +259,11 @@ def _rl_rows(tasks: dict[str, Task], all_cands: list[Candidate], verdicts: dict[
                 prompt = task_prompt(task, backend, cfg, has_prose(attempt)) + [
                     Message("assistant", attempt),
                     Message("user", feedback_turn(verdicts[c.candidate_id]))]
-                rows.append(RlRow(content_hash("rl-repair", c.candidate_id), tid, prompt,
-                                  reference_for(task, backend), task.input_specs, backend,
-                                  task.level, "repair", fb, splits[tid]))
+                rows.append(RlRow(row_id=content_hash("rl-repair", c.candidate_id), task_id=tid,
+                                  prompt=prompt, reference=reference_for(task, backend),
+                                  input_specs=input_specs_for(task, backend), backend=backend,
+                                  level=task.level, kind="repair", feedback=fb,
+                                  split=splits[tid]))
     return rows
 
 
@@ -342,6 +332,7 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
     """
     pairs_per_task = cfg.publish.preference_pairs_per_task
     min_speedup = cfg.select.min_speedup
+    unstable = unstable_timings(all_cands, verdicts)
     owner = mutant_configs(all_cands, verdicts)
     groups: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
     for c in all_cands:
@@ -351,17 +342,19 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
     for (tid, _backend), cands in sorted(groups.items()):
         rank = sorted(cands, key=lambda c: (-verdicts[c.candidate_id].reward, c.candidate_id))
         chosen = [c for c in rank if meets_speedup(verdicts[c.candidate_id], min_speedup)
-                  and not c.generator.startswith("mutate:")]
+                  and not c.generator.startswith("mutate:") and c.candidate_id not in unstable]
         correct = [c for c in rank if verdicts[c.candidate_id].status in CORRECT_STATUSES
                    and not c.generator.startswith("mutate:")]
         if not chosen:
             continue
         incorrect = [c for c in rank if verdicts[c.candidate_id].status not in CORRECT_STATUSES]
-        slow = sorted((c for c in correct if c is not chosen[0]),
+        slow = sorted((c for c in correct if c is not chosen[0]
+                       and c.candidate_id not in unstable),
                       key=lambda c: (-(verdicts[c.candidate_id].runtime_us or 0), c.candidate_id))
         task, made, used = tasks[tid], 0, set()
         seen_code: set[tuple[str, str]] = set()  # the same two programs under other ids
-        for rej in incorrect + slow:
+        # speed pairs (a slower correct sibling) and correctness pairs take turns, speed first
+        for rej in alternate(slow, incorrect):
             if made >= pairs_per_task:
                 break
             rv = verdicts[rej.candidate_id]
@@ -456,7 +449,9 @@ def build_datasets(tasks: list[Task], candidates: list[Candidate], verdicts: lis
     taught = [c for c in cands if _is_teacher(c) and c.candidate_id in vmap
               and meets_speedup(vmap[c.candidate_id], cfg.select.min_speedup)
               and (not cfg.verify.generalize or generalisation_checked(vmap[c.candidate_id]))]
-    answers = fastest_per_task((c, vmap[c.candidate_id]) for c in taught)
+    unstable = unstable_timings(cands, vmap)  # a speed label must rest on a timing that held
+    answers = fastest_per_task((c, vmap[c.candidate_id]) for c in taught
+                               if c.candidate_id not in unstable)
     rows: dict[str, list] = {
         "sft": _sft_rows(task_map, answers, vmap, splits, cfg),
         "rft": _rft_rows(task_map, _rft_selection(cands, verdicts, cfg), cands, vmap, splits,
@@ -467,9 +462,11 @@ def build_datasets(tasks: list[Task], candidates: list[Candidate], verdicts: lis
         "review": review_rows(task_map, cands, vmap, splits),
         "perf_analysis": perf_rows(task_map, chosen, vmap, splits),
     }
+    splits = with_validation(rows, splits, task_map)
     out = {"tasks": tasks_table(list(task_map.values()), splits)}
     for name, items in rows.items():
         unique = {r.row_id: r for r in items}  # the same pair or chain reached twice is one row
         out[name] = ROW_TYPES[name].to_arrow(
-            [replace(unique[k], **provenance(task_map[unique[k].task_id])) for k in sorted(unique)])
+            [replace(unique[k], split=splits[unique[k].task_id],
+                     **provenance(task_map[unique[k].task_id])) for k in sorted(unique)])
     return {name: out[name] for name in CONFIGS}

@@ -9,7 +9,14 @@ import pytest
 from pipeline.candidates.prompts import CODE_ONLY_RULE, REASONING_RULE, answer_format_problems
 from pipeline.candidates.repair import feedback_turn
 from pipeline.config import Config
-from pipeline.datasets.pairs import code_similarity, fix_label, has_margin, mutant_configs
+from pipeline.datasets.pairs import (
+    code_similarity,
+    fix_label,
+    has_margin,
+    mutant_configs,
+    normalise_code,
+    unstable_timings,
+)
 from pipeline.datasets.rows import CONFIGS, assign_splits, build_datasets, config_schema
 from pipeline.datasets.selection import meets_speedup, select_diverse
 from schemas import Message, Verdict
@@ -490,3 +497,50 @@ def test_min_speedup_gates_sft_rft_and_the_chosen_side(built: tuple) -> None:
     slow = Config.model_validate({"select": {"min_speedup": 0.0}})
     rows = build_datasets(tasks, cands, verdicts, selected, slow)["rft"].to_pylist()
     assert any(r["speedup"] < 1.0 for r in rows)  # the gate, not the pool, removed them
+
+
+def test_speed_pairs_take_turns_with_correctness_pairs(built: tuple) -> None:
+    rows = _rows(built, "preference")
+    speed = [r for r in rows if r["kind"] == "speed"]
+    assert len(speed) * 3 >= len(rows) and len(speed) < len(rows)
+    for r in speed:  # both sides correct, and the margin holds across both spreads
+        lo = r["rejected_runtime_us"] - r["rejected_runtime_iqr_us"] / 2
+        hi = r["chosen_runtime_us"] + r["chosen_runtime_iqr_us"] / 2
+        assert r["rejected_status"] in CORRECT_STATUSES and lo >= 1.2 * hi
+
+
+def test_a_timing_that_did_not_repeat_labels_nothing() -> None:
+    tasks, cands, verdicts = _pair_pool(3.0, 1.0)
+    fast = cands[0]
+    # the same program verified again (another id: a repair turn) at a third of the speed
+    again = candidate(tasks[0], "repair:fix", fast.code + "\n", parent=cands[1], turn=1)
+    redo = verdict(again, "correct_fast", 1.05, 2.05)
+    assert unstable_timings(cands + [again], {v.candidate_id: v for v in verdicts + [redo]}) \
+        == {fast.candidate_id, again.candidate_id}
+    assert _prefs(tasks, cands + [again], verdicts + [redo]) == []
+    assert len(_prefs(tasks, cands, verdicts)) == 1  # the same pool, timed once, makes its pair
+
+
+def test_rft_preference_and_review_each_have_validation_rows() -> None:
+    tasks, cands, verdicts = pool(n_tasks=6)
+    cfg = Config.model_validate({"publish": {"validation_fraction": 0.01}})
+    tables = build_datasets(tasks, cands, verdicts, select_diverse(cands, verdicts, 3, 0.5), cfg)
+    cluster = {t.task_id: t.dedup_cluster for t in tasks}
+    side: dict[str, str] = {}
+    for name in ("rft", "preference", "review"):
+        rows = tables[name].to_pylist()
+        assert {r["split"] for r in rows} == {"train", "validation"}, name
+    for name, table in tables.items():  # one side per cluster across every config
+        for r in table.select(["task_id", "split"]).to_pylist():
+            assert side.setdefault(cluster[r["task_id"]], r["split"]) == r["split"], name
+
+
+def test_perf_analysis_has_one_row_per_distinct_kernel(built: tuple) -> None:
+    tasks, cands, verdicts, _, _ = built
+    every = [c.candidate_id for c in cands]  # the repair reverts repeat template kernels
+    rows = build_datasets(tasks, cands, verdicts, every, Config())["perf_analysis"].to_pylist()
+    code = {c.candidate_id: normalise_code(c.code) for c in cands}
+    keys = [(r["task_id"], code[r["candidate_id"]]) for r in rows]
+    assert rows and len(keys) == len(set(keys))
+    advice = [r["messages"][-1]["content"].split("Next optimization:")[1] for r in rows]
+    assert len(set(advice)) > 1
