@@ -239,7 +239,8 @@ def analyse_performance(task: Task, cand: Candidate, v: Verdict) -> tuple[str, f
         ideas = cpu_ideas(f, families, bottleneck, cand.code, speedup,
                           nbytes / (rt * 1e3) if rt > 0 and nbytes > 0 else None)
     else:
-        ideas = gpu_ideas(f, families, bottleneck)
+        ideas = gpu_ideas(f, families, bottleneck, rt,
+                          nbytes / (rt * 1e3) if rt > 0 and nbytes > 0 else None)
     lines.append("Next optimization: " + "; ".join(ideas) + ".")
     return bottleneck, intensity, "\n".join(lines)
 
@@ -279,23 +280,33 @@ def cpu_ideas(f: Any, families: set[str], bottleneck: str, code: str = "",
                      "limit to act on"]
 
 
-def gpu_ideas(f: Any, families: set[str], bottleneck: str) -> list[str]:
-    """Next steps for a CUDA/MUSA kernel on the GPU."""
+def gpu_ideas(f: Any, families: set[str], bottleneck: str, rt: float = 0.0,
+              gbs: float | None = None) -> list[str]:
+    """Next steps for a CUDA/MUSA kernel on the GPU, each tied to the figure or code fact that
+    calls for it."""
     ideas = []
+    per_launch = f"{rt / max(f.n_kernels, 1):.2f} us per launch on average"
     if bottleneck in ("launch", "memory") and f.n_kernels > 1:
-        ideas.append(f"fuse the {f.n_kernels} kernels into one so intermediates stay on chip")
+        ideas.append(f"fuse the {f.n_kernels} kernels into one ({per_launch}) so intermediates "
+                     "stay on chip")
     if bottleneck == "memory" and not f.vectorized:
-        ideas.append("use vectorized 128-bit loads and stores (float4)")
+        rate = f" at {gbs:.1f} GB/s" if gbs else ""
+        ideas.append(f"the loads are scalar{rate}: use vectorized 128-bit loads and stores "
+                     "(float4)")
     if families & {"matmul", "conv", "attention"} and not f.shared_memory:
-        ideas.append("tile the operands through shared memory to reuse each loaded element")
+        ideas.append("no operand is staged in shared memory: tile them so each loaded element "
+                     "is reused")
     if bottleneck == "compute" and families & {"matmul", "conv", "attention"} and \
             not f.tensor_cores:
-        ideas.append("move the inner product onto tensor cores (WMMA/MMA)")
+        ideas.append("the inner product runs on CUDA cores: move it onto tensor cores (WMMA/MMA)")
     if families & {"reduction", "softmax", "norm"} and not f.warp_primitives:
-        ideas.append("reduce within a warp with shuffles before touching shared memory")
+        ideas.append("the reduction goes through shared memory only: reduce within a warp with "
+                     "shuffles first")
     if bottleneck == "launch":
-        ideas.append("give each thread more work, or capture the launches in a CUDA graph")
-    return ideas or ["tune the launch shape and unroll the inner loop; the structure is sound"]
+        ideas.append(f"at {rt:.2f} us the call is launch-bound: give each thread more work, or "
+                     "capture the launches in a CUDA graph")
+    return ideas or [f"tune the launch shape ({f.threads_per_block or 'unknown'} threads per "
+                     f"block now) and unroll the inner loop; the structure is sound"]
 
 
 def perf_rows(tasks: dict[str, Task], selected: list[Candidate], verdicts: dict[str, Verdict],
