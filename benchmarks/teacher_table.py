@@ -4,7 +4,8 @@ Reads the template candidates and verdicts of two workspaces (`kernelsynth build
 old and the new teacher, same config and host) and prints, per family (the generator's
 `template:<family>/...`) and overall: tasks, the median speedup of every correct template kernel
 (what sft taught before: every selected variant) and of the fastest correct kernel per task (the
-sft answer now), and how many tasks have an answer at least 1.0x eager.
+sft answer now), and how many tasks have an answer at least 1.0x eager. Only tasks both builds
+verified are counted.
 
     python -m benchmarks.teacher_table --before WS_OLD --after WS_NEW [--out table.md]
 """
@@ -43,6 +44,18 @@ def _med(xs: list[float]) -> str:
     return f"{statistics.median(xs):.2f}x" if xs else "-"
 
 
+def common_tasks(before: dict, after: dict) -> tuple[dict, dict, int]:
+    """Both builds restricted to the tasks each of them verified, so medians compare like with
+    like; and how many tasks were left out."""
+    def names(side: dict) -> set[str]:
+        return {t for g in side.values() for t in g}
+
+    keep = names(before) & names(after)
+    cut = len((names(before) | names(after)) - keep)
+    return ({f: {t: sp for t, sp in g.items() if t in keep} for f, g in before.items()},
+            {f: {t: sp for t, sp in g.items() if t in keep} for f, g in after.items()}, cut)
+
+
 def table(before: dict, after: dict) -> str:
     """The markdown table of the two builds."""
     lines = ["| family | tasks | before: all correct | before: fastest/task | before >= 1.0x "
@@ -70,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--after", required=True, type=Path)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    text = table(template_speedups(Workspace(args.before)),
-                 template_speedups(Workspace(args.after)))
+    before, after, cut = common_tasks(template_speedups(Workspace(args.before)),
+                                      template_speedups(Workspace(args.after)))
+    text = table(before, after) + (f"\n{cut} tasks verified in only one of the builds are left "
+                                   "out.\n" if cut else "")
     print(text, end="")
     if args.out:
         args.out.write_text(text, encoding="utf-8")
