@@ -259,8 +259,10 @@ def cpu_ideas(f: Any, families: set[str], bottleneck: str, code: str = "",
                      "a row loop that computes the offsets once per row and runs along the "
                      "contiguous last dimension removes those divisions")
     if not simd and bottleneck in ("memory", "compute", "unknown"):
-        ideas.append("no loop is marked `#pragma omp simd` and the build does not target the "
-                     "host's vector ISA (-march=native): vectorise the contiguous inner loop"
+        at = f" at {speedup:.2f}x eager" if speedup is not None else ""
+        ideas.append(f"no loop is marked `#pragma omp simd` and the build does not target the "
+                     f"host's vector ISA (-march=native), which leaves it{at}: vectorise the "
+                     "contiguous inner loop"
                      + (", and call the vector math library for its exp/log/tanh"
                         if re.search(r"\b(expf?|logf?|tanhf?|erff?)\s*\(", code) else ""))
     if bottleneck in ("launch", "memory") and f.n_kernels > 1:
