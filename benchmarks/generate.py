@@ -175,6 +175,7 @@ def main() -> None:
             med = f"{sp[len(sp) // 2]:.2f}x" if sp else "-"
             print(f"{name:<22}{len(g):>6}{len(ok):>9}{pct(len(ok), len(g)):>8}{len(fast):>8}"
                   f"{pct(len(fast), len(g)):>8}{med:>16}")
+        print(teacher_table(kernels, verdicts, CORRECT_STATUSES))
         statuses = collections.Counter(d.status for d in verdicts)
         print("statuses:", dict(statuses))
         for (v, _, _, k), vd in zip(kernels, verdicts, strict=True):
@@ -192,6 +193,41 @@ def main() -> None:
                           "error": d.error[:500]}
                          for (v, _, _, k), d in zip(kernels, verdicts, strict=False)],
         }, indent=1))
+
+
+def _median(xs: list[float]) -> str:
+    xs = sorted(xs)
+    if not xs:
+        return "-"
+    mid = len(xs) // 2
+    return f"{(xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2):.2f}x"
+
+
+def teacher_table(kernels: list, verdicts: list, correct: tuple | frozenset) -> str:
+    """Per family (and level): median speedup over eager of every correct template variant
+    (before: the old sft taught each one), of the first-listed variant, and of the fastest correct
+    variant per task (after: the sft answer), with the share of tasks whose answer is >= 1.0x."""
+    per_task: dict[tuple[str, str], list[tuple[int, float]]] = collections.defaultdict(list)
+    for i, ((view, fam, level, _k), vd) in enumerate(zip(kernels, verdicts, strict=True)):
+        if vd.status in correct and vd.speedup:
+            per_task[(view.name, f"{fam}|level {level}")].append((i, vd.speedup))
+    groups: dict[str, list[list[tuple[int, float]]]] = collections.defaultdict(list)
+    for (_task, key), got in per_task.items():
+        fam, level = key.split("|")
+        for g in (f"  {fam}", level, "all"):
+            groups[g].append(got)
+    lines = ["", "Teacher table: median speedup over eager (same run, same device)",
+             f"{'group':<22}{'tasks':>6}{'all variants':>14}{'first variant':>15}"
+             f"{'fastest/task':>14}{'>= 1.0x':>9}"]
+    for name in sorted(groups, key=lambda g: (g == "all", not g.startswith("level"), g)):
+        tasks = groups[name]
+        every = [sp for got in tasks for _, sp in got]
+        first = [min(got)[1] for got in tasks]  # the lowest kernel index: the first variant
+        best = [max(sp for _, sp in got) for got in tasks]
+        fast = sum(b >= 1.0 for b in best)
+        lines.append(f"{name:<22}{len(tasks):>6}{_median(every):>14}{_median(first):>15}"
+                     f"{_median(best):>14}{pct(fast, len(tasks)):>9}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

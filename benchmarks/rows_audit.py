@@ -25,12 +25,15 @@ Checks, each counted pass/fail over the rows (or kernels) it applies to:
 - `answer_format`: every assistant turn (SFT, RFT, repair, the history in RL repair prompts,
   both preference sides) answers in the form its user turn asked for: an explanation before the
   code when the prompt asks for one, one code block alone when it says "code block only".
+- issue 31's speed checks (`benchmarks/speed_audit.py`): numbers by name, sft and chosen sides
+  at least `select.min_speedup`, a third speed pairs, timings that repeat, one analysis per
+  kernel without shared advice, validation splits, rl input_specs as the prompt shows them.
 - `backend_named`: the card's tags are exactly those of the backends in the rows, every row
   names its backend, a cpu row's system prompt names no GPU, and the card's text says which
   backend made and checked the kernels.
 
     python -m benchmarks.rows_audit --workspace WS [--name kernelsynth] [--version vN]
-        [--out table.md]
+        [--out table.md] [--min-sft 10]
 
 Exit status 1 when any check has a failure.
 """
@@ -50,6 +53,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
+from benchmarks.speed_audit import check_speed
 from pipeline.candidates.prompts import answer_format_problems
 from pipeline.datasets.analysis_rows import fix_source
 from pipeline.datasets.card import backend_tags
@@ -452,7 +456,7 @@ def latest_version(ws: Workspace, name: str) -> Path:
     return found[-1]
 
 
-def audit_version(ws: Workspace, version_dir: Path) -> Audit:
+def audit_version(ws: Workspace, version_dir: Path, min_sft: int | None = None) -> Audit:
     manifest = json.loads((version_dir / "manifest.json").read_text(encoding="utf-8"))
     rows = {c: read_config(version_dir, c) for c in manifest["configs"] if c != "tasks"}
     cands = ws.read(Candidate)
@@ -468,6 +472,8 @@ def audit_version(ws: Workspace, version_dir: Path) -> Audit:
     check_reviews(audit, rows, cands, verdicts)
     check_backend(audit, version_dir, rows)
     check_answer_format(audit, rows)
+    check_speed(audit, manifest, rows, read_config(version_dir, "tasks"), cands, verdicts,
+                min_sft)
     return audit
 
 
@@ -477,11 +483,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="kernelsynth")
     ap.add_argument("--version", default=None, help="vN (default: the latest)")
     ap.add_argument("--out", type=Path, default=None, help="also write the table here")
+    ap.add_argument("--min-sft", type=int, default=None, help="fail below this many sft rows")
     args = ap.parse_args(argv)
     ws = Workspace(args.workspace)
     version_dir = (ws.datasets_dir / args.name / args.version if args.version
                    else latest_version(ws, args.name))
-    audit = audit_version(ws, version_dir)
+    audit = audit_version(ws, version_dir, args.min_sft)
     text = f"rows audit of {version_dir}\n\n" + audit.table()
     print(text, end="")
     if args.out:

@@ -129,6 +129,9 @@ class SelectConfig(Section):
     diversity_weight: float = 0.5
     seed: int = 0
     method: Literal["diverse", "top_k", "random"] = "diverse"
+    # a kernel taught as an answer (sft, rft's kept responses, preference's chosen side) is at
+    # least this much faster than eager on the verifier's device; 0 lets any correct one through
+    min_speedup: float = Field(default=1.0, ge=0.0)
 
 
 class PublishConfig(Section):

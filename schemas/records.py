@@ -216,7 +216,7 @@ class Rejection(Record):
 class SftRow(Record):
     TABLE = "sft"
     KEY = "row_id"
-    SCHEMA_VERSION = 2  # 2: provenance columns
+    SCHEMA_VERSION = 3  # 2: provenance columns; 3: runtime, spread and eager columns
 
     row_id: str
     task_id: str
@@ -233,13 +233,17 @@ class SftRow(Record):
     source_generator: str = ""  # for generated sources (seed corpus, NNSmith): what made them
     reward: float = 0.0
     speedup: float | None = None
+    # the verdict's numbers, by name (pipeline.datasets.rows): a trainer filters by speed
+    runtime_us: float | None = None
+    runtime_iqr_us: float | None = None  # spread of the timing samples
+    eager_us: float | None = None
 
 
 @dataclass
 class RftRow(Record):
     TABLE = "rft"
     KEY = "row_id"
-    SCHEMA_VERSION = 2  # 2: provenance columns
+    SCHEMA_VERSION = 3  # 2: provenance columns; 3: runtime, spread and eager columns
 
     row_id: str
     task_id: str
@@ -260,13 +264,17 @@ class RftRow(Record):
     commit: str = ""
     path: str = ""
     source_generator: str = ""  # for generated sources (seed corpus, NNSmith): what made them
+    # the verdict's numbers, by name (pipeline.datasets.rows): a trainer filters by speed
+    runtime_us: float | None = None
+    runtime_iqr_us: float | None = None  # spread of the timing samples
+    eager_us: float | None = None
 
 
 @dataclass
 class RepairRow(Record):
     TABLE = "repair"
     KEY = "row_id"
-    SCHEMA_VERSION = 2  # 2: provenance columns
+    SCHEMA_VERSION = 3  # 2: provenance columns; 3: the final turn's numbers
 
     row_id: str
     task_id: str
@@ -282,13 +290,19 @@ class RepairRow(Record):
     commit: str = ""
     path: str = ""
     source_generator: str = ""  # for generated sources (seed corpus, NNSmith): what made them
+    # the final (correct) turn's verdict numbers, by name
+    final_reward: float = 0.0
+    final_speedup: float | None = None
+    final_runtime_us: float | None = None
+    final_runtime_iqr_us: float | None = None
+    eager_us: float | None = None
 
 
 @dataclass
 class PreferenceRow(Record):
     TABLE = "preference"
     KEY = "row_id"
-    SCHEMA_VERSION = 2  # 2: provenance columns
+    SCHEMA_VERSION = 3  # 2: provenance columns; 3: both sides' numbers
 
     row_id: str
     task_id: str
@@ -306,6 +320,15 @@ class PreferenceRow(Record):
     commit: str = ""
     path: str = ""
     source_generator: str = ""  # for generated sources (seed corpus, NNSmith): what made them
+    # both sides' verdict numbers, by name; `kind` says what the pair contrasts
+    chosen_speedup: float | None = None
+    rejected_speedup: float | None = None
+    chosen_runtime_us: float | None = None
+    rejected_runtime_us: float | None = None
+    chosen_runtime_iqr_us: float | None = None
+    rejected_runtime_iqr_us: float | None = None
+    eager_us: float | None = None
+    kind: str = ""  # speed (two correct kernels) | correctness (correct vs incorrect)
 
 
 RECORD_TYPES: dict[str, type[Record]] = {
@@ -381,7 +404,7 @@ class PerfAnalysisRow(Record):
 
     TABLE = "perf_analysis"
     KEY = "row_id"
-    SCHEMA_VERSION = 2  # 2: provenance columns
+    SCHEMA_VERSION = 3  # 2: provenance columns; 3: reward and spread
 
     row_id: str
     task_id: str
@@ -401,6 +424,8 @@ class PerfAnalysisRow(Record):
     commit: str = ""
     path: str = ""
     source_generator: str = ""  # for generated sources (seed corpus, NNSmith): what made them
+    reward: float = 0.0
+    runtime_iqr_us: float | None = None
 
 
 RECORD_TYPES.update({cls.TABLE: cls for cls in (RlRow, ReviewRow, PerfAnalysisRow)})

@@ -157,6 +157,26 @@ def _task_map(tasks: dict[str, Task] | Iterable[Task]) -> dict[str, Task]:
     return dict(tasks) if isinstance(tasks, dict) else {t.task_id: t for t in tasks}
 
 
+def mutation_sources(candidates: list[Candidate], verdicts: list[Verdict]) -> set[str]:
+    """Correct kernels to mutate: every correct non-template kernel, and of a task's template
+    strategy variants only the fastest (they share their structure, so their mutants would be
+    near copies of each other's; the fastest is the one sft teaches)."""
+    vmap = {v.candidate_id: v for v in verdicts}
+    best: dict[tuple[str, str], tuple[float, str]] = {}
+    out: set[str] = set()
+    for c in candidates:
+        v = vmap.get(c.candidate_id)
+        if v is None or v.status not in CORRECT_STATUSES:
+            continue
+        if not c.generator.startswith("template:"):
+            out.add(c.candidate_id)
+            continue
+        key, rank = (c.task_id, c.backend), (v.speedup or 0.0, c.candidate_id)
+        if key not in best or rank > best[key]:
+            best[key] = rank
+    return out | {cid for _, cid in best.values()}
+
+
 def mutate_candidates(tasks: dict[str, Task] | Iterable[Task], candidates: list[Candidate],
                       verdicts: list[Verdict], cfg: GenerateConfig) -> list[Candidate]:
     """Failing first attempts made from correct kernels, tagged `mutate:<kind>`, fix in meta.
@@ -183,8 +203,9 @@ def mutate_candidates(tasks: dict[str, Task] | Iterable[Task], candidates: list[
     used: Counter[str] = Counter(_kind(m) for ms in earlier.values() for m in ms
                                  if status.get(m.candidate_id) not in CORRECT_STATUSES)
     cap = cfg.mutations_per_kernel * max(1, cfg.mutation_rounds)
+    sources = mutation_sources(candidates, verdicts)
     for cand in candidates:
-        if status.get(cand.candidate_id) not in CORRECT_STATUSES:
+        if cand.candidate_id not in sources:
             continue
         if cand.generator.startswith(("mutate:", "repair:fix")):
             continue

@@ -192,8 +192,8 @@ def _wrong_stride(view: str, base: int, backend: str) -> list[Site]:
         if row == col:
             continue
         sites.append(Site(base + m.start(), base + m.end(), f"[{col} * {stride} + {row}]",
-                          f"index `[{row} * {stride} + {col}]` uses the wrong stride "
-                          f"(`[{col} * {stride} + {row}]`)", priority=0))
+                          f"index `[{col} * {stride} + {row}]` uses the wrong stride: it "
+                          f"should be `[{row} * {stride} + {col}]`", priority=0))
     for sub in re.finditer(r"\[([^\[\]]+)\]", view):
         for m in _TWO_STRIDES.finditer(sub.group(1)):
             i, si, k, sk = m.groups()

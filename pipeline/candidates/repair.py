@@ -12,7 +12,9 @@ attempt, which is sampled `RepairConfig.retry_samples` times instead of once.
 
 from __future__ import annotations
 
+import difflib
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -104,17 +106,44 @@ def retry_buffer(candidates: list[Candidate], verdicts: list[Verdict] | dict[str
     return items
 
 
+def _changed_line(buggy: str, fixed: str) -> tuple[int, str, str] | None:
+    """(1-based line in `buggy`, its text, the fixed text) when the fix replaces one line."""
+    ops = [op for op in difflib.SequenceMatcher(None, buggy.splitlines(), fixed.splitlines(),
+                                                autojunk=False).get_opcodes() if op[0] != "equal"]
+    if len(ops) != 1 or ops[0][0] != "replace" or ops[0][2] - ops[0][1] != 1 \
+            or ops[0][4] - ops[0][3] != 1:
+        return None
+    _, i1, _, j1, _ = ops[0]
+    return i1 + 1, buggy.splitlines()[i1], fixed.splitlines()[j1]
+
+
+def fix_explanation(buggy: str, fixed: str, meta: dict) -> str:
+    """The known fix's explanation, checked against the diff: the line it names and the text
+    it quotes are those the fix changes, and the bug's description is kept only when the code
+    it quotes is in the faulty line (a description that quotes the correct code reads backwards)."""
+    changed = _changed_line(buggy, fixed)
+    line, after, before = (changed if changed is not None else
+                           (meta.get("bug_line", "?"), str(meta.get("bug_after", "")),
+                            str(meta.get("bug_before", ""))))
+    desc = str(meta.get("bug_description") or "")
+    quoted = re.findall(r"`([^`]+)`", desc)
+    backwards = (changed is not None and quoted
+                 and "".join(quoted[0].split()) not in "".join(after.split()))
+    if not desc or backwards:
+        desc = f"the line was changed ({meta.get('mutation', 'an injected bug')})"
+    return (f"The bug is on line {line}: {desc}.\n"
+            f"The faulty line is\n```\n{after.strip()}\n```\n"
+            f"and it should read\n```\n{before.strip()}\n```\n"
+            "Here is the corrected kernel.")
+
+
 def known_fix(end: Candidate, verdict: Verdict, turn: int) -> Candidate | None:
     """The next turn of a mutation chain: the original kernel, explained; None if unknown."""
     meta = end.meta_dict()
     code = meta.get("fix_code")
     if not end.generator.startswith("mutate:") or not isinstance(code, str) or not code:
         return None
-    explanation = (f"The bug is on line {meta.get('bug_line', '?')}: "
-                   f"{meta.get('bug_description', meta.get('mutation', 'an injected bug'))}.\n"
-                   f"The faulty line is\n```\n{str(meta.get('bug_after', '')).strip()}\n```\n"
-                   f"and it should read\n```\n{str(meta.get('bug_before', '')).strip()}\n```\n"
-                   "Here is the corrected kernel.")
+    explanation = fix_explanation(end.code, code, meta)
     return Candidate(
         candidate_id=repair_candidate_id(end.task_id, end.backend, code, end.candidate_id),
         task_id=end.task_id, backend=end.backend, generator="repair:fix", code=code,

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -126,8 +127,10 @@ def review_rows(tasks: dict[str, Task], all_cands: list[Candidate],
         answer.append(_fix_text(line, action, new))
         messages = [Message("system", review_system(c.backend)), Message("user", user),
                     Message("assistant", "\n".join(answer))]
-        rows.append(ReviewRow(content_hash("review", c.candidate_id), c.task_id, c.candidate_id,
-                              messages, kind, line, c.backend, v.status, splits[c.task_id]))
+        rows.append(ReviewRow(row_id=content_hash("review", c.candidate_id), task_id=c.task_id,
+                              candidate_id=c.candidate_id, messages=messages, bug_kind=kind,
+                              bug_line=line, backend=c.backend, observed_status=v.status,
+                              split=splits[c.task_id]))
     return spread_kinds(rows, lambda r: r.bug_kind)
 
 
@@ -232,56 +235,92 @@ def analyse_performance(task: Task, cand: Candidate, v: Verdict) -> tuple[str, f
                 lines.append(f"With {intensity:.2f} FLOP/byte the kernel is most likely "
                              f"{bottleneck}-bound on this device (no roofline is known for it).")
     families = set(task.op_families)
-    ideas = (cpu_ideas if cand.backend == "cpu" else gpu_ideas)(f, families, bottleneck)
+    if cand.backend == "cpu":
+        ideas = cpu_ideas(f, families, bottleneck, cand.code, speedup,
+                          nbytes / (rt * 1e3) if rt > 0 and nbytes > 0 else None)
+    else:
+        ideas = gpu_ideas(f, families, bottleneck, rt,
+                          nbytes / (rt * 1e3) if rt > 0 and nbytes > 0 else None)
     lines.append("Next optimization: " + "; ".join(ideas) + ".")
     return bottleneck, intensity, "\n".join(lines)
 
 
-def cpu_ideas(f: Any, families: set[str], bottleneck: str) -> list[str]:
-    """Next steps for a C++ (OpenMP) kernel on the CPU, in the CPU's terms."""
+def cpu_ideas(f: Any, families: set[str], bottleneck: str, code: str = "",
+              speedup: float | None = None, gbs: float | None = None) -> list[str]:
+    """Next steps for a C++ (OpenMP) kernel on the CPU, read from its own code and figures."""
     ideas = []
     if not f.multithreaded:
         ideas.append("parallelize the outer loop with OpenMP")
+    simd = "omp simd" in code
+    # per-element offset arithmetic, unless the kernel already computes it once per row
+    index_math = bool(re.search(r"rem\s*%", code)) and "const int64_t L =" not in code
+    if index_math:
+        ideas.append("the loop recomputes every operand's offset with `%` and `/` per element; "
+                     "a row loop that computes the offsets once per row and runs along the "
+                     "contiguous last dimension removes those divisions")
+    if not simd and bottleneck in ("memory", "compute", "unknown"):
+        at = f" at {speedup:.2f}x eager" if speedup is not None else ""
+        ideas.append(f"no loop is marked `#pragma omp simd` and the build does not target the "
+                     f"host's vector ISA (-march=native), which leaves it{at}: vectorise the "
+                     "contiguous inner loop"
+                     + (", and call the vector math library for its exp/log/tanh"
+                        if re.search(r"\b(expf?|logf?|tanhf?|erff?)\s*\(", code) else ""))
     if bottleneck in ("launch", "memory") and f.n_kernels > 1:
         ideas.append(f"fuse the {f.n_kernels} loops into one pass so intermediates stay in cache")
-    if families & {"matmul", "conv", "attention"}:
-        ideas.append("block the loops so tiles of both operands stay in L1/L2 cache")
-    if bottleneck == "memory":
-        ideas.append("make the innermost loop walk contiguous memory so the compiler can "
-                     "vectorize it (SIMD)")
+    if families & {"matmul", "conv", "attention"} and "Bp" not in code:
+        ideas.append("pack B into a contiguous panel and block the loops so tiles of both "
+                     "operands stay in L1/L2 cache")
     if bottleneck == "launch":
         ideas.append("do more work per call: the fixed cost of entering the extension and "
                      "starting OpenMP threads dominates")
-    return ideas or ["unroll the inner loop and keep the accumulator in a register; the "
-                     "structure is sound"]
+    if not ideas and speedup is not None:
+        rate = f" at {gbs:.1f} GB/s" if gbs else ""
+        ideas.append(f"the loops are already vectorised and contiguous and run {speedup:.2f}x "
+                     f"eager{rate}; what remains is memory traffic, so only removing a pass "
+                     "over the data (fusing with the neighbouring op) would gain more")
+    return ideas or ["measure again with a larger input: the figures above leave no clear "
+                     "limit to act on"]
 
 
-def gpu_ideas(f: Any, families: set[str], bottleneck: str) -> list[str]:
-    """Next steps for a CUDA/MUSA kernel on the GPU."""
+def gpu_ideas(f: Any, families: set[str], bottleneck: str, rt: float = 0.0,
+              gbs: float | None = None) -> list[str]:
+    """Next steps for a CUDA/MUSA kernel on the GPU, each tied to the figure or code fact that
+    calls for it."""
     ideas = []
+    per_launch = f"{rt / max(f.n_kernels, 1):.2f} us per launch on average"
     if bottleneck in ("launch", "memory") and f.n_kernels > 1:
-        ideas.append(f"fuse the {f.n_kernels} kernels into one so intermediates stay on chip")
+        ideas.append(f"fuse the {f.n_kernels} kernels into one ({per_launch}) so intermediates "
+                     "stay on chip")
     if bottleneck == "memory" and not f.vectorized:
-        ideas.append("use vectorized 128-bit loads and stores (float4)")
+        rate = f" at {gbs:.1f} GB/s" if gbs else ""
+        ideas.append(f"the loads are scalar{rate}: use vectorized 128-bit loads and stores "
+                     "(float4)")
     if families & {"matmul", "conv", "attention"} and not f.shared_memory:
-        ideas.append("tile the operands through shared memory to reuse each loaded element")
+        ideas.append("no operand is staged in shared memory: tile them so each loaded element "
+                     "is reused")
     if bottleneck == "compute" and families & {"matmul", "conv", "attention"} and \
             not f.tensor_cores:
-        ideas.append("move the inner product onto tensor cores (WMMA/MMA)")
+        ideas.append("the inner product runs on CUDA cores: move it onto tensor cores (WMMA/MMA)")
     if families & {"reduction", "softmax", "norm"} and not f.warp_primitives:
-        ideas.append("reduce within a warp with shuffles before touching shared memory")
+        ideas.append("the reduction goes through shared memory only: reduce within a warp with "
+                     "shuffles first")
     if bottleneck == "launch":
-        ideas.append("give each thread more work, or capture the launches in a CUDA graph")
-    return ideas or ["tune the launch shape and unroll the inner loop; the structure is sound"]
+        ideas.append(f"at {rt:.2f} us the call is launch-bound: give each thread more work, or "
+                     "capture the launches in a CUDA graph")
+    return ideas or [f"tune the launch shape ({f.threads_per_block or 'unknown'} threads per "
+                     f"block now) and unroll the inner loop; the structure is sound"]
 
 
 def perf_rows(tasks: dict[str, Task], selected: list[Candidate], verdicts: dict[str, Verdict],
                splits: dict[str, str]) -> list[PerfAnalysisRow]:
     rows = []
+    seen: set[tuple[str, str]] = set()  # one row per distinct kernel of a task
     for c in selected:
         v = verdicts[c.candidate_id]
-        if not v.runtime_us:
+        key = (c.task_id, content_hash(normalise_code(c.code)))
+        if not v.runtime_us or key in seen:
             continue
+        seen.add(key)
         task = tasks[c.task_id]
         bottleneck, intensity, text = analyse_performance(task, c, v)
         measured = [f"runtime {v.runtime_us:.2f} us (IQR {v.runtime_iqr_us or 0:.2f})"]
@@ -301,7 +340,9 @@ def perf_rows(tasks: dict[str, Task], selected: list[Candidate], verdicts: dict[
         messages = [Message("system", system), Message("user", user),
                     Message("assistant", text)]
         rows.append(PerfAnalysisRow(
-            content_hash("perf", c.candidate_id), c.task_id, c.candidate_id, messages, c.backend,
-            v.device, float(v.runtime_us), v.eager_us, v.speedup, intensity, bottleneck,
-            splits[c.task_id]))
+            row_id=content_hash("perf", c.candidate_id), task_id=c.task_id,
+            candidate_id=c.candidate_id, messages=messages, backend=c.backend, device=v.device,
+            runtime_us=float(v.runtime_us), eager_us=v.eager_us, speedup=v.speedup,
+            arithmetic_intensity=intensity, bottleneck=bottleneck, split=splits[c.task_id],
+            reward=v.reward, runtime_iqr_us=v.runtime_iqr_us))
     return rows

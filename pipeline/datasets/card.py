@@ -48,19 +48,25 @@ def backend_sentence(backends: list[str]) -> str:
 CONFIG_DESCRIPTIONS = {
     "tasks": "KernelBench-style tasks (reference `Model`, inputs, shapes, FLOPs/bytes, "
              "provenance).",
-    "sft": "Supervised fine-tuning: system/user prompt and an assistant answer with reasoning and "
-           "a verified kernel from templates or a teacher.",
+    "sft": "Supervised fine-tuning: per task, the fastest verified teacher kernel among its "
+           "strategy variants, kept only when measured at least `select.min_speedup` times "
+           "faster than eager (the config in `manifest.json`); reward, speedup, runtime, eager "
+           "runtime and timing spread are columns.",
     "rft": "Rejection fine-tuning: selected verified model responses with reward, speedup and "
            "the statistics of their sample group.",
     "rl": "Prompt-only rows with the reference source and input shapes for online RL rewards; "
           "all-failed groups appear as feedback-conditioned repair prompts.",
     "repair": "Multi-turn repair: attempt, verifier feedback, fix; per-turn rewards and statuses.",
-    "preference": "Preference pairs: a correct fast kernel (chosen) against an incorrect or "
-                  "clearly slower one (rejected).",
+    "preference": "Preference pairs (`kind`): `speed` pairs two correct kernels of one task "
+                  "whose timings differ by at least 1.2x across their spreads; `correctness` "
+                  "pairs a correct kernel with an incorrect one. The chosen side is correct and "
+                  "measured at least `select.min_speedup` times faster than eager; both sides' "
+                  "numbers are columns.",
     "review": "Code review: a kernel with an injected bug; the answer names the bug, its line "
               "and the fix.",
-    "perf_analysis": "Performance analysis: a verified kernel with measured times and FLOP/byte "
-                     "figures; the answer explains the bottleneck and the next optimization.",
+    "perf_analysis": "Performance analysis: one row per distinct verified kernel, with its "
+                     "measured times and FLOP/byte figures; the answer explains the bottleneck "
+                     "and the next optimization from those figures and the kernel's code.",
 }
 
 # The Hub's size_categories buckets, by total rows.
@@ -145,12 +151,15 @@ def render_card(name: str, version: str, manifest: dict[str, Any],
         task_categories=["text-generation"], size_categories=[size_category(total)])
     add_data_metadata(data, Path(folder or local_path), manifest)
     target = repo_id or local_path
+    # torch.compile is named as a baseline only when this version timed it
+    compiled = bool((stats or {}).get("metrics", {}).get("faster_than_compile_n"))
     lines = [f"# {name} {version}", "", backend_sentence(backends), "",
              "Verified training data for LLMs that write kernels, produced by kernelsynth: "
              "PyTorch modules become KernelBench-style tasks; template, LLM, mutation and "
              "repair generators write `ModelNew` kernels; the staged verifier (extract, static "
              "anti-cheat checks, compile, correctness on seeded inputs, timing against eager "
-             "and torch.compile) keeps what is correct and measures what is faster; a "
+             + ("and torch.compile" if compiled else "PyTorch; torch.compile was not timed for "
+                "this version") + ") keeps what is correct and measures what is faster; a "
              "diversity-preserving selection keeps up to k distinct kernels per task.", "",
              "## Usage", "", "```python", "from datasets import load_dataset", "",
              f'ds = load_dataset("{target}", name="sft")', "```", "",
@@ -186,6 +195,13 @@ def render_card(name: str, version: str, manifest: dict[str, Any],
         lines += ["## Statistics", "", "| stage | count |", "| --- | ---: |"]
         lines += [f"| {k} | {v} |" for k, v in stats.get("funnel", {}).items()]
         metrics = stats.get("metrics", {})
+        gens = sorted((manifest.get("rft") or {}).get("generators", {}))
+        if metrics and any(k.startswith(("pass@", "avg@", "fast_")) for k in metrics):
+            lines += ["", "pass@k, avg@k and fast_p are over the sampled responses ("
+                      + (", ".join(f"`{g}`" for g in gens) or "none kept in rft")
+                      + "), never over template variants"
+                      + ("; `import:demo` is a hand-written demo set, so these are not a "
+                         "model's scores" if "import:demo" in gens else "") + "."]
         if metrics:
             lines += ["", "| metric | value | definition |", "| --- | ---: | --- |"]
             lines += [f"| {k} | {format_value(v)} | {metric_definition(k)} |" for k, v in metrics.items()]

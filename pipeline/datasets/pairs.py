@@ -162,3 +162,30 @@ def verified_codes(cands: list[Candidate], verdicts: dict[str, Verdict]
         if v is not None and v.status in CORRECT_STATUSES:
             out[(c.task_id, c.backend)].add(normalise_code(c.code))
     return out
+
+
+def alternate(first: list[Candidate], second: list[Candidate]) -> list[Candidate]:
+    """first[0], second[0], first[1], second[1], ... then the rest of the longer list."""
+    out: list[Candidate] = []
+    for i in range(max(len(first), len(second))):
+        out.extend(x[i] for x in (first, second) if i < len(x))
+    return out
+
+
+def unstable_timings(cands: list[Candidate], verdicts: dict[str, Verdict]) -> set[str]:
+    """Ids whose timing did not repeat: the same program (normalised code) of a task timed
+    more than once on one device, with runtimes whose quartile ranges do not overlap."""
+    timed: dict[tuple[str, str, str], list[tuple[str, Verdict]]] = defaultdict(list)
+    for c in cands:
+        v = verdicts.get(c.candidate_id)
+        if v is not None and v.status in CORRECT_STATUSES and v.runtime_us:
+            timed[(c.task_id, v.device, normalise_code(c.code))].append((c.candidate_id, v))
+    out: set[str] = set()
+    for group in timed.values():
+        if len({v.runtime_us for _, v in group}) < 2:
+            continue
+        lo = max(v.runtime_us - (v.runtime_iqr_us or 0) / 2 for _, v in group)
+        hi = min(v.runtime_us + (v.runtime_iqr_us or 0) / 2 for _, v in group)
+        if lo > hi:  # no runtime lies within every timing's spread
+            out.update(cid for cid, _ in group)
+    return out

@@ -11,25 +11,32 @@ near-duplicate task sits on both sides.
 
 from __future__ import annotations
 
-import hashlib
 import statistics
 from collections import defaultdict
 from dataclasses import replace
 
 import pyarrow as pa
 
-from pipeline.candidates.prompts import build_prompt, has_prose, reference_for
+from pipeline.candidates.prompts import build_prompt, has_prose, input_specs_for, reference_for
 from pipeline.candidates.repair import feedback_turn
 from pipeline.config import Config
 from pipeline.datasets.analysis_rows import perf_rows, review_rows, spread_kinds
 from pipeline.datasets.pairs import (
+    alternate,
     distinct_enough,
     has_margin,
     mutant_configs,
     mutant_kind,
     normalise_code,
+    unstable_timings,
 )
-from pipeline.datasets.selection import SELECTORS, kernel_features
+from pipeline.datasets.selection import (
+    SELECTORS,
+    fastest_per_task,
+    kernel_features,
+    meets_speedup,
+)
+from pipeline.datasets.splits import assign_splits, with_validation
 from schemas import (
     PROVENANCE_FIELDS,
     Candidate,
@@ -51,22 +58,6 @@ from verifier.protocol import CORRECT_STATUSES
 CONFIGS = ("tasks", "sft", "rft", "rl", "repair", "preference", "review", "perf_analysis")
 
 # --- splits ----------------------------------------------------------------------------------
-
-
-def assign_splits(tasks: list[Task], validation_fraction: float) -> dict[str, str]:
-    """task_id -> train | validation, decided per dedup cluster (stable across versions).
-
-    A cluster goes to validation when its hash falls below the fraction, so adding tasks never
-    moves an existing cluster; when that leaves validation empty and there are two or more
-    clusters, the lowest-hash cluster is moved so every version has a validation split.
-    """
-    clusters = {t.task_id: (t.dedup_cluster or t.task_id) for t in tasks}
-    position = {c: int(hashlib.sha256(c.encode()).hexdigest()[:12], 16) / 16**12
-                for c in set(clusters.values())}
-    validation = {c for c, p in position.items() if p < validation_fraction}
-    if not validation and validation_fraction > 0 and len(position) >= 2:
-        validation = {min(position, key=lambda c: (position[c], c))}
-    return {tid: ("validation" if c in validation else "train") for tid, c in clusters.items()}
 
 
 # --- prompts and responses -------------------------------------------------------------------
@@ -153,6 +144,24 @@ def generalisation_checked(v: Verdict) -> bool:
 # --- builders --------------------------------------------------------------------------------
 
 
+def verdict_numbers(v: Verdict) -> dict[str, float | None]:
+    """The verdict's figures under the row fields that carry them (always by name)."""
+    return {"reward": v.reward, "speedup": v.speedup, "runtime_us": v.runtime_us,
+            "runtime_iqr_us": v.runtime_iqr_us, "eager_us": v.eager_us}
+
+
+def side_numbers(win: Verdict, lose: Verdict) -> dict[str, float | str | None]:
+    """A preference pair's figures for both sides, and what the pair contrasts."""
+    both = win.status in CORRECT_STATUSES and lose.status in CORRECT_STATUSES
+    return {"chosen_reward": win.reward, "rejected_reward": lose.reward,
+            "chosen_status": win.status, "rejected_status": lose.status,
+            "chosen_speedup": win.speedup, "rejected_speedup": lose.speedup,
+            "chosen_runtime_us": win.runtime_us, "rejected_runtime_us": lose.runtime_us,
+            "chosen_runtime_iqr_us": win.runtime_iqr_us,
+            "rejected_runtime_iqr_us": lose.runtime_iqr_us, "eager_us": win.eager_us,
+            "kind": "speed" if both else "correctness"}
+
+
 def _sft_rows(tasks: dict[str, Task], cands: list[Candidate], verdicts: dict[str, Verdict],
               splits: dict[str, str], cfg: Config) -> list[SftRow]:
     rows = []
@@ -162,9 +171,9 @@ def _sft_rows(tasks: dict[str, Task], cands: list[Candidate], verdicts: dict[str
         task, v = tasks[c.task_id], verdicts[c.candidate_id]
         messages = task_prompt(task, c.backend, cfg) + [
             Message("assistant", assistant_content(task, c, cfg.generate.include_reasoning))]
-        rows.append(SftRow(content_hash("sft", c.candidate_id), c.task_id, c.candidate_id,
-                           messages, c.backend, task.level, splits[c.task_id], v.reward,
-                           v.speedup))
+        rows.append(SftRow(row_id=content_hash("sft", c.candidate_id), task_id=c.task_id,
+                           candidate_id=c.candidate_id, messages=messages, backend=c.backend,
+                           level=task.level, split=splits[c.task_id], **verdict_numbers(v)))
     return rows
 
 
@@ -197,9 +206,11 @@ def _rft_rows(tasks: dict[str, Task], selected: list[Candidate], all_cands: list
                                           (1, 1.0, v.reward, 0.0))
         messages = _prompt_for(task, c, cfg) + [
             Message("assistant", assistant_content(task, c))]
-        rows.append(RftRow(content_hash("rft", c.candidate_id), c.task_id, c.candidate_id,
-                           messages, c.backend, c.generator, v.reward, v.speedup, size, rate,
-                           mean, std, splits[c.task_id]))
+        rows.append(RftRow(row_id=content_hash("rft", c.candidate_id), task_id=c.task_id,
+                           candidate_id=c.candidate_id, messages=messages, backend=c.backend,
+                           generator=c.generator, group_size=size, group_pass_rate=rate,
+                           group_mean_reward=mean, group_std_reward=std,
+                           split=splits[c.task_id], **verdict_numbers(v)))
     return rows
 
 
@@ -211,9 +222,10 @@ def _rft_selection(cands: list[Candidate], verdicts: list[Verdict], cfg: Config
     if not sampled:
         return []
     sel = cfg.select
+    # kept responses are fast enough to teach; the group statistics still count every sample
+    verdicts = [v for v in verdicts if meets_speedup(v, sel.min_speedup)]
     if cfg.verify.generalize:
-        checked = {v.candidate_id for v in verdicts if generalisation_checked(v)}
-        verdicts = [v for v in verdicts if v.candidate_id in checked]
+        verdicts = [v for v in verdicts if generalisation_checked(v)]
     ids = set(SELECTORS[sel.method](sampled, verdicts, sel.k, sel.diversity_weight, sel.seed))
     return [c for c in sampled if c.candidate_id in ids]
 
@@ -228,10 +240,12 @@ def _rl_rows(tasks: dict[str, Task], all_cands: list[Candidate], verdicts: dict[
     for tid, task in tasks.items():
         backends = sorted({c.backend for c in by_task.get(tid, [])}) or [default_backend]
         for backend in backends:
-            rows.append(RlRow(content_hash("rl", tid, backend), tid,
-                              task_prompt(task, backend, cfg), reference_for(task, backend),
-                              task.input_specs, backend,
-                              task.level, "task", "", splits[tid]))
+            # input_specs: the sizes of the reference the prompt shows (the CPU copy's on cpu)
+            rows.append(RlRow(row_id=content_hash("rl", tid, backend), task_id=tid,
+                              prompt=task_prompt(task, backend, cfg),
+                              reference=reference_for(task, backend),
+                              input_specs=input_specs_for(task, backend), backend=backend,
+                              level=task.level, kind="task", feedback="", split=splits[tid]))
             attempts = [c for c in by_task.get(tid, []) if c.backend == backend
                         and _is_sample(c) and c.candidate_id in verdicts]
             if not attempts or any(verdicts[c.candidate_id].status in CORRECT_STATUSES
@@ -245,9 +259,11 @@ def _rl_rows(tasks: dict[str, Task], all_cands: list[Candidate], verdicts: dict[
                 prompt = task_prompt(task, backend, cfg, has_prose(attempt)) + [
                     Message("assistant", attempt),
                     Message("user", feedback_turn(verdicts[c.candidate_id]))]
-                rows.append(RlRow(content_hash("rl-repair", c.candidate_id), tid, prompt,
-                                  reference_for(task, backend), task.input_specs, backend,
-                                  task.level, "repair", fb, splits[tid]))
+                rows.append(RlRow(row_id=content_hash("rl-repair", c.candidate_id), task_id=tid,
+                                  prompt=prompt, reference=reference_for(task, backend),
+                                  input_specs=input_specs_for(task, backend), backend=backend,
+                                  level=task.level, kind="repair", feedback=fb,
+                                  split=splits[tid]))
     return rows
 
 
@@ -284,10 +300,14 @@ def _repair_rows(tasks: dict[str, Task], all_cands: list[Candidate],
                     verdicts[chain[i - 1].candidate_id], explain=has_prose(answer))))
             messages.append(Message("assistant", answer))
         rows.append((RepairRow(
-            content_hash("repair", *(c.candidate_id for c in chain)), leaf.task_id, messages,
-            [verdicts[c.candidate_id].reward for c in chain],
-            [verdicts[c.candidate_id].status for c in chain], leaf.backend, final.status,
-            splits[leaf.task_id]), mutant_kind(chain[0]) if chain[0].generator.startswith(
+            row_id=content_hash("repair", *(c.candidate_id for c in chain)),
+            task_id=leaf.task_id, messages=messages,
+            turn_rewards=[verdicts[c.candidate_id].reward for c in chain],
+            turn_statuses=[verdicts[c.candidate_id].status for c in chain],
+            backend=leaf.backend, final_status=final.status, split=splits[leaf.task_id],
+            final_reward=final.reward, final_speedup=final.speedup,
+            final_runtime_us=final.runtime_us, final_runtime_iqr_us=final.runtime_iqr_us,
+            eager_us=final.eager_us), mutant_kind(chain[0]) if chain[0].generator.startswith(
                 "mutate:") else None))
     return [row for row, _kind in spread_kinds(rows, lambda r: r[1])]
 
@@ -304,12 +324,15 @@ def pair_side(cand: Candidate) -> list[Message]:
 def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
                      verdicts: dict[str, Verdict], splits: dict[str, str],
                      cfg: Config) -> list[PreferenceRow]:
-    """Correct over incorrect, or faster over >= MIN_SPEEDUP slower on the same device.
+    """Correct over incorrect, or faster over >= MIN_SPEEDUP slower on the same device; the
+    chosen side is always at least `select.min_speedup` times faster than eager.
 
     Both sides are bare code, never identical, code similarity at most MAX_SIMILARITY; mutants
     enter only when `mutant_configs` gives them to this config.
     """
     pairs_per_task = cfg.publish.preference_pairs_per_task
+    min_speedup = cfg.select.min_speedup
+    unstable = unstable_timings(all_cands, verdicts)
     owner = mutant_configs(all_cands, verdicts)
     groups: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
     for c in all_cands:
@@ -318,16 +341,20 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
     rows = []
     for (tid, _backend), cands in sorted(groups.items()):
         rank = sorted(cands, key=lambda c: (-verdicts[c.candidate_id].reward, c.candidate_id))
-        chosen = [c for c in rank if verdicts[c.candidate_id].status in CORRECT_STATUSES
-                  and not c.generator.startswith("mutate:")]
+        chosen = [c for c in rank if meets_speedup(verdicts[c.candidate_id], min_speedup)
+                  and not c.generator.startswith("mutate:") and c.candidate_id not in unstable]
+        correct = [c for c in rank if verdicts[c.candidate_id].status in CORRECT_STATUSES
+                   and not c.generator.startswith("mutate:")]
         if not chosen:
             continue
         incorrect = [c for c in rank if verdicts[c.candidate_id].status not in CORRECT_STATUSES]
-        slow = sorted(chosen[1:], key=lambda c: (-(verdicts[c.candidate_id].runtime_us or 0),
-                                                 c.candidate_id))
+        slow = sorted((c for c in correct if c is not chosen[0]
+                       and c.candidate_id not in unstable),
+                      key=lambda c: (-(verdicts[c.candidate_id].runtime_us or 0), c.candidate_id))
         task, made, used = tasks[tid], 0, set()
         seen_code: set[tuple[str, str]] = set()  # the same two programs under other ids
-        for rej in incorrect + slow:
+        # speed pairs (a slower correct sibling) and correctness pairs take turns, speed first
+        for rej in alternate(slow, incorrect):
             if made >= pairs_per_task:
                 break
             rv = verdicts[rej.candidate_id]
@@ -347,10 +374,10 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
             seen_code.add(key)
             wv = verdicts[win.candidate_id]
             rows.append(PreferenceRow(
-                content_hash("preference", win.candidate_id, rej.candidate_id), tid,
-                task_prompt(task, win.backend, cfg, reasoning=False), pair_side(win),
-                pair_side(rej),
-                wv.reward, rv.reward, wv.status, rv.status, splits[tid]))
+                row_id=content_hash("preference", win.candidate_id, rej.candidate_id),
+                task_id=tid, prompt=task_prompt(task, win.backend, cfg, reasoning=False),
+                chosen=pair_side(win), rejected=pair_side(rej), split=splits[tid],
+                **side_numbers(wv, rv)))
             made += 1
     return rows
 
@@ -417,8 +444,16 @@ def build_datasets(tasks: list[Task], candidates: list[Candidate], verdicts: lis
               and vmap[c.candidate_id].status in CORRECT_STATUSES]
     if cfg.verify.generalize:  # an answer taught as correct was also correct at other sizes
         chosen = [c for c in chosen if generalisation_checked(vmap[c.candidate_id])]
+    # sft teaches, per task, the fastest teacher kernel that passed every gate (its slower
+    # siblings feed preference pairs)
+    taught = [c for c in cands if _is_teacher(c) and c.candidate_id in vmap
+              and meets_speedup(vmap[c.candidate_id], cfg.select.min_speedup)
+              and (not cfg.verify.generalize or generalisation_checked(vmap[c.candidate_id]))]
+    unstable = unstable_timings(cands, vmap)  # a speed label must rest on a timing that held
+    answers = fastest_per_task((c, vmap[c.candidate_id]) for c in taught
+                               if c.candidate_id not in unstable)
     rows: dict[str, list] = {
-        "sft": _sft_rows(task_map, chosen, vmap, splits, cfg),
+        "sft": _sft_rows(task_map, answers, vmap, splits, cfg),
         "rft": _rft_rows(task_map, _rft_selection(cands, verdicts, cfg), cands, vmap, splits,
                          cfg),
         "rl": _rl_rows(task_map, cands, vmap, splits, cfg),
@@ -427,9 +462,11 @@ def build_datasets(tasks: list[Task], candidates: list[Candidate], verdicts: lis
         "review": review_rows(task_map, cands, vmap, splits),
         "perf_analysis": perf_rows(task_map, chosen, vmap, splits),
     }
+    splits = with_validation(rows, splits, task_map)
     out = {"tasks": tasks_table(list(task_map.values()), splits)}
     for name, items in rows.items():
         unique = {r.row_id: r for r in items}  # the same pair or chain reached twice is one row
         out[name] = ROW_TYPES[name].to_arrow(
-            [replace(unique[k], **provenance(task_map[unique[k].task_id])) for k in sorted(unique)])
+            [replace(unique[k], split=splits[unique[k].task_id],
+                     **provenance(task_map[unique[k].task_id])) for k in sorted(unique)])
     return {name: out[name] for name in CONFIGS}

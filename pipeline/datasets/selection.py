@@ -167,6 +167,26 @@ def kernel_distance(code_a: str, code_b: str) -> float:
     return TOKEN_SHARE * token_d + (1.0 - TOKEN_SHARE) * feature_d
 
 
+def meets_speedup(v: Verdict, min_speedup: float) -> bool:
+    """A correct verdict measured at least `min_speedup` times faster than eager (with 0, any
+    correct verdict; an untimed one never passes a positive gate)."""
+    if v.status not in CORRECT_STATUSES:
+        return False
+    return min_speedup <= 0 or (v.speedup is not None and v.speedup >= min_speedup)
+
+
+def fastest_per_task(items: Iterable[tuple[Candidate, Verdict]]) -> list[Candidate]:
+    """Per (task, backend), the candidate with the highest measured speedup (then reward, id)."""
+    best: dict[tuple[str, str], tuple[Candidate, Verdict]] = {}
+    for c, v in items:
+        key = (c.task_id, c.backend)
+        cur = best.get(key)
+        rank = (v.speedup or 0.0, v.reward, c.candidate_id)
+        if cur is None or rank > (cur[1].speedup or 0.0, cur[1].reward, cur[0].candidate_id):
+            best[key] = (c, v)
+    return [best[k][0] for k in sorted(best)]
+
+
 def correct_pool(candidates: Iterable[Candidate],
                  verdicts: Iterable[Verdict]) -> dict[str, list[tuple[Candidate, Verdict]]]:
     """Verified-correct candidates grouped by task (mutations excluded: they carry bugs)."""

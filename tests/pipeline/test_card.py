@@ -187,3 +187,21 @@ def test_tasks_without_a_license_take_their_modules_at_publish(workspace: Worksp
     rej = [r for r in workspace.read(Rejection) if r.stage == "publish"]
     assert [(r.item_id, r.reason) for r in rej] == [(tasks[1].task_id,
                                                      "license_not_allowed: GPL-2.0")]
+
+
+def test_card_claims_only_what_was_measured(workspace: Workspace) -> None:
+    tasks, cands, verdicts = pool(6)
+    for v in verdicts:  # this version timed no torch.compile baseline
+        v.compiled_us = v.speedup_compiled = None
+    run = workspace.new_run("r1")
+    for records in (raw_modules(tasks), tasks, cands, verdicts, rejections()):
+        run.write(records)
+    path = publish_workspace(workspace, Config(workspace=str(workspace.root)))
+    text = DatasetCard.load(path / "README.md").text
+    assert "torch.compile was not timed for this version" in text
+    assert "timing against eager and torch.compile" not in text
+    assert "correct fast kernel (chosen)" not in text
+    assert "`speed` pairs two correct kernels" in text
+    # sample metrics say whose samples they are (the synthetic pool's are `llm:qwen`)
+    assert re.search(r"pass@k, avg@k and fast_p are over the sampled responses \(`llm:qwen`\)",
+                     text)

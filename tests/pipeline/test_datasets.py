@@ -9,9 +9,16 @@ import pytest
 from pipeline.candidates.prompts import CODE_ONLY_RULE, REASONING_RULE, answer_format_problems
 from pipeline.candidates.repair import feedback_turn
 from pipeline.config import Config
-from pipeline.datasets.pairs import code_similarity, fix_label, has_margin, mutant_configs
+from pipeline.datasets.pairs import (
+    code_similarity,
+    fix_label,
+    has_margin,
+    mutant_configs,
+    normalise_code,
+    unstable_timings,
+)
 from pipeline.datasets.rows import CONFIGS, assign_splits, build_datasets, config_schema
-from pipeline.datasets.selection import select_diverse
+from pipeline.datasets.selection import meets_speedup, select_diverse
 from schemas import Message, Verdict
 from tests.pipeline.ks_synthetic import candidate, kernel_code, make_task, pool, verdict
 from verifier.protocol import CORRECT_STATUSES
@@ -71,11 +78,11 @@ def test_sft_and_rft_rows_are_trl_conversations(built: tuple) -> None:
         assert roles[-1] == "assistant" and "user" in roles
         assert "class ModelNew" in row["messages"][-1]["content"]
     assert any("Plan for the cuda backend" in r["messages"][-1]["content"] for r in sft)
-    selected = set(built[3])
-    assert {r["candidate_id"] for r in sft} <= selected
-    # rft is selected among sampled responses only, so teacher kernels cannot crowd them out
+    # rft is selected among sampled responses only, so teacher kernels cannot crowd them out,
+    # and only among those at least select.min_speedup (1.0) faster than eager
     sampled = [c for c in built[1] if c.generator.startswith("llm:")]
-    assert {r["candidate_id"] for r in rft} == set(select_diverse(sampled, built[2], 4, 0.5))
+    fast = [v for v in built[2] if meets_speedup(v, 1.0)]
+    assert {r["candidate_id"] for r in rft} == set(select_diverse(sampled, fast, 4, 0.5))
 
 
 def test_rft_group_statistics_match_the_sample_group(built: tuple) -> None:
@@ -159,7 +166,10 @@ def test_review_skips_mutations_that_still_verify_correct() -> None:
             v.status = "correct_slow"
     tables = build_datasets(tasks, cands, verdicts, [], Config())
     assert tables["review"].num_rows == 0
-    assert tables["sft"].num_rows == 0 and tables["perf_analysis"].num_rows == 0
+    assert tables["perf_analysis"].num_rows == 0
+    gen = {c.candidate_id: c.generator for c in cands}
+    sft = tables["sft"].to_pylist()
+    assert sft and all(gen[r["candidate_id"]].startswith("template:") for r in sft)
 
 
 def test_perf_analysis_explains_the_bottleneck(built: tuple) -> None:
@@ -435,3 +445,102 @@ def test_answer_format_problems_flags_both_mismatches() -> None:
                       Message("user", feedback_turn(Verdict("c", "t", "incorrect", "correctness", "cpu")))]
     assert answer_format_problems(explain + [Message("assistant", code)]) == [
         "turn 4: asked for an explanation, answered with bare code"]
+
+
+def test_every_row_keeps_its_verdicts_numbers_by_name(built: tuple) -> None:
+    vmap = {v.candidate_id: v for v in built[2]}
+    fields = ("reward", "speedup", "runtime_us", "runtime_iqr_us", "eager_us")
+    for config in ("sft", "rft", "perf_analysis"):
+        rows = _rows(built, config)
+        assert rows, config
+        for row in rows:
+            v = vmap[row["candidate_id"]]
+            assert v.status in CORRECT_STATUSES
+            assert {f: row[f] for f in fields} == {f: getattr(v, f) for f in fields}, config
+            assert row["reward"] > 0 and row["speedup"] and row["runtime_us"] and row["eager_us"]
+    by_code: dict[tuple[str, str], list[tuple]] = {}  # the pool repeats a code under two ids
+    for c in built[1]:
+        v = vmap[c.candidate_id]
+        by_code.setdefault((c.task_id, c.code.rstrip()), []).append(
+            (v.reward, v.speedup, v.runtime_us, v.runtime_iqr_us))
+    for row in _rows(built, "preference"):
+        for side in ("chosen", "rejected"):
+            code = row[side][0]["content"].removeprefix("```python\n").removesuffix("\n```")
+            got = tuple(row[f"{side}_{f}"] for f in ("reward", "speedup", "runtime_us",
+                                                     "runtime_iqr_us"))
+            assert got in by_code[(row["task_id"], code)]
+        assert row["chosen_speedup"] and row["chosen_runtime_us"] and row["eager_us"]
+        both = row["rejected_status"] in CORRECT_STATUSES
+        assert row["kind"] == ("speed" if both else "correctness")
+    for row in _rows(built, "repair"):
+        assert row["final_reward"] == row["turn_rewards"][-1] > 0
+        assert row["final_speedup"] and row["final_runtime_us"] and row["eager_us"]
+
+
+def test_min_speedup_gates_sft_rft_and_the_chosen_side(built: tuple) -> None:
+    tasks, cands, verdicts, selected, _ = built
+    vmap = {v.candidate_id: v for v in verdicts}
+    for gate in (1.0, 1.5):
+        cfg = Config.model_validate({"select": {"min_speedup": gate}})
+        tables = build_datasets(tasks, cands, verdicts, selected, cfg)
+        sft, rft = tables["sft"].to_pylist(), tables["rft"].to_pylist()
+        assert sft and rft
+        assert all(r["speedup"] >= gate for r in sft + rft)
+        assert all(r["chosen_speedup"] >= gate for r in tables["preference"].to_pylist())
+        # sft: one answer per task, the fastest correct teacher kernel
+        assert len({r["task_id"] for r in sft}) == len(sft)
+        for r in sft:
+            siblings = [vmap[c.candidate_id].speedup for c in cands if c.task_id == r["task_id"]
+                        and c.generator.startswith("template:")
+                        and vmap[c.candidate_id].status in CORRECT_STATUSES]
+            assert r["speedup"] == max(siblings)
+    slow = Config.model_validate({"select": {"min_speedup": 0.0}})
+    rows = build_datasets(tasks, cands, verdicts, selected, slow)["rft"].to_pylist()
+    assert any(r["speedup"] < 1.0 for r in rows)  # the gate, not the pool, removed them
+
+
+def test_speed_pairs_take_turns_with_correctness_pairs(built: tuple) -> None:
+    rows = _rows(built, "preference")
+    speed = [r for r in rows if r["kind"] == "speed"]
+    assert len(speed) * 3 >= len(rows) and len(speed) < len(rows)
+    for r in speed:  # both sides correct, and the margin holds across both spreads
+        lo = r["rejected_runtime_us"] - r["rejected_runtime_iqr_us"] / 2
+        hi = r["chosen_runtime_us"] + r["chosen_runtime_iqr_us"] / 2
+        assert r["rejected_status"] in CORRECT_STATUSES and lo >= 1.2 * hi
+
+
+def test_a_timing_that_did_not_repeat_labels_nothing() -> None:
+    tasks, cands, verdicts = _pair_pool(3.0, 1.0)
+    fast = cands[0]
+    # the same program verified again (another id: a repair turn) at a third of the speed
+    again = candidate(tasks[0], "repair:fix", fast.code + "\n", parent=cands[1], turn=1)
+    redo = verdict(again, "correct_fast", 1.05, 2.05)
+    assert unstable_timings(cands + [again], {v.candidate_id: v for v in verdicts + [redo]}) \
+        == {fast.candidate_id, again.candidate_id}
+    assert _prefs(tasks, cands + [again], verdicts + [redo]) == []
+    assert len(_prefs(tasks, cands, verdicts)) == 1  # the same pool, timed once, makes its pair
+
+
+def test_rft_preference_and_review_each_have_validation_rows() -> None:
+    tasks, cands, verdicts = pool(n_tasks=6)
+    cfg = Config.model_validate({"publish": {"validation_fraction": 0.01}})
+    tables = build_datasets(tasks, cands, verdicts, select_diverse(cands, verdicts, 3, 0.5), cfg)
+    cluster = {t.task_id: t.dedup_cluster for t in tasks}
+    side: dict[str, str] = {}
+    for name in ("rft", "preference", "review"):
+        rows = tables[name].to_pylist()
+        assert {r["split"] for r in rows} == {"train", "validation"}, name
+    for name, table in tables.items():  # one side per cluster across every config
+        for r in table.select(["task_id", "split"]).to_pylist():
+            assert side.setdefault(cluster[r["task_id"]], r["split"]) == r["split"], name
+
+
+def test_perf_analysis_has_one_row_per_distinct_kernel(built: tuple) -> None:
+    tasks, cands, verdicts, _, _ = built
+    every = [c.candidate_id for c in cands]  # the repair reverts repeat template kernels
+    rows = build_datasets(tasks, cands, verdicts, every, Config())["perf_analysis"].to_pylist()
+    code = {c.candidate_id: normalise_code(c.code) for c in cands}
+    keys = [(r["task_id"], code[r["candidate_id"]]) for r in rows]
+    assert rows and len(keys) == len(set(keys))
+    advice = [r["messages"][-1]["content"].split("Next optimization:")[1] for r in rows]
+    assert len(set(advice)) > 1

@@ -405,13 +405,13 @@ def test_template_style_patterns() -> None:
 
 
 def test_kinds_are_dealt_least_used_first() -> None:
-    # eight correct kernels that differ only in a comment: each gets one mutant, and the kinds
-    # go round instead of the commonest (a cast, a bound) repeating
+    # eight correct sampled kernels that differ only in a comment: each gets one mutant, and
+    # the kinds go round instead of the commonest (a cast, a bound) repeating
     cands, verdicts = [], []
     for i in range(8):
         code = CPU_CANDIDATE + f"\n# copy {i}\n"
         c = Candidate(candidate_id=Candidate.make_id("t1", "cpu", code), task_id="t1",
-                      backend="cpu", generator="template:reduction/omp", code=code)
+                      backend="cpu", generator="import:demo", code=code)
         cands.append(c)
         verdicts.append(Verdict(candidate_id=c.candidate_id, task_id="t1",
                                 status="correct_slow", stage="done", backend="cpu"))
@@ -467,3 +467,17 @@ def test_kernels_whose_mutants_verified_correct_get_other_kinds() -> None:
     verdicts.append(Verdict(candidate_id=made[-1].candidate_id, task_id="t1",
                             status="correct_slow", stage="done", backend="cpu"))
     assert mutate_candidates([_task()], [cand, *made], verdicts, cfg) == []  # 1 x 3 rounds
+
+
+def test_only_the_fastest_template_variant_of_a_task_is_mutated() -> None:
+    cands, verdicts = [], []
+    for i, speedup in enumerate((0.5, 2.0, 1.1)):
+        code = CPU_CANDIDATE + f"\n# variant {i}\n"
+        c = Candidate(candidate_id=Candidate.make_id("t1", "cpu", code), task_id="t1",
+                      backend="cpu", generator=f"template:reduction/cpu-v{i}", code=code)
+        cands.append(c)
+        verdicts.append(Verdict(candidate_id=c.candidate_id, task_id="t1", status="correct_fast",
+                                stage="done", backend="cpu", speedup=speedup))
+    out = mutate_candidates([_task()], cands, verdicts, GenerateConfig(mutations_per_kernel=1))
+    assert len(out) == 1
+    assert out[0].meta_dict()["fix_candidate_id"] == cands[1].candidate_id

@@ -158,3 +158,21 @@ def test_run_repair_writes_turns_and_is_idempotent(workspace: Workspace) -> None
     again = run_repair(workspace, workspace.new_run("r3"), cfg)
     assert again.get("candidates", 0) == 0
     assert len(workspace.read(Candidate)) == 3
+
+
+def test_fix_explanation_is_checked_against_the_diff() -> None:
+    from pipeline.candidates.repair import fix_explanation
+
+    fixed = "a = 1\ny = x[i * n + j]\nz = 3\n"
+    buggy = "a = 1\ny = x[j * n + i]\nz = 3\n"
+    right = {"bug_line": 7, "bug_description": "index `[j * n + i]` uses the wrong stride",
+             "mutation": "wrong_stride"}
+    text = fix_explanation(buggy, fixed, right)
+    # the line number and both texts come from the diff, not from a stale label
+    assert text.startswith("The bug is on line 2: index `[j * n + i]` uses the wrong stride.")
+    assert "```\ny = x[j * n + i]\n```\nand it should read\n```\ny = x[i * n + j]\n```" in text
+    # a description that quotes the correct code as the bug reads backwards: not repeated
+    backwards = dict(right, bug_description="index `[i * n + j]` uses the wrong stride")
+    text = fix_explanation(buggy, fixed, backwards)
+    assert "`[i * n + j]` uses the wrong stride" not in text
+    assert "line 2: the line was changed (wrong_stride)" in text

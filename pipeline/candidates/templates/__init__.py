@@ -49,7 +49,11 @@ class TemplateKernel:
                            "params": self.params, "reasoning": self.reasoning}, sort_keys=True)
 
 
-def _variant_name(backend: str, params: dict) -> str:
+def _variant_name(backend: str, params: dict, strategy: str = "") -> str:
+    if strategy:  # CPU: the strategy family and the per-op choices that change the code
+        parts = [strategy] + [it["variant"] for it in params.get("matmul", [])
+                              if it["variant"] != "cpu_ikj"]
+        return (backend + "-" + "-".join(dict.fromkeys(parts)))[:80]
     parts = []
     for fam, items in sorted(params.items()):
         for it in items:
@@ -75,6 +79,7 @@ def template_kernels(view: TaskView, backend: str, variants: int = 3) -> list[Te
     """Distinct template kernels for a task; raise NoTemplate(reason) when none fits."""
     from pipeline.candidates.templates.explain import reasoning
     from pipeline.candidates.templates.lower import lower
+    from pipeline.candidates.templates.program import CPU_STRATEGIES
 
     if backend not in BACKENDS:
         raise NoTemplate(f"unknown backend {backend}")
@@ -93,8 +98,9 @@ def template_kernels(view: TaskView, backend: str, variants: int = 3) -> list[Te
         if built.code in seen:
             continue
         seen.add(built.code)
+        strategy = CPU_STRATEGIES[v % len(CPU_STRATEGIES)] if backend == "cpu" else ""
         out.append(TemplateKernel(view.task_id, backend, built.family,
-                                  _variant_name(backend, built.params), built.code,
+                                  _variant_name(backend, built.params, strategy), built.code,
                                   reasoning(view, graph, summary, built, backend),
                                   built.params))
     return out

@@ -325,28 +325,32 @@ __global__ void {kname}_kernel({ptr_params}, {out_t}* __restrict__ out, int64_t 
                "16-byte loads)" if vec else
                f"a grid-stride loop with {threads} threads per block" +
                ("" if flat else ", reading each operand through its broadcast strides"))
+    elif b.simd and _row_form(flat, out_strided, strides, out_shape):
+        src, how = _cpu_rows(kname, efn, decl, in_types, out_t, strides, out_shape, acc,
+                             out_dtype, len(leaves))
     else:
         ptr_decls = "\n    ".join(f"const {t}* __restrict__ in{k} = (const {t}*)a{k}.data_ptr();"
                                    for k, t in enumerate(in_types))
+        simd = "#pragma omp simd\n        " if b.simd and flat else ""
         src = efn + f"""{decl} {{
     {ptr_decls}
     {out_t}* __restrict__ out = ({out_t}*)out_t_.data_ptr();
     const int64_t n = out_t_.numel();
-    // chunks of {CPU_CHUNK} elements, the count rounded up so the last, partial chunk is done
+    // OpenMP shares out chunks of {CPU_CHUNK} elements (24 KiB of fp32, an L1's worth)
     const int64_t chunk = {CPU_CHUNK};
     const int64_t chunks = (n + chunk - 1) / chunk;
     #pragma omp parallel for schedule(static)
     for (int64_t ch = 0; ch < chunks; ++ch) {{
         const int64_t end = std::min(n, (ch + 1) * chunk);
-        for (int64_t i = ch * chunk; i < end; ++i) {{
+        {simd}for (int64_t i = ch * chunk; i < end; ++i) {{
             {offset_code.replace(chr(10), chr(10) + "    ")}
             {store}
         }}
     }}
 }}
 """.replace("torch::Tensor out,", "torch::Tensor out_t_,", 1)
-        how = (f"an OpenMP-parallel loop over chunks of {CPU_CHUNK} output elements (the chunk "
-               "count rounded up), each a contiguous inner loop" + (
+        how = (f"an OpenMP-parallel loop over chunks of {CPU_CHUNK} output elements, each a "
+               + ("vectorised (`omp simd`) " if simd else "") + "contiguous inner loop" + (
                    "" if flat else " reading each operand through its broadcast strides"))
     # "fused" only when the kernel computes several ops in one pass
     what = (f"Fused elementwise kernel for [{ops}]" if len(members) > 1
@@ -366,6 +370,48 @@ __global__ void {kname}_kernel({ptr_params}, {out_t}* __restrict__ out, int64_t 
     b.env[root.name] = var
     b.params.setdefault("elementwise", []).append(
         {"threads": threads, "vectorized": vec, "broadcast": not flat, "ops": len(members)})
+
+
+def _row_form(flat: bool, out_strided: bool, strides: list[list[int]], shape: list[int]) -> bool:
+    """A broadcast chain whose operands are contiguous or broadcast along the last dim, which
+    is long enough to vectorise: one offset computation per row, a simd loop along it."""
+    return (not flat and not out_strided and len(shape) >= 2 and shape[-1] >= 16
+            and all(st[-1] in (0, 1) for st in strides))
+
+
+def _cpu_rows(kname: str, efn: str, decl: str, in_types: list[str], out_t: str,
+              strides: list[list[int]], shape: list[int], acc: str, out_dtype: str,
+              n_in: int) -> tuple[str, str]:
+    """CPU text of a broadcast chain as rows: operand offsets once per row, then a vectorised
+    loop along the last dim (stride 1, or 0 for an operand broadcast along it)."""
+    offset_code, offs = _offset_code(strides, shape, "i")
+    loads = ", ".join(f"({acc})in{k}[{offs[k]}{' + j' if strides[k][-1] else ''}]"
+                      for k in range(n_in))
+    value = f"{kname}_op({loads})"
+    store = (f"out[i + j] = ({out_t})({value});" if out_dtype != "bool"
+             else f"out[i + j] = {value} != 0;")
+    ptr_decls = "\n    ".join(f"const {t}* __restrict__ in{k} = (const {t}*)a{k}.data_ptr();"
+                               for k, t in enumerate(in_types))
+    src = efn + f"""{decl} {{
+    {ptr_decls}
+    {out_t}* __restrict__ out = ({out_t}*)out_t_.data_ptr();
+    const int64_t L = {shape[-1]};
+    const int64_t rows = out_t_.numel() / L;
+    #pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {{
+        const int64_t i = r * L;
+        {offset_code}
+        #pragma omp simd
+        for (int64_t j = 0; j < L; ++j) {{
+            {store}
+        }}
+    }}
+}}
+""".replace("torch::Tensor out,", "torch::Tensor out_t_,", 1)
+    how = ("an OpenMP loop over rows of the last dimension: each operand's offset is computed "
+           "once per row, then a vectorised (`omp simd`) loop runs along the row (operands "
+           "broadcast along it are read once)")
+    return src, how
 
 
 ACTIVATIONS = {"relu", "leaky_relu", "gelu", "sigmoid", "tanh", "silu", "mish", "hardswish",

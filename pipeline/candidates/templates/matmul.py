@@ -221,6 +221,55 @@ void NAME(torch::Tensor a, torch::Tensor b, torch::Tensor bias_, torch::Tensor c
 }
 """
 
+_CPU_PACKED = r"""
+void NAME(torch::Tensor a, torch::Tensor b, torch::Tensor bias_, torch::Tensor c, bool has_bias,
+          int64_t batch, int64_t M, int64_t N, int64_t K, int64_t sab, int64_t sam, int64_t sak,
+          int64_t sbb, int64_t sbk, int64_t sbn, int64_t scb, int64_t scm, int64_t scn,
+          double alpha, double beta) {
+    const A_T* A = (const A_T*)a.data_ptr();
+    const B_T* B = (const B_T*)b.data_ptr();
+    const C_T* bias = has_bias ? (const C_T*)bias_.data_ptr() : nullptr;
+    C_T* C = (C_T*)c.data_ptr();
+    // B packed once per batch into a dense K x N panel, so every inner loop reads it with stride
+    // 1 whatever B's layout (a transposed nn.Linear weight included)
+    std::vector<float> Bp((size_t)K * N);
+    for (int64_t bt = 0; bt < batch; ++bt) {
+        if (bt == 0 || sbb != 0) {
+            #pragma omp parallel for schedule(static)
+            for (int64_t k = 0; k < K; ++k)
+                for (int64_t j = 0; j < N; ++j) Bp[k * N + j] = (float)B[bt * sbb + k * sbk + j * sbn];
+        }
+        #pragma omp parallel for schedule(static)
+        for (int64_t i0 = 0; i0 < M; i0 += 4) {
+            // 4 rows of C at a time: each packed B row loaded once feeds 4 FMAs per element
+            const int64_t rows = std::min<int64_t>(4, M - i0);
+            std::vector<float> acc(4 * N, 0.f);
+            for (int64_t k0 = 0; k0 < K; k0 += KB) {  // a KB x N panel of B stays in cache
+                const int64_t k1 = std::min<int64_t>(K, k0 + KB);
+                for (int64_t k = k0; k < k1; ++k) {
+                    const float* __restrict__ brow = Bp.data() + k * N;
+                    for (int64_t r = 0; r < rows; ++r) {
+                        const float av = (float)A[bt * sab + (i0 + r) * sam + k * sak];
+                        float* __restrict__ out = acc.data() + r * N;
+                        #pragma omp simd
+                        for (int64_t j = 0; j < N; ++j) out[j] += av * brow[j];
+                    }
+                }
+            }
+            for (int64_t r = 0; r < rows; ++r) {
+                const int64_t i = i0 + r;
+                #pragma omp simd
+                for (int64_t j = 0; j < N; ++j) {
+                    float v = (float)alpha * acc[r * N + j];
+                    if (bias) v += (float)beta * (float)bias[bt * scb + i * scm + j * scn];
+                    C[(bt * M + i) * N + j] = (C_T)v;
+                }
+            }
+        }
+    }
+}
+"""
+
 _DECL = ("void NAME(torch::Tensor a, torch::Tensor b, torch::Tensor bias, torch::Tensor c, "
          "bool has_bias, int64_t batch, int64_t M, int64_t N, int64_t K, int64_t sab, "
          "int64_t sam, int64_t sak, int64_t sbb, int64_t sbk, int64_t sbn, int64_t scb, "
@@ -289,7 +338,14 @@ def lower_matmul(b: Builder, node: Node) -> None:
     a_t, b_t, c_t = ctype(am["dtype"]), ctype(bm["dtype"]), ctype(out_dtype)
     half = am["dtype"] in ("float16", "bfloat16") and bm["dtype"] == am["dtype"]
     k_name = f"gemm{len(b.kernels)}"
-    if not b.cuda:
+    if b.simd:
+        kb = 64 if b.cpu_strategy == "simd" else 256  # the K block: a tuning parameter
+        tpl = _CPU_PACKED.replace("KB", str(kb))
+        how = (f"B packed once per batch into a dense K x N fp32 panel; OpenMP over blocks of 4 "
+               f"rows of C, K blocked by {kb} so the B panel stays in cache, and a vectorised "
+               "(`omp simd`) fp32 inner loop along N in which each B element feeds 4 rows")
+        variant = f"cpu_packed_kb{kb}"
+    elif not b.cuda:
         tpl, how = _CPU, ("OpenMP over the output rows with a double row accumulator; i-k-j "
                           "order when B's rows are contiguous, k-contiguous dot products when B "
                           "is a transposed weight, so the innermost loop never strides")

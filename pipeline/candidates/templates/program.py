@@ -120,6 +120,18 @@ class Built:
     params: dict
 
 
+# CPU strategy families, picked by `variant % 3` (every family module reads `Builder.simd`):
+# `simd` contiguous inner loops under `#pragma omp simd` built for the host's vector ISA, with
+# glibc's vector math (libmvec) for exp/log/tanh...; `omp` plain OpenMP loops at -O3 (the first
+# teacher's kernels); `simd_fastmath` the simd loops with -ffast-math (reassociated reductions,
+# no NaN/inf guarantees: the verifier decides whether the answer still holds).
+CPU_STRATEGIES = ("simd", "omp", "simd_fastmath")
+CPU_CFLAGS = {
+    "omp": ["-O3", "-fopenmp"],
+    "simd": ["-O3", "-march=native", "-fno-math-errno", "-fopenmp"],
+    "simd_fastmath": ["-O3", "-march=native", "-ffast-math", "-fopenmp"],
+}
+
 FAMILY_ORDER = ("matmul", "conv", "conv_transpose", "attention", "norm", "softmax", "pooling",
                 "loss", "scan", "embedding", "reduction", "broadcast", "activation", "elementwise",
                 "shape", "other")
@@ -147,6 +159,16 @@ class Builder:
     @property
     def cuda(self) -> bool:
         return self.backend != "cpu"
+
+    @property
+    def cpu_strategy(self) -> str:
+        """The CPU strategy family of this variant ("" on GPU backends)."""
+        return "" if self.cuda else CPU_STRATEGIES[self.variant % len(CPU_STRATEGIES)]
+
+    @property
+    def simd(self) -> bool:
+        """CPU kernels with vectorised (`omp simd`) contiguous inner loops."""
+        return self.cpu_strategy.startswith("simd")
 
     def node(self, name: str) -> Node:
         return self.graph.by_name[name]
@@ -243,7 +265,7 @@ def render(b: Builder) -> str:
     body = tidy.drop_unused_macros(body)
     # a template slot left empty (no offset code) must not leave a blank line in a loop
     body = re.sub(r"[ \t]+\n", "\n", re.sub(r"\{\n[ \t]*\n", "{\n", body))
-    header = tidy.header(body, b.cuda)
+    header = tidy.header(body, b.cuda) + (tidy.vector_math(body) if b.simd else "")
     decls = "\n".join(k.decl + ";" for k in b.kernels)
     digest = hashlib.sha256((header + body + b.backend).encode()).hexdigest()[:12]
     names = ", ".join(repr(k.name) for k in b.kernels)
@@ -259,7 +281,8 @@ def render(b: Builder) -> str:
         build = (
             f'_ext = load_inline(\n    name="ks_tpl_{digest}",\n    cpp_sources=[KERNELS],\n'
             f"    functions=[{names}],\n"
-            '    extra_cflags=["-O3", "-fopenmp"],\n    extra_ldflags=["-fopenmp"],\n'
+            f"    extra_cflags={CPU_CFLAGS[b.cpu_strategy]!r},\n".replace("'", '"')
+            + '    extra_ldflags=["-fopenmp"],\n'
             "    verbose=False,\n)"
         )
         sources = f'KERNELS = r"""\n{header}\n{body}"""\n'
@@ -311,5 +334,5 @@ def _binds_used(line: str, names: set[str]) -> bool:
     return True
 
 
-__all__ = ["Builder", "Built", "Kernel", "NoTemplate", "acc_type", "ctype", "fn", "lit",
+__all__ = ["CPU_STRATEGIES", "Builder", "Built", "Kernel", "NoTemplate", "acc_type", "ctype", "fn", "lit",
            "numel", "refs"]

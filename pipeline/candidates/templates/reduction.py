@@ -101,6 +101,77 @@ def _drop_index(src: str, kname: str, mapx: str) -> str:
     return "\n".join(ln for ln in src.splitlines() if not any(d in ln for d in drop)) + "\n"
 
 
+# combine steps an `omp simd reduction` clause can express, and its operator
+SIMD_COMBINE = {"v += ov;": "+", "v *= ov;": "*", "if (ov > v) v = ov;": "max",
+                "if (ov < v) v = ov;": "min"}
+
+
+def _cpu_simd(in_t: str, out_ptr: str, init: str, mapx: str, comb: str, store: str,
+              inner: int, acc: str) -> tuple[str, str]:
+    """CPU text of a value-only reduction with vectorised loops: a contiguous axis
+    (inner == 1) is one `omp simd reduction` per output; otherwise each outer slice keeps a row
+    of `inner` accumulators and adds the R rows into it with contiguous simd loops."""
+    op = SIMD_COMBINE[comb]
+    step = {"+": "v += m;", "*": "v *= m;", "max": "v = m > v ? m : v;",
+            "min": "v = m < v ? m : v;"}[op]
+    head = f"""
+typedef {acc} acc_t;
+
+void NAME(torch::Tensor x, torch::Tensor out_, torch::Tensor,
+          int64_t outer, int64_t R, int64_t inner) {{
+    const {in_t}* __restrict__ in = (const {in_t}*)x.data_ptr();
+    {out_ptr}
+"""
+    if inner == 1:
+        body = f"""    #pragma omp parallel for schedule(static)
+    for (int64_t o = 0; o < outer; ++o) {{
+        const {in_t}* __restrict__ base = in + o * R;
+        acc_t v = {init};
+        #pragma omp simd reduction({op}:v)
+        for (int64_t r = 0; r < R; ++r) {{
+            const acc_t x = (acc_t)base[r];
+            const acc_t m = {mapx};
+            {step}
+        }}
+        {store}
+    }}
+}}
+"""
+        how = (f"an OpenMP loop over the outputs, each a vectorised `omp simd reduction({op})` "
+               f"over its contiguous R elements in {acc}")
+    else:
+        body = f"""    #pragma omp parallel
+    {{
+        std::vector<acc_t> row(inner);
+        #pragma omp for schedule(static)
+        for (int64_t oo = 0; oo < outer; ++oo) {{
+            std::fill(row.begin(), row.end(), (acc_t)({init}));
+            for (int64_t r = 0; r < R; ++r) {{
+                const {in_t}* __restrict__ src = in + (oo * R + r) * inner;
+                #pragma omp simd
+                for (int64_t j = 0; j < inner; ++j) {{
+                    const acc_t x = (acc_t)src[j];
+                    const acc_t m = {mapx};
+                    acc_t v = row[j];
+                    {step}
+                    row[j] = v;
+                }}
+            }}
+            for (int64_t j = 0; j < inner; ++j) {{
+                const int64_t o = oo * inner + j;
+                const acc_t v = row[j];
+                {store}
+            }}
+        }}
+    }}
+}}
+"""
+        how = (f"an OpenMP loop over the outer slices, each adding its R contiguous rows of "
+               f"`inner` elements into a row of {acc} accumulators with vectorised (`omp simd`) "
+               "loops, so no load strides across the reduced axis")
+    return head + body, how
+
+
 def axis_attr(b: Builder, node: Node, dims: list[int] | None, nd: int) -> str | None:
     """The module attribute (`self.dim`) holding the one reduced axis, when the reduction's
     values are the task's outputs (nothing after it was traced at that axis's layout)."""
@@ -233,6 +304,8 @@ void NAME(torch::Tensor x, torch::Tensor{" out" * has_val}, torch::Tensor{" idx"
 }}
 """
         src = combine_fn + body + host
+    elif b.simd and not has_idx and comb in SIMD_COMBINE:
+        src, how = _cpu_simd(in_t, out_ptr, init, mapx, comb, store, inner, acc)
     else:
         src = combine_fn + f"""
 void NAME(torch::Tensor x, torch::Tensor{" out_" * has_val}, torch::Tensor{" idx_" * has_idx},

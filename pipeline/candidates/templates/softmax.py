@@ -153,6 +153,36 @@ void NAME(torch::Tensor x, torch::Tensor out, int64_t outer, int64_t R, int64_t 
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }}
 """
+    elif b.simd and inner == 1 and not lse:
+        # three vectorised passes over a contiguous row: max, sum of exp, write
+        value = "(v - m - ls)" if log else f"(exp{f}(v - m) * inv)"
+        if safe:
+            value = f"(m == -INFINITY ? ({k}_acc)0 : {value})"
+        scale = (f"const {k}_acc ls = log{f}(s);" if log else f"const {k}_acc inv = ({k}_acc)1 / s;")
+        src = f"typedef {acc} {k}_acc;\n" + f"""
+void NAME(torch::Tensor x, torch::Tensor out_, int64_t outer, int64_t R, int64_t inner) {{
+    const {in_t}* __restrict__ in = (const {in_t}*)x.data_ptr();
+    {out_t}* __restrict__ out = ({out_t}*)out_.data_ptr();
+    #pragma omp parallel for schedule(static)
+    for (int64_t o = 0; o < outer; ++o) {{
+        const {in_t}* __restrict__ row = in + o * R;
+        {out_t}* __restrict__ dst = out + o * R;
+        {k}_acc m = -INFINITY, s = 0;
+        #pragma omp simd reduction(max:m)
+        for (int64_t r = 0; r < R; ++r) m = ({k}_acc)row[r] > m ? ({k}_acc)row[r] : m;
+        #pragma omp simd reduction(+:s)
+        for (int64_t r = 0; r < R; ++r) s += exp{f}(({k}_acc)row[r] - m);
+        {scale}
+        #pragma omp simd
+        for (int64_t r = 0; r < R; ++r) {{
+            const {k}_acc v = ({k}_acc)row[r];
+            dst[r] = ({out_t})({value});
+        }}
+    }}
+}}
+"""
+        how = ("an OpenMP loop over rows, each three vectorised (`omp simd`) passes over its "
+               "contiguous row: the max, the sum of exp(x - max), then the write")
     else:
         src = common + f"""
 void NAME(torch::Tensor x, torch::Tensor out_, int64_t outer, int64_t R, int64_t inner) {{

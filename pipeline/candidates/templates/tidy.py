@@ -109,3 +109,20 @@ def header(body: str, cuda: bool) -> str:
 def cpu_inline(body: str) -> str:
     """CPU helpers are plain `inline` functions (the CUDA text's `HD` qualifier)."""
     return re.sub(r"\bHD\s+", "inline ", body)
+
+
+# glibc's vector math library (libmvec, linked through libm's AS_NEEDED group) has 8- and
+# 16-lane versions of these; declaring them `simd` lets `#pragma omp simd` loops call them.
+VECTOR_MATH = ("expf", "logf", "log1pf", "expm1f", "tanhf", "sinf", "cosf", "erff", "exp2f",
+               "log2f", "log10f", "tanf", "sinhf", "coshf", "atanf")
+
+
+def vector_math(body: str) -> str:
+    """`simd` declarations of the single-precision libm functions `body` calls."""
+    used = [f for f in VECTOR_MATH if re.search(rf"\b{f}\s*\(", body)]
+    if not used:
+        return ""
+    decls = "\n".join(f'extern "C" __attribute__((simd("notinbranch"))) float {f}(float) noexcept;'
+                      for f in used)
+    return ("// vector variants of the libm calls below (glibc libmvec), for the simd loops\n"
+            + decls + "\n")

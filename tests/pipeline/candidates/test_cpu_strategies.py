@@ -1,0 +1,100 @@
+"""The CPU teacher's strategy families: each task gets a simd, an omp and a fast-math variant,
+with the loops, flags and vector-math declarations their names promise."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pipeline.candidates.templates import TaskView, template_kernels
+from pipeline.candidates.templates.analysis import trace_sources
+
+HEAD = "import torch\nimport torch.nn as nn\n\n"
+SOURCES = {
+    "scale_tanh": """
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x * 2.0 + 1.0)
+def get_inputs():
+    return [torch.randn(64, 256)]
+def get_init_inputs():
+    return []
+""",
+    "div_col": """
+class Model(nn.Module):
+    def forward(self, x, s):
+        return x / s
+def get_inputs():
+    return [torch.randn(64, 256), torch.rand(64, 1) + 1.0]
+def get_init_inputs():
+    return []
+""",
+    "row_norm": """
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.sum(x * x, dim=1)
+def get_inputs():
+    return [torch.randn(64, 256)]
+def get_init_inputs():
+    return []
+""",
+    "linear": """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(128, 64)
+    def forward(self, x):
+        return self.fc(x)
+def get_inputs():
+    return [torch.randn(32, 128)]
+def get_init_inputs():
+    return []
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def kernels() -> dict[str, list]:
+    srcs = {k: HEAD + v.lstrip() for k, v in SOURCES.items()}
+    trace_sources(list(srcs.values()))
+    return {k: template_kernels(TaskView(k, k, s, s), "cpu", 3) for k, s in srcs.items()}
+
+
+def _flags(code: str) -> list[str]:
+    return re.findall(r'"(-[^"]+)"', re.search(r"extra_cflags=\[(.*?)\]", code).group(1))
+
+
+def test_every_task_gets_one_variant_per_strategy(kernels: dict[str, list]) -> None:
+    for name, ks in kernels.items():
+        strategies = [k.variant.split("-")[1] for k in ks]
+        assert strategies == ["simd", "omp", "simd_fastmath"], name
+        assert len({k.code for k in ks}) == 3, name
+        simd, omp, fast = (_flags(k.code) for k in ks)
+        assert "-march=native" in simd and "-fno-math-errno" in simd and "-ffast-math" not in simd
+        assert omp == ["-O3", "-fopenmp"]
+        assert "-ffast-math" in fast
+        assert "omp simd" in ks[0].code and "omp simd" not in ks[1].code, name
+
+
+def test_simd_elementwise_declares_vector_math_it_calls(kernels: dict[str, list]) -> None:
+    simd, omp, _ = kernels["scale_tanh"]
+    assert re.search(r'__attribute__\(\(simd\("notinbranch"\)\)\) float tanhf\(float\)', simd.code)
+    assert "notinbranch" not in omp.code
+    # the chain is one fused pass in every strategy
+    assert simd.code.count("#pragma omp parallel for") == 1
+
+
+def test_broadcast_rows_compute_offsets_once_per_row(kernels: dict[str, list]) -> None:
+    simd, omp, _ = kernels["div_col"]
+    assert "const int64_t L =" in simd.code and "for (int64_t j = 0; j < L; ++j)" in simd.code
+    assert "const int64_t L =" not in omp.code  # the per-element index arithmetic
+
+
+def test_reduction_and_matmul_strategies(kernels: dict[str, list]) -> None:
+    simd = kernels["row_norm"][0]
+    assert "#pragma omp simd reduction(+:v)" in simd.code
+    packed = [k for k in kernels["linear"] if "cpu_packed" in k.variant]
+    assert {k.variant.split("-")[-1] for k in packed} == {"cpu_packed_kb64", "cpu_packed_kb256"}
+    assert all("Bp[k * N + j]" in k.code for k in packed)
+    assert "cpu_packed" not in kernels["linear"][1].variant
