@@ -60,13 +60,14 @@ class Referee:
         self.fds = mine  # the referee sends its arena's descriptor here (SCM_RIGHTS)
         self.buf = b""
 
-    def request(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def request(self, op: str, args: dict[str, Any], **extra: Any) -> dict[str, Any]:
         """One operation's reply (RuntimeError when the referee fails or reports an error)."""
         if self.proc is None or self.proc.poll() is not None:
             self._start()
         assert self.proc is not None and self.proc.stdin is not None
         try:
-            self.proc.stdin.write((json.dumps({"op": op, "args": args}) + "\n").encode())
+            line = json.dumps({"op": op, "args": args, **extra}) + "\n"
+            self.proc.stdin.write(line.encode())
             self.proc.stdin.flush()
             reply = self._read(START_S + CALL_S)
         except (OSError, ValueError) as exc:
@@ -95,19 +96,7 @@ class Referee:
         """(ok, why not) for `op` on the outputs at `outputs` (a sealed memfd's /proc path,
         "" for none; `layout` as the worker described it) of the parent's job number `job`
         (the referee maps them once per job); RuntimeError when the referee fails."""
-        if self.proc is None or self.proc.poll() is not None:
-            self._start()
-        assert self.proc is not None and self.proc.stdin is not None
-        try:
-            self.proc.stdin.write((json.dumps({"op": op, "outputs": outputs, "layout": layout,
-                                               "args": args, "job": job}) + "\n").encode())
-            self.proc.stdin.flush()
-            reply = self._read(START_S + CALL_S)
-        except (OSError, ValueError) as exc:
-            self.close()
-            raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
-        if "error" in reply:
-            raise RuntimeError(str(reply["error"])[:500])
+        reply = self.request(op, args, outputs=outputs, layout=layout, job=job)
         return bool(reply.get("ok")), str(reply.get("why", ""))
 
     def _read(self, timeout_s: float) -> dict[str, Any]:
