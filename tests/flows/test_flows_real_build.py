@@ -62,6 +62,9 @@ def test_kernelsynth_build_runs_the_real_pipeline_then_skips_when_nothing_is_new
         "verify": {"backend": "cpu", "trials": 2, "perf_trials": 3, "perf_warmup": 1,
                    "build_cache_dir": str(BUILD_CACHE)},
         "repair": {"turns": 1},
+        # three tiny tasks from a toy repository: no kernel need beat eager to be an sft row
+        # here (the default gate, min_speedup 1.0, is the default build's)
+        "select": {"min_speedup": 0.0},
     }))
     ws = tmp_path / "ws"
     first = _build(ws, cfg, prefect_api)
