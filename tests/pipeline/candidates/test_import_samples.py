@@ -167,7 +167,9 @@ def test_import_groups_feed_rft_rl_and_preference_rows() -> None:
     status = {"a": ("correct_fast", 1.5), "b": ("correct_slow", 1.0), "c": ("incorrect", 0.2),
               "d": ("incorrect", 0.3), "e": ("compile_error", 0.1)}
     verdicts = [_verdict(c, *status[c.code.split("# ")[1].split()[0]]) for c in cands]
-    tables = build_datasets([relu, linear], cands, verdicts, [], Config())
+    # these verdicts carry no timing: the speed gate (select.min_speedup) is tested elsewhere
+    tables = build_datasets([relu, linear], cands, verdicts, [],
+                            Config.model_validate({"select": {"min_speedup": 0.0}}))
     rft = tables["rft"].to_pylist()
     assert len(rft) == 2 and {r["generator"] for r in rft} == {"import:qwen-coder"}
     row = rft[0]

@@ -79,7 +79,7 @@ def test_no_switches_unused_macros_helpers_or_duplicate_kernels(seed_kernels) ->
                     if len(re.findall(rf"\b{macro}\b", text)) < 2:
                         problems.append(f"{label}: unused macro {macro}")
                 hosts = set(re.findall(r"functions=\[([^\]]*)\]", k.code)[0]
-                            .replace("'", "").replace(" ", "").split(","))
+                            .replace("'", "").replace('"', "").replace(" ", "").split(","))
                 funcs = _functions(text)
                 for fn in funcs:
                     if fn not in hosts and len(re.findall(rf"\b{fn}\b", text)) < 2:
