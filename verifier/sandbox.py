@@ -174,6 +174,9 @@ def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
+    # the child runs as a user id of its own that no passwd entry names: getpass.getuser()
+    # (torch.compile's cache folders, torch.fx's symbolic tracing) reads these first
+    env["USER"] = env["LOGNAME"] = "kssandbox"
     env.update(extra or {})
     return env
 
