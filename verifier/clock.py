@@ -24,7 +24,8 @@ harness's loop: a window is believed for what the judge checks and measures itse
   can meter the run's cpu time (`meter`: the run's cgroup, `verifier.cpu_meter`), it waits
   after each check until the run is quiet (an honest OpenMP pool spins ~5-10 ms after its last
   parallel region), reads the meter, fills, reads it again at "w": the run's cpu time in
-  between, less `FILL_NOISE_S`, is added to the window's time. Charged, not a cheat: cpu
+  between, less a noise allowance (`FILL_NOISE_S`, at most `NOISE_SHARE` of the window), is
+  added to the window's time. Charged, not a cheat: cpu
   seconds are at least the wall seconds the work would have taken inside the window (on any
   number of threads), so the attack gains nothing, and an honest run that was not quiet in
   time (a loaded host) is slowed a little instead of called a cheat. Cpu time inside the
@@ -42,13 +43,17 @@ load only adds time, and no window runs faster than its calls truly take. The re
 baseline is timed the same way (`time_windows`) in a process that never ran candidate code.
 
 On a GPU (the referee's judge, `verifier.referee`) the same `WindowJudge` lays out one output
-slot per call in the device arena and checks random calls the same way. The GPU form of the
-fill attack is a persistent kernel launched before "t" that spins on the arena's input sets and
-computes as they land; the cpu meter does not see device time. The counter there is to fill
-into a staging buffer the worker does not map and publish it into the arena with one
-device-to-device copy on the referee's stream right before "w" (the copy's time is the judge's,
-measured once like `copy_s`), so the inputs appear only when the clock runs; until the referee
-has it, the fill time on a GPU is bounded by the physics floor only.
+slot per call in the device arena, draws the checked calls after "d" and clones their slots
+before any reference runs (a device arena has no pull; the clone is the snapshot). The GPU form
+of the fill attack is a persistent kernel launched before "t" that spins on the arena's input
+sets and computes as they land; no cpu meter sees device time. The judge therefore draws a
+window's inputs in its own memory (staging no worker maps) and publishes them with one burst of
+device copies at the end of its fill, right before "w": the inputs exist in the arena only for
+the time of that burst (a copy of the window's inputs at device bandwidth), so that is all such a
+kernel can overlap, where it had the whole fill (the draws) before. Closing that last gap would
+put the publish inside the timed window with its time deducted as `copy_s` is (the deduction
+is then again what a kernel can overlap), or meter the device by the run's own kernels (CUPTI
+in the referee): left open, bounded by the burst and the physics floor.
 """
 
 from __future__ import annotations
@@ -69,8 +74,9 @@ TARGET_S = 0.02  # a window is at least this long (timer and scheduler noise wel
 ROUND_TRIP_SHARE = 0.01  # the round trip is under this share of a window
 MIN_CALLS, MAX_CALLS = 3, 100_000
 WAIT_S = 120.0  # the longest the judge waits for one message
-FILL_NOISE_S = 0.0005  # the run's cpu time during a fill that is not charged (an honest
-# worker's wake-up and a meter's own rounding; a fill is ~1 ms, a window at least 20 ms)
+FILL_NOISE_S, NOISE_SHARE = 0.0005, 0.05  # the run's cpu time during a fill that is not
+# charged: an honest worker's wake-up, a meter's rounding (at most this share of the window: a
+# window capped by its input sets may be a single short call)
 QUIET_S, QUIET_MAX_S = 0.002, 0.05  # the run is quiet: under 10% cpu over QUIET_S (waited
 # for at most QUIET_MAX_S, then the fill is charged as it is)
 
@@ -316,17 +322,15 @@ class JudgeClock:
         meter = self.meter
         before = _quiet(meter) if meter is not None else 0.0
         self.judge.fill(n)
-        charge = 0.0
-        if meter is not None:
-            burnt = max(0.0, meter() - before)
-            self.fill_cpu.append(burnt)
-            charge = max(0.0, burnt - FILL_NOISE_S)
+        burnt = max(0.0, meter() - before) if meter is not None else 0.0
         wall = self._window(n)
         why = self.judge.check(n)
         if why:
             self.failure = why
             return None
-        return wall + charge
+        if meter is not None:
+            self.fill_cpu.append(burnt)
+        return wall + max(0.0, burnt - min(FILL_NOISE_S, NOISE_SHARE * wall))
 
     def result(self) -> dict[str, Any]:
         """What the judge measured once the windows are over: {"figures", "failure" (the

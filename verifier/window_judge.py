@@ -112,12 +112,12 @@ class WindowJudge:
 
     def fill(self, n: int) -> None:
         """Fresh inputs into the sets a window of `n` calls uses; the drawn tensors are the
-        pristine copies."""
-        self.pristine = []
-        for target in self.views[:max(1, min(n, self.sets))]:
-            drawn = self._draw()
+        pristine copies. All are drawn first, in the judge's own memory (no worker maps it),
+        then published into the arena in one burst: a worker watching the arena sees a
+        window's inputs only for the time of that copy (`verifier.clock`: the GPU form)."""
+        self.pristine = [self._draw() for _ in self.views[:max(1, min(n, self.sets))]]
+        for target, drawn in zip(self.views, self.pristine, strict=False):
             fill(target, drawn)
-            self.pristine.append(drawn)
         self.arena.push(0, self._sets_end)  # cpu: into the file the worker maps
         _synchronize(self.device)
 
@@ -146,11 +146,14 @@ class WindowJudge:
             self.arena.pull(0, self._sets_end)
         except OSError as exc:
             return f"the timed calls' arena is unreadable: {exc}"
+        # a device arena has no pull: the checked outputs as they are now, before any reference
+        # runs (a worker still writing after "d" must not get that time)
+        seen = {k: _clone(self.slots[k]) for k in picks}
         for k in picks:
             with decide._LOCK, torch.no_grad():
                 ref_out = self.model(*_clone(self.pristine[k]))
-                verdict, msg, _, _ = _judge(self.model, self.pristine[k], ref_out,
-                                            self.slots[k], self.tol)
+                verdict, msg, _, _ = _judge(self.model, self.pristine[k], ref_out, seen[k],
+                                            self.tol)
             if verdict != "ok":
                 return f"the output of a timed call was wrong: call {k + 1} of {n}: {msg}"
         for target, drawn in zip(self.views, self.pristine, strict=False):

@@ -295,3 +295,28 @@ def test_the_cgroup_meter_counts_a_thread_that_is_gone() -> None:
         proc.wait()
         group.remove()
     assert not group.path.exists()
+
+
+def test_a_sandboxed_run_joins_the_judges_cpu_cgroup(tmp_path: Path) -> None:
+    """The run's first process joins the meter's cgroup before it runs anything (both
+    launchers), so everything the run burns, in every thread and process, is counted."""
+    from verifier.forkserver import ForkServer
+    from verifier.sandbox import SandboxLimits, run_sandboxed
+
+    group = CpuCgroup.make()
+    if group is None:
+        pytest.skip("no cgroup v1 cpuacct hierarchy this process can write")
+    try:
+        burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.1: pass"
+        res = run_sandboxed([sys.executable, "-c", burn], workdir=tmp_path / "spawned",
+                            limits=SandboxLimits(timeout_s=60, cpu_cgroup=str(group.path)))
+        assert res.returncode == 0, res.stderr
+        spawned = group.cpu_s()
+        assert spawned >= 0.09, spawned
+        with ForkServer(preload=()) as server:  # a forked run (the verifier's default)
+            res = server.run_module("json.tool", workdir=tmp_path / "forked",
+                                    limits=SandboxLimits(timeout_s=60,
+                                                         cpu_cgroup=str(group.path)))
+        assert res.extra.get("forked") and group.cpu_s() > spawned, res.stderr
+    finally:
+        group.remove()
