@@ -203,12 +203,12 @@ def join_cgroup(cgroup: Path | None) -> None:
 
 def join_meter(cgroup: str) -> None:
     """Join the judge's cpu-accounting cgroup (`verifier.cpu_meter`); where that fails the run
-    goes on unmetered (the judge then charges nothing: it limits nothing)."""
+    goes on unmetered (the judge then charges nothing: it limits nothing), and says so."""
     if cgroup:
         try:
             join_cgroup(Path(cgroup))
-        except OSError:
-            pass
+        except OSError as exc:
+            os.write(2, f"kernelsynth: this run's cpu time is not metered: {exc}\n".encode())
 
 
 def sandboxed_argv(argv: list[str], limits: SandboxLimits, cgroup: Path | None,
