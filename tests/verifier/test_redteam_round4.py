@@ -302,3 +302,105 @@ def test_no_attack_changed_the_baseline_or_a_later_honest_verdict(suite: dict[st
     later, first = suite["later"].get("honest_later"), suite["warm"]["honest_warm"]
     assert later is not None and later["status"] in CORRECT_STATUSES, later
     assert later["eager_us"] == first["eager_us"]  # the same cached, trusted baseline
+
+
+# --- output forms: a complex output's imaginary part ---------------------------------------------
+def test_a_complex_output_is_judged_on_both_parts() -> None:
+    """`.double()` of a complex tensor drops its imaginary part (with a warning): an FFT
+    kernel that computed only the real part (half the work) was judged correct."""
+    import torch
+
+    from verifier.judge import _compare
+
+    ref = torch.fft.fft(torch.randn(16, 64))
+    half = torch.complex(ref.real, torch.zeros_like(ref.real))
+    verdict, msg, _ = _compare(ref, half, 1e-4, 1e-4, 1e-2, 1e-2)
+    assert verdict == "values", msg
+    assert _compare(ref, ref.clone(), 1e-4, 1e-4, 1e-2, 1e-2)[0] == "ok"
+    assert _compare(ref, ref.conj(), 1e-4, 1e-4, 1e-2, 1e-2)[0] == "values"
+
+
+# --- timing: only the window's last output is checked ---------------------------------------------
+SCALE_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 3.0 + 1.0
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+_OPEN_LAST_CALL = (
+    "window_judge.WindowJudge.check compares only the window's last output (the one the "
+    "harness copies into the slot): a forward that tells timed calls from trials (their input "
+    "is a view of the judge's arena, x._base is set), counts calls from the first set's "
+    "address, and returns torch.empty_like for every call but the last of a window as long as "
+    "the last one it saw, is timed at about 1/N of its real cost (N = calls per window, up to "
+    "the judge's input sets: 3 for the 4 MB ReLU here, 256 for small tasks); fix: the judge "
+    "checks every call's output (an output slot per set, or a checksum the worker cannot "
+    "predict: a random call's output, chosen after the window, in its own slot)")
+
+
+@pytest.mark.xfail(strict=True, reason=_OPEN_LAST_CALL)
+def test_skipping_all_but_the_last_call_of_a_window_saves_no_time(tmp_path: Path) -> None:
+    """The harness's own loop (clock.serve_windows) and a real judge; a true call takes 2 ms."""
+    import time
+
+    import torch
+
+    from verifier.arena import Arena, fill, views
+    from verifier.clock import JudgeClock, open_worker_pipes, serve_windows
+    from verifier.window_judge import WindowJudge
+
+    seen = {"first": None, "idx": 0, "longest": 0}
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if x._base is None:  # a trial's fresh clone: do the work
+            time.sleep(0.002)
+            return x * 3.0 + 1.0
+        if seen["first"] is None:
+            seen["first"] = x.data_ptr()
+        if x.data_ptr() == seen["first"]:  # a window starts at the first set
+            seen["longest"] = max(seen["longest"], seen["idx"])
+            seen["idx"] = 0
+        seen["idx"] += 1
+        if seen["idx"] >= seen["longest"]:  # the last call of a window this long (or longer)
+            time.sleep(0.002)
+            return x * 3.0 + 1.0
+        return torch.empty_like(x)
+
+    set_bytes = 64 * 32 * 4
+    judge = WindowJudge(SCALE_TASK, 0, (1e-4, 1e-4, 1e-2, 1e-2), set_bytes * 64,
+                        path=str(tmp_path / "arena.bin"))
+    spec = {**judge.spec, "path": str(tmp_path / "arena.bin")}
+    jc = JudgeClock(judge, workdir=tmp_path, wait_s=10.0)
+
+    def worker() -> None:
+        old = os.getcwd()
+        os.chdir(tmp_path)
+        arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
+        try:
+            sets = [views(arena, layout) for layout in spec["sets"]]
+            slot = views(arena, spec["out"])
+            serve_windows(open_worker_pipes(), forward, sets, lambda out: fill(slot, out),
+                          lambda: None)
+        except (OSError, ValueError):
+            pass
+        finally:
+            os.chdir(old)
+
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+    t.join(timeout=120)
+    res = jc.result()
+    calls = res.get("figures", {}).get("calls")
+    judge.close()
+    assert res["failure"] == "" and calls and calls > 3, res  # windows of many calls
+    assert res["figures"]["runtime_us"] >= 1800.0, res["figures"]
