@@ -4,8 +4,9 @@
 alias (`namespace K = at; K::relu(x)`), a using-declaration or -directive (`using at::relu;`), a
 pointer (`auto op = &::fopen; op(...)`) call the same functions under other spellings, and the
 dispatcher's thread-local state (excluded dispatch keys, record-function guards) decides what the
-verifier's trace and profiler see of a call at all. Here the aliases are written out before the
-rules run, and the other forms are findings of their own.
+verifier's trace and profiler see of a call at all; a TORCH_LIBRARY_IMPL for torch's own
+operators replaces them in every process that loads the object. Here the aliases are written out
+before the rules run, and the other forms are findings of their own.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ _DISPATCH_STATE = re.compile(
     r"ThreadLocalState|AutoDispatchBelow\w*|AutoDispatchSkipFunctionalize|Dispatcher|"
     r"DispatchKey|DispatchKeySet|TorchDispatchModeTLS|PythonModeTLS|DispatchKeyExtractor|"
     r"OperatorHandle|callBoxed|redispatch\w*)\b")
+
+
+# an operator library's registrations run when the object loads, in every process that loads
+# it (a batch unit's object: every batch-mate's worker): kernels for torch's own operators there
+_LIBRARY = re.compile(r"\b(TORCH_LIBRARY_IMPL|TORCH_LIBRARY_FRAGMENT|TORCH_LIBRARY)\s*\(\s*(\w+)")
+_REGISTRY = re.compile(r"\b(RegisterOperators|registerKernel|registerFallback|"
+                       r"TORCH_LIBRARY_IMPL_init|TORCH_LIBRARY_init|TorchLibraryInit)\b")
 
 
 def resolve_aliases(src: str) -> str:
@@ -88,6 +96,15 @@ def hidden_forms(clean: str, allowed: frozenset[str], is_aten_op: Callable[[str]
     for m in _LIBC_ADDRESS.finditer(text):
         yield ("escape", f"the address of {m.group(1)} (file/process/network access from C++ "
                "through a pointer)", m.start())
+    own = {m.group(2) for m in _LIBRARY.finditer(text) if m.group(1) == "TORCH_LIBRARY"}
+    for m in _LIBRARY.finditer(text):
+        if m.group(1) != "TORCH_LIBRARY" and m.group(2) not in own:
+            yield ("op_registration", f"{m.group(1)}({m.group(2)}, ...) registers kernels for "
+                   "operators this code does not define (torch's own: in every process that "
+                   "loads the object, a batch-mate's included)", m.start())
+    for m in _REGISTRY.finditer(text):
+        yield ("op_registration", f"{m.group(1)}: operator registration outside TORCH_LIBRARY "
+               "of the candidate's own namespace", m.start())
     for m in _DISPATCH_STATE.finditer(text):
         yield ("dispatch_tamper", f"{m.group(1)}: the dispatcher's keys, guards and callbacks "
                "decide what the verifier's trace sees; kernels have no use for them", m.start())

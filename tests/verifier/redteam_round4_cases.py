@@ -162,3 +162,26 @@ def attacks() -> list[tuple[str, str, str]]:
 def surrogate_candidate(base: str) -> str:
     """`base` (a correct candidate) with a lone surrogate in a trailing comment."""
     return base + SURROGATE_TAIL
+
+
+# --- a batch-mate's process: an aten kernel registered from a static initializer ----------------
+# Candidates with the same flags and headers share one shared object (one translation unit per
+# batch unit), and every worker that runs one of them loads all of it: a batch-mate's static
+# registrations run in the honest candidate's process. This one registers a CPU kernel for
+# aten::relu that returns zeros: the honest worker's own reference (torch.relu) is wrong there,
+# its trials "fail", and a worker's "incorrect" is not checked again by the parent.
+OVERRIDE_CPP = RELU + r"""
+static at::Tensor ks_zero_relu(const at::Tensor& x) { return torch::zeros_like(x); }
+TORCH_LIBRARY_IMPL(aten, CPU, m) { m.impl("relu", ks_zero_relu); }
+"""
+BATCHMATE_FLAGS = '["-O1", "-DKS_R4_BATCH"]'
+
+
+def override_pair(tag: str) -> list[tuple[str, str]]:
+    """The aten::relu override and an honest batch-mate with the same flags and headers (one
+    unit), fresh per `tag` so neither comes from the build cache."""
+    fresh = f"static int ks_fresh_{tag} = 0;\n"
+    return [("aten_override_batchmate", candidate(cpp=OVERRIDE_CPP + fresh, name=f"ovr_{tag}",
+                                                  prelude=False, cflags=BATCHMATE_FLAGS)),
+            ("batchmate_victim", candidate(cpp=RELU + fresh, name=f"victim_{tag}",
+                                           prelude=False, cflags=BATCHMATE_FLAGS))]

@@ -26,7 +26,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_cases import honest  # noqa: E402
 from redteam_observer import TASK, snapshot  # noqa: E402
-from redteam_round4_cases import attacks, surrogate_candidate  # noqa: E402
+from redteam_round4_cases import attacks, override_pair, surrogate_candidate  # noqa: E402
 
 from verifier.extract import check_candidate  # noqa: E402
 from verifier.extspec import specs_from_source  # noqa: E402
@@ -67,6 +67,14 @@ RUNTIME_OPEN = {
         "extensions): 3 x 60 MB written as ks_fill*.so pass the 128 MB bound; fix: count all "
         "but the exact files copy_for_worker placed (by name and size)"),
 }
+_BATCH_OBJECT = (
+    "a batch unit's shared object carries every batch-mate's static initializers into each "
+    "worker that loads it, and a worker's `incorrect` is believed (api._execute rechecks only "
+    "`ok`): a batch-mate's TORCH_LIBRARY_IMPL(aten, CPU) kernel for relu made the honest "
+    "worker's own reference zeros, so the honest candidate was `incorrect`, in its batch and "
+    "from the build cache in a later batch; fix: the parent rechecks a worker's `incorrect` "
+    "against its own reference (the raw outputs are there), and a worker loads only its own "
+    "candidate's object (link each candidate of a unit into its own .so)")
 STATIC_OPEN = {
     "omp_more_cores": "no static rule can tell a fair OpenMP kernel from one that takes more "
                       "cores than the judge gives (the bound belongs to the run: see above)",
@@ -120,6 +128,23 @@ def _shape_of(x):
 ''', cpp=cpp, forward="_shape_of(x)\n        return ext.relu_fwd(x)", prelude=False,
                      cflags='["-O2", "-fopenmp"]')
     assert _findings(code) == []
+
+
+def test_static_rules_see_a_registration_for_torchs_own_ops() -> None:
+    attacker, victim = (code for _, code in override_pair("static"))
+    found = _findings(attacker)
+    assert any(f["rule"] == "op_registration" for f in found), found
+    assert _findings(victim) == []
+    from verifier.cpp_hiding import hidden_forms
+
+    own = ('TORCH_LIBRARY(ks_ops, m) { m.def("f(Tensor x) -> Tensor"); }\n'
+           'TORCH_LIBRARY_IMPL(ks_ops, CPU, m) { m.impl("f", &f); }\n')
+    assert list(hidden_forms(own, frozenset(), lambda name: False)) == []
+    for other in ("TORCH_LIBRARY_IMPL(_, CPU, m) { m.fallback(f); }\n",
+                  "TORCH_LIBRARY_FRAGMENT(aten, m) { m.def(\"x() -> ()\"); }\n",
+                  "static auto r = c10::RegisterOperators().op(\"aten::relu\", &f);\n"):
+        assert [r for r, _, _ in hidden_forms(other, frozenset(), lambda name: False)
+                ] == ["op_registration"], other
 
 
 # --- hostile input to the front stages and the service (no compile: fast) ---------------------
@@ -245,9 +270,11 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     rows = [("honest_before", honest("r4")), *((n, c) for n, (_, c) in ATTACKS.items()),
             ("surrogate_comment", surrogate_candidate(honest("r4"))),
             ("honest_after", honest("r4"))]
-    defaults, rc = _run(base, "defaults", rows)
-    runtime, rc_runtime = _run(base, "runtime", rows, static=False)
-    later, later_rc = _run(base, "later", [("honest_later", honest("r4"))])
+    token = os.urandom(4).hex()  # fresh sources: the pair is built in this batch, in one unit
+    defaults, rc = _run(base, "defaults", rows + override_pair("d" + token))
+    pair = override_pair("r" + token)
+    runtime, rc_runtime = _run(base, "runtime", rows + pair, static=False)
+    later, later_rc = _run(base, "later", [("honest_later", honest("r4")), pair[1]])
     return {"warm": warm, "defaults": defaults, "runtime": runtime, "rows": [n for n, _ in rows],
             "rc": (rc, rc_runtime, later_rc), "later": later, "base": base,
             "baselines": (baselines_before, snapshot(str(base / "baselines")))}
@@ -280,6 +307,24 @@ def test_attack_held_with_the_default_options(suite: dict[str, Any], name: str) 
 def test_attack_held_by_the_run_time_defences_alone(suite: dict[str, Any], name: str) -> None:
     held, why = _held(name, suite["runtime"].get(name))
     assert held, f"{name}: {why}"
+
+
+@pytest.mark.slow
+def test_a_batch_mate_registration_rejected_with_the_default_options(suite: dict[str, Any]
+                                                                      ) -> None:
+    v = suite["defaults"]
+    assert v["aten_override_batchmate"]["status"] == "static_reject", v["aten_override_batchmate"]
+    assert v["batchmate_victim"]["status"] in CORRECT_STATUSES, v["batchmate_victim"]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=_BATCH_OBJECT)
+def test_a_batch_mate_registration_leaves_the_honest_neighbour_correct(suite: dict[str, Any]
+                                                                      ) -> None:
+    """Static checks off: the honest batch-mate's verdict, in the batch and from the cache."""
+    now, later = suite["runtime"].get("batchmate_victim"), suite["later"].get("batchmate_victim")
+    assert now is not None and now["status"] in CORRECT_STATUSES, now
+    assert later is not None and later["status"] in CORRECT_STATUSES, later
 
 
 @pytest.mark.slow
