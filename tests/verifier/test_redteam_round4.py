@@ -449,3 +449,23 @@ def test_skipping_all_but_the_last_call_of_a_window_saves_no_time(tmp_path: Path
     judge.close()
     assert res["failure"] == "" and calls and calls > 3, res  # windows of many calls
     assert res["figures"]["runtime_us"] >= 1800.0, res["figures"]
+
+
+@pytest.mark.parametrize("row, why", [
+    ("[1, 2]", "expected a JSON object, got list"),
+    ("NaN", "expected a JSON object, got float"),
+    ('{"task_source": 5, "response": "x"}', "must be strings"),
+])
+def test_a_malformed_batch_row_is_named_not_a_traceback(tmp_path: Path, row: str, why: str
+                                                        ) -> None:
+    """`python -m verifier --batch` read any JSON line and called .get on it: an array line
+    ended the verifier with an AttributeError traceback."""
+    batch = tmp_path / "bad.jsonl"
+    batch.write_text(row + "\n")
+    proc = subprocess.run([sys.executable, "-m", "verifier", "--batch", str(batch), "--backend",
+                           "cpu", "--out", str(tmp_path / "out.jsonl")], capture_output=True,
+                          text=True, timeout=300, cwd=str(tmp_path),
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr[-1500:]
+    assert f"{batch} row 0: " in proc.stderr and why in proc.stderr, proc.stderr[-500:]
