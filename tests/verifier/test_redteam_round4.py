@@ -238,13 +238,13 @@ def _raw_get_health(url: str) -> bytes:
 
 
 # --- end to end --------------------------------------------------------------------------------
-def _run(base: Path, name: str, rows: list[tuple[str, str]], static: bool = True
-         ) -> tuple[dict[str, dict], int]:
+def _run(base: Path, name: str, rows: list[tuple[str, str]], static: bool = True,
+         compile_workers: int = 2) -> tuple[dict[str, dict], int]:
     """Verify `rows` in a fresh verifier process: (verdicts by id, its exit status)."""
     out = base / f"{name}.jsonl"
     spec = {"task": TASK, "out": str(out), "static": static,
             "rows": [{"id": i, "code": c} for i, c in rows],
-            "options": {"backend": "cpu", "workers": 1, "compile_workers": 2,
+            "options": {"backend": "cpu", "workers": 1, "compile_workers": compile_workers,
                         "run_timeout_s": 240.0, "build_cache_dir": str(BUILD_CACHE),
                         "baseline_cache_dir": str(base / "baselines")}}
     (base / f"{name}.json").write_text(json.dumps(spec))
@@ -272,8 +272,10 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             ("honest_after", honest("r4"))]
     token = os.urandom(4).hex()  # fresh sources: the pair is built in this batch, in one unit
     defaults, rc = _run(base, "defaults", rows + override_pair("d" + token))
+    runtime, rc_runtime = _run(base, "runtime", rows, static=False)
+    # one compile worker: the planner keeps the pair (same flags and headers) in one unit
     pair = override_pair("r" + token)
-    runtime, rc_runtime = _run(base, "runtime", rows + pair, static=False)
+    runtime.update(_run(base, "pair", pair, static=False, compile_workers=1)[0])
     later, later_rc = _run(base, "later", [("honest_later", honest("r4")), pair[1]])
     return {"warm": warm, "defaults": defaults, "runtime": runtime, "rows": [n for n, _ in rows],
             "rc": (rc, rc_runtime, later_rc), "later": later, "base": base,
@@ -293,7 +295,7 @@ def _held(name: str, v: dict | None) -> tuple[bool, str]:
     return True, why
 
 
-@pytest.mark.slow  # three verifier processes of ten candidates: minutes
+@pytest.mark.slow  # five verifier processes, four with fresh builds: about seven minutes
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
     strict=True, reason=STATIC_OPEN[n])) if n in STATIC_OPEN else n for n in ATTACKS])
 def test_attack_held_with_the_default_options(suite: dict[str, Any], name: str) -> None:
