@@ -4,7 +4,8 @@ The candidates are in tests/verifier/redteam_round4_cases.py. Fast tests pin wha
 rules see and the front stages and reward service do with hostile input; the slow part runs the
 attacks end to end in fresh verifier processes (tests/verifier/redteam_round4_driver.py), once
 with the default options and once with the static checks off (the run-time defences on their
-own), between honest candidates, and a later batch on the same caches. Each check is independent
+own), between honest candidates, a batch-mate pair built in one unit, and a later batch on the
+same caches (`-m slow`: about four minutes on 2 loaded cores). Each check is independent
 of the attack's own verdict where it can be: an honest neighbour's verdict, the baseline cache's
 bytes, a later honest candidate's baseline. An attack that still gets through is an
 `xfail(strict=True)` naming why, so that its fix flips it.
