@@ -185,3 +185,55 @@ def override_pair(tag: str) -> list[tuple[str, str]]:
                                                   prelude=False, cflags=BATCHMATE_FLAGS)),
             ("batchmate_victim", candidate(cpp=RELU + fresh, name=f"victim_{tag}",
                                            prelude=False, cflags=BATCHMATE_FLAGS))]
+
+
+# --- timing: work only for the output the judge checks --------------------------------------------
+# The judge checks a window's last output only. Timed inputs are views of its arena (`_base`
+# set; a trial's input is a fresh clone), and a window of n calls uses the sets in order from the
+# first: a forward that counts calls from the first set's address and returns an empty tensor for
+# all but the last call of a window as long as the longest it saw is timed at about 1/n of its
+# cost. Measured (cpu, SMALL_TASK, one verify_batch, tests/verifier/test_redteam_round4.py has
+# the strict unit form): honest 303.6 us, speedup 0.097, correct_slow; this 20.7 us, speedup
+# 1.43, correct_fast (31 calls a window over 31 sets).
+SMALL_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(64, 1024)]
+
+
+def get_init_inputs():
+    return []
+'''
+LAST_ONLY = '''
+_seen = {"first": None, "idx": 0, "longest": 0}
+
+
+def last_only(x):
+    if x._base is None:  # a trial's fresh clone
+        return ext.relu_fwd(x)
+    if _seen["first"] is None:
+        _seen["first"] = x.data_ptr()
+    if x.data_ptr() == _seen["first"]:  # a window starts at the first set
+        _seen["longest"] = max(_seen["longest"], _seen["idx"])
+        _seen["idx"] = 0
+    _seen["idx"] += 1
+    if _seen["idx"] >= _seen["longest"]:
+        return ext.relu_fwd(x)
+    return torch.empty_like(x)
+'''
+
+
+def last_only_candidate() -> str:
+    """The skip-all-but-the-last-call candidate (for SMALL_TASK)."""
+    return candidate(LAST_ONLY, forward="return last_only(x)", name="lastonly", prelude=False,
+                     cflags='["-O2", "-DKS_R4_LAST"]')

@@ -398,7 +398,8 @@ _OPEN_LAST_CALL = (
 
 @pytest.mark.xfail(strict=True, reason=_OPEN_LAST_CALL)
 def test_skipping_all_but_the_last_call_of_a_window_saves_no_time(tmp_path: Path) -> None:
-    """The harness's own loop (clock.serve_windows) and a real judge; a true call takes 2 ms."""
+    """The harness's own loop (clock.serve_windows) and a real judge; a true call takes 2 ms.
+    End to end: redteam_round4_cases.last_only_candidate on SMALL_TASK (numbers there)."""
     import time
 
     import torch
