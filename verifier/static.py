@@ -72,8 +72,8 @@ ESCAPE_ATTRS = frozenset({
 # libraries, and the ways a tensor's memory reaches them without importing anything.
 FOREIGN_LIBRARIES = frozenset({"numpy", "scipy", "numba", "jax", "jaxlib", "cupy", "tensorflow",
                                "sklearn", "cv2", "mpmath", "pandas", "polars", "numexpr"})
-FOREIGN_ATTRS = frozenset({"numpy", "__array__", "__array_interface__", "__array_struct__",
-                           "__dlpack__"})
+FOREIGN_ATTRS = frozenset({"numpy", "np", "_np", "__array__", "__array_interface__",
+                           "__array_struct__", "__dlpack__"})  # np: torch.storage.np, F.np
 # Dunder attributes that reach globals, frames, classes or lookups by string from any object.
 INTROSPECTION = frozenset({
     "__subclasses__", "__globals__", "__code__", "__closure__", "__builtins__", "__dict__",
@@ -304,8 +304,9 @@ def check_python(tree: ast.Module, task_source: str, namespace: str = "isolated"
             out.append(_seen("escape", node, f"reaches .{node.attr} (the OS, the interpreter "
                                              "or the harness)"))
         elif isinstance(node, ast.Attribute) and node.attr in FOREIGN_ATTRS:
-            out.append(_seen("foreign_library", node, f".{node.attr} hands a tensor's memory to "
-                                                      "code outside torch"))
+            out.append(_seen("foreign_library", node, f"reaches .{node.attr} (numpy, or a "
+                                                      "tensor's memory handed to it: compute "
+                                                      "outside torch)"))
         elif isinstance(node, ast.Attribute) and node.attr in INTROSPECTION:
             out.append(_seen("escape", node, f"introspection through {node.attr}"))
         elif isinstance(node, ast.Call):

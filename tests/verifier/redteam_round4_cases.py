@@ -25,6 +25,14 @@ def _np_relu(x):  # a helper outside ModelNew: the static torch_compute rule rea
     return torch.from_numpy(np.maximum(x.numpy(), 0))
 '''
 
+# numpy without importing it: torch's own modules hold it (torch.storage.np, F.np, ...), numpy
+# takes a cpu tensor through __array__, and torch.as_tensor (an allocation) takes the result
+# back; the tensor-method rule reads `.maximum` under a `torch.` head as torch's.
+TORCH_NP = """
+def _np_relu(x):
+    return torch.as_tensor(torch.storage.np.maximum(x, 0))
+"""
+
 # torch's own helper pops every dispatch mode (the verifier's trace among them) for its block.
 DISABLE_MODES = '''
 from torch.utils._python_dispatch import _disable_current_modes
@@ -138,6 +146,9 @@ def attacks() -> list[tuple[str, str, str]]:
         ("numpy_relu_helper", "fallback: another library",
          candidate(NUMPY_HELPER, forward="return _np_relu(x)", name="npfb", prelude=False,
                    cflags='["-O2", "-DKS_R4_NUMPY"]')),
+        ("numpy_via_torch_module", "fallback: another library, reached through torch",
+         candidate(TORCH_NP, forward="return _np_relu(x)", name="torchnp", prelude=False,
+                   cflags='["-O2", "-DKS_R4_TORCHNP"]')),
         ("disable_modes_relu", "fallback: dispatch mode popped",
          candidate(DISABLE_MODES, forward="return _hidden(x)", name="popmode", prelude=False,
                    cflags='["-O2", "-DKS_R4_POP"]')),

@@ -37,7 +37,7 @@ from verifier.static import check_cpp, check_python  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
 ATTACKS = {name: (cls, code) for name, cls, code in attacks()}
-FALLBACKS = ("numpy_relu_helper", "disable_modes_relu", "cpp_keyguard_relu",
+FALLBACKS = ("numpy_relu_helper", "numpy_via_torch_module", "disable_modes_relu", "cpp_keyguard_relu",
              "cpp_alias_traced", "pybind_alias_patch")
 
 # What still gets through, and why (the lead and the owners of these files fix them).
@@ -51,6 +51,8 @@ RUNTIME_OPEN = {
     "numpy_relu_helper": _TRACE_IN_WORKER.format(
         how="numpy computes with no aten op at all, and the strict policy never asks that an "
             "extension function ran (judge_ops: own_calls is checked under `partial` only)"),
+    "numpy_via_torch_module": _TRACE_IN_WORKER.format(
+        how="numpy (as torch.storage.np) computes with no aten op"),
     "disable_modes_relu": _TRACE_IN_WORKER.format(
         how="torch.utils._python_dispatch._disable_current_modes() pops the trace's mode"),
     "cpp_keyguard_relu": _TRACE_IN_WORKER.format(
