@@ -54,8 +54,15 @@ def to_requests(rows: list[dict[str, Any]], source: Path) -> list[VerifyRequest]
     """One VerifyRequest per row; a row without task_source or response names itself."""
     out = []
     for i, r in enumerate(rows):
+        if not isinstance(r, dict):  # a JSON line that is an array, a string, a number
+            raise SystemExit(f"{source} row {i}: expected a JSON object, got "
+                             f"{type(r).__name__}")
         if not r.get("task_source") or not (r.get("response") or r.get("code")):
             raise SystemExit(f"{source} row {i}: needs task_source and response (or code)")
+        texts = (r["task_source"], r.get("response") or r["code"], r.get("backend") or "auto")
+        if not all(isinstance(t, str) for t in texts):
+            raise SystemExit(f"{source} row {i}: task_source, response (or code) and backend "
+                             "must be strings")
         variants = r.get("variants")
         if isinstance(variants, str):
             try:

@@ -226,7 +226,7 @@ def check_computed(tree: ast.Module, model_new: ast.ClassDef | None) -> list[dic
 
 
 def _check(tree: ast.Module, model_new: ast.ClassDef | None) -> list[dict[str, Any]]:
-    from verifier.static import ESCAPE_ATTRS, INTROSPECTION
+    from verifier.static import ESCAPE_ATTRS, FOREIGN_ATTRS, INTROSPECTION
 
     names = Names(tree)
     hot = _hot_functions(tree, model_new)
@@ -258,7 +258,8 @@ def _check(tree: ast.Module, model_new: ast.ClassDef | None) -> list[dict[str, A
             out.append(_finding("escape", node, "reaches torch._C (the dispatcher's and the "
                                 "interpreter's internals)"))
         elif isinstance(node, ast.Call):
-            out.extend(_check_call(node, names, where, ESCAPE_ATTRS | INTROSPECTION))
+            out.extend(_check_call(node, names, where,
+                                   ESCAPE_ATTRS | INTROSPECTION | FOREIGN_ATTRS))
 
     visit(tree, "")
     return out

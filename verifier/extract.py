@@ -60,14 +60,15 @@ def check_candidate(code: str, task_source: str) -> ast.Module:
         raise FormatError(f"syntax error at line {exc.lineno}: {exc.msg}") from None
     except ValueError as exc:
         raise FormatError(f"cannot parse the code: {exc}") from None
-    except RecursionError:  # the parser's own nesting limit, not a crash of the batch
+    except (RecursionError, MemoryError):  # the parser's nesting limits (30000 nested unary
+        # operators overflow its stack as MemoryError): this candidate's error, not the batch's
         raise FormatError("cannot parse the code: it nests too deeply") from None
     new = _class(tree, "ModelNew")
     if new is None:
         raise FormatError("no top-level `class ModelNew` in the code")
     try:
         ref = _class(pyast.parse(task_source), "Model")
-    except (SyntaxError, ValueError, RecursionError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         ref = None
     if ref is None:
         return tree

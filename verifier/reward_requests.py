@@ -43,6 +43,10 @@ def load_json(raw: bytes) -> Any:
     except json.JSONDecodeError as exc:
         raise BadRequest(400, f"invalid JSON: {exc.msg} at line {exc.lineno} column "
                               f"{exc.colno}") from None
+    except RecursionError:  # json's C scanner: arrays/objects nested past the recursion limit
+        raise BadRequest(400, "invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer past Python's int-string limit (4300 digits)
+        raise BadRequest(400, f"invalid JSON: {str(exc)[:120]}") from None
 
 
 def positive_number(value: Any, name: str) -> float:
@@ -59,6 +63,8 @@ def task_source_problem(source: str) -> str | None:
     """Why `source` is not a KernelBench task file (parses; Model, get_inputs, ...), or None."""
     try:
         tree = parse(source, "<task_source>")
+    except (RecursionError, MemoryError):  # the parser's nesting limits
+        return "does not parse as Python (it nests too deeply)"
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None)
         return f"does not parse as Python ({getattr(exc, 'msg', exc)}" + (

@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from verifier.computed_names import check_computed
+from verifier.cpp_hiding import hidden_forms, resolve_aliases
 from verifier.extspec import ExtensionSpec
 from verifier.namespace import HINT, reference_names_used
 
@@ -61,7 +62,18 @@ ESCAPE_ATTRS = frozenset({
     "killpg", "setsid", "unshare", "setns", "ptrace", "execv", "execve", "spawnv", "dlopen",
     "settrace", "setprofile", "_exit", "currentframe", "getouterframes", "getinnerframes",
     "get_referrers", "get_referents", "get_objects", "ag_frame",
+    # the dispatch-mode stack and the profiler: what the verifier's trace of forward sees
+    "_python_dispatch", "_disable_current_modes", "_pop_mode", "_pop_mode_temporarily",
+    "_push_mode", "_get_current_dispatch_mode", "_get_current_dispatch_mode_stack",
+    "_len_torch_dispatch_stack", "_DisableTorchDispatch", "_disable_profiler",
+    "_disable_profiler_legacy", "_disable_dynamo",
 })
+# Compute outside torch, in the candidate's process, where no dispatcher trace sees it: the
+# libraries, and the ways a tensor's memory reaches them without importing anything.
+FOREIGN_LIBRARIES = frozenset({"numpy", "scipy", "numba", "jax", "jaxlib", "cupy", "tensorflow",
+                               "sklearn", "cv2", "mpmath", "pandas", "polars", "numexpr"})
+FOREIGN_ATTRS = frozenset({"numpy", "np", "_np", "__array__", "__array_interface__",
+                           "__array_struct__", "__dlpack__"})  # np: torch.storage.np, F.np
 # Dunder attributes that reach globals, frames, classes or lookups by string from any object.
 INTROSPECTION = frozenset({
     "__subclasses__", "__globals__", "__code__", "__closure__", "__builtins__", "__dict__",
@@ -96,8 +108,8 @@ CPP_TENSOR_COMPUTE = re.compile(
     r"div_|gelu|silu|layer_norm|batch_norm|linear|einsum|cumsum|argmax|topk|sort|where|"
     r"index_select|gather|scatter|baddbmm)\s*\(")
 CPP_ESCAPES = re.compile(
-    r"\b(fopen|freopen|ifstream|ofstream|fstream|popen|system|fork|vfork|execv|execve|execvp|"
-    r"execl|execlp|socket|connect|dlopen|dlsym|getenv|setenv|syscall|ptrace|unlink|remove|"
+    r"(?<![.>])\b(fopen|freopen|ifstream|ofstream|fstream|popen|system|fork|vfork|execv|"
+    r"execve|execvp|execl|execlp|socket|connect|dlopen|dlsym|getenv|setenv|syscall|ptrace|unlink|remove|"
     r"mmap|open|creat|kill|std::filesystem)\s*\(|#\s*include\s*[<\"](fstream|filesystem|"
     r"sys/socket\.h|unistd\.h|dlfcn\.h|sys/syscall\.h|sys/mman\.h|netinet/in\.h|"
     r"sys/ptrace\.h|spawn\.h)[>\"]|#\s*include\s*\"(/|[^\"]*\.\.)|\b__asm__\b|\basm\s*\(|"
@@ -191,6 +203,12 @@ def _torch_fn_computes(name: str) -> bool:
     return is_fallback(_functional_kind(name))
 
 
+def _is_aten_op(name: str) -> bool:
+    import torch
+
+    return hasattr(torch.ops.aten, name)
+
+
 def _layer_attrs(cls: ast.ClassDef) -> dict[str, str]:
     """self.<attr> = nn.<Layer>(...) assignments of the class (parameter holders aside)."""
     out = {}
@@ -259,9 +277,20 @@ def check_python(tree: ast.Module, task_source: str, namespace: str = "isolated"
                     rule = "threads_streams" if root in ("threading", "multiprocessing",
                                                          "concurrent", "asyncio") else "escape"
                     out.append(_seen(rule, node, f"imports {name}"))
+                if root in FOREIGN_LIBRARIES:
+                    out.append(_seen("foreign_library", node, f"imports {name}: compute "
+                                     "outside torch that no trace of forward sees"))
+                hidden = sorted(ESCAPE_ATTRS.intersection(name.split(".")[1:]))
+                if hidden:  # `from torch.utils._python_dispatch import ...`
+                    out.append(_seen("escape", node, f"imports {name} ({hidden[0]}: the "
+                                                     "dispatcher or the interpreter)"))
                 if root in REFERENCE_MODULES:
                     out.append(_finding("reference_model", f"imports {name} (the reference)",
                                         node.lineno))
+            if isinstance(node, ast.ImportFrom) and node.module and any(
+                    a.name in ESCAPE_ATTRS for a in node.names):
+                out.append(_seen("escape", node, "imports a name of the dispatcher or the "
+                                                 "interpreter"))
             if isinstance(node, ast.ImportFrom) and any(a.name == "Model" for a in node.names):
                 out.append(_finding("reference_model", "imports the reference Model",
                                     node.lineno))
@@ -274,6 +303,10 @@ def check_python(tree: ast.Module, task_source: str, namespace: str = "isolated"
                 node.attr in MODULE_API and id(node) in called):
             out.append(_seen("escape", node, f"reaches .{node.attr} (the OS, the interpreter "
                                              "or the harness)"))
+        elif isinstance(node, ast.Attribute) and node.attr in FOREIGN_ATTRS:
+            out.append(_seen("foreign_library", node, f"reaches .{node.attr} (numpy, or a "
+                                                      "tensor's memory handed to it: compute "
+                                                      "outside torch)"))
         elif isinstance(node, ast.Attribute) and node.attr in INTROSPECTION:
             out.append(_seen("escape", node, f"introspection through {node.attr}"))
         elif isinstance(node, ast.Call):
@@ -396,7 +429,7 @@ def check_cpp(specs: list[ExtensionSpec], code: str, task_source: str) -> list[d
                                 spec.line or None))
         for src in [*spec.cpp_sources, *spec.cuda_sources]:
             base = _source_line(code, src)
-            clean = _strip_comments(src)
+            clean = resolve_aliases(_strip_comments(src))  # `namespace K = at;` -> at::
             # what the preprocessor sees (digraphs, splices, macro operands), not the raw text
             for reason in scan_directives(src).reject:
                 out.append(_finding("build_file_access", reason, base or spec.line or None))
@@ -420,6 +453,8 @@ def check_cpp(specs: list[ExtensionSpec], code: str, task_source: str) -> list[d
             for m in CPP_ESCAPES.finditer(clean):
                 out.append(_finding("escape", f"{m.group(0).strip()} (file/process/network "
                                               "access from C++)", line_of(m.start())))
+            for rule, message, pos in hidden_forms(clean, CPP_TORCH_ALLOWED, _is_aten_op):
+                out.append(_finding(rule, message, line_of(pos)))
             for m in CPP_CLONE.finditer(clean):
                 if not m.group(1):
                     out.append(_finding("escape", f"{m.group(0).strip()} (the clone syscall: "
