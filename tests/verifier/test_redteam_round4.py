@@ -398,7 +398,6 @@ _OPEN_LAST_CALL = (
     "predict: a random call's output, chosen after the window, in its own slot)")
 
 
-@pytest.mark.xfail(strict=True, reason=_OPEN_LAST_CALL)
 def test_skipping_all_but_the_last_call_of_a_window_saves_no_time(tmp_path: Path) -> None:
     """The harness's own loop (clock.serve_windows) and a real judge; a true call takes 2 ms.
     End to end: redteam_round4_cases.last_only_candidate on SMALL_TASK (numbers there)."""
@@ -439,9 +438,9 @@ def test_skipping_all_but_the_last_call_of_a_window_saves_no_time(tmp_path: Path
         arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
         try:
             sets = [views(arena, layout) for layout in spec["sets"]]
-            slot = views(arena, spec["out"])
-            serve_windows(open_worker_pipes(), forward, sets, lambda out: fill(slot, out),
-                          lambda: None)
+            slots = [views(arena, layout) for layout in spec["outs"]]
+            serve_windows(open_worker_pipes(), forward, sets,
+                          lambda i, out: fill(slots[i], out), lambda: None)
         except (OSError, ValueError):
             pass
         finally:
@@ -451,10 +450,14 @@ def test_skipping_all_but_the_last_call_of_a_window_saves_no_time(tmp_path: Path
     t.start()
     t.join(timeout=120)
     res = jc.result()
-    calls = res.get("figures", {}).get("calls")
+    figures = res.get("figures") or {}
     judge.close()
-    assert res["failure"] == "" and calls and calls > 3, res  # windows of many calls
-    assert res["figures"]["runtime_us"] >= 1800.0, res["figures"]
+    # every call has its own slot and the judge checks calls drawn after "d": the empty
+    # outputs are found (a cheat), or, had none been drawn, the time is the true one
+    if res["failure"] == "":
+        assert figures.get("calls", 0) > 3 and figures["runtime_us"] >= 1800.0, res
+    else:
+        assert "output of a timed call was wrong" in res["failure"], res
 
 
 @pytest.mark.parametrize("row, why", [
