@@ -107,11 +107,11 @@ def test_the_fp64_second_opinion_matches_in_chunks(chunk: int) -> None:
 
 def test_without_room_for_fp64_a_values_miss_stands() -> None:
     torch.manual_seed(0)
-    x = torch.randn(16, 1 << 16) * 100
-    model = _Cumsum()
-    ref = model(x)
-    exact = torch.cumsum(x.double(), -1).float()  # misses 1e-4, but fp32-accurate
-    assert _judge(model, [x], ref, exact, TOL)[::3] == ("ok", True)
-    assert device_compare.judge(model, [x], ref, exact, TOL, chunk=1 << 12)[::3] == ("ok", True)
-    verdict, msg, _, by64 = device_compare.judge(model, [x], ref, exact, TOL, fp64=False)
+    a, b = torch.randn(32, 8192) * 4, torch.randn(8192, 32) * 4
+    model = _Matmul()
+    ref = model(a, b)
+    exact = (a.double() @ b.double()).float()  # misses 1e-4 (K = 8192), but fp32-accurate
+    assert _judge(model, [a, b], ref, exact, TOL)[::3] == ("ok", True)
+    assert device_compare.judge(model, [a, b], ref, exact, TOL, chunk=100)[::3] == ("ok", True)
+    verdict, msg, _, by64 = device_compare.judge(model, [a, b], ref, exact, TOL, fp64=False)
     assert (verdict, by64) == ("values", False) and "fp64" not in msg
