@@ -91,6 +91,9 @@ class RunOutcome:
     outputs_layout: Any = None
     referee: Any = None
     referee_s: float = 0.0  # seconds the referee's checks of this job took
+    # why the task's run cannot fit the device (`verifier.admission`): no run was made, and
+    # the verdict is `does_not_fit`, not the candidate's failure
+    does_not_fit: str = ""
 
 
 class GpuWorkerProcess:
@@ -110,7 +113,7 @@ class GpuWorkerProcess:
         self.clock_fds: tuple[int, ...] = ()
         self.clock: JudgeClock | None = None
         self.jobs = 0
-        self.arena_fd = -1
+        self.arena_fd = self.trials_fd = -1
         self.ext_id: tuple[int, int] = (0, 0)
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
@@ -235,10 +238,11 @@ class GpuWorkerProcess:
             return 0
 
     def run(self, message: dict[str, Any], timeout_s: float, judge: Any = None,
-            arena_fd: int = -1) -> RunOutcome:
+            arena_fd: int = -1, trials_fd: int = -1) -> RunOutcome:
         """Send one job ({"job", "task_source", "candidate_source"}) and wait for its result;
         `judge` (with the descriptor of its arena, sent to the worker with the job) times the
-        job's windows (`verifier.clock`)."""
+        job's windows (`verifier.clock`); `trials_fd`: the trials' arena
+        (`verifier.trial_judge`), sent with the job too."""
         if not self.alive():
             self.stop()
             if not self.start():
@@ -251,13 +255,13 @@ class GpuWorkerProcess:
         deadline = start + timeout_s
         clock = self.clock = (JudgeClock(judge, fds=self.clock_fds, wait_s=timeout_s)
                               if judge is not None else None)
-        self.arena_fd = arena_fd
+        self.arena_fd, self.trials_fd = arena_fd, trials_fd
         try:
             return self._exchange(message, start, deadline, timeout_s, log_before, clock)
         finally:
             if clock is not None:
                 clock.stop()
-            self.clock, self.arena_fd = None, -1
+            self.clock, self.arena_fd, self.trials_fd = None, -1, -1
 
     def _exchange(self, message: dict[str, Any], start: float, deadline: float,
                   timeout_s: float, log_before: int, clock: JudgeClock | None) -> RunOutcome:
@@ -279,9 +283,12 @@ class GpuWorkerProcess:
                        deadline: float, timeout_s: float, log_before: int,
                        clock: JudgeClock | None) -> RunOutcome:
         assert self.proc is not None and self.sock is not None
-        # the worker takes them with the job: its outputs' memfd, the judge's arena
-        socket.send_fds(self.sock, [b"o"], [memfd] + ([self.arena_fd] if self.arena_fd >= 0
-                                                      else []))
+        # the worker takes them with the job, in the order the job names: its outputs'
+        # memfd, the judge's arenas (timed windows, trials)
+        sent = [("outputs", memfd), ("arena", self.arena_fd), ("trials", self.trials_fd)]
+        sent = [(name, fd) for name, fd in sent if fd >= 0]
+        message = {**message, "job": {**message["job"], "fds": [name for name, _ in sent]}}
+        socket.send_fds(self.sock, [b"o"], [fd for _, fd in sent])
         why = self._send((json.dumps(message) + "\n").encode(), deadline)
         if why:
             self.stop()

@@ -187,12 +187,16 @@ def main(argv: list[str]) -> int:
         gc.enable()  # the parent sealed the last job's outputs before it sent this job
         held.clear()
         job = msg["job"]
-        # sent before the job: its outputs' memfd, and the judge's arena (`verifier.arena`)
-        _, fds, _, _ = socket.recv_fds(sock, 1, 2)
-        job_fd = fds[0] if fds else -1
-        arena_fd = fds[1] if len(fds) > 1 else -1
+        # sent before the job, in the order its "fds" names: its outputs' memfd, the judge's
+        # arena of the timed windows (`verifier.arena`) and of the trials (`verifier.trial_io`)
+        _, fds, _, _ = socket.recv_fds(sock, 1, 3)
+        named = dict(zip(job.get("fds") or ("outputs", "arena"), fds, strict=False))
+        job_fd, arena_fd = named.get("outputs", -1), named.get("arena", -1)
+        trials_fd = named.get("trials", -1)
         if arena_fd >= 0:
             job["arena_fd"] = arena_fd
+        if trials_fd >= 0:
+            job["trials_fd"] = trials_fd
         jobdir = tempfile.mkdtemp(prefix="job-", dir=base)  # nothing left for the next job
         os.chdir(jobdir)
         try:
@@ -200,8 +204,9 @@ def main(argv: list[str]) -> int:
         finally:
             os.chdir(base)
             shutil.rmtree(jobdir, ignore_errors=True)
-            if arena_fd >= 0:  # mapped while the windows ran; unmapped by then
-                os.close(arena_fd)
+            for fd in (arena_fd, trials_fd):  # mapped while the job ran; unmapped by then
+                if fd >= 0:
+                    os.close(fd)
         began = time.monotonic()
         # nothing of the job is freed, and no cyclic garbage collected (finalizers are
         # candidate code), from the outputs' write until the parent has sealed them: the job's

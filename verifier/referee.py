@@ -77,10 +77,13 @@ class Referee:
             raise RuntimeError(str(reply["error"])[:500])
         return reply
 
-    def prepare(self, args: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        """A window judge for one job on the referee's GPU: (its reply, the arena's
-        descriptor, which the caller closes once the worker has it)."""
-        reply = self.request("prepare", args)
+    def prepare(self, args: dict[str, Any], op: str = "prepare") -> tuple[dict[str, Any], int]:
+        """A window judge ("prepare") or a trial judge ("trials") for one job on the referee's
+        GPU: (its reply, the arena's descriptor, which the caller closes once the worker has
+        it; -1 when the reply says the task does not fit)."""
+        reply = self.request(op, args)
+        if reply.get("does_not_fit"):
+            return reply, -1
         self.fds.settimeout(30.0)
         try:
             _, fds, _, _ = socket.recv_fds(self.fds, 1, 1)
@@ -142,6 +145,21 @@ class RemoteJudge:
         self.referee.request("release", {})
 
 
+class RemoteTrials:
+    """The referee's trial judge (`verifier.trial_judge`) seen from the verifier process."""
+
+    def __init__(self, referee: Referee, reply: dict[str, Any]) -> None:
+        self.referee, self.spec = referee, reply["spec"]
+        self.admission = reply["admission"]
+
+    def check(self, report: Any, checked: Any) -> tuple[bool, str, dict[str, float]]:
+        reply = self.referee.request("trials_check", {"report": report, "checked": checked})
+        return bool(reply.get("ok")), str(reply.get("why", "")), dict(reply.get("stats") or {})
+
+    def close(self) -> None:
+        self.referee.request("trials_release", {})
+
+
 _LAST: dict[str, Any] = {}  # the outputs last mapped: one mapping serves a run's two ops
 
 
@@ -186,6 +204,14 @@ def _answer(msg: dict[str, Any], fds: socket.socket | None = None) -> dict[str, 
     if op == "release":
         _release()
         return {"ok": True}
+    if op == "trials":
+        return _prepare_trials(args, fds)
+    if op == "trials_check":
+        ok, why, stats = _TRIALS["judge"].check(args.get("report"), args.get("checked"))
+        return {"ok": ok, "why": why, "stats": stats}
+    if op == "trials_release":
+        _release_trials()
+        return {"ok": True}
     if op == "baseline":
         return _baseline(args)
     if op == "peaks":
@@ -221,6 +247,40 @@ def _prepare(args: dict[str, Any], fds: socket.socket | None) -> dict[str, Any]:
     socket.send_fds(fds, [b"a"], [judge.arena.fd])
     return {"ok": True, "sets": judge.sets, "copy_s": judge.copy_s, "out_bytes": judge.out_bytes,
             "spec": judge.spec}
+
+
+_TRIALS: dict[str, Any] = {}  # the trial judge of the job in flight
+
+
+def _release_trials() -> None:
+    judge = _TRIALS.pop("judge", None)
+    if judge is not None:
+        judge.close()
+
+
+def _prepare_trials(args: dict[str, Any], fds: socket.socket | None) -> dict[str, Any]:
+    """A new trial judge (the last one released) and its arena's descriptor over `fds`; or
+    {"does_not_fit": why} when the task's run cannot fit this device (`verifier.admission`)."""
+    import torch
+
+    from verifier.trial_judge import DoesNotFit, TrialJudge, free_bytes
+
+    _release_trials()
+    if fds is None:
+        raise RuntimeError("no socket for the arena's descriptor")
+    try:
+        judge = TrialJudge(args, free_bytes(int(args.get("cpu_free") or 1 << 34)),
+                           int(args.get("window_max") or 8 << 30))
+    except DoesNotFit as exc:
+        return {"ok": False, "does_not_fit": str(exc)}
+    except torch.OutOfMemoryError as exc:  # the reference alone, beside the worker
+        free = torch.cuda.mem_get_info()[0] if _device().startswith("cuda") else 0
+        return {"ok": False, "does_not_fit": "the task's reference does not fit the device "
+                f"beside its worker ({free / (1 << 30):.2f} GiB free): {exc}"[:500]}
+    _TRIALS["judge"] = judge
+    socket.send_fds(fds, [b"t"], [judge.arena.fd])
+    return {"ok": True, "spec": judge.spec, "admission": vars(judge.admission),
+            "footprint": vars(judge.footprint)}
 
 
 def _budget(asked: int) -> int:

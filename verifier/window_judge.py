@@ -115,7 +115,7 @@ class WindowJudge:
         """Why the window of `n` calls does not stand ("" when it does)."""
         import torch
 
-        from verifier.judge import _judge
+        from verifier.device_compare import judge as _judge  # in chunks: no fp64 copy of it all
         from verifier.worker import _same
 
         k = (n - 1) % len(self.pristine)

@@ -202,15 +202,15 @@ def run_job(job: dict[str, Any], task_src: str, cand_src: str,
 
 def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> None:
     import torch
-    from torch.autograd.profiler import record_function
 
     from verifier.backends import get_backend
     from verifier.clock import RefusedOutput
     from verifier.extspec import install_shim
-    from verifier.fallback import judge_ops, make_trace_mode, op_kind
+    from verifier.fallback import judge_ops, op_kind
     from verifier.generalize import check_variants
     from verifier.namespace import candidate_globals
-    from verifier.timed_calls import LABEL, OpNames, baselines, serve_timed_windows
+    from verifier.timed_calls import OpNames, baselines, serve_timed_windows
+    from verifier.trial_io import for_job
 
     backend = get_backend(job["backend"])
     opts = job["options"]
@@ -277,56 +277,14 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
             ref_sd[k].shape == new_sd[k].shape for k in ref_sd):
         new.load_state_dict(ref_sd)
 
-    trials = max(1, int(opts.get("trials", 5)))
     tol = (float(opts.get("atol_fp32", 1e-4)), float(opts.get("rtol_fp32", 1e-4)),
            float(opts.get("atol_low", 1e-2)), float(opts.get("rtol_low", 1e-2)))
-    first_inputs = first_ref = prev_ref = prev_new = None
-    raw: list[Any] = []  # the candidate's outputs, for the parent's own comparison
-    ops: list[tuple[str, int | None]] = []  # (aten op, candidate line) of every forward
-    own_calls = 0  # calls into the candidate's extension functions during forward
-    worst: dict[str, float] = {}
+    io = for_job(job, device)  # the judge's arena of trial inputs and output slots, or seeds
     names = OpNames(label=True)
     trial_names = names.__enter__()  # the trials' own aten ops, recorded as timed calls are
     try:
-        for t in range(trials):
-            inputs = make_inputs(1000 + t)
-            pristine = _clone(inputs)
-            try:
-                with torch.no_grad():
-                    ref_out = ref(*_clone(inputs))
-                    cand_inputs = _clone(inputs)
-                    with make_trace_mode() as tr, record_function(LABEL):  # traced
-                        new_out = new(*cand_inputs)
-                        backend.synchronize()
-                    ops.extend(tr.ops)
-                    own_calls += tr.own_calls
-            except Exception as exc:
-                msg, line = _candidate_traceback(exc)
-                res.data["error_line"] = line
-                res.data["trials"] = t
-                res.finish("runtime_error", msg)
-            if prev_new is not None and _same(new_out, prev_new) and not _same(ref_out, prev_ref):
-                res.data["trials"] = t + 1
-                res.finding("result_caching", "the same output for different inputs")
-                res.finish("cheat", "the output did not change with new inputs (cached result)")
-            verdict, msg, stats, by_fp64 = _judge(ref, pristine, ref_out, new_out, tol)
-            if by_fp64:
-                res.data["tolerance"] = "fp64_reference"
-            for k, v in stats.items():
-                worst[k] = max(worst.get(k, 0.0), v)
-            res.data.update(worst)
-            res.data["trials"] = t + 1
-            if verdict == "cheat":
-                res.finding("output_type", msg)
-            if verdict != "ok":
-                res.finish("cheat" if verdict == "cheat" else "incorrect", f"trial {t + 1}: {msg}")
-            if not _same(cand_inputs, pristine):
-                res.finding("input_mutation", "forward modified its input tensors in place")
-                res.finish("incorrect", "forward modified its input tensors (the reference does not)")
-            prev_ref, prev_new = ref_out, new_out
-            raw.append(_clone(new_out))  # kept on its device: copied once, into the outputs memfd
-            if t == 0:
-                first_inputs, first_ref = pristine, ref_out
+        first_inputs, first_ref, ops, own_calls = _trials(
+            res, ref, new, io, make_inputs, backend, tol, max(1, int(opts.get("trials", 5))))
     finally:  # a run that ends in a trial must not leave the session open
         names.__exit__(None, None, None)
     res.data.setdefault("mismatch_frac", 0.0)
@@ -341,7 +299,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     mark("correctness")
     _check_kernels(res, backend, job, lambda: new(*_clone(first_inputs)))
     mark("kernel_profile")
-    variant_raw = check_variants(res, job, task_src, cand.__dict__, backend, tol)
+    check_variants(res, job, task_src, cand.__dict__, backend, tol, io)
     mark("variants")
 
     res.progress("performance")
@@ -368,10 +326,70 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         res.finding("changed_after_timing", msg)
         res.finish("cheat", f"outputs changed after the timing runs: {msg}")
     _check_tamper(res, guard, threads_before)
-    res.data["raw_outputs"] = raw + variant_raw
+    res.data.update(io.report())  # raw outputs (seeded) or the plain values beside the slots
+    io.close()
     mark("performance")
     res.progress("done")
     res.finish("ok")
+
+
+def _trials(res: _Result, ref: Any, new: Any, io: Any, make_inputs: Callable[[int], list[Any]],
+            backend: Any, tol: tuple[float, float, float, float], trials: int
+            ) -> tuple[Any, Any, list[tuple[str, int | None]], int]:
+    """The correctness trials, each on fresh inputs (the judge's arena views, else drawn from
+    the parent's seeds) under the dispatcher trace: (first inputs, first reference output, the
+    aten ops with their candidate lines, calls into the candidate's extension)."""
+    import torch
+    from torch.autograd.profiler import record_function
+
+    from verifier.fallback import make_trace_mode
+    from verifier.timed_calls import LABEL
+
+    if io.shared:  # as many trials as the judge's arena holds (`verifier.admission`)
+        trials = io.trials()
+    first_inputs = first_ref = prev_ref = prev_new = None
+    ops: list[tuple[str, int | None]] = []  # (aten op, candidate line) of every forward
+    own_calls = 0  # calls into the candidate's extension functions during forward
+    worst: dict[str, float] = {}
+    for t in range(trials):
+        inputs = io.inputs(0, t) or make_inputs(1000 + t)
+        pristine = _clone(inputs)
+        try:
+            with torch.no_grad():
+                ref_out = ref(*_clone(inputs))
+                with make_trace_mode() as tr, record_function(LABEL):  # traced
+                    new_out = new(*inputs)  # the judge's views: a mutation is seen there
+                    backend.synchronize()
+                ops.extend(tr.ops)
+                own_calls += tr.own_calls
+        except Exception as exc:
+            msg, line = _candidate_traceback(exc)
+            res.data["error_line"] = line
+            res.data["trials"] = t
+            res.finish("runtime_error", msg)
+        if prev_new is not None and _same(new_out, prev_new) and not _same(ref_out, prev_ref):
+            res.data["trials"] = t + 1
+            res.finding("result_caching", "the same output for different inputs")
+            res.finish("cheat", "the output did not change with new inputs (cached result)")
+        verdict, msg, stats, by_fp64 = _judge(ref, pristine, ref_out, new_out, tol)
+        if by_fp64:
+            res.data["tolerance"] = "fp64_reference"
+        for k, v in stats.items():
+            worst[k] = max(worst.get(k, 0.0), v)
+        res.data.update(worst)
+        res.data["trials"] = t + 1
+        if verdict == "cheat":
+            res.finding("output_type", msg)
+        if verdict != "ok":
+            res.finish("cheat" if verdict == "cheat" else "incorrect", f"trial {t + 1}: {msg}")
+        if not _same(inputs, pristine):
+            res.finding("input_mutation", "forward modified its input tensors in place")
+            res.finish("incorrect", "forward modified its input tensors (the reference does not)")
+        prev_ref, prev_new = ref_out, new_out
+        io.keep(0, t, new_out)  # into the judge's slot, or kept for the parent's comparison
+        if t == 0:
+            first_inputs, first_ref = pristine, ref_out
+    return first_inputs, first_ref, ops, own_calls
 
 
 def _check_kernels(res: _Result, backend: Any, job: dict[str, Any],
