@@ -58,15 +58,17 @@ class Admission:
 
 
 def worker_bytes(fp: Footprint) -> int:
-    """The candidate's process: two models, pristine + reference clone, two forwards, and the
-    previous trial's outputs kept for the caching check."""
-    return 2 * fp.params + 2 * fp.inputs + 2 * fp.workspace + 3 * fp.output
+    """The candidate's process: two models, its pristine copy and the reference's clone of a
+    trial's inputs (the inputs themselves are the arena's), one forward's workspace (its
+    output included), the candidate's output, and the previous trial's two outputs kept for
+    the caching check (the comparison is in chunks, `verifier.device_compare`)."""
+    return 2 * fp.params + 2 * fp.inputs + fp.workspace + 3 * fp.output
 
 
 def judge_bytes(fp: Footprint, chunk: int) -> int:
-    """The judge's check of one trial: its reference, a regenerated set and its clone, one
-    forward, the comparison's chunk temporaries."""
-    return fp.params + 2 * fp.inputs + fp.workspace + CHUNK_TEMPS * 8 * chunk
+    """The judge's check of one trial: its reference, a regenerated input set, one forward,
+    the comparison's chunk temporaries."""
+    return fp.params + fp.inputs + fp.workspace + CHUNK_TEMPS * 8 * chunk
 
 
 def fp64_bytes(fp: Footprint) -> int:

@@ -13,6 +13,7 @@ Only torch and the standard library.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from verifier.judge import LOW_PRECISION_MARGIN, _flatten, round_mantissa
@@ -183,15 +184,19 @@ def against_fp64(model: Any, inputs: list[Any], ref: Any, out: Any, atol: float,
             "mismatch_frac": s["mismatch_frac"]}
 
 
-def judge(model: Any, inputs: list[Any], ref_out: Any, new_out: Any,
+def judge(model: Any, inputs: list[Any] | Callable[[], list[Any]], ref_out: Any, new_out: Any,
           tol: tuple[float, float, float, float], chunk: int = CHUNK, fp64: bool = True
           ) -> tuple[str, str, dict[str, float], bool]:
     """`verifier.judge._judge` in chunks; `fp64` False: no second opinion (the device has no
-    room for an fp64 copy of the model's outputs: a values miss stands)."""
+    room for an fp64 copy of the model's outputs: a values miss stands). `inputs` may be a
+    function that makes them again (only the second opinion needs them: no copy is kept)."""
     verdict, msg, stats = compare(ref_out, new_out, *tol, chunk=chunk)
     if verdict != "values":
         return verdict, msg, stats, False
-    second = against_fp64(model, inputs, ref_out, new_out, tol[0], chunk) if fp64 else None
+    second = None
+    if fp64:
+        second = against_fp64(model, inputs() if callable(inputs) else inputs, ref_out, new_out,
+                              tol[0], chunk)
     if second and second["ok"]:
         return "ok", "", {k: second[k] for k in ("max_abs_diff", "mean_abs_diff")}, True
     if second:

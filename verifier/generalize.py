@@ -40,7 +40,8 @@ def run_variant(source: str, cand_ns: dict[str, Any], backend: Any, seed: int, i
     (the raw list stays empty)."""
     import torch
 
-    from verifier.worker import _candidate_traceback, _clone, _judge, _to_device
+    from verifier.device_compare import judge as _judge
+    from verifier.worker import _candidate_traceback, _clone, _to_device
 
     device = backend.device()
     ns: dict[str, Any] = {"__name__": "ks_reference"}

@@ -52,12 +52,14 @@ class _Block:
         self.model, self.get_inputs = decide._reference(source, seed)
         self.seeds: list[int] = []
         self.cases: list[dict[str, Any]] = []
-        base = _memory()
         with decide._LOCK, torch.no_grad():
             self.sample = decide.make_inputs(self.get_inputs, input_seed + 1000)
+            clone = _clone(self.sample)
+            base = _memory()
             _reset_peak()
-            out = self.model(*_clone(self.sample))
-        self.workspace = max(_peak() - base - _bytes(self.sample), _bytes(out))
+            out = self.model(*clone)
+        self.workspace = max(_peak() - base, _bytes(out))  # its output and its scratch
+        del clone
         self.out_layout, self.out_bytes = plan(out)
         self.in_layout, self.in_bytes = plan(self.sample)
 
@@ -204,16 +206,20 @@ class TrialJudge:
 
         if vals is None:
             return "the worker left no output in the verifier's slot"
+        def again() -> list[Any]:  # the pristine inputs made again (no copy kept)
+            return decide.make_inputs(block.get_inputs, k)
+
         with decide._LOCK, torch.no_grad():
-            pristine = decide.make_inputs(block.get_inputs, k)
+            pristine = again()
             if not _same(views(self.arena, case["inputs"]), pristine):
                 return "forward modified its input tensors"
             try:
                 new = rebuild(views(self.arena, case["out"]), vals)
             except ValueError as exc:
                 return f"the worker's output does not fit the reference's: {exc}"
-            ref_out = block.model(*_clone(pristine))
-            verdict, msg, stats, _ = judge(block.model, pristine, ref_out, new, self.tol,
+            ref_out = block.model(*pristine)  # its own draw: a reference may mutate it
+            del pristine
+            verdict, msg, stats, _ = judge(block.model, again, ref_out, new, self.tol,
                                            self.admission.chunk, self.admission.fp64)
         for key, v in stats.items():
             worst[key] = max(worst.get(key, 0.0), v)

@@ -205,6 +205,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
 
     from verifier.backends import get_backend
     from verifier.clock import RefusedOutput
+    from verifier.device_compare import judge
     from verifier.extspec import install_shim
     from verifier.fallback import judge_ops, op_kind
     from verifier.generalize import check_variants
@@ -321,7 +322,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
                     "the traced trials did not")
         res.finish("cheat", "the timed calls ran library compute the trials did not: "
                    + ", ".join(unseen[:3]))
-    verdict, msg, _, _ = _judge(ref, first_inputs, first_ref, again, tol)
+    verdict, msg, _, _ = judge(ref, first_inputs, first_ref, again, tol)
     if verdict != "ok":
         res.finding("changed_after_timing", msg)
         res.finish("cheat", f"outputs changed after the timing runs: {msg}")
@@ -342,6 +343,7 @@ def _trials(res: _Result, ref: Any, new: Any, io: Any, make_inputs: Callable[[in
     import torch
     from torch.autograd.profiler import record_function
 
+    from verifier.device_compare import judge
     from verifier.fallback import make_trace_mode
     from verifier.timed_calls import LABEL
 
@@ -371,7 +373,7 @@ def _trials(res: _Result, ref: Any, new: Any, io: Any, make_inputs: Callable[[in
             res.data["trials"] = t + 1
             res.finding("result_caching", "the same output for different inputs")
             res.finish("cheat", "the output did not change with new inputs (cached result)")
-        verdict, msg, stats, by_fp64 = _judge(ref, pristine, ref_out, new_out, tol)
+        verdict, msg, stats, by_fp64 = judge(ref, pristine, ref_out, new_out, tol)  # in chunks
         if by_fp64:
             res.data["tolerance"] = "fp64_reference"
         for k, v in stats.items():

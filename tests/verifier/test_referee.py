@@ -122,3 +122,33 @@ def test_outputs_are_mapped_once_per_job_and_again_for_the_next(referee: Referee
     # without a job number every call maps its path: now gone, so no outputs
     ok, why = referee("run", _args(99), **gone)
     assert not ok and "no raw outputs" in why, why
+
+
+def test_the_trials_judged_on_the_referees_arena(referee: Referee) -> None:
+    """`trials`: the referee draws the trials' inputs into an arena whose descriptor it sends;
+    a worker's side (here this process) copies outputs into the slots; `trials_check` answers
+    with a few figures, never with output-sized data."""
+    from verifier.referee import RemoteTrials
+    from verifier.trial_io import ArenaTrials
+
+    args = {**_args(31), "window_max": 16 << 20, "cpu_free": 1 << 30}
+    for scale, want in ((1.0, True), (0.5, False)):
+        reply, fd = referee.prepare(args, op="trials")
+        assert fd >= 0 and reply["spec"]["trials"] == 3
+        assert reply["footprint"]["inputs"] == 16 * 1024 * 4
+        trials = RemoteTrials(referee, reply)
+        io = ArenaTrials(trials.spec, fd, "cpu")
+        os.close(fd)
+        for t in range(3):
+            io.keep(0, t, torch.relu(io.inputs(0, t)[0]) * (scale if t == 2 else 1.0))
+        ok, why, stats = trials.check(io.report()["trial_report"], None)
+        assert ok is want, why
+        if want:
+            assert stats == {"max_abs_diff": 0.0, "mean_abs_diff": 0.0, "mismatch_frac": 0.0,
+                             "rel_norm": 0.0}
+        else:
+            assert why.startswith("trial 3, checked by the verifier itself"), why
+        io.close()
+        trials.close()
+    reply, fd = referee.prepare({**args, "cpu_free": 1 << 20}, op="trials")
+    assert fd == -1 and "for one trial" in reply["does_not_fit"], reply
