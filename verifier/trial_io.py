@@ -154,6 +154,11 @@ class ArenaTrials:
         self.values[block].append(values)
 
     def report(self) -> dict[str, Any]:
+        """The plain values, once every copy into the slots has landed."""
+        if self.arena.device != "cpu":
+            import torch
+
+            getattr(torch, self.arena.device.split(":")[0]).synchronize()
         return {"trial_report": {"values": self.values}}
 
     def close(self) -> None:

@@ -61,6 +61,7 @@ class _Result:
         self.data: dict[str, Any] = {"nonce": nonce, "stage": "correctness", "outcome": "ok",
                                      "findings": [], "error": ""}
         self.on_progress = on_progress
+        self.io: Any = None  # the run's trial inputs and outputs (`verifier.trial_io`)
 
     def progress(self, stage: str) -> None:
         self.data["stage"] = stage
@@ -197,6 +198,9 @@ def run_job(job: dict[str, Any], task_src: str, cand_src: str,
         return {"nonce": job.get("nonce"), "outcome": "runtime_error", "stage": "correctness",
                 "findings": [], "error": f"{type(exc).__name__}: {exc}"[:2000],
                 "traceback": traceback.format_exc()[-3000:]}
+    finally:  # the judge's trial arena is unmapped however the run ended (a persistent
+        if res.io is not None:  # worker would otherwise keep its device memory alive)
+            res.io.close()
     return res.data
 
 
@@ -280,7 +284,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
 
     tol = (float(opts.get("atol_fp32", 1e-4)), float(opts.get("rtol_fp32", 1e-4)),
            float(opts.get("atol_low", 1e-2)), float(opts.get("rtol_low", 1e-2)))
-    io = for_job(job, device)  # the judge's arena of trial inputs and output slots, or seeds
+    io = res.io = for_job(job, device)  # the judge's arena of trial inputs and slots, or seeds
     names = OpNames(label=True)
     trial_names = names.__enter__()  # the trials' own aten ops, recorded as timed calls are
     try:
@@ -328,7 +332,6 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         res.finish("cheat", f"outputs changed after the timing runs: {msg}")
     _check_tamper(res, guard, threads_before)
     res.data.update(io.report())  # raw outputs (seeded) or the plain values beside the slots
-    io.close()
     mark("performance")
     res.progress("done")
     res.finish("ok")
