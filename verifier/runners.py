@@ -178,12 +178,11 @@ class _GpuRunner:
         self.worker = GpuWorkerProcess(env, backend, host_memory_mb=mem)
         self.spares = [GpuWorkerProcess(env, backend, host_memory_mb=mem)
                        for _ in range(max(0, standbys))]
-        # the parent judges raw outputs itself: here on the cpu, else by a trusted referee
-        # process on the same GPU (inputs drawn there cannot be regenerated on the cpu)
+        # the trusted judge of the trials and timed windows: a referee process on the same
+        # GPU (its arenas are device memory the worker maps); the cpu loop: this process
         self.referee = Referee(env, backend) if backend != "cpu" else None
         self.jobs = 0
         self.device_peaks: dict[str, Any] | None = None
-        self.held_fd = -1  # the last job's sealed outputs, until its verdict is made
         self.threads: dict[int, threading.Thread] = {}  # spare index -> its start, oldest first
         self.swaps = 0
         self.closed = False
@@ -256,7 +255,6 @@ class _GpuRunner:
         job = {**job, "device_sources": [src for s in item.specs
                                          for src in (*s.cuda_sources, *s.cpp_sources)]}
         with self.lock:
-            self._release_outputs()
             self._swap_in_standby(wait=True)
             judge, trials, fds = None, None, [-1, -1]  # the windows' and the trials' arenas
             try:
@@ -360,17 +358,10 @@ class _GpuRunner:
                 self.device_peaks = {}
         return self.device_peaks or None
 
-    def _release_outputs(self) -> None:
-        """Close the previous job's outputs memfd (its verdict is made: the slot is free)."""
-        if self.held_fd >= 0:
-            os.close(self.held_fd)
-            self.held_fd = -1
-
     def _judged_here(self, out: RunOutcome, trials: Any) -> RunOutcome:
         """The judge's check of a run its worker called ok: the trials' outputs in their slots
         against its references, on its device (`verifier.trial_judge`); its figures replace
         the worker's, and the parent's check (`verifier.decide.parent_check`) reads its answer."""
-        self.held_fd = out.outputs_fd
         p = out.payload
         if p is None or p.get("outcome") != "ok" or trials is None:
             return out
@@ -444,4 +435,3 @@ class _GpuRunner:
                     spare.stop()
             if self.referee is not None:
                 self.referee.close()
-            self._release_outputs()
