@@ -62,6 +62,21 @@ def _reference(task_source: str, seed: int) -> tuple[Any, Any]:
         return _MODELS[key]
 
 
+def keep_only(sources: set[str]) -> None:
+    """Drop the cached reference models of every other task source (on a GPU their memory is
+    given back: a job's memory admission must not depend on the tasks judged before it)."""
+    with _LOCK:
+        for key in [k for k in _MODELS if k[0] not in sources]:
+            del _MODELS[key]
+    if DEVICE != "cpu":
+        import gc
+
+        import torch
+
+        gc.collect()  # a model in a reference cycle is freed only by a collection
+        getattr(torch, torch.device(DEVICE).type).empty_cache()
+
+
 def load_outputs(path: Path) -> list[Any] | None:
     """The raw outputs a worker wrote (tensors and plain containers only), or None."""
     import torch

@@ -228,13 +228,13 @@ def _prepare_trials(args: dict[str, Any], fds: socket.socket | None) -> dict[str
     {"does_not_fit": why} when the task's run cannot fit this device (`verifier.admission`)."""
     import torch
 
-    from verifier.trial_judge import DoesNotFit, TrialJudge, free_bytes
+    from verifier.trial_judge import DoesNotFit, TrialJudge
 
     _release_trials()
     if fds is None:
         raise RuntimeError("no socket for the arena's descriptor")
     try:
-        judge = TrialJudge(args, free_bytes(int(args.get("cpu_free") or 1 << 34)),
+        judge = TrialJudge(args, int(args.get("cpu_free") or 1 << 34),
                            int(args.get("window_max") or 8 << 30))
     except DoesNotFit as exc:
         return {"ok": False, "does_not_fit": str(exc)}

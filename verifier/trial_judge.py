@@ -95,11 +95,13 @@ def free_bytes(cpu_free: int) -> int:
 class TrialJudge:
     """A job's trials: their inputs and output slots in an arena, and their check."""
 
-    def __init__(self, args: dict[str, Any], free: int, window_max: int, path: str = "") -> None:
+    def __init__(self, args: dict[str, Any], free: int, window_max: int) -> None:
+        """`free`: the host budget of a cpu judge (on a GPU, what the device has free)."""
         from verifier.generalize import VARIANT_TRIALS
 
         seed, self.input_seed = int(args["seed"]), int(args["input_seed"])
         self.tol = tuple(args["tol"])
+        decide.keep_only({args["task_source"], *(v["source"] for v in args.get("variants") or [])})
         self.main = _Block(args["task_source"], seed, self.input_seed)
         self.variants: list[_Block | None] = []
         for v in args.get("variants") or []:
@@ -112,6 +114,9 @@ class TrialJudge:
             params=_params(self.main.model), inputs=self.main.in_bytes,
             output=self.main.out_bytes, workspace=self.main.workspace,
             variants=[(b.in_bytes, b.out_bytes) for b in blocks])
+        if decide.DEVICE.startswith("cuda"):  # now, with what the footprint counts held
+            free = (free_bytes(free) + self.footprint.params
+                    + sum(b.in_bytes for b in [self.main, *blocks]))  # samples: into the arena
         self.admission: Admission = admit(self.footprint, free, max(1, int(args["trials"])),
                                           VARIANT_TRIALS, window_max)
         if not self.admission.fits:

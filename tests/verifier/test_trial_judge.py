@@ -186,3 +186,13 @@ def test_a_task_that_cannot_fit_says_so_with_its_footprint() -> None:
     judge.close()
     with pytest.raises(DoesNotFit, match="GiB of device memory for one trial.*an input set"):
         TrialJudge(_args(trials=5), 64 << 20, 16 << 20)
+
+
+def test_a_job_keeps_only_its_own_reference_models_cached() -> None:
+    """Models cached for other tasks would hold device memory a later job's admission counts
+    as taken: the verdict would depend on what ran before. A job drops them."""
+    decide._reference(TUPLE_TASK, 0)
+    assert any(k[0] == TUPLE_TASK for k in decide._MODELS)
+    judge = TrialJudge(_args(variants=[SIZES_VARIANT]), 1 << 30, 16 << 20)
+    assert {k[0] for k in decide._MODELS} == {RELU_TASK, SIZES_VARIANT["source"]}
+    judge.close()
