@@ -8,9 +8,11 @@ functions), so it is never enough: a run is correct only when the parent, regene
 inputs from the same seeds, gets matching reference outputs. Reference models are built once per
 (task, seed) and kept.
 
-References are computed on `DEVICE`: the parent's cpu for cpu runs; for a GPU worker, whose
-inputs are drawn on the GPU (another random stream than the cpu's), a trusted referee process
-on the same GPU runs these same functions with DEVICE set (`verifier.referee`).
+References are computed on `DEVICE`: the parent's cpu for the sandboxed children (cpu, musa),
+whose raw outputs come back in `outputs.pt`. A persistent (GPU) worker's trials never come back:
+they are judged where they are, in the judge's arena (`verifier.trial_judge`, in a trusted
+referee process on the same GPU that sets DEVICE, `verifier.referee`), which builds its
+references with `_reference` and draws its inputs with `make_inputs` from here.
 """
 
 from __future__ import annotations

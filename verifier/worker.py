@@ -14,8 +14,9 @@ The same checks run in two lifecycles:
 Order of work: the reference is loaded and its eager (and torch.compile) baseline timed
 *before* any candidate code exists in the process, so a candidate cannot slow its own baseline.
 Then: seeded construction of both models (state dict copied when names match), N trials with
-fresh seeded inputs under a dispatcher trace (aten compute = fallback), output type/shape/dtype
-checks, dtype-aware tolerances with an fp64 second opinion for fp32 mismatches, input mutation
+fresh inputs (the judge's, in an arena it maps: `verifier.trial_io`; a sandboxed child draws
+them from the parent's seeds) under a dispatcher trace (aten compute = fallback), output
+type/shape/dtype checks, dtype-aware tolerances with an fp64 second opinion for fp32 mismatches, input mutation
 and result caching checks, launched-kernel names (library kernels = fallback, on GPUs), timing
 with fresh inputs per call, the output re-checked after timing, and tamper checks (patched
 harness functions, leftover threads). The parent decides the status, the reward and the
