@@ -16,8 +16,9 @@ Order of work: the reference is loaded and its eager (and torch.compile) baselin
 Then: seeded construction of both models (state dict copied when names match), N trials with
 fresh inputs (the judge's, in an arena it maps: `verifier.trial_io`; a sandboxed child draws
 them from the parent's seeds) under a dispatcher trace (aten compute = fallback), output
-type/shape/dtype checks, dtype-aware tolerances with an fp64 second opinion for fp32 mismatches, input mutation
-and result caching checks, launched-kernel names (library kernels = fallback, on GPUs), timing
+type/shape/dtype checks, dtype-aware tolerances with an fp64 second opinion for fp32
+mismatches (compared in chunks, `verifier.device_compare`), input mutation and result caching
+checks, launched-kernel names (library kernels = fallback, on GPUs), timing
 with fresh inputs per call, the output re-checked after timing, and tamper checks (patched
 harness functions, leftover threads). The parent decides the status, the reward and the
 feedback; this code only measures.
