@@ -67,14 +67,13 @@ def get_init_inputs():
 
 def candidates() -> dict[str, str]:
     fwd = "x):\n        return self.ext.relu_cuda(x.contiguous())"
-    mutate = ("x):\n        y = self.ext.relu_cuda(x.contiguous())\n        x.mul_(0.5)\n"
-              "        return y")
     tup = "x):\n        return (self.ext.relu_cuda(x.contiguous()), x.shape[0])"
     leaky = _relu(_RELU_PLAIN.replace(": 0.f;", ": 0.01f * x[i];"))
     mk = lambda cid, cuda, f=fwd: _module(cid, cuda, _RELU_DECL, "relu_cuda", f)  # noqa: E731
     return {"honest": mk("judge_honest", _relu(_RELU_PLAIN)),
             "wrong": mk("judge_wrong", leaky),
-            "mutates": mk("judge_mutates", _relu(_RELU_PLAIN), mutate),
+            "mutates": mk("judge_mutates", _relu(_RELU_PLAIN).replace(  # relu in place
+                "auto y = torch::empty_like(x);", "auto y = x;")),
             "tuple": mk("judge_tuple", _relu(_RELU_PLAIN), tup)}
 
 
