@@ -7,23 +7,57 @@ run directory of a sandboxed run; inherited pipes, `FDS_ENV`, of a persistent wo
     worker -> judge  "t"        ready: its inputs are views of the judge's arena (`verifier.arena`)
     judge  -> worker "w <n>"    sent right after the judge wrote fresh inputs into the arena
     worker: n calls over the arena's input sets (under the dispatcher trace, as every call),
-            the last call's output copied into the arena's slot, synchronize
+            call i's output copied into the arena's slot i, synchronize
     worker -> judge  "d"
     judge  -> worker "e"        no more windows
 
-The judge times "w" sent to "d" received with its own clock. The worker cannot compute ahead:
-a window's inputs do not exist before the judge writes them, right before "w". It cannot skip
-calls unseen: the last output is checked against the judge's reference and every input
-against the judge's pristine copy; a window has no more calls than input sets (a repeated set
-would let a cache answer without the work), and a timed call's output is a plain tensor (a lazy
-subclass would do the work only for the one output copied into the slot). A window with no
-calls measures the round trip; then windows of more and more calls calibrate one call; then
-`WINDOWS` windows of n calls, n large enough that the round trip is under 1% of a window (and a
-window at least `TARGET_S`), but never more than the judge's input sets (where they are too
-few, the round trip's larger share only adds time). The runtime is the fastest window's
-time per call, less the judge's own time for the one output copy: load only adds time, and no
-window runs faster than its calls truly take. The reference's baseline is timed the same way
-(`time_windows`) in a process that never ran candidate code.
+The judge times "w" sent to "d" received with its own clock. Any thread (or process) of the
+run can speak this protocol and map the arena, not only the harness, so nothing rests on the
+harness's loop: a window is believed for what the judge checks and measures itself.
+- Every call has its own output slot. After "d" the judge draws which calls it checks (the
+  last, and `window_judge.RANDOM_CHECKS` others: a secret the worker cannot know while it runs),
+  reads those slots at once and compares them with its own reference on its pristine inputs; a
+  window that skipped calls or answers "d" before its outputs are written fails as a cheat.
+- Work done outside the window is charged to it. A window's inputs exist only from the judge's
+  fill on; a worker that computes while the judge fills (a thread watching the inputs land)
+  burns cpu time there that an honest worker, blocked on the pipe, does not. Where the judge
+  can meter the run's cpu time (`meter`: the run's cgroup, `verifier.cpu_meter`), it waits
+  after each check until the run is quiet (an honest OpenMP pool spins ~5-10 ms after its last
+  parallel region), reads the meter, fills, reads it again at "w": the run's cpu time in
+  between, less a noise allowance (`FILL_NOISE_S`, at most `NOISE_SHARE` of the window), is
+  added to the window's time. Charged, not a cheat: cpu
+  seconds are at least the wall seconds the work would have taken inside the window (on any
+  number of threads), so the attack gains nothing, and an honest run that was not quiet in
+  time (a loaded host) is slowed a little instead of called a cheat. Cpu time inside the
+  window (an honest multi-threaded kernel's) is never charged; work after "d" gains nothing
+  (the checked slots are read at once), so it is not charged either.
+- A window's inputs do not exist before the fill; a window has no more calls than input sets (a
+  repeated set would let a cache answer without the work), and a timed call's output is a plain
+  tensor (a lazy subclass would do the work only when copied).
+A window with no calls measures the round trip; then windows of more and more calls calibrate
+one call; then `WINDOWS` windows of n calls, n large enough that the round trip is under 1% of a
+window (and a window at least `TARGET_S`), but never more than the judge's input sets (where
+they are too few, the round trip's larger share only adds time). The runtime is the fastest
+window's time per call, less the judge's own time for the calls' output copies (at most half):
+load only adds time, and no window runs faster than its calls truly take. The reference's
+baseline is timed the same way (`time_windows`) in a process that never ran candidate code.
+That deduction is the price of a slot per call: a worker that patches the harness's copy away
+and writes its outputs straight into the slots is deducted copies it never made, up to one
+output copy per call (at most half its window; for a copy-bound op like ReLU that is a 2x
+claim, which the physics floor then weighs); an honest kernel's figure is unchanged by it.
+
+On a GPU (the referee's judge, `verifier.referee`) the same `WindowJudge` lays out one output
+slot per call in the device arena, draws the checked calls after "d" and clones their slots
+before any reference runs (a device arena has no pull; the clone is the snapshot). The GPU form
+of the fill attack is a persistent kernel launched before "t" that spins on the arena's input
+sets and computes as they land; no cpu meter sees device time. The judge therefore draws a
+window's inputs in its own memory (staging no worker maps) and publishes them with one burst of
+device copies at the end of its fill, right before "w": the inputs exist in the arena only for
+the time of that burst (a copy of the window's inputs at device bandwidth), so that is all such a
+kernel can overlap, where it had the whole fill (the draws) before. Closing that last gap would
+put the publish inside the timed window with its time deducted as `copy_s` is (the deduction
+is then again what a kernel can overlap), or meter the device by the run's own kernels (CUPTI
+in the referee): left open, bounded by the burst and the physics floor.
 """
 
 from __future__ import annotations
@@ -44,6 +78,11 @@ TARGET_S = 0.02  # a window is at least this long (timer and scheduler noise wel
 ROUND_TRIP_SHARE = 0.01  # the round trip is under this share of a window
 MIN_CALLS, MAX_CALLS = 3, 100_000
 WAIT_S = 120.0  # the longest the judge waits for one message
+FILL_NOISE_S, NOISE_SHARE = 0.0005, 0.05  # the run's cpu time during a fill that is not
+# charged: an honest worker's wake-up, a meter's rounding (at most this share of the window: a
+# window capped by its input sets may be a single short call)
+QUIET_S, QUIET_MAX_S = 0.002, 0.05  # the run is quiet: under 10% cpu over QUIET_S (waited
+# for at most QUIET_MAX_S, then the fill is charged as it is)
 
 
 def calls_for(call_s: float, round_trip_s: float = 0.0) -> int:
@@ -131,9 +170,9 @@ def _plain(out: Any) -> bool:
 
 
 def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[list[Any]],
-                  put: Callable[[Any], None], synchronize: Callable[[], None]) -> None:
-    """Serve the judge's windows until it says "e": n calls over `sets`, `put` the last
-    output into the slot, synchronize, "d"."""
+                  put: Callable[[int, Any], None], synchronize: Callable[[], None]) -> None:
+    """Serve the judge's windows until it says "e": n calls over `sets`, `put(i, out)` each
+    call's output into its slot, synchronize, "d"."""
     wfd, rfd = pipes
     try:
         os.write(wfd, b"t\n")
@@ -142,14 +181,12 @@ def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[l
             if msg == ["e"]:
                 return
             n = int(msg[1])
-            out = None
             for i in range(n):
                 out = call(*sets[i % len(sets)])
-            if n:
-                if not _plain(out):  # its work could wait for the one copy the judge checks
+                if not _plain(out):  # its work could wait for the copy the judge checks
                     raise RefusedOutput("a timed call returned a tensor subclass "
                                         f"({type(out).__name__}), not a plain tensor")
-                put(out)
+                put(i, out)
             synchronize()
             os.write(wfd, b"d\n")
     finally:
@@ -161,14 +198,17 @@ def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[l
 class JudgeClock:
     """The judge's end of the clock pipes for one run; a thread drives the windows.
 
-    `judge` writes fresh inputs for a window of n calls (`fill(n)`), checks its output slot and inputs
-    (`check(n) -> why not or ""`), and knows its own time for one output copy (`copy_s`)."""
+    `judge` writes fresh inputs for a window of n calls (`fill(n)`), checks its output slots and
+    inputs (`check(n) -> why not or ""`), and knows its own time for one output copy (`copy_s`).
+    `meter() -> seconds` is the run's cpu time (`verifier.cpu_meter`; or set later, `watch`)."""
 
     def __init__(self, judge: Any, workdir: Path | None = None,
-                 fds: tuple[int, int] | None = None, wait_s: float = WAIT_S) -> None:
+                 fds: tuple[int, int] | None = None, wait_s: float = WAIT_S,
+                 meter: Callable[[], float] | None = None) -> None:
         """FIFOs made in `workdir`, or `fds` (read, write): a persistent worker's pipes, kept
         open across jobs (what an earlier job left in them is drained first)."""
-        self.judge, self.wait_s = judge, wait_s
+        self.judge, self.wait_s, self.meter = judge, wait_s, meter
+        self.fill_cpu: list[float] = []  # the run's cpu time during each window's fill
         self.figures: dict[str, Any] = {}
         self.failure = ""  # why the windows do not stand (the worker's doing)
         self.judge_error = ""  # why the judge could not time them (not the worker's doing)
@@ -186,6 +226,10 @@ class JudgeClock:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._drive, name="ks-judge-clock", daemon=True)
         self._thread.start()
+
+    def watch(self, meter: Callable[[], float] | None) -> None:
+        """Meter the run's cpu time with `meter` from the next window on."""
+        self.meter = meter
 
     def _read(self, deadline: float) -> str:
         """The worker's next message (one byte at a time: nothing of a later one is lost)."""
@@ -248,7 +292,7 @@ class JudgeClock:
             wall = self._checked(n)
             if wall is None:
                 return {}
-            call_s = max(wall - min(copy_s, wall / 2), 1e-7) / n  # noise only adds time
+            call_s = max(wall - min(n * copy_s, wall / 2), 1e-7) / n  # noise only adds time
             if wall >= TARGET_S / 4 or n >= min(MAX_CALLS, self.judge.sets):
                 break
             n = min(n * (8 if wall < TARGET_S / 64 else 2), self.judge.sets)
@@ -261,9 +305,9 @@ class JudgeClock:
                 if wall is None:
                     return {}
                 # the copy was measured once, when the judge was made: a load spike then must
-                # not take a window's work away (a call writes its output: the copy is at most
+                # not take a window's work away (a call writes its output: its copy is at most
                 # half)
-                per_call.append((wall - min(copy_s, wall / 2)) / n)
+                per_call.append((wall - min(n * copy_s, wall / 2)) / n)
             call_s = min(per_call)
             if call_s * n >= round_trip / ROUND_TRIP_SHARE or n >= self.judge.sets:
                 break
@@ -271,18 +315,26 @@ class JudgeClock:
         figures.update(calls=n, round_trip_us=round(round_trip * 1e6, 2),
                        copy_us=round(copy_s * 1e6, 2), sets=self.judge.sets,
                        out_bytes=int(self.judge.out_bytes))
+        if self.fill_cpu:  # what the run burnt while the judge filled (charged above noise)
+            figures["fill_cpu_us"] = round(max(self.fill_cpu) * 1e6, 2)
         return figures
 
     def _checked(self, n: int) -> float | None:
-        """One window of n calls on fresh inputs: its wall time, or None (and the failure)
-        when the judge's checks of its output and inputs fail."""
+        """One window of n calls on fresh inputs: its wall time, plus the run's cpu time
+        during the fill above noise; or None (and the failure) when the judge's checks of its
+        outputs and inputs fail."""
+        meter = self.meter
+        before = _quiet(meter) if meter is not None else 0.0
         self.judge.fill(n)
+        burnt = max(0.0, meter() - before) if meter is not None else 0.0
         wall = self._window(n)
         why = self.judge.check(n)
         if why:
             self.failure = why
             return None
-        return wall
+        if meter is not None:
+            self.fill_cpu.append(burnt)
+        return wall + max(0.0, burnt - min(FILL_NOISE_S, NOISE_SHARE * wall))
 
     def result(self) -> dict[str, Any]:
         """What the judge measured once the windows are over: {"figures", "failure" (the
@@ -298,6 +350,21 @@ class JudgeClock:
             os.close(self.rfd)
             os.close(self.wfd)
         return self.figures
+
+
+def _quiet(meter: Callable[[], float]) -> float:
+    """The run's cpu time once it is quiet (under 10% of one cpu over QUIET_S), waiting at most
+    QUIET_MAX_S: an honest worker blocks on the pipe after "d", but its OpenMP pool spins a
+    few ms after its last parallel region, and none of that is the next window's work."""
+    deadline = time.perf_counter() + QUIET_MAX_S
+    last = meter()
+    while time.perf_counter() < deadline:
+        time.sleep(QUIET_S)
+        now = meter()
+        if now - last < QUIET_S / 10:
+            return now
+        last = now
+    return last
 
 
 NO_JUDGE = "the verifier has no timing judge on this backend"

@@ -45,6 +45,7 @@ from verifier.sandbox import (
     apply_limits,
     collect_result,
     join_cgroup,
+    join_meter,
     kill_cgroup,
     kill_group,
     make_pids_cgroup,
@@ -96,6 +97,7 @@ def _child(req: dict[str, Any]) -> None:
         join_cgroup(Path(req["cgroup"]) if req.get("cgroup") else None)
         _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the server's death ends the run
         limits = SandboxLimits(**req["limits"])
+        join_meter(limits.cpu_cgroup)  # the judge's cpu meter
         workdir, note = req["workdir"], "isolation off"
         if limits.isolate:  # namespaces, private /tmp, hidden home, no root (verifier.isolate)
             workdir, note = isolate(workdir, limits.file_mb, limits.isolate_network,

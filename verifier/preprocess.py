@@ -291,8 +291,11 @@ _SEARCH_LIST = re.compile(r"#include <\.\.\.> search starts here:\n(.*?)End of s
 def compiler_search_dirs(cxx: str) -> list[str]:
     """The compiler's own system include folders (`-v`), cached per compiler."""
     if cxx not in _SEARCH_DIRS:
-        proc = subprocess.run([cxx, "-x", "c++", "-E", "-v", "-"], input="", text=True,
-                              capture_output=True, timeout=120, errors="replace")
+        try:
+            proc = subprocess.run([cxx, "-x", "c++", "-E", "-v", "-"], input="", text=True,
+                                  capture_output=True, timeout=120, errors="replace")
+        except (OSError, subprocess.TimeoutExpired):  # no such compiler: it adds no folder
+            return []  # (not cached: it may be installed later), and the build reports the read
         m = _SEARCH_LIST.search(proc.stderr)
         _SEARCH_DIRS[cxx] = [ln.strip().split(" (")[0] for ln in
                              (m.group(1).splitlines() if m else []) if ln.strip()]
@@ -300,6 +303,17 @@ def compiler_search_dirs(cxx: str) -> list[str]:
 
 
 _SEARCH_DIRS: dict[str, list[str]] = {}
+
+
+def nvcc_host_compiler(cmd: list[str]) -> str:
+    """The host compiler an nvcc command line runs: its `-ccbin`/`--compiler-bindir`, else
+    g++ on PATH (nvcc's own default)."""
+    for i, arg in enumerate(cmd):
+        if arg in ("-ccbin", "--compiler-bindir") and i + 1 < len(cmd):
+            return cmd[i + 1]
+        if arg.startswith(("-ccbin=", "--compiler-bindir=")):
+            return arg.split("=", 1)[1]
+    return "g++"
 
 
 def read_dependencies(dep_file: str) -> list[str]:
@@ -359,9 +373,22 @@ def unallowed_reads(log: list[str], deps: list[Path], allowed: list[str],
     roots = [r for r in roots if _real(r) not in ("/", "/usr", "/usr/local", "/bin",
                                                              "/usr/bin", "/usr/local/bin")]
     roots += compiler_search_dirs(host_compiler)
+    for cmd in cmds:  # nvcc hands its host side to `-ccbin`'s compiler, else to g++ on PATH,
+        # which need not be `host_compiler` (a toolkit image: CXX=/opt/gcc/bin/g++, g++ 13)
+        if os.path.basename(cmd[0]).startswith("nvcc"):
+            roots += compiler_search_dirs(nvcc_host_compiler(cmd))
     ran = [d for d in deps if d.is_file()]
     if len(ran) < len(deps) and any("timed out" in ln for ln in log):
         return []  # killed before it said anything: only the timeout is reported
     if len(ran) < len(deps) or any(len(ln) >= 200_000 for ln in log):
         return ["(unknown: the compiler left no complete record of what it read)"]
-    return outside([p for d in ran for p in read_dependencies(str(d))], roots, os.getcwd())
+    read = [p for d in ran for p in read_dependencies(str(d))]
+    cwd = os.getcwd()
+    # nvcc's list also names the units' own `#line` files (`<key>/cuda0`, ks_bindings.cpp),
+    # which are no files: nothing was read there
+    read = [p for p in read if not (_LINE_NAME.fullmatch(p)
+                                    and not os.path.lexists(os.path.join(cwd, p)))]
+    return outside(read, roots, cwd)
+
+
+_LINE_NAME = re.compile(r"[0-9a-f]{8,64}/(cpp|cuda)\d+|ks_bindings\.cpp")

@@ -19,6 +19,7 @@ from typing import Any
 from verifier.backends import Backend
 from verifier.build import ArtefactMismatch, copy_for_worker, verify_artefact
 from verifier.clock import JudgeClock, no_judge
+from verifier.cpu_meter import CpuCgroup
 from verifier.decide import load_outputs
 from verifier.gpu_pool import GpuWorkerProcess, RunOutcome
 from verifier.protocol import VerifyOptions
@@ -71,14 +72,18 @@ class _SandboxRunner:
                                   False, 0.0)
             job = {**job, "extensions": exts, "threads": self.threads}
             judge, clock = self._judge(item, job, workdir)
+            meter = CpuCgroup.make() if clock is not None else None
             if judge is not None:
                 job["arena"] = {**judge.spec, "path": ARENA_FILE}
+            if clock is not None and meter is not None:  # the run's cpu time, for the clock
+                clock.watch(meter.cpu_s)
             try:
                 res = self.launcher.run_module(
                     "verifier.worker",
                     limits=SandboxLimits(timeout_s=self.opts.run_timeout_s,
                                          memory_mb=self.backend.sandbox_memory_mb(
-                                             self.opts.memory_limit_mb)),
+                                             self.opts.memory_limit_mb),
+                                         cpu_cgroup=str(meter.path) if meter else ""),
                     input_files={"job.json": json.dumps(job), "task.py": item.req.task_source,
                                  "candidate.py": item.code},
                     env={"OMP_NUM_THREADS": str(self.threads), **self.env}, workdir=workdir)
@@ -86,6 +91,8 @@ class _SandboxRunner:
                 timed = clock.result() if clock is not None else no_judge()
                 if judge is not None:
                     judge.close()
+                if meter is not None:
+                    meter.remove()
             clock_data = None
             if res.payload is not None and res.payload.get("outcome") == "ok":
                 clock_data = timed

@@ -53,6 +53,7 @@ class SandboxLimits:
     devices: bool = False  # with isolate: a private /dev of the GPU's nodes (the GPU worker)
     disk_mb: int = 0  # with isolate: size of the private /tmp (0: file_mb)
     run_dir_writable: bool = True  # with isolate: False makes /tmp/run read-only (GPU worker)
+    cpu_cgroup: str = ""  # a cgroup the judge meters the run's cpu time by (verifier.cpu_meter)
 
 
 @dataclass
@@ -174,6 +175,9 @@ def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
+    # the child runs as a user id of its own that no passwd entry names: getpass.getuser()
+    # (torch.compile's cache folders, torch.fx's symbolic tracing) reads these first
+    env["USER"] = env["LOGNAME"] = "kssandbox"
     env.update(extra or {})
     return env
 
@@ -198,6 +202,16 @@ def join_cgroup(cgroup: Path | None) -> None:
     if cgroup is not None:
         with open(cgroup / "cgroup.procs", "w") as fh:
             fh.write(str(os.getpid()))
+
+
+def join_meter(cgroup: str) -> None:
+    """Join the judge's cpu-accounting cgroup (`verifier.cpu_meter`); where that fails the run
+    goes on unmetered (the judge then charges nothing: it limits nothing), and says so."""
+    if cgroup:
+        try:
+            join_cgroup(Path(cgroup))
+        except OSError as exc:
+            os.write(2, f"kernelsynth: this run's cpu time is not metered: {exc}\n".encode())
 
 
 def sandboxed_argv(argv: list[str], limits: SandboxLimits, cgroup: Path | None,
@@ -233,6 +247,7 @@ def enter_and_exec(args: list[str]) -> None:
     join_cgroup(Path(spec["cgroup"]) if spec["cgroup"] else None)
     join_cgroup(Path(spec["mem_cgroup"]) if spec.get("mem_cgroup") else None)
     limits = SandboxLimits(**spec["limits"])
+    join_meter(limits.cpu_cgroup)
     if limits.isolate:  # namespaces, private /tmp, no root (as in the fork server's children)
         from verifier.isolate import isolate, run_uid
 

@@ -54,10 +54,11 @@ def serve_timed_windows(job: dict[str, Any], new: Any, backend: Any) -> set[str]
                          backend.device())
     try:
         sets = [views(arena, layout) for layout in spec["sets"]]
-        slot = views(arena, spec["out"])
+        slots = [views(arena, layout) for layout in spec["outs"]]
         with OpNames() as ops:
-            serve_windows(pipes, new, sets, lambda out: fill(slot, out), backend.synchronize)
-        sets = slot = None
+            serve_windows(pipes, new, sets, lambda i, out: fill(slots[i], out),
+                          backend.synchronize)
+        sets = slots = None
     finally:
         arena.close()
     return ops

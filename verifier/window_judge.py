@@ -1,6 +1,8 @@
 """The judge's side of the timed windows (`verifier.clock`): fresh inputs written into the
-shared arena (`verifier.arena`) right before each window, the window's last output and every
-input checked right after. It runs in the verifier process (cpu) or in the referee on the
+shared arena (`verifier.arena`) right before each window; right after, the outputs of the
+window's last call and of `RANDOM_CHECKS` calls chosen then (every call has its own output slot,
+and which ones are checked is drawn after the worker said "d", so it must have written them all)
+and every input are checked. It runs in the verifier process (cpu) or in the referee on the
 worker's GPU (`verifier.referee`): never in a process that runs candidate code."""
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ from verifier.arena import Arena, fill, plan, views
 
 POOL_MAX = 256  # input sets a window cycles over, each fresh for every window; a window has
 # no more calls than sets (`verifier.clock`), so no call repeats a set a cache could answer
+RANDOM_CHECKS = 2  # calls besides the last whose outputs the judge checks, drawn after "d"
 
 
 def sets_for(set_bytes: int, out_bytes: int, budget_bytes: int) -> int:
-    """How many input sets a window cycles over: as many as the budget holds twice (the arena's
-    and the judge's pristine copy), at most POOL_MAX, at least one. The baselines use the same
-    count, so a reference and a candidate read equally cold (or warm) inputs."""
-    return int(max(1, min(POOL_MAX, (budget_bytes - out_bytes) // max(2 * set_bytes, 1))))
+    """How many input sets (each with its call's output slot) a window cycles over: as many as
+    the budget holds (the arena's set and slot, the judge's pristine copy of the set), at most
+    POOL_MAX, at least one. The baselines use the same count, so a reference and a candidate
+    read equally cold (or warm) inputs."""
+    return int(max(1, min(POOL_MAX, budget_bytes // max(2 * set_bytes + out_bytes, 1))))
 
 
 def _clone(xs: Any) -> Any:
@@ -61,23 +65,33 @@ class WindowJudge:
         for _ in range(self.sets):
             layout, end = plan(sample, end)
             layouts.append(layout)
-        self._sets_end = end  # the input sets; the output slot follows
-        out_layout, total = plan(ref_out, end)
-        self.arena = Arena.create(total, self.device, path)
+        self._sets_end = end  # the input sets; one output slot per call follows
+        out_layouts, self._out_spans = [], []
+        for _ in range(self.sets):
+            layout, nxt = plan(ref_out, end)
+            out_layouts.append(layout)
+            self._out_spans.append((end, nxt))  # the bytes the judge pulls of it
+            end = nxt
+        self.arena = Arena.create(end, self.device, path)
         self.views = [views(self.arena, layout) for layout in layouts]
-        self.slot = views(self.arena, out_layout)
-        self.spec = {"nbytes": self.arena.nbytes, "sets": layouts, "out": out_layout}
+        self.slots = [views(self.arena, layout) for layout in out_layouts]
+        self.spec = {"nbytes": self.arena.nbytes, "sets": layouts, "outs": out_layouts}
         self.pristine: list[Any] = []
+        self.checked: list[int] = []  # the calls the last check compared (tests read it)
         self.copy_s = min(self._timed_copy(ref_out) for _ in range(3))
 
-    def _timed_copy(self, out: Any) -> float:
+    def _timed_copy(self, out: Any, copies: int = 16) -> float:
+        """One call's output copy into its slot, as the worker makes it inside a window: on a
+        device one of many queued copies (a synchronize after each would be charged as a
+        copy: the worker synchronizes once per window, and this is deducted once per call)."""
         if self.device == "cpu":  # one thread, as the worker's copy: torch's parallel copy
             return self._memmove_s()  # waits on a preempted helper thread under load
         _synchronize(self.device)
         t0 = time.perf_counter()
-        fill(self.slot, out)
+        for i in range(copies):
+            fill(self.slots[i % self.sets], out)
         _synchronize(self.device)
-        return time.perf_counter() - t0
+        return (time.perf_counter() - t0) / copies
 
     def _memmove_s(self, tries: int = 7) -> float:
         """Fastest of `tries` single-threaded copies of the output's bytes (the output slot's
@@ -102,38 +116,55 @@ class WindowJudge:
 
     def fill(self, n: int) -> None:
         """Fresh inputs into the sets a window of `n` calls uses; the drawn tensors are the
-        pristine copies."""
-        self.pristine = []
-        for target in self.views[:max(1, min(n, self.sets))]:
-            drawn = self._draw()
+        pristine copies. All are drawn first, in the judge's own memory (no worker maps it),
+        then published into the arena in one burst: a worker watching the arena sees a
+        window's inputs only for the time of that copy (`verifier.clock`: the GPU form)."""
+        self.pristine = [self._draw() for _ in self.views[:max(1, min(n, self.sets))]]
+        for target, drawn in zip(self.views, self.pristine, strict=False):
             fill(target, drawn)
-            self.pristine.append(drawn)
         self.arena.push(0, self._sets_end)  # cpu: into the file the worker maps
         _synchronize(self.device)
 
+    def picks(self, n: int) -> list[int]:
+        """The calls of a window of `n` whose outputs are checked: the last, and RANDOM_CHECKS
+        others drawn now (after "d": the worker cannot know them while it runs)."""
+        calls = max(1, min(n, len(self.pristine)))
+        rest = list(range(calls - 1))
+        chosen = [rest.pop(secrets.randbelow(len(rest))) for _ in range(min(RANDOM_CHECKS,
+                                                                         len(rest)))]
+        return [calls - 1, *chosen]
+
     def check(self, n: int) -> str:
-        """Why the window of `n` calls does not stand ("" when it does)."""
+        """Why the window of `n` calls does not stand ("" when it does): the last call's output
+        and those of calls drawn now against the judge's reference, every input against its
+        pristine copy."""
         import torch
 
         from verifier.device_compare import judge as _judge  # in chunks: no fp64 copy of it all
         from verifier.worker import _same
 
-        k = (n - 1) % len(self.pristine)
-        try:  # cpu: what the worker left, read once, now (nothing it writes later counts)
-            self.arena.pull(0, self.arena.nbytes)
+        picks = self.checked = self.picks(n)
+        try:  # cpu: what the worker left, read once, now (nothing it writes later counts):
+            for k in picks:  # the checked outputs first, then the inputs
+                self.arena.pull(*self._out_spans[k])
+            self.arena.pull(0, self._sets_end)
         except OSError as exc:
             return f"the timed calls' arena is unreadable: {exc}"
-        with decide._LOCK, torch.no_grad():
-            ref_out = self.model(*_clone(self.pristine[k]))
-            verdict, msg, _, _ = _judge(self.model, self.pristine[k], ref_out, self.slot,
-                                        self.tol)
-        if verdict != "ok":
-            return f"the output of a timed call was wrong: {msg}"
+        # a device arena has no pull: the checked outputs as they are now, before any reference
+        # runs (a worker still writing after "d" must not get that time)
+        seen = {k: _clone(self.slots[k]) for k in picks}
+        for k in picks:
+            with decide._LOCK, torch.no_grad():
+                ref_out = self.model(*_clone(self.pristine[k]))
+                verdict, msg, _, _ = _judge(self.model, self.pristine[k], ref_out, seen[k],
+                                            self.tol)
+            if verdict != "ok":
+                return f"the output of a timed call was wrong: call {k + 1} of {n}: {msg}"
         for target, drawn in zip(self.views, self.pristine, strict=False):
             if not _same(target, drawn):
                 return "forward modified its input tensors during a timed call"
         return ""
 
     def close(self) -> None:
-        self.views, self.slot, self.pristine = [], None, []
+        self.views, self.slots, self.pristine = [], [], []
         self.arena.close()

@@ -254,10 +254,11 @@ def lazy_relu(x):
 """
 
 # The candidate speaks the judge's clock protocol itself, from a thread of its own: "t" at
-# construction, then for each "w <n>" it writes the one output the judge checks (the window's
-# last set, already in the arena) and answers "d" when the time it wants the judge to see has
-# passed (CLAIM_US per call); "e" goes back into the pipe for the harness, which finds the
-# windows over. The construction waits for the thread: the trials run after it, unhurried.
+# construction, then for each "w <n>" it writes only the last call's output (the one the judge
+# once checked alone; the window's last set, already in the arena) and answers "d" when the time
+# it wants the judge to see has passed (CLAIM_US per call); "e" goes back into the pipe for the
+# harness, which finds the windows over. The construction waits for the thread: the trials run
+# after it, unhurried.
 ROGUE_CLOCK = """
 CLAIM_US = 100.0
 
@@ -267,7 +268,7 @@ def rogue(done):
     tm = S.modules["time"]
     spec = None
     for o in S.modules["gc"].get_objects():
-        if isinstance(o, dict) and "sets" in o and "out" in o and "nbytes" in o:
+        if isinstance(o, dict) and "sets" in o and "outs" in o and "nbytes" in o:
             spec = o
             break
     copy = 0.0
@@ -276,7 +277,7 @@ def rogue(done):
             return
         arena = A.Arena.attach(spec["path"], int(spec["nbytes"]), "cpu")
         sets = [A.views(arena, lay) for lay in spec["sets"]]
-        slot = A.views(arena, spec["out"])
+        slots = [A.views(arena, lay) for lay in spec["outs"]]
         w = P.open("clock.req", P.O_WRONLY)
         r = P.open("clock.go", P.O_RDONLY)
         P.write(w, b"t\\n")
@@ -295,7 +296,7 @@ def rogue(done):
             if n:
                 out = ext.relu_fwd(sets[(n - 1) % len(sets)][0])
                 c0 = tm.perf_counter()
-                A.fill(slot, out)
+                A.fill(slots[n - 1], out)
                 copy = tm.perf_counter() - c0
             # the judge takes its own time for one output copy off each window: claim more
             claim = n * CLAIM_US * 1e-6 + (copy + 0.0005 if n else 0.0)

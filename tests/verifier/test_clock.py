@@ -44,9 +44,9 @@ def _worker(workdir: Path, spec: dict[str, Any], forward: Any) -> threading.Thre
         arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
         try:
             sets = [views(arena, layout) for layout in spec["sets"]]
-            slot = views(arena, spec["out"])
+            slots = [views(arena, layout) for layout in spec["outs"]]
             serve_windows(clock.open_worker_pipes(), forward, sets,
-                          lambda out: fill(slot, out), lambda: None)
+                          lambda i, out: fill(slots[i], out), lambda: None)
         except OSError:  # the judge stopped: this worker is done
             pass
         finally:

@@ -45,9 +45,9 @@ def suite(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 # the static checks switched off, so each defence is tested on its own.
 RUNTIME_ONLY = {"call_counting", "input_pointer_cache", "memory_bomb_loadcheck", "stdout_flood",
                 "window_set_cache", "lazy_last_output"}
-# attacks that still get through on cpu, and why (tests/verifier/test_redteam_judge.py)
-OPEN = {"rogue_clock_speaker": "the clock protocol is not bound to the harness: a thread of "
-        "the worker answers the judge's windows itself (verifier/clock.py)"}
+# attacks that still get through on cpu, and why (tests/verifier/test_redteam_judge.py); none
+# now: rogue_clock_speaker is caught by the judge's checks of random calls (verifier/clock.py)
+OPEN: dict[str, str] = {}
 
 
 def test_suite_is_large() -> None:
@@ -69,7 +69,7 @@ def test_static_rejects(name: str, code: str) -> None:
 @pytest.mark.slow  # one verifier run of 40 candidates plus two small ones: minutes
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
     strict=False, reason=OPEN[n])) if n in OPEN else n for n in _NAMES])  # load-dependent
-# end to end; test_redteam_judge's unit test shows the hole strictly
+# end to end; test_clock_rogues shows each defence strictly
 def test_attack_held(suite: tuple[dict, dict], name: str) -> None:
     if _ONLY is not None and name not in _ONLY:
         pytest.skip("not in KS_REDTEAM_ONLY")

@@ -64,6 +64,16 @@ def test_environment_is_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "HF_TOKEN" not in res.payload
 
 
+def test_the_childs_user_has_a_name() -> None:
+    """The child's own user id is in no passwd file; getpass.getuser() (torch's compile cache
+    folders, symbolic tracing) must still answer: on the H100 image every reference trace
+    failed on it."""
+    res = _py("import getpass, json, os\n"
+              "open('result.json','w').write(json.dumps([getpass.getuser(), os.getuid()]))")
+    assert res.payload is not None, res.describe_failure()
+    assert res.payload[0] == "kssandbox"
+
+
 def test_fork_bomb_is_contained_and_cleaned_up() -> None:
     marker = f"ksbomb{os.getpid()}{time.monotonic_ns()}"
     # Children setsid() to escape the process group, then fork forever.

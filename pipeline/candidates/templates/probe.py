@@ -130,13 +130,16 @@ def trace(src: str) -> None:
     def call(*flat):
         return functional_call(model, dict(zip(names, flat[:k], strict=True)), tuple(flat[k:]))
 
-    gm = _trace_symbolic(call, state, inputs, torch)
+    gm, first = _trace_symbolic(call, state, inputs, torch)
     symbolic = gm is not None
     try:
         gm = gm or make_fx(call)(*state, *inputs)
     except BaseException as exc:  # noqa: BLE001
         tb = traceback.format_exc(limit=3).splitlines()[-1]
-        _write({"ok": False, "reason": f"tracing failed: {type(exc).__name__}: {tb[:200]}"})
+        # the symbolic attempt's error first: a failed first import of torch._dynamo leaves
+        # the second attempt a misleading one ("Artifact ... already registered")
+        _write({"ok": False, "reason": f"tracing failed: {type(exc).__name__}: {tb[:200]}"
+                                       f" (symbolic tracing first: {first[:300]})"})
         return
     nodes = _nodes(gm, torch, fx)
     scalars = _constructor_scalars(ns, init, model, nodes, torch, fx)
@@ -151,16 +154,17 @@ def _trace_symbolic(call, state, inputs, torch):
 
     Shapes then come out as expressions over the inputs' and parameters' dims (conv and pool
     output sizes included), so the candidate computes them at run time. None when a traced op
-    has no symbolic rule; the caller falls back to a trace at the task's fixed sizes.
+    has no symbolic rule; the caller falls back to a trace at the task's fixed sizes. The
+    second value is the failure (empty on success), reported if the fallback fails too.
     """
     from torch.fx.experimental import _config
     from torch.fx.experimental.proxy_tensor import make_fx
 
     try:
         with _config.patch(use_duck_shape=False):
-            return make_fx(call, tracing_mode="symbolic")(*state, *inputs)
-    except BaseException:  # noqa: BLE001 - any failure means: trace at fixed sizes instead
-        return None
+            return make_fx(call, tracing_mode="symbolic")(*state, *inputs), ""
+    except BaseException as exc:  # noqa: BLE001 - any failure means: trace at fixed sizes
+        return None, f"{type(exc).__name__}: {traceback.format_exc(limit=-2)[-300:]}"
 
 
 def _nodes(gm, torch, fx) -> list[dict]:

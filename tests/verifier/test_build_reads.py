@@ -1,0 +1,86 @@
+"""What a build may read: nvcc's host compiler's own headers count as the toolchain's.
+
+On a toolkit image (CXX=/opt/gcc/bin/g++, g++ 13 on PATH) every CUDA build was refused for
+reading g++ 13's <stddef.h>: the allowlist held the host units' compiler's folders only, while
+nvcc ran the g++ on PATH. The allowlist now holds the folders of the compiler
+each nvcc line runs (its `-ccbin`, else g++ on PATH).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from verifier.preprocess import compiler_search_dirs, nvcc_host_compiler, unallowed_reads
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+
+def test_nvcc_host_compiler_reads_every_spelling() -> None:
+    assert nvcc_host_compiler(["nvcc", "-ccbin", "/opt/gcc/bin/g++", "-c", "a.cu"]) == \
+        "/opt/gcc/bin/g++"
+    assert nvcc_host_compiler(["nvcc", "--compiler-bindir=/x/g++", "-c", "a.cu"]) == "/x/g++"
+    assert nvcc_host_compiler(["nvcc", "-ccbin=clang++", "-c", "a.cu"]) == "clang++"
+    assert nvcc_host_compiler(["nvcc", "-c", "a.cu"]) == "g++"
+
+
+def test_a_missing_compiler_adds_no_folder() -> None:
+    assert compiler_search_dirs("/nonexistent/bin/g++") == []
+
+
+def _stddef() -> str:
+    """The real <stddef.h> the g++ on PATH reads (its own folder, not /usr/include)."""
+    for d in compiler_search_dirs("g++"):
+        if (Path(d) / "stddef.h").is_file():
+            return str(Path(d) / "stddef.h")
+    pytest.skip("g++ lists no folder with its own stddef.h")
+
+
+@needs_gxx
+def test_nvcc_hosts_headers_are_the_toolchains(tmp_path: Path) -> None:
+    dep = tmp_path / "unit.d"
+    dep.write_text(f"unit.o: {tmp_path / 'unit.cu'} \\\n {_stddef()}\n")
+    (tmp_path / "unit.cu").write_text("")
+    log = [f"$ nvcc -ccbin g++ -c {tmp_path / 'unit.cu'} -o unit.o"]
+    # the host units' compiler is another one (absent here): nvcc's host g++ still counts
+    assert unallowed_reads(log, [dep], [str(tmp_path)], [], "/nonexistent/bin/c++") == []
+
+
+@needs_gxx
+def test_a_host_file_is_still_refused_beside_them(tmp_path: Path) -> None:
+    secret = tmp_path / "home" / "secret.h"
+    secret.parent.mkdir()
+    secret.write_text("#define KEY 1\n")
+    dep = tmp_path / "unit.d"
+    dep.write_text(f"unit.o: {tmp_path / 'out'} {_stddef()} {secret}\n")
+    (tmp_path / "out").mkdir()
+    log = ["$ nvcc -c unit.cu -o unit.o"]
+    assert unallowed_reads(log, [dep], [str(tmp_path / "out")], [], "g++") == [str(secret)]
+
+
+
+@needs_gxx
+def test_the_units_own_line_names_are_not_reads(tmp_path: Path) -> None:
+    """nvcc's `-MD` list names the `#line` files of a unit's sources: no file, nothing read
+    (every CUDA build on an H100 was refused for reading `candidate.py` before)."""
+    dep = tmp_path / "unit.d"
+    dep.write_text(f"unit.o: {tmp_path / 'unit.cu'} 0123456789abcdef/cuda0 "
+                   f"0123456789abcdef/cpp1 ks_bindings.cpp {_stddef()}\n")
+    (tmp_path / "unit.cu").write_text("")
+    log = ["$ nvcc -c unit.cu -o unit.o"]
+    assert unallowed_reads(log, [dep], [str(tmp_path)], [], "g++") == []
+    # a real file under such a name is a read like any other
+    planted = tmp_path / "0123456789abcdef"
+    planted.mkdir()
+    (planted / "cuda0").write_text("secret")
+    cwd = Path.cwd()
+    try:
+        os.chdir(tmp_path)
+        dep.write_text("unit.o: 0123456789abcdef/cuda0\n")
+        assert unallowed_reads(log, [dep], [str(tmp_path / "out")], [], "g++") == \
+            ["0123456789abcdef/cuda0"]
+    finally:
+        os.chdir(cwd)

@@ -1,0 +1,322 @@
+"""Workers that speak the judge's clock protocol themselves (issue 28, "rogue_clock_speaker" and
+its class): any thread or process of a run can open the clock's pipes and map the arena, so
+the judge believes a window only for what it checks (every call's output slot, calls drawn
+after "d") and measures (the run's cpu time while it fills). Each rogue is a real process on
+the judge's real pipes and arena; each test also shows the attack works where the defence is
+off, so it cannot pass for want of an attack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verifier import clock
+from verifier.arena import Arena, fill, views
+from verifier.clock import JudgeClock
+from verifier.cpu_meter import CpuCgroup, threads_cpu_s, threads_meter
+from verifier.window_judge import RANDOM_CHECKS, WindowJudge
+
+ROOT = Path(__file__).resolve().parents[2]
+SCALE_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 3.0 + 1.0
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+TOL = (1e-4, 1e-4, 1e-2, 1e-2)
+ROW = 3 * 64 * 32 * 4  # one input set's cost to the budget: set, pristine copy, output slot
+CALL_S = 0.002  # what one true call costs the rogues (cpu: a busy loop)
+
+# The rogue worker: argv[1] the arena spec (json), argv[2] its mode.
+#  watch: a thread computes each input set's output as the judge's fill lands it (the GPU form:
+#         a persistent kernel spinning on the arena); at "w" the outputs are already there
+#  early: "d" at once, every output written after it (while the judge checks)
+#  guess: only the last call's output and the first RANDOM_CHECKS ones (a predictable check)
+#  honest: no rogue: every call works on two OpenMP threads (whose pool spins after each call)
+ROGUE = r'''
+import json, os, sys, threading, time
+from verifier.arena import Arena, fill, views
+spec, mode = json.loads(sys.argv[1]), sys.argv[2]
+arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
+sets = [views(arena, lay) for lay in spec["sets"]]
+slots = [views(arena, lay) for lay in spec["outs"]]
+CALL_S = float(sys.argv[3])
+
+
+def call(i):  # a true call: CALL_S of cpu, then the right output into its slot
+    t = time.perf_counter()
+    while time.perf_counter() - t < CALL_S:
+        pass
+    fill(slots[i], sets[i][0] * 3.0 + 1.0)
+
+
+seen = [float(s[0][0, 0]) for s in sets]
+done = set()
+lock = threading.Lock()
+
+
+def watch():  # every set whose first value changed has landed: compute its output now
+    while True:
+        for i, s in enumerate(sets):
+            v = float(s[0][0, 0])
+            if v != seen[i]:
+                time.sleep(0.0002)  # the rest of the set lands with its first value
+                call(i)
+                with lock:
+                    seen[i] = v
+                    done.add(i)
+        time.sleep(0.0001)
+
+
+if mode == "watch":
+    threading.Thread(target=watch, daemon=True).start()
+w, r = os.open("clock.req", os.O_WRONLY), os.open("clock.go", os.O_RDONLY)
+os.write(w, b"t\n")
+while True:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        buf += os.read(r, 1)
+    msg = buf.split()
+    if msg == [b"e"]:
+        break
+    n = int(msg[1])
+    if mode == "watch":
+        while True:
+            with lock:
+                left = [i for i in range(n) if i not in done]
+            if not left:
+                break
+            time.sleep(0.0001)
+        with lock:
+            done.clear()
+        os.write(w, b"d\n")
+    elif mode == "early":
+        os.write(w, b"d\n")
+        for i in range(n):
+            call(i)
+    elif mode == "honest":
+        import torch
+        torch.set_num_threads(2)
+        big = torch.rand(1 << 21)
+        for i in range(n):
+            big.mul_(0.5).add_(0.25)  # parallel regions, as a multi-threaded kernel's
+            fill(slots[i], sets[i][0] * 3.0 + 1.0)
+        os.write(w, b"d\n")
+    else:  # guess
+        for i in sorted({n - 1, *range(min(n, int(sys.argv[4])))}):
+            call(i)
+        os.write(w, b"d\n")
+'''
+
+
+class SlowFill(WindowJudge):
+    """A judge whose fill lands one input set at a time, as a fill of large inputs does (the
+    cpu judge writes a window's sets in one pwrite; a device fill takes as long as it takes)."""
+
+    def fill(self, n: int) -> None:
+        self.pristine = []
+        for target in self.views[:max(1, min(n, self.sets))]:
+            drawn = self._draw()
+            fill(target, drawn)
+            self.pristine.append(drawn)
+            self.arena.push(0, self._sets_end)
+            time.sleep(1.5 * CALL_S)
+
+
+def _rogue(tmp_path: Path, mode: str, metered: bool, judge_cls: type = WindowJudge,
+           sets: int = 12) -> dict[str, Any]:
+    """The judge's windows against a rogue worker process: the clock's result."""
+    judge = judge_cls(SCALE_TASK, 0, TOL, ROW * sets, path=str(tmp_path / "arena.bin"))
+    jc = JudgeClock(judge, workdir=tmp_path, wait_s=20.0)
+    spec = {**judge.spec, "path": str(tmp_path / "arena.bin")}
+    proc = subprocess.Popen([sys.executable, "-c", ROGUE, json.dumps(spec), mode, str(CALL_S),
+                             str(RANDOM_CHECKS)], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        if metered:
+            jc.watch(threads_meter([proc.pid]))
+        proc.wait(timeout=120)
+        res = jc.result()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        judge.close()
+    return res
+
+
+def test_a_thread_that_answers_the_windows_itself_gains_nothing(tmp_path: Path) -> None:
+    """The harness's loop replaced by a thread of the candidate's (what any code in the worker
+    can do): a true call takes 2 ms, but the thread writes only the last call's output (the one
+    the judge once checked alone) and answers at once. The judge checks calls it draws after
+    "d": the skipped calls' slots are stale."""
+    judge = WindowJudge(SCALE_TASK, 0, TOL, ROW * 8, path=str(tmp_path / "arena.bin"))
+    jc = JudgeClock(judge, workdir=tmp_path, wait_s=10.0)
+
+    def rogue() -> None:
+        old = os.getcwd()
+        os.chdir(tmp_path)
+        arena = Arena.attach(str(tmp_path / "arena.bin"), judge.spec["nbytes"], "cpu")
+        sets = [views(arena, layout) for layout in judge.spec["sets"]]
+        slots = [views(arena, layout) for layout in judge.spec["outs"]]
+        wfd, rfd = clock.open_worker_pipes()
+        os.chdir(old)
+        os.write(wfd, b"t\n")
+        while True:
+            msg = clock._readline(rfd).split()
+            if msg == ["e"]:
+                break
+            n = int(msg[1])
+            if n:  # one output, not n calls of 2 ms
+                fill(slots[n - 1], sets[(n - 1) % len(sets)][0] * 3.0 + 1.0)
+            os.write(wfd, b"d\n")
+        os.close(wfd)
+        os.close(rfd)
+
+    t = threading.Thread(target=rogue, daemon=True)
+    t.start()
+    t.join(timeout=60)
+    res = jc.result()
+    judge.close()
+    assert "the output of a timed call was wrong" in res["failure"], res
+    assert res["figures"] == {}
+
+
+def test_a_watcher_that_computes_while_the_judge_fills_is_charged_for_it(
+        tmp_path: Path) -> None:
+    """Every output right, every call done, but during the judge's fill: a thread computes
+    each set's output as it lands, and the window itself is only the "d". Unmetered, the
+    judge would time almost nothing; metered, the run's cpu time during the fill is added."""
+    (tmp_path / "free").mkdir()
+    (tmp_path / "metered").mkdir()
+    free = _rogue(tmp_path / "free", "watch", metered=False, judge_cls=SlowFill)
+    assert free["failure"] == "" and free["figures"]["runtime_us"] < 0.5e6 * CALL_S, free
+    charged = _rogue(tmp_path / "metered", "watch", metered=True, judge_cls=SlowFill)
+    fig = charged["figures"]
+    assert charged["failure"] == "" and fig["runtime_us"] >= 0.75e6 * CALL_S, fig
+    assert fig["fill_cpu_us"] >= 0.75e6 * CALL_S, fig  # the fill's cpu, said in the figures
+
+
+def test_an_honest_multithreaded_worker_is_not_charged(tmp_path: Path) -> None:
+    """An honest worker whose calls run on an OpenMP pool (which spins for ms after each
+    parallel region): its cpu time inside the windows is its own, and the judge waits for the
+    pool to go quiet before it fills, so what is charged is noise against a window. (Runs of
+    the same worker differ by 10x on a loaded host: the charge is checked, not two runs.)"""
+    res = _rogue(tmp_path, "honest", metered=True, sets=64)
+    fig = res["figures"]
+    assert res["failure"] == "" and fig, res
+    charged_us = max(0.0, fig["fill_cpu_us"] - clock.FILL_NOISE_S * 1e6)
+    assert charged_us < 0.05 * fig["runtime_us"] * fig["calls"], fig
+
+
+def test_a_done_before_the_outputs_fails_the_check(tmp_path: Path) -> None:
+    """"d" at once, the outputs written while the judge checks: the checked slots are read the
+    moment "d" arrives, so the late outputs are not there."""
+    res = _rogue(tmp_path, "early", metered=True)
+    assert "the output of a timed call was wrong" in res["failure"], res
+    assert res["figures"] == {}
+
+
+def test_outputs_for_a_predictable_check_only_fail_it(tmp_path: Path) -> None:
+    """Only the last call's output and the first RANDOM_CHECKS ones (what a check that always
+    picked the same calls would look at): the judge draws its calls after "d"."""
+    res = _rogue(tmp_path, "guess", metered=True)
+    assert "the output of a timed call was wrong" in res["failure"], res
+
+
+def test_the_checked_calls_are_drawn_afresh_for_every_window(tmp_path: Path) -> None:
+    judge = WindowJudge(SCALE_TASK, 0, TOL, ROW * 64, path=str(tmp_path / "arena.bin"))
+    try:
+        judge.fill(64)
+        drawn = [judge.picks(64) for _ in range(40)]
+        assert all(p[0] == 63 and len(set(p)) == 1 + RANDOM_CHECKS for p in drawn)
+        assert len({tuple(sorted(p[1:])) for p in drawn}) > 20  # not one fixed choice
+        judge.fill(1)
+        assert judge.picks(1) == [0]  # a window of one call: its only output
+    finally:
+        judge.close()
+
+
+BURN = r'''
+import sys, threading, time
+sys.stdin.readline()  # in the cgroup first
+def burn():
+    t = time.thread_time()
+    while time.thread_time() - t < 0.08:
+        pass
+th = threading.Thread(target=burn)
+th.start()
+th.join()
+time.sleep(30)
+'''
+
+
+def test_the_cgroup_meter_counts_a_thread_that_is_gone() -> None:
+    """A helper thread that burns 80 ms and exits before the judge looks again: the live
+    threads no longer show it, the run's cgroup does."""
+    group = CpuCgroup.make()
+    if group is None:
+        pytest.skip("no cgroup v1 cpuacct hierarchy this process can write")
+    before = group.cpu_s()
+    proc = subprocess.Popen([sys.executable, "-c", BURN], stdin=subprocess.PIPE)
+    try:
+        (group.path / "cgroup.procs").write_text(str(proc.pid))
+        live_before = threads_cpu_s([proc.pid])
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + 20
+        while group.cpu_s() - before < 0.08 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # the thread is gone by now
+        assert group.cpu_s() - before >= 0.075
+        assert threads_cpu_s([proc.pid]) - live_before < 0.04  # the fallback cannot see it
+    finally:
+        proc.kill()
+        proc.wait()
+        group.remove()
+    assert not group.path.exists()
+
+
+def test_a_sandboxed_run_joins_the_judges_cpu_cgroup(tmp_path: Path) -> None:
+    """The run's first process joins the meter's cgroup before it runs anything (both
+    launchers), so everything the run burns, in every thread and process, is counted."""
+    from verifier.forkserver import ForkServer
+    from verifier.sandbox import SandboxLimits, run_sandboxed
+
+    group = CpuCgroup.make()
+    if group is None:
+        pytest.skip("no cgroup v1 cpuacct hierarchy this process can write")
+    try:
+        burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.1: pass"
+        res = run_sandboxed([sys.executable, "-c", burn], workdir=tmp_path / "spawned",
+                            limits=SandboxLimits(timeout_s=60, cpu_cgroup=str(group.path)))
+        assert res.returncode == 0, res.stderr
+        spawned = group.cpu_s()
+        assert spawned >= 0.09, spawned
+        with ForkServer(preload=()) as server:  # a forked run (the verifier's default)
+            res = server.run_module("json.tool", workdir=tmp_path / "forked",
+                                    limits=SandboxLimits(timeout_s=60,
+                                                         cpu_cgroup=str(group.path)))
+        assert res.extra.get("forked") and group.cpu_s() > spawned, res.stderr
+    finally:
+        group.remove()
