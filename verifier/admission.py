@@ -1,11 +1,12 @@
 """Memory admission: from a task's probed footprint, how a run fits its device, or that it does
-not (stdlib only; the numbers come from the judge that probed them, `verifier.trial_judge`).
+not (no torch here; the numbers come from the judge that probed them, `verifier.trial_judge`).
 
 A run holds, on one device: the worker (the reference and the candidate, the trial's pristine
 copy and a clone for the reference, both forwards' workspace and outputs, the last trial's
 outputs for the caching check), the judge (the reference, a regenerated pristine set and a
 clone, one forward, the comparison's chunks, and, where room is left, the fp64 second
-opinion's copy of the model and its two outputs), the trials' arena (each trial's inputs and
+opinion's copy of the model and its two outputs; in a window's check, its copies of the
+checked calls' slots), the trials' arena (each trial's inputs and
 output slot, and the generalisation variants'), and the timed windows' arena (at least one
 input set, its pristine copy and the output slot). The trials' input sets, the comparison's
 chunk, the arenas' sizes and whether the fp64 second opinion runs are chosen so that the sum
@@ -16,6 +17,8 @@ stays under what the device has free; a task whose one-trial run does not fit ge
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from verifier.window_judge import RANDOM_CHECKS
 
 CHUNK_MAX = 1 << 24  # elements a comparison chunk holds at most (`verifier.device_compare`)
 CHUNK_MIN = 1 << 16
@@ -66,9 +69,11 @@ def worker_bytes(fp: Footprint) -> int:
 
 
 def judge_bytes(fp: Footprint, chunk: int) -> int:
-    """The judge's check of one trial: its reference, a regenerated input set, one forward,
-    the comparison's chunk temporaries."""
-    return fp.params + fp.inputs + fp.workspace + CHUNK_TEMPS * 8 * chunk
+    """The judge's checks: its reference, one forward and the comparison's chunk temporaries,
+    and the larger of a trial's regenerated input set and a window's (its reference's clone
+    of a set, its copies of the checked calls' slots, `verifier.window_judge`)."""
+    window = fp.inputs + (RANDOM_CHECKS + 1) * fp.output
+    return fp.params + fp.workspace + CHUNK_TEMPS * 8 * chunk + max(fp.inputs, window)
 
 
 def fp64_bytes(fp: Footprint) -> int:
@@ -78,7 +83,8 @@ def fp64_bytes(fp: Footprint) -> int:
 
 
 def window_min_bytes(fp: Footprint) -> int:
-    """The timed windows' arena with one input set: the set, its pristine copy, the slot."""
+    """The timed windows' arena with one input set: the set, its pristine copy, the slot
+    (`verifier.window_judge.sets_for`: one set and one call's slot for each 2 sets + 1 slot)."""
     return 2 * fp.inputs + fp.output
 
 
