@@ -238,7 +238,9 @@ def _prepare_trials(args: dict[str, Any], fds: socket.socket | None) -> dict[str
                            int(args.get("window_max") or 8 << 30))
     except DoesNotFit as exc:
         return {"ok": False, "does_not_fit": str(exc)}
-    except torch.OutOfMemoryError as exc:  # the reference alone, beside the worker
+    except (RuntimeError, OSError) as exc:  # the reference or the arena (cuMemCreate) does not
+        if "out of memory" not in str(exc).lower():  # fit beside the worker: the task's size
+            raise
         free = torch.cuda.mem_get_info()[0] if _device().startswith("cuda") else 0
         return {"ok": False, "does_not_fit": "the task's reference does not fit the device "
                 f"beside its worker ({free / (1 << 30):.2f} GiB free): {exc}"[:500]}

@@ -107,7 +107,9 @@ class TrialJudge:
         for v in args.get("variants") or []:
             try:  # a variant whose reference fails here is skipped (the worker must skip it)
                 self.variants.append(_Block(v["source"], seed, self.input_seed, v["label"]))
-            except Exception:  # noqa: BLE001 - the variant's reference fails: a real skip
+            except Exception as exc:  # noqa: BLE001 - the variant's reference fails: a skip,
+                if "out of memory" in str(exc).lower():  # unless it is only out of room
+                    raise
                 self.variants.append(None)
         blocks = [b for b in self.variants if b is not None]
         self.footprint = Footprint(

@@ -70,3 +70,17 @@ def test_the_trials_judged_on_the_referees_arena(referee: Referee) -> None:
         trials.close()
     reply, fd = referee.prepare({**args, "cpu_free": 1 << 20}, op="trials")
     assert fd == -1 and "for one trial" in reply["does_not_fit"], reply
+
+
+def test_a_reference_out_of_device_memory_is_does_not_fit(referee: Referee) -> None:
+    """The reference itself running out of device memory beside its worker (on a GPU:
+    torch.OutOfMemoryError, or cuMemCreate's out of memory for the arena) is the task's size,
+    answered `does_not_fit`; any other failure of the reference stays an error."""
+    oom = RELU_TASK.replace("def get_inputs():", "def get_inputs():\n    raise RuntimeError("
+                            "'CUDA out of memory. Tried to allocate 12.00 GiB')\n\n\ndef _x():")
+    reply, fd = referee.prepare({**_args(2), "task_source": oom}, op="trials")
+    assert fd == -1 and "does not fit the device" in reply["does_not_fit"], reply
+    assert "Tried to allocate 12.00 GiB" in reply["does_not_fit"]
+    other = oom.replace("CUDA out of memory", "a plain failure")
+    with pytest.raises(RuntimeError, match="a plain failure"):
+        referee.prepare({**_args(2), "task_source": other}, op="trials")
