@@ -118,6 +118,8 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Base
     item.timing["exec_s"] = out.wall_s
     item.timing["exec_end"] = time.monotonic()  # run order (builds land in any order)
     p = out.payload
+    if out.does_not_fit:  # the task's footprint, before the candidate ran
+        return item.stop("does_not_fit", "correctness", out.does_not_fit)
     for key in _TIMING_DIAGNOSTICS:  # for benchmarks (verify_batch's `timings`)
         if p and p.get(key) is not None:
             item.timing[key] = p[key]

@@ -8,9 +8,11 @@ functions), so it is never enough: a run is correct only when the parent, regene
 inputs from the same seeds, gets matching reference outputs. Reference models are built once per
 (task, seed) and kept.
 
-References are computed on `DEVICE`: the parent's cpu for cpu runs; for a GPU worker, whose
-inputs are drawn on the GPU (another random stream than the cpu's), a trusted referee process
-on the same GPU runs these same functions with DEVICE set (`verifier.referee`).
+References are computed on `DEVICE`: the parent's cpu for the sandboxed children (cpu, musa),
+whose raw outputs come back in `outputs.pt`. A persistent (GPU) worker's trials never come back:
+they are judged where they are, in the judge's arena (`verifier.trial_judge`, in a trusted
+referee process on the same GPU that sets DEVICE, `verifier.referee`), which builds its
+references with `_reference` and draws its inputs with `make_inputs` from here.
 """
 
 from __future__ import annotations
@@ -60,6 +62,21 @@ def _reference(task_source: str, seed: int) -> tuple[Any, Any]:
             if len(_MODELS) > 64:
                 _MODELS.pop(next(iter(_MODELS)))
         return _MODELS[key]
+
+
+def keep_only(sources: set[str]) -> None:
+    """Drop the cached reference models of every other task source (on a GPU their memory is
+    given back: a job's memory admission must not depend on the tasks judged before it)."""
+    with _LOCK:
+        for key in [k for k in _MODELS if k[0] not in sources]:
+            del _MODELS[key]
+    if DEVICE != "cpu":
+        import gc
+
+        import torch
+
+        gc.collect()  # a model in a reference cycle is freed only by a collection
+        getattr(torch, torch.device(DEVICE).type).empty_cache()
 
 
 def load_outputs(path: Path) -> list[Any] | None:

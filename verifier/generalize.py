@@ -32,13 +32,16 @@ _HINTS = {"sizes": "read sizes from the input tensors (x.size(i), x.numel()) and
 
 
 def run_variant(source: str, cand_ns: dict[str, Any], backend: Any, seed: int, input_seed: int,
-                trials: int, tol: tuple[float, float, float, float]
-                ) -> tuple[str, str, list[Any]]:
+                trials: int, tol: tuple[float, float, float, float], io: Any = None,
+                block: int = 0) -> tuple[str, str, list[Any]]:
     """(outcome, message, raw outputs) of the candidate against one variant task; outcome is ok,
-    task_error (the reference fails there), incorrect, runtime_error or cheat."""
+    task_error (the reference fails there), incorrect, runtime_error or cheat. With `io`
+    (`verifier.trial_io`), the inputs of trial t come from its `block` and the outputs go there
+    (the raw list stays empty)."""
     import torch
 
-    from verifier.worker import _candidate_traceback, _clone, _judge, _to_device
+    from verifier.device_compare import judge as _judge
+    from verifier.worker import _candidate_traceback, _clone, _to_device
 
     device = backend.device()
     ns: dict[str, Any] = {"__name__": "ks_reference"}
@@ -61,8 +64,11 @@ def run_variant(source: str, cand_ns: dict[str, Any], backend: Any, seed: int, i
     raw: list[Any] = []
     for t in range(trials):
         torch.manual_seed(input_seed + 1000 + t)
+        given = io.inputs(block, t) if io is not None else None
         try:
-            if device == "cpu":
+            if given is not None:
+                inputs = given
+            elif device == "cpu":
                 inputs = list(_to_device(ns["get_inputs"](), device))
             else:
                 with torch.device(device):
@@ -80,7 +86,10 @@ def run_variant(source: str, cand_ns: dict[str, Any], backend: Any, seed: int, i
         verdict, msg, _, _ = _judge(ref, inputs, ref_out, new_out, tol)
         if verdict != "ok":
             return ("cheat" if verdict == "cheat" else "incorrect"), f"trial {t + 1}: {msg}", raw
-        raw.append(_clone(new_out))  # on its device, as the trials' (`verifier.worker`)
+        if io is not None:
+            io.keep(block, t, new_out)
+        else:
+            raw.append(_clone(new_out))  # on its device, as the trials' (`verifier.worker`)
     return "ok", "", raw
 
 
@@ -109,18 +118,22 @@ def feedback(variant: dict, message: str, culprits: list[str]) -> str:
 
 
 def check_variants(res: Any, job: dict[str, Any], task_src: str, cand_ns: dict[str, Any],
-                   backend: Any, tol: tuple[float, float, float, float]) -> list[Any]:
-    """Run the job's variants; finish `incorrect` at the first one the candidate fails. The raw
-    outputs of the variants it passes, in order, for the parent's own comparison."""
+                   backend: Any, tol: tuple[float, float, float, float], io: Any) -> None:
+    """Run the job's variants; finish `incorrect` at the first one the candidate fails. The
+    outputs of the variants it passes go to `io` (`verifier.trial_io`), in order, for the
+    parent's (or its judge's) own comparison."""
     opts = job["options"]
     seed, input_seed = int(opts.get("seed", 0)), int(job.get("input_seed", 0))
-    raw: list[Any] = []
     checked = []
-    for variant in job.get("variants") or []:
+    for i, variant in enumerate(job.get("variants") or []):
         def run(src: str, trials: int) -> tuple[str, str, list[Any]]:
             return run_variant(src, cand_ns, backend, seed, input_seed, trials, tol)
 
-        outcome, msg, out = run(variant["source"], VARIANT_TRIALS)
+        if io.skipped(i + 1):  # the judge's reference fails there: it checks nothing
+            outcome, msg = "task_error", "the verifier's reference cannot run it"
+        else:
+            outcome, msg, _ = run_variant(variant["source"], cand_ns, backend, seed, input_seed,
+                                          VARIANT_TRIALS, tol, io, i + 1)
         if outcome == "task_error":
             checked.append(False)
             res.finding("variant_skipped", f"the {variant['label']} variant ({describe(variant)}) "
@@ -132,9 +145,7 @@ def check_variants(res: Any, job: dict[str, Any], task_src: str, cand_ns: dict[s
             res.finish("cheat" if outcome == "cheat" else "incorrect",
                        feedback(variant, msg, _culprits(task_src, variant, run)))
         checked.append(True)
-        raw.extend(out)
     res.data["variants_checked"] = checked
-    return raw
 
 
 def recheck_variants(variants: list[dict], checked: Any, outputs: list[Any] | None, seed: int,

@@ -10,9 +10,9 @@ pids cgroup, a host memory bound (`verifier.membound`: a memory cgroup, else RLI
 RLIMIT_AS cannot bound a CUDA process), rlimits and a scrubbed environment. It cannot see the
 build cache: each job's verified objects are copied into its directory (`ext/<job>/`) and
 removed after the job. Jobs go in on its stdin; progress and results come back on a private
-unix socket; the job's raw outputs come in a memfd the parent passed over that socket before
-the job and sealed after it (`verifier.shared_outputs`; the parent keeps the descriptor,
-`outputs_fd`) for its own comparison; the parent-clocked timing windows (`verifier.clock`)
+unix socket; the judge's arenas (the trials', `verifier.trial_judge`, and the timed
+windows', `verifier.window_judge`) go to the worker over that socket before the job, so
+nothing of output size comes back; the parent-clocked timing windows (`verifier.clock`)
 run over two more pipes the worker inherits. A worker that exceeds a job's timeout, dies, floods its output or
 reports a broken CUDA context is killed and replaced before the next job; only the job in
 flight is affected.
@@ -47,7 +47,6 @@ from verifier.sandbox import (
     scrubbed_env,
     stop_process,
 )
-from verifier.shared_outputs import new_memfd, seal
 
 _PKG_ROOT = str(Path(__file__).resolve().parent.parent)
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session
@@ -58,7 +57,6 @@ FLOOD_BYTES = 16 << 20
 # at least JOB_DISK_MB free; a job that writes more gets ENOSPC.
 JOB_DISK_MB = 128
 DISK_MB = 2 * JOB_DISK_MB
-MAX_OUTPUT_BYTES = 16 << 30  # raw outputs of one job, as the worker sends them
 WRITABLE = "/tmp/w"  # the worker's caches and job directories (in the tmpfs) when isolated
 _announced: set[str] = set()
 EXIT_GRACE_S = 10.0
@@ -79,18 +77,18 @@ class RunOutcome:
     failure: str = ""  # one line when payload is None
     flood: bool = False
     wall_s: float = 0.0
-    outputs: Any = None  # the raw trial outputs: the parent judges them itself
+    outputs: Any = None  # the raw trial outputs (a sandboxed child's `outputs.pt`)
     rechecked: bool = False  # whether the parent judges the outputs (`verifier.decide`)
     # what the judge's clock measured of the timed windows (`verifier.clock.JudgeClock.result`),
     # for a run whose worker said ok; None otherwise
     clock: Any = None
-    # persistent workers: the sealed memfd (the parent's descriptor) holding the job's raw
-    # outputs as sent, where each tensor sits in it, and the trusted process that judges them
-    # on the worker's GPU (`verifier.referee`)
-    outputs_fd: int = -1
-    outputs_layout: Any = None
+    # persistent workers: the judge's answer on the trials (`verifier.trial_judge`), as
+    # `verifier.decide.parent_check` asks for it
     referee: Any = None
     referee_s: float = 0.0  # seconds the referee's checks of this job took
+    # why the task's run cannot fit the device (`verifier.admission`): no run was made, and
+    # the verdict is `does_not_fit`, not the candidate's failure
+    does_not_fit: str = ""
 
 
 class GpuWorkerProcess:
@@ -110,7 +108,7 @@ class GpuWorkerProcess:
         self.clock_fds: tuple[int, ...] = ()
         self.clock: JudgeClock | None = None
         self.jobs = 0
-        self.arena_fd = -1
+        self.arena_fd = self.trials_fd = -1
         self.ext_id: tuple[int, int] = (0, 0)
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
@@ -214,7 +212,7 @@ class GpuWorkerProcess:
                 # kernel, never received (the worker itself sends none)
                 try:
                     chunk = self.sock.recv(1 << 20)
-                except ConnectionResetError:  # it died with our job's memfd still unread
+                except ConnectionResetError:  # it died with our job's descriptors unread
                     chunk = b""
                 if not chunk:
                     self.eof = True
@@ -235,10 +233,11 @@ class GpuWorkerProcess:
             return 0
 
     def run(self, message: dict[str, Any], timeout_s: float, judge: Any = None,
-            arena_fd: int = -1) -> RunOutcome:
+            arena_fd: int = -1, trials_fd: int = -1) -> RunOutcome:
         """Send one job ({"job", "task_source", "candidate_source"}) and wait for its result;
         `judge` (with the descriptor of its arena, sent to the worker with the job) times the
-        job's windows (`verifier.clock`)."""
+        job's windows (`verifier.clock`); `trials_fd`: the trials' arena
+        (`verifier.trial_judge`), sent with the job too."""
         if not self.alive():
             self.stop()
             if not self.start():
@@ -251,37 +250,36 @@ class GpuWorkerProcess:
         deadline = start + timeout_s
         clock = self.clock = (JudgeClock(judge, fds=self.clock_fds, wait_s=timeout_s)
                               if judge is not None else None)
-        self.arena_fd = arena_fd
+        self.arena_fd, self.trials_fd = arena_fd, trials_fd
         try:
             return self._exchange(message, start, deadline, timeout_s, log_before, clock)
         finally:
             if clock is not None:
                 clock.stop()
-            self.clock, self.arena_fd = None, -1
+            self.clock, self.arena_fd, self.trials_fd = None, -1, -1
 
     def _exchange(self, message: dict[str, Any], start: float, deadline: float,
                   timeout_s: float, log_before: int, clock: JudgeClock | None) -> RunOutcome:
-        """One job: its outputs' memfd, then the job, then progress until the result."""
-        memfd = -1
+        """One job: the judge's arenas, then the job, then progress until the result."""
         try:
-            memfd = new_memfd(MAX_OUTPUT_BYTES)
-            out = self._exchange_with(memfd, message, start, deadline, timeout_s, log_before,
-                                      clock)
-        except OSError as exc:  # the socket broke or no memfd could be made
+            return self._exchange_with(message, start, deadline, timeout_s, log_before, clock)
+        except OSError as exc:  # the socket broke
             self.stop()
-            out = RunOutcome(None, failure=f"the GPU worker's result socket: {exc}",
-                             wall_s=time.monotonic() - start)
-        if out.outputs_fd != memfd and memfd >= 0:
-            os.close(memfd)
-        return out
+            return RunOutcome(None, failure=f"the GPU worker's result socket: {exc}",
+                              wall_s=time.monotonic() - start)
 
-    def _exchange_with(self, memfd: int, message: dict[str, Any], start: float,
-                       deadline: float, timeout_s: float, log_before: int,
-                       clock: JudgeClock | None) -> RunOutcome:
+    def _exchange_with(self, message: dict[str, Any], start: float, deadline: float,
+                       timeout_s: float, log_before: int, clock: JudgeClock | None
+                       ) -> RunOutcome:
         assert self.proc is not None and self.sock is not None
-        # the worker takes them with the job: its outputs' memfd, the judge's arena
-        socket.send_fds(self.sock, [b"o"], [memfd] + ([self.arena_fd] if self.arena_fd >= 0
-                                                      else []))
+        # the worker takes them with the job, in the order the job names: the judge's arenas
+        sent = [(name, fd) for name, fd in (("arena", self.arena_fd), ("trials", self.trials_fd))
+                if fd >= 0]
+        message = {**message, "job": {**message["job"], "fds": [name for name, _ in sent]}}
+        if sent:
+            socket.send_fds(self.sock, [b"o"], [fd for _, fd in sent])
+        else:
+            self.sock.sendall(b"o")
         why = self._send((json.dumps(message) + "\n").encode(), deadline)
         if why:
             self.stop()
@@ -308,13 +306,6 @@ class GpuWorkerProcess:
                 stage = msg["progress"]
                 continue
             flood = self.log_size() - log_before >= FLOOD_BYTES
-            size = msg.get("outputs_bytes") or 0
-            why = self._seal_outputs(memfd, size)
-            if why:
-                self.stop()
-                return RunOutcome(None, "performance", False,
-                                  f"the GPU worker's raw outputs: {why}", flood,
-                                  time.monotonic() - start)
             # the worker is pid 1 of its own namespace: name it by the host's pid
             msg["worker_ns_pid"], msg["worker_pid"] = msg.get("worker_pid"), self.proc.pid
             if flood or msg.get("sticky_cuda_error") or msg.get("outcome") == "cheat":
@@ -323,22 +314,7 @@ class GpuWorkerProcess:
             if msg.get("outcome") == "ok":
                 timed = clock.result() if clock is not None else no_judge()
             return RunOutcome(msg, msg.get("stage", stage), False, "", flood,
-                              time.monotonic() - start, clock=timed,
-                              outputs_fd=memfd if size else -1,
-                              outputs_layout=msg.pop("outputs_layout", None))
-
-    @staticmethod
-    def _seal_outputs(memfd: int, size: Any) -> str:
-        """Seal the job's memfd at the size the result announced; why that fails ("" when
-        sealed or there are none): a size that is not a count, over the limit, a writable
-        mapping the worker kept."""
-        if not isinstance(size, int) or size < 0:
-            return "a bad size"
-        if size > MAX_OUTPUT_BYTES:
-            return f"{size >> 20} MB, over the {MAX_OUTPUT_BYTES >> 20} MB limit"
-        if not size:
-            return ""
-        return seal(memfd, size)
+                              time.monotonic() - start, clock=timed)
 
     def _send(self, data: bytes, deadline: float) -> str:
         """Write a job to the worker's stdin without blocking past `deadline` (a worker that

@@ -10,10 +10,10 @@ cuda; the tests run the same loop with `cpu`, which no GPU host needs) inside th
 session, pids cgroup and network namespace. Reads one JSON job per stdin line ({"job",
 "task_source", "candidate_source"}); writes {"progress": stage} lines and then one result per
 job to RESULT_FD, a unix socket only this process holds (the candidate's prints go to
-stdout/stderr, never into results). The job's raw outputs, which the parent compares with its
-own references (nothing the worker says is believed), go into a memfd the parent passes over
-that socket (SCM_RIGHTS) before each job, and seals after it (`verifier.shared_outputs`); the
-result line says their size (`outputs_bytes`) and where each tensor sits (`outputs_layout`). Jobs
+stdout/stderr, never into results). Nothing the worker says is believed: each job's trial
+inputs and outputs live in the judge's arena on the device (`verifier.trial_judge`), whose
+descriptor, with the timed windows' arena's, the parent passes over that socket (SCM_RIGHTS)
+before the job; the result line carries only the outputs' plain values (`trial_report`). Jobs
 run in directories of the private tmpfs (KS_WORKER_TMP); a job that leaves less than
 KS_JOB_DISK_MB free there ends the worker after its result. Between jobs it checks that the process is still fit to judge the next
 candidate: no CUDA error left in the context, no replaced torch/time functions (a wide snapshot
@@ -34,7 +34,6 @@ import socket
 import sys
 import tempfile
 import threading
-import time
 from typing import Any
 
 # Modules whose public attributes a candidate must leave alone (compared by identity per job).
@@ -87,7 +86,7 @@ def global_flags() -> dict[str, Any]:
             "cudnn_enabled": torch.backends.cudnn.enabled,
             "num_threads": torch.get_num_threads(),
             # a handler or timer left behind runs candidate code after its run, e.g. between
-            # the outputs' write and their seal (`verifier.shared_outputs`)
+            # the job's end and the judge's check of its slots
             "signal_handlers": signal_handlers(),
             "timers": tuple(signal.getitimer(t) != (0.0, 0.0) for t in (
                 signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF))}
@@ -181,18 +180,21 @@ def main(argv: list[str]) -> int:
     base = os.environ.get("KS_WORKER_TMP") or os.getcwd()
     os.makedirs(base, exist_ok=True)
     job_free = int(os.environ.get("KS_JOB_DISK_MB", "0")) << 20
-    held: list[Any] = []  # the last job's raw outputs, alive until the next job comes
+    held: list[Any] = []  # the last job's result, alive until the next job comes
     for line in sys.stdin:
         msg = json.loads(line)
-        gc.enable()  # the parent sealed the last job's outputs before it sent this job
+        gc.enable()  # the parent judged the last job's trials before it sent this job
         held.clear()
         job = msg["job"]
-        # sent before the job: its outputs' memfd, and the judge's arena (`verifier.arena`)
+        # sent before the job, in the order its "fds" names: the judge's arenas of the timed
+        # windows (`verifier.arena`) and of the trials (`verifier.trial_io`)
         _, fds, _, _ = socket.recv_fds(sock, 1, 2)
-        job_fd = fds[0] if fds else -1
-        arena_fd = fds[1] if len(fds) > 1 else -1
+        named = dict(zip(job.get("fds") or (), fds, strict=False))
+        arena_fd, trials_fd = named.get("arena", -1), named.get("trials", -1)
         if arena_fd >= 0:
             job["arena_fd"] = arena_fd
+        if trials_fd >= 0:
+            job["trials_fd"] = trials_fd
         jobdir = tempfile.mkdtemp(prefix="job-", dir=base)  # nothing left for the next job
         os.chdir(jobdir)
         try:
@@ -200,20 +202,15 @@ def main(argv: list[str]) -> int:
         finally:
             os.chdir(base)
             shutil.rmtree(jobdir, ignore_errors=True)
-            if arena_fd >= 0:  # mapped while the windows ran; unmapped by then
-                os.close(arena_fd)
-        began = time.monotonic()
-        # nothing of the job is freed, and no cyclic garbage collected (finalizers are
-        # candidate code), from the outputs' write until the parent has sealed them: the job's
-        # objects go, and collection resumes, when the next job arrives, which the parent
-        # sends after sealing (a full collection here would cost ~50 ms a job)
+            for fd in (arena_fd, trials_fd):  # mapped while the job ran; unmapped by then
+                if fd >= 0:
+                    os.close(fd)
+        # no cyclic garbage collected (finalizers are candidate code) from the job's end until
+        # the judge has checked its trials' slots: collection resumes when the next job
+        # arrives, which the parent sends after its check (a full collection here would cost
+        # ~50 ms a job)
         gc.disable()
-        held[:] = [result.get("raw_outputs"), result.get("clocked_outputs")]
-        size, layout = outputs_memfd(result, job_fd)
-        if job_fd >= 0:
-            os.close(job_fd)
-        if isinstance(result.get("phase_s"), dict):  # the benchmarks' profile
-            result["phase_s"]["outputs"] = round(time.monotonic() - began, 4)
+        held[:] = [result, result.pop("raw_outputs", None)]  # seeded trials: not sent, not used
         sys.stdout.flush()
         sys.stderr.flush()
         leave = after_job(result, state, flags, threads)
@@ -229,30 +226,11 @@ def main(argv: list[str]) -> int:
         if job_free and free_bytes(base) < job_free:  # the next job gets a fresh tmpfs
             leave = True
         result["worker_pid"], result["worker_device"] = os.getpid(), ident
-        result["outputs_bytes"], result["outputs_layout"] = size, layout
         out.write(json.dumps(result, default=str) + "\n")
         out.flush()
         if leave:
             return 3
     return 0
-
-
-def outputs_memfd(result: dict[str, Any], fd: int) -> tuple[int, Any]:
-    """The run's raw outputs (where the harness made them), [trial and variant outputs,
-    timing-window outputs], written into the parent's memfd `fd` for its own comparison
-    (`verifier.decide`): (size, layout), or (0, None) when the run left none (it failed before
-    the end), left what is not tensors and plain values, or the memfd was tampered with (cut,
-    sealed: the candidate ran in this process and can reach it)."""
-    from verifier.shared_outputs import write_into
-
-    raw, clocked = result.pop("raw_outputs", None), result.pop("clocked_outputs", None)
-    if raw is None or fd < 0:
-        return 0, None
-    try:
-        return write_into(fd, [raw, clocked])
-    except (ValueError, OSError) as exc:  # `Unsupported` is a ValueError
-        result["outputs_unsupported"] = str(exc)
-        return 0, None
 
 
 def free_bytes(path: str) -> int:

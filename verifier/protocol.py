@@ -13,8 +13,10 @@ VERIFIER_VERSION = "0.1.0"
 
 STAGES = ("extract", "static", "compile", "correctness", "performance", "done")
 
-# Ordered from worst to best; `compiled` ends a --compile-only run.
+# Ordered from worst to best; `compiled` ends a --compile-only run; `does_not_fit` judges the
+# task, not the candidate (its run cannot fit the device's memory, `verifier.admission`).
 STATUSES = (
+    "does_not_fit",
     "format_error",
     "static_reject",
     "compile_error",
@@ -28,6 +30,8 @@ STATUSES = (
 )
 
 CORRECT_STATUSES = ("correct_slow", "correct_fast")
+# No reward and no failure of the candidate: left out of training signals and pass rates.
+EXCLUDED_STATUSES = ("does_not_fit",)
 
 NAMESPACES = ("isolated", "kernelbench")
 # KernelBench v0/v0.1 (the leaderboard's harness) compares every dtype at atol = rtol = 1e-2;

@@ -1,23 +1,25 @@
 """The trusted referee of a GPU worker: the judge on the worker's GPU, in a process that never
 runs candidate code.
 
-It owns every number of a GPU run. `run`: the trial outputs the worker sent the parent (a sealed
-memfd, mapped here copy-on-write by its /proc path, `verifier.shared_outputs`) against the
-task's reference on inputs regenerated from the parent's seeds (`verifier.decide` with
-`decide.DEVICE` set to the GPU). `prepare` / `fill` / `check` / `release`: the timed windows'
-judge (`verifier.window_judge`): an arena of device memory whose descriptor goes to the parent
-over a socket (SCM_RIGHTS) and on to the worker, fresh inputs written before each window, the
-window's output slot and inputs checked after it, all on the device. `baseline`: the reference's
-eager (and torch.compile) timings, by the judge's window method. `peaks`: the device's peaks for
-the physics floor (`verifier.floor`), measured once and cached. Only task code runs here.
+It owns every number of a GPU run. `trials` / `trials_check` / `trials_release`: the trials'
+judge (`verifier.trial_judge`): the task's (and its variants') reference, its memory admission
+(`verifier.admission`: a task that cannot fit is answered `does_not_fit`), every trial's inputs
+drawn from the parent's seed into an arena of device memory whose descriptor goes to the parent
+over a socket (SCM_RIGHTS) and on to the worker, and after the run the worker's output slots
+and the inputs compared on the device, answered with a few figures. `prepare` / `fill` /
+`check` / `release`: the timed windows' judge (`verifier.window_judge`) on a second arena,
+fresh inputs written before each window, the window's output slot and inputs checked after it.
+`baseline`: the reference's eager (and torch.compile) timings, by the judge's window method.
+`peaks`: the device's peaks for the physics floor (`verifier.floor`), measured once and cached.
+Only task code runs here; `decide.DEVICE` is the GPU.
 
     python -m verifier.referee BACKEND [FD-SOCKET]
-    stdin:  {"op": ..., "args": {...}} (and for "run": "outputs", "layout", "job") per line
+    stdin:  {"op": ..., "args": {...}} per line
     stdout: {"ok": true, ...} or {"error": str} per line
 
 Parent side: `Referee(env, backend)` (pinned with the same CUDA_VISIBLE_DEVICES as its
-worker), started on first use and again after a failure; `RemoteJudge`, the window judge as
-`verifier.clock.JudgeClock` sees it.
+worker), started on first use and again after a failure; `RemoteJudge` and `RemoteTrials`, the
+window and trial judges as the verifier process sees them.
 """
 
 from __future__ import annotations
@@ -60,13 +62,13 @@ class Referee:
         self.fds = mine  # the referee sends its arena's descriptor here (SCM_RIGHTS)
         self.buf = b""
 
-    def request(self, op: str, args: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    def request(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """One operation's reply (RuntimeError when the referee fails or reports an error)."""
         if self.proc is None or self.proc.poll() is not None:
             self._start()
         assert self.proc is not None and self.proc.stdin is not None
         try:
-            line = json.dumps({"op": op, "args": args, **extra}) + "\n"
+            line = json.dumps({"op": op, "args": args}) + "\n"
             self.proc.stdin.write(line.encode())
             self.proc.stdin.flush()
             reply = self._read(START_S + CALL_S)
@@ -77,10 +79,13 @@ class Referee:
             raise RuntimeError(str(reply["error"])[:500])
         return reply
 
-    def prepare(self, args: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        """A window judge for one job on the referee's GPU: (its reply, the arena's
-        descriptor, which the caller closes once the worker has it)."""
-        reply = self.request("prepare", args)
+    def prepare(self, args: dict[str, Any], op: str = "prepare") -> tuple[dict[str, Any], int]:
+        """A window judge ("prepare") or a trial judge ("trials") for one job on the referee's
+        GPU: (its reply, the arena's descriptor, which the caller closes once the worker has
+        it; -1 when the reply says the task does not fit)."""
+        reply = self.request(op, args)
+        if reply.get("does_not_fit"):
+            return reply, -1
         self.fds.settimeout(30.0)
         try:
             _, fds, _, _ = socket.recv_fds(self.fds, 1, 1)
@@ -90,14 +95,6 @@ class Referee:
         if not fds:
             raise RuntimeError("the referee sent no arena descriptor")
         return reply, fds[0]
-
-    def __call__(self, op: str, args: dict[str, Any], outputs: str, layout: Any = None,
-                 job: str = "") -> tuple[bool, str]:
-        """(ok, why not) for `op` on the outputs at `outputs` (a sealed memfd's /proc path,
-        "" for none; `layout` as the worker described it) of the parent's job number `job`
-        (the referee maps them once per job); RuntimeError when the referee fails."""
-        reply = self.request(op, args, outputs=outputs, layout=layout, job=job)
-        return bool(reply.get("ok")), str(reply.get("why", ""))
 
     def _read(self, timeout_s: float) -> dict[str, Any]:
         assert self.proc is not None and self.proc.stdout is not None
@@ -142,40 +139,26 @@ class RemoteJudge:
         self.referee.request("release", {})
 
 
-_LAST: dict[str, Any] = {}  # the outputs last mapped: one mapping serves a run's two ops
+class RemoteTrials:
+    """The referee's trial judge (`verifier.trial_judge`) seen from the verifier process."""
 
+    def __init__(self, referee: Referee, reply: dict[str, Any]) -> None:
+        self.referee, self.spec = referee, reply["spec"]
+        self.admission = reply["admission"]
 
-def _outputs(path: str, layout: Any, job: str) -> Any:
-    """The raw outputs at `path`, mapped once per job (a run asks "run" then "clock" of the
-    same outputs; the parent numbers its jobs); None when there are none or the layout does
-    not fit them."""
-    from verifier.shared_outputs import read_mapped
+    def check(self, report: Any, checked: Any) -> tuple[bool, str, dict[str, float]]:
+        reply = self.referee.request("trials_check", {"report": report, "checked": checked})
+        return bool(reply.get("ok")), str(reply.get("why", "")), dict(reply.get("stats") or {})
 
-    ident = (path, job) if job else None
-    if ident is None or _LAST.get("ident") != ident:
-        _LAST.clear()  # drop the old outputs before the new ones map
-        try:
-            data = read_mapped(path, layout) if path else None
-        except (OSError, ValueError):  # gone, or a layout that does not fit: no outputs
-            data = None
-        _LAST.update(ident=ident, data=data)
-    return _LAST["data"]
+    def close(self) -> None:
+        self.referee.request("trials_release", {})
 
 
 _JUDGE: dict[str, Any] = {}  # the window judge of the job in flight (one at a time)
 
 
 def _answer(msg: dict[str, Any], fds: socket.socket | None = None) -> dict[str, Any]:
-    from verifier.decide import check_run
-
     op, args = msg["op"], msg.get("args") or {}
-    if op == "run":
-        data = _outputs(str(msg.get("outputs") or ""), msg.get("layout"),
-                        str(msg.get("job") or ""))
-        raw = data[0] if isinstance(data, list) and len(data) == 2 else data
-        args["tol"] = tuple(args["tol"])
-        ok, why = check_run(outputs=raw if isinstance(raw, list) else None, **args)
-        return {"ok": ok, "why": why}
     if op == "prepare":
         return _prepare(args, fds)
     if op == "fill":
@@ -185,6 +168,14 @@ def _answer(msg: dict[str, Any], fds: socket.socket | None = None) -> dict[str, 
         return {"ok": True, "why": _JUDGE["judge"].check(int(args["n"]))}
     if op == "release":
         _release()
+        return {"ok": True}
+    if op == "trials":
+        return _prepare_trials(args, fds)
+    if op == "trials_check":
+        ok, why, stats = _TRIALS["judge"].check(args.get("report"), args.get("checked"))
+        return {"ok": ok, "why": why, "stats": stats}
+    if op == "trials_release":
+        _release_trials()
         return {"ok": True}
     if op == "baseline":
         return _baseline(args)
@@ -221,6 +212,42 @@ def _prepare(args: dict[str, Any], fds: socket.socket | None) -> dict[str, Any]:
     socket.send_fds(fds, [b"a"], [judge.arena.fd])
     return {"ok": True, "sets": judge.sets, "copy_s": judge.copy_s, "out_bytes": judge.out_bytes,
             "spec": judge.spec}
+
+
+_TRIALS: dict[str, Any] = {}  # the trial judge of the job in flight
+
+
+def _release_trials() -> None:
+    judge = _TRIALS.pop("judge", None)
+    if judge is not None:
+        judge.close()
+
+
+def _prepare_trials(args: dict[str, Any], fds: socket.socket | None) -> dict[str, Any]:
+    """A new trial judge (the last one released) and its arena's descriptor over `fds`; or
+    {"does_not_fit": why} when the task's run cannot fit this device (`verifier.admission`)."""
+    import torch
+
+    from verifier.trial_judge import DoesNotFit, TrialJudge
+
+    _release_trials()
+    if fds is None:
+        raise RuntimeError("no socket for the arena's descriptor")
+    try:
+        judge = TrialJudge(args, int(args.get("cpu_free") or 1 << 34),
+                           int(args.get("window_max") or 8 << 30))
+    except DoesNotFit as exc:
+        return {"ok": False, "does_not_fit": str(exc)}
+    except (RuntimeError, OSError) as exc:  # the reference or the arena (cuMemCreate) does not
+        if "out of memory" not in str(exc).lower():  # fit beside the worker: the task's size
+            raise
+        free = torch.cuda.mem_get_info()[0] if _device().startswith("cuda") else 0
+        return {"ok": False, "does_not_fit": "the task's reference does not fit the device "
+                f"beside its worker ({free / (1 << 30):.2f} GiB free): {exc}"[:500]}
+    _TRIALS["judge"] = judge
+    socket.send_fds(fds, [b"t"], [judge.arena.fd])
+    return {"ok": True, "spec": judge.spec, "admission": vars(judge.admission),
+            "footprint": vars(judge.footprint)}
 
 
 def _budget(asked: int) -> int:

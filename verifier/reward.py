@@ -6,6 +6,7 @@ Hierarchical reward in [0, 1] (documented in the verdict's `reward_components`):
     runtime_error / timeout                        0.1   (compiled)
     incorrect                                      0.2   (ran to completion)
     compiled (a --compile-only run)                0.1
+    does_not_fit (the task's run cannot fit)       excluded: 0.0, components say `excluded`
     correct_slow / correct_fast                    0.5 + 0.5 * s,  s = min(1, log2(1 + speedup) / 2)
 so any correct kernel beats any incorrect one, and the speedup scales the rest (s reaches 1 at a
 3x speedup; a correct kernel with no timing gets 0.5 + 0.5 * 0.5 = 0.75 at speedup 1).
@@ -22,7 +23,7 @@ import math
 from typing import Any
 
 from verifier.namespace import name_error_hint
-from verifier.protocol import VerdictData
+from verifier.protocol import EXCLUDED_STATUSES, VerdictData
 
 BASE = {"format_error": 0.0, "static_reject": 0.0, "cheat": 0.0, "compile_error": 0.05,
         "runtime_error": 0.1, "timeout": 0.1, "compiled": 0.1, "incorrect": 0.2}
@@ -57,6 +58,8 @@ def reward_of(v: VerdictData, policy: str = "strict") -> tuple[float, dict[str, 
     measured = json.loads(v.reward_components or "{}")
     share = measured.get("own_share")
     extra = {"fallback": policy, "own_share": share, "own_calls": measured.get("own_calls")}
+    if v.status in EXCLUDED_STATUSES:  # the task's fault: no reward either way
+        return 0.0, {"level": v.status, "base": 0.0, "speed": 0.0, "excluded": True, **extra}
     if v.status in BASE:
         r = BASE[v.status]
         return r, {"level": v.status, "base": r, "speed": 0.0, **extra}
@@ -98,6 +101,9 @@ def feedback_of(v: VerdictData) -> str:
         hint = name_error_hint(v.error, v.findings)
         return f"The kernel compiled but failed at run time: {v.error}" + (
             f"\n{hint}." if hint else "")
+    if s == "does_not_fit":
+        return (f"Not judged: the task's run does not fit the device's memory ({v.error}). "
+                "This says nothing about the kernel.")
     if s == "timeout":
         return f"The kernel did not finish in time ({v.error}). Look for infinite loops or " \
                "far too much work per element."

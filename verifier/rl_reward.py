@@ -23,7 +23,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from verifier.protocol import CORRECT_STATUSES, VerdictData, VerifyOptions, VerifyRequest
+from verifier.protocol import (
+    CORRECT_STATUSES,
+    EXCLUDED_STATUSES,
+    VerdictData,
+    VerifyOptions,
+    VerifyRequest,
+)
 from verifier.reward_requests import task_source_problem
 
 REFERENCE_COLUMNS = ("reference", "task_source")
@@ -99,7 +105,7 @@ class KernelReward:
         self.last_verdicts: list[VerdictData] = []
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
-                 **kwargs: Any) -> list[float]:
+                 **kwargs: Any) -> list[float | None]:
         default = self.options.backend if self.options.backend != "auto" else "cpu"
         reqs = requests_for(completions, kwargs, default)
         if self.options.backend != "auto":
@@ -120,9 +126,11 @@ class KernelReward:
                 or v.status == "compiled") / len(verdicts))
         if callable(log_extra):
             log_extra(f"{self.__name__}_status", [v.status for v in verdicts])
-        return [float(v.reward) for v in verdicts]
+        # a task whose run cannot fit the device gives no reward (TRL skips None), not a 0
+        return [None if v.status in EXCLUDED_STATUSES else float(v.reward) for v in verdicts]
 
 
-def kernel_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+def kernel_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+                  ) -> list[float | None]:
     """The reward with default options (backend from each row): `reward_funcs=[kernel_reward]`."""
     return KernelReward()(prompts, completions, **kwargs)

@@ -4,7 +4,6 @@ for the parent's own comparison (`verifier.decide`), or why there are none."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import secrets
@@ -24,9 +23,9 @@ from verifier.cpu_meter import CpuCgroup
 from verifier.decide import load_outputs
 from verifier.gpu_pool import GpuWorkerProcess, RunOutcome
 from verifier.protocol import VerifyOptions
-from verifier.referee import Referee, RemoteJudge
+from verifier.referee import Referee, RemoteJudge, RemoteTrials
 from verifier.sandbox import Launcher, SandboxLimits
-from verifier.shared_outputs import read_mapped
+from verifier.trial_judge import DoesNotFit
 from verifier.window_judge import WindowJudge
 
 _FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
@@ -34,6 +33,7 @@ _DISK_BYTES = 128 << 20  # all files a run writes (the file-size rlimit bounds e
 ARENA_FILE = "arena.bin"
 CPU_ARENA_BYTES = 16 << 20  # the judge's input sets and output slot for a cpu run
 GPU_ARENA_BYTES = 8 << 30  # on a GPU (at most a quarter of its free memory)
+CPU_TRIALS_BYTES = 4 << 30  # what the cpu loop's trials may hold (`verifier.admission`)
 RUNTIME_MB = 2048  # a GPU worker's host memory beyond the run's limit: torch, the CUDA runtime
 
 
@@ -161,6 +161,12 @@ class _SandboxRunner:
         return None
 
 
+def _window_budget(trials: Any) -> int:
+    """The timed windows' arena budget the trials' admission left (`verifier.admission`)."""
+    a = trials.admission
+    return int(a["window_budget"] if isinstance(a, dict) else a.window_budget)
+
+
 class _GpuRunner:
     """One execution slot pinned to a GPU: a persistent `verifier.gpu_worker` process, and
     `standbys` warm spares beside it: a worker that a candidate kills (crash, hang, sticky
@@ -179,12 +185,11 @@ class _GpuRunner:
         self.worker = GpuWorkerProcess(env, backend, host_memory_mb=mem)
         self.spares = [GpuWorkerProcess(env, backend, host_memory_mb=mem)
                        for _ in range(max(0, standbys))]
-        # the parent judges raw outputs itself: here on the cpu, else by a trusted referee
-        # process on the same GPU (inputs drawn there cannot be regenerated on the cpu)
+        # the trusted judge of the trials and timed windows: a referee process on the same
+        # GPU (its arenas are device memory the worker maps); the cpu loop: this process
         self.referee = Referee(env, backend) if backend != "cpu" else None
         self.jobs = 0
         self.device_peaks: dict[str, Any] | None = None
-        self.held_fd = -1  # the last job's sealed outputs, until its verdict is made
         self.threads: dict[int, threading.Thread] = {}  # spare index -> its start, oldest first
         self.swaps = 0
         self.closed = False
@@ -257,26 +262,56 @@ class _GpuRunner:
         job = {**job, "device_sources": [src for s in item.specs
                                          for src in (*s.cuda_sources, *s.cpp_sources)]}
         with self.lock:
-            self._release_outputs()
             self._swap_in_standby(wait=True)
-            judge, arena_fd = None, -1
+            judge, trials, fds = None, None, [-1, -1]  # the windows' and the trials' arenas
             try:
                 if not job.get("baseline_only"):
                     try:
-                        judge, arena_fd = self._judge(item)
+                        trials, fds[1] = self._trials(item, job)
+                        judge, fds[0] = self._judge(item, _window_budget(trials))
+                    except DoesNotFit as exc:  # the task's, not the candidate's
+                        return RunOutcome(None, failure=str(exc), does_not_fit=str(exc))
                     except RuntimeError as exc:  # the verifier's fault, not the candidate's
                         return RunOutcome(None, failure=f"the verifier's referee failed: {exc}")
-                    job = {**job, "arena": judge.spec}
-                out = self._run_locked(item, job, built, judge, arena_fd)
-                return self._judged_here(out)
+                    job = {**job, "arena": judge.spec, "trials_arena": trials.spec}
+                out = self._run_locked(item, job, built, judge, *fds)
+                return self._judged_here(out, trials)
             finally:
-                if arena_fd >= 0:
-                    os.close(arena_fd)
-                if judge is not None:
-                    self._release_judge(judge)
+                for fd in fds:
+                    if fd >= 0:
+                        os.close(fd)
+                for held in (judge, trials):
+                    if held is not None:
+                        self._release_judge(held)
                 self._swap_in_standby(wait=False)
 
-    def _judge(self, item: Any) -> tuple[Any, int]:
+    def _trials(self, item: Any, job: dict[str, Any]) -> tuple[Any, int]:
+        """The job's trial judge (`verifier.trial_judge`) and its arena's descriptor: the
+        referee's on its GPU; on the cpu loop this process's, in a memfd. DoesNotFit when the
+        task's run cannot fit the device."""
+        from verifier.trial_judge import DoesNotFit, TrialJudge
+
+        opts = self.opts
+        args = {"task_source": item.req.task_source, "seed": opts.seed,
+                "input_seed": job["input_seed"], "trials": max(1, opts.trials),
+                "variants": job.get("variants") or [],
+                "tol": (opts.atol_fp32, opts.rtol_fp32, opts.atol_low, opts.rtol_low),
+                "window_max": GPU_ARENA_BYTES if self.referee is not None else CPU_ARENA_BYTES,
+                "cpu_free": CPU_TRIALS_BYTES}
+        if self.referee is None:
+            try:
+                judge = TrialJudge(args, CPU_TRIALS_BYTES, CPU_ARENA_BYTES)
+            except DoesNotFit:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the reference fails: its task's error
+                raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
+            return judge, os.dup(judge.arena.fd)
+        reply, fd = self.referee.prepare(args, op="trials")
+        if reply.get("does_not_fit"):
+            raise DoesNotFit(str(reply["does_not_fit"]))
+        return RemoteTrials(self.referee, reply), fd
+
+    def _judge(self, item: Any, budget: int = GPU_ARENA_BYTES) -> tuple[Any, int]:
         """The job's window judge and its arena's descriptor (for the worker): the referee's on
         its GPU; on the cpu loop (no referee) this process's, in a memfd."""
         opts = self.opts
@@ -288,7 +323,7 @@ class _GpuRunner:
                 raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
             return judge, os.dup(judge.arena.fd)
         reply, fd = self.referee.prepare({"task_source": item.req.task_source, "seed": opts.seed,
-                                          "tol": tol, "budget_bytes": GPU_ARENA_BYTES})
+                                          "tol": tol, "budget_bytes": budget})
         return RemoteJudge(self.referee, reply), fd
 
     def _release_judge(self, judge: Any) -> None:
@@ -330,44 +365,39 @@ class _GpuRunner:
                 self.device_peaks = {}
         return self.device_peaks or None
 
-    def _release_outputs(self) -> None:
-        """Close the previous job's outputs memfd (its verdict is made: the slot is free)."""
-        if self.held_fd >= 0:
-            os.close(self.held_fd)
-            self.held_fd = -1
-
-    def _judged_here(self, out: RunOutcome) -> RunOutcome:
-        """The job's raw outputs (a sealed memfd this slot holds) read for the parent's own
-        comparison (cpu) or handed to the referee (its GPU), which maps it by its /proc path."""
-        self.held_fd = out.outputs_fd
-        if out.payload is None or out.payload.get("outcome") != "ok":
+    def _judged_here(self, out: RunOutcome, trials: Any) -> RunOutcome:
+        """The judge's check of a run its worker called ok: the trials' outputs in their slots
+        against its references, on its device (`verifier.trial_judge`); its figures replace
+        the worker's, and the parent's check (`verifier.decide.parent_check`) reads its answer."""
+        p = out.payload
+        if p is None or p.get("outcome") != "ok" or trials is None:
             return out
         out.rechecked = True  # the worker's "ok" is not believed
-        path = f"/proc/{os.getpid()}/fd/{out.outputs_fd}" if out.outputs_fd >= 0 else ""
-        if self.referee is None:
-            try:
-                data = read_mapped(path, out.outputs_layout) if path else None
-            except (OSError, ValueError):  # a layout that does not fit: no outputs
-                data = None
-            raw = data[0] if isinstance(data, list) and len(data) == 2 else None
-            out.outputs = raw if isinstance(raw, list) else None
-        else:
-            self.jobs += 1  # the referee maps each job's outputs once
-            call = functools.partial(self.referee, outputs=path, layout=out.outputs_layout,
-                                     job=str(self.jobs))
+        began = time.monotonic()
+        try:
+            ok, why, stats = trials.check(p.pop("trial_report", None), p.get("variants_checked"))
+        except RuntimeError as exc:  # the referee failed: the parent's check says so
+            ok, why, stats = None, str(exc), {}
+        out.referee_s += time.monotonic() - began  # the benchmarks' profile
+        p.update(stats)
+        held = int(trials.spec["trials"])
+        p["trials"] = held
+        if held < max(1, self.opts.trials):
+            p.setdefault("findings", []).append({
+                "rule": "trials_admitted", "severity": "warning", "line": None,
+                "message": f"{held} of {self.opts.trials} trials: the device holds no more "
+                           f"(`verifier.admission`)"})
 
-            def timed(op: str, args: dict[str, Any]) -> tuple[bool, str]:
-                began = time.monotonic()
-                try:
-                    return call(op, args)
-                finally:  # the benchmarks' profile: what the referee adds to a job
-                    out.referee_s += time.monotonic() - began
+        def answer(op: str, args: dict[str, Any]) -> tuple[bool, str]:
+            if ok is None:
+                raise RuntimeError(why)
+            return ok, why
 
-            out.referee = timed
+        out.referee = answer
         return out
 
     def _run_locked(self, item: Any, job: dict[str, Any], built: list, judge: Any = None,
-                    arena_fd: int = -1) -> RunOutcome:
+                    arena_fd: int = -1, trials_fd: int = -1) -> RunOutcome:
         """One job on the current worker (lock held): start it if gone, stage the objects."""
         if not self.worker.alive():  # objects are staged in a started worker's directory
             self.worker.stop()
@@ -383,14 +413,14 @@ class _GpuRunner:
             return self.worker.run({"job": {**job, "extensions": entries},
                                     "task_source": item.req.task_source,
                                     "candidate_source": item.code}, self.opts.run_timeout_s,
-                                   judge, arena_fd)
+                                   judge, arena_fd, trials_fd)
         staged = None
         try:
             entries, staged = self.worker.stage(built)
             return self.worker.run({"job": {**job, "extensions": entries},
                                     "task_source": item.req.task_source,
                                     "candidate_source": item.code}, self.opts.run_timeout_s,
-                                   judge, arena_fd)
+                                   judge, arena_fd, trials_fd)
         except (ArtefactMismatch, OSError) as exc:  # the worker is not trusted further
             self.worker.stop()
             return RunOutcome(None, "correctness", False, f"verifier build cache: {exc}",
@@ -412,4 +442,3 @@ class _GpuRunner:
                     spare.stop()
             if self.referee is not None:
                 self.referee.close()
-            self._release_outputs()

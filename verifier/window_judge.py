@@ -140,7 +140,7 @@ class WindowJudge:
         pristine copy."""
         import torch
 
-        from verifier.judge import _judge
+        from verifier.device_compare import judge as _judge  # in chunks: no fp64 copy of it all
         from verifier.worker import _same
 
         picks = self.checked = self.picks(n)

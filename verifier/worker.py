@@ -14,9 +14,11 @@ The same checks run in two lifecycles:
 Order of work: the reference is loaded and its eager (and torch.compile) baseline timed
 *before* any candidate code exists in the process, so a candidate cannot slow its own baseline.
 Then: seeded construction of both models (state dict copied when names match), N trials with
-fresh seeded inputs under a dispatcher trace (aten compute = fallback), output type/shape/dtype
-checks, dtype-aware tolerances with an fp64 second opinion for fp32 mismatches, input mutation
-and result caching checks, launched-kernel names (library kernels = fallback, on GPUs), timing
+fresh inputs (the judge's, in an arena it maps: `verifier.trial_io`; a sandboxed child draws
+them from the parent's seeds) under a dispatcher trace (aten compute = fallback), output
+type/shape/dtype checks, dtype-aware tolerances with an fp64 second opinion for fp32
+mismatches (compared in chunks, `verifier.device_compare`), input mutation and result caching
+checks, launched-kernel names (library kernels = fallback, on GPUs), timing
 with fresh inputs per call, the output re-checked after timing, and tamper checks (patched
 harness functions, leftover threads). The parent decides the status, the reward and the
 feedback; this code only measures.
@@ -61,6 +63,7 @@ class _Result:
         self.data: dict[str, Any] = {"nonce": nonce, "stage": "correctness", "outcome": "ok",
                                      "findings": [], "error": ""}
         self.on_progress = on_progress
+        self.io: Any = None  # the run's trial inputs and outputs (`verifier.trial_io`)
 
     def progress(self, stage: str) -> None:
         self.data["stage"] = stage
@@ -197,20 +200,24 @@ def run_job(job: dict[str, Any], task_src: str, cand_src: str,
         return {"nonce": job.get("nonce"), "outcome": "runtime_error", "stage": "correctness",
                 "findings": [], "error": f"{type(exc).__name__}: {exc}"[:2000],
                 "traceback": traceback.format_exc()[-3000:]}
+    finally:  # the judge's trial arena is unmapped however the run ended (a persistent
+        if res.io is not None:  # worker would otherwise keep its device memory alive)
+            res.io.close()
     return res.data
 
 
 def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> None:
     import torch
-    from torch.autograd.profiler import record_function
 
     from verifier.backends import get_backend
     from verifier.clock import RefusedOutput
+    from verifier.device_compare import judge
     from verifier.extspec import install_shim
-    from verifier.fallback import judge_ops, make_trace_mode, op_kind
+    from verifier.fallback import judge_ops, op_kind
     from verifier.generalize import check_variants
     from verifier.namespace import candidate_globals
-    from verifier.timed_calls import LABEL, OpNames, baselines, serve_timed_windows
+    from verifier.timed_calls import OpNames, baselines, serve_timed_windows
+    from verifier.trial_io import for_job
 
     backend = get_backend(job["backend"])
     opts = job["options"]
@@ -277,56 +284,14 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
             ref_sd[k].shape == new_sd[k].shape for k in ref_sd):
         new.load_state_dict(ref_sd)
 
-    trials = max(1, int(opts.get("trials", 5)))
     tol = (float(opts.get("atol_fp32", 1e-4)), float(opts.get("rtol_fp32", 1e-4)),
            float(opts.get("atol_low", 1e-2)), float(opts.get("rtol_low", 1e-2)))
-    first_inputs = first_ref = prev_ref = prev_new = None
-    raw: list[Any] = []  # the candidate's outputs, for the parent's own comparison
-    ops: list[tuple[str, int | None]] = []  # (aten op, candidate line) of every forward
-    own_calls = 0  # calls into the candidate's extension functions during forward
-    worst: dict[str, float] = {}
+    io = res.io = for_job(job, device)  # the judge's arena of trial inputs and slots, or seeds
     names = OpNames(label=True)
     trial_names = names.__enter__()  # the trials' own aten ops, recorded as timed calls are
     try:
-        for t in range(trials):
-            inputs = make_inputs(1000 + t)
-            pristine = _clone(inputs)
-            try:
-                with torch.no_grad():
-                    ref_out = ref(*_clone(inputs))
-                    cand_inputs = _clone(inputs)
-                    with make_trace_mode() as tr, record_function(LABEL):  # traced
-                        new_out = new(*cand_inputs)
-                        backend.synchronize()
-                    ops.extend(tr.ops)
-                    own_calls += tr.own_calls
-            except Exception as exc:
-                msg, line = _candidate_traceback(exc)
-                res.data["error_line"] = line
-                res.data["trials"] = t
-                res.finish("runtime_error", msg)
-            if prev_new is not None and _same(new_out, prev_new) and not _same(ref_out, prev_ref):
-                res.data["trials"] = t + 1
-                res.finding("result_caching", "the same output for different inputs")
-                res.finish("cheat", "the output did not change with new inputs (cached result)")
-            verdict, msg, stats, by_fp64 = _judge(ref, pristine, ref_out, new_out, tol)
-            if by_fp64:
-                res.data["tolerance"] = "fp64_reference"
-            for k, v in stats.items():
-                worst[k] = max(worst.get(k, 0.0), v)
-            res.data.update(worst)
-            res.data["trials"] = t + 1
-            if verdict == "cheat":
-                res.finding("output_type", msg)
-            if verdict != "ok":
-                res.finish("cheat" if verdict == "cheat" else "incorrect", f"trial {t + 1}: {msg}")
-            if not _same(cand_inputs, pristine):
-                res.finding("input_mutation", "forward modified its input tensors in place")
-                res.finish("incorrect", "forward modified its input tensors (the reference does not)")
-            prev_ref, prev_new = ref_out, new_out
-            raw.append(_clone(new_out))  # kept on its device: copied once, into the outputs memfd
-            if t == 0:
-                first_inputs, first_ref = pristine, ref_out
+        first_inputs, first_ref, ops, own_calls = _trials(
+            res, ref, new, io, make_inputs, backend, tol, max(1, int(opts.get("trials", 5))))
     finally:  # a run that ends in a trial must not leave the session open
         names.__exit__(None, None, None)
     res.data.setdefault("mismatch_frac", 0.0)
@@ -341,7 +306,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     mark("correctness")
     _check_kernels(res, backend, job, lambda: new(*_clone(first_inputs)))
     mark("kernel_profile")
-    variant_raw = check_variants(res, job, task_src, cand.__dict__, backend, tol)
+    check_variants(res, job, task_src, cand.__dict__, backend, tol, io)
     mark("variants")
 
     res.progress("performance")
@@ -363,15 +328,75 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
                     "the traced trials did not")
         res.finish("cheat", "the timed calls ran library compute the trials did not: "
                    + ", ".join(unseen[:3]))
-    verdict, msg, _, _ = _judge(ref, first_inputs, first_ref, again, tol)
+    verdict, msg, _, _ = judge(ref, first_inputs, first_ref, again, tol)
     if verdict != "ok":
         res.finding("changed_after_timing", msg)
         res.finish("cheat", f"outputs changed after the timing runs: {msg}")
     _check_tamper(res, guard, threads_before)
-    res.data["raw_outputs"] = raw + variant_raw
+    res.data.update(io.report())  # raw outputs (seeded) or the plain values beside the slots
     mark("performance")
     res.progress("done")
     res.finish("ok")
+
+
+def _trials(res: _Result, ref: Any, new: Any, io: Any, make_inputs: Callable[[int], list[Any]],
+            backend: Any, tol: tuple[float, float, float, float], trials: int
+            ) -> tuple[Any, Any, list[tuple[str, int | None]], int]:
+    """The correctness trials, each on fresh inputs (the judge's arena views, else drawn from
+    the parent's seeds) under the dispatcher trace: (first inputs, first reference output, the
+    aten ops with their candidate lines, calls into the candidate's extension)."""
+    import torch
+    from torch.autograd.profiler import record_function
+
+    from verifier.device_compare import judge
+    from verifier.fallback import make_trace_mode
+    from verifier.timed_calls import LABEL
+
+    if io.shared:  # as many trials as the judge's arena holds (`verifier.admission`)
+        trials = io.trials()
+    first_inputs = first_ref = prev_ref = prev_new = None
+    ops: list[tuple[str, int | None]] = []  # (aten op, candidate line) of every forward
+    own_calls = 0  # calls into the candidate's extension functions during forward
+    worst: dict[str, float] = {}
+    for t in range(trials):
+        inputs = io.inputs(0, t) or make_inputs(1000 + t)
+        pristine = _clone(inputs)
+        try:
+            with torch.no_grad():
+                ref_out = ref(*_clone(inputs))
+                with make_trace_mode() as tr, record_function(LABEL):  # traced
+                    new_out = new(*inputs)  # the judge's views: a mutation is seen there
+                    backend.synchronize()
+                ops.extend(tr.ops)
+                own_calls += tr.own_calls
+        except Exception as exc:
+            msg, line = _candidate_traceback(exc)
+            res.data["error_line"] = line
+            res.data["trials"] = t
+            res.finish("runtime_error", msg)
+        if prev_new is not None and _same(new_out, prev_new) and not _same(ref_out, prev_ref):
+            res.data["trials"] = t + 1
+            res.finding("result_caching", "the same output for different inputs")
+            res.finish("cheat", "the output did not change with new inputs (cached result)")
+        verdict, msg, stats, by_fp64 = judge(ref, pristine, ref_out, new_out, tol)  # in chunks
+        if by_fp64:
+            res.data["tolerance"] = "fp64_reference"
+        for k, v in stats.items():
+            worst[k] = max(worst.get(k, 0.0), v)
+        res.data.update(worst)
+        res.data["trials"] = t + 1
+        if verdict == "cheat":
+            res.finding("output_type", msg)
+        if verdict != "ok":
+            res.finish("cheat" if verdict == "cheat" else "incorrect", f"trial {t + 1}: {msg}")
+        if not _same(inputs, pristine):
+            res.finding("input_mutation", "forward modified its input tensors in place")
+            res.finish("incorrect", "forward modified its input tensors (the reference does not)")
+        prev_ref, prev_new = ref_out, new_out
+        io.keep(0, t, new_out)  # into the judge's slot, or kept for the parent's comparison
+        if t == 0:
+            first_inputs, first_ref = pristine, ref_out
+    return first_inputs, first_ref, ops, own_calls
 
 
 def _check_kernels(res: _Result, backend: Any, job: dict[str, Any],

@@ -24,10 +24,11 @@ from pipeline.candidates.prompts import CODE_ONLY_FIX, EXPLAIN_FIX_RULE, fence
 from pipeline.candidates.response_code import extract_code
 from pipeline.config import Config
 from schemas import Candidate, Message, Rejection, Task, Verdict, content_hash
-from verifier.protocol import CORRECT_STATUSES
+from verifier.protocol import CORRECT_STATUSES, EXCLUDED_STATUSES
 
-# Statuses that say nothing about correctness yet (a --compile-only run): not repaired.
-UNDECIDED = ("compiled",)
+# Statuses that say nothing about correctness (a --compile-only run, a task too big for the
+# device): not repaired.
+UNDECIDED = ("compiled", *EXCLUDED_STATUSES)
 STATUS_ORDER = ("format_error", "static_reject", "compile_error", "runtime_error", "timeout",
                 "incorrect", "cheat")
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from schemas import Candidate, Rejection, Task, Verdict
-from verifier.protocol import CORRECT_STATUSES
+from verifier.protocol import CORRECT_STATUSES, EXCLUDED_STATUSES
 
 PASSED_COMPILE = frozenset({"runtime_error", "timeout", "incorrect", "cheat", "compiled",
                             *CORRECT_STATUSES})
@@ -165,7 +165,8 @@ def compute_stats(tasks: list[Task], candidates: list[Candidate], verdicts: list
     """All statistics as a JSON-ready dict (`funnel`, `metrics`, slices, `speedup`, ...)."""
     task_map = {t.task_id: t for t in tasks}
     cand_map = {c.candidate_id: c for c in candidates}
-    vmap = {v.candidate_id: v for v in verdicts}
+    # a task whose run cannot fit the device says nothing of its candidates: left out
+    vmap = {v.candidate_id: v for v in verdicts if v.status not in EXCLUDED_STATUSES}
     rejections = rejections or []
     curated_out = sum(r.stage in CURATE_STAGES for r in rejections)
     verified = [(cand_map[cid], v) for cid, v in vmap.items() if cid in cand_map]

@@ -176,3 +176,14 @@ def test_fix_explanation_is_checked_against_the_diff() -> None:
     text = fix_explanation(buggy, fixed, backwards)
     assert "`[i * n + j]` uses the wrong stride" not in text
     assert "line 2: the line was changed (wrong_stride)" in text
+
+
+def test_a_task_too_big_for_the_device_is_not_repaired() -> None:
+    """`does_not_fit` judges the task, not the attempt: nothing to repair (nor is a correct or
+    a compile-only verdict), while a wrong attempt is."""
+    from pipeline.candidates.repair import is_failure
+
+    orig = _original()
+    assert not is_failure(_verdict(orig, "does_not_fit"))
+    assert not is_failure(_verdict(orig, "correct_slow"))
+    assert is_failure(_verdict(orig, "incorrect"))

@@ -114,3 +114,19 @@ def test_cli_stats_for_workspace_and_version(workspace: Workspace) -> None:
     res = runner.invoke(app, ["stats", "-w", str(workspace.root)])
     assert res.exit_code == 0 and "funnel" in res.output and "pass@1" in res.output
     assert "compile-error taxonomy" in res.output
+
+
+def test_does_not_fit_verdicts_are_left_out_of_the_rates() -> None:
+    """A task whose run cannot fit the device (`does_not_fit`) says nothing of its candidates:
+    the same set with such a verdict added has the same funnel and pass rates."""
+    a = make_task(0, level=1)
+    rows = []
+    for j, status in enumerate(["correct_fast", "incorrect"]):
+        c = candidate(a, "llm:m", kernel_code("plain", name=f"a{j}"))
+        rows.append((c, verdict(c, status, 2.0 if status == "correct_fast" else None)))
+    base = compute_stats([a], [c for c, _ in rows], [v for _, v in rows], ks=(1,))
+    big = candidate(a, "llm:m", kernel_code("plain", name="big"))
+    rows.append((big, verdict(big, "does_not_fit")))
+    with_big = compute_stats([a], [c for c, _ in rows], [v for _, v in rows], ks=(1,))
+    assert with_big["funnel"]["verified"] == base["funnel"]["verified"] == 2
+    assert with_big["metrics"]["pass@1"] == base["metrics"]["pass@1"] == pytest.approx(0.5)

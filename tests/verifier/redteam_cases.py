@@ -354,6 +354,10 @@ def patch():  # every comparison in the worker says "ok": only the parent's own 
             m._compare = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0})
         if m is not None and hasattr(m, "_judge"):
             m._judge = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0}, False)
+    m = S.modules.get("verifier.device_compare")  # the chunked comparison the worker uses
+    if m is not None:
+        m.compare = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0})
+        m.judge = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0}, False)
 ''', init="patch()", forward="return ext.relu_fwd(torch.cat([x[1:], x[:1]]))")),  # rows
         # rotated: wrong, changes with the input, and no library compute op (data movement)
         ("posix_sigstop_parent", candidate('''

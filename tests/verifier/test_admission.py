@@ -1,0 +1,75 @@
+"""Memory admission (`verifier.admission`): a run's shape from its footprint and free memory."""
+
+from __future__ import annotations
+
+from verifier.admission import (
+    CHUNK_MAX,
+    SLACK_BYTES,
+    Footprint,
+    admit,
+    fp64_bytes,
+    judge_bytes,
+    window_min_bytes,
+    worker_bytes,
+)
+
+GIB = 1 << 30
+# KernelBench's GELU at its main-branch size: 4096 x 393216 fp32, 6.4 GB in and out
+GELU = Footprint(params=0, inputs=int(6.44e9), output=int(6.44e9), workspace=int(6.44e9))
+
+
+def _fixed(fp: Footprint, chunk: int = CHUNK_MAX) -> int:
+    return worker_bytes(fp) + judge_bytes(fp, chunk) + window_min_bytes(fp)
+
+
+def test_a_small_task_gets_every_trial_fp64_and_the_full_window_arena() -> None:
+    fp = Footprint(params=1 << 20, inputs=1 << 20, output=1 << 20, workspace=1 << 20)
+    a = admit(fp, 70 * GIB, 5, 2, 8 * GIB)
+    assert a.fits and a.trial_sets == 5 and a.fp64 and a.chunk == CHUNK_MAX
+    assert a.window_budget == 8 * GIB and a.jobs_per_device >= 2
+    assert a.need_bytes < 70 * GIB
+
+
+def test_kernelbench_sized_tasks_get_fewer_trials_or_does_not_fit() -> None:
+    # a 4 GiB-per-tensor elementwise task on an H100's free memory: fewer trials, no fp64
+    four = Footprint(params=0, inputs=4 * GIB, output=4 * GIB, workspace=4 * GIB)
+    free = 75 * GIB
+    a = admit(four, free, 5, 0, 8 * GIB)
+    assert a.fits, a.why
+    assert 1 <= a.trial_sets < 5 and not a.fp64
+    # everything it holds stays under what is free, the slack included
+    assert a.need_bytes <= free
+    per_trial = four.inputs + four.output
+    assert _fixed(four, a.chunk) + a.trial_sets * per_trial + SLACK_BYTES <= free
+    # GELU at 6.4 GB a tensor: not beside its worker on an H100, but on an H200 (139 GiB)
+    h100 = admit(GELU, free, 5, 0, 8 * GIB)
+    assert not h100.fits and "6.00 GiB" in h100.why
+    h200 = admit(GELU, 135 * GIB, 5, 0, 8 * GIB)
+    assert h200.fits and h200.trial_sets >= 1 and h200.need_bytes <= 135 * GIB
+
+
+def test_room_for_fp64_is_granted_only_when_it_fits() -> None:
+    fp = Footprint(params=0, inputs=GIB, output=GIB, workspace=GIB)
+    base = _fixed(fp) + 2 * GIB + SLACK_BYTES
+    tight = admit(fp, int((base + fp64_bytes(fp) // 2) / 0.95), 1, 0, 0)
+    roomy = admit(fp, int((base + 2 * fp64_bytes(fp)) / 0.95), 1, 0, 0)
+    assert tight.fits and not tight.fp64
+    assert roomy.fits and roomy.fp64
+
+
+def test_variants_count_and_a_task_that_cannot_fit_names_its_footprint() -> None:
+    fp = Footprint(params=2 * GIB, inputs=GIB, output=GIB, workspace=GIB,
+                   variants=[(4 * GIB, 4 * GIB)])
+    a = admit(fp, 24 * GIB, 5, 2, 8 * GIB)
+    assert not a.fits and a.jobs_per_device == 0
+    assert "parameters 2.00 GiB" in a.why and "24.00 GiB are free" in a.why
+    no_variants = admit(Footprint(params=2 * GIB, inputs=GIB, output=GIB, workspace=GIB),
+                        24 * GIB, 5, 2, 8 * GIB)
+    assert no_variants.fits
+
+
+def test_the_chunk_shrinks_before_a_task_is_refused() -> None:
+    fp = Footprint(params=0, inputs=GIB, output=GIB, workspace=GIB)
+    full = _fixed(fp) + 2 * GIB
+    a = admit(fp, int((full + SLACK_BYTES - (600 << 20)) / 0.95), 1, 0, 0)
+    assert a.fits and a.chunk < CHUNK_MAX
