@@ -61,19 +61,28 @@ class Admission:
 
 
 def worker_bytes(fp: Footprint) -> int:
-    """The candidate's process: two models, its pristine copy and the reference's clone of a
-    trial's inputs (the inputs themselves are the arena's), one forward's workspace (its
-    output included), the candidate's output, and the previous trial's two outputs kept for
-    the caching check (the comparison is in chunks, `verifier.device_compare`)."""
-    return 2 * fp.params + 2 * fp.inputs + fp.workspace + 3 * fp.output
+    """The candidate's process: two models (the reference's, for its init and baselines, and
+    the candidate's), one forward's workspace (its output included) and one more output, and a
+    clone of a trial's inputs (the kernel profile's and the last call's; the trials' inputs
+    are the arena's, and the judge, not the worker, holds the references and pristine copies:
+    `verifier.worker._judged_trials`)."""
+    return 2 * fp.params + fp.inputs + fp.workspace + fp.output
 
 
-def judge_bytes(fp: Footprint, chunk: int) -> int:
+def judge_bytes(fp: Footprint, chunk: int, checks: int = 1) -> int:
     """The judge's checks: its reference, one forward and the comparison's chunk temporaries,
-    and the larger of a trial's regenerated input set and a window's (its reference's clone
-    of a set, its copies of the checked calls' slots, `verifier.window_judge`)."""
-    window = fp.inputs + (RANDOM_CHECKS + 1) * fp.output
+    and the larger of a trial's regenerated input set and a window's check (its reference's
+    clone of a set and its copies of the `checks` checked calls' slots, `verifier.window_judge`:
+    no more than the window's calls)."""
+    window = fp.inputs + checks * fp.output
     return fp.params + fp.workspace + CHUNK_TEMPS * 8 * chunk + max(fp.inputs, window)
+
+
+def window_checks(fp: Footprint, window_bytes: int) -> int:
+    """How many calls a window's check clones: the last and RANDOM_CHECKS more, at most the
+    input sets the windows' arena holds (`verifier.window_judge.sets_for`)."""
+    sets = max(1, window_bytes // max(2 * fp.inputs + fp.output, 1))
+    return int(min(RANDOM_CHECKS + 1, sets))
 
 
 def fp64_bytes(fp: Footprint) -> int:
@@ -112,9 +121,16 @@ def admit(fp: Footprint, free: int, trials: int, variant_trials: int,
     sets = max(1, min(trials, room // max(per_trial, 1)))
     left = room - sets * per_trial
     window = window_min_bytes(fp) + max(0, min(window_max - window_min_bytes(fp), left // 2))
-    left -= window - window_min_bytes(fp)
+    # a window of more sets has the judge clone more checked slots: shrink it until they fit
+    while True:
+        more = (window_checks(fp, window) - 1) * fp.output
+        if window <= window_min_bytes(fp) or window - window_min_bytes(fp) + more <= left:
+            break
+        window = max(window_min_bytes(fp), window - (2 * fp.inputs + fp.output))
+    grown = window - window_min_bytes(fp) + (window_checks(fp, window) - 1) * fp.output
+    left -= grown
     fp64 = left >= fp64_bytes(fp)
-    need = fixed + sets * per_trial + (window - window_min_bytes(fp)) + slack
+    need = fixed + sets * per_trial + grown + slack
     return Admission(True, trial_sets=int(sets), chunk=chunk,
                      trial_arena_bytes=sets * per_trial + variants, window_budget=int(window),
                      fp64=fp64, need_bytes=need, jobs_per_device=max(1, free // max(need, 1)))

@@ -141,4 +141,8 @@ def parent_check(out: Any, task_source: str, opts: Any, job: dict[str, Any],
                    else check_run(outputs=out.outputs, **args))
     except RuntimeError as exc:  # the referee itself failed: not the candidate's doing
         return "runtime_error", f"the verifier's referee failed: {exc}"
-    return ("ok", "") if ok else ("cheat", "the worker reported success, but " + why)
+    if ok:
+        return "ok", ""
+    if getattr(out, "judge_compared", False):  # the worker never compared: no claim was false
+        return "incorrect", why
+    return "cheat", "the worker reported success, but " + why

@@ -85,6 +85,10 @@ class RunOutcome:
     # persistent workers: the judge's answer on the trials (`verifier.trial_judge`), as
     # `verifier.decide.parent_check` asks for it
     referee: Any = None
+    # the trials ran on the judge's arena and only the judge compared them (the worker holds
+    # no reference: `verifier.worker._judged_trials`): a failed check is a wrong answer, not
+    # a worker that lied about one
+    judge_compared: bool = False
     referee_s: float = 0.0  # seconds the referee's checks of this job took
     # why the task's run cannot fit the device (`verifier.admission`): no run was made, and
     # the verdict is `does_not_fit`, not the candidate's failure

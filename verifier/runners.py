@@ -373,6 +373,7 @@ class _GpuRunner:
         if p is None or p.get("outcome") != "ok" or trials is None:
             return out
         out.rechecked = True  # the worker's "ok" is not believed
+        out.judge_compared = True
         began = time.monotonic()
         try:
             ok, why, stats = trials.check(p.pop("trial_report", None), p.get("variants_checked"))

@@ -52,7 +52,7 @@ def test_one_process_many_jobs_and_bad_jobs_end_only_themselves(
     for name in ("ok1", "ok2", "ok3", "ok4"):
         assert v[name].status in CORRECT_STATUSES, (name, v[name].error)
         assert v[name].runtime_us and v[name].eager_us and v[name].trials == 3
-    assert v["wrong"].status == "incorrect" and v["wrong"].max_abs_diff
+    assert v["wrong"].status == "incorrect" and v["wrong"].max_abs_diff, v["wrong"].error
     assert v["crash"].status == "runtime_error" and "SIGSEGV" in v["crash"].error
     assert v["hang"].status == "timeout"
     assert {t.get("worker_device") for n, t in timings.items() if n.startswith("ok")} == {"cpu"}

@@ -41,10 +41,11 @@ def test_honest_candidates_correct_in_the_persistent_worker(suite: tuple[dict, d
 
 @pytest.mark.slow
 def test_the_parent_caught_what_the_patched_worker_passed(suite: tuple[dict, dict]) -> None:
-    """patch_compare makes every comparison in the worker say ok: only the parent's own
-    comparison of the raw outputs (sent back on the worker's pipe) can catch it."""
+    """patch_compare makes every comparison in the worker say ok: the persistent worker
+    compares nothing any more (its trials' outputs go into the judge's arena slots), so the
+    judge's own comparison decides, and the wrong answer is `incorrect`."""
     v = suite[0]["verdicts"]
-    assert v["patch_compare"]["status"] == "cheat", v["patch_compare"]
+    assert v["patch_compare"]["status"] == "incorrect", v["patch_compare"]
     assert "checked by the verifier itself" in v["patch_compare"]["error"], v["patch_compare"]
     assert v["stdout_flood"]["status"] == "runtime_error", v["stdout_flood"]
     assert "flooded stdout" in v["stdout_flood"]["error"], v["stdout_flood"]
