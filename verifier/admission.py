@@ -62,11 +62,10 @@ class Admission:
 
 def worker_bytes(fp: Footprint) -> int:
     """The candidate's process: two models (the reference's, for its init and baselines, and
-    the candidate's), one forward's workspace (its output included) and one more output, and a
-    clone of a trial's inputs (the kernel profile's and the last call's; the trials' inputs
-    are the arena's, and the judge, not the worker, holds the references and pristine copies:
-    `verifier.worker._judged_trials`)."""
-    return 2 * fp.params + fp.inputs + fp.workspace + fp.output
+    the candidate's), one forward's workspace (its output included) and one more output (the
+    trials' inputs, and the kernel profile's and the last call's, are the arena's; the judge,
+    not the worker, holds the references and pristine copies: `verifier.worker._judged_trials`)."""
+    return 2 * fp.params + fp.workspace + fp.output
 
 
 def judge_bytes(fp: Footprint, chunk: int, checks: int = 1) -> int:

@@ -87,7 +87,8 @@ def free_bytes(cpu_free: int) -> int:
     """What the judge's device has free (the cpu loop: `cpu_free`, its host budget)."""
     import torch
 
-    if decide.DEVICE.startswith("cuda"):
+    if decide.DEVICE.startswith("cuda"):  # the blocks this process's allocator keeps (the
+        torch.cuda.empty_cache()  # reference forward it just probed) are free for the worker
         return int(torch.cuda.mem_get_info()[0])
     return cpu_free
 
