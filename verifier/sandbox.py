@@ -125,22 +125,60 @@ def pids_cgroup_root() -> Path | None:
     return None
 
 
-def make_pids_cgroup(limit: int) -> Path | None:
-    root = pids_cgroup_root()
-    if root is None:
-        return None
+def new_cgroup(root: Path) -> Path | None:
+    """A fresh cgroup `ks-sbx-<pid>-<n>` under `root` (`verifier.stale_cgroups` finds it if
+    this process dies first), or None where none can be made."""
     path = root / f"ks-sbx-{os.getpid()}-{next(_cgroup_seq)}"
     try:
         path.mkdir()
-        (path / "pids.max").write_text(str(limit))
     except OSError:
         return None
     return path
 
 
-def kill_cgroup(path: Path, attempts: int = 50, wait_s: float = 15.0) -> int:
-    """SIGKILL every process in the cgroup until it is empty, then remove it (waiting up to
-    `wait_s` for the kernel to let it go); returns kills."""
+def make_pids_cgroup(limit: int) -> Path | None:
+    root = pids_cgroup_root()
+    path = new_cgroup(root) if root is not None else None
+    if path is None:
+        return None
+    try:
+        (path / "pids.max").write_text(str(limit))
+    except OSError:
+        with contextlib.suppress(OSError):  # empty: it goes at once
+            path.rmdir()
+        return None
+    return path
+
+
+def is_v2_cgroup(path: Path) -> bool:
+    """Is `path` a cgroup v2 group (the unified hierarchy has `cgroup.controllers` in each)?"""
+    return (path / "cgroup.controllers").is_file()
+
+
+def run_cgroup(limits: SandboxLimits) -> Path | None:
+    """The run's own cgroup, for its pids limit and the kill of what it leaves. On cgroup v2 a
+    process is in one cgroup only, so a judge's meter group there (`cpu_cgroup`, made by
+    `verifier.cpu_meter` in the same root) is the run's cgroup and takes its pids limit; else
+    a fresh pids cgroup (a cgroup v1 meter is in its own cpuacct hierarchy)."""
+    meter = Path(limits.cpu_cgroup) if limits.cpu_cgroup else None
+    if meter is None or not is_v2_cgroup(meter):
+        return make_pids_cgroup(limits.processes) if limits.processes > 0 else None
+    if limits.processes > 0:  # no pids controller there: RLIMIT_NPROC and the final kill
+        with contextlib.suppress(OSError):
+            (meter / "pids.max").write_text(str(limits.processes))
+    return meter
+
+
+def end_run_cgroup(cgroup: Path, limits: SandboxLimits) -> int:
+    """Kill what the run left in its cgroup (`run_cgroup`) and remove the group, unless it is
+    the judge's meter group: its owner reads it once more and removes it; returns kills."""
+    return kill_cgroup(cgroup, remove=str(cgroup) != limits.cpu_cgroup)
+
+
+def kill_cgroup(path: Path, attempts: int = 50, wait_s: float = 15.0,
+                remove: bool = True) -> int:
+    """SIGKILL every process in the cgroup until it is empty, then (`remove`) remove it
+    (waiting up to `wait_s` for the kernel to let it go); returns kills."""
     killed = 0
     for _ in range(attempts):
         try:
@@ -156,6 +194,8 @@ def kill_cgroup(path: Path, attempts: int = 50, wait_s: float = 15.0) -> int:
             except ProcessLookupError:
                 pass
         time.sleep(0.02)
+    if not remove:
+        return killed
     deadline = time.monotonic() + wait_s  # killed tasks may take a while to be reaped under load
     while True:
         try:
@@ -290,7 +330,7 @@ def run_sandboxed(
     cwd = prepare_workdir(workdir, input_files)
     start = time.monotonic()
     timed_out = False
-    cgroup = make_pids_cgroup(limits.processes) if limits.processes > 0 else None
+    cgroup = run_cgroup(limits)
     cmd = sandboxed_argv(list(argv), limits, cgroup)
     killed = 0
     try:
@@ -308,7 +348,7 @@ def run_sandboxed(
                 proc.wait()
     finally:
         if cgroup is not None:
-            killed = kill_cgroup(cgroup)
+            killed = end_run_cgroup(cgroup, limits)
     result = collect_result(cwd, proc.returncode, timed_out, time.monotonic() - start,
                             {"leftover_killed": killed, "pids_cgroup": cgroup is not None})
     if own_dir and not keep_workdir:
