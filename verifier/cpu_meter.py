@@ -92,9 +92,11 @@ class CpuCgroup:
         self.path, self._usage, self._scale = path, usage, scale
 
     @classmethod
-    def make(cls, v1_root: Path = _V1_ROOT, v2_root: Path = _V2_ROOT) -> CpuCgroup | None:
+    def make(cls, v1_root: Path | None = None, v2_root: Path | None = None
+             ) -> CpuCgroup | None:
         """A fresh group for one run: cgroup v1 cpuacct, else the run's own cgroup v2 group
         (see the module docstring); None (said once on stderr) where neither can be made."""
+        v1_root, v2_root = v1_root or _V1_ROOT, v2_root or _V2_ROOT
         if (v1_root / "cpuacct.usage").exists():
             path = v1_root / f"ks-cpu-{os.getpid()}-{next(_seq)}"
             try:

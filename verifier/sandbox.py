@@ -53,7 +53,7 @@ class SandboxLimits:
     devices: bool = False  # with isolate: a private /dev of the GPU's nodes (the GPU worker)
     disk_mb: int = 0  # with isolate: size of the private /tmp (0: file_mb)
     run_dir_writable: bool = True  # with isolate: False makes /tmp/run read-only (GPU worker)
-    cpu_cgroup: str = ""  # a cgroup the judge meters the run's cpu time by (verifier.cpu_meter)
+    cpu_cgroup: str = ""  # the judge meters the run by it (verifier.cpu_meter); v2: the run cgroup
 
 
 @dataclass

@@ -248,3 +248,49 @@ def test_a_watcher_in_a_v2_run_is_charged_for_the_fill(tmp_path: Path) -> None:
     assert out["failure"] == "" and fig["fill_cpu_us"] >= 0.75e6 * CALL_S, out
     assert fig["runtime_us"] >= 0.75e6 * CALL_S, fig
     assert not group.path.exists()
+
+
+def test_the_verifier_meters_a_cpu_run_by_its_v2_cgroup(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`verify_batch` on the cpu backend (the judge in this process, the run forked): the
+    run's windows are metered by its v2 cgroup (the clock's figures carry the fill's cpu), an
+    honest candidate stays correct, and no group of this process is left behind."""
+    from verifier_cases import RELU_TASK, relu_ok
+
+    from verifier.api import verify_batch
+    from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
+
+    _v2_group().remove()  # skip unless the tree is writable
+    monkeypatch.setattr(cpu_meter, "_V1_ROOT", Path("/nonexistent"))  # v2 even beside v1
+    monkeypatch.setattr(cpu_meter, "_V2_ROOT", V2_ROOT)
+    made: list[Path] = []
+    real_make = CpuCgroup.make.__func__  # type: ignore[attr-defined]
+
+    def make(cls: type[CpuCgroup], *args: object) -> CpuCgroup | None:
+        group = real_make(cls, *args)
+        made.extend([group.path] if group is not None else [])
+        return group
+
+    monkeypatch.setattr(CpuCgroup, "make", classmethod(make))
+    burnt: list[float] = []  # each group's cpu time at its removal: the run's, all of it
+    real_remove = CpuCgroup.remove
+
+    def remove(self: CpuCgroup, wait_s: float = 2.0) -> None:
+        burnt.append(self.cpu_s())
+        real_remove(self, wait_s)
+
+    monkeypatch.setattr(CpuCgroup, "remove", remove)
+    opts = VerifyOptions(backend="cpu", workers=1, compile_workers=1, run_timeout_s=60.0,
+                         build_cache_dir=str(Path.home() / ".cache" / "kernelsynth-tests"
+                                             / "verifier-builds"),
+                         baseline_cache_dir=str(tmp_path / "bl"))
+    timings: dict = {}
+    (v,) = verify_batch([VerifyRequest("c", "relu", RELU_TASK, relu_ok(), "cpu")], opts,
+                        timings=timings)
+    assert v.status in CORRECT_STATUSES, (v.status, v.error)
+    clock = timings["c"]["judge_clock"]
+    assert "fill_cpu_us" in clock and clock["fill_cpu_us"] >= 0, clock  # metered windows
+    print("judge clock:", clock, "groups' cpu s:", burnt)
+    assert made and all(p.parent == V2_ROOT for p in made), made
+    assert burnt and max(burnt) > 0.05, burnt  # the run (torch, its trials) was in the group
+    assert not [p for p in made if p.exists()], made
