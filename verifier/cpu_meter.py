@@ -75,7 +75,10 @@ def run_meter(cgroup: Path | None) -> Callable[[], float] | None:
     """The meter of a run's existing cgroup where it is a cgroup v2 group (the persistent GPU
     worker's, `verifier.gpu_pool`), else None (a v1 pids group accounts no cpu time)."""
     group = CpuCgroup.of_v2(cgroup) if cgroup is not None else None
-    return group.cpu_s if group is not None else None
+    if group is None:
+        unmetered("the persistent worker's cgroup is " + ("none" if cgroup is None else "v1"))
+        return None
+    return group.cpu_s
 
 
 def threads_meter(pids: Iterable[int]) -> Callable[[], float]:

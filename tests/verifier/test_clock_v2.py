@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -98,10 +99,11 @@ def test_the_meter_is_v1_cpuacct_first_else_a_v2_run_group(
     assert group.cpu_s() == pytest.approx(40e-6)
 
 
-def test_no_group_is_said_once_on_stderr(tmp_path: Path,
+def test_no_group_is_said_once_on_stderr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     """A v2 tree the verifier cannot write (no delegation) or no cgroup at all: None, and the
     verifier says once why runs go unmetered; the group it tried is not left behind."""
+    monkeypatch.setattr(cpu_meter, "_said", set())  # what this process said before
     v2_root = fake_v2_group(tmp_path / "unified")  # mkdir works, but no kernel adds cpu.stat
     for _ in range(3):
         assert CpuCgroup.make(v1_root=tmp_path / "no-cpuacct", v2_root=v2_root) is None
@@ -147,15 +149,20 @@ def test_the_runs_end_kills_leftovers_and_keeps_the_meter_group(tmp_path: Path) 
     assert meter.is_dir() and CpuCgroup.of_v2(meter) is not None
 
 
-def test_the_gpu_workers_v2_cgroup_is_its_meter(tmp_path: Path) -> None:
+def test_the_gpu_workers_v2_cgroup_is_its_meter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
     """The persistent GPU worker's cgroup (`verifier.gpu_pool`) meters it where it is a v2
-    group; a v1 pids group counts no cpu time, and no group is no meter."""
+    group; a v1 pids group counts no cpu time, and no group is no meter (said once each)."""
+    monkeypatch.setattr(cpu_meter, "_said", set())  # what this process said before
     meter = run_meter(fake_v2_group(tmp_path / "ks-sbx-1-3", 2_000))
     assert meter is not None and meter() == pytest.approx(0.002)
+    assert "not cpu-metered" not in capsys.readouterr().err
     pids_v1 = tmp_path / "v1"
     pids_v1.mkdir()
     (pids_v1 / "pids.max").write_text("max\n")
-    assert run_meter(pids_v1) is None and run_meter(None) is None
+    assert run_meter(pids_v1) is None and run_meter(None) is None and run_meter(None) is None
+    err = capsys.readouterr().err
+    assert err.count("not cpu-metered") == 2 and "cgroup is v1" in err, err
 
 
 # --- end to end: a real cgroup v2 tree --------------------------------------------------
@@ -294,3 +301,47 @@ def test_the_verifier_meters_a_cpu_run_by_its_v2_cgroup(
     assert made and all(p.parent == V2_ROOT for p in made), made
     assert burnt and max(burnt) > 0.05, burnt  # the run (torch, its trials) was in the group
     assert not [p for p in made if p.exists()], made
+
+
+def test_the_persistent_workers_v2_cgroup_meters_its_fills(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The persistent worker (`verifier.gpu_pool`, here with the cpu backend; one per GPU on a
+    GPU host) is metered by its own v2 cgroup during the judge's fills, and an honest worker,
+    blocked on the clock's pipe while the judge fills, is charged only noise."""
+    from verifier_cases import RELU_TASK, relu_ok
+
+    from verifier import clock as clock_mod
+    from verifier import gpu_pool
+    from verifier.api import verify_batch
+    from verifier.backends.cpu import CpuBackend
+    from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
+    from verifier.sandbox import is_v2_cgroup, new_cgroup, pids_cgroup_root
+
+    _v2_group().remove()  # skip unless the tree is writable
+    root = pids_cgroup_root()
+    if root is None or not is_v2_cgroup(root):  # a v2 tree beside v1 pids: the worker goes there
+        monkeypatch.setattr(gpu_pool, "make_pids_cgroup", lambda limit: new_cgroup(V2_ROOT))
+    monkeypatch.setattr(CpuBackend, "persistent_worker", True)
+    opts = VerifyOptions(backend="cpu", workers=1, compile_workers=1, run_timeout_s=60.0,
+                         build_cache_dir=str(Path.home() / ".cache" / "kernelsynth-tests"
+                                             / "verifier-builds"),
+                         baseline_cache_dir=str(tmp_path / "bl"))
+    timings: dict = {}
+    verdicts = verify_batch([VerifyRequest(n, "relu", RELU_TASK, relu_ok(f"relu_{n}"), "cpu")
+                             for n in ("a", "b")], opts, timings=timings)
+    for v in verdicts:
+        assert v.status in CORRECT_STATUSES, (v.status, v.error)
+        fig = timings[v.candidate_id]["judge_clock"]
+        assert "fill_cpu_us" in fig, fig  # metered by the worker's cgroup
+        print("judge clock:", v.candidate_id, fig)
+        charged_us = max(0.0, fig["fill_cpu_us"] - clock_mod.FILL_NOISE_S * 1e6)
+        assert charged_us < 0.05 * fig["runtime_us"] * fig["calls"], fig
+    deadline = time.monotonic() + 60  # a spare still starting stops itself once it is up
+    while time.monotonic() < deadline and _mine(V2_ROOT):
+        time.sleep(0.2)
+    assert not _mine(V2_ROOT)
+
+
+def _mine(root: Path) -> list[Path]:
+    """This process's run cgroups under `root`."""
+    return [p for p in root.iterdir() if p.name.startswith(f"ks-sbx-{os.getpid()}-")]
