@@ -9,7 +9,8 @@ Fork bombs: RLIMIT_NPROC does nothing for root (the kernel exempts it), and a ch
 process group with setsid. Where a cgroup `pids` hierarchy is writable, each run gets its own
 cgroup with `pids.max`, and every process left in it is killed when the run ends, however it
 daemonized. Elsewhere RLIMIT_NPROC applies (effective for non-root users) and the process group
-is killed.
+is killed. On cgroup v2 that cgroup is also the judge's cpu meter where it has one
+(`run_cgroup`, `verifier.cpu_meter`): a process is in one v2 cgroup only.
 """
 
 from __future__ import annotations
