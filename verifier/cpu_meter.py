@@ -136,10 +136,12 @@ class CpuCgroup:
         except (OSError, ValueError, IndexError):
             return 0.0
 
-    def remove(self, wait_s: float = 2.0) -> None:
+    def remove(self, wait_s: float | None = None) -> None:
         """Remove the group once its tasks are gone (the run's sandbox killed them; the kernel
-        may take a moment to reap them)."""
-        deadline = time.monotonic() + wait_s
+        may take a moment to reap them). A v2 group is the run's own cgroup, left to the
+        judge by the launcher: waited for as long as the launcher waits for its own."""
+        v2 = self._usage.name == "cpu.stat"
+        deadline = time.monotonic() + (wait_s if wait_s is not None else 15.0 if v2 else 2.0)
         while True:
             try:
                 self.path.rmdir()

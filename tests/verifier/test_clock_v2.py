@@ -282,7 +282,7 @@ def test_the_verifier_meters_a_cpu_run_by_its_v2_cgroup(
     burnt: list[float] = []  # each group's cpu time at its removal: the run's, all of it
     real_remove = CpuCgroup.remove
 
-    def remove(self: CpuCgroup, wait_s: float = 2.0) -> None:
+    def remove(self: CpuCgroup, wait_s: float | None = None) -> None:
         burnt.append(self.cpu_s())
         real_remove(self, wait_s)
 
