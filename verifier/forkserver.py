@@ -44,12 +44,12 @@ from verifier.sandbox import (
     SandboxResult,
     apply_limits,
     collect_result,
+    end_run_cgroup,
     join_cgroup,
     join_meter,
-    kill_cgroup,
     kill_group,
-    make_pids_cgroup,
     prepare_workdir,
+    run_cgroup,
     scrubbed_env,
 )
 
@@ -344,7 +344,7 @@ class ForkServer:
         limits = limits or SandboxLimits()
         own_dir = workdir is None
         cwd = prepare_workdir(workdir, input_files)
-        cgroup = make_pids_cgroup(limits.processes) if limits.processes > 0 else None
+        cgroup = run_cgroup(limits)  # on cgroup v2 the judge's meter group, where it has one
         start = time.monotonic()
         killed = 0
         try:
@@ -354,7 +354,7 @@ class ForkServer:
                                   limits.timeout_s + 60.0)
         finally:
             if cgroup is not None:
-                killed = kill_cgroup(cgroup)
+                killed = end_run_cgroup(cgroup, limits)
         extra = {"leftover_killed": killed, "pids_cgroup": cgroup is not None, "forked": True}
         if reply is None:  # the server died or hung: this run has no exit status
             self.close()

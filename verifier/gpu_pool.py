@@ -37,6 +37,7 @@ from typing import Any
 
 from verifier.build import ArtefactMismatch, copy_for_worker
 from verifier.clock import FDS_ENV, JudgeClock, no_judge
+from verifier.cpu_meter import run_meter
 from verifier.isolate import RUN_DIR
 from verifier.membound import host_memory_bound
 from verifier.sandbox import (
@@ -252,7 +253,8 @@ class GpuWorkerProcess:
         log_before = self.log_size()
         assert self.proc is not None and self.proc.stdin is not None
         deadline = start + timeout_s
-        clock = self.clock = (JudgeClock(judge, fds=self.clock_fds, wait_s=timeout_s)
+        clock = self.clock = (JudgeClock(judge, fds=self.clock_fds, wait_s=timeout_s,
+                                         meter=run_meter(self.cgroup))  # cgroup v2 only
                               if judge is not None else None)
         self.arena_fd, self.trials_fd = arena_fd, trials_fd
         try:

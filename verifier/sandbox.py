@@ -9,7 +9,8 @@ Fork bombs: RLIMIT_NPROC does nothing for root (the kernel exempts it), and a ch
 process group with setsid. Where a cgroup `pids` hierarchy is writable, each run gets its own
 cgroup with `pids.max`, and every process left in it is killed when the run ends, however it
 daemonized. Elsewhere RLIMIT_NPROC applies (effective for non-root users) and the process group
-is killed.
+is killed. On cgroup v2 that cgroup is also the judge's cpu meter where it has one
+(`run_cgroup`, `verifier.cpu_meter`): a process is in one v2 cgroup only.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class SandboxLimits:
     devices: bool = False  # with isolate: a private /dev of the GPU's nodes (the GPU worker)
     disk_mb: int = 0  # with isolate: size of the private /tmp (0: file_mb)
     run_dir_writable: bool = True  # with isolate: False makes /tmp/run read-only (GPU worker)
-    cpu_cgroup: str = ""  # a cgroup the judge meters the run's cpu time by (verifier.cpu_meter)
+    cpu_cgroup: str = ""  # the judge meters the run by it (verifier.cpu_meter); v2: the run cgroup
 
 
 @dataclass
@@ -125,22 +126,60 @@ def pids_cgroup_root() -> Path | None:
     return None
 
 
-def make_pids_cgroup(limit: int) -> Path | None:
-    root = pids_cgroup_root()
-    if root is None:
-        return None
+def new_cgroup(root: Path) -> Path | None:
+    """A fresh cgroup `ks-sbx-<pid>-<n>` under `root` (`verifier.stale_cgroups` finds it if
+    this process dies first), or None where none can be made."""
     path = root / f"ks-sbx-{os.getpid()}-{next(_cgroup_seq)}"
     try:
         path.mkdir()
-        (path / "pids.max").write_text(str(limit))
     except OSError:
         return None
     return path
 
 
-def kill_cgroup(path: Path, attempts: int = 50, wait_s: float = 15.0) -> int:
-    """SIGKILL every process in the cgroup until it is empty, then remove it (waiting up to
-    `wait_s` for the kernel to let it go); returns kills."""
+def make_pids_cgroup(limit: int) -> Path | None:
+    root = pids_cgroup_root()
+    path = new_cgroup(root) if root is not None else None
+    if path is None:
+        return None
+    try:
+        (path / "pids.max").write_text(str(limit))
+    except OSError:
+        with contextlib.suppress(OSError):  # empty: it goes at once
+            path.rmdir()
+        return None
+    return path
+
+
+def is_v2_cgroup(path: Path) -> bool:
+    """Is `path` a cgroup v2 group (the unified hierarchy has `cgroup.controllers` in each)?"""
+    return (path / "cgroup.controllers").is_file()
+
+
+def run_cgroup(limits: SandboxLimits) -> Path | None:
+    """The run's own cgroup, for its pids limit and the kill of what it leaves. On cgroup v2 a
+    process is in one cgroup only, so a judge's meter group there (`cpu_cgroup`, made by
+    `verifier.cpu_meter` in the same root) is the run's cgroup and takes its pids limit; else
+    a fresh pids cgroup (a cgroup v1 meter is in its own cpuacct hierarchy)."""
+    meter = Path(limits.cpu_cgroup) if limits.cpu_cgroup else None
+    if meter is None or not is_v2_cgroup(meter):
+        return make_pids_cgroup(limits.processes) if limits.processes > 0 else None
+    if limits.processes > 0:  # no pids controller there: RLIMIT_NPROC and the final kill
+        with contextlib.suppress(OSError):
+            (meter / "pids.max").write_text(str(limits.processes))
+    return meter
+
+
+def end_run_cgroup(cgroup: Path, limits: SandboxLimits) -> int:
+    """Kill what the run left in its cgroup (`run_cgroup`) and remove the group, unless it is
+    the judge's meter group: its owner reads it once more and removes it; returns kills."""
+    return kill_cgroup(cgroup, remove=str(cgroup) != limits.cpu_cgroup)
+
+
+def kill_cgroup(path: Path, attempts: int = 50, wait_s: float = 15.0,
+                remove: bool = True) -> int:
+    """SIGKILL every process in the cgroup until it is empty, then (`remove`) remove it
+    (waiting up to `wait_s` for the kernel to let it go); returns kills."""
     killed = 0
     for _ in range(attempts):
         try:
@@ -156,6 +195,8 @@ def kill_cgroup(path: Path, attempts: int = 50, wait_s: float = 15.0) -> int:
             except ProcessLookupError:
                 pass
         time.sleep(0.02)
+    if not remove:
+        return killed
     deadline = time.monotonic() + wait_s  # killed tasks may take a while to be reaped under load
     while True:
         try:
@@ -290,7 +331,7 @@ def run_sandboxed(
     cwd = prepare_workdir(workdir, input_files)
     start = time.monotonic()
     timed_out = False
-    cgroup = make_pids_cgroup(limits.processes) if limits.processes > 0 else None
+    cgroup = run_cgroup(limits)
     cmd = sandboxed_argv(list(argv), limits, cgroup)
     killed = 0
     try:
@@ -308,7 +349,7 @@ def run_sandboxed(
                 proc.wait()
     finally:
         if cgroup is not None:
-            killed = kill_cgroup(cgroup)
+            killed = end_run_cgroup(cgroup, limits)
     result = collect_result(cwd, proc.returncode, timed_out, time.monotonic() - start,
                             {"leftover_killed": killed, "pids_cgroup": cgroup is not None})
     if own_dir and not keep_workdir:

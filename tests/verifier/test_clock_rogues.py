@@ -275,7 +275,7 @@ def test_the_cgroup_meter_counts_a_thread_that_is_gone() -> None:
     threads no longer show it, the run's cgroup does."""
     group = CpuCgroup.make()
     if group is None:
-        pytest.skip("no cgroup v1 cpuacct hierarchy this process can write")
+        pytest.skip("no cpu meter cgroup (v1 cpuacct or v2) this process can write")
     before = group.cpu_s()
     proc = subprocess.Popen([sys.executable, "-c", BURN], stdin=subprocess.PIPE)
     try:
@@ -305,7 +305,7 @@ def test_a_sandboxed_run_joins_the_judges_cpu_cgroup(tmp_path: Path) -> None:
 
     group = CpuCgroup.make()
     if group is None:
-        pytest.skip("no cgroup v1 cpuacct hierarchy this process can write")
+        pytest.skip("no cpu meter cgroup (v1 cpuacct or v2) this process can write")
     try:
         burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.1: pass"
         res = run_sandboxed([sys.executable, "-c", burn], workdir=tmp_path / "spawned",
