@@ -115,8 +115,9 @@ def build_once(name: str, cost, specs: list, args: argparse.Namespace, root: Pat
     from verifier.compile_plan import compile_all
 
     clock = PhaseClock()
+    # load_memory_mb=0: as `verify_batch` has it for CUDA (the driver maps huge ranges)
     ctx = BuildContext(timed_backend(clock), root / name, check_import=args.import_check,
-                       timeout_s=args.timeout)
+                       timeout_s=args.timeout, load_memory_mb=0)
     builder = Builder(ctx)
     check = builder._check_import
 
