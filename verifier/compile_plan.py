@@ -6,7 +6,12 @@ built again without it, so its expected cost is `(unit_s + n * spec_s) * (2 - (1
 `plan_units` groups specs that may share a unit (same flags and headers), then splits the group
 whose split lowers the estimated makespan most on `workers` (longest-processing-time order),
 until no split helps: few large units when headers dominate, more and smaller ones when
-kernels do, never more than `most` specs a unit. `CompilePool` runs units longest first on
+kernels do, never more than `most` specs a unit. Compilers running side by side slow each other
+(memory bandwidth, SMT siblings): concurrent units progress like at most `parallel_eff * cores`
+of them, so the estimate is never under the total cost spread over that many (or the workers,
+when fewer), and a small batch is not cut into one unit per spec when the units would only
+contend for the cores.
+`CompilePool` runs units longest first on
 `workers` threads; the rebuilds a failed unit asks for (the rest without the blamed specs, each
 blamed spec alone, or two halves: `Builder.build_unit`) go to the front of the same queue, so
 they run on whichever worker is free instead of after the rest of that worker's share.
@@ -15,6 +20,7 @@ they run on whichever worker is free instead of after the rest of that worker's 
 from __future__ import annotations
 
 import heapq
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -30,11 +36,20 @@ class CostModel:
     """Seconds a build unit takes, for planning only (the ratios matter, not the scale).
     Defaults: a unit ~30 s (nvcc on torch's headers, the host unit on the PCH, the link) and
     ~1 s a kernel (H100 node, benchmarks/results/gpu_diag.txt; a loaded 2-core node measured
-    157 s for one spec, 185 s for four); 8% failing as in benchmarks/kernel_corpus.py."""
+    157 s for one spec, 185 s for four); 8% failing as in benchmarks/kernel_corpus.py.
+    `parallel_eff`: the same H100 node (16 CPUs) built 16 one-spec units side by side in 89 s
+    and 9 in 53 s where one alone took 40 s: either way about 7 units' progress (0.45 x 16)."""
 
     unit_s: float = 30.0
     spec_s: float = 1.0
     fail_p: float = 0.08  # share of candidates that fail to compile (their unit is rebuilt)
+    parallel_eff: float = 0.45  # concurrent units progress like parallel_eff * cores at most
+    cores: int = 0  # CPUs the compilers share (0: this process's CPU affinity)
+
+    def parallel(self, workers: int) -> float:
+        """How many units' progress `workers` concurrent units make on these cores."""
+        cores = self.cores or len(os.sched_getaffinity(0))
+        return max(1.0, min(float(max(1, workers)), self.parallel_eff * cores))
 
     def unit(self, n: int) -> float:
         return (self.unit_s + self.spec_s * n) * (2.0 - (1.0 - self.fail_p) ** n)
@@ -50,6 +65,14 @@ def loads(costs: list[float], workers: int) -> tuple[float, ...]:
     for c in sorted(costs, reverse=True):
         heapq.heapreplace(busy, busy[0] + c)
     return tuple(sorted(busy, reverse=True))
+
+
+def contended(costs: list[float], workers: int, cost: CostModel) -> tuple[float, ...]:
+    """The estimated finish time (LPT makespan, never under the total cost over the workers'
+    effective parallelism), then each worker's busy seconds highest first."""
+    busy = loads(costs, workers)
+    floor = sum(costs) / cost.parallel(workers)
+    return (max(busy[0], floor), *busy)
 
 
 def makespan(costs: list[float], workers: int) -> float:
@@ -73,7 +96,7 @@ def plan_units(specs: list[ExtensionSpec], workers: int, most: int,
         return [cost.unit(len(u)) for g, k in zip(glist, ks, strict=True) for u in _split(g, k)]
 
     # Greedy splits, judged two ways (the better end wins, both are local searches): by the
-    # makespan alone, and by the workers' loads highest first (a split that keeps the
+    # contended makespan alone, and by it then the loads highest first (a split that keeps the
     # makespan but unloads the next busiest worker is taken). Splitting a group by one more
     # unit can make things worse (a worker gets two units) where a round more helps: steps up
     # to a worker count are tried.
@@ -81,15 +104,16 @@ def plan_units(specs: list[ExtensionSpec], workers: int, most: int,
     steps = sorted({*range(1, min(w, 16) + 1), w // 2, w, 2 * w} - {0})
     ends = []
     for judge in (lambda ld: ld[:1], lambda ld: ld):
-        ks, best = list(parts), judge(loads(costs(parts), workers))
+        ks, best = list(parts), judge(contended(costs(parts), workers, cost))
         while True:
-            tries = [(judge(loads(costs(t), workers)), step, t) for i, g in enumerate(glist)
+            tries = [(judge(contended(costs(t), workers, cost)), step, t)
+                     for i, g in enumerate(glist)
                      for step in steps if ks[i] + step <= len(g)
                      for t in [ks[:i] + [ks[i] + step] + ks[i + 1:]]]
             if not tries or min(tries)[0] >= best:
                 break
             best, _, ks = min(tries)
-        ends.append((loads(costs(ks), workers), ks))
+        ends.append((contended(costs(ks), workers, cost), ks))
     parts = min(ends)[1]
     units = [u for g, k in zip(glist, parts, strict=True) for u in _split(g, k)]
     return sorted(units, key=lambda u: -cost.unit(len(u)))

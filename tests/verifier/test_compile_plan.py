@@ -12,7 +12,14 @@ import pytest
 
 from verifier.backends import get_backend
 from verifier.build import BuildContext, Builder, BuildResult
-from verifier.compile_plan import CompilePool, CostModel, compile_all, makespan, plan_units
+from verifier.compile_plan import (
+    CompilePool,
+    CostModel,
+    compile_all,
+    contended,
+    makespan,
+    plan_units,
+)
 from verifier.extspec import ExtensionSpec
 
 SHARED = Path.home() / ".cache" / "kernelsynth-tests" / "compile-plan"
@@ -36,19 +43,43 @@ def test_makespan_is_longest_first_on_the_workers() -> None:
     assert makespan([], 3) == 0
 
 
+def free(**kw: float) -> CostModel:
+    """A cost model whose concurrent units do not slow each other (4 workers, 64 cores)."""
+    return CostModel(**kw, parallel_eff=1.0, cores=64)
+
+
 def test_units_follow_the_cost_model_not_a_fixed_count() -> None:
     specs = [good(i) for i in range(64)]
-    heavy = plan_units(specs, 4, 64, CostModel(unit_s=100, spec_s=0.1, fail_p=0.1))
-    light = plan_units(specs, 4, 64, CostModel(unit_s=1, spec_s=5, fail_p=0.1))
+    heavy = plan_units(specs, 4, 64, free(unit_s=100, spec_s=0.1, fail_p=0.1))
+    light = plan_units(specs, 4, 64, free(unit_s=1, spec_s=5, fail_p=0.1))
     assert len(heavy) == 4  # headers dominate: one unit per worker
     # kernels dominate: small units, so a failing spec's rebuild repeats little work
     assert len(light) >= 16 and max(map(len, light)) <= 4
     for plan in (heavy, light):
         assert sorted(s.key for u in plan for s in u) == sorted(s.key for s in specs)
     # no failures, linear cost: more units than workers only add headers
-    assert len(plan_units(specs, 4, 64, CostModel(unit_s=1, spec_s=5, fail_p=0))) == 4
+    assert len(plan_units(specs, 4, 64, free(unit_s=1, spec_s=5, fail_p=0))) == 4
     assert len(plan_units(specs, 4, 8)) >= 8  # never over `most`
-    assert len(plan_units(specs[:3], 8, 16)) == 3  # idle workers anyway: one spec each
+    assert len(plan_units(specs[:3], 8, 16, free())) == 3  # idle workers anyway: one each
+
+
+def test_contending_units_are_fewer_and_larger() -> None:
+    """Units that share the cores slow each other (CostModel.parallel_eff): a batch no larger
+    than the workers is not cut into one unit a spec, and a large batch gets fewer units; with
+    cores to spare (fewer workers than parallel_eff * cores) nothing changes."""
+    specs = [good(i) for i in range(149)]
+    for n, workers in ((12, 16), (149, 16), (149, 32)):
+        apart = plan_units(specs[:n], workers, 16, free())
+        shared = plan_units(specs[:n], workers, 16, CostModel(cores=workers))
+        assert len(shared) < len(apart), (n, workers)
+        assert sorted(s.key for u in shared for s in u) == sorted(s.key for s in specs[:n])
+        cost = CostModel(cores=workers)
+        assert max(contended([cost.unit(len(u)) for u in shared], workers, cost)) < max(
+            contended([cost.unit(len(u)) for u in apart], workers, cost))
+    assert [len(u) for u in plan_units(specs[:12], 16, 16, free())] == [1] * 12
+    assert max(map(len, plan_units(specs[:12], 16, 16, CostModel(cores=16)))) >= 2
+    wide = CostModel(cores=64)  # 4 workers on 64 cores: 0.45 * 64 > 4, no contention
+    assert [len(u) for u in plan_units(specs[:4], 4, 16, wide)] == [1] * 4
 
 
 def test_units_never_mix_flags_and_come_longest_first() -> None:
