@@ -1,17 +1,17 @@
 """Memory admission: from a task's probed footprint, how a run fits its device, or that it does
 not (no torch here; the numbers come from the judge that probed them, `verifier.trial_judge`).
 
-A run holds, on one device: the worker (the reference and the candidate, the trial's pristine
-copy and a clone for the reference, both forwards' workspace and outputs, the last trial's
-outputs for the caching check), the judge (the reference, a regenerated pristine set and a
-clone, one forward, the comparison's chunks, and, where room is left, the fp64 second
-opinion's copy of the model and its two outputs; in a window's check, its copies of the
-checked calls' slots), the trials' arena (each trial's inputs and
-output slot, and the generalisation variants'), and the timed windows' arena (at least one
-input set, its pristine copy and the output slot). The trials' input sets, the comparison's
-chunk, the arenas' sizes and whether the fp64 second opinion runs are chosen so that the sum
-stays under what the device has free; a task whose one-trial run does not fit gets
-`does_not_fit` with these figures, never a death of the worker or the judge.
+A run holds, on one device: the worker (the reference's and the candidate's models and one
+forward's workspace, its output included: the trials' inputs and slots are the judge's arena, and
+the worker compares nothing), the judge (the reference, a regenerated pristine set, one forward,
+the comparison's chunks, and, where room is left, the fp64 second opinion's copy of the model
+and its two outputs; in a window's check, its copies of the checked calls' slots; while it fills
+a window, its drawn copies of the sets), the trials' arena (each trial's inputs and output slot,
+and the generalisation variants'), and the timed windows' arena (at least one input set and
+its slot). The trials' input sets, the comparison's chunk, the arenas' sizes and whether the
+fp64 second opinion runs are chosen so that the sum stays under what the device has free; a
+task whose one-trial run does not fit gets `does_not_fit` with these figures, never a death of
+the worker or the judge.
 """
 
 from __future__ import annotations
@@ -62,10 +62,11 @@ class Admission:
 
 def worker_bytes(fp: Footprint) -> int:
     """The candidate's process: two models (the reference's, for its init and baselines, and
-    the candidate's), one forward's workspace (its output included) and one more output (the
-    trials' inputs, and the kernel profile's and the last call's, are the arena's; the judge,
-    not the worker, holds the references and pristine copies: `verifier.worker._judged_trials`)."""
-    return 2 * fp.params + fp.workspace + fp.output
+    the candidate's) and one forward's workspace, its output included: a trial's output is
+    dropped once it is in its slot (`verifier.worker._judged_trials`); the trials' inputs, and
+    the kernel profile's and the last call's, are the arena's; the judge, not the worker, holds
+    the references and pristine copies."""
+    return 2 * fp.params + fp.workspace
 
 
 def judge_bytes(fp: Footprint, chunk: int, checks: int = 1) -> int:
@@ -91,9 +92,10 @@ def fp64_bytes(fp: Footprint) -> int:
 
 
 def window_min_bytes(fp: Footprint) -> int:
-    """The timed windows' arena with one input set: the set, its pristine copy, the slot
-    (`verifier.window_judge.sets_for`: one set and one call's slot for each 2 sets + 1 slot)."""
-    return 2 * fp.inputs + fp.output
+    """The timed windows' arena with one input set: the set and the call's slot (the judge's
+    drawn copy of the set lives only while it fills, when none of its checks' memory is held:
+    `judge_bytes` covers it; `verifier.window_judge.WindowJudge.fill`)."""
+    return fp.inputs + fp.output
 
 
 def admit(fp: Footprint, free: int, trials: int, variant_trials: int,

@@ -76,7 +76,7 @@ class WindowJudge:
         self.views = [views(self.arena, layout) for layout in layouts]
         self.slots = [views(self.arena, layout) for layout in out_layouts]
         self.spec = {"nbytes": self.arena.nbytes, "sets": layouts, "outs": out_layouts}
-        self.pristine: list[Any] = []
+        self._set_seeds: list[int] = []  # each set's inputs of the last window, as seeds
         self.checked: list[int] = []  # the calls the last check compared (tests read it)
         self.copy_s = min(self._timed_copy(ref_out) for _ in range(3))
 
@@ -109,26 +109,39 @@ class WindowJudge:
             best = min(best, time.perf_counter() - t0)
         return best
 
-    def _draw(self) -> list[Any]:
-        self._seed += 1
+    def _draw(self, seed: int | None = None) -> list[Any]:
+        """The inputs of `seed` (a new one when None): the same tensors every time it is drawn."""
+        if seed is None:
+            self._seed += 1
+            seed = self._seed
         with decide._LOCK:  # the global generator: a recheck seeds and draws under this lock
-            return decide.make_inputs(self.get_inputs, self._seed)
+            return decide.make_inputs(self.get_inputs, seed)
 
     def fill(self, n: int) -> None:
-        """Fresh inputs into the sets a window of `n` calls uses; the drawn tensors are the
-        pristine copies. All are drawn first, in the judge's own memory (no worker maps it),
-        then published into the arena in one burst: a worker watching the arena sees a
-        window's inputs only for the time of that copy (`verifier.clock`: the GPU form)."""
-        self.pristine = [self._draw() for _ in self.views[:max(1, min(n, self.sets))]]
-        for target, drawn in zip(self.views, self.pristine, strict=False):
-            fill(target, drawn)
+        """Fresh inputs into the sets a window of `n` calls uses. All are drawn first, in the
+        judge's own memory (no worker maps it), then published into the arena in one burst: a
+        worker watching the arena sees a window's inputs only for the time of that copy
+        (`verifier.clock`: the GPU form). The drawn copies are dropped then: the check draws
+        each set again from its seed, so a GB-sized set is held twice only while it is filled
+        (`verifier.admission`)."""
+        self._set_seeds = [self._seed + 1 + i for i in range(max(1, min(n, self.sets)))]
+        self._seed += len(self._set_seeds)
+        drawn = [self._draw(seed) for seed in self._set_seeds]
+        for target, inputs in zip(self.views, drawn, strict=False):
+            fill(target, inputs)
+        del drawn
         self.arena.push(0, self._sets_end)  # cpu: into the file the worker maps
         _synchronize(self.device)
+
+    @property
+    def pristine(self) -> list[Any]:
+        """The last window's inputs as drawn (drawn again: nothing of them is kept)."""
+        return [self._draw(seed) for seed in self._set_seeds]
 
     def picks(self, n: int) -> list[int]:
         """The calls of a window of `n` whose outputs are checked: the last, and RANDOM_CHECKS
         others drawn now (after "d": the worker cannot know them while it runs)."""
-        calls = max(1, min(n, len(self.pristine)))
+        calls = max(1, min(n, len(self._set_seeds)))
         rest = list(range(calls - 1))
         chosen = [rest.pop(secrets.randbelow(len(rest))) for _ in range(min(RANDOM_CHECKS,
                                                                          len(rest)))]
@@ -154,17 +167,18 @@ class WindowJudge:
         # runs (a worker still writing after "d" must not get that time)
         seen = {k: _clone(self.slots[k]) for k in picks}
         for k in picks:
+            pristine = self._draw(self._set_seeds[k])
             with decide._LOCK, torch.no_grad():
-                ref_out = self.model(*_clone(self.pristine[k]))
-                verdict, msg, _, _ = _judge(self.model, self.pristine[k], ref_out, seen[k],
-                                            self.tol)
+                ref_out = self.model(*_clone(pristine))
+                verdict, msg, _, _ = _judge(self.model, pristine, ref_out, seen[k], self.tol)
+            del pristine, ref_out
             if verdict != "ok":
                 return f"the output of a timed call was wrong: call {k + 1} of {n}: {msg}"
-        for target, drawn in zip(self.views, self.pristine, strict=False):
-            if not _same(target, drawn):
+        for target, seed in zip(self.views, self._set_seeds, strict=False):
+            if not _same(target, self._draw(seed)):
                 return "forward modified its input tensors during a timed call"
         return ""
 
     def close(self) -> None:
-        self.views, self.slots, self.pristine = [], [], []
+        self.views, self.slots, self._set_seeds = [], [], []
         self.arena.close()

@@ -133,11 +133,11 @@ class SlowFill(WindowJudge):
     cpu judge writes a window's sets in one pwrite; a device fill takes as long as it takes)."""
 
     def fill(self, n: int) -> None:
-        self.pristine = []
+        self._set_seeds = []
         for target in self.views[:max(1, min(n, self.sets))]:
-            drawn = self._draw()
-            fill(target, drawn)
-            self.pristine.append(drawn)
+            self._seed += 1
+            self._set_seeds.append(self._seed)
+            fill(target, self._draw(self._seed))
             self.arena.push(0, self._sets_end)
             time.sleep(1.5 * CALL_S)
 
