@@ -187,6 +187,7 @@ def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[l
                     raise RefusedOutput("a timed call returned a tensor subclass "
                                         f"({type(out).__name__}), not a plain tensor")
                 put(i, out)
+                del out  # one output alive at a time: a GB-sized task's worker holds no more
             synchronize()
             os.write(wfd, b"d\n")
     finally:

@@ -148,6 +148,10 @@ class TrialJudge:
                 drawn = block.sample if k == self.input_seed + 1000 else self._draw(block, k)
                 fill(views(self.arena, case["inputs"]), drawn)
             block.sample = None
+        if decide.DEVICE.startswith("cuda"):  # the samples' blocks: free for the worker and
+            import torch  # the windows' arena, not kept by this process's allocator
+
+            torch.cuda.empty_cache()
         self.arena.push(0, self.arena.nbytes)
         _synchronize()
 

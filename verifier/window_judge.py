@@ -16,6 +16,7 @@ from verifier.arena import Arena, fill, plan, views
 
 POOL_MAX = 256  # input sets a window cycles over, each fresh for every window; a window has
 # no more calls than sets (`verifier.clock`), so no call repeats a set a cache could answer
+COPY_PROBE_BYTES = 256 << 20  # the largest output copy the judge times as it is
 RANDOM_CHECKS = 2  # calls besides the last whose outputs the judge checks, drawn after "d"
 
 
@@ -72,26 +73,37 @@ class WindowJudge:
             out_layouts.append(layout)
             self._out_spans.append((end, nxt))  # the bytes the judge pulls of it
             end = nxt
+        del sample, ref_out  # a GB-sized task: the arena needs their room (`verifier.admission`)
+        if self.device != "cpu":
+            getattr(torch, self.device.split(":")[0]).empty_cache()
         self.arena = Arena.create(end, self.device, path)
         self.views = [views(self.arena, layout) for layout in layouts]
         self.slots = [views(self.arena, layout) for layout in out_layouts]
         self.spec = {"nbytes": self.arena.nbytes, "sets": layouts, "outs": out_layouts}
         self._set_seeds: list[int] = []  # each set's inputs of the last window, as seeds
         self.checked: list[int] = []  # the calls the last check compared (tests read it)
-        self.copy_s = min(self._timed_copy(ref_out) for _ in range(3))
+        self.copy_s = min(self._timed_copy() for _ in range(3))
 
-    def _timed_copy(self, out: Any, copies: int = 16) -> float:
+    def _timed_copy(self, copies: int = 16) -> float:
         """One call's output copy into its slot, as the worker makes it inside a window: on a
         device one of many queued copies (a synchronize after each would be charged as a
         copy: the worker synchronizes once per window, and this is deducted once per call)."""
         if self.device == "cpu":  # one thread, as the worker's copy: torch's parallel copy
             return self._memmove_s()  # waits on a preempted helper thread under load
+        import torch
+
+        # an output's bytes, device to device; above COPY_PROBE_BYTES a copy that size, scaled
+        # (a copy that large runs at the device's bandwidth, and a GB-sized task has no room
+        # for two more outputs)
+        n = max(1, min(int(self.out_bytes), COPY_PROBE_BYTES))
+        src = torch.empty(n, dtype=torch.uint8, device=self.device)
+        dst = torch.empty_like(src)
         _synchronize(self.device)
         t0 = time.perf_counter()
-        for i in range(copies):
-            fill(self.slots[i % self.sets], out)
+        for _ in range(copies):
+            dst.copy_(src)
         _synchronize(self.device)
-        return (time.perf_counter() - t0) / copies
+        return (time.perf_counter() - t0) / copies * max(1.0, self.out_bytes / n)
 
     def _memmove_s(self, tries: int = 7) -> float:
         """Fastest of `tries` single-threaded copies of the output's bytes (the output slot's

@@ -315,7 +315,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     res.progress("performance")
     try:
         with torch.no_grad():
-            again = new(*again_inputs())
+            again = new(*again_inputs()) if first_ref is not None else None
             backend.synchronize()
             window_ops = serve_timed_windows(job, new, backend)
     except RefusedOutput as exc:  # work deferred to the one output the judge checks
