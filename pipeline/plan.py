@@ -257,7 +257,7 @@ def generate_step(ex: Executor) -> Counter[str]:
         groups = batches(todo, size)
         counts.update(ex.map("generate", "generate", groups,
                              [StageContext(gcfg, backend=ex.backend) for _ in groups]))
-    if "import" in gens and tasks:
+    if "import" in gens and tasks and cfg.generate.import_file:  # "": no sample file
         icfg = _with_generators(cfg, ["import"])
         counts.update(ex.map("generate:import", "generate", [tasks],
                              [StageContext(icfg, backend=ex.backend)]))

@@ -12,6 +12,7 @@ from pipeline.cli.app import app
 from pipeline.cli.common import (
     ConfigOpt,
     JsonOpt,
+    StagesOpt,
     WorkspaceOpt,
     console,
     emit_json,
@@ -32,6 +33,7 @@ def publish(
     workspace: WorkspaceOpt = None,
     config: ConfigOpt = None,
     json_: JsonOpt = False,
+    stages: StagesOpt = None,
     name: NameOpt = None,
     version: Annotated[str | None, typer.Option(help="Version (default: next v<N>).")] = None,
     always_publish: Annotated[bool | None, typer.Option(
@@ -49,7 +51,7 @@ def publish(
     if name:
         cfg = cfg.model_copy(update={"publish": cfg.publish.model_copy(update={"name": name})})
     try:
-        pub = run_step(local_executor(ws, cfg), "publish", always=always_publish,
+        pub = run_step(local_executor(ws, cfg, stages=stages), "publish", always=always_publish,
                        version=version)
     except (WorkspaceError, PublishError, VersionIntegrityError) as exc:
         raise fail(str(exc)) from None

@@ -10,6 +10,7 @@ from pipeline.cli.app import app
 from pipeline.cli.common import (
     ConfigOpt,
     JsonOpt,
+    StagesOpt,
     WorkspaceOpt,
     console,
     emit_json,
@@ -59,6 +60,7 @@ def generate(
     workspace: WorkspaceOpt = None,
     config: ConfigOpt = None,
     json_: JsonOpt = False,
+    stages: StagesOpt = None,
 ) -> None:
     """Generate candidate kernels for the workspace's tasks (`-g mutate`: the mutate step)."""
     from pipeline.candidates.generate import GENERATORS, GenerateError
@@ -86,7 +88,7 @@ def generate(
     try:
         if not ws.read_table(Task).num_rows:
             raise fail(f"{ws.root}: no tasks; run `kernelsynth tasks build` first")
-        ex = local_executor(ws, cfg)
+        ex = local_executor(ws, cfg, stages=stages)
         with stage_progress_bars(console, enabled=not json_):
             counts = run_step(ex, "generate") if gens != ["mutate"] else {}
             if "mutate" in gens:  # mutation needs verdicts: the plan's mutate step
@@ -101,6 +103,7 @@ def mutate(
     workspace: WorkspaceOpt = None,
     config: ConfigOpt = None,
     json_: JsonOpt = False,
+    stages: StagesOpt = None,
 ) -> None:
     """Bug-injected variants of verified-correct kernels (`generate.mutation_rounds` rounds of
     mutate + verify): failing first turns whose fix is known, for `repair` and review rows."""
@@ -110,7 +113,7 @@ def mutate(
 
     cfg, ws = open_context(workspace, config)
     try:
-        ex = local_executor(ws, cfg)
+        ex = local_executor(ws, cfg, stages=stages)
         with stage_progress_bars(console, enabled=not json_):
             counts = run_step(ex, "mutate")
     except WorkspaceError as exc:
@@ -130,6 +133,7 @@ def repair(
     workspace: WorkspaceOpt = None,
     config: ConfigOpt = None,
     json_: JsonOpt = False,
+    stages: StagesOpt = None,
 ) -> None:
     """Continue failing candidates with verifier feedback as the next turn, up to N turns."""
     from pipeline.candidates.llm import LLMError
@@ -147,7 +151,7 @@ def repair(
     cfg = _apply(cfg, openai_model=model, openai_base_url=base_url)
     cfg = cfg.model_copy(update={"repair": cfg.repair.model_copy(update=rep)})
     try:
-        ex = local_executor(ws, cfg)
+        ex = local_executor(ws, cfg, stages=stages)
         with stage_progress_bars(console, enabled=not json_):
             counts = run_step(ex, "repair")
     except (LLMError, WorkspaceError, PromptError) as exc:

@@ -12,6 +12,7 @@ from pipeline.cli.app import app
 from pipeline.cli.common import (
     ConfigOpt,
     JsonOpt,
+    StagesOpt,
     WorkspaceOpt,
     console,
     emit_json,
@@ -36,6 +37,7 @@ def ingest(
     workspace: WorkspaceOpt = None,
     config: ConfigOpt = None,
     json_: JsonOpt = False,
+    stages: StagesOpt = None,
 ) -> None:
     """Collect PyTorch modules (seed corpus, transformers, NNSmith, git repos) as raw_modules."""
     from pipeline.plan import run_step
@@ -55,7 +57,7 @@ def ingest(
         sources = sources.model_copy(update={"manifest": str(manifest)})
     cfg = cfg.model_copy(update={"sources": sources})
     try:
-        ex = local_executor(ws, cfg)
+        ex = local_executor(ws, cfg, stages=stages)
         with stage_progress_bars(console, enabled=not json_):
             counts = run_step(ex, "ingest")
     except WorkspaceError as exc:

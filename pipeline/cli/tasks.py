@@ -11,6 +11,7 @@ from pipeline.cli.app import app, tasks_app  # noqa: F401
 from pipeline.cli.common import (
     ConfigOpt,
     JsonOpt,
+    StagesOpt,
     WorkspaceOpt,
     console,
     emit_json,
@@ -32,6 +33,7 @@ def tasks_build(
     workspace: WorkspaceOpt = None,
     config: ConfigOpt = None,
     json_: JsonOpt = False,
+    stages: StagesOpt = None,
 ) -> None:
     """Turn the workspace's RawModules into curated KernelBench tasks."""
     from pipeline.plan import run_step
@@ -51,7 +53,7 @@ def tasks_build(
     try:
         if not ws.read_table(RawModule).num_rows:
             raise fail(f"{ws.root}: no raw modules; run `kernelsynth ingest` first")
-        ex = local_executor(ws, cfg)
+        ex = local_executor(ws, cfg, stages=stages)
         with stage_progress_bars(console, enabled=not json_):
             counts = run_step(ex, "tasks")
     except WorkspaceError as exc:

@@ -10,6 +10,7 @@ from pipeline.cli.app import app
 from pipeline.cli.common import (
     ConfigOpt,
     JsonOpt,
+    StagesOpt,
     WorkspaceOpt,
     console,
     emit_json,
@@ -25,6 +26,7 @@ def verify(
     workspace: WorkspaceOpt = None,
     config: ConfigOpt = None,
     json_: JsonOpt = False,
+    stages: StagesOpt = None,
     backend: Annotated[str | None, typer.Option(help="auto | cpu | cuda | musa")] = None,
     workers: Annotated[int | None, typer.Option(help="Execution workers.")] = None,
     gpus: Annotated[int | None, typer.Option(
@@ -61,7 +63,7 @@ def verify(
                        "reward": v.reward, "speedup": v.speedup})
 
     try:
-        ex = local_executor(ws, cfg, on_verdict=tick)
+        ex = local_executor(ws, cfg, stages=stages, on_verdict=tick)
         with stage_progress_bars(console, enabled=not json_):
             counts = run_step(ex, "verify", limit=limit)
     except (BackendUnavailable, WorkspaceError) as exc:

@@ -108,8 +108,8 @@ def _placement() -> str:
     return "fake-cpu"
 
 
-def verify(task_map: dict, candidates: list[Candidate], cfg: Any, cache_dir: Path
-           ) -> tuple[list, list]:
+def verify(task_map: dict, candidates: list[Candidate], cfg: Any, cache_dir: Path,
+           progress: Any = None) -> tuple[list, list]:
     pause = float(os.environ.get("KS_FAKE_VERIFY_SLEEP", "0"))
     device = _placement()
     if cfg.compile_only:
@@ -131,6 +131,8 @@ def verify(task_map: dict, candidates: list[Candidate], cfg: Any, cache_dir: Pat
             eager_us=15.0 if ok else None, speedup=speedup, faster=status == "correct_fast",
             reward=1.0 + (speedup or 0) if ok else 0.1,
             feedback="" if ok else f"{status}: output mismatch at index 3"))
+        if progress is not None:
+            progress(out[-1])
     return out, []
 
 def mutate(task_list: list, candidates: list[Candidate], verdicts: list, cfg: Any) -> list:
