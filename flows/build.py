@@ -106,7 +106,7 @@ class PrefectExecutor:
             counts = collect(futures, Progress(label, [len(g) for g in groups]), self.ws,
                              self.local.run, st.output)
         self.rows.append({"stage": label, "seconds": round(time.perf_counter() - t0, 2),
-                          **counts})
+                          "items": sum(len(g) for g in groups), **counts})
         return counts
 
     def _compile_then_verify(self, runner: TaskRunner, groups: list[list],

@@ -34,7 +34,7 @@ RunnerOpt = Annotated[str | None, typer.Option(
 
 
 # The count that says how many records a stage added (the rest of its counts are details).
-NEW_KEY = {"ingest": "modules", "tasks": "tasks", "generate": "candidates",
+NEW_KEY = {"ingest": "raw_modules", "tasks": "tasks", "generate": "candidates",
            "mutate": "candidates", "repair": "candidates", "verify": "verdicts"}
 
 

@@ -214,7 +214,7 @@ def ingest_step(ex: Executor) -> Counter[str]:
     cfg, ws = ex.cfg, ex.ws
     counts = ex.stream("ingest", lambda: ex.stages.read_sources(cfg.sources, ws.cache_dir),
                        StageContext(cfg, backend=ex.backend, cache_dir=str(ws.cache_dir)))
-    counts["modules"] = counts.pop("written", 0)
+    counts["modules"] = counts.pop("raw_modules", 0)
     return counts
 
 

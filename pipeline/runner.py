@@ -193,6 +193,7 @@ class LocalExecutor:
                                 size=st.batch_size(self.cfg),
                                 done=self.ws.done_keys(st.output),
                                 done_rejections=self.ws.done_keys(Rejection))
+        counts[st.output.TABLE] = counts.pop("written")
         self._row(stage, t0, counts)
         return counts
 
@@ -203,7 +204,7 @@ class LocalExecutor:
         with st.pool(self.cfg) as pool:
             ctx.pool = pool
             counts = self._run(stage, st, groups, [ctx] * len(groups))
-        self._row(stage, t0, counts)
+        self._row(stage, t0, counts, items=len(items))
         return counts
 
     def map(self, label: str, stage: str, groups: list[list], contexts: list[StageContext]
@@ -211,7 +212,7 @@ class LocalExecutor:
         """Independent batches, here, one after another."""
         st, t0 = self.stages.stage(stage), time.perf_counter()
         counts = self._run(label, st, groups, contexts)
-        self._row(label, t0, counts)
+        self._row(label, t0, counts, items=sum(len(g) for g in groups))
         return counts
 
     def _run(self, label: str, st: Stage, groups: list[list], contexts: list[StageContext]
@@ -228,9 +229,9 @@ class LocalExecutor:
                 progress(len(batch))
         return counts
 
-    def _row(self, label: str, t0: float, counts: Counter[str]) -> None:
+    def _row(self, label: str, t0: float, counts: Counter[str], **extra: int) -> None:
         self.rows.append({"stage": label, "seconds": round(time.perf_counter() - t0, 2),
-                          **counts})
+                          **extra, **counts})
 
 
 def local_executor(ws: Workspace, cfg: Config, *, stages: str | None = None,
