@@ -69,7 +69,7 @@ class GenerateConfig(Section):
     mutation_rounds: int = 2
     include_reasoning: bool = True
     performance_hint: bool = True
-    # prompt templates (pipeline/candidates/prompts.py); None: the built-in wording. Placeholders in
+    # prompt templates (pipeline/prompts.py); None: the built-in wording. Placeholders in
     # user_template: {backend_name} {language} {reference} {inputs} {init_inputs} {requirements}
     system_prompt: str | None = None
     user_template: str | None = None

@@ -11,9 +11,9 @@ import json
 
 from pipeline.candidates.import_samples import import_candidates
 from pipeline.candidates.llm import ChatBackend, LLMError, make_backend
-from pipeline.candidates.prompts import build_prompt, fence
 from pipeline.candidates.response_code import extract_code
 from pipeline.config import GenerateConfig
+from pipeline.prompts import build_prompt, fence
 from schemas import Candidate, Rejection, Task
 
 GENERATORS = ("template", "openai", "hf", "import", "mutate")

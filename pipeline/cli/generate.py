@@ -66,8 +66,8 @@ def generate(
     from pipeline.candidates.generate import GENERATORS, GenerateError
     from pipeline.candidates.import_samples import SampleFileError
     from pipeline.candidates.llm import LLMError
-    from pipeline.candidates.prompts import PromptError
     from pipeline.plan import run_step
+    from pipeline.prompts import PromptError
     from pipeline.runner import local_executor
     from pipeline.workspace import WorkspaceError
     from schemas import Task
@@ -137,8 +137,8 @@ def repair(
 ) -> None:
     """Continue failing candidates with verifier feedback as the next turn, up to N turns."""
     from pipeline.candidates.llm import LLMError
-    from pipeline.candidates.prompts import PromptError
     from pipeline.plan import run_step
+    from pipeline.prompts import PromptError
     from pipeline.runner import local_executor
     from pipeline.workspace import WorkspaceError
 

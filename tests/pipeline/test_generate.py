@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.candidates.generate import GenerateError, generate_candidates
-from pipeline.candidates.prompts import fence
 from pipeline.cli import app
 from pipeline.config import Config, FlowsConfig, GenerateConfig
 from pipeline.plan import run_step
+from pipeline.prompts import fence
 from pipeline.runner import local_executor
 from pipeline.workspace import Workspace
 from schemas import Candidate, Rejection, Task, Verdict

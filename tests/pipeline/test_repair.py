@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-from pipeline.plan import run_step
-from pipeline.runner import local_executor
 from pipeline.candidates.mutate import mutate_candidates
-from pipeline.candidates.prompts import build_prompt, fence
-from pipeline.candidates.repair import feedback_turn, repair_round, retry_buffer
+from pipeline.candidates.repair import repair_round, retry_buffer
 from pipeline.candidates.response_code import extract_code
 from pipeline.config import Config, GenerateConfig, RepairConfig
+from pipeline.plan import run_step
+from pipeline.prompts import build_prompt, feedback_turn, fence
+from pipeline.runner import local_executor
 from pipeline.workspace import Workspace
 from schemas import Candidate, Message, Rejection, Task, Verdict
 from tests.pipeline.chat_server import chat_server

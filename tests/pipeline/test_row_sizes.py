@@ -14,9 +14,9 @@ import re
 
 import pytest
 
-from pipeline.candidates.prompts import build_prompt, reference_for
 from pipeline.candidates.templates import template_candidates
 from pipeline.config import GenerateConfig, TasksConfig
+from pipeline.prompts import build_prompt, reference_for
 from pipeline.tasks.extract import extract_tasks
 from pipeline.tasks.probe_pool import ProbePool
 from pipeline.tasks.shape_facts import facts

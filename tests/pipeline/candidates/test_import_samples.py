@@ -16,10 +16,10 @@ from pipeline.candidates.import_samples import (
     import_candidates,
     import_samples,
 )
-from pipeline.candidates.prompts import build_prompt
 from pipeline.cli import app
 from pipeline.config import Config, GenerateConfig
 from pipeline.datasets.rows import build_datasets
+from pipeline.prompts import build_prompt
 from pipeline.workspace import Workspace
 from schemas import Candidate, Finding, Rejection, Task, Verdict
 from tests.conftest import LINEAR_TASK, RELU_TASK
