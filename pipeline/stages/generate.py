@@ -4,7 +4,8 @@
 sample import); the plan hands the sample import one batch of every task, so the file is read
 whole and each row it cannot use is a rejection naming the file and row. A generator that
 crashes on a batch rejects the batch's tasks (`generator_error`); a network failure is raised,
-so the executor may run the batch again. The OpenAI key is read here, at the stage's edge, from
+so the executor may run the batch again, and so is a configuration that cannot work (unknown
+generator, missing sample file, bad prompt template), so the step fails naming it. The OpenAI key is read here, at the stage's edge, from
 the variable the config names, so no executor carries the secret.
 """
 
@@ -13,9 +14,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from pipeline.candidates.generate import generate_candidates
-from pipeline.candidates.import_samples import import_candidates
+from pipeline.candidates.generate import GenerateError, generate_candidates
+from pipeline.candidates.import_samples import SampleFileError, import_candidates
 from pipeline.config import GenerateConfig
+from pipeline.prompts import PromptError
 from pipeline.stage import (
     Stage,
     StageContext,
@@ -27,6 +29,8 @@ from pipeline.stage import (
 from schemas import Candidate, Rejection, Task
 
 GenerateFn = Callable[..., tuple[list[Candidate], list[Rejection]]]
+# a bad generator name, sample file or prompt template: no batch can succeed
+CONFIG_ERRORS = (GenerateError, SampleFileError, PromptError)
 
 
 def first_attempts(tasks: list[Task], cfg: GenerateConfig, backend: str
@@ -45,6 +49,8 @@ def generate_stage(fn: GenerateFn = first_attempts) -> Stage:
         out = StageOutput()
         try:
             made, rejected = fn(batch, ctx.cfg.generate, ctx.backend)
+        except CONFIG_ERRORS:
+            raise  # the configuration cannot work on any batch: the step fails, naming it
         except Exception as exc:
             if is_transient(exc):
                 raise

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from pipeline.config import Config, TasksConfig
 from pipeline.stage import Resources, Stage, StageContext, StageOutput, keep_rejections
-from pipeline.tasks.curate import curate_tasks
+from pipeline.tasks.curate.curate import curate_tasks
 from pipeline.tasks.extract import extract_tasks
-from pipeline.tasks.probe_pool import ProbePool
+from pipeline.tasks.probe.pool import ProbePool
 from schemas import RawModule, Task
 
 

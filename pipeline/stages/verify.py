@@ -20,7 +20,7 @@ from pipeline.stage import (
     StageOutput,
     keep_rejections,
 )
-from pipeline.tasks.variants import task_variants
+from pipeline.tasks.probe.variants import task_variants
 from schemas import Candidate, Rejection, Task, Verdict
 from verifier.api import verify_batch
 from verifier.backends import BackendUnavailable, select_backend

@@ -22,11 +22,13 @@ from flows.runners import (
     runner_for,
     verify_runner,
 )
+from pipeline.candidates.generate import GenerateError
 from pipeline.config import Config, FlowsConfig, GenerateConfig
 from pipeline.datasets.published import latest_version
 from pipeline.plan import batches, generate_pending, tasks_pending_generation
 from pipeline.stage import StageContext
 from pipeline.stages import StageSetError, builtin_stages, load_stages
+from pipeline.stages.generate import generate_stage
 from schemas import Candidate, Rejection, Task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,12 +146,19 @@ def test_generator_errors_become_rejections(workspace) -> None:
     fake.ingest(workspace, run, Config())
     fake.tasks(workspace, run, Config())
     tasks = workspace.read(Task)
+
+    def crash(task_list: list, cfg: object, backend: str) -> tuple[list, list]:
+        raise RuntimeError("template bug\nsecond line")
+
+    out = generate_stage(crash).run(tasks, StageContext(Config()))
+    assert out.records == [] and {r.item_id for r in out.rejections} == {t.task_id for t in tasks}
+    assert all(r.reason == "generator_error" and r.detail == "RuntimeError: template bug"
+               for r in out.rejections)
+    assert out.counts["rejected:generator_error"] == len(tasks)
+    # a configuration no batch can work with fails the step instead, naming the field
     cfg = Config.model_validate({"generate": {"generators": ["no-such-generator"]}})
-    cands, rejs, counts = stage_batch.fn("generate", tasks, StageContext(cfg), None)  # the real
-    assert cands == []
-    assert {r.item_id for r in rejs} == {t.task_id for t in tasks}
-    assert all(r.reason == "generator_error" and "no-such-generator" in r.detail for r in rejs)
-    assert counts["rejected:generator_error"] == len(tasks)
+    with pytest.raises(GenerateError, match="no-such-generator"):
+        stage_batch.fn("generate", tasks, StageContext(cfg), None)  # the real stage
 
 
 def test_pending_generation_skips_answered_tasks(workspace) -> None:
