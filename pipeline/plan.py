@@ -322,7 +322,7 @@ def repair_step(ex: Executor) -> Counter[str]:
         ends = unverified_chain_ends([c for cs in by_task.values() for c in cs], verdicts,
                                      tasks, turn)
         if ends and rcfg.verify:
-            counts.update(verify_step(ex, f"repair:{turn}:verify-ends"))
+            counts.update(verify_step(ex, f"verify:repair{turn}-ends"))
             tasks, by_task, verdicts = chains_by_task(ex.ws, ex.backend)
         made = _chain_batches(ex, f"repair:{turn}", "repair",
                               repair_pending(by_task, verdicts, turn), tasks, verdicts, turn)

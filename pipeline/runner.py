@@ -55,7 +55,7 @@ def set_progress_sink(sink: ProgressSink | None) -> ProgressSink | None:
 class StageProgress:
     """Items done of one stage out of `total` (None: not known ahead), reported to the sink.
 
-    Calling it with a count is the `progress` callback `run_batches` and the stage loops take.
+    Calling it with a count is the `progress` callback the executors' batch loops take.
     """
 
     def __init__(self, stage: str, total: int | None):
@@ -97,19 +97,6 @@ def write_new(run: Run, records: list, done: set[str], key: str) -> list:
     if fresh:
         run.write(fresh)
     return fresh
-
-
-def run_batches(stage: Stage, items: list, ctx: StageContext, run: Run, *, size: int,
-                progress: Callable[[int], None] | None = None) -> Counter[str]:
-    """Run `stage` over `items` batch by batch, writing each batch's records and rejections."""
-    counts: Counter[str] = Counter()
-    for batch in batches(items, size):
-        out = stage.run(batch, ctx)
-        write_output(run, out)
-        counts.update(out.counts)
-        if progress is not None:
-            progress(len(batch))
-    return counts
 
 
 def stream_batches(items: Iterable[T], size: int) -> Iterator[list[T]]:

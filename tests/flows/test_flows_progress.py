@@ -4,6 +4,7 @@ rich bars (done/total, rate, ETA), silent under --json."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,12 @@ import yaml
 from typer.testing import CliRunner
 
 from pipeline.cli import app, load_plugins
-from pipeline.runner import StageProgress, run_batches, set_progress_sink
-from pipeline.stage import StageContext, StageOutput
+from pipeline.config import Config
+from pipeline.runner import LocalExecutor, StageProgress, set_progress_sink
+from pipeline.stage import Stage, StageContext, StageOutput
+from pipeline.stages import builtin_stages
 from pipeline.workspace import Workspace
+from schemas import Candidate, Task
 
 FAKES = "flows_fake_stages:STAGES"
 
@@ -49,24 +53,23 @@ class Recorder:
         return {k: tuple(v) for k, v in out.items()}
 
 
-class Doubler:
-    name = "double"
-
-    def run(self, items: list[int], ctx: StageContext) -> StageOutput:
-        out = StageOutput()
-        out.counts["seen"] += len(items)
-        return out
+def _count(items: list[Task], ctx: StageContext) -> StageOutput:
+    out = StageOutput()
+    out.counts["seen"] += len(items)
+    return out
 
 
-def test_run_batches_reports_items_through_the_sink(tmp_path: Path) -> None:
+def test_executor_batches_report_items_through_the_sink(tmp_path: Path) -> None:
     rec = Recorder()
     previous = set_progress_sink(rec)
+    ws = Workspace(tmp_path / "ws")
+    stages = replace(builtin_stages(), generate=Stage("generate", Task, Candidate, _count))
+    ex = LocalExecutor(ws, Config(), "cpu", stages, ws.new_run("r"))
+    tasks = [Task(task_id=f"t{i}", name=f"t{i}", source="", cpu_source="") for i in range(7)]
     try:
-        run = Workspace(tmp_path / "ws").new_run("r")
-        with StageProgress("double", 7) as progress:
-            counts = run_batches(Doubler(), list(range(7)), StageContext(None), run, size=3,
-                                 progress=progress)
-        assert progress.done == 7 and counts["seen"] == 7
+        counts = ex.map("double", "generate", [tasks[:3], tasks[3:6], tasks[6:]],
+                        [StageContext(Config())] * 3)
+        assert counts["seen"] == 7 and ex.rows[-1]["items"] == 7
     finally:
         assert set_progress_sink(previous) is rec
     assert [e[0] for e in rec.events] == ["start", "advance", "advance", "advance", "finish"]

@@ -4,14 +4,16 @@ resume by key."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pyarrow.parquet as pq
 
 from pipeline.config import Config, FlowsConfig, VerifyConfig
 from pipeline.datasets.stats import backend_funnel
 from pipeline.plan import batches, repair_pending, unverified, unverified_chain_ends
-from pipeline.runner import run_batches, run_stream, write_new
+from pipeline.runner import LocalExecutor, run_stream, write_new
 from pipeline.stage import Resources, Stage, StageContext, StageOutput, reject
+from pipeline.stages import builtin_stages
 from pipeline.stages.compile import compile_stage
 from pipeline.stages.generate import GENERATE
 from pipeline.stages.ingest import INGEST
@@ -86,17 +88,24 @@ def test_stage_output_unpacks_as_records_rejections_counts() -> None:
     assert counts == Counter({"rejected:no_template": 1})
 
 
-def test_run_batches_writes_one_part_per_batch_and_counts(tmp_path) -> None:
+def test_local_executor_writes_one_part_per_batch_and_counts(tmp_path) -> None:
     ws = Workspace(tmp_path / "ws")
-    run = ws.new_run("r1")
     tasks = [_task(i) for i in range(5)]
-    counts = run_batches(_echo_stage(), tasks, StageContext(Config()), run, size=2)
-    assert counts == Counter({"seen": 5, "rejected:odd": 2})
+    stages = replace(builtin_stages(), generate=_echo_stage())
+    ex = LocalExecutor(ws, Config(), "cpu", stages, ws.new_run("r1"))
+    groups = batches(tasks, 2)
+    counts = ex.map("echo", "generate", groups, [StageContext(Config())] * len(groups))
+    assert counts == Counter({"seen": 5, "rejected:odd": 2, "candidates": 3, "rejections": 2})
     parts = ws.part_paths("candidates") + ws.part_paths("rejections")
     assert len(ws.part_paths("candidates")) == 3 and len(ws.part_paths("rejections")) == 2
     assert sum(pq.ParquetFile(p).metadata.num_rows for p in parts) == 5
     assert {r.item_id for r in ws.read(Rejection)} == {"t1", "t3"}
     assert batches(tasks, 2)[-1] == [tasks[4]]
+    # the same batches again write nothing: every key is already in the workspace
+    again = LocalExecutor(ws, Config(), "cpu", stages, ws.new_run("r2"))
+    assert again.map("echo", "generate", groups, [StageContext(Config())] * len(groups)) == \
+        Counter({"seen": 5, "rejected:odd": 2, "candidates": 0, "rejections": 0})
+    assert ex.rows == [{"stage": "echo", "seconds": ex.rows[0]["seconds"], "items": 5, **counts}]
 
 
 def _module(i: int) -> RawModule:
