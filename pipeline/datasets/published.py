@@ -18,7 +18,7 @@ from pipeline.datasets.versions import dataset_dir, list_versions
 from pipeline.workspace import Workspace
 from schemas import Candidate, Task, Verdict, content_hash, dumps
 
-STATE = "published.json"  # version -> inputs fingerprint, next to the versions of one dataset
+STATE = "published.json"  # "<name>/<version>" -> inputs fingerprint, at the workspace root
 DATA_CONFIG = {"select", "publish", "generate", "verify", "repair"}  # what shapes the rows
 
 
@@ -31,9 +31,9 @@ class VersionInfo:
     fingerprint: str | None
 
 
-def _state(ws: Workspace, name: str) -> dict[str, str]:
+def _state(ws: Workspace) -> dict[str, str]:
     try:
-        return json.loads((dataset_dir(ws, name) / STATE).read_text(encoding="utf-8"))
+        return json.loads((ws.root / STATE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
 
@@ -44,14 +44,14 @@ def latest_version(ws: Workspace, name: str) -> VersionInfo | None:
     if not versions:
         return None
     latest = versions[-1]
-    return VersionInfo(latest, dataset_dir(ws, name) / latest, _state(ws, name).get(latest))
+    return VersionInfo(latest, dataset_dir(ws, name) / latest, _state(ws).get(f"{name}/{latest}"))
 
 
 def remember(ws: Workspace, name: str, version: str, fingerprint: str) -> None:
     """Record that `version` of `name` was built from inputs with `fingerprint`."""
-    state = _state(ws, name)
-    state[version] = fingerprint
-    path = dataset_dir(ws, name) / STATE
+    state = _state(ws)
+    state[f"{name}/{version}"] = fingerprint
+    path = ws.root / STATE
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=1, sort_keys=True), encoding="utf-8")
     tmp.replace(path)

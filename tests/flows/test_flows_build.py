@@ -107,8 +107,8 @@ def test_second_run_with_nothing_new_keeps_the_version(reference: dict) -> None:
         assert new[name].get("candidates", 0) == 0 and new[name].get("verdicts", 0) == 0, name
     assert again["funnel"] == s["funnel"]
     assert wall < 60
-    assert sorted(p.name for p in (Path(s["workspace"]) / "datasets" / "kstest").iterdir()
-                  if p.is_dir()) == ["v1"]
+    assert sorted(p.name for p in (Path(s["workspace"]) / "datasets" / "kstest").iterdir()) == [
+        "v1"]
 
 
 def _verdict_rows(ws_root: Path) -> int:
