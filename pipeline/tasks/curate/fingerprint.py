@@ -14,7 +14,6 @@ import functools
 import io
 import tokenize
 
-from schemas import content_hash
 from verifier import pyast
 
 _KEEP = frozenset(dir(builtins)) | {"self", "torch", "nn", "F", "math", "np", "Model",
@@ -127,6 +126,9 @@ def normalized_source(source: str) -> str:
 
 
 def exact_hash(source: str) -> str:
+    """Content hash of the normalized source: one per computation, whatever its names."""
+    from schemas import content_hash  # here, so `kernelsynth benchmarks` loads no pyarrow
+
     return content_hash(normalized_source(source))
 
 
