@@ -59,7 +59,7 @@ def run_package(name: str, sub: str, spdx: str, pkg_dir: Path, sample: int, work
                 ) -> dict:
     """Ingest + tasks stage over one package; the figures of the table."""
     from pipeline.config import TasksConfig
-    from pipeline.tasks.curate import curate_tasks
+    from pipeline.tasks.curate.curate import curate_tasks
     from pipeline.tasks.extract import extract_tasks
     from schemas import RawModule, Rejection
     from sources.git_repos import RepoSpec, iter_repo_modules

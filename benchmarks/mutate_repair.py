@@ -21,8 +21,8 @@ from pathlib import Path
 from pipeline.candidates.generate import generate_candidates
 from pipeline.candidates.mutate import GPU_KINDS, kinds_for, mutate_candidates, mutate_code
 from pipeline.candidates.repair import repair_round
-from pipeline.candidates.verify import verify_candidates
 from pipeline.config import Config, GenerateConfig, RepairConfig, VerifyConfig
+from pipeline.stages.verify import verify_candidates
 from pipeline.tasks.taskfile import inspect_task_source
 from schemas import Task
 from verifier.protocol import CORRECT_STATUSES

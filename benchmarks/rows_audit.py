@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from benchmarks.speed_audit import check_speed
-from pipeline.candidates.prompts import answer_format_problems
+from pipeline.datasets import published
 from pipeline.datasets.analysis_rows import fix_source
 from pipeline.datasets.card import backend_tags
 from pipeline.datasets.pairs import (
@@ -72,6 +72,7 @@ from pipeline.datasets.pairs import (
     verified_codes,
 )
 from pipeline.datasets.rows import generalisation_checked
+from pipeline.prompts import answer_format_problems
 from pipeline.workspace import Workspace
 from schemas import Candidate, Message, Verdict
 from verifier.extspec import specs_from_source
@@ -260,7 +261,7 @@ def reference_of(user: str) -> str:
 
 def reference_facts(sources: list[str], timeout_s: float = 900.0) -> list[dict]:
     """Shape facts of each reference, computed in the verifier's sandbox (meta device)."""
-    from pipeline.tasks import shape_facts
+    from pipeline.tasks.annotate import shape_facts
     from verifier.sandbox import SandboxLimits, run_sandboxed
 
     script = Path(shape_facts.__file__)
@@ -448,12 +449,11 @@ def check_answer_format(audit: Audit, rows: dict[str, list[dict]]) -> None:
 
 
 def latest_version(ws: Workspace, name: str) -> Path:
-    root = ws.datasets_dir / name
-    found = sorted((p for p in root.glob("v*") if (p / "manifest.json").is_file()),
-                   key=lambda p: int(p.name[1:]))
-    if not found:
-        raise SystemExit(f"{root}: no published version")
-    return found[-1]
+    """The folder of the latest version (the pipeline's one notion of "latest")."""
+    latest = published.latest_version(ws, name)
+    if latest is None:
+        raise SystemExit(f"{ws.datasets_dir / name}: no published version")
+    return latest.path
 
 
 def audit_version(ws: Workspace, version_dir: Path, min_sft: int | None = None) -> Audit:

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from pipeline.candidates.prompts import input_specs_for
 from pipeline.datasets.pairs import MIN_SPEEDUP, normalise_code, unstable_timings
+from pipeline.prompts import input_specs_for
 from schemas import Candidate, Task, Verdict
 
 SPEED_SHARE = 1 / 3

@@ -26,9 +26,9 @@ import time  # noqa: E402
 from collections import Counter  # noqa: E402
 
 from pipeline.config import TasksConfig  # noqa: E402
-from pipeline.tasks.carve import _is_module_class  # noqa: E402
-from pipeline.tasks.carve_closure import parse_file  # noqa: E402
-from pipeline.tasks.curate import curate_tasks  # noqa: E402
+from pipeline.tasks.carve.carve import _is_module_class  # noqa: E402
+from pipeline.tasks.carve.closure import parse_file  # noqa: E402
+from pipeline.tasks.curate.curate import curate_tasks  # noqa: E402
 from pipeline.tasks.extract import extract_tasks  # noqa: E402
 from pipeline.tasks.taskfile import inspect_task_source  # noqa: E402
 from schemas import RawModule, Rejection  # noqa: E402

@@ -18,6 +18,7 @@ import typer
 from pipeline.cli.common import (
     ConfigOpt,
     JsonOpt,
+    StagesOpt,
     WorkspaceOpt,
     console,
     emit_json,
@@ -30,12 +31,10 @@ from pipeline.cli.common import (
 
 RunnerOpt = Annotated[str | None, typer.Option(
     "--runner", help="Task runner: local (threads/processes) or ray (prefect-ray).")]
-StagesOpt = Annotated[str | None, typer.Option(
-    "--stages", hidden=True, help="module:attribute of a flows.stages.StageSet to run instead.")]
 
 
 # The count that says how many records a stage added (the rest of its counts are details).
-NEW_KEY = {"ingest": "modules", "tasks": "tasks", "generate": "candidates",
+NEW_KEY = {"ingest": "raw_modules", "tasks": "tasks", "generate": "candidates",
            "mutate": "candidates", "repair": "candidates", "verify": "verdicts"}
 
 

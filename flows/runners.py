@@ -8,15 +8,13 @@ laptop and on a GPU cluster.
 
 from __future__ import annotations
 
-import subprocess
-import urllib.error
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
 from pipeline.config import Config
-from pipeline.stage import Stage
+from pipeline.stage import Stage, is_transient
 
 
 def ray_runner(cfg: Config) -> TaskRunner:
@@ -85,25 +83,6 @@ def placed(stage: Stage, cfg: Config, backend: str) -> AbstractContextManager:
     from prefect_ray.context import remote_options
 
     return remote_options(**ray_options(stage, cfg, backend))
-
-
-# Failures worth retrying: the network and git, never the verdict of a candidate.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    ConnectionError, TimeoutError, urllib.error.URLError, subprocess.CalledProcessError,
-    subprocess.TimeoutExpired,
-)
-
-
-def is_transient(exc: BaseException | None) -> bool:
-    """True for network/git failures (worth a retry); False for everything else."""
-    if exc is None:
-        return False
-    if isinstance(exc, TRANSIENT_ERRORS):
-        return True
-    name = type(exc).__module__ + "." + type(exc).__name__
-    # httpx / huggingface_hub / requests transport errors, without importing them here.
-    return any(part in name for part in ("httpx.", "requests.exceptions", "HTTPError",
-                                         "ConnectError", "ReadTimeout"))
 
 
 def retry_if_transient(task: Any, task_run: Any, state: Any) -> bool:

@@ -44,7 +44,7 @@ class TasksConfig(Section):
     max_tasks: int | None = None
     gpu_max_gb: float = 4.0  # GPU-size inputs, weights and outputs stay below this
     probe_memory_mb: int = 6144  # address-space limit of each sandboxed probe worker
-    repo_cache_dir: str | None = None  # git clones, for helpers in sibling files (run_tasks sets)
+    repo_cache_dir: str | None = None  # git clones, for helpers in sibling files (the tasks stage sets)
 
 
 class GenerateConfig(Section):
@@ -69,7 +69,7 @@ class GenerateConfig(Section):
     mutation_rounds: int = 2
     include_reasoning: bool = True
     performance_hint: bool = True
-    # prompt templates (pipeline/candidates/prompts.py); None: the built-in wording. Placeholders in
+    # prompt templates (pipeline/prompts.py); None: the built-in wording. Placeholders in
     # user_template: {backend_name} {language} {reference} {inputs} {init_inputs} {requirements}
     system_prompt: str | None = None
     user_template: str | None = None
@@ -121,7 +121,7 @@ class RepairConfig(Section):
     # Buffered Dynamic Retry: a task group whose every first attempt failed gets this many
     # feedback-conditioned samples from its best attempt (0: off)
     retry_samples: int = 4
-    verify: bool = True  # verify each turn inside run_repair (needs pipeline.candidates.verify)
+    verify: bool = True  # verify each turn inside the repair step (pipeline/plan.py)
 
 
 class SelectConfig(Section):

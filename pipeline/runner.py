@@ -1,29 +1,30 @@
-"""The one runner: what is pending, resuming by content hash, batching, writing parts.
+"""The local executor of the plan (`pipeline.plan`): runs stage batches here and writes parts.
 
 Every key is a content hash and readers keep the first record per key, so a stage that skips
 the keys already written, and writes each batch as one Parquet part as soon as it is done, loses
 at most the batch in flight when killed, and a resumed run reads back what an uninterrupted one
-would have written. The CLI's `run_*` commands call this module directly; `flows/` calls the
-same pending functions and `Stage.run` inside Prefect tasks.
+would have written. The step commands run the plan's steps on a `LocalExecutor`; `flows/` runs
+the same steps on Prefect tasks and reuses `LocalExecutor` for the sequential stages.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from itertools import islice
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from pipeline.config import GenerateConfig
+from pipeline.config import Config
+from pipeline.plan import batches, pin_backend
 from pipeline.stage import Stage, StageContext, StageOutput
+from pipeline.stages import StageSet, load_stages
 from pipeline.workspace import Run, Workspace
-from schemas import Candidate, Rejection, Task, Verdict
-from verifier.protocol import CORRECT_STATUSES
+from schemas import Rejection
 
 T = TypeVar("T")
-
-GENERATOR_PREFIX = {"template": "template:", "openai": "llm:", "hf": "hf:"}
 
 
 # --- progress ------------------------------------------------------------------------------------
@@ -54,7 +55,7 @@ def set_progress_sink(sink: ProgressSink | None) -> ProgressSink | None:
 class StageProgress:
     """Items done of one stage out of `total` (None: not known ahead), reported to the sink.
 
-    Calling it with a count is the `progress` callback `run_batches` and the stage loops take.
+    Calling it with a count is the `progress` callback the executors' batch loops take.
     """
 
     def __init__(self, stage: str, total: int | None):
@@ -85,12 +86,6 @@ class StageProgress:
 # --- batches -------------------------------------------------------------------------------------
 
 
-def batches(items: list[T], size: int) -> list[list[T]]:
-    """Consecutive batches of at most `size` items (the unit of work and of writing)."""
-    size = max(1, size)
-    return [items[i:i + size] for i in range(0, len(items), size)]
-
-
 def write_new(run: Run, records: list, done: set[str], key: str) -> list:
     """Write the records whose key is not in `done` yet (and add them to it); returns them."""
     fresh = []
@@ -102,19 +97,6 @@ def write_new(run: Run, records: list, done: set[str], key: str) -> list:
     if fresh:
         run.write(fresh)
     return fresh
-
-
-def run_batches(stage: Stage, items: list, ctx: StageContext, run: Run, *, size: int,
-                progress: Callable[[int], None] | None = None) -> Counter[str]:
-    """Run `stage` over `items` batch by batch, writing each batch's records and rejections."""
-    counts: Counter[str] = Counter()
-    for batch in batches(items, size):
-        out = stage.run(batch, ctx)
-        write_output(run, out)
-        counts.update(out.counts)
-        if progress is not None:
-            progress(len(batch))
-    return counts
 
 
 def stream_batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -150,131 +132,99 @@ def write_output(run: Run, out: StageOutput) -> None:
     run.write(out.rejections)
 
 
-# --- what is pending -----------------------------------------------------------------------------
+# --- the local executor --------------------------------------------------------------------------
 
 
-def generate_pending(ws: Workspace, tasks: list[Task], backend: str, cfg: GenerateConfig,
-                     names: dict[str, str] | None = None) -> dict[str, list[Task]]:
-    """For each configured generator, the `tasks` it still owes an answer on `backend`.
+def _ticking(items: Iterable[T], progress: Callable[[int], None]) -> Iterator[T]:
+    for item in items:
+        progress(1)  # as each item is read, not when its batch is written
+        yield item
 
-    The one notion of "pending" for first attempts (the generate flow; the CLI's `run_generate`
-    for LLM groups, while it offers templates every task again). `template`: a task is answered
-    by a template candidate or a generate rejection (`no_template`, ...). `openai`/`hf`: by `cfg.samples` candidates of that generator
-    (`names[gen]`: its exact generator name, e.g. `llm:coder`, else any of its kind); a rejection
-    for an unreachable LLM is no answer, so the next run asks again. `import` owes every task (its
-    file is read whole and candidate ids dedupe); `mutate` needs verdicts and has no entry.
+
+@dataclass
+class LocalExecutor:
+    """Runs the plan's stage batches in this process, one after another (`pipeline.plan`).
+
+    `rows` gets one row per stage run (label, seconds, counts): the build's per-stage table.
+    `on_verdict` is called with every verdict as the verifier decides it (the CLI's --json).
     """
-    names = names or {}
-    cands = ws.read_table(Candidate).select(["task_id", "backend", "turn", "generator"]).to_pylist()
-    rejs = ws.read_table(Rejection).select(["stage", "item_id", "reason"]).to_pylist()
-    rejected = {r["item_id"] for r in rejs
-                if r["stage"] == "generate" and not r["reason"].startswith("llm")}
-    have: Counter[tuple[str, str]] = Counter()
-    for c in cands:
-        if c["backend"] != backend or c["turn"] != 0:
-            continue
-        for gen, prefix in GENERATOR_PREFIX.items():
-            name = names.get(gen)
-            if c["generator"] == name if name else c["generator"].startswith(prefix):
-                have[(c["task_id"], gen)] += 1
-    pending: dict[str, list[Task]] = {}
-    for gen in cfg.generators:
-        if gen == "template":
-            pending[gen] = [t for t in tasks
-                            if not have[(t.task_id, gen)] and t.task_id not in rejected]
-        elif gen in GENERATOR_PREFIX:
-            pending[gen] = [t for t in tasks if have[(t.task_id, gen)] < cfg.samples]
-        elif gen == "import":
-            pending[gen] = list(tasks)
-    return pending
+
+    ws: Workspace
+    cfg: Config
+    backend: str
+    stages: StageSet
+    run: Run
+    on_verdict: Callable[[Any], None] | None = None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    _done: dict[type, set[str]] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    def write(self, records: list) -> int:
+        """Write the records whose key is not in the workspace yet; returns how many."""
+        if not records:
+            return 0
+        cls = type(records[0])
+        if cls not in self._done:
+            self._done[cls] = self.ws.done_keys(cls)
+        return len(write_new(self.run, records, self._done[cls], cls.KEY))
+
+    def stream(self, stage: str, read: Callable[[], Iterable[Any]], ctx: StageContext
+               ) -> Counter[str]:
+        """A source stream through a sequential stage (see `run_stream`)."""
+        st, t0 = self.stages.stage(stage), time.perf_counter()
+        with StageProgress(stage, None) as progress:
+            counts = run_stream(st, _ticking(read(), progress), ctx, self.run,
+                                size=st.batch_size(self.cfg),
+                                done=self.ws.done_keys(st.output),
+                                done_rejections=self.ws.done_keys(Rejection))
+        counts[st.output.TABLE] = counts.pop("written")
+        self._row(stage, t0, counts)
+        return counts
+
+    def sequential(self, stage: str, items: list, ctx: StageContext) -> Counter[str]:
+        """Batches in order, on the stage's pool (opened once for all of them)."""
+        st, t0 = self.stages.stage(stage), time.perf_counter()
+        groups = batches(items, st.batch_size(self.cfg))
+        with st.pool(self.cfg) as pool:
+            ctx.pool = pool
+            counts = self._run(stage, st, groups, [ctx] * len(groups))
+        self._row(stage, t0, counts, items=len(items))
+        return counts
+
+    def map(self, label: str, stage: str, groups: list[list], contexts: list[StageContext]
+            ) -> Counter[str]:
+        """Independent batches, here, one after another."""
+        st, t0 = self.stages.stage(stage), time.perf_counter()
+        counts = self._run(label, st, groups, contexts)
+        self._row(label, t0, counts, items=sum(len(g) for g in groups))
+        return counts
+
+    def _run(self, label: str, st: Stage, groups: list[list], contexts: list[StageContext]
+             ) -> Counter[str]:
+        counts: Counter[str] = Counter({st.output.TABLE: 0, "rejections": 0})
+        with StageProgress(label, sum(len(g) for g in groups)) as progress:
+            for batch, ctx in zip(groups, contexts, strict=True):
+                if self.on_verdict is not None and st.output.TABLE == "verdicts":
+                    ctx.progress = self.on_verdict
+                out = st.run(batch, ctx)
+                counts.update(out.counts)
+                counts[st.output.TABLE] += self.write(out.records)
+                counts["rejections"] += self.write(out.rejections)
+                progress(len(batch))
+        return counts
+
+    def _row(self, label: str, t0: float, counts: Counter[str], **extra: int) -> None:
+        self.rows.append({"stage": label, "seconds": round(time.perf_counter() - t0, 2),
+                          **extra, **counts})
 
 
-def tasks_pending_generation(tasks: list[Task], pending: dict[str, list[Task]]) -> list[Task]:
-    """The `tasks` some per-task generator still owes, in order (a flow batch runs them all).
-
-    `import` counts only when it is the only generator: its file is read whole on every run.
-    """
-    owing = [g for g in pending if g != "import"] or list(pending)
-    ids = {t.task_id for g in owing for t in pending[g]}
-    return [t for t in tasks if t.task_id in ids]
-
-
-def unverified(ws: Workspace, backend: str | None = None) -> list[Candidate]:
-    """Candidates (of `backend`, or all) that have no verdict yet, in workspace order."""
-    done = ws.done_keys(Verdict)
-    return [c for c in ws.read(Candidate) if c.candidate_id not in done
-            and (backend is None or c.backend == backend)]
-
-
-def unverified_chain_ends(candidates: list[Candidate], verdicts: list[Verdict],
-                          tasks: dict[str, Task], turn: int) -> list[Candidate]:
-    """Chain ends at `turn - 1` still waiting for a verdict (e.g. fresh mutations).
-
-    A repair turn verifies these first: an end without a verdict cannot be judged failing.
-    """
-    judged = {v.candidate_id for v in verdicts}
-    return [c for c in candidates if c.turn == turn - 1
-            and c.candidate_id not in judged and c.task_id in tasks]
-
-
-def chains_by_task(ws: Workspace, backend: str
-                   ) -> tuple[dict[str, Task], dict[str, list[Candidate]], list[Verdict]]:
-    """Tasks, their candidates on `backend` grouped by task, and all verdicts."""
-    tasks = {t.task_id: t for t in ws.read(Task)}
-    by_task: dict[str, list[Candidate]] = {}
-    for c in ws.read(Candidate):
-        if c.backend == backend and c.task_id in tasks:
-            by_task.setdefault(c.task_id, []).append(c)
-    return tasks, by_task, ws.read(Verdict)
-
-
-def task_batches(tasks: dict[str, Task], by_task: dict[str, list[Candidate]],
-                 verdicts: list[Verdict], size: int
-                 ) -> Iterator[tuple[list[Task], list[Candidate], list[Verdict]]]:
-    """Batches of whole tasks (all their candidates and verdicts), about `size` candidates each."""
-    vmap = {v.candidate_id: v for v in verdicts}
-    batch_t: list[Task] = []
-    batch_c: list[Candidate] = []
-    for tid in sorted(by_task):
-        batch_t.append(tasks[tid])
-        batch_c.extend(by_task[tid])
-        if len(batch_c) >= size:
-            yield batch_t, batch_c, [vmap[c.candidate_id] for c in batch_c
-                                     if c.candidate_id in vmap]
-            batch_t, batch_c = [], []
-    if batch_t:
-        yield batch_t, batch_c, [vmap[c.candidate_id] for c in batch_c if c.candidate_id in vmap]
-
-
-def mutation_pending(by_task: dict[str, list[Candidate]], verdicts: list[Verdict]
-                     ) -> dict[str, list[Candidate]]:
-    """Tasks with a correct first-attempt kernel that has no mutant yet, or whose mutants all
-    verified correct (the mutate stage retries those with other kinds, up to its cap)."""
-    status = {v.candidate_id: v.status for v in verdicts}
-    mutants: dict[str, list[str]] = {}  # source kernel -> its mutants' ids
-    for cs in by_task.values():
-        for c in cs:
-            if c.generator.startswith("mutate:"):
-                source = str(c.meta_dict().get("fix_candidate_id", ""))
-                mutants.setdefault(source, []).append(c.candidate_id)
-
-    def open_kernel(c: Candidate) -> bool:
-        if status.get(c.candidate_id) not in CORRECT_STATUSES:
-            return False
-        if c.generator.startswith(("mutate:", "repair:")):
-            return False
-        return all(status.get(m) in CORRECT_STATUSES for m in mutants.get(c.candidate_id, []))
-
-    return {tid: cs for tid, cs in by_task.items() if any(open_kernel(c) for c in cs)}
-
-
-def repair_pending(by_task: dict[str, list[Candidate]], verdicts: list[Verdict], turn: int
-                   ) -> tuple[dict[str, list[Candidate]], set[str]]:
-    """Tasks with a failing chain end at `turn - 1` and no follow-up yet; the answered parents."""
-    vmap = {v.candidate_id: v for v in verdicts}
-    has_child = {c.parent_id for cs in by_task.values() for c in cs if c.parent_id}
-    todo = {tid: cs for tid, cs in by_task.items()
-            if any(c.turn == turn - 1 and c.candidate_id in vmap
-                   and vmap[c.candidate_id].status not in CORRECT_STATUSES
-                   and c.candidate_id not in has_child for c in cs)}
-    return todo, has_child
+def local_executor(ws: Workspace, cfg: Config, *, stages: str | None = None,
+                   on_verdict: Callable[[Any], None] | None = None) -> LocalExecutor:
+    """A local executor on a new run of `ws`, with the config's backend pinned (what a step
+    command runs its step on)."""
+    st = load_stages(stages)
+    cfg, backend = pin_backend(cfg, st)
+    return LocalExecutor(ws, cfg, backend, st, ws.new_run(), on_verdict=on_verdict)

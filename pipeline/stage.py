@@ -2,14 +2,16 @@
 
 A `Stage` names itself, states the record types it reads and writes, the resources one batch
 needs (so an executor can place it: a Ray task asks for exactly these) and its batch size, and
-turns a batch into `StageOutput(records, rejections, counts)`. `pipeline.runner` decides what is
-pending and writes the outputs; `flows/` maps the same stages onto Prefect task runners. A stage
+turns a batch into `StageOutput(records, rejections, counts)`. `pipeline.plan` decides what is
+pending and in which order; `pipeline.runner` (local) or `flows/` (Prefect) runs the batches. A stage
 never reads the workspace itself: everything a batch needs travels in the batch and `StageContext`,
 so the batch can run in another process or on another machine.
 """
 
 from __future__ import annotations
 
+import subprocess
+import urllib.error
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
@@ -71,13 +73,42 @@ class StageOutput:
         return iter((self.records, self.rejections, self.counts))
 
 
+def rejected_counter(reason: str) -> str:
+    """The one counter name of a drop: `rejected:<reason>` (every stage, every executor)."""
+    return f"rejected:{reason}"
+
+
 def reject(out: StageOutput, stage: str, item_id: str, ref: str, reason: str,
            detail: str = "") -> Rejection:
-    """Record that `stage` dropped `item_id` because of `reason`; counted as `rejected:<reason>`."""
+    """Record that `stage` dropped `item_id` because of `reason`, and count it."""
     rejection = Rejection.make(stage, item_id, ref, reason, detail)
-    out.rejections.append(rejection)
-    out.counts[f"rejected:{reason}"] += 1
+    keep_rejections(out, [rejection])
     return rejection
+
+
+def keep_rejections(out: StageOutput, rejections: list[Rejection]) -> None:
+    """Add rejections a stage's function already made to `out`, counted as `reject` counts."""
+    out.rejections.extend(rejections)
+    out.counts.update(rejected_counter(r.reason) for r in rejections)
+
+
+# Failures worth retrying: the network and git, never the verdict of a candidate.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionError, TimeoutError, urllib.error.URLError, subprocess.CalledProcessError,
+    subprocess.TimeoutExpired,
+)
+
+
+def is_transient(exc: BaseException | None) -> bool:
+    """True for network/git failures (worth a retry); False for everything else."""
+    if exc is None:
+        return False
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return True
+    name = type(exc).__module__ + "." + type(exc).__name__
+    # httpx / huggingface_hub / requests transport errors, without importing them here.
+    return any(part in name for part in ("httpx.", "requests.exceptions", "HTTPError",
+                                         "ConnectError", "ReadTimeout"))
 
 
 Batch = list
@@ -112,6 +143,8 @@ class Stage:
     # is read in order): the runner runs them one after another in one place, never mapped
     sequential: bool = False
     pool: Callable[[Config], AbstractContextManager[Any]] = _no_pool  # opened once per run
+    # a batch that failed on the network or git may be run again (LLM calls); a verdict never is
+    retry_transient: bool = False
 
     def resources(self, cfg: Config, backend: str = "cpu") -> Resources:
         return self.needs(cfg, backend)

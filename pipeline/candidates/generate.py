@@ -1,27 +1,20 @@
 """The generate stage: candidate kernels for tasks from templates, served LLMs or local models.
 
-`generate_candidates` is the pure stage (tasks in, candidates and rejections out); the `run_*`
-wrappers read the workspace, skip work already done, and write each batch as a Parquet part.
-`mutate` needs verdicts, so it runs in `run_generate` over what is already verified.
+`generate_candidates` is the pure stage function (tasks in, candidates and rejections out); the
+generate Stage (`pipeline/stages/generate.py`) wraps it and the plan (`pipeline/plan.py`) decides
+which tasks are pending. `mutate` needs verdicts, so it is a step of its own.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Callable
 
 from pipeline.candidates.import_samples import import_candidates
 from pipeline.candidates.llm import ChatBackend, LLMError, make_backend
-from pipeline.candidates.mutate import mutate_candidates
-from pipeline.candidates.prompts import build_prompt, fence
-from pipeline.candidates.repair import repair_round
 from pipeline.candidates.response_code import extract_code
-from pipeline.config import Config, GenerateConfig
-from pipeline.runner import generate_pending, unverified_chain_ends, write_new
-from pipeline.workspace import Run, Workspace
-from schemas import Candidate, Rejection, Task, Verdict
-from verifier.protocol import CORRECT_STATUSES
+from pipeline.config import GenerateConfig
+from pipeline.prompts import build_prompt, fence
+from schemas import Candidate, Rejection, Task
 
 GENERATORS = ("template", "openai", "hf", "import", "mutate")
 
@@ -156,154 +149,12 @@ def generate_candidates(
             made, rejected = llm_stage(tasks, cfg, backend, chat)
         elif gen == "import":
             # a batch sees only its tasks: rows for other tasks are not errors here
-            # (`run_generate` imports the whole file and reports every unusable row)
+            # (the plan's generate step imports the whole file and reports every unusable row)
             made = import_candidates(tasks, cfg, backend, report=False)[0]
             rejected = []
-        else:  # mutate works from verdicts: run_generate / run_repair
+        else:  # mutate works from verdicts: the plan's mutate step
             continue
         candidates.extend(made)
         rejections.extend(rejected)
     unique = {c.candidate_id: c for c in candidates}  # the first of identical kernels wins
     return list(unique.values()), rejections
-
-
-def run_generate(
-    ws: Workspace,
-    run: Run,
-    cfg: Config,
-    backend: str | None = None,
-    *,
-    llm: ChatBackend | None = None,
-    api_key: str | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> dict[str, int]:
-    """Generate for every workspace task, batch by batch; ids already written are skipped.
-
-    LLM groups ask only for what `runner.generate_pending` says they still owe (their samples
-    cost); templates and imports see every task.
-    """
-    gcfg = cfg.generate
-    backend = resolve_backend(backend or gcfg.backend)
-    tasks = ws.read(Task)
-    done = ws.done_keys(Candidate)
-    done_rej = ws.done_keys(Rejection)
-    counts: Counter[str] = Counter(tasks=len(tasks))
-    batch = max(1, cfg.flows.batch_size)
-    chats: dict[str, ChatBackend] = {}
-    for gen in gcfg.generators:
-        if gen in ("openai", "hf"):
-            try:
-                chats[gen] = llm or make_backend(gen, gcfg, api_key)
-            except LLMError as exc:
-                rejected = [Rejection.make("generate", t.task_id, _ref(t), "llm_unavailable",
-                                           str(exc)) for t in tasks]
-                counts["rejections"] += len(write_new(run, rejected, done_rej, "rejection_id"))
-    # an LLM group that already has its samples is not asked again on a re-run
-    pending = generate_pending(ws, tasks, backend, gcfg,
-                               {g: c.generator_name for g, c in chats.items()})
-    for gen in gcfg.generators:
-        if gen == "mutate" or (gen in ("openai", "hf") and gen not in chats):
-            continue
-        if gen == "import":
-            made, rejected = import_candidates(tasks, gcfg, backend, report=True)
-            written = len(write_new(run, made, done, "candidate_id"))
-            counts["candidates"] += written
-            counts["imported"] += written
-            counts["skipped"] += len(made) - written
-            counts["rejections"] += len(write_new(run, rejected, done_rej, "rejection_id"))
-            counts.update(f"rejected:{r.reason}" for r in rejected)
-            if progress is not None:
-                progress(len(tasks))
-            continue
-        chat = chats.get(gen, llm)
-        todo = tasks
-        if gen in ("openai", "hf"):
-            todo = pending[gen]
-            counts["skipped_tasks"] += len(tasks) - len(todo)
-            if progress is not None and len(todo) < len(tasks):
-                progress(len(tasks) - len(todo))
-        # templates are cheap and deterministic, so every task is offered again (rejected ones
-        # too): a re-run after a template change or a larger `variants_per_task` adds what is new,
-        # and ids already written are counted `skipped`
-        one = gcfg.model_copy(update={"generators": [gen]})
-        for start in range(0, len(todo), batch):
-            part = todo[start:start + batch]
-            made, rejected = generate_candidates(part, one, backend, llm=chat)
-            written = len(write_new(run, made, done, "candidate_id"))
-            counts["candidates"] += written
-            counts["skipped"] += len(made) - written
-            counts["rejections"] += len(write_new(run, rejected, done_rej, "rejection_id"))
-            for r in rejected:
-                counts[f"rejected:{r.reason}"] += 1
-            if progress is not None:
-                progress(len(part))
-    if "mutate" in gcfg.generators:
-        mutants = mutate_candidates(tasks, ws.read(Candidate), ws.read(Verdict), gcfg)
-        written = len(write_new(run, mutants, done, "candidate_id"))
-        counts["mutations"] += written
-        counts["candidates"] += written
-        counts["skipped"] += len(mutants) - written
-    return dict(counts)
-
-
-def run_repair(
-    ws: Workspace,
-    run: Run,
-    cfg: Config,
-    *,
-    llm: ChatBackend | None = None,
-    api_key: str | None = None,
-    verify: Callable[[dict[str, Task], list[Candidate]], list[Verdict]] | None = None,
-) -> dict[str, int]:
-    """Up to `cfg.repair.turns` repair turns, each written and (by default) verified in turn.
-
-    `verify` defaults to `pipeline.candidates.verify.verify_candidates` with `cfg.verify`; without a
-    verifier only the first turn can be made (later turns need the earlier turn's verdicts).
-    """
-    tasks = {t.task_id: t for t in ws.read(Task)}
-    counts: Counter[str] = Counter()
-    if verify is None and cfg.repair.verify:
-        verify = _default_verify(ws, cfg)
-    done = ws.done_keys(Candidate)
-    done_rej = ws.done_keys(Rejection)
-    for turn in range(1, cfg.repair.turns + 1):
-        candidates = ws.read(Candidate)
-        verdicts = ws.read(Verdict)
-        if verify is not None:
-            # chain ends still waiting for a verdict (e.g. fresh mutations) are verified first
-            pending = unverified_chain_ends(candidates, verdicts, tasks, turn)
-            if pending:
-                new_verdicts = verify(tasks, pending)
-                run.write(new_verdicts)
-                verdicts += new_verdicts
-                counts["verified"] += len(new_verdicts)
-        rejections: list[Rejection] = []
-        made = repair_round(tasks, candidates, verdicts, cfg, turn, llm=llm, api_key=api_key,
-                            rejections=rejections)
-        fresh = write_new(run, made, done, "candidate_id")
-        counts[f"turn{turn}"] += len(fresh)
-        counts["candidates"] += len(fresh)
-        counts["rejections"] += len(write_new(run, rejections, done_rej, "rejection_id"))
-        if not fresh:
-            break
-        if verify is None:
-            counts["unverified"] += len(fresh)
-            break
-        new_verdicts = verify(tasks, fresh)
-        run.write(new_verdicts)
-        counts["verified"] += len(new_verdicts)
-        counts["repaired"] += sum(v.status in CORRECT_STATUSES for v in new_verdicts)
-    return dict(counts)
-
-
-def _default_verify(ws: Workspace, cfg: Config
-                    ) -> Callable[[dict[str, Task], list[Candidate]], list[Verdict]] | None:
-    try:
-        from pipeline.candidates.verify import verify_candidates
-    except ImportError:
-        return None
-
-    def verify(tasks: dict[str, Task], candidates: list[Candidate]) -> list[Verdict]:
-        return verify_candidates(tasks, candidates, cfg.verify, ws.cache_dir)
-
-    return verify

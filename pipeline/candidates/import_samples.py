@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.candidates.prompts import build_prompt
 from pipeline.candidates.response_code import extract_code
 from pipeline.config import GenerateConfig
+from pipeline.prompts import build_prompt
 from schemas import Candidate, Message, Rejection, Task
 
 STAGE = "generate"

@@ -44,8 +44,8 @@ from pipeline.candidates.mutation_sites import (
     line_start,
     masked,
 )
-from pipeline.candidates.prompts import build_prompt, fence
 from pipeline.config import GenerateConfig
+from pipeline.prompts import build_prompt, fence
 from schemas import Candidate, Task, Verdict, content_hash
 from verifier import pyast
 from verifier.protocol import CORRECT_STATUSES

@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pipeline.candidates.llm import ChatBackend, LLMError, make_backend
-from pipeline.candidates.prompts import CODE_ONLY_FIX, EXPLAIN_FIX_RULE, fence
 from pipeline.candidates.response_code import extract_code
 from pipeline.config import Config
+from pipeline.prompts import feedback_turn, fence
 from schemas import Candidate, Message, Rejection, Task, Verdict, content_hash
 from verifier.protocol import CORRECT_STATUSES, EXCLUDED_STATUSES
 
@@ -47,21 +47,6 @@ class RetryItem:
 def is_failure(verdict: Verdict | None) -> bool:
     """True when the verifier decided the candidate is not a correct kernel."""
     return verdict is not None and verdict.status not in CORRECT_STATUSES + UNDECIDED
-
-
-def feedback_turn(verdict: Verdict, explain: bool = True) -> str:
-    """The user message that carries the verifier's findings into the next turn.
-
-    `explain=False` asks for the file alone: a dataset row uses it when the answer that follows
-    is bare code, so no row teaches ignoring a request to explain.
-    """
-    body = verdict.feedback.strip()
-    if not body:
-        detail = verdict.error.strip() or verdict.compile_log.strip()[-1500:]
-        body = f"The verifier stopped at the {verdict.stage} stage." + (
-            f"\n\n{detail}" if detail else "")
-    return (f"Your kernel did not pass verification (status: {verdict.status}).\n\n{body}\n\n"
-            f"{EXPLAIN_FIX_RULE if explain else CODE_ONLY_FIX} in one ```python code block.")
 
 
 def conversation(cand: Candidate) -> list[Message]:

@@ -18,7 +18,7 @@ from pipeline.cli.common import (
     open_context,
     print_table,
 )
-from pipeline.tasks.kernelbench_index import (
+from pipeline.tasks.curate.kernelbench_index import (
     BUILTIN,
     KERNELBENCH_COMMIT,
     KERNELBENCH_REPO,

@@ -38,6 +38,8 @@ ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="Config YAML (default: ./kernelsynth.yaml).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object per line.")]
+StagesOpt = Annotated[str | None, typer.Option(
+    "--stages", hidden=True, help="module:attribute of a pipeline.stages.StageSet to run instead.")]
 
 console = Console(stderr=True)
 out = Console()

@@ -12,6 +12,7 @@ from pipeline.cli.app import app
 from pipeline.cli.common import (
     ConfigOpt,
     JsonOpt,
+    StagesOpt,
     WorkspaceOpt,
     console,
     emit_json,
@@ -32,29 +33,39 @@ def publish(
     workspace: WorkspaceOpt = None,
     config: ConfigOpt = None,
     json_: JsonOpt = False,
+    stages: StagesOpt = None,
     name: NameOpt = None,
     version: Annotated[str | None, typer.Option(help="Version (default: next v<N>).")] = None,
+    always_publish: Annotated[bool | None, typer.Option(
+        "--always-publish/--skip-unchanged",
+        help="Publish a version even when nothing changed (default: config, skip).")] = None,
 ) -> None:
-    """Build every dataset config from the workspace and write a new dataset version."""
-    from pipeline.datasets.publish import publish_workspace
+    """Build every dataset config from the workspace and write a new dataset version, unless
+    nothing changed since the latest (then the latest is kept)."""
     from pipeline.datasets.versions import PublishError, VersionIntegrityError, read_manifest
+    from pipeline.plan import run_step
+    from pipeline.runner import local_executor
     from pipeline.workspace import WorkspaceError
 
     cfg, ws = open_context(workspace, config)
     if name:
         cfg = cfg.model_copy(update={"publish": cfg.publish.model_copy(update={"name": name})})
     try:
-        path = publish_workspace(ws, cfg, version)
+        pub = run_step(local_executor(ws, cfg, stages=stages), "publish", always=always_publish,
+                       version=version)
     except (WorkspaceError, PublishError, VersionIntegrityError) as exc:
         raise fail(str(exc)) from None
+    path = Path(pub["path"])
     manifest = read_manifest(path)
     if json_:
         emit_json({"path": str(path), "version": manifest["version"],
+                   "published": pub["published"],
                    "parent_version": manifest["parent_version"], "counts": manifest["counts"],
                    "content_hash": manifest["content_hash"]})
         return
     rows = [[c, s.get("train", 0), s.get("validation", 0)] for c, s in manifest["counts"].items()]
-    print_table(f"{manifest['name']} {manifest['version']} -> {path}",
+    state = "" if pub["published"] else " (no new data: the latest version, kept)"
+    print_table(f"{manifest['name']} {manifest['version']} -> {path}{state}",
                 ["config", "train", "validation"], rows)
 
 

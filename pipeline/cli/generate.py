@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import Progress
 
 from pipeline.cli.app import app
 from pipeline.cli.common import (
     ConfigOpt,
     JsonOpt,
+    StagesOpt,
     WorkspaceOpt,
     console,
     emit_json,
     fail,
     open_context,
     print_table,
+    stage_progress_bars,
 )
 
 if TYPE_CHECKING:
@@ -26,11 +26,6 @@ if TYPE_CHECKING:
 # pipeline.candidates.generate.GENERATORS, spelled here so `--help` imports no generator
 # (tests/pipeline/test_cli_startup.py checks the two agree)
 GENERATOR_NAMES = ("template", "openai", "hf", "import", "mutate")
-
-
-def _api_key(cfg: Config) -> str | None:
-    # secrets are read here, at the CLI edge, and passed down explicitly
-    return os.environ.get(cfg.generate.openai_api_key_env) or None
 
 
 def _apply(cfg: Config, **updates: object) -> Config:
@@ -65,12 +60,15 @@ def generate(
     workspace: WorkspaceOpt = None,
     config: ConfigOpt = None,
     json_: JsonOpt = False,
+    stages: StagesOpt = None,
 ) -> None:
-    """Generate candidate kernels for the workspace's tasks."""
-    from pipeline.candidates.generate import GENERATORS, GenerateError, run_generate
+    """Generate candidate kernels for the workspace's tasks (`-g mutate`: the mutate step)."""
+    from pipeline.candidates.generate import GENERATORS, GenerateError
     from pipeline.candidates.import_samples import SampleFileError
     from pipeline.candidates.llm import LLMError
-    from pipeline.candidates.prompts import PromptError
+    from pipeline.plan import run_step
+    from pipeline.prompts import PromptError
+    from pipeline.runner import local_executor
     from pipeline.workspace import WorkspaceError
     from schemas import Task
 
@@ -88,21 +86,39 @@ def generate(
                  temperature=temperature,
                  max_tokens=max_tokens, concurrency=concurrency, **model_updates)
     try:
-        n_tasks = len(ws.read(Task))
-        if n_tasks == 0:
+        if not ws.read_table(Task).num_rows:
             raise fail(f"{ws.root}: no tasks; run `kernelsynth tasks build` first")
-        run = ws.new_run()
-        with Progress(console=console, transient=True, disable=json_) as bar:
-            steps = n_tasks * sum(g != "mutate" for g in gens)
-            job = bar.add_task("generating", total=steps or None)
-            counts = run_generate(ws, run, cfg, api_key=_api_key(cfg),
-                                  progress=lambda k: bar.advance(job, k))
+        ex = local_executor(ws, cfg, stages=stages)
+        with stage_progress_bars(console, enabled=not json_):
+            counts = run_step(ex, "generate") if gens != ["mutate"] else {}
+            if "mutate" in gens:  # mutation needs verdicts: the plan's mutate step
+                counts = {**counts, **run_step(ex, "mutate")}
     except (GenerateError, PromptError, LLMError, WorkspaceError, SampleFileError) as exc:
         raise fail(str(exc)) from None
-    counts["run"] = run.run_id  # type: ignore[assignment]
-    _summary("generate", counts, json_)
-    if not any(counts.get(k, 0) for k in ("candidates", "skipped", "skipped_tasks")):
-        raise typer.Exit(1)
+    _summary("generate", {**counts, "run": ex.run_id}, json_)
+
+
+@app.command("mutate")
+def mutate(
+    workspace: WorkspaceOpt = None,
+    config: ConfigOpt = None,
+    json_: JsonOpt = False,
+    stages: StagesOpt = None,
+) -> None:
+    """Bug-injected variants of verified-correct kernels (`generate.mutation_rounds` rounds of
+    mutate + verify): failing first turns whose fix is known, for `repair` and review rows."""
+    from pipeline.plan import run_step
+    from pipeline.runner import local_executor
+    from pipeline.workspace import WorkspaceError
+
+    cfg, ws = open_context(workspace, config)
+    try:
+        ex = local_executor(ws, cfg, stages=stages)
+        with stage_progress_bars(console, enabled=not json_):
+            counts = run_step(ex, "mutate")
+    except WorkspaceError as exc:
+        raise fail(str(exc)) from None
+    _summary("mutate", {**counts, "run": ex.run_id}, json_)
 
 
 @app.command("repair")
@@ -117,11 +133,13 @@ def repair(
     workspace: WorkspaceOpt = None,
     config: ConfigOpt = None,
     json_: JsonOpt = False,
+    stages: StagesOpt = None,
 ) -> None:
     """Continue failing candidates with verifier feedback as the next turn, up to N turns."""
-    from pipeline.candidates.generate import run_repair
     from pipeline.candidates.llm import LLMError
-    from pipeline.candidates.prompts import PromptError
+    from pipeline.plan import run_step
+    from pipeline.prompts import PromptError
+    from pipeline.runner import local_executor
     from pipeline.workspace import WorkspaceError
 
     cfg, ws = open_context(workspace, config)
@@ -133,12 +151,12 @@ def repair(
     cfg = _apply(cfg, openai_model=model, openai_base_url=base_url)
     cfg = cfg.model_copy(update={"repair": cfg.repair.model_copy(update=rep)})
     try:
-        run = ws.new_run()
-        counts = run_repair(ws, run, cfg, api_key=_api_key(cfg))
+        ex = local_executor(ws, cfg, stages=stages)
+        with stage_progress_bars(console, enabled=not json_):
+            counts = run_step(ex, "repair")
     except (LLMError, WorkspaceError, PromptError) as exc:
         raise fail(str(exc)) from None
     if counts.get("unverified"):
         console.print("[yellow]note:[/yellow] turns after the first need verdicts: "
                       "run `kernelsynth verify`, then `kernelsynth repair` again", highlight=False)
-    counts["run"] = run.run_id  # type: ignore[assignment]
-    _summary("repair", counts, json_)
+    _summary("repair", {**counts, "run": ex.run_id}, json_)

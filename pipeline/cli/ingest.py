@@ -7,18 +7,19 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import Progress
 
 from pipeline.cli.app import app
 from pipeline.cli.common import (
     ConfigOpt,
     JsonOpt,
+    StagesOpt,
     WorkspaceOpt,
     console,
     emit_json,
     fail,
     open_context,
     print_table,
+    stage_progress_bars,
 )
 
 
@@ -36,11 +37,13 @@ def ingest(
     workspace: WorkspaceOpt = None,
     config: ConfigOpt = None,
     json_: JsonOpt = False,
+    stages: StagesOpt = None,
 ) -> None:
     """Collect PyTorch modules (seed corpus, transformers, NNSmith, git repos) as raw_modules."""
-    from pipeline.tasks.ingest import run_ingest
+    from pipeline.plan import run_step
+    from pipeline.runner import local_executor
+    from pipeline.stages.ingest import sources_for_run
     from pipeline.workspace import WorkspaceError
-    from schemas import RawModule
     from sources.git_repos import ManifestError, load_manifest
 
     cfg, ws = open_context(workspace, config)
@@ -49,24 +52,21 @@ def ingest(
             load_manifest(manifest)  # fail fast on a malformed file, before any work
         except ManifestError as exc:
             raise fail(str(exc), 2) from None
-    run = ws.new_run()
+    sources = sources_for_run(cfg.sources, nnsmith=nnsmith, seed=seed, default=not no_default)
+    if manifest is not None:
+        sources = sources.model_copy(update={"manifest": str(manifest)})
+    cfg = cfg.model_copy(update={"sources": sources})
     try:
-        with Progress(console=console, transient=True, disable=json_) as bar:
-            job = bar.add_task("ingesting", total=None)
-
-            def tick(item) -> None:
-                label = item.source_kind if isinstance(item, RawModule) else "rejected"
-                bar.update(job, advance=1, description=f"ingesting ({label})")
-
-            counts = run_ingest(ws, run, cfg, manifest=manifest, nnsmith=nnsmith, seed=seed,
-                                default=not no_default, progress=tick)
+        ex = local_executor(ws, cfg, stages=stages)
+        with stage_progress_bars(console, enabled=not json_):
+            counts = run_step(ex, "ingest")
     except WorkspaceError as exc:
         raise fail(str(exc)) from None
     if json_:
-        emit_json({"command": "ingest", "run": run.run_id, **counts})
+        emit_json({"command": "ingest", "run": ex.run_id, **counts})
     else:
         rows = [[k, v] for k, v in sorted(counts.items())]
-        print_table(f"ingest ({run.run_id})", ["count", "value"], rows)
+        print_table(f"ingest ({ex.run_id})", ["count", "value"], rows)
     if counts["modules"] == 0 and counts["existing"] == 0:
         raise typer.Exit(1)
 

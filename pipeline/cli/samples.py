@@ -34,7 +34,7 @@ def export(
 ) -> None:
     """One line per task: task_id, backend and the chat messages (the `rl` rows' prompt)."""
     from pipeline.candidates.generate import resolve_backend
-    from pipeline.candidates.prompts import PromptError, build_prompt
+    from pipeline.prompts import PromptError, build_prompt
     from schemas import Task
 
     cfg, ws = open_context(workspace, config)

@@ -24,7 +24,7 @@ def serve_verifier(
     config: ConfigOpt = None,
 ) -> None:
     """HTTP reward service for RL (POST /verify, POST /get_reward, GET /health)."""
-    from pipeline.candidates.verify import verify_options
+    from pipeline.stages.verify import verify_options
     from verifier.reward_server import ServiceLimits, serve
 
     cfg, ws = open_context(workspace, config)

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.progress import Progress
 from rich.syntax import Syntax
 
 from pipeline.cli.app import app, tasks_app  # noqa: F401
 from pipeline.cli.common import (
     ConfigOpt,
     JsonOpt,
+    StagesOpt,
     WorkspaceOpt,
     console,
     emit_json,
@@ -19,6 +19,7 @@ from pipeline.cli.common import (
     open_context,
     out,
     print_table,
+    stage_progress_bars,
 )
 
 
@@ -32,9 +33,11 @@ def tasks_build(
     workspace: WorkspaceOpt = None,
     config: ConfigOpt = None,
     json_: JsonOpt = False,
+    stages: StagesOpt = None,
 ) -> None:
     """Turn the workspace's RawModules into curated KernelBench tasks."""
-    from pipeline.tasks.stages import done_module_ids, run_tasks
+    from pipeline.plan import run_step
+    from pipeline.runner import local_executor
     from pipeline.workspace import WorkspaceError
     from schemas import RawModule
 
@@ -48,16 +51,14 @@ def tasks_build(
         upd["decontaminate_against"] = list(cfg.tasks.decontaminate_against) + decontaminate
     cfg = cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update=upd)})
     try:
-        modules = ws.read(RawModule)
-        if not modules:
+        if not ws.read_table(RawModule).num_rows:
             raise fail(f"{ws.root}: no raw modules; run `kernelsynth ingest` first")
-        pending = len(modules) - len(done_module_ids(ws) & {m.module_id for m in modules})
-        run = ws.new_run()
-        with Progress(console=console, transient=True, disable=json_) as bar:
-            job = bar.add_task("building tasks", total=pending or None)
-            counts = run_tasks(ws, run, cfg, progress=lambda k: bar.advance(job, k))
+        ex = local_executor(ws, cfg, stages=stages)
+        with stage_progress_bars(console, enabled=not json_):
+            counts = run_step(ex, "tasks")
     except WorkspaceError as exc:
         raise fail(str(exc)) from None
+    run = ex.run
     if json_:
         emit_json({"command": "tasks build", "run": run.run_id, **counts})
     else:

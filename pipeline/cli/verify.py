@@ -5,18 +5,19 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pipeline.cli.app import app
 from pipeline.cli.common import (
     ConfigOpt,
     JsonOpt,
+    StagesOpt,
     WorkspaceOpt,
     console,
     emit_json,
     fail,
     open_context,
     print_table,
+    stage_progress_bars,
 )
 
 
@@ -25,6 +26,7 @@ def verify(
     workspace: WorkspaceOpt = None,
     config: ConfigOpt = None,
     json_: JsonOpt = False,
+    stages: StagesOpt = None,
     backend: Annotated[str | None, typer.Option(help="auto | cpu | cuda | musa")] = None,
     workers: Annotated[int | None, typer.Option(help="Execution workers.")] = None,
     gpus: Annotated[int | None, typer.Option(
@@ -36,10 +38,10 @@ def verify(
              "own kernel runs)")] = None,
     limit: Annotated[int | None, typer.Option(help="Verify at most this many.")] = None,
 ) -> None:
-    """Verify candidates without verdicts; write verdicts to a new run of the workspace."""
-    from pipeline.candidates.verify import run_verify
+    """Verify the backend's candidates without verdicts; write verdicts to a new run."""
+    from pipeline.plan import run_step
+    from pipeline.runner import local_executor
     from pipeline.workspace import WorkspaceError
-    from schemas import Candidate, Verdict
     from verifier.backends import BackendUnavailable
     from verifier.protocol import STATUSES
 
@@ -50,32 +52,25 @@ def verify(
                                 "fallback": fallback}.items() if v is not None}
     if compile_only:
         update["compile_only"] = True
-    if update:
-        cfg = cfg.model_copy(update={"verify": cfg.verify.model_copy(update=update)})
+    cfg = cfg.model_copy(update={"verify": cfg.verify.model_copy(update=update)})
+    if backend is not None:  # the plan pins generate and verify to one backend
+        cfg = cfg.model_copy(update={"generate": cfg.generate.model_copy(
+            update={"backend": backend})})
+
+    def tick(v) -> None:
+        if json_:
+            emit_json({"candidate_id": v.candidate_id, "status": v.status,
+                       "reward": v.reward, "speedup": v.speedup})
+
     try:
-        todo = len(ws.done_keys(Candidate) - ws.done_keys(Verdict))
-    except WorkspaceError as exc:
+        ex = local_executor(ws, cfg, stages=stages, on_verdict=tick)
+        with stage_progress_bars(console, enabled=not json_):
+            counts = run_step(ex, "verify", limit=limit)
+    except (BackendUnavailable, WorkspaceError) as exc:
         raise fail(str(exc)) from None
-    if limit is not None:
-        todo = min(todo, limit)
-    run = ws.new_run()
-    with Progress(TextColumn("verify"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, disable=json_ or todo == 0) as bar:
-        task = bar.add_task("verify", total=todo)
-
-        def tick(v) -> None:
-            bar.advance(task)
-            if json_:
-                emit_json({"candidate_id": v.candidate_id, "status": v.status,
-                           "reward": v.reward, "speedup": v.speedup})
-
-        try:
-            counts = run_verify(ws, run, cfg, limit=limit, progress=tick)
-        except (BackendUnavailable, WorkspaceError) as exc:
-            raise fail(str(exc)) from None
     if json_:
-        emit_json({"run": run.run_id, **counts})
+        emit_json({"run": ex.run_id, **counts})
     else:
-        rows = [[k, counts[k]] for k in ("candidates", "skipped", "verified", "rejected",
+        rows = [[k, counts[k]] for k in ("pending", "orphans", "verified", "rejections",
                                          *STATUSES) if counts.get(k)]
-        print_table(f"verify ({run.run_id})", ["", "count"], rows)
+        print_table(f"verify ({ex.run_id})", ["", "count"], rows)

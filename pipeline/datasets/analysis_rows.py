@@ -8,7 +8,6 @@ import re
 from collections import Counter
 from typing import Any
 
-from pipeline.candidates.prompts import reference_for, task_meta
 from pipeline.datasets.pairs import (
     MAX_KIND_SHARE,
     MAX_SHALLOW_SHARE,
@@ -20,6 +19,7 @@ from pipeline.datasets.pairs import (
     verified_codes,
 )
 from pipeline.datasets.selection import kernel_features
+from pipeline.prompts import reference_for, task_meta
 from schemas import Candidate, Message, PerfAnalysisRow, ReviewRow, Task, Verdict, content_hash
 from verifier.protocol import CORRECT_STATUSES
 

@@ -31,6 +31,7 @@ from pipeline.config import Config
 from pipeline.datasets.card import render_card
 from pipeline.datasets.card_facts import decontamination_facts, rft_facts
 from pipeline.datasets.catalog import register_version
+from pipeline.datasets.published import version_lineage
 from pipeline.datasets.rows import CONFIGS, build_datasets, config_schema, filter_licenses
 from pipeline.datasets.selection import SELECTORS
 from pipeline.datasets.stats import compute_stats
@@ -257,9 +258,10 @@ def publishable_tasks(ws: Workspace, cfg: Config, run_id: str | None = None) -> 
     return tasks
 
 
-def publish_workspace(ws: Workspace, cfg: Config, version: str | None = None) -> Path:
-    """Select, build every config, compute statistics and publish a new version."""
-    tasks = publishable_tasks(ws, cfg)
+def publish_workspace(ws: Workspace, cfg: Config, version: str | None = None,
+                      run_id: str | None = None) -> Path:
+    """Select (`select.method`), build every config, compute statistics, publish a version."""
+    tasks = publishable_tasks(ws, cfg, run_id)
     rec = {**_workspace_records(ws), "tasks": tasks}
     sel = cfg.select
     selected = SELECTORS[sel.method](rec["candidates"], rec["verdicts"], sel.k,
@@ -269,14 +271,5 @@ def publish_workspace(ws: Workspace, cfg: Config, version: str | None = None) ->
                           sourced=rec["sourced"], rejections=rec["rejections"],
                           fast_threshold=cfg.verify.fast_threshold)
     stats["selected"] = len(selected)
-    lineage = {
-        "source_commits": sorted({f"{t.repo_url}@{t.commit}" for t in rec["tasks"]
-                                  if t.repo_url or t.commit}),
-        "verifier_versions": sorted({v.verifier_version for v in rec["verdicts"]
-                                     if v.verifier_version}),
-        "devices": sorted({v.device for v in rec["verdicts"] if v.device}),
-        "code_commit": _code_commit(),
-        "runs": ws.runs(),
-        "host": {"platform": platform.platform(), "python": platform.python_version()},
-    }
+    lineage = version_lineage(ws, rec["tasks"], rec["verdicts"], _code_commit())
     return publish_version(ws, tables, cfg, lineage, stats=stats, version=version)

@@ -17,8 +17,6 @@ from dataclasses import replace
 
 import pyarrow as pa
 
-from pipeline.candidates.prompts import build_prompt, has_prose, input_specs_for, reference_for
-from pipeline.candidates.repair import feedback_turn
 from pipeline.config import Config
 from pipeline.datasets.analysis_rows import perf_rows, review_rows, spread_kinds
 from pipeline.datasets.pairs import (
@@ -37,6 +35,13 @@ from pipeline.datasets.selection import (
     meets_speedup,
 )
 from pipeline.datasets.splits import assign_splits, with_validation
+from pipeline.prompts import (
+    build_prompt,
+    feedback_turn,
+    has_prose,
+    input_specs_for,
+    reference_for,
+)
 from schemas import (
     PROVENANCE_FIELDS,
     Candidate,

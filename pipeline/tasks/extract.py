@@ -1,8 +1,8 @@
 """Tasks stage: RawModule records -> KernelBench Task records (STAGES.md, `extract_tasks`).
 
 Complete KernelBench files (the seed corpus, NNSmith graphs) keep their inputs; classes found in
-larger files (transformers, git) are cut out with libcst (`pipeline.tasks.carve`) and get inferred
-inputs. Every module is then analyzed in a sandboxed probe worker (`pipeline.tasks.probe`): inputs,
+larger files (transformers, git) are cut out with libcst (`pipeline.tasks.carve.carve`) and get inferred
+inputs. Every module is then analyzed in a sandboxed probe worker (`pipeline.tasks.probe.probe`): inputs,
 validity filters, op inventory, per-statement shapes, FLOPs/bytes, GPU and CPU sizes. The task
 file at GPU sizes gets shape comments in `forward`; `cpu_source` is the same file scaled down.
 """
@@ -20,14 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config import TasksConfig
-from pipeline.tasks.annotate import annotate_forward, forward_text
-from pipeline.tasks.carve import ExtractError, Extraction, Param, extract_class, package_resolver
-from pipeline.tasks.probe_pool import ProbePool
-from pipeline.tasks.reasoning import GPUS, op_families, reasoning_trace, task_level
-from pipeline.tasks.repo_resolver import repo_resolver
+from pipeline.tasks.annotate.annotate import annotate_forward, forward_text
+from pipeline.tasks.annotate.reasoning import GPUS, op_families, reasoning_trace, task_level
+from pipeline.tasks.carve.carve import (
+    ExtractError,
+    Extraction,
+    Param,
+    extract_class,
+    package_resolver,
+)
+from pipeline.tasks.carve.repo_resolver import repo_resolver
+from pipeline.tasks.probe.pool import ProbePool
+from pipeline.tasks.probe.variants import job_for as variants_job
+from pipeline.tasks.probe.variants import with_variants
 from pipeline.tasks.taskfile import substitute_constants, task_id_of
-from pipeline.tasks.variants import job_for as variants_job
-from pipeline.tasks.variants import with_variants
 from schemas import RawModule, Rejection, Task, TensorSpec
 from verifier import pyast
 

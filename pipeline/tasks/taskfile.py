@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.tasks.dims import literal_int
-from pipeline.tasks.probe_pool import ProbePool
-from pipeline.tasks.scale import is_alloc_failure
+from pipeline.tasks.probe.dims import literal_int
+from pipeline.tasks.probe.pool import ProbePool
+from pipeline.tasks.probe.scale import is_alloc_failure
 from schemas import TensorSpec, content_hash
 from verifier import pyast
 

@@ -19,12 +19,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from flows.stages import builtin_stages
-from pipeline.candidates.stages import generate_stage, mutate_stage, repair_stage
-from pipeline.candidates.verify import compile_stage, verify_stage
+from pipeline.plan import run_step
+from pipeline.runner import LocalExecutor
 from pipeline.stage import Stage, StageContext, StageOutput
-from pipeline.tasks.ingest import run_ingest
-from pipeline.tasks.stages import run_tasks
+from pipeline.stages import builtin_stages
+from pipeline.stages.compile import compile_stage
+from pipeline.stages.generate import generate_stage
+from pipeline.stages.mutate import mutate_stage
+from pipeline.stages.repair import repair_stage
+from pipeline.stages.verify import verify_stage
 from schemas import Candidate, RawModule, Rejection, Task, Verdict, content_hash
 
 SOURCE = '''import torch
@@ -58,24 +61,26 @@ def _tasks_batch(batch: list[RawModule], ctx: StageContext) -> StageOutput:
                 source=m.code, cpu_source=m.code, module_id=m.module_id,
                 source_kind=m.source_kind, op_inventory=["aten.relu", "aten.mul"],
                 op_families=["activation"], level=2, dedup_cluster=m.module_id) for m in batch]
-    return StageOutput(new, [], Counter(tasks=len(new)))
+    return StageOutput(new, [], Counter())
 
 
 TASKS = Stage("tasks", RawModule, Task, _tasks_batch, sequential=True)
 
 
 def ingest(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
-    """Fill a workspace's raw_modules as the flows' ingest does (the real runner and stage)."""
-    return run_ingest(ws, run, cfg, read=read_sources)
+    """Fill a workspace's raw_modules as the plan's ingest step does (the real local executor)."""
+    return run_step(LocalExecutor(ws, cfg, "cpu", STAGES, run), "ingest")
 
 
 def tasks(ws: Any, run: Any, cfg: Any) -> dict[str, int]:
-    """Turn its pending raw_modules into tasks through the real runner."""
-    return run_tasks(ws, run, cfg, stage=TASKS)
+    """Turn its pending raw_modules into tasks through the plan's tasks step."""
+    return run_step(LocalExecutor(ws, cfg, "cpu", STAGES, run), "tasks")
 
 
 def generate(task_list: list[Task], cfg: Any, backend: str) -> tuple[list, list]:
     cands, rejs = [], []
+    if "template" not in cfg.generators:  # the stand-in is a template teacher only
+        return cands, rejs
     for t in task_list:
         if t.name.endswith("m5"):  # one task no template covers
             rejs.append(Rejection.make("generate", t.task_id, t.name, "no_template", "fake"))
@@ -105,8 +110,8 @@ def _placement() -> str:
     return "fake-cpu"
 
 
-def verify(task_map: dict, candidates: list[Candidate], cfg: Any, cache_dir: Path
-           ) -> tuple[list, list]:
+def verify(task_map: dict, candidates: list[Candidate], cfg: Any, cache_dir: Path,
+           progress: Any = None) -> tuple[list, list]:
     pause = float(os.environ.get("KS_FAKE_VERIFY_SLEEP", "0"))
     device = _placement()
     if cfg.compile_only:
@@ -128,6 +133,8 @@ def verify(task_map: dict, candidates: list[Candidate], cfg: Any, cache_dir: Pat
             eager_us=15.0 if ok else None, speedup=speedup, faster=status == "correct_fast",
             reward=1.0 + (speedup or 0) if ok else 0.1,
             feedback="" if ok else f"{status}: output mismatch at index 3"))
+        if progress is not None:
+            progress(out[-1])
     return out, []
 
 def mutate(task_list: list, candidates: list[Candidate], verdicts: list, cfg: Any) -> list:

@@ -61,8 +61,10 @@ def test_build_publishes_a_version_with_the_funnel(reference: dict) -> None:
     assert s["published"] and s["version"] == "v1" and s["parent"] is None
     stages = {r["stage"]: r for r in s["stages"]}
     # every mutant failed, so the retry round (mutate:2) makes none and verifies nothing
-    assert list(stages) == ["ingest", "tasks", "generate", "verify", "mutate", "verify:mutants",
-                            "mutate:2", "repair:1", "verify:repair1", "publish"]
+    # the plan's order: per-task generators, then the sample import (the whole file at once)
+    assert list(stages) == ["ingest", "tasks", "generate", "generate:import", "verify", "mutate",
+                            "verify:mutants", "mutate:2", "repair:1", "verify:repair1",
+                            "publish"]
     assert stages["mutate:2"]["candidates"] == 0
     # 6 modules -> 6 tasks; 5 with templates x 2 variants; one rejected (no template)
     assert stages["generate"]["candidates"] == 10 and stages["generate"]["rejections"] == 1
@@ -96,10 +98,12 @@ def test_second_run_with_nothing_new_keeps_the_version(reference: dict) -> None:
     wall = time.perf_counter() - t0
     assert not again["published"] and again["version"] == "v1"
     new = {r["stage"]: r for r in again["stages"]}
-    assert new["ingest"]["modules"] == 0 and new["ingest"]["existing"] == 6
-    assert new["tasks"]["skipped"] == 6 and new["tasks"].get("tasks", 0) == 0
-    for name in ("generate", "verify", "mutate", "verify:mutants", "mutate:2", "repair:1",
-                 "verify:repair1"):
+    assert new["ingest"]["raw_modules"] == 0 and new["ingest"]["existing"] == 6
+    assert new["tasks"]["items"] == 0 and new["tasks"].get("tasks", 0) == 0
+    # a mutate round or repair turn that makes nothing ends its step: nothing to verify after
+    assert [n for n in new if n not in ("ingest", "tasks", "publish")] == [
+        "generate", "generate:import", "verify", "mutate", "repair:1"]
+    for name in ("generate", "generate:import", "verify", "mutate", "repair:1"):
         assert new[name].get("candidates", 0) == 0 and new[name].get("verdicts", 0) == 0, name
     assert again["funnel"] == s["funnel"]
     assert wall < 60
@@ -118,6 +122,9 @@ def test_sigkill_during_verification_then_resume_gives_the_same_dataset(
 
     ws_root = tmp_path / "ws"
     cfg = _write_config(tmp_path / "ks.yaml", batch_size=2)
+    data = yaml.safe_load(cfg.read_text())
+    data["verify"] = {"write_batch": 2}  # verify batches are the stage's own size
+    cfg.write_text(yaml.safe_dump(data))
     code = ("import sys; from flows.build import build_dataset; "
             "build_dataset(workspace=sys.argv[1], config=sys.argv[2], stages=sys.argv[3])")
     proc = subprocess.Popen([sys.executable, "-c", code, str(ws_root), str(cfg), FAKES],
@@ -153,16 +160,17 @@ def test_sigkill_during_verification_then_resume_gives_the_same_dataset(
 
 
 @pytest.mark.slow  # a local Ray instance costs 15-40 s to start here
-def test_ray_runs_the_verify_flow_with_gpu_and_cpu_placement(prefect_api: str,
+def test_ray_runs_the_verify_step_with_gpu_and_cpu_placement(prefect_api: str,
                                                                tmp_path: Path) -> None:
     import flows_fake_stages as fake
 
-    from flows.build import ray_session, verify_flow
-    from flows.runners import verify_runner
+    from flows.build import PrefectExecutor, ray_session, step_flow
     from pipeline.config import load_config
+    from pipeline.plan import pin_backend
 
     cfg = load_config(_write_config(tmp_path / "ks.yaml", runner="ray", ray_num_cpus=2,
                                     ray_num_gpus=1, batch_size=4), tmp_path / "ws")
+    cfg = cfg.model_copy(update={"verify": cfg.verify.model_copy(update={"write_batch": 4})})
     ws = Workspace(cfg.workspace)
     run = ws.new_run("seed")
     fake.ingest(ws, run, cfg)
@@ -171,10 +179,12 @@ def test_ray_runs_the_verify_flow_with_gpu_and_cpu_placement(prefect_api: str,
     run.write(cands)
     compile_log = tmp_path / "compiles.jsonl"
     os.environ["KS_FAKE_COMPILE_LOG"] = str(compile_log)  # Ray workers inherit it at start
+    cfg, backend = pin_backend(cfg, fake.GPU_STAGES)
+    ex = PrefectExecutor(ws, cfg, backend, fake.GPU_STAGES, "flows_fake_stages:GPU_STAGES",
+                         "r-ray")
     try:
         with ray_session(cfg):
-            counts = verify_flow.with_options(task_runner=verify_runner(cfg))(
-                str(ws.root), "r-ray", cfg, backend="cuda", stages="flows_fake_stages:GPU_STAGES")
+            counts = step_flow("verify", ex)
     finally:
         os.environ.pop("KS_FAKE_COMPILE_LOG", None)
     assert counts["verdicts"] == len(cands) == 10, counts

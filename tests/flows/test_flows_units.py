@@ -12,8 +12,8 @@ import yaml
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 from prefect_ray import RayTaskRunner
 
-from flows.build import batches, generate_batch, latest_version, verify_batch
 from flows.env import configure_prefect, prefect_environment
+from flows.prefect_tasks import retrying_stage_batch, stage_batch
 from flows.runners import (
     cpu_runner,
     is_transient,
@@ -22,9 +22,13 @@ from flows.runners import (
     runner_for,
     verify_runner,
 )
-from flows.stages import StageSetError, builtin_stages, load_stages
+from pipeline.candidates.generate import GenerateError
 from pipeline.config import Config, FlowsConfig, GenerateConfig
-from pipeline.runner import generate_pending, tasks_pending_generation
+from pipeline.datasets.published import latest_version
+from pipeline.plan import batches, generate_pending, tasks_pending_generation
+from pipeline.stage import StageContext
+from pipeline.stages import StageSetError, builtin_stages, load_stages
+from pipeline.stages.generate import generate_stage
 from schemas import Candidate, Rejection, Task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,8 +108,12 @@ def test_only_transient_failures_are_retried() -> None:
     assert not retry_if_transient(None, None, _State(AssertionError()))
     assert not retry_if_transient(None, None, _State(None))
     assert not is_transient(KeyError("x"))
-    # the verifier's task has no retries at all: a verdict is never re-rolled
-    assert verify_batch.retries == 0
+    # the verifier's batches have no retries at all: a verdict is never re-rolled; only the
+    # stages that declare `retry_transient` (LLM calls, git and HTTP) get them
+    st = load_stages(None)
+    assert stage_batch.retries == 0 and retrying_stage_batch.retries == 2
+    assert not st.verify.retry_transient and not st.mutate.retry_transient
+    assert st.generate.retry_transient and st.repair.retry_transient and st.ingest.retry_transient
 
 
 def test_stage_sets_load_by_import_path() -> None:
@@ -122,12 +130,15 @@ def test_task_functions_run_directly(workspace) -> None:
     fake.ingest(workspace, run, Config())
     fake.tasks(workspace, run, Config())
     tasks = workspace.read(Task)
-    cands, rejs = generate_batch.fn(tasks, Config(), "cpu", "flows_fake_stages:STAGES")
+    spec = "flows_fake_stages:STAGES"
+    cands, rejs, counts = stage_batch.fn("generate", tasks, StageContext(Config()), spec)
     assert len(rejs) == 1 and rejs[0].reason == "no_template"
+    assert counts["rejected:no_template"] == 1
     assert len(cands) == 5 * Config().generate.variants_per_task
-    verdicts, _ = verify_batch.fn({t.task_id: t for t in tasks}, cands[:4], Config(), "/tmp",
-                               "flows_fake_stages:STAGES")
+    ctx = StageContext(Config(), cache_dir="/tmp", tasks={t.task_id: t for t in tasks})
+    verdicts, _, counts = stage_batch.fn("verify", cands[:4], ctx, spec)
     assert [v.candidate_id for v in verdicts] == [c.candidate_id for c in cands[:4]]
+    assert counts["verified"] == 4
 
 
 def test_generator_errors_become_rejections(workspace) -> None:
@@ -135,11 +146,19 @@ def test_generator_errors_become_rejections(workspace) -> None:
     fake.ingest(workspace, run, Config())
     fake.tasks(workspace, run, Config())
     tasks = workspace.read(Task)
+
+    def crash(task_list: list, cfg: object, backend: str) -> tuple[list, list]:
+        raise RuntimeError("template bug\nsecond line")
+
+    out = generate_stage(crash).run(tasks, StageContext(Config()))
+    assert out.records == [] and {r.item_id for r in out.rejections} == {t.task_id for t in tasks}
+    assert all(r.reason == "generator_error" and r.detail == "RuntimeError: template bug"
+               for r in out.rejections)
+    assert out.counts["rejected:generator_error"] == len(tasks)
+    # a configuration no batch can work with fails the step instead, naming the field
     cfg = Config.model_validate({"generate": {"generators": ["no-such-generator"]}})
-    cands, rejs = generate_batch.fn(tasks, cfg, "cpu", None)  # the real generate stage
-    assert cands == []
-    assert {r.item_id for r in rejs} == {t.task_id for t in tasks}
-    assert all(r.reason == "generator_error" and "no-such-generator" in r.detail for r in rejs)
+    with pytest.raises(GenerateError, match="no-such-generator"):
+        stage_batch.fn("generate", tasks, StageContext(cfg), None)  # the real stage
 
 
 def test_pending_generation_skips_answered_tasks(workspace) -> None:
@@ -167,12 +186,14 @@ def test_pending_generation_skips_answered_tasks(workspace) -> None:
     assert pending("cpu", "template", "openai", samples=2) == {"template": [], "openai": ["a"]}
     assert pending("cpu", "openai", samples=2, names={"openai": "llm:other"}) == {
         "openai": ["a", "b"]}  # another model has not answered yet
-    # the flow runs a batch for every task some per-task generator owes; import owes all
+    # the plan runs a batch for every task some per-task generator owes; the import owes all,
+    # but reads its file whole in one batch of its own, so it adds no per-task batch
     both = generate_pending(workspace, tasks, "cpu", GenerateConfig(
         generators=["template", "import", "openai"], samples=2))
+    assert [t.task_id for t in both["import"]] == ["a", "b"]
     assert [t.task_id for t in tasks_pending_generation(tasks, both)] == ["a"]
     only_import = generate_pending(workspace, tasks, "cpu", GenerateConfig(generators=["import"]))
-    assert [t.task_id for t in tasks_pending_generation(tasks, only_import)] == ["a", "b"]
+    assert tasks_pending_generation(tasks, only_import) == []
 
 
 def test_latest_version_is_the_highest_number(workspace) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.tasks.carve import ExtractError, extract_class, package_resolver
+from pipeline.tasks.carve.carve import ExtractError, extract_class, package_resolver
 
 MULTI = '''import math
 import os

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.config import TasksConfig
-from pipeline.tasks.curate import curate_tasks, exact_hash, op_signature
+from pipeline.tasks.curate.curate import curate_tasks
+from pipeline.tasks.curate.fingerprint import exact_hash, op_signature
 from pipeline.tasks.taskfile import task_id_of
 from schemas import Task
 from tests.conftest import LINEAR_TASK, RELU_TASK

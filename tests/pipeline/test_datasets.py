@@ -6,8 +6,6 @@ import json
 
 import pytest
 
-from pipeline.candidates.prompts import CODE_ONLY_RULE, REASONING_RULE, answer_format_problems
-from pipeline.candidates.repair import feedback_turn
 from pipeline.config import Config
 from pipeline.datasets.pairs import (
     code_similarity,
@@ -19,6 +17,12 @@ from pipeline.datasets.pairs import (
 )
 from pipeline.datasets.rows import CONFIGS, assign_splits, build_datasets, config_schema
 from pipeline.datasets.selection import meets_speedup, select_diverse
+from pipeline.prompts import (
+    CODE_ONLY_RULE,
+    REASONING_RULE,
+    answer_format_problems,
+    feedback_turn,
+)
 from schemas import Message, Verdict
 from tests.pipeline.ks_synthetic import candidate, kernel_code, make_task, pool, verdict
 from verifier.protocol import CORRECT_STATUSES

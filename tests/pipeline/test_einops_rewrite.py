@@ -15,8 +15,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.tasks.einops_rewrite import rewrite_einops
-from pipeline.tasks.normalize_errors import NormalizeError
+from pipeline.tasks.normalize.einops_rewrite import rewrite_einops
+from pipeline.tasks.normalize.errors import NormalizeError
 
 einops = pytest.importorskip("einops")
 
@@ -324,7 +324,7 @@ class PatchViT(nn.Module):
 
 
 def test_carved_class_is_torch_only_and_computes_the_same():
-    from pipeline.tasks.carve import extract_class
+    from pipeline.tasks.carve.carve import extract_class
 
     ext = extract_class(VIT_FILE, "PatchViT", "vit/vit.py")
     assert not _imports_einops(ext.source)

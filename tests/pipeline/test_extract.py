@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.config import TasksConfig
 from pipeline.tasks.extract import extract_tasks
-from pipeline.tasks.probe_pool import ProbePool
+from pipeline.tasks.probe.pool import ProbePool
 from pipeline.tasks.taskfile import inspect_task_source, task_id_of
 from schemas import OP_FAMILIES, RawModule, Task
 from tests.conftest import LINEAR_TASK, RELU_TASK

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.candidates.generate import GenerateError, generate_candidates, run_generate
-from pipeline.candidates.prompts import fence
+from pipeline.candidates.generate import GenerateError, generate_candidates
 from pipeline.cli import app
 from pipeline.config import Config, FlowsConfig, GenerateConfig
+from pipeline.plan import run_step
+from pipeline.prompts import fence
+from pipeline.runner import local_executor
 from pipeline.workspace import Workspace
 from schemas import Candidate, Rejection, Task, Verdict
 from tests.conftest import RELU_TASK
@@ -80,23 +82,25 @@ def test_llm_errors_and_bad_config_are_reported() -> None:
         generate_candidates([], GenerateConfig(generators=["magic"]), "cpu")
 
 
-def test_run_generate_skips_done_work_and_mutates_verified(workspace: Workspace) -> None:
+def test_generate_step_skips_done_work_and_mutate_step_mutates_verified(
+        workspace: Workspace) -> None:
     tasks = [_task("a", RELU_TASK), _task("b", RELU_TASK.replace("16", "32"))]
     workspace.new_run("seed").write(tasks)
     with chat_server() as (state, url):
         state.reply = lambda body, i: fence(_code(f"{body['messages'][1]['content'][-30:]}{i}"))
         cfg = Config(generate=GenerateConfig(generators=["openai"], openai_base_url=url,
-                                             openai_model="coder", samples=2),
+                                             openai_model="coder", samples=2, backend="cpu"),
                      flows=FlowsConfig(batch_size=1))
-        first = run_generate(workspace, workspace.new_run(), cfg, "cpu")
-        again = run_generate(workspace, workspace.new_run(), cfg, "cpu")
+        first = run_step(local_executor(workspace, cfg), "generate")
+        again = run_step(local_executor(workspace, cfg), "generate")
         assert len(state.requests) == 2  # the re-run asked nothing
-    assert first["candidates"] == 4 and first["tasks"] == 2
-    assert again.get("candidates", 0) == 0 and again["skipped_tasks"] == 2
+    assert first["candidates"] == 4 and first["tasks"] == 2 and first["pending"] == 2
+    assert again.get("candidates", 0) == 0 and again["pending"] == 0
     assert len(workspace.read(Candidate)) == 4
     assert len(list((workspace.root / "runs").glob("*/candidates/part-*.parquet"))) == 2
 
-    # mutate runs over verified-correct kernels already in the workspace
+    # the mutate step works over verified-correct kernels already in the workspace, and
+    # verifies its mutants (a kernel whose mutants failed is done)
     from tests.pipeline.test_mutate import CPU_CANDIDATE
 
     good = Candidate(candidate_id="good", task_id="id_a", backend="cpu",
@@ -105,12 +109,16 @@ def test_run_generate_skips_done_work_and_mutates_verified(workspace: Workspace)
     run.write([good])
     run.write([Verdict(candidate_id="good", task_id="id_a", status="correct_fast", stage="done",
                        backend="cpu")])
-    mcfg = Config(generate=GenerateConfig(generators=["mutate"], mutations_per_kernel=2))
-    counts = run_generate(workspace, workspace.new_run(), mcfg, "cpu")
-    assert counts["mutations"] == 2
+    mcfg = Config(generate=GenerateConfig(mutations_per_kernel=2, mutation_rounds=2,
+                                          backend="cpu"))
+    counts = run_step(local_executor(workspace, mcfg), "mutate")
     mutants = [c for c in workspace.read(Candidate) if c.generator.startswith("mutate:")]
+    assert counts["candidates"] == len(mutants) == 2
     assert {json.loads(m.meta)["fix_candidate_id"] for m in mutants} == {"good"}
-    assert run_generate(workspace, workspace.new_run(), mcfg, "cpu").get("mutations", 0) == 0
+    judged = {v.candidate_id: v.status for v in workspace.read(Verdict)}
+    assert all(m.candidate_id in judged for m in mutants)
+    assert all(judged[m.candidate_id] not in ("correct_fast", "correct_slow") for m in mutants)
+    assert run_step(local_executor(workspace, mcfg), "mutate").get("candidates", 0) == 0
 
 
 def test_cli_generate_and_repair(tmp_path: Path) -> None:
@@ -124,12 +132,12 @@ def test_cli_generate_and_repair(tmp_path: Path) -> None:
     assert summary["command"] == "generate" and summary["candidates"] >= 1
     assert summary["rejected:no_template"] == 1
     assert {r.reason for r in ws.read(Rejection)} == {"no_template"}
-    # a re-run offers templates every task again (the rejected one too); written ids are skipped
+    # a re-run owes nothing: a task is answered by a template candidate or a rejection
     again = runner.invoke(app, ["generate", "--generator", "template", "--backend", "cpu",
                                 "--variants", "1", "-w", str(ws.root), "--json"])
     redo = json.loads(again.stdout.strip().splitlines()[-1])
-    assert redo.get("candidates", 0) == 0 and redo["skipped"] == summary["candidates"]
-    assert redo["rejected:no_template"] == 1 and "skipped_tasks" not in redo
+    assert redo["pending"] == 0 and redo.get("candidates", 0) == 0
+    assert "rejected:no_template" not in redo and len(ws.read(Rejection)) == 1
     bad = runner.invoke(app, ["generate", "--generator", "nope", "-w", str(ws.root)])
     assert bad.exit_code == 2 and "unknown nope" in bad.output
     rep = runner.invoke(app, ["repair", "--turns", "1", "--no-verify", "-w", str(ws.root),

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.tasks.carve import ExtractError, extract_class
-from pipeline.tasks.normalize_deps import absolute_module, dependency_definitions
-from pipeline.tasks.repo_resolver import repo_resolver
+from pipeline.tasks.carve.carve import ExtractError, extract_class
+from pipeline.tasks.carve.repo_resolver import repo_resolver
+from pipeline.tasks.normalize.deps import absolute_module, dependency_definitions
 
 TIMM_BLOCK = '''\
 from functools import partial

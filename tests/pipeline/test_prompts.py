@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.candidates.prompts import (
+from pipeline.candidates.response_code import extract_code
+from pipeline.config import GenerateConfig
+from pipeline.prompts import (
     PromptError,
     backend_wording,
     build_prompt,
     fence,
     musa_reference,
 )
-from pipeline.candidates.response_code import extract_code
-from pipeline.config import GenerateConfig
 from schemas import Task, TensorSpec
 
 

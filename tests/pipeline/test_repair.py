@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
-from pipeline.candidates.generate import run_repair
 from pipeline.candidates.mutate import mutate_candidates
-from pipeline.candidates.prompts import build_prompt, fence
-from pipeline.candidates.repair import feedback_turn, repair_round, retry_buffer
+from pipeline.candidates.repair import repair_round, retry_buffer
 from pipeline.candidates.response_code import extract_code
 from pipeline.config import Config, GenerateConfig, RepairConfig
+from pipeline.plan import run_step
+from pipeline.prompts import build_prompt, feedback_turn, fence
+from pipeline.runner import local_executor
 from pipeline.workspace import Workspace
 from schemas import Candidate, Message, Rejection, Task, Verdict
 from tests.pipeline.chat_server import chat_server
@@ -144,18 +145,18 @@ def test_llm_failure_becomes_a_rejection_not_a_crash() -> None:
                                                                        "llm_error")]
 
 
-def test_run_repair_writes_turns_and_is_idempotent(workspace: Workspace) -> None:
+def test_repair_step_writes_turns_and_is_idempotent(workspace: Workspace) -> None:
     orig, mutant = _mutant("wrong_cast")
     run = workspace.new_run("r1")
     run.write([_task()])
     run.write([orig, mutant])
     run.write([_verdict(orig, "correct_slow", 1.0), _verdict(mutant, "incorrect")])
     cfg = Config(repair=RepairConfig(turns=3, verify=False))
-    counts = run_repair(workspace, workspace.new_run("r2"), cfg)
+    counts = run_step(local_executor(workspace, cfg), "repair")
     assert counts["turn1"] == 1 and counts["unverified"] == 1
     (fix,) = [c for c in workspace.read(Candidate) if c.generator == "repair:fix"]
     assert fix.parent_id == mutant.candidate_id and fix.code == orig.code
-    again = run_repair(workspace, workspace.new_run("r3"), cfg)
+    again = run_step(local_executor(workspace, cfg), "repair")
     assert again.get("candidates", 0) == 0
     assert len(workspace.read(Candidate)) == 3
 

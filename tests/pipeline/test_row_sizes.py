@@ -14,12 +14,12 @@ import re
 
 import pytest
 
-from pipeline.candidates.prompts import build_prompt, reference_for
 from pipeline.candidates.templates import template_candidates
 from pipeline.config import GenerateConfig, TasksConfig
+from pipeline.prompts import build_prompt, reference_for
+from pipeline.tasks.annotate.shape_facts import facts
 from pipeline.tasks.extract import extract_tasks
-from pipeline.tasks.probe_pool import ProbePool
-from pipeline.tasks.shape_facts import facts
+from pipeline.tasks.probe.pool import ProbePool
 from schemas import RawModule
 from sources.seed import SEED_DIR
 

@@ -1,27 +1,26 @@
-"""The Stage shape and the one runner: batches written as parts, resume by key, pending sets."""
+"""The Stage shape, the plan's pending rules and the local runner: batches written as parts,
+resume by key."""
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pyarrow.parquet as pq
 
-from pipeline.candidates.stages import GENERATE, MUTATE, REPAIR
-from pipeline.candidates.verify import VERIFY, compile_stage, missing_task
 from pipeline.config import Config, FlowsConfig, VerifyConfig
 from pipeline.datasets.stats import backend_funnel
-from pipeline.runner import (
-    batches,
-    repair_pending,
-    run_batches,
-    run_stream,
-    unverified,
-    unverified_chain_ends,
-    write_new,
-)
+from pipeline.plan import batches, repair_pending, unverified, unverified_chain_ends
+from pipeline.runner import LocalExecutor, run_stream, write_new
 from pipeline.stage import Resources, Stage, StageContext, StageOutput, reject
-from pipeline.tasks.ingest import INGEST
-from pipeline.tasks.stages import TASKS
+from pipeline.stages import builtin_stages
+from pipeline.stages.compile import compile_stage
+from pipeline.stages.generate import GENERATE
+from pipeline.stages.ingest import INGEST
+from pipeline.stages.mutate import MUTATE
+from pipeline.stages.repair import REPAIR
+from pipeline.stages.tasks import TASKS
+from pipeline.stages.verify import VERIFY, missing_task
 from pipeline.workspace import Workspace
 from schemas import Candidate, RawModule, Rejection, Task, Verdict
 
@@ -89,17 +88,24 @@ def test_stage_output_unpacks_as_records_rejections_counts() -> None:
     assert counts == Counter({"rejected:no_template": 1})
 
 
-def test_run_batches_writes_one_part_per_batch_and_counts(tmp_path) -> None:
+def test_local_executor_writes_one_part_per_batch_and_counts(tmp_path) -> None:
     ws = Workspace(tmp_path / "ws")
-    run = ws.new_run("r1")
     tasks = [_task(i) for i in range(5)]
-    counts = run_batches(_echo_stage(), tasks, StageContext(Config()), run, size=2)
-    assert counts == Counter({"seen": 5, "rejected:odd": 2})
+    stages = replace(builtin_stages(), generate=_echo_stage())
+    ex = LocalExecutor(ws, Config(), "cpu", stages, ws.new_run("r1"))
+    groups = batches(tasks, 2)
+    counts = ex.map("echo", "generate", groups, [StageContext(Config())] * len(groups))
+    assert counts == Counter({"seen": 5, "rejected:odd": 2, "candidates": 3, "rejections": 2})
     parts = ws.part_paths("candidates") + ws.part_paths("rejections")
     assert len(ws.part_paths("candidates")) == 3 and len(ws.part_paths("rejections")) == 2
     assert sum(pq.ParquetFile(p).metadata.num_rows for p in parts) == 5
     assert {r.item_id for r in ws.read(Rejection)} == {"t1", "t3"}
     assert batches(tasks, 2)[-1] == [tasks[4]]
+    # the same batches again write nothing: every key is already in the workspace
+    again = LocalExecutor(ws, Config(), "cpu", stages, ws.new_run("r2"))
+    assert again.map("echo", "generate", groups, [StageContext(Config())] * len(groups)) == \
+        Counter({"seen": 5, "rejected:odd": 2, "candidates": 0, "rejections": 0})
+    assert ex.rows == [{"stage": "echo", "seconds": ex.rows[0]["seconds"], "items": 5, **counts}]
 
 
 def _module(i: int) -> RawModule:
@@ -116,7 +122,7 @@ def test_run_stream_resumes_a_source_stream_by_key(tmp_path) -> None:
     counts = run_stream(INGEST, iter(stream), ctx, ws.new_run("r1"), size=2,
                         done=ws.done_keys(RawModule), done_rejections=ws.done_keys(Rejection))
     assert (counts["written"], counts["existing"], counts["rejections"]) == (3, 1, 1)
-    assert counts["kind:seed"] == 4 and counts["reason:syntax"] == 1
+    assert counts["kind:seed"] == 4 and counts["rejected:syntax"] == 1
     assert len(ws.part_paths("raw_modules")) == 2  # batches [m0, bad] [m1, m2] [m0]
     again = run_stream(INGEST, iter(stream), ctx, ws.new_run("r2"), size=2,
                        done=ws.done_keys(RawModule), done_rejections=ws.done_keys(Rejection))
@@ -154,11 +160,10 @@ def test_pending_verification_and_repair(tmp_path) -> None:
     ends = unverified_chain_ends(ws.read(Candidate), verdicts, tasks, 1)
     assert [c.candidate_id for c in ends] == ["m0"]
     by_task = {"t0": [first, mutant]}
-    todo, answered = repair_pending(by_task, verdicts, 1)
-    assert answered == {"c0"}  # c0 already has a follow-up (the mutant)
-    assert todo == {}  # the only failing end with a verdict is answered; m0 has no verdict yet
+    # c0 already has a follow-up (the mutant); m0, the only other end, has no verdict yet
+    assert repair_pending(by_task, verdicts, 1) == {}
     verdicts.append(Verdict("m0", "t0", "incorrect", "correctness", "cpu"))
-    todo, _ = repair_pending(by_task, verdicts, 1)
+    todo = repair_pending(by_task, verdicts, 1)
     assert list(todo) == ["t0"]
 
 

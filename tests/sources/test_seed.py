@@ -7,8 +7,8 @@ import ast
 import pytest
 import torch
 
-from pipeline.tasks.dims import int_constants
-from pipeline.tasks.scale import input_numel, scale_constants
+from pipeline.tasks.probe.dims import int_constants
+from pipeline.tasks.probe.scale import input_numel, scale_constants
 from schemas import OP_FAMILIES
 from sources.seed import seed_families, seed_files
 

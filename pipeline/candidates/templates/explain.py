@@ -1,7 +1,7 @@
 """The reasoning text of a template answer, derived from the graph and the emitted code.
 
 Every sentence states something the candidate file shows: the work and compulsory traffic at
-the task's sizes (FLOPs counted per op from the traced shapes, pipeline.tasks.flops for everything
+the task's sizes (FLOPs counted per op from the traced shapes, pipeline.tasks.annotate.flops for everything
 torch's counter leaves out), one step per emitted kernel in the backend's own terms (CUDA:
 blocks, threads, coalescing, shared memory; CPU: OpenMP loops, contiguous inner loops), where
 sizes and constructor values come from, and the accumulation types the kernels use.
@@ -13,7 +13,7 @@ import math
 import re
 
 from pipeline.candidates.templates.analysis import Graph, Node, TaskView
-from pipeline.tasks.flops import op_flops
+from pipeline.tasks.annotate.flops import op_flops
 
 _BYTES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2,
           "int16": 2, "int8": 1, "uint8": 1, "bool": 1}

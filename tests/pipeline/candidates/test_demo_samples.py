@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.candidates.import_samples import DEMO_SAMPLES, import_candidates
-from pipeline.candidates.verify import verify_candidates
 from pipeline.config import Config, GenerateConfig, VerifyConfig
 from pipeline.datasets.selection import kernel_features
+from pipeline.stages.verify import verify_candidates
 from schemas import Task
 from sources.seed import sample_seed_files
 

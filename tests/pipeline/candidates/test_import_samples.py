@@ -16,10 +16,10 @@ from pipeline.candidates.import_samples import (
     import_candidates,
     import_samples,
 )
-from pipeline.candidates.prompts import build_prompt
 from pipeline.cli import app
 from pipeline.config import Config, GenerateConfig
 from pipeline.datasets.rows import build_datasets
+from pipeline.prompts import build_prompt
 from pipeline.workspace import Workspace
 from schemas import Candidate, Finding, Rejection, Task, Verdict
 from tests.conftest import LINEAR_TASK, RELU_TASK
@@ -113,12 +113,14 @@ def test_cli_import_writes_candidates_and_rejections(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     counts = json.loads(res.output.strip().splitlines()[-1])
-    assert counts["imported"] == 5 and counts["rejections"] == 4
+    assert counts["candidates"] == 5 and counts["rejections"] == 4
+    assert counts["rejected:unknown_prompt"] == 2
     assert {c.generator for c in ws.read(Candidate)} == {"import:qwen-coder"}
     assert sorted(r.reason for r in ws.read(Rejection)) == [
         "empty_response", "unknown_prompt", "unknown_prompt", "unknown_task"]
     again = CliRunner().invoke(app, args)  # a re-run writes nothing new
-    assert json.loads(again.output.strip().splitlines()[-1])["skipped"] == 5
+    redo = json.loads(again.output.strip().splitlines()[-1])
+    assert (redo["candidates"], redo["rejections"]) == (0, 0)
     missing = CliRunner().invoke(app, [*args[:4], str(tmp_path / "x.jsonl"), *args[5:]])
     assert missing.exit_code == 1 and "x.jsonl: no such file" in " ".join(missing.output.split())
 

@@ -12,7 +12,7 @@ import pytest
 from pipeline.candidates.mutate import mutate_code
 from pipeline.candidates.templates import TaskView, template_kernels
 from pipeline.candidates.templates.analysis import trace_sources
-from pipeline.tasks.variants import validate
+from pipeline.tasks.probe.variants import validate
 from sources.seed import SEED_DIR
 from verifier.api import verify_batch
 from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest

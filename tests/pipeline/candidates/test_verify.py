@@ -1,4 +1,5 @@
-"""pipeline/candidates/verify.py and `kernelsynth verify`: workspace in, verdict parts out, re-runs skip."""
+"""pipeline/stages/verify.py, the plan's verify step and `kernelsynth verify`: workspace in,
+verdict parts out, re-runs skip."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from pipeline.candidates.verify import run_verify, verify_candidates
 from pipeline.cli import app
 from pipeline.config import Config, VerifyConfig
+from pipeline.plan import run_step
+from pipeline.runner import local_executor
+from pipeline.stages.verify import verify_candidates
 from pipeline.workspace import Workspace
 from schemas import Candidate, Rejection, Task, Verdict
 
@@ -45,20 +48,22 @@ def test_verify_candidates_uses_cpu_source(tmp_path: Path) -> None:
     assert verdicts[0].eager_us and verdicts[0].speedup
 
 
-def test_run_verify_writes_parts_and_skips_done(tmp_path: Path) -> None:
+def test_verify_step_writes_parts_and_skips_done(tmp_path: Path) -> None:
     ws = Workspace(tmp_path / "ws")
     run = ws.new_run("r1")
     run.write([_task()])
     orphan = Candidate("orphan", "no_such_task", "cpu", "test", relu_ok())
     run.write([*_cands(), orphan])
     cfg = Config(verify=_cfg(tmp_path))
-    counts = run_verify(ws, ws.new_run("r2"), cfg)
-    assert counts["verified"] == 3 and counts["rejected"] == 1 and counts["skipped"] == 0
-    assert len(list((ws.root / "runs/r2/verdicts").glob("part-*.parquet"))) == 2
+    ex = local_executor(ws, cfg)
+    counts = run_step(ex, "verify")
+    assert counts["verified"] == counts["verdicts"] == 3 and counts["pending"] == 3
+    assert counts["rejections"] == counts["rejected:missing_task"] == 1
+    assert len(list((ws.root / "runs" / ex.run_id / "verdicts").glob("part-*.parquet"))) == 2
     rej = ws.read(Rejection)
     assert rej[0].reason == "missing_task" and "no_such_task" in rej[0].detail
-    again = run_verify(ws, ws.new_run("r3"), cfg)
-    assert again["skipped"] == 3 and again["verified"] == 0
+    again = run_step(local_executor(ws, cfg), "verify")
+    assert again["pending"] == 0 and again["verified"] == 0 and again["rejections"] == 0
     assert len(ws.read(Verdict)) == 3
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import pipeline.candidates.verify as verify_mod
+import pipeline.stages.verify as verify_mod
 from pipeline.config import VerifyConfig
-from pipeline.tasks.probe_pool import ProbePool
+from pipeline.tasks.probe.pool import ProbePool
 from schemas import Candidate, Task
 from verifier.protocol import VerdictData
 from verifier.sandbox import EnvironmentFailure

@@ -100,7 +100,7 @@ def test_vllm_offline_recipe_with_stub(tmp_path: Path) -> None:
     rows = [json.loads(ln) for ln in samples.read_text().splitlines()]
     assert len(rows) == 3 and rows[0]["prompt"].startswith("<|im_start|>system")
     assert _invoke("generate", "--generator", "import", "--samples", str(samples),
-                   "--backend", "cpu", *common)["imported"] == 3
+                   "--backend", "cpu", *common)["candidates"] == 3
     assert _invoke("verify", *common)["verified"] == 3
     _invoke("publish", *common)
     (version,) = (ws.root / "datasets" / "kernelsynth").iterdir()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.tasks.flops import op_flops
-from pipeline.tasks.probe import analyze
+from pipeline.tasks.annotate.flops import op_flops
+from pipeline.tasks.probe.probe import analyze
 
 GPU = {"flops": 1e12, "bandwidth": 1e12}
 

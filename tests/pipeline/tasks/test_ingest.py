@@ -1,4 +1,4 @@
-"""run_ingest and `kernelsynth ingest`: all default sources into Parquet, re-runs skip."""
+"""The plan's ingest step and `kernelsynth ingest`: all default sources into Parquet, re-runs skip."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import Config
-from pipeline.tasks.ingest import run_ingest, sources_for_run
+from pipeline.plan import run_step
+from pipeline.runner import local_executor
+from pipeline.stages.ingest import sources_for_run
 from pipeline.workspace import Workspace
 from schemas import RawModule, Rejection
 
@@ -43,8 +45,9 @@ def test_default_sources_then_rerun_skips(workspace: Workspace, tmp_path: Path):
     repo = _repo(tmp_path / "repo")
     manifest.write_text(yaml.safe_dump({"repos": [{"url": repo.as_uri()},
                                                   {"url": (tmp_path / "gone").as_uri()}]}))
-    cfg = _config()
-    counts = run_ingest(workspace, workspace.new_run(), cfg, manifest=manifest, batch_size=16)
+    cfg = _config(manifest=str(manifest))
+    cfg = cfg.model_copy(update={"flows": cfg.flows.model_copy(update={"batch_size": 16})})
+    counts = run_step(local_executor(workspace, cfg), "ingest")
     con = workspace.duckdb(["raw_modules", "rejections"])
     kinds = dict(con.sql("select source_kind, count(*) from raw_modules group by 1").fetchall())
     assert kinds["transformers"] == 2 and kinds["nnsmith"] == 1 and kinds["git"] == 1
@@ -52,11 +55,11 @@ def test_default_sources_then_rerun_skips(workspace: Workspace, tmp_path: Path):
     assert counts["modules"] == sum(kinds.values()) and counts["existing"] == 0
     assert counts["kind:seed"] == kinds["seed"]
     reasons = [r.reason for r in workspace.read(Rejection)]
-    assert "unreachable" in reasons and counts["reason:unreachable"] == 1
+    assert "unreachable" in reasons and counts["rejected:unreachable"] == 1
     # written in several parts (batches), readable back with the schema
     assert len(workspace.part_paths("raw_modules")) > 1
     # the same ingest again writes nothing new
-    again = run_ingest(workspace, workspace.new_run(), cfg, manifest=manifest)
+    again = run_step(local_executor(workspace, cfg), "ingest")
     assert again["modules"] == 0 and again["rejections"] == 0
     assert again["existing"] == counts["modules"]
     assert len(workspace.read(RawModule)) == counts["modules"]

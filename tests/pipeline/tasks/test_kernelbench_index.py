@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import TasksConfig
-from pipeline.tasks.curate import curate_tasks
-from pipeline.tasks.kernelbench_index import (
+from pipeline.tasks.curate.curate import curate_tasks
+from pipeline.tasks.curate.kernelbench_index import (
     SHIPPED_INDEX,
     BenchmarkIndexError,
     fetch_kernelbench,

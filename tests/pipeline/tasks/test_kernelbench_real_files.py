@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import TasksConfig
-from pipeline.tasks.curate import curate_tasks
-from pipeline.tasks.kernelbench_index import (
+from pipeline.tasks.curate.curate import curate_tasks
+from pipeline.tasks.curate.kernelbench_index import (
     KERNELBENCH_COMMIT,
     SHIPPED_INDEX,
     compute_ops,

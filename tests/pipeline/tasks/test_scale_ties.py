@@ -7,15 +7,15 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from pipeline.tasks.dims import (
+from pipeline.tasks.probe.budget import time_budget
+from pipeline.tasks.probe.dims import (
     derived_refresher,
     get_slot,
     int_constants,
     may_tie,
     tie_partners,
 )
-from pipeline.tasks.probe_budget import time_budget
-from pipeline.tasks.scale import footprint, input_numel, scale_constants
+from pipeline.tasks.probe.scale import footprint, input_numel, scale_constants
 from pipeline.tasks.taskfile import inspect_task_source, substitute_constants
 
 HINGE = textwrap.dedent('''

@@ -1,4 +1,4 @@
-"""pipeline.tasks.shape_facts: the one tracer of a reference's sizes (rows audit, row-size test)."""
+"""pipeline.tasks.annotate.shape_facts: the one tracer of a reference's sizes (rows audit, row-size test)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.tasks import shape_facts
+from pipeline.tasks.annotate import shape_facts
 
 REF = '''import torch
 import torch.nn as nn

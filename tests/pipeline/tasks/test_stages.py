@@ -1,4 +1,4 @@
-"""run_tasks over a real workspace, through the CLI: build, resume (skip), show."""
+"""The plan's tasks step over a real workspace, through the CLI: build, resume (skip), show."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import Config
-from pipeline.tasks.stages import done_module_ids, run_tasks
+from pipeline.plan import done_module_ids, run_step
+from pipeline.runner import local_executor
 from pipeline.workspace import Workspace
 from schemas import RawModule, Rejection, Task
 from tests.conftest import LINEAR_TASK, RELU_TASK
@@ -65,8 +66,8 @@ def test_build_writes_tasks_and_rejections(built) -> None:
     ws = Workspace(root)
     tasks = ws.read(Task)
     assert counts["modules"] == 5 and counts["tasks"] == 3 == len(tasks)
-    assert counts["rejected"] == 1 and counts["curated_out"] == 1
-    assert counts["reason:duplicate"] == 1
+    assert counts["rejections"] == 2 and counts["curated_out"] == 1
+    assert counts["rejected:duplicate"] == 1
     rej = ws.read(Rejection)
     assert any(r.stage == "extract" and "undefined_helper" in r.detail for r in rej)
     scale = next(t for t in tasks if t.original_name == "Scale")
@@ -84,7 +85,7 @@ def test_rerun_skips_finished_modules(built) -> None:
     ws = Workspace(root)
     before = len(ws.part_paths("tasks"))
     assert len(done_module_ids(ws)) == 5
-    counts = run_tasks(ws, ws.new_run(), Config(workspace=str(root)))
+    counts = run_step(local_executor(ws, Config(workspace=str(root))), "tasks")
     assert counts["skipped"] == 5 and counts.get("tasks", 0) == 0
     assert len(ws.part_paths("tasks")) == before
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from pipeline.config import VerifyConfig
-from pipeline.tasks.variants import job_for, task_variants, validate, with_variants
+from pipeline.tasks.probe.variants import job_for, task_variants, validate, with_variants
 from schemas import Task
 
 # 3/4 of the sizes breaks what the reference needs (a power-of-two row), so the probe must fall

@@ -6,8 +6,8 @@ Called by carving (`cst_extract.extract_class`) on the assembled module; raises
 
 from __future__ import annotations
 
-from pipeline.tasks.einops_rewrite import rewrite_einops
-from pipeline.tasks.normalize_errors import NormalizeError
+from pipeline.tasks.normalize.einops_rewrite import rewrite_einops
+from pipeline.tasks.normalize.errors import NormalizeError
 
 __all__ = ["NormalizeError", "normalize_source"]
 

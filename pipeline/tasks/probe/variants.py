@@ -19,9 +19,9 @@ from verifier.variants import apply_changes, derive, single_change
 
 def _runs_cpu(source: str) -> str:
     """"" when the reference runs at this variant on the CPU and passes the validity checks."""
-    from pipeline.tasks.probe_inputs import build_model
-    from pipeline.tasks.probe_measure import check_validity
-    from pipeline.tasks.probe_runtime import ProbeReject, exec_source, load_torch, short_error
+    from pipeline.tasks.probe.inputs import build_model
+    from pipeline.tasks.probe.measure import check_validity
+    from pipeline.tasks.probe.runtime import ProbeReject, exec_source, load_torch, short_error
 
     torch = load_torch()
     try:
@@ -39,8 +39,8 @@ def _runs_cpu(source: str) -> str:
 
 def _runs_meta(source: str) -> str:
     """"" when the reference builds and runs at this variant on the meta device."""
-    from pipeline.tasks.probe_inputs import build_model
-    from pipeline.tasks.probe_runtime import exec_source, load_torch, short_error
+    from pipeline.tasks.probe.inputs import build_model
+    from pipeline.tasks.probe.runtime import exec_source, load_torch, short_error
 
     torch = load_torch()
     try:

@@ -9,9 +9,9 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pipeline.tasks.carve_shims import SHIM_NEEDS, SHIMS
-from pipeline.tasks.normalize_deps import absolute_module, dependency_definitions
-from pipeline.tasks.repo_resolver import same_definition
+from pipeline.tasks.carve.repo_resolver import same_definition
+from pipeline.tasks.carve.shims import SHIM_NEEDS, SHIMS
+from pipeline.tasks.normalize.deps import absolute_module, dependency_definitions
 from verifier import pyast
 
 # Top-level modules a task file may import (the verifier has torch + stdlib only).

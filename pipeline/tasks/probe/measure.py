@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 import time
 
-from pipeline.tasks.flops import first_numel, largest_numel, op_flops
-from pipeline.tasks.probe_runtime import (
+from pipeline.tasks.annotate.flops import first_numel, largest_numel, op_flops
+from pipeline.tasks.probe.runtime import (
     ProbeReject,
     dtype_name,
     load_torch,

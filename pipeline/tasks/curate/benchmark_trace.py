@@ -1,12 +1,12 @@
 """Child side of benchmark fingerprinting: the aten op sequence and input shapes of task files.
 
-Runs sandboxed (`pipeline.tasks.kernelbench_index` starts it) with torch + stdlib only
+Runs sandboxed (`pipeline.tasks.curate.kernelbench_index` starts it) with torch + stdlib only
 (transformers too for a file that loads a pretrained checkpoint). Reads one
 JSON line per file (`{"name", "source"}`) and answers one JSON line each. Every file is run in a
 forked child with a timeout, so a file that hangs or crashes costs only itself. The forward is
 traced on meta tensors (any size, no memory); where a meta kernel is missing, on CPU with the
 module's integer size constants shrunk. A file that loads a pretrained checkpoint (KernelBench
-level 4) gets an offline stand-in of the same architecture (`pipeline.tasks.pretrained_standins`)
+level 4) gets an offline stand-in of the same architecture (`pipeline.tasks.curate.pretrained_standins`)
 and, on CPU, keeps its sequence length (attention code paths depend on it): only the batch shrinks.
 """
 
@@ -72,7 +72,7 @@ def trace_file(name: str, source: str) -> dict:
     """{"ops", "shapes", "trace"}: on meta first, else on CPU at small sizes."""
     if "from_pretrained" not in source:
         return _trace(name, source, pretrained=False)
-    from pipeline.tasks.pretrained_standins import UnknownCheckpoint, offline_pretrained
+    from pipeline.tasks.curate.pretrained_standins import UnknownCheckpoint, offline_pretrained
 
     try:
         with offline_pretrained() as used:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from pipeline.tasks.carve_closure import (
+from pipeline.tasks.carve.closure import (
     BUILTINS,
     MODULE_BASES,
     REJECT_BASES,
@@ -31,9 +31,9 @@ from pipeline.tasks.carve_closure import (
     root_name,
     strip_decorator,
 )
-from pipeline.tasks.carve_config import config_defaults, config_source, small_config
-from pipeline.tasks.carve_shims import SHIMS
-from pipeline.tasks.normalize import NormalizeError, normalize_source
+from pipeline.tasks.carve.config_standin import config_defaults, config_source, small_config
+from pipeline.tasks.carve.shims import SHIMS
+from pipeline.tasks.normalize.normalize import NormalizeError, normalize_source
 from verifier import pyast
 
 

@@ -1,10 +1,11 @@
-"""The stages the flows run, gathered in a `StageSet` so a flow can be given others.
+"""Every Stage object of the pipeline, one file per stage, gathered in a `StageSet`.
 
-Every stage is a `pipeline.stage.Stage` (`run(batch, ctx) -> (records, rejections, counts)`, with
-its declared resources); besides them a set names what feeds the first stage (a source reader)
-and the whole-workspace steps after the last (selection, dataset rows, publishing). Flows receive
-a set by import path (`"module:attribute"`), a plain string, so the choice survives deployment
-parameters and process/Ray boundaries. `None` means the built-in pipeline.
+Each stage is a `pipeline.stage.Stage` (`run(batch, ctx) -> (records, rejections, counts)`, with
+its declared resources); besides them a set names what feeds the first stage (a source reader).
+The plan (`pipeline.plan`) runs a set's stages in its one order, whatever the executor (the local
+runner or the Prefect flows). Executors receive a set by import path (`"module:attribute"`), a
+plain string, so the choice survives deployment parameters and process/Ray boundaries; `None`
+means the built-in pipeline.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from pipeline.stage import Stage
@@ -21,7 +21,7 @@ from pipeline.stage import Stage
 
 @dataclass(frozen=True)
 class StageSet:
-    """The pipeline's stages (pipeline/STAGES.md) and the steps around them."""
+    """The pipeline's stages (pipeline/STAGES.md) and what feeds the first."""
 
     read_sources: Callable[..., Iterable[Any]]  # (SourcesConfig, cache_dir, *, manifest)
     ingest: Stage  # what the sources yield -> RawModule
@@ -31,29 +31,32 @@ class StageSet:
     compile: Stage  # Candidate -> (build cache), before verify on Ray
     mutate: Stage  # Task (with its chains in ctx) -> Candidate
     repair: Stage  # Task (with its chains in ctx) -> Candidate (next turn)
-    select: Callable[..., list[str]]  # (candidates, verdicts, k, weight, seed)
-    build_datasets: Callable[..., dict[str, Any]]  # (tasks, candidates, verdicts, selected, cfg)
-    publish: Callable[..., Path]  # (ws, tables, cfg, lineage)
-    resolve_backend: Callable[[str], str]
+    resolve_backend: Callable[[str], str]  # `auto` -> the backend of this machine
+
+    def stage(self, name: str) -> Stage:
+        """The stage called `name` (ingest, tasks, generate, verify, compile, mutate, repair)."""
+        found = getattr(self, name, None)
+        if not isinstance(found, Stage):
+            raise StageSetError(f"no stage {name!r} in the stage set")
+        return found
 
 
 @cache
 def builtin_stages() -> StageSet:
-    """The real pipeline (imported on first use: flows.stages stays cheap to import)."""
-    from pipeline.candidates.stages import GENERATE, MUTATE, REPAIR
-    from pipeline.candidates.verify import VERIFY, compile_stage
-    from pipeline.datasets.publish import publish_version
-    from pipeline.datasets.rows import build_datasets
-    from pipeline.datasets.selection import select_diverse
-    from pipeline.tasks.ingest import INGEST
-    from pipeline.tasks.stages import TASKS
+    """The real pipeline (imported on first use: this module stays cheap to import)."""
+    from pipeline.stages.compile import COMPILE
+    from pipeline.stages.generate import GENERATE
+    from pipeline.stages.ingest import INGEST
+    from pipeline.stages.mutate import MUTATE
+    from pipeline.stages.repair import REPAIR
+    from pipeline.stages.tasks import TASKS
+    from pipeline.stages.verify import VERIFY
     from sources.collect import iter_modules
     from verifier.backends import select_backend
 
     return StageSet(read_sources=iter_modules, ingest=INGEST, tasks=TASKS, generate=GENERATE,
-                    verify=VERIFY, compile=compile_stage(), mutate=MUTATE, repair=REPAIR,
-                    select=select_diverse, build_datasets=build_datasets,
-                    publish=publish_version, resolve_backend=select_backend)
+                    verify=VERIFY, compile=COMPILE, mutate=MUTATE, repair=REPAIR,
+                    resolve_backend=select_backend)
 
 
 class StageSetError(ValueError):

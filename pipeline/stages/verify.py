@@ -1,8 +1,8 @@
 """The verify stage: candidates and their tasks in, verdicts out (a client of `verifier.api`).
 
 For the cpu backend the reference is `Task.cpu_source` (dims scaled down), for GPU backends
-`Task.source`. `run_verify` skips candidates that already have verdicts and writes verdicts in
-parts of `cfg.verify.write_batch`, so a crash loses at most the batch in flight.
+`Task.source`. The plan (`pipeline.plan`) hands it the candidates that have no verdict yet, in
+batches of `verify.write_batch`, so a crash loses at most the batch in flight.
 """
 
 from __future__ import annotations
@@ -12,10 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.config import Config, VerifyConfig
-from pipeline.runner import run_batches, unverified
-from pipeline.stage import GPU_BACKENDS, Resources, Stage, StageContext, StageOutput
-from pipeline.tasks.variants import task_variants
-from pipeline.workspace import Run, Workspace
+from pipeline.stage import (
+    GPU_BACKENDS,
+    Resources,
+    Stage,
+    StageContext,
+    StageOutput,
+    keep_rejections,
+)
+from pipeline.tasks.probe.variants import task_variants
 from schemas import Candidate, Rejection, Task, Verdict
 from verifier.api import verify_batch
 from verifier.backends import BackendUnavailable, select_backend
@@ -99,48 +104,19 @@ def _verify_needs(cfg: Config, backend: str) -> Resources:
                      subprocesses=True)
 
 
-def _compile_needs(cfg: Config, backend: str) -> Resources:
-    return Resources(cpus=max(1, min(cfg.verify.compile_workers, cfg.flows.ray_num_cpus or 10**6)),
-                     subprocesses=True)  # compilers
-
-
 def verify_stage(fn: VerifyFn = verify_with_rejections) -> Stage:
     """Candidates -> Verdicts through `fn` (default: the verifier); rejections for the rest."""
 
     def run(batch: list[Candidate], ctx: StageContext) -> StageOutput:
         verdicts, rejections = fn(ctx.tasks, batch, ctx.cfg.verify, Path(ctx.cache_dir),
                                   *([ctx.progress] if ctx.progress else []))
-        counts: Counter[str] = Counter(verified=len(verdicts), rejected=len(rejections))
-        counts.update(v.status for v in verdicts)
-        return StageOutput(list(verdicts), list(rejections), counts)
+        out = StageOutput(list(verdicts), counts=Counter(verified=len(verdicts)))
+        out.counts.update(v.status for v in verdicts)
+        keep_rejections(out, list(rejections))
+        return out
 
     return Stage("verify", Candidate, Verdict, run, needs=_verify_needs,
                  batch_size=lambda cfg: cfg.verify.write_batch)
 
 
-def compile_stage(fn: VerifyFn = verify_with_rejections) -> Stage:
-    """A compile-only pass (GPU backends on Ray) that fills the build cache; writes nothing."""
-
-    def run(batch: list[Candidate], ctx: StageContext) -> StageOutput:
-        vcfg = ctx.cfg.verify.model_copy(update={"compile_only": True})
-        verdicts, _ = fn(ctx.tasks, batch, vcfg, Path(ctx.cache_dir))
-        return StageOutput(counts=Counter(compiled=len(verdicts)))
-
-    return Stage("compile", Candidate, Verdict, run, needs=_compile_needs)
-
-
 VERIFY = verify_stage()
-
-
-def run_verify(ws: Workspace, run: Run, cfg: Config, *, limit: int | None = None,
-               progress: Callable[[VerdictData], None] | None = None) -> dict[str, int]:
-    """Verify the workspace's candidates that have no verdict yet; write verdicts in parts."""
-    tasks = {t.task_id: t for t in ws.read(Task)}
-    total = len(ws.read_table(Candidate))
-    todo = unverified(ws)
-    if limit is not None:
-        todo = todo[:limit]
-    counts: Counter[str] = Counter(candidates=total, skipped=total - len(todo))
-    ctx = StageContext(cfg, cache_dir=str(ws.cache_dir), tasks=tasks, progress=progress)
-    counts.update(run_batches(VERIFY, todo, ctx, run, size=VERIFY.batch_size(cfg)))
-    return dict(counts)

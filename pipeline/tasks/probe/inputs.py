@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from pipeline.tasks.probe_runtime import (
+from pipeline.tasks.probe.runtime import (
     ProbeReject,
     classify_error,
     load_torch,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.tasks.probe import analyze
+from pipeline.tasks.probe.probe import analyze
 
 torch.set_num_threads(1)  # no OpenMP pool in a process that forks
 

@@ -1,4 +1,6 @@
-"""The structured prompt kernel models are trained on: reference, shapes, backend, rules.
+"""The messages kernel models are trained on: the task prompt (reference, shapes, backend, rules)
+and the verifier-feedback turn of a repair chain. Generation, repair and the dataset rows all
+read them here, so a row says exactly what a model was asked.
 
 One system message (the role and the answer format) and one user message (the task). Both come
 from templates that a config may replace (`GenerateConfig.system_prompt` / `user_template`); the
@@ -13,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from pipeline.config import GenerateConfig
-from schemas import Message, Task, TensorSpec
+from schemas import Message, Task, TensorSpec, Verdict
 from verifier import pyast
 
 
@@ -303,3 +305,18 @@ def fence(code: str, reasoning: str = "") -> str:
     """An assistant answer: optional reasoning text, then the code in one python block."""
     block = f"```python\n{code.rstrip()}\n```"
     return f"{reasoning.strip()}\n\n{block}" if reasoning.strip() else block
+
+
+def feedback_turn(verdict: Verdict, explain: bool = True) -> str:
+    """The user message that carries the verifier's findings into the next turn.
+
+    `explain=False` asks for the file alone: a dataset row uses it when the answer that follows
+    is bare code, so no row teaches ignoring a request to explain.
+    """
+    body = verdict.feedback.strip()
+    if not body:
+        detail = verdict.error.strip() or verdict.compile_log.strip()[-1500:]
+        body = f"The verifier stopped at the {verdict.stage} stage." + (
+            f"\n\n{detail}" if detail else "")
+    return (f"Your kernel did not pass verification (status: {verdict.status}).\n\n{body}\n\n"
+            f"{EXPLAIN_FIX_RULE if explain else CODE_ONLY_FIX} in one ```python code block.")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from pipeline.tasks import einops_codegen as gen
-from pipeline.tasks.normalize_errors import NormalizeError
+from pipeline.tasks.normalize import einops_codegen as gen
+from pipeline.tasks.normalize.errors import NormalizeError
 
 SUPPORTED = ("rearrange", "reduce", "repeat", "pack", "unpack", "einsum", "parse_shape",
              "Rearrange", "Reduce")

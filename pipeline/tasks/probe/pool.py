@@ -1,11 +1,11 @@
 """Host side of the task probe: jobs run on the verifier's fork server (`verifier.forkserver`).
 
-The server imports torch once (plus `pipeline.tasks.probe_warmup`) and forks one sandboxed child
+The server imports torch once (plus `pipeline.tasks.probe.warmup`) and forks one sandboxed child
 per job, exactly the verifier's sandbox: own session, pids cgroup, rlimits entered in the child
 (no `preexec_fn`), namespaces, private /tmp, scrubbed environment. The child runs
-`pipeline.tasks.probe` on the job's `job.json`; a job costs a fork, not an interpreter start, and
+`pipeline.tasks.probe.probe` on the job's `job.json`; a job costs a fork, not an interpreter start, and
 a hang, crash or hostile module costs only its child. The server's deadline for a job is its
-budget's cap (see `pipeline.tasks.probe_budget`) plus a margin; the child's own timer reports
+budget's cap (see `pipeline.tasks.probe.budget`) plus a margin; the child's own timer reports
 the budget's figures sooner.
 """
 
@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from verifier.forkserver import ForkServer, ForkServerError
 from verifier.sandbox import EnvironmentFailure, SandboxLimits, SandboxResult, common_failure
 
-PROBE_ENTRY = "pipeline.tasks.probe"
-PRELOAD = ("pipeline.tasks.probe_warmup",)
+PROBE_ENTRY = "pipeline.tasks.probe.probe"
+PRELOAD = ("pipeline.tasks.probe.warmup",)
 _MARGIN_S = 10.0  # past the budget's cap: the child's timer answers first
 
 

@@ -5,7 +5,7 @@ A level-4 file builds `AutoModelForCausalLM.from_pretrained(name)` with
 forward's op sequence, which depends on the architecture, not the weights: each checkpoint is
 replaced by its transformers config class with the checkpoint's published hyperparameters (its
 `config.json` on the Hub), and the model is built with `from_config` on whatever device is
-current (meta while tracing). Runs in the sandboxed tracer (`pipeline.tasks.benchmark_trace`);
+current (meta while tracing). Runs in the sandboxed tracer (`pipeline.tasks.curate.benchmark_trace`);
 imports transformers only when a file does.
 """
 

@@ -1,7 +1,7 @@
 """Benchmark fingerprints for decontamination: KernelBench levels 1-4 shipped, any folder on demand.
 
 A fingerprint keeps no source text: the aten op sequence of the forward (traced on meta tensors,
-`pipeline.tasks.benchmark_trace`, the same first-use order as `Task.op_inventory`), hashes of the
+`pipeline.tasks.curate.benchmark_trace`, the same first-use order as `Task.op_inventory`), hashes of the
 normalized token n-grams of the computation (names renamed, numbers zeroed), a hash of the
 AST op signature, and the input shapes. A task matches a benchmark file by n-gram overlap (where
 both were traced, only if they also run similar compute ops), by the same compute-op sequence,
@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from pipeline.tasks.curate.fingerprint import computation_ngrams, op_signature
 from verifier.sandbox import network_namespace_available, scrubbed_env
 
 INDEX_VERSION = 1
@@ -55,13 +56,6 @@ def _gram_hash(gram: str) -> int:
 def compute_ops(ops: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """The compute ops of an aten op sequence (layout, view and allocation ops dropped)."""
     return tuple(op for op in ops if op not in LAYOUT_OPS)
-
-
-def _curate():
-    # imported lazily: curate imports this module
-    from pipeline.tasks import curate
-
-    return curate
 
 
 @dataclass
@@ -139,16 +133,14 @@ class Match:
 def source_fingerprint(name: str, source: str, ngram: int, ops: list[str],
                        shapes: list[list[int]], trace: str) -> Fingerprint:
     """A fingerprint of one file from its text and its traced ops."""
-    curate = _curate()
-    grams = sorted({_gram_hash(g) for g in curate.computation_ngrams(source, ngram)})
-    sig = curate.op_signature(source)
+    grams = sorted({_gram_hash(g) for g in computation_ngrams(source, ngram)})
+    sig = op_signature(source)
     return Fingerprint(name, grams, list(ops), _hash(sig) if sig else "", shapes, trace)
 
 
 @functools.lru_cache(maxsize=8)
 def boilerplate_grams(ngram: int) -> frozenset[int]:
     """Hashed n-grams of constructors that only store their arguments (shared by most files)."""
-    curate = _curate()
     out: set[int] = set()
     for k in range(9):
         args = [f"p{i}" for i in range(k)]
@@ -157,8 +149,8 @@ def boilerplate_grams(ngram: int) -> frozenset[int]:
                f"    def __init__({', '.join(['self', *args])}):\n"
                f"        super().__init__()\n{body}\n    def forward(self, x):\n"
                "        return x\n")
-        out |= {_gram_hash(g) for g in curate.computation_ngrams(src, ngram)}
-        out |= {_gram_hash(g) for g in curate.computation_ngrams(
+        out |= {_gram_hash(g) for g in computation_ngrams(src, ngram)}
+        out |= {_gram_hash(g) for g in computation_ngrams(
             src.replace("super().__init__()", "super(Model, self).__init__()"), ngram)}
     return frozenset(out)
 
@@ -170,12 +162,11 @@ def _hash(sig: tuple[str, ...]) -> str:
 def match_task(source: str, op_inventory: list[str], shapes: list[list[int]],
                index: FingerprintIndex, threshold: float) -> Match | None:
     """The strongest overlap of one task with `index` (aten ops, then n-grams, then AST)."""
-    curate = _curate()
     grams_of, ops_of, ast_of = index._lookup
     boiler = boilerplate_grams(index.ngram)
-    mine = {_gram_hash(g) for g in curate.computation_ngrams(source, index.ngram)} - boiler
+    mine = {_gram_hash(g) for g in computation_ngrams(source, index.ngram)} - boiler
     ops = compute_ops(op_inventory)
-    sig = curate.op_signature(source)
+    sig = op_signature(source)
     generic = len(ops) <= 1 if ops else len(sig) <= 1
     hits: dict[int, int] = {}
     for g in mine:
@@ -222,7 +213,7 @@ def match_task(source: str, op_inventory: list[str], shapes: list[list[int]],
 
 
 def _tracer_cmd(timeout_s: float) -> list[str]:
-    cmd = [sys.executable, "-m", "pipeline.tasks.benchmark_trace", str(timeout_s)]
+    cmd = [sys.executable, "-m", "pipeline.tasks.curate.benchmark_trace", str(timeout_s)]
     if network_namespace_available():
         cmd = [shutil.which("unshare") or "unshare", "-rn", *cmd]
     return cmd
@@ -232,7 +223,7 @@ def trace_files(files: dict[str, str], timeout_s: float = 30.0) -> dict[str, dic
     """name -> {ops, shapes, trace} for every file, traced in a sandboxed child process."""
     if not files:
         return {}
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]  # the repository (PYTHONPATH of the child)
     jobs = "".join(json.dumps({"name": n, "source": s}) + "\n" for n, s in files.items())
     with tempfile.TemporaryDirectory(prefix="ks-bench-trace-") as work:
         proc = subprocess.run(
@@ -272,7 +263,7 @@ def build_index(benchmark: str, source: str, files: dict[str, str], ngram: int,
                 timeout_s: float = 30.0) -> FingerprintIndex:
     """Fingerprint `files` (name -> text): traced in a sandbox, hashed, no text kept."""
     # a file that loads pretrained weights (KernelBench level 4) is traced with an offline
-    # stand-in of the checkpoint's architecture (`pipeline.tasks.pretrained_standins`)
+    # stand-in of the checkpoint's architecture (`pipeline.tasks.curate.pretrained_standins`)
     traces = trace_files(files, timeout_s)
     entries = [source_fingerprint(n, text, ngram, traces[n]["ops"], traces[n]["shapes"],
                                   traces[n]["trace"]) for n, text in files.items()]

@@ -1,17 +1,17 @@
 """The task probe: one job in a sandboxed child of the verifier's fork server (torch + stdlib).
 
-`pipeline.tasks.probe_pool` sends each job to `verifier.forkserver`, which forks a sandboxed
+`pipeline.tasks.probe.pool` sends each job to `verifier.forkserver`, which forks a sandboxed
 child that runs this module as `__main__`: it reads `job.json`, writes `result.json`, and a hang,
 crash or hostile module costs only that child. Three job kinds, one path:
 - `taskfile`: a KernelBench file checked and run on CPU (`tasks validate`, see
-  `pipeline.tasks.probe_taskfile`);
+  `pipeline.tasks.probe.taskfile_job`);
 - `complete`: a full KernelBench file from a source, scaled for the CPU by the data-flow scaler
   and measured;
 - `extracted`: a class pulled out of a file, with init arguments and forward inputs to infer.
 Measuring means: validity (constant, near-zero, input-independent, nondeterministic,
 input-mutating outputs), the aten op inventory, per-statement shapes of `forward`, FLOPs and
 bytes at GPU sizes (on meta tensors), and GPU sizes that reach the target time on the named GPU.
-Every job runs under a time budget that grows with its FLOPs (`pipeline.tasks.probe_budget`).
+Every job runs under a time budget that grows with its FLOPs (`pipeline.tasks.probe.budget`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from __future__ import annotations
 import json
 import os
 
-from pipeline.tasks.dims import derived_refresher, int_constants, tie_partners
-from pipeline.tasks.probe_budget import start_budget, start_clock
-from pipeline.tasks.probe_inputs import build_model, infer_inputs, role_base, sized_specs
-from pipeline.tasks.probe_measure import analyze_run, check_validity
-from pipeline.tasks.probe_runtime import (
+from pipeline.tasks.probe.budget import start_budget, start_clock
+from pipeline.tasks.probe.dims import derived_refresher, int_constants, tie_partners
+from pipeline.tasks.probe.inputs import build_model, infer_inputs, role_base, sized_specs
+from pipeline.tasks.probe.measure import analyze_run, check_validity
+from pipeline.tasks.probe.runtime import (
     ProbeReject,
     block_files,
     classify_error,
@@ -33,8 +33,8 @@ from pipeline.tasks.probe_runtime import (
     make_input,
     short_error,
 )
-from pipeline.tasks.probe_taskfile import check_taskfile
-from pipeline.tasks.scale import footprint, input_numel, meta_items, scale_constants
+from pipeline.tasks.probe.scale import footprint, input_numel, meta_items, scale_constants
+from pipeline.tasks.probe.taskfile_job import check_taskfile
 
 
 def _est_ms(stats: dict, gpu: dict) -> float:
@@ -227,7 +227,7 @@ def analyze(job: dict) -> dict:
     torch.manual_seed(0)
     try:
         if job.get("kind") == "variants":
-            from pipeline.tasks.variants import validate
+            from pipeline.tasks.probe.variants import validate
 
             return validate(job["sources"])
         if job.get("kind") == "complete":

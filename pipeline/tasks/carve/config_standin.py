@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import re
 
-from pipeline.tasks.carve_closure import (
+from pipeline.tasks.carve.closure import (
     FileInfo,
     Resolver,
     parse_file,

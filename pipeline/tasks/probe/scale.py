@@ -1,6 +1,6 @@
 """CPU copies that keep a task's meaning (torch + stdlib; runs inside the probe's sandbox).
 
-The task's size constants (see `pipeline.tasks.dims`) are halved, largest first, until its inputs,
+The task's size constants (see `pipeline.tasks.probe.dims`) are halved, largest first, until its inputs,
 footprint and FLOPs fit the host; derived values follow the file's data flow, tied dims move
 together, and a halving that breaks the model (a group count, a pooling chain) is undone.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipeline.tasks.dims import get_slot, may_tie, set_slot
+from pipeline.tasks.probe.dims import get_slot, may_tie, set_slot
 
 ALLOC_FAILURE = ("can't allocate memory", "cannot allocate memory", "out of memory")
 

@@ -1,5 +1,5 @@
 """The probe's `taskfile` job: load a KernelBench file (torch + stdlib, inside the probe's child),
-check its interface, scale a CPU copy (see `pipeline.tasks.scale`), run the reference forward
+check its interface, scale a CPU copy (see `pipeline.tasks.probe.scale`), run the reference forward
 on CPU and report shapes, dtypes, init inputs and the scaled constants.
 """
 
@@ -14,8 +14,8 @@ import traceback
 import types
 from collections.abc import Callable
 
-from pipeline.tasks.dims import derived_refresher, int_constants, tie_partners
-from pipeline.tasks.scale import footprint, input_numel, is_alloc_failure, scale_constants
+from pipeline.tasks.probe.dims import derived_refresher, int_constants, tie_partners
+from pipeline.tasks.probe.scale import footprint, input_numel, is_alloc_failure, scale_constants
 from verifier import pyast
 
 
