@@ -5,7 +5,7 @@ generalisation check runs it against the same task at other sizes and other cons
 arguments. A task file keeps its sizes in module-level integer constants and its constructor
 values in `get_init_inputs()` (or module-level floats it reads), so rewriting those literals gives
 the other task; the pipeline's task probe checks that the reference still runs there before a
-variant is kept (`pipeline.tasks.variants`).
+variant is kept (`pipeline.tasks.probe.variants`).
 
 Integer constructor arguments that name an axis (`dim`, `axis`, `reduce_dim`: a small int the
 module keeps and reduces or normalises over) get their own kind, "args": another axis, offered
