@@ -367,7 +367,8 @@ class SamplingClock(JudgeClock):
         kinds, objects = classify(sampler.samples, sampler.maps, self.own)
         out = {"samples": sum(kinds.values()), "kinds": dict(kinds),
                "objects": {f"{k}:{o}": c for (k, o), c in objects.most_common(8)}, "refused": dict(sampler.refused),
-               "served_s": round(served, 4), "call_us": round(call_s * 1e6, 2)}
+               "served_s": round(served, 4), "call_us": round(call_s * 1e6, 2),
+               "wall_s": round(time.perf_counter() - began, 3)}  # what sampling added
         if sampler.refused.get("traced"):
             out["finding"] = ("library_time: a thread of the run is traced by another process "
                               "(the judge's samples were kept out)")
