@@ -22,6 +22,7 @@ from verifier.clock import JudgeClock, no_judge
 from verifier.cpu_meter import CpuCgroup
 from verifier.decide import load_outputs
 from verifier.gpu_pool import GpuWorkerProcess, RunOutcome
+from verifier.ip_sampler import SamplingClock
 from verifier.protocol import VerifyOptions
 from verifier.referee import Referee, RemoteJudge, RemoteTrials
 from verifier.sandbox import Launcher, SandboxLimits
@@ -77,6 +78,8 @@ class _SandboxRunner:
                 job["arena"] = {**judge.spec, "path": ARENA_FILE}
             if clock is not None and meter is not None:  # the run's cpu time, for the clock
                 clock.watch(meter.cpu_s)
+            if isinstance(clock, SamplingClock):  # where its cpu time goes (ip_sampler)
+                clock.sample_tasks(meter.path if meter else None, {e["path"] for e in exts.values()})
             try:
                 res = self.launcher.run_module(
                     "verifier.worker",
@@ -139,7 +142,8 @@ class _SandboxRunner:
             print(f"kernelsynth verifier: no timing judge for {item.req.task_id}: "
                   f"{type(exc).__name__}: {exc}", file=sys.stderr)
             return None, None
-        return judge, JudgeClock(judge, workdir=workdir, wait_s=self.opts.run_timeout_s)
+        return judge, SamplingClock(judge, policy=opts.fallback, workdir=workdir,
+                                    wait_s=opts.run_timeout_s)
 
     def baseline(self, task_source: str, job_options: dict[str, Any]) -> dict[str, Any] | None:
         """The reference's baselines, timed in a fresh sandboxed child that loads nothing but

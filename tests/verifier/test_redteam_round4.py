@@ -41,24 +41,10 @@ FALLBACKS = ("numpy_relu_helper", "numpy_via_torch_module", "disable_modes_relu"
              "cpp_alias_traced", "pybind_alias_patch")
 
 # What still gets through, and why (the lead and the owners of these files fix them).
-_TRACE_IN_WORKER = (
-    "the fallback verdict is decided in the candidate's own process (worker.py: the trials' "
-    "TorchDispatchMode trace and judge_ops, the timed calls' profiler): {how}; the fix is a "
-    "trace the candidate cannot leave, e.g. compare per-call op counts recorded by a profiler "
-    "whose events the parent reads, or time/judge with the library disabled in C++ "
-    "(a candidate-free check), not a rule per route")
 RUNTIME_OPEN = {
-    "numpy_relu_helper": _TRACE_IN_WORKER.format(
-        how="numpy computes with no aten op at all, and the strict policy never asks that an "
-            "extension function ran (judge_ops: own_calls is checked under `partial` only)"),
-    "numpy_via_torch_module": _TRACE_IN_WORKER.format(
-        how="numpy (as torch.storage.np) computes with no aten op"),
-    "disable_modes_relu": _TRACE_IN_WORKER.format(
-        how="torch.utils._python_dispatch._disable_current_modes() pops the trace's mode"),
-    "cpp_keyguard_relu": _TRACE_IN_WORKER.format(
-        how="C++ excludes DispatchKey::Python/PythonTLSSnapshot around at::relu"),
-    "pybind_alias_patch": _TRACE_IN_WORKER.format(
-        how="C++ sets verifier.fallback.is_fallback to a lambda that says no"),
+    # numpy_relu_helper, numpy_via_torch_module, disable_modes_relu, cpp_keyguard_relu,
+    # pybind_alias_patch: held by the judge's own instruction-pointer samples of the run
+    # (verifier/ip_sampler.py): no sample of the calls lands in the candidate's objects
     "omp_more_cores": (
         "the run may use every cpu of the host: `#pragma omp parallel num_threads(8)` ran 8 "
         "threads on 2 cpus, while the eager baseline runs one thread (OMP_NUM_THREADS=1 and "

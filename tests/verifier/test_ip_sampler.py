@@ -1,0 +1,219 @@
+"""The judge's instruction-pointer samples of a run (verifier.ip_sampler): real child processes
+spinning in a known shared object, in the interpreter, or in numpy's BLAS, sampled from this
+process; the decision on counted samples; and the sampling clock serving untimed windows to a
+real worker process that speaks the clock's protocol."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from verifier import ip_sampler as ips
+
+NEEDS_PTRACE = pytest.mark.skipif(bool(ips.unavailable()), reason=ips.unavailable() or "ok")
+SPIN_C = "double spin(long n){double s=0;for(long i=0;i<n;i++)s+=i*0.5/(i+1.0);return s;}\n"
+CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def spin_so(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("spin")
+    (d / "spin.c").write_text(SPIN_C)
+    so = d / "libks_spin.so"
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(so), str(d / "spin.c")],
+                   check=True)
+    return so
+
+
+def _spin_code(so: Path, n: str = "10**12") -> str:
+    return (f"import ctypes; lib = ctypes.CDLL({str(so)!r}); "
+            f"lib.spin.argtypes = [ctypes.c_long]; lib.spin({n})")
+
+
+def _sampled(code: str, own: set[str], seconds: float = 0.4) -> tuple[Counter, Counter, dict]:
+    """Kinds and objects of a child running `code`, sampled for `seconds`."""
+    child = subprocess.Popen([sys.executable, "-c", code], env=CHILD_ENV)
+    try:
+        time.sleep(1.0)  # past the interpreter's start (and numpy's import)
+        assert child.poll() is None, "the child ended early"
+        tasks = lambda: [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]  # noqa: E731
+        sampler = ips.Sampler(tasks, interval_s=0.001).start()
+        time.sleep(seconds)
+        sampler.stop()
+        kinds, objects = ips.classify(sampler.samples, sampler.maps, own)
+        return kinds, objects, dict(sampler.refused)
+    finally:
+        child.kill()
+        child.wait()
+
+
+@NEEDS_PTRACE
+def test_a_child_spinning_in_its_own_object_is_sampled_there(spin_so: Path) -> None:
+    kinds, objects, refused = _sampled(_spin_code(spin_so), {spin_so.name})
+    assert not refused, refused
+    assert sum(kinds.values()) >= 10, kinds
+    assert kinds["own"] >= 0.8 * sum(kinds.values()), (kinds, objects)
+    assert objects.most_common(1)[0][0] == ("own", spin_so.name)
+
+
+@NEEDS_PTRACE
+def test_a_child_spinning_in_the_interpreter_is_overhead_and_never_own(spin_so: Path) -> None:
+    kinds, objects, _ = _sampled("s = 0\nwhile True:\n    s += 1\n", {spin_so.name})
+    assert sum(kinds.values()) >= 10, kinds
+    assert kinds["own"] == 0 and kinds["overhead"] >= 0.8 * sum(kinds.values()), objects
+    assert any("libpython" in name or "python" in name for _, name in objects), objects
+
+
+@NEEDS_PTRACE
+def test_numpy_blas_is_library_time_and_the_decision_names_it(spin_so: Path) -> None:
+    code = "import numpy as np\na = np.random.rand(500, 500)\nwhile True:\n    a @ a\n"
+    kinds, objects, _ = _sampled(code, {spin_so.name})
+    compute = kinds["own"] + kinds["torch"] + kinds["library"] + kinds["anon"]
+    assert kinds["library"] >= 0.8 * compute and compute >= ips.MIN_COMPUTE, objects
+    why = ips.decide(kinds, objects, own_loaded=True, call_s=1e-3)
+    assert why.startswith("library_time:") and "own objects" in why, why
+    assert ips.decide(kinds, objects, own_loaded=True, call_s=1e-3, policy="partial") == ""
+
+
+@NEEDS_PTRACE
+def test_a_thread_another_process_traces_is_reported_not_sampled() -> None:
+    code = ("import ctypes, time\nctypes.CDLL(None).ptrace(0, 0, None, None)\n"  # TRACEME
+            "while True:\n    pass\n")
+    child = subprocess.Popen([sys.executable, "-c", code], env=CHILD_ENV)
+    try:
+        time.sleep(0.8)
+        rip, why = ips.sample_once(child.pid)
+        assert rip is None and why == "traced", (rip, why)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_thread_that_is_gone_is_gone() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert ips.sample_once(child.pid) == (None, "gone")
+
+
+MAPS = textwrap.dedent("""\
+    00400000-00401000 r-xp 00000000 00:00 0    /usr/bin/python3.11
+    10000000-10001000 r-xp 00000000 08:01 1    /tmp/run/ks_abc.so
+    20000000-20001000 r-xp 00000000 08:01 2    /venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so
+    30000000-30001000 r-xp 00000000 08:01 3    /venv/lib/python3.11/site-packages/numpy/core/_multiarray_umath.so
+    40000000-40001000 r-xp 00000000 08:01 4    /venv/lib/python3.11/site-packages/numpy.libs/libopenblas.so
+    50000000-50001000 rwxp 00000000 00:00 0
+    60000000-60001000 r--p 00000000 08:01 1    /tmp/run/ks_abc.so
+    70000000-70001000 r-xp 00000000 08:01 5    /lib/x86_64-linux-gnu/libc.so.6
+    """)
+
+
+def test_rips_map_to_their_objects_and_kinds() -> None:
+    rips = [0x400010, 0x10000010, 0x20000010, 0x30000010, 0x40000010, 0x50000010, 0x60000010,
+            0x70000010, ips.SYSCALL - 0]
+    kinds, objects = ips.classify([(7, r) for r in rips], {7: MAPS}, {"ks_abc.so"})
+    # the read-only mapping of the own object is not code: its rip maps to nothing
+    assert kinds == Counter(overhead=2, own=1, torch=1, library=2, anon=2, syscall=1), kinds
+    assert objects["library", "libopenblas.so"] == 1 and objects["anon", "(unmapped)"] == 1
+    # a file named like the candidate's but under site-packages is not the candidate's
+    assert ips.kind_of("/v/site-packages/x/ks_abc.so", {"ks_abc.so"}) == "library"
+
+
+@pytest.mark.parametrize(("kinds", "call_s", "policy", "flagged"), [
+    ({"own": 60, "torch": 25, "overhead": 30}, 1e-3, "strict", False),  # honest, torch's copies
+    ({"own": 1, "torch": 18, "overhead": 5}, 1e-3, "strict", False),  # 95% of 19: too few
+    ({"own": 2, "torch": 40, "library": 5, "overhead": 5}, 1e-3, "strict", True),  # 96% library
+    ({"torch": 15, "overhead": 40, "syscall": 30}, 1e-3, "strict", True),  # own never ran
+    ({"torch": 11, "overhead": 40}, 1e-3, "strict", False),  # too few compute samples
+    ({"torch": 40, "overhead": 40}, 1e-4, "strict", False),  # calls too short to sample
+    ({"torch": 40, "overhead": 40}, 1e-3, "partial", False),  # only the strict policy
+])
+def test_the_decision(kinds: dict, call_s: float, policy: str, flagged: bool) -> None:
+    objects = Counter({(k, f"lib{k}.so"): n for k, n in kinds.items()})
+    why = ips.decide(Counter(kinds), objects, True, call_s, policy)
+    assert bool(why) == flagged, why
+    if flagged:
+        assert why.startswith("library_time:") and "libtorch.so" in why, why
+
+
+def test_without_own_objects_only_the_share_rule_applies() -> None:
+    kinds = Counter(torch=15, overhead=20)
+    assert ips.decide(kinds, Counter({("torch", "libtorch_cpu.so"): 15}), False, 1e-3) == ""
+
+
+# --- the sampling clock, driving a real worker process over the clock's FIFOs --------------
+class _Judge:
+    """A judge with nothing to check: this test is about where the calls' time goes."""
+
+    copy_s, sets, out_bytes = 0.0, 4, 0
+
+    def fill(self, n: int) -> None:
+        return None
+
+    def check(self, n: int) -> str:
+        return ""
+
+
+WORKER = """
+import ctypes, sys
+from verifier.clock import open_worker_pipes, serve_windows
+{setup}
+serve_windows(open_worker_pipes(), call, [[0]], lambda i, out: None, lambda: None)
+"""
+
+
+def _clock_run(tmp_path: Path, setup: str, own: set[str]) -> dict:
+    clock = ips.SamplingClock(_Judge(), workdir=tmp_path, wait_s=30.0)
+    child = subprocess.Popen([sys.executable, "-c", WORKER.format(setup=setup)], cwd=tmp_path,
+                             env={**CHILD_ENV, "PYTHONPATH": str(Path(__file__).parents[2])})
+    clock.own = own
+    clock.tasks = lambda: [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
+    try:
+        child.wait(timeout=120)
+    finally:
+        child.kill()
+    return clock.result()
+
+
+@NEEDS_PTRACE
+def test_the_sampling_clock_finds_a_run_whose_calls_never_reach_its_object(
+        tmp_path: Path, spin_so: Path) -> None:
+    np_call = ("import numpy as np\na = np.random.rand(300, 300)\n"
+               f"lib = ctypes.CDLL({str(spin_so)!r})\ndef call(x):\n    return a @ a\n")
+    res = _clock_run(tmp_path, np_call, {spin_so.name})
+    assert res["figures"]["runtime_us"] >= ips.MIN_CALL_S * 1e6, res
+    assert res["failure"].startswith("library_time:"), res
+    assert res["ip_samples"]["kinds"].get("own", 0) == 0, res
+
+
+@NEEDS_PTRACE
+def test_the_sampling_clock_leaves_a_run_computing_in_its_object_alone(
+        tmp_path: Path, spin_so: Path) -> None:
+    own_call = (f"lib = ctypes.CDLL({str(spin_so)!r})\nlib.spin.argtypes = [ctypes.c_long]\n"
+                "def call(x):\n    return lib.spin(400000)\n")
+    res = _clock_run(tmp_path, own_call, {spin_so.name})
+    assert res["failure"] == "", res
+    assert res["figures"]["runtime_us"] >= ips.MIN_CALL_S * 1e6, res
+    kinds = res["ip_samples"]["kinds"]
+    assert kinds.get("own", 0) >= ips.MIN_COMPUTE, res
+
+
+def test_no_ptrace_means_no_sampling_and_one_line(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ips, "unavailable", lambda: "ip sampling needs CAP_SYS_PTRACE (test)")
+    clock = ips.SamplingClock(_Judge(), workdir=tmp_path, wait_s=1.0)
+    clock.sample_tasks(tmp_path, {"x.so"})
+    assert clock.tasks is None
+    assert capsys.readouterr().err.count("\n") == 1
+    assert clock.result()["failure"] == ""
+
+
+def test_registers_are_read_as_x86_64_user_regs() -> None:
+    assert ctypes.sizeof(ips._Regs) == 27 * 8
