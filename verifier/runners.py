@@ -55,6 +55,13 @@ def cpu_peaks() -> dict[str, Any] | None:
     return _PEAKS["cpu"]
 
 
+def _placed(f: Path, placed: dict[str, int]) -> bool:
+    """Whether `f` is an object the runner copied in, unchanged in size (a file the run
+    wrote under an object's name, or grew, counts against its disk bound)."""
+    real = os.path.realpath(f)
+    return placed.get(real) == f.stat().st_size
+
+
 class _SandboxRunner:
     """One execution slot: each candidate in a fresh sandboxed child (forked or spawned)."""
 
@@ -71,6 +78,8 @@ class _SandboxRunner:
             except ArtefactMismatch as exc:
                 return RunOutcome(None, "correctness", False, f"verifier build cache: {exc}",
                                   False, 0.0)
+            placed = {os.path.realpath(workdir / e["path"]): (workdir / e["path"]).stat().st_size
+                      for e in exts.values()}
             job = {**job, "extensions": exts, "threads": self.threads}
             judge, clock = self._judge(item, job, workdir)
             meter = CpuCgroup.make() if clock is not None else None
@@ -108,10 +117,12 @@ class _SandboxRunner:
             outputs = load_outputs(workdir / "outputs.pt") if res.payload else None
             flood = sum((workdir / n).stat().st_size for n in (".stdout", ".stderr")
                         if (workdir / n).exists()) >= _FLOOD_BYTES
-            # the file-size rlimit is per file: the total the run wrote is bounded here
+            # the file-size rlimit is per file: the total the run wrote is bounded here; only
+            # the exact objects copy_for_worker placed (same path, same size) are not the run's
+            # (all *.so were not: a run wrote 180 MB as ks_fill*.so past the 128 MB bound)
             written = sum(f.stat().st_size for f in workdir.rglob("*") if f.is_file()
-                          and not f.is_symlink() and f.suffix != ".so"
-                          and f.name != ARENA_FILE)  # the judge's arena is not the run's
+                          and not f.is_symlink() and f.name != ARENA_FILE  # the judge's
+                          and not _placed(f, placed))
             if written > _DISK_BYTES and res.payload is not None:
                 res.payload = None
                 res.stderr += (f"\nthe run wrote {written >> 20} MB to its directory (limit "

@@ -51,10 +51,6 @@ RUNTIME_OPEN = {
         "torch.set_num_threads(1) are requests, not bounds); fix: sched_setaffinity of the run "
         "(sandbox.apply_limits / runners) to `threads` cpus, or cgroup cpu.max, and the "
         "baseline under the same bound"),
-    "fopen_pointer_so": (
-        "runners._SandboxRunner.run leaves every *.so out of the run's disk total (its own "
-        "extensions): 3 x 60 MB written as ks_fill*.so pass the 128 MB bound; fix: count all "
-        "but the exact files copy_for_worker placed (by name and size)"),
 }
 _BATCH_OBJECT = (
     "a batch unit's shared object carries every batch-mate's static initializers into each "
@@ -464,3 +460,19 @@ def test_a_malformed_batch_row_is_named_not_a_traceback(tmp_path: Path, row: str
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr, proc.stderr[-1500:]
     assert f"{batch} row 0: " in proc.stderr and why in proc.stderr, proc.stderr[-500:]
+
+
+def test_only_the_placed_objects_are_out_of_the_runs_disk_total(tmp_path: Path) -> None:
+    """fopen_pointer_so wrote 3 x 60 MB as ks_fill*.so, which the runner's disk total skipped
+    (every *.so was taken for the run's own extensions): only the exact objects it placed, at
+    the size it placed them, are left out now."""
+    from verifier.runners import _placed
+
+    obj = tmp_path / "ks_abc.so"
+    obj.write_bytes(b"\0" * 100)
+    placed = {os.path.realpath(obj): 100}
+    fill = tmp_path / "ks_fill0.so"
+    fill.write_bytes(b"\0" * 10)
+    assert _placed(obj, placed) and not _placed(fill, placed)
+    obj.write_bytes(b"\0" * 200)  # the run grew a placed object: it counts
+    assert not _placed(obj, placed)
