@@ -210,6 +210,8 @@ class JudgeClock:
         open across jobs (what an earlier job left in them is drained first)."""
         self.judge, self.wait_s, self.meter = judge, wait_s, meter
         self.fill_cpu: list[float] = []  # the run's cpu time during each window's fill
+        self.cpus: int | None = None  # the cores the run is given (`watch`); None: not bounded
+        self.window_cores: list[float] = []  # each window's cpu time over its wall time
         self.figures: dict[str, Any] = {}
         self.failure = ""  # why the windows do not stand (the worker's doing)
         self.judge_error = ""  # why the judge could not time them (not the worker's doing)
@@ -228,8 +230,12 @@ class JudgeClock:
         self._thread = threading.Thread(target=self._drive, name="ks-judge-clock", daemon=True)
         self._thread.start()
 
-    def watch(self, meter: Callable[[], float] | None) -> None:
-        """Meter the run's cpu time with `meter` from the next window on."""
+    def watch(self, meter: Callable[[], float] | None, cpus: int | None = None) -> None:
+        """Meter the run's cpu time with `meter` from the next window on; with `cpus` (the
+        threads the run is given, and its baseline ran with), a window is charged at least its
+        cpu time over `cpus`: a run that takes more cores than it was given (an OpenMP
+        `num_threads(8)` where OMP_NUM_THREADS=1 asked one) gains nothing by them."""
+        self.cpus = cpus
         self.meter = meter
 
     def _read(self, deadline: float) -> str:
@@ -318,6 +324,7 @@ class JudgeClock:
                        out_bytes=int(self.judge.out_bytes))
         if self.fill_cpu:  # what the run burnt while the judge filled (charged above noise)
             figures["fill_cpu_us"] = round(max(self.fill_cpu) * 1e6, 2)
+            figures["window_cores"] = round(max(self.window_cores), 3)  # cpu over wall
         return figures
 
     def _checked(self, n: int) -> float | None:
@@ -327,14 +334,19 @@ class JudgeClock:
         meter = self.meter
         before = _quiet(meter) if meter is not None else 0.0
         self.judge.fill(n)
-        burnt = max(0.0, meter() - before) if meter is not None else 0.0
+        at_go = meter() if meter is not None else 0.0
+        burnt = max(0.0, at_go - before)
         wall = self._window(n)
+        inside = max(0.0, meter() - at_go) if meter is not None else 0.0
         why = self.judge.check(n)
         if why:
             self.failure = why
             return None
         if meter is not None:
             self.fill_cpu.append(burnt)
+            self.window_cores.append(inside / max(wall, 1e-9))
+        if meter is not None and self.cpus:  # more cores than given: their time is charged
+            wall = max(wall, inside / self.cpus)
         return wall + max(0.0, burnt - min(FILL_NOISE_S, NOISE_SHARE * wall))
 
     def result(self) -> dict[str, Any]:

@@ -86,7 +86,7 @@ class _SandboxRunner:
             if judge is not None:
                 job["arena"] = {**judge.spec, "path": ARENA_FILE}
             if clock is not None and meter is not None:  # the run's cpu time, for the clock
-                clock.watch(meter.cpu_s)
+                clock.watch(meter.cpu_s, cpus=self.threads)
             if isinstance(clock, SamplingClock):  # where its cpu time goes (ip_sampler)
                 clock.sample_tasks(meter.path if meter else None, {e["path"] for e in exts.values()})
             try:

@@ -320,3 +320,58 @@ def test_a_sandboxed_run_joins_the_judges_cpu_cgroup(tmp_path: Path) -> None:
         assert res.extra.get("forked") and group.cpu_s() > spawned, res.stderr
     finally:
         group.remove()
+
+
+class _Quiet:
+    """A judge with nothing to fill or check: the clock's arithmetic alone."""
+
+    copy_s, sets, out_bytes = 0.0, 8, 0
+
+    def fill(self, n: int) -> None:
+        pass
+
+    def check(self, n: int) -> str:
+        return ""
+
+
+def _cores_run(tmp_path: Path, cpus: int | None) -> dict[str, Any]:
+    """A worker whose every call takes 2 ms of wall and burns 3 cores meanwhile (an OpenMP
+    `num_threads(8)` on a host with cores to spare), metered by a counter it advances."""
+    burnt = [0.0]
+    jc = JudgeClock(_Quiet(), workdir=tmp_path, wait_s=10.0)
+    jc.watch(lambda: burnt[0], cpus=cpus)
+
+    def worker() -> None:
+        old = os.getcwd()
+        os.chdir(tmp_path)
+        wfd, rfd = clock.open_worker_pipes()
+        os.chdir(old)
+        os.write(wfd, b"t\n")
+        while True:
+            msg = clock._readline(rfd).split()
+            if msg == ["e"]:
+                break
+            t0 = time.perf_counter()
+            time.sleep(0.002 * int(msg[1]))
+            burnt[0] += 3 * (time.perf_counter() - t0)
+            os.write(wfd, b"d\n")
+        os.close(wfd)
+        os.close(rfd)
+
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+    t.join(timeout=120)
+    return jc.result()
+
+
+def test_cores_beyond_the_given_ones_are_charged(tmp_path: Path) -> None:
+    """Red-team round 4's omp_more_cores: 8 threads where one was given ran at 1/8 the wall
+    time against a one-thread baseline. With the run given one core, a window is charged its
+    cpu time (3x its wall here); given four, nothing changes."""
+    (tmp_path / "one").mkdir()
+    (tmp_path / "four").mkdir()
+    one = _cores_run(tmp_path / "one", cpus=1)["figures"]
+    four = _cores_run(tmp_path / "four", cpus=4)["figures"]
+    assert one["window_cores"] >= 2.5 and four["window_cores"] >= 2.5
+    assert one["runtime_us"] >= 3 * 0.9 * 2000, one
+    assert 2000 <= four["runtime_us"] < 2 * 2000, four
