@@ -11,6 +11,7 @@ from pipeline.datasets.pairs import (
     MAX_KIND_SHARE,
     MAX_SHALLOW_SHARE,
     MAX_SIMILARITY,
+    MAX_SPEED_SIMILARITY,
     MIN_SPEEDUP,
     SHALLOW_KINDS,
     apply_label,
@@ -43,7 +44,9 @@ def check_pairs(audit: Audit, rows: dict[str, list[dict]], cands: list[Candidate
         where = f"preference {r['row_id'][:12]}"
         a, b = answer_code(r["chosen"][-1]["content"]), answer_code(r["rejected"][-1]["content"])
         sim = code_similarity(a, b)
-        audit.record("pair_distinct", sim <= MAX_SIMILARITY, where, f"similarity {sim:.3f}")
+        limit = MAX_SPEED_SIMILARITY if r.get("kind") == "speed" else MAX_SIMILARITY
+        audit.record("pair_distinct", sim <= limit, where,
+                     f"similarity {sim:.3f} over {limit} for a {r.get('kind')} pair")
         va = _side_verdict(a, r["task_id"], r["chosen_reward"], by_code, verdicts)
         vb = _side_verdict(b, r["task_id"], r["rejected_reward"], by_code, verdicts)
         if va is None or vb is None:
