@@ -564,3 +564,26 @@ def test_perf_analysis_has_one_row_per_distinct_kernel(built: tuple) -> None:
     assert rows and len(keys) == len(set(keys))
     advice = [r["messages"][-1]["content"].split("Next optimization:")[1] for r in rows]
     assert len(set(advice)) > 1
+
+
+def test_a_speed_label_must_hold_across_its_own_spread() -> None:
+    """1.3x at the median but 0.9x at the slow end of its timings is no label: the sft row is
+    dropped and a publish rejection says why; a tight 1.3x stays."""
+    from pipeline.datasets.selection import label_rejections, meets_speedup, spread_speedup
+
+    task = make_task(0)
+    tight = candidate(task, "template:elementwise/simd", kernel_code("vec4", name="tight"))
+    loose = candidate(task, "template:elementwise/omp", kernel_code("two", name="loose"))
+    vt = verdict(tight, "correct_fast", 1.3, 1.5)
+    vl = verdict(loose, "correct_fast", 1.3, 1.5)
+    vl.runtime_iqr_us = 26.0  # median 30.8 us, slow end 43.8 us against eager 40 us
+    assert meets_speedup(vt, 1.0) and not meets_speedup(vl, 1.0)
+    assert spread_speedup(vl) == pytest.approx(40.0 / (40.0 / 1.3 + 13.0))
+    rej = label_rejections([tight, loose], {c.candidate_id: v for c, v in
+                                            ((tight, vt), (loose, vl))}, 1.0, set())
+    assert [r.item_id for r in rej] == [loose.candidate_id]
+    assert rej[0].reason == "timing_not_repeated" and "slow end of its spread" in rej[0].detail
+    sft = build_datasets([task], [loose], [vl], [], Config())["sft"].to_pylist()
+    assert sft == []
+    sft = build_datasets([task], [tight, loose], [vt, vl], [], Config())["sft"].to_pylist()
+    assert [r["candidate_id"] for r in sft] == [tight.candidate_id]
