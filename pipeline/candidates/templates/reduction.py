@@ -209,8 +209,10 @@ def lower_reduction(b: Builder, node: Node) -> None:
     out_meta = metas[0]
     idx_meta = metas[1] if kind in ("max_idx", "min_idx") else (metas[0] if has_idx else None)
     in_t = ctype(xm["dtype"])
-    acc = "double" if not b.cuda and kind in ("sum", "mean", "prod", "norm") else \
-        acc_type(xm["dtype"])
+    # CPU sums accumulate in double; the fast-math strategy (a tuning choice) keeps fp32 lanes,
+    # twice as many per vector, whose many partial sums keep the error within fp32 tolerance
+    wide = kind == "prod" or (kind in ("sum", "mean", "norm") and b.cpu_strategy != "simd_fastmath")
+    acc = "double" if not b.cuda and wide else acc_type(xm["dtype"])
     out_t = ctype(out_meta["dtype"]) if has_val else "float"
     init, mapx, comb, fin = _ops(kind, p, acc)
     nout = outer * inner
