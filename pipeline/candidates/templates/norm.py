@@ -138,7 +138,8 @@ _FUSED_CPU = r"""
 void NAME(torch::Tensor x_, torch::Tensor w_, torch::Tensor b_, torch::Tensor rm_,
           torch::Tensor rv_, torch::Tensor out_, torch::Tensor mean_, torch::Tensor rstd_,
           bool batch_stats, int64_t groups, int64_t L, int64_t S, int64_t T, double eps,
-          int64_t gdiv, int64_t gmod, int64_t cdiv, int64_t cmod, bool has_w, bool has_b) {
+          int64_t /*gdiv*/, int64_t /*gmod*/, int64_t cdiv, int64_t cmod, bool has_w,
+          bool has_b) {
     const IN_T* __restrict__ x = (const IN_T*)x_.data_ptr();
     const W_T* w = has_w ? (const W_T*)w_.data_ptr() : nullptr;
     const W_T* b = has_b ? (const W_T*)b_.data_ptr() : nullptr;

@@ -114,11 +114,12 @@ def _cpu_simd(in_t: str, out_ptr: str, init: str, mapx: str, comb: str, store: s
     op = SIMD_COMBINE[comb]
     step = {"+": "v += m;", "*": "v *= m;", "max": "v = m > v ? m : v;",
             "min": "v = m < v ? m : v;"}[op]
+    inner_arg = "/*inner*/" if inner == 1 else "inner"  # a contiguous axis never reads it
     head = f"""
 typedef {acc} acc_t;
 
 void NAME(torch::Tensor x, torch::Tensor out_, torch::Tensor,
-          int64_t outer, int64_t R, int64_t inner) {{
+          int64_t outer, int64_t R, int64_t {inner_arg}) {{
     const {in_t}* __restrict__ in = (const {in_t}*)x.data_ptr();
     {out_ptr}
 """
