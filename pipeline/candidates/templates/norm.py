@@ -265,8 +265,9 @@ def lower_norm(b: Builder, node: Node) -> None:
     k = f"nrm{len(b.kernels)}"
     threads = (256, 512, 128)[b.variant % 3]
     fused = b.simd and s > 0 and length % s == 0 and (s == cmod if cdiv == 1 else s % cdiv == 0)
-    grain = (1 << 15) if b.cpu_strategy == "simd" else (1 << 17)  # tuning: work per thread
-    tpl = _STATS_CUDA if b.cuda else (_FUSED_CPU.replace("GRAIN", str(grain)) if fused
+    # tuning: the least work (elements) worth a parallel region, written as a shift
+    grain = "(1 << 15)" if b.cpu_strategy == "simd" else "(1 << 17)"
+    tpl = _STATS_CUDA if b.cuda else (_FUSED_CPU.replace("GRAIN", grain) if fused
                                       else _STATS_CPU)
     src = (tpl.replace("K_", f"{k}_").replace("ACC", acc_type(xm["dtype"]))
            .replace("IN_T", in_t).replace("OUT_T", out_t).replace("W_T", w_t)
