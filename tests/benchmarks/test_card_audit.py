@@ -93,3 +93,16 @@ def test_repair_explanations_name_the_changed_line(tmp_path: Path) -> None:
     wrong = Audit()
     check_card(wrong, version, {"repair": [_repair_row(backwards, FIXED)]}, [], {})
     assert wrong.counts["repair_explained"]["fail"] == 1
+
+
+def test_a_missing_line_is_explained_as_missing_never_as_an_identical_edit() -> None:
+    """A mutant that dropped a line once got "the faulty line is X, it should read X" (the
+    mutation's own text); the explanation now quotes the line the fix inserts."""
+    buggy = "a = 1\nb = 2\nprint(a)\n"
+    fixed = "a = 1\n#pragma omp parallel for\nb = 2\nprint(a)\n"
+    text = fix_explanation(buggy, fixed, {"bug_before": "b = 2", "bug_after": "b = 2",
+                                          "mutation": "dropped_pragma"})
+    assert "missing line before line 2" in text and "#pragma omp parallel for" in text
+    assert "The faulty line is" not in text
+    joined = fix_explanation("x\nfor a: b\ny\n", "x\nfor a:\n    b\ny\n", {})
+    assert "line 2 (an injected bug)" in joined and "for a: b" in joined and "    b" in joined
