@@ -103,11 +103,39 @@ def _changed_line(buggy: str, fixed: str) -> tuple[int, str, str] | None:
     return i1 + 1, buggy.splitlines()[i1], fixed.splitlines()[j1]
 
 
+def _changed_lines(buggy: str, fixed: str, meta: dict) -> str | None:
+    """The explanation of a fix that inserts, deletes or rewrites several lines in one place,
+    quoting the lines the diff changes (the mutation's own before/after text can be a line the
+    fix never touches); None when the programs differ in more than one place."""
+    a, b = buggy.splitlines(), fixed.splitlines()
+    ops = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+           if op[0] != "equal"]
+    if len(ops) != 1:
+        return None
+    tag, i1, i2, j1, j2 = ops[0]
+    kind = str(meta.get("mutation") or "an injected bug")
+    old, new = "\n".join(a[i1:i2]).strip("\n"), "\n".join(b[j1:j2]).strip("\n")
+    if tag == "insert":
+        return (f"The bug is a missing line before line {i1 + 1} ({kind}); it should read\n"
+                f"```\n{new}\n```\nHere is the corrected kernel.")
+    if tag == "delete":
+        return (f"The bug is on line{'s' if i2 - i1 > 1 else ''} {i1 + 1}"
+                + (f"-{i2}" if i2 - i1 > 1 else "") + f" ({kind}), which should not be there:\n"
+                f"```\n{old}\n```\nHere is the corrected kernel.")
+    where = f"line {i1 + 1}" if i2 - i1 == 1 else f"lines {i1 + 1}-{i2}"
+    return (f"The bug is on {where} ({kind}). The code there reads\n```\n{old}\n```\n"
+            f"and should read\n```\n{new}\n```\nHere is the corrected kernel.")
+
+
 def fix_explanation(buggy: str, fixed: str, meta: dict) -> str:
     """The known fix's explanation, checked against the diff: the line it names and the text
     it quotes are those the fix changes, and the bug's description is kept only when the code
     it quotes is in the faulty line (a description that quotes the correct code reads backwards)."""
     changed = _changed_line(buggy, fixed)
+    if changed is None:
+        other = _changed_lines(buggy, fixed, meta)
+        if other is not None:
+            return other
     line, after, before = (changed if changed is not None else
                            (meta.get("bug_line", "?"), str(meta.get("bug_after", "")),
                             str(meta.get("bug_before", ""))))

@@ -50,7 +50,9 @@ CONFIG_DESCRIPTIONS = {
              "provenance).",
     "sft": "Supervised fine-tuning: per task, the fastest verified teacher kernel among its "
            "strategy variants, kept only when measured at least `select.min_speedup` times "
-           "faster than eager (the config in `manifest.json`); reward, speedup, runtime, eager "
+           "faster than eager (the config in `manifest.json`; the verifier's fastest timing "
+           "window of each) and never contradicted by a second timing of the same program "
+           "(those are publish rejections `timing_not_repeated`); reward, speedup, runtime, eager "
            "runtime and timing spread are columns.",
     "rft": "Rejection fine-tuning: selected verified model responses with reward, speedup and "
            "the statistics of their sample group.",

@@ -5,7 +5,9 @@
   across its repeated timing samples: the slower one's lower quartile against the faster one's
   upper quartile (median -/+ IQR/2), so a margin within the timing noise makes no pair.
 - Its two sides are different programs: code similarity (difflib ratio over normalised code)
-  at most `MAX_SIMILARITY`, never identical.
+  at most `MAX_SIMILARITY`, never identical. A speed pair (two correct kernels) may be closer,
+  up to `MAX_SPEED_SIMILARITY`: siblings of one strategy family that differ by a vectorising
+  pragma, a loop order or a flag and run measurably apart teach exactly that difference.
 - Mutants (`mutate:<kind>`) of one task are shared out by kind between the repair, review and
   preference configs, so no bug kind of a task is reused across configs, and each config gets
   its share of every kind.
@@ -27,6 +29,7 @@ from verifier.protocol import CORRECT_STATUSES
 
 MIN_SPEEDUP = 1.2
 MAX_SIMILARITY = 0.9
+MAX_SPEED_SIMILARITY = 0.98
 MUTANT_CONFIGS = ("review", "repair", "preference")
 # review and repair rows: no bug kind over this share of a config's mutant rows, and the
 # one-token kinds that nearly every kernel admits (a loop bound, a cast) together under the next
@@ -67,6 +70,11 @@ def has_margin(win: Verdict, lose: Verdict, min_speedup: float = MIN_SPEEDUP) ->
     win_slow = win.runtime_us + win.runtime_iqr_us / 2  # upper quartile, about
     lose_fast = lose.runtime_us - lose.runtime_iqr_us / 2  # lower quartile, about
     return lose_fast >= min_speedup * win_slow
+
+
+def pair_similarity_limit(lose: Verdict) -> float:
+    """The most similar a pair's sides may be: closer for a speed pair (both correct)."""
+    return MAX_SPEED_SIMILARITY if lose.status in CORRECT_STATUSES else MAX_SIMILARITY
 
 
 def distinct_enough(a: Candidate, b: Candidate, max_similarity: float = MAX_SIMILARITY) -> bool:

@@ -31,9 +31,10 @@ from pipeline.config import Config
 from pipeline.datasets.card import render_card
 from pipeline.datasets.card_facts import decontamination_facts, rft_facts
 from pipeline.datasets.catalog import register_version
+from pipeline.datasets.pairs import unstable_timings
 from pipeline.datasets.published import version_lineage
 from pipeline.datasets.rows import CONFIGS, build_datasets, config_schema, filter_licenses
-from pipeline.datasets.selection import SELECTORS
+from pipeline.datasets.selection import SELECTORS, label_rejections
 from pipeline.datasets.stats import compute_stats
 from pipeline.datasets.versions import (
     MANIFEST,
@@ -267,6 +268,14 @@ def publish_workspace(ws: Workspace, cfg: Config, version: str | None = None,
     selected = SELECTORS[sel.method](rec["candidates"], rec["verdicts"], sel.k,
                                      sel.diversity_weight, sel.seed)
     tables = build_datasets(rec["tasks"], rec["candidates"], rec["verdicts"], selected, cfg)
+    vmap = {v.candidate_id: v for v in rec["verdicts"]}
+    dropped = label_rejections(rec["candidates"], vmap, sel.min_speedup,
+                               unstable_timings(rec["candidates"], vmap))
+    done = ws.done_keys(Rejection)
+    fresh = [r for r in dropped if r.rejection_id not in done]
+    if fresh:  # the rows a timing did not hold for are dropped, and the funnel says why
+        ws.new_run().write(fresh)
+        rec["rejections"] = [*rec["rejections"], *fresh]
     stats = compute_stats(rec["tasks"], rec["candidates"], rec["verdicts"],
                           sourced=rec["sourced"], rejections=rec["rejections"],
                           fast_threshold=cfg.verify.fast_threshold)

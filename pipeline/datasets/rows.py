@@ -26,6 +26,7 @@ from pipeline.datasets.pairs import (
     mutant_configs,
     mutant_kind,
     normalise_code,
+    pair_similarity_limit,
     unstable_timings,
 )
 from pipeline.datasets.selection import (
@@ -369,7 +370,7 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
                         and (w.candidate_id, rej.candidate_id) not in used
                         and has_margin(verdicts[w.candidate_id], rv)
                         and verdicts[w.candidate_id].reward > rv.reward
-                        and distinct_enough(w, rej)), None)
+                        and distinct_enough(w, rej, pair_similarity_limit(rv))), None)
             if win is None:
                 continue
             used.add((win.candidate_id, rej.candidate_id))

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from schemas import Candidate, Verdict
+from schemas import Candidate, Rejection, Verdict
 from verifier.protocol import CORRECT_STATUSES
 
 NUM_PERM = 64
@@ -169,10 +169,30 @@ def kernel_distance(code_a: str, code_b: str) -> float:
 
 def meets_speedup(v: Verdict, min_speedup: float) -> bool:
     """A correct verdict measured at least `min_speedup` times faster than eager (with 0, any
-    correct verdict; an untimed one never passes a positive gate)."""
+    correct verdict; an untimed one never passes a positive gate). Both runtimes are the
+    verifier's fastest window, so the two sides are measured alike."""
     if v.status not in CORRECT_STATUSES:
         return False
     return min_speedup <= 0 or (v.speedup is not None and v.speedup >= min_speedup)
+
+
+def label_rejections(cands: list[Candidate], verdicts: dict[str, Verdict], min_speedup: float,
+                     unstable: set[str]) -> list[Rejection]:
+    """A publish Rejection for each teacher kernel that clears `min_speedup` but whose timing did
+    not repeat: the same program timed again disagreed beyond both spreads (`unstable`, from
+    `pairs.unstable_timings`). sft and preference leave those out; this says why."""
+    out = []
+    for c in cands:
+        v = verdicts.get(c.candidate_id)
+        if (v is None or c.candidate_id not in unstable or not c.generator.startswith(
+                "template:") or not meets_speedup(v, min_speedup)):
+            continue
+        out.append(Rejection.make(
+            "publish", c.candidate_id, c.generator, "timing_not_repeated",
+            f"{c.generator}: {v.speedup:.2f}x, but the same program timed again on {v.device} "
+            "landed outside this timing's spread (and this one outside its); not used as a "
+            "speed label"))
+    return out
 
 
 def fastest_per_task(items: Iterable[tuple[Candidate, Verdict]]) -> list[Candidate]:

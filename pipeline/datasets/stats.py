@@ -4,8 +4,9 @@ quantiles and a compile-error taxonomy. Plain dicts, so they go to JSON, the car
 Metrics follow their sources: pass@k is the unbiased estimator of Chen et al. (2021),
 `1 - C(n-c, k) / C(n, k)` averaged over tasks with n >= k; fast_p is KernelBench's share of
 (task, sample) pairs that are correct and faster than eager by more than p, averaged per task.
-Sample-based metrics count only independent samples (llm:, hf:, template:), not mutations
-(bugs on purpose) or repair turns (conditioned on an earlier attempt).
+Sample-based metrics count only independent samples of a model (llm:, hf:, import:), not
+template variants (the teacher's deterministic strategy family: a pass rate over them is no
+model's pass@k), mutations (bugs on purpose) or repair turns (conditioned on an earlier attempt).
 """
 
 from __future__ import annotations
@@ -133,8 +134,9 @@ def generator_group(generator: str) -> str:
 
 
 def is_sample(cand: Candidate) -> bool:
-    """Whether a candidate is an independent sample (not a mutation or a repair turn)."""
-    return generator_group(cand.generator) not in ("mutate", "repair")
+    """Whether a candidate is an independent sample of a model (not a template variant, a
+    mutation or a repair turn)."""
+    return generator_group(cand.generator) not in ("mutate", "repair", "template")
 
 
 def _round(x: float | None) -> float | None:

@@ -16,15 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+import benchmarks.pair_audit as pair_audit
 import benchmarks.rows_audit as rows_audit
-from benchmarks.rows_audit import (
-    Audit,
-    check_reviews,
-    check_switches,
-    main,
-    size_problems,
-    unused_fields,
-)
+from benchmarks.audit_table import Audit
+from benchmarks.kernel_audit import check_switches, unused_fields
+from benchmarks.pair_audit import check_reviews
+from benchmarks.rows_audit import main
+from benchmarks.size_audit import size_problems
 from pipeline.datasets import analysis_rows
 from schemas import Candidate, Verdict
 
@@ -93,8 +91,8 @@ def test_switches_and_unused_macros_fail_clean_kernels_pass() -> None:
 def test_review_fixes_are_found_as_the_row_builder_finds_them() -> None:
     """The audit asks `analysis_rows.fix_source` (one definition) which program a mutant was
     made from: its parent, the candidate its metadata names, or the fix code it carries."""
-    assert rows_audit.fix_source is analysis_rows.fix_source
-    assert not hasattr(rows_audit, "_fix_of")
+    assert pair_audit.fix_source is analysis_rows.fix_source
+    assert not hasattr(pair_audit, "_fix_of")
     good = "def f(x):\n    y = x + 1\n    return y\n"
     bad = good.replace("x + 1", "x - 1")
     fix = Candidate("fix", "t", "cpu", "template:a/b", good)

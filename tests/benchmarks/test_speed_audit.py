@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from benchmarks.rows_audit import Audit
+from benchmarks.audit_table import Audit
 from benchmarks.speed_audit import check_speed
 from pipeline.config import Config
 from pipeline.datasets.rows import build_datasets

@@ -8,11 +8,14 @@ import pytest
 
 from pipeline.config import Config
 from pipeline.datasets.pairs import (
+    MAX_SIMILARITY,
+    MAX_SPEED_SIMILARITY,
     code_similarity,
     fix_label,
     has_margin,
     mutant_configs,
     normalise_code,
+    pair_similarity_limit,
     unstable_timings,
 )
 from pipeline.datasets.rows import CONFIGS, assign_splits, build_datasets, config_schema
@@ -23,7 +26,7 @@ from pipeline.prompts import (
     answer_format_problems,
     feedback_turn,
 )
-from schemas import Message, Verdict
+from schemas import Candidate, Message, Verdict
 from tests.pipeline.ks_synthetic import candidate, kernel_code, make_task, pool, verdict
 from verifier.protocol import CORRECT_STATUSES
 
@@ -246,8 +249,23 @@ def test_preference_never_pairs_identical_or_near_identical_code() -> None:
     assert code_similarity(code, same) == 1.0
     assert _prefs(*_pair_pool(3.0, 1.0, slow_code=same)) == []
     near = code.replace("0.f) * 2.0f;\n        v.y", "0.f) * 2.5f;\n        v.y")
-    assert 0.9 < code_similarity(code, near) < 1.0
+    assert MAX_SPEED_SIMILARITY < code_similarity(code, near) < 1.0
     assert _prefs(*_pair_pool(3.0, 1.0, slow_code=near)) == []
+
+
+def test_a_speed_pair_may_be_close_siblings_a_correctness_pair_may_not() -> None:
+    """Siblings of one strategy that differ in launch geometry and run 3x apart teach that
+    difference; a bug pair that close would teach nothing but a few edited tokens."""
+    code = kernel_code("vec4", name="fastk")
+    sibling = (code.replace("__global__ void fastk", "__global__ void __launch_bounds__(64) fastk")
+               .replace("(n / 4 + 256 - 1) / 256, 256", "(n / 4 + 64 - 1) / 64, 64")
+               .replace("int n = x.numel();", "const int n = (int)x.numel();"))
+    assert MAX_SIMILARITY < code_similarity(code, sibling) <= MAX_SPEED_SIMILARITY
+    rows = _prefs(*_pair_pool(3.0, 1.0, slow_code=sibling))
+    assert len(rows) == 1 and rows[0]["kind"] == "speed"
+    tasks, cands, verdicts = _pair_pool(3.0, 1.0, slow_code=sibling)
+    verdicts[1] = verdict(cands[1], "incorrect")
+    assert _prefs(tasks, cands, verdicts) == []
 
 
 def test_every_built_pair_has_margin_and_distinct_code(built: tuple) -> None:
@@ -260,7 +278,9 @@ def test_every_built_pair_has_margin_and_distinct_code(built: tuple) -> None:
         win = code_of[row["chosen"][0]["content"][len("```python\n"):-len("\n```")]]
         lose = code_of[row["rejected"][0]["content"][len("```python\n"):-len("\n```")]]
         assert has_margin(vmap[win.candidate_id], vmap[lose.candidate_id])
-        assert code_similarity(win.code, lose.code) <= 0.9
+        limit = pair_similarity_limit(vmap[lose.candidate_id])
+        assert code_similarity(win.code, lose.code) <= limit
+        assert limit == 0.9 or row["kind"] == "speed"
         assert not row["chosen"][0]["content"].lower().startswith("the bug")
     owner = mutant_configs(cands)
     used = [c for c in cands if owner.get(c.candidate_id) not in (None, "preference")]
@@ -548,3 +568,27 @@ def test_perf_analysis_has_one_row_per_distinct_kernel(built: tuple) -> None:
     assert rows and len(keys) == len(set(keys))
     advice = [r["messages"][-1]["content"].split("Next optimization:")[1] for r in rows]
     assert len(set(advice)) > 1
+
+
+def test_a_speed_label_whose_retiming_disagreed_is_dropped_with_a_rejection() -> None:
+    """The same program timed twice (a repair turn restores a template kernel) at 1.5x and 3x
+    with tight spreads: neither timing is a label; the sft row is dropped and a publish
+    rejection says why. A sibling whose timing stands is taught instead."""
+    from pipeline.datasets.selection import label_rejections
+
+    task = make_task(0)
+    code = kernel_code("vec4", name="fast")
+    first = candidate(task, "template:elementwise/simd", code)
+    again = Candidate(**{**first.__dict__, "candidate_id": "again", "generator": "repair:fix",
+                         "turn": 1, "parent_id": first.candidate_id})
+    other = candidate(task, "template:elementwise/omp", kernel_code("two", name="slowk"))
+    v1, v2 = verdict(first, "correct_fast", 1.5, 1.5), verdict(again, "correct_fast", 3.0, 1.6)
+    vo = verdict(other, "correct_fast", 1.2, 1.2)
+    vmap = {v.candidate_id: v for v in (v1, v2, vo)}
+    unstable = unstable_timings([first, again, other], vmap)
+    assert unstable == {first.candidate_id, "again"}
+    rej = label_rejections([first, again, other], vmap, 1.0, unstable)
+    assert [r.item_id for r in rej] == [first.candidate_id]  # the teacher's own kernel
+    assert rej[0].reason == "timing_not_repeated" and "timed again" in rej[0].detail
+    sft = build_datasets([task], [first, again, other], [v1, v2, vo], [], Config())["sft"]
+    assert [r["candidate_id"] for r in sft.to_pylist()] == [other.candidate_id]

@@ -130,3 +130,19 @@ def test_does_not_fit_verdicts_are_left_out_of_the_rates() -> None:
     with_big = compute_stats([a], [c for c, _ in rows], [v for _, v in rows], ks=(1,))
     assert with_big["funnel"]["verified"] == base["funnel"]["verified"] == 2
     assert with_big["metrics"]["pass@1"] == base["metrics"]["pass@1"] == pytest.approx(0.5)
+
+
+def test_template_variants_are_not_samples_of_a_model() -> None:
+    """pass@k is a model's: the teacher's strategy variants of a task never enter it."""
+    a = make_task(0, level=1)
+    rows = []
+    for j, status in enumerate(["correct_fast", "correct_fast", "correct_slow"]):
+        c = candidate(a, "template:matmul", kernel_code("plain", name=f"t{j}"))
+        rows.append((c, verdict(c, status, 2.0)))
+    only_templates = compute_stats([a], [c for c, _ in rows], [v for _, v in rows], ks=(1,))
+    assert "pass@1" not in only_templates["metrics"]
+    for j, status in enumerate(["incorrect", "correct_fast"]):
+        c = candidate(a, "llm:m", kernel_code("plain", name=f"s{j}"))
+        rows.append((c, verdict(c, status, 1.5 if status == "correct_fast" else None)))
+    stats = compute_stats([a], [c for c, _ in rows], [v for _, v in rows], ks=(1,))
+    assert stats["metrics"]["pass@1"] == pytest.approx(0.5)  # the model's 1 of 2, not 4 of 5

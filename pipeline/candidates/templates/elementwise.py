@@ -19,7 +19,7 @@ UNARY = {
     "rsqrt": "({one} / sqrt{f}({x}))", "sin": "sin{f}({x})", "cos": "cos{f}({x})",
     "tan": "tan{f}({x})", "tanh": "tanh{f}({x})", "erf": "erf{f}({x})",
     "sigmoid": "({one} / ({one} + exp{f}(-({x}))))", "reciprocal": "({one} / ({x}))",
-    "relu": "(({x}) > 0 ? ({x}) : 0)", "silu": "(({x}) / ({one} + exp{f}(-({x}))))",
+    "relu": "fmax{f}({x}, 0)", "silu": "(({x}) / ({one} + exp{f}(-({x}))))",
     "mish": "(({x}) * tanh{f}(log1p{f}(exp{f}({x}))))",
     "hardswish": "(({x}) * fmin{f}(fmax{f}(({x}) + 3, 0), 6) / 6)",
     "hardsigmoid": "(fmin{f}(fmax{f}(({x}) + 3, 0), 6) / 6)",
@@ -89,7 +89,7 @@ def _op_expr(node: Node, arg, acc: str) -> str:
         return f"pow{f}({arg('self')}, {arg('exponent')})"
     if base == "leaky_relu":
         x, s = arg("self"), lit(node.a("negative_slope", 0.01), acc)
-        return f"(({x}) > 0 ? ({x}) : ({x}) * {s})"
+        return f"(fmax{f}({x}, 0) + {s} * fmin{f}({x}, 0))"  # exact, and no branch
     if base == "gelu":
         x = arg("self")
         if node.a("approximate", "none") == "tanh":
@@ -108,12 +108,20 @@ def _op_expr(node: Node, arg, acc: str) -> str:
             scale, iscale = 1.0, 1.0 / float(alpha)
         else:
             alpha, scale, iscale = node.a("alpha", 1), node.a("scale", 1), node.a("input_scale", 1)
-        neg = f"{lit(float(alpha) * float(scale), acc)} * (exp{f}(({x}) * {lit(iscale, acc)}) - {one})"
-        return f"(({x}) > 0 ? ({x}) * {lit(scale, acc)} : {neg})"
+        # branch-free (both sides are computed, exp of min(x, 0) is 1 - 1 = 0 for x > 0), so a
+        # simd loop can vectorise the exp instead of calling it per element behind a branch
+        neg = (f"{lit(float(alpha) * float(scale), acc)} * (exp{f}(fmin{f}({x}, 0) * "
+               f"{lit(iscale, acc)}) - {one})")
+        return f"(fmax{f}({x}, 0) * {lit(scale, acc)} + {neg})"
     if base == "softplus":
         x, beta, th = arg("self"), node.a("beta", 1), node.a("threshold", 20)
-        return (f"(({x}) * {lit(beta, acc)} > {lit(th, acc)} ? ({x}) : "
-                f"log1p{f}(exp{f}(({x}) * {lit(beta, acc)})) / {lit(beta, acc)})")
+        # log1p(exp(z)) = max(z, 0) + log1p(exp(-|z|)): exact, cannot overflow, and has no
+        # branch around the calls (a branch keeps a simd loop from vectorising them); above the
+        # threshold the reference returns x, which this differs from by under exp(-threshold)
+        z = f"(({x}) * {lit(beta, acc)})"
+        return (f"((fmax{f}({z}, 0) + log1p{f}(exp{f}(-fabs{f}({z})))) / {lit(beta, acc)})"
+                if isinstance(th, int | float) and th >= 15 else
+                f"({z} > {lit(th, acc)} ? ({x}) : log1p{f}(exp{f}({z})) / {lit(beta, acc)})")
     if base in ("clamp", "clamp_min", "clamp_max"):
         x = arg("self")
         lo = node.a("min") if base != "clamp_max" else None

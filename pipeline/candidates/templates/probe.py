@@ -10,6 +10,7 @@ Run as a script (not `-m`) so importing it pulls in nothing but torch.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 import types
@@ -67,8 +68,44 @@ def _meta_of(val, torch) -> dict | list | None:
     return None
 
 
+def _isolate() -> None:
+    """Keep this file's folder off the import path (run as a script, Python puts it first, and a
+    template module there such as `symbolic.py` would shadow a package of that name), and give
+    torch's compile caches a writable home and a user name inside the sandbox."""
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != here]
+    work = Path.cwd()
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(work / "inductor-cache"))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(work / "triton-cache"))
+    os.environ.setdefault("USER", "kernelsynth-probe")  # getpass needs no passwd entry then
+
+
+def _tracer_error() -> str | None:
+    """Import what make_fx imports lazily, once, before any reference: a failure is reported
+    as itself. Left to the first trace, a half-finished import of torch._dynamo is retried by
+    the next trace and fails as "Artifact of type=precompile already registered in mega-cache
+    artifact factory", hiding the real cause, once per task."""
+    try:
+        import torch._dynamo  # noqa: F401
+        from torch.fx.experimental.proxy_tensor import make_fx  # noqa: F401
+    except BaseException as exc:  # noqa: BLE001 - reported for every task of the batch
+        return (f"torch._dynamo cannot be imported in the probe sandbox: "
+                f"{type(exc).__name__}: {str(exc)[:300]}")
+    return None
+
+
 def main() -> None:
+    _isolate()
+    broken = _tracer_error()
     many = Path("tasks.json")
+    if broken is not None:
+        failed = {"ok": False, "reason": broken}
+        if many.exists():
+            _write({"ok": True, "batch": [failed for _ in json.loads(
+                many.read_text(encoding="utf-8"))]})
+        else:
+            _write(failed)
+        return
     if many.exists():  # batch mode: one torch import for many references
         results = []
         for item in json.loads(many.read_text(encoding="utf-8")):

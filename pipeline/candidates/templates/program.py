@@ -265,7 +265,10 @@ def render(b: Builder) -> str:
     body = tidy.drop_unused_macros(body)
     # a template slot left empty (no offset code) must not leave a blank line in a loop
     body = re.sub(r"[ \t]+\n", "\n", re.sub(r"\{\n[ \t]*\n", "{\n", body))
-    header = tidy.header(body, b.cuda) + (tidy.vector_math(body) if b.simd else "")
+    selects = ""
+    if b.simd:
+        body, selects = tidy.vector_selects(body)
+    header = tidy.header(body, b.cuda) + (tidy.vector_math(body) + selects if b.simd else "")
     decls = "\n".join(k.decl + ";" for k in b.kernels)
     digest = hashlib.sha256((header + body + b.backend).encode()).hexdigest()[:12]
     names = ", ".join(repr(k.name) for k in b.kernels)

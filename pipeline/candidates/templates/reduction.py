@@ -114,11 +114,12 @@ def _cpu_simd(in_t: str, out_ptr: str, init: str, mapx: str, comb: str, store: s
     op = SIMD_COMBINE[comb]
     step = {"+": "v += m;", "*": "v *= m;", "max": "v = m > v ? m : v;",
             "min": "v = m < v ? m : v;"}[op]
+    inner_arg = "/*inner*/" if inner == 1 else "inner"  # a contiguous axis never reads it
     head = f"""
 typedef {acc} acc_t;
 
 void NAME(torch::Tensor x, torch::Tensor out_, torch::Tensor,
-          int64_t outer, int64_t R, int64_t inner) {{
+          int64_t outer, int64_t R, int64_t {inner_arg}) {{
     const {in_t}* __restrict__ in = (const {in_t}*)x.data_ptr();
     {out_ptr}
 """
@@ -209,8 +210,10 @@ def lower_reduction(b: Builder, node: Node) -> None:
     out_meta = metas[0]
     idx_meta = metas[1] if kind in ("max_idx", "min_idx") else (metas[0] if has_idx else None)
     in_t = ctype(xm["dtype"])
-    acc = "double" if not b.cuda and kind in ("sum", "mean", "prod", "norm") else \
-        acc_type(xm["dtype"])
+    # CPU sums accumulate in double; the fast-math strategy (a tuning choice) keeps fp32 lanes,
+    # twice as many per vector, whose many partial sums keep the error within fp32 tolerance
+    wide = kind == "prod" or (kind in ("sum", "mean", "norm") and b.cpu_strategy != "simd_fastmath")
+    acc = "double" if not b.cuda and wide else acc_type(xm["dtype"])
     out_t = ctype(out_meta["dtype"]) if has_val else "float"
     init, mapx, comb, fin = _ops(kind, p, acc)
     nout = outer * inner

@@ -126,3 +126,27 @@ def vector_math(body: str) -> str:
                       for f in used)
     return ("// vector variants of the libm calls below (glibc libmvec), for the simd loops\n"
             + decls + "\n")
+
+
+# fmaxf/fminf are library calls unless -ffinite-math-only, and GCC does not if-convert a select
+# in a loop that also calls a vector math function, so either keeps a simd loop scalar. These
+# bit-selects vectorise, and propagate a NaN as torch.maximum and clamp do.
+_SELECT = """static inline {t} ks_{f}({t} a, {t} b) {{
+    {i} ia, ib, r; {t} o;
+    __builtin_memcpy(&ia, &a, sizeof a); __builtin_memcpy(&ib, &b, sizeof b);
+    const {i} m = -({i})((a != a) | (a {op} b));
+    r = (ia & m) | (ib & ~m);
+    __builtin_memcpy(&o, &r, sizeof o); return o;
+}}
+"""
+_SELECTS = {f: _SELECT.format(f=f, t=t, i=i, op=op) for f, t, i, op in (
+    ("fmaxf", "float", "int32_t", ">"), ("fminf", "float", "int32_t", "<"),
+    ("fmax", "double", "int64_t", ">"), ("fmin", "double", "int64_t", "<"))}
+
+
+def vector_selects(body: str) -> tuple[str, str]:
+    """`body` with fmax/fmin calls turned into inline selects, and the selects' definitions."""
+    used = [f for f in _SELECTS if re.search(rf"(?<![\w:.]){f}\s*\(", body)]
+    for f in used:
+        body = re.sub(rf"(?<![\w:.]){f}(\s*\()", rf"ks_{f}\1", body)
+    return body, "".join(_SELECTS[f] for f in used)

@@ -4,6 +4,8 @@ with the loops, flags and vector-math declarations their names promise."""
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +36,27 @@ def get_init_inputs():
 class Model(nn.Module):
     def forward(self, x):
         return torch.sum(x * x, dim=1)
+def get_inputs():
+    return [torch.randn(64, 256)]
+def get_init_inputs():
+    return []
+""",
+    "softplus_relu": """
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.softplus(x) + torch.relu(x) * 0.5
+def get_inputs():
+    return [torch.randn(64, 256)]
+def get_init_inputs():
+    return []
+""",
+    "layer_norm": """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(256)
+    def forward(self, x):
+        return self.ln(x)
 def get_inputs():
     return [torch.randn(64, 256)]
 def get_init_inputs():
@@ -98,3 +121,39 @@ def test_reduction_and_matmul_strategies(kernels: dict[str, list]) -> None:
     assert {k.variant.split("-")[-1] for k in packed} == {"cpu_packed_kb64", "cpu_packed_kb256"}
     assert all("Bp[k * N + j]" in k.code for k in packed)
     assert "cpu_packed" not in kernels["linear"][1].variant
+
+
+def _object_symbols(code: str, tmp: Path) -> str:
+    """`nm` of the candidate's C++ compiled as the verifier compiles it: inside a namespace of its
+    own, with the candidate's flags."""
+    import sysconfig
+
+    import torch.utils.cpp_extension as cpp
+
+    kernels = re.search(r'KERNELS = r"""\n(.*?)"""', code, re.S).group(1)
+    src = tmp / "unit.cpp"
+    src.write_text("#include <torch/extension.h>\nnamespace ks_unit {\n" + kernels + "\n}\n")
+    inc = Path(cpp.__file__).resolve().parent.parent / "include"
+    incs = [inc, inc / "torch" / "csrc" / "api" / "include", sysconfig.get_paths()["include"]]
+    subprocess.run(["g++", "-c", "-std=c++17", "-fPIC", *_flags(code),
+                    *[a for p in incs for a in ("-isystem", str(p))], str(src), "-o",
+                    str(tmp / "unit.o")], check=True, capture_output=True, timeout=600)
+    return subprocess.run(["nm", str(tmp / "unit.o")], check=True, capture_output=True,
+                          text=True).stdout
+
+
+@pytest.mark.slow
+def test_simd_loops_call_vector_math_as_the_verifier_builds_them(kernels: dict[str, list],
+                                                                  tmp_path: Path) -> None:
+    """A select (relu, softplus' threshold, fmaxf) next to a vector-math call once kept GCC from
+    vectorising the loop at all; the simd strategy's object calls libmvec's vector variants."""
+    simd, omp, _ = kernels["softplus_relu"]
+    assert "ks_fmaxf(" in simd.code and "?" not in simd.code.split("inline float ew")[1][:300]
+    syms = _object_symbols(simd.code, tmp_path)
+    assert re.search(r"_ZGV\w+_expf", syms) and re.search(r"_ZGV\w+_log1pf", syms), syms
+
+
+def test_simd_layer_norm_is_one_division_free_pass_per_row(kernels: dict[str, list]) -> None:
+    simd, omp, _ = kernels["layer_norm"]
+    assert "% S)" not in simd.code and "#pragma omp simd reduction(+:part)" in simd.code
+    assert "(j / S) * T" in omp.code  # the general strided form stays the omp strategy's
