@@ -375,10 +375,7 @@ def _trials(res: _Result, ref: Any, new: Any, io: Any, make_inputs: Callable[[in
                 ops.extend(tr.ops)
                 own_calls += tr.own_calls
         except Exception as exc:
-            msg, line = _candidate_traceback(exc)
-            res.data["error_line"] = line
-            res.data["trials"] = t
-            res.finish("runtime_error", msg)
+            _trial_crashed(res, exc, t)
         if prev_new is not None and _same(new_out, prev_new) and not _same(ref_out, prev_ref):
             res.data["trials"] = t + 1
             res.finding("result_caching", "the same output for different inputs")
@@ -404,6 +401,14 @@ def _trials(res: _Result, ref: Any, new: Any, io: Any, make_inputs: Callable[[in
     return first_inputs, first_ref, ops, own_calls
 
 
+def _trial_crashed(res: _Result, exc: Exception, t: int) -> None:
+    """End the run: trial `t + 1` raised `exc` (the candidate's line, if any, recorded)."""
+    msg, line = _candidate_traceback(exc)
+    res.data["error_line"] = line
+    res.data["trials"] = t
+    res.finish("runtime_error", msg)
+
+
 def _judged_trials(res: _Result, new: Any, io: Any, backend: Any
                    ) -> tuple[Any, None, list[tuple[str, int | None]], int]:
     """The trials when the judge owns them (its arena's inputs and slots): each forward under
@@ -427,10 +432,7 @@ def _judged_trials(res: _Result, new: Any, io: Any, backend: Any
             ops.extend(tr.ops)
             own_calls += tr.own_calls
         except Exception as exc:
-            msg, line = _candidate_traceback(exc)
-            res.data["error_line"] = line
-            res.data["trials"] = t
-            res.finish("runtime_error", msg)
+            _trial_crashed(res, exc, t)
         io.keep(0, t, new_out)
         res.data["trials"] = t + 1
         del new_out
