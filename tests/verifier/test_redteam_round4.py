@@ -46,11 +46,12 @@ RUNTIME_OPEN = {
     # pybind_alias_patch: held by the judge's own instruction-pointer samples of the run
     # (verifier/ip_sampler.py): no sample of the calls lands in the candidate's objects
     "omp_more_cores": (
-        "the run may use every cpu of the host: `#pragma omp parallel num_threads(8)` ran 8 "
-        "threads on 2 cpus, while the eager baseline runs one thread (OMP_NUM_THREADS=1 and "
-        "torch.set_num_threads(1) are requests, not bounds); fix: sched_setaffinity of the run "
-        "(sandbox.apply_limits / runners) to `threads` cpus, or cgroup cpu.max, and the "
-        "baseline under the same bound"),
+        "the run may still start more threads than the one it is given (`#pragma omp parallel "
+        "num_threads(8)` ran 8 threads on 2 cpus; OMP_NUM_THREADS=1 and torch.set_num_threads(1) "
+        "are requests, not bounds), and this probe reports that capability; what they would "
+        "gain is charged: the judge's clock counts a window at least its cpu time over the one "
+        "core given (test_clock_rogues.py::test_cores_beyond_the_given_ones_are_charged). A hard "
+        "bound (a cpuset cgroup of `threads` cpus, the baseline under the same) would flip it"),
 }
 _BATCH_OBJECT = (
     "a batch unit's shared object carries every batch-mate's static initializers into each "
