@@ -187,3 +187,43 @@ def test_one_stage_shape() -> None:
               if p.name == "stage.py" or "\nclass Stage:" in p.read_text(encoding="utf-8")
               or "\nclass Stage(" in p.read_text(encoding="utf-8")]
     assert shapes == ["pipeline/stage.py"]
+
+
+_RESOLVE = r'''
+import ast, importlib, pathlib, sys
+OURS = ("benchmarks", "pipeline", "flows", "verifier", "schemas")
+bad = []
+for root in OURS:
+    for f in sorted(pathlib.Path(root).rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    and node.module.split(".")[0] in OURS):
+                continue
+            try:
+                mod = importlib.import_module(node.module)
+            except Exception as exc:
+                bad.append(f"{f}:{node.lineno}: {node.module}: {exc}")
+                continue
+            for a in node.names:
+                if a.name == "*" or hasattr(mod, a.name):
+                    continue
+                try:
+                    importlib.import_module(f"{node.module}.{a.name}")
+                except Exception:
+                    bad.append(f"{f}:{node.lineno}: {node.module} has no {a.name}")
+print("\n".join(bad))
+sys.exit(1 if bad else 0)
+'''
+
+
+def test_every_import_of_our_modules_resolves_even_inside_functions() -> None:
+    """A moved module breaks a lazy import only when that function runs (rows_audit's size
+    check imported `pipeline.tasks.shape_facts` after the tasks folder was split): every
+    `from <ours> import name`, at any depth, must name something that exists."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _RESOLVE], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
