@@ -78,22 +78,22 @@ def subset(rows: list, limit: int, n_err: int | None, origin: str = "") -> list:
 
 def chunk_groups(chunk: list) -> list[list]:
     """The units the old scheduler built for one chunk, one after another."""
-    from verifier.build import _flags_key
+    from verifier.build import flags_key
 
     groups: dict = {}
     for s in chunk:
-        groups.setdefault((True, _flags_key(s)) if s.batchable else (False, s.key),
+        groups.setdefault((True, flags_key(s)) if s.batchable else (False, s.key),
                           []).append(s)
     return list(groups.values())
 
 
 def plan_lines(specs: list, workers: int, most: int) -> list[str]:
     """Both schedules' units for `workers` and their makespans under the cost model."""
-    from verifier.build import _flags_key
+    from verifier.build import flags_key
     from verifier.compile_plan import CostModel, makespan, plan_units
 
     cost = CostModel()
-    ordered = sorted(specs, key=lambda s: (not s.batchable, repr(_flags_key(s))))
+    ordered = sorted(specs, key=lambda s: (not s.batchable, repr(flags_key(s))))
     chunks = [chunk_groups(c) for c in old_chunks(ordered, workers, most)]
     free = [0.0] * workers  # chunks go to the next free worker in their order (pool.map)
     for c in chunks:
@@ -151,7 +151,7 @@ def recording_builder(ctx, run: Run, planned: set):
 def build(name: str, specs: list, args: argparse.Namespace, pch_src: Path
           ) -> tuple[Run, dict, float, float]:
     from verifier.backends import get_backend
-    from verifier.build import BuildContext, _flags_key
+    from verifier.build import BuildContext, flags_key
     from verifier.compile_plan import CompilePool, plan_units
 
     cache = Path(tempfile.mkdtemp(prefix=f"ks-sched-{name}-", dir=args.tmp))
@@ -159,7 +159,7 @@ def build(name: str, specs: list, args: argparse.Namespace, pch_src: Path
     if pch_src.is_dir():
         shutil.copytree(pch_src, ctx.root / "pch")
     run = Run(name)
-    ordered = sorted(specs, key=lambda s: (not s.batchable, repr(_flags_key(s))))
+    ordered = sorted(specs, key=lambda s: (not s.batchable, repr(flags_key(s))))
     if name == "old":
         chunks = old_chunks(ordered, args.workers, args.compile_batch)
         planned = {frozenset(s.key for s in g) for c in chunks for g in chunk_groups(c)}

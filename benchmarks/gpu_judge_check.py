@@ -2,8 +2,8 @@
 
     python -m benchmarks.gpu_judge_check --out DIR [--big-cols 196608] [--huge-cols 393216]
 
-1. `verifier.device_compare` against `verifier.judge` on CUDA tensors: the same verdicts,
-   messages and statistics (elementwise tolerance, NaN/inf, fp16, ints, tuples, the fp64 second
+1. `verifier.device_compare` on CUDA tensors in chunks against cpu copies in one chunk: the same
+   verdicts, messages and statistics (elementwise tolerance, NaN/inf, fp16, ints, tuples, the fp64 second
    opinion on a K = 8192 matmul), and the chunked comparison's peak extra device memory on a
    1.6 GB output (the whole-tensor one needs ~5x the output in fp64 temporaries).
 2. `verify_batch` on CUDA (the persistent worker, its referee): honest, wrong, input-mutating
@@ -78,11 +78,18 @@ def candidates() -> dict[str, str]:
 
 
 def compare_on_cuda() -> dict:
-    """device_compare against judge on CUDA tensors; the chunked comparison's memory."""
+    """device_compare on CUDA tensors in chunks against cpu copies in one chunk; the chunked
+    comparison's memory."""
     import torch
 
     from verifier import device_compare
-    from verifier.judge import _compare, _judge
+
+    whole = 1 << 40  # one chunk holds any tensor: the whole-tensor comparison
+
+    def cpu(x: object) -> object:
+        if isinstance(x, torch.Tensor):
+            return x.cpu()
+        return type(x)(cpu(v) for v in x) if isinstance(x, tuple | list) else x
 
     g = torch.Generator(device="cuda").manual_seed(3)
     r = torch.randn(3000, 517, device="cuda", generator=g)
@@ -95,7 +102,8 @@ def compare_on_cuda() -> dict:
              "tuple": ((r, 3), (far, 3)), "shape": (r, r[:10])}
     out: dict = {"cases": {}, "ok": True}
     for name, (a, b) in cases.items():
-        want, got = _compare(a, b, *TOL), device_compare.compare(a, b, *TOL, chunk=1 << 16)
+        want = device_compare.compare(cpu(a), cpu(b), *TOL, chunk=whole)
+        got = device_compare.compare(a, b, *TOL, chunk=1 << 16)
         same = got[:2] == want[:2] and all(
             math.isclose(got[2][k], v, rel_tol=1e-9, abs_tol=1e-15) for k, v in want[2].items())
         out["cases"][name] = {"same": same, "verdict": got[0]}
@@ -106,7 +114,8 @@ def compare_on_cuda() -> dict:
         m.weight.copy_(b.t())
         ref = m(a)
     exact = (a.double() @ b.double()).float()
-    want, got = _judge(m, [a], ref, exact, TOL), device_compare.judge(m, [a], ref, exact, TOL)
+    want = device_compare.judge(m, [a], ref, exact, TOL, whole)
+    got = device_compare.judge(m, [a], ref, exact, TOL)
     out["fp64"] = {"judge": want[::3], "chunked": got[::3]}
     out["ok"] &= want[:2] == got[:2]
     big = torch.randn(1 << 30 | 1 << 29, device="cuda")  # 1.5 G elements, 6 GB fp32

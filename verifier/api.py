@@ -27,7 +27,7 @@ from typing import Any
 from verifier.backends import Backend, BackendUnavailable, get_backend, select_backend
 from verifier.baselines import Baselines, default_cache_dir, prefetch
 from verifier.batch_stats import BatchStats
-from verifier.build import BuildContext, Builder, BuildResult, _flags_key, candidate_log
+from verifier.build import BuildContext, Builder, BuildResult, candidate_log, flags_key
 from verifier.cache_bound import build_lease, trim
 from verifier.compile_plan import compile_all
 from verifier.decide import parent_check
@@ -39,7 +39,7 @@ from verifier.generalize import record_generalisation, request_variants
 from verifier.performance import judge_performance
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
 from verifier.reward import finalize, record_share
-from verifier.runners import _FLOOD_BYTES, _GpuRunner, _SandboxRunner
+from verifier.runners import FLOOD_BYTES, GpuRunner, SandboxRunner
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
 from verifier.stale_cgroups import reap_stale_cgroups
 from verifier.static import check_cpp, check_python
@@ -103,7 +103,7 @@ _TIMING_DIAGNOSTICS = ("candidate_s", "timing_cv", "timing_trials", "timing_meth
 
 
 def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Baselines,
-             runner: _SandboxRunner | _GpuRunner) -> None:
+             runner: SandboxRunner | GpuRunner) -> None:
     """Run the correctness and performance stages for one candidate on one execution slot."""
     v = item.verdict
     job_options = {k: getattr(opts, k) for k in _JOB_OPTIONS}
@@ -126,7 +126,7 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Base
     stage = out.stage
     if out.flood:
         return item.stop("runtime_error", stage, "the candidate flooded stdout/stderr (over "
-                         f"{_FLOOD_BYTES >> 20} MB); output is capped and the run was ended")
+                         f"{FLOOD_BYTES >> 20} MB); output is capped and the run was ended")
     if out.timed_out:
         return item.stop("timeout", stage, f"{stage} stage {out.failure}")
     if p is None:
@@ -303,27 +303,27 @@ def _verify_group(items: list[_Item], backend: Backend, opts: VerifyOptions,
             _front_stages(it, opts.fallback, opts.namespace)
     pending = [it for it in items if not it.done]
     slots: queue.Queue = queue.Queue()
-    runners: list[_SandboxRunner | _GpuRunner] = []
+    runners: list[SandboxRunner | GpuRunner] = []
     lanes: dict[int, str] = {}  # id(runner) -> its slot's name (profile lanes)
     if pending and not opts.compile_only:
         chosen = backend.execution_slots(opts.workers)
         if persistent and opts.gpus > 0:  # one worker per GPU: use only the first `gpus`
             chosen = chosen[:opts.gpus]
         for slot in chosen:
-            runner: _SandboxRunner | _GpuRunner = (
-                _GpuRunner(opts, slot.env, backend.name,
+            runner: SandboxRunner | GpuRunner = (
+                GpuRunner(opts, slot.env, backend.name,
                            opts.standby_workers if opts.standby_worker else 0) if persistent else
-                _SandboxRunner(launcher, backend, opts, slot.env, threads=1))
+                SandboxRunner(launcher, backend, opts, slot.env, threads=1))
             runners.append(runner)
             lanes[id(runner)] = slot.label
             slots.put(runner)
 
-    def warm(r: _GpuRunner) -> None:
+    def warm(r: GpuRunner) -> None:
         with stats.span("worker_start", lanes[id(r)]):
             r.warm()
 
     warmers = [threading.Thread(target=warm, args=(r,), daemon=True) for r in runners
-               if isinstance(r, _GpuRunner)]
+               if isinstance(r, GpuRunner)]
     for t in warmers:  # GPU workers start (torch, CUDA, profiler) while candidates compile
         t.start()
     try:
@@ -377,7 +377,7 @@ def _build_and_run(pending: list[_Item], items: list[_Item], backend: Backend,
     for it in pending:
         for s in it.specs:
             unique.setdefault(s.key, s)
-    ordered = sorted(unique.values(), key=lambda s: (not s.batchable, repr(_flags_key(s))))
+    ordered = sorted(unique.values(), key=lambda s: (not s.batchable, repr(flags_key(s))))
     workers = max(1, opts.compile_workers)
     results: dict[str, BuildResult] = {}
     exec_pool = ThreadPoolExecutor(max(1, slots.qsize()))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from verifier.build import BuildResult
+    from verifier.build_records import BuildResult
 
 
 # Cache events (an artefact that no longer matches its hash), for the caller's report.
@@ -30,7 +30,7 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def _sidecar_ok(so: Path) -> bool:
+def sidecar_ok(so: Path) -> bool:
     try:
         return (so.parent / f"{so.name}.sha256").read_text().strip() == file_sha256(so)
     except OSError:

@@ -26,110 +26,43 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from verifier.artefacts import (  # noqa: F401 - re-exported: callers import them from here
     CACHE_EVENTS,
     ArtefactMismatch,
-    _sidecar_ok,
     copy_for_worker,
     file_sha256,
     record_event,
+    sidecar_ok,
     verify_artefact,
 )
-from verifier.backends import Backend, BuildUnit
+from verifier.backends import BuildUnit
 from verifier.batch_guard import batch_blockers
+from verifier.build_records import (  # noqa: F401 - re-exported: callers import them from here
+    BUILD_RULES,
+    REFUSED,
+    BuildContext,
+    BuildResult,
+    flags_key,
+    toolchain_key,
+)
 from verifier.cache_bound import touch
 from verifier.extspec import ExtensionSpec
 from verifier.landing import Landing
 from verifier.preprocess import unallowed_reads
-from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
+from verifier.sandbox import SandboxLimits
 from verifier.unit_sources import (  # noqa: F401 - re-exported: callers import them from here
     CAND_FILE,
-    _source_line,
     batch_sources,
     candidate_log,
     includes_of,
     module_sources,
     refusal,
     scan,
+    source_line,
     spec_scans,
 )
-
-# Changes with what a build means (headers, flags): cached outcomes of older rules, failures
-# included, are not reused. "": the first rules; "|2": device headers and the toolkit's include
-# folder for functions=None modules and CUDA host units, as torch's load_inline has them;
-# "|3": specs share a unit only when they include the same headers.
-# "|4": each candidate's directives read as the compiler reads them (verifier.preprocess), a
-# candidate the unit cannot neutralise built alone, a failure final only when built alone.
-BUILD_RULES = "|4"
-
-
-@dataclass
-class BuildResult:
-    """The outcome of building one spec."""
-
-    key: str
-    ok: bool
-    module: str = ""  # PyInit name of the shared object
-    path: str = ""  # the shared object
-    mode: str = "batch"  # batch: functions are k<key>__<fn>; module: the sources' own module
-    log: str = ""  # compiler output for this spec, lines of its sources (see candidate_log)
-    seconds: float = 0.0  # this spec's share of the build time
-    batch_size: int = 1
-    cached: bool = False
-    sha256: str = ""  # of the shared object, written by the builder, checked before every load
-    # the log names the spec's own source lines; entries without this key were mapped to the
-    # lines of the first candidate that had the sources, so their failures are built again
-    unit_log: bool = True
-
-    @property
-    def refused(self) -> bool:
-        """The build was refused for what it reads: a static_reject, not a compile error."""
-        return self.log.startswith(REFUSED)
-
-    def to_entry(self) -> dict:
-        return {"module": self.module, "path": self.path, "mode": self.mode}
-
-
-@dataclass
-class BuildContext:
-    """Where builds go and how long they may take."""
-
-    backend: Backend
-    cache_dir: Path
-    timeout_s: float = 600.0
-    use_pch: bool = True
-    pch_min_specs: int = 3  # build a new PCH only when at least this many specs need it
-    check_import: bool = True
-    launcher: Launcher = field(default_factory=SpawnLauncher)  # sandboxed runs (load checks)
-    load_memory_mb: int = 8192  # address-space limit of the load check (0: none, CUDA hosts)
-
-    @property
-    def root(self) -> Path:
-        """The cache directory of this (backend, torch build, toolchain): see `toolchain_key`."""
-        return self.cache_dir / f"{self.backend.name}-{toolchain_key(self.backend)}"
-
-
-def toolchain_key(backend: Backend) -> str:
-    """Hash of the backend, the torch build and the toolchain identity (compiler paths and
-    `--version` outputs, fixed flags, arch; cached per process): every cache entry lives under
-    it, so a new compiler or torch never loads objects built by the old one."""
-    from verifier.backends import torch_identity
-
-    ident = f"{backend.name}\n{torch_identity()}\n{backend.toolchain_id()}\n{BUILD_RULES}"
-    return hashlib.sha256(ident.encode()).hexdigest()[:12]
-
-
-def _flags_key(spec: ExtensionSpec) -> tuple:
-    """What specs sharing a translation unit must have in common: flags, and the headers they
-    include (hoisted to the unit's top, one spec's header would declare names for another that
-    torch's load_inline, building it alone, rejects)."""
-    return (tuple(spec.extra_cflags), tuple(spec.extra_ldflags), tuple(spec.extra_include_paths),
-            tuple(spec.extra_cuda_cflags), spec.no_implicit_headers,
-            includes_of(spec.cpp_sources), includes_of(spec.cuda_sources))
-
 
 # The wrapper's own failure (verifier.build_sandbox): a traceback of its `-c` program or its
 # message. Raised, so the spec fails in this batch without a cached outcome.
@@ -141,7 +74,6 @@ class BuildSandboxError(RuntimeError):
     """The compiler's sandbox could not run the compiler (the message says why)."""
 
 
-REFUSED = "build refused:"  # a log that begins so: the build read what it must not (no output)
 
 
 def _hash(*parts: str) -> str:
@@ -236,7 +168,7 @@ class Builder:
         groups: dict[tuple, list[ExtensionSpec]] = {}
         for s in specs:
             if s.batchable and not self.cached(s):
-                groups.setdefault(_flags_key(s), []).append(s)
+                groups.setdefault(flags_key(s), []).append(s)
         for group in groups.values():
             first = group[0]
             cflags = [*first.extra_cflags, *(f"-I{p}" for p in first.extra_include_paths)]
@@ -275,7 +207,7 @@ class Builder:
         results = Landing(self._store, on_ready)
         groups: dict[tuple, list[ExtensionSpec]] = {}
         for s in self.triage(specs, results):
-            groups.setdefault((True, _flags_key(s)) if s.batchable else (False, s.key),
+            groups.setdefault((True, flags_key(s)) if s.batchable else (False, s.key),
                               []).append(s)
         for group in groups.values():
             todo: list[tuple[list[ExtensionSpec], float]] = [(group, 0.0)]
@@ -352,7 +284,7 @@ class Builder:
         module = f"ks_b{bkey}"
         out_dir = self.root / "builds" / bkey
         so = out_dir / f"{module}.so"
-        if so.is_file() and _sidecar_ok(so):
+        if so.is_file() and sidecar_ok(so):
             touch(out_dir)
             return True, "", so, module, 0.0
         host, device = batch_sources(specs, module, self.ctx.backend.device_prelude)

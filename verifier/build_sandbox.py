@@ -19,7 +19,7 @@ import signal
 import sys
 from pathlib import Path
 
-from verifier.isolate import (
+from verifier.linux import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
     CLONE_NEWNS,
@@ -35,9 +35,9 @@ from verifier.isolate import (
     MS_REMOUNT,
     PR_SET_NO_NEW_PRIVS,
     PR_SET_PDEATHSIG,
-    _libc,
-    _mount,
-    _wait_and_mirror,
+    libc,
+    mount,
+    wait_and_mirror,
 )
 
 SYSTEM_TREES = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
@@ -88,7 +88,7 @@ def enter_build(cmd: list[str]) -> None:
     for flags in (base | CLONE_NEWUSER, base):  # without a user namespace only as root
         if flags & CLONE_NEWUSER == 0 and os.geteuid() != 0:
             continue
-        if _libc.unshare(flags) == 0:
+        if libc.unshare(flags) == 0:
             break
     else:
         sys.stderr.write(f"[build sandbox] no namespaces ({os.strerror(ctypes.get_errno())}): "
@@ -107,8 +107,8 @@ def enter_build(cmd: list[str]) -> None:
     links = {t: os.readlink(t) for t in SYSTEM_TREES if os.path.islink(t)}
     pid = os.fork()
     if pid != 0:
-        _wait_and_mirror(pid)
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the wrapper's end (a timeout) ends the build
+        wait_and_mirror(pid)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the wrapper's end (a timeout) ends the build
     try:
         _fresh_root(opened, links)
     except OSError as exc:  # fail closed: never compile with the host's view
@@ -124,14 +124,14 @@ def enter_build(cmd: list[str]) -> None:
 
 def _fresh_root(opened: dict[str, int], links: dict[str, str]) -> None:
     """Mount the new root at ROOT (see the module docstring) and chroot into it."""
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount("tmpfs", ROOT, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=755")
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount("tmpfs", ROOT, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=755")
     for target, dest in links.items():  # merged /usr: /bin -> usr/bin
         os.symlink(dest, ROOT + target)
     for d in ("tmp", "proc", "dev"):
         os.makedirs(f"{ROOT}/{d}", exist_ok=True)
     # the compiler's scratch space, under the folders named below (a source in the host's /tmp)
-    _mount("tmpfs", f"{ROOT}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=4g,mode=1777")
+    mount("tmpfs", f"{ROOT}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=4g,mode=1777")
     system = set(SYSTEM_TREES) | set(SYSTEM_FILES)
     for path, fd in sorted(opened.items(), key=lambda kv: len(kv[0])):
         target = ROOT + path
@@ -140,15 +140,15 @@ def _fresh_root(opened: dict[str, int], links: dict[str, str]) -> None:
         else:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             Path(target).touch()
-        _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+        mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
         os.close(fd)
         if path in system:  # the toolchain's own trees: read-only (outputs go to named folders)
-            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_REC)
+            mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_REC)
     try:  # this pid namespace's own processes only
-        _mount("proc", f"{ROOT}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        mount("proc", f"{ROOT}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except OSError:  # a /proc with masked parts cannot be mounted anew: none at all then
         pass
-    if _libc.chroot(ROOT.encode()) != 0:
+    if libc.chroot(ROOT.encode()) != 0:
         raise OSError(ctypes.get_errno(), "chroot")
     os.chdir("/")
 
@@ -161,12 +161,12 @@ SECURE_ALL = 0b101111
 def drop_capabilities() -> None:
     """No capability now or after exec: bounding and ambient sets emptied, root's exec rule
     off (securebits), the effective, permitted and inheritable sets cleared, no_new_privs."""
-    _libc.prctl(PR_SET_SECUREBITS, SECURE_ALL, 0, 0, 0)
+    libc.prctl(PR_SET_SECUREBITS, SECURE_ALL, 0, 0, 0)
     for cap in range(64):
-        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
-    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
     data = (ctypes.c_uint32 * 6)()
-    if _libc.capset(header, data) != 0:
+    if libc.capset(header, data) != 0:
         raise PermissionError(f"[build sandbox] capset: {os.strerror(ctypes.get_errno())}")
-    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)

@@ -405,8 +405,9 @@ def time_reference(ref: Any, make_inputs: Callable[[int], list[Any]],
     import torch
 
     from verifier.arena import fill, plan
-    from verifier.timed_calls import OpNames
-    from verifier.window_judge import _clone, sets_for
+    from verifier.op_trace import OpNames
+    from verifier.tensors import clone
+    from verifier.window_judge import sets_for
 
     draws = [10_000]
     sample = make_inputs(draws[0])
@@ -419,7 +420,7 @@ def time_reference(ref: Any, make_inputs: Callable[[int], list[Any]],
         draws[0] += pool
         sets[:] = [make_inputs(draws[0] + i) for i in range(max(1, min(n, pool)))]
 
-    scratch = _clone(first)
+    scratch = clone(first)
     keep = lambda out: fill(scratch, out)  # noqa: E731 - the output copied once
     with torch.no_grad(), OpNames():
         eager = time_windows(ref, sets, refresh, synchronize, keep, pool)

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from verifier.build import Builder, BuildResult, _flags_key
+from verifier.build import Builder, BuildResult, flags_key
 from verifier.extspec import ExtensionSpec
 from verifier.landing import Landing
 
@@ -87,7 +87,7 @@ def plan_units(specs: list[ExtensionSpec], workers: int, most: int,
     most = max(1, most)
     groups: dict[tuple, list[ExtensionSpec]] = {}
     for s in specs:  # a spec that is not batchable is a unit of its own (its own module)
-        key = (True, _flags_key(s)) if s.batchable else (False, s.key)
+        key = (True, flags_key(s)) if s.batchable else (False, s.key)
         groups.setdefault(key, []).append(s)
     glist = list(groups.values())
     parts = [-(-len(g) // most) for g in glist]

@@ -206,14 +206,14 @@ def _hot_functions(tree: ast.Module, model_new: ast.ClassDef | None) -> dict[int
 
 
 def _computes(path: str) -> bool:
-    from verifier.static import _torch_fn_computes
+    from verifier.static_rules import torch_fn_computes
 
     if path.startswith("torch.ops.aten."):
-        return _torch_fn_computes(path.split(".")[3])
+        return torch_fn_computes(path.split(".")[3])
     head, _, last = path.rpartition(".")
     if head not in _COMPUTE_HEADS:
         return False
-    return head not in ("torch", "torch.nn.functional") or _torch_fn_computes(last)
+    return head not in ("torch", "torch.nn.functional") or torch_fn_computes(last)
 
 
 def check_computed(tree: ast.Module, model_new: ast.ClassDef | None) -> list[dict[str, Any]]:
@@ -226,7 +226,7 @@ def check_computed(tree: ast.Module, model_new: ast.ClassDef | None) -> list[dic
 
 
 def _check(tree: ast.Module, model_new: ast.ClassDef | None) -> list[dict[str, Any]]:
-    from verifier.static import ESCAPE_ATTRS, FOREIGN_ATTRS, INTROSPECTION
+    from verifier.static_rules import ESCAPE_ATTRS, FOREIGN_ATTRS, INTROSPECTION
 
     names = Names(tree)
     hot = _hot_functions(tree, model_new)

@@ -12,7 +12,7 @@ References are computed on `DEVICE`: the parent's cpu for the sandboxed children
 whose raw outputs come back in `outputs.pt`. A persistent (GPU) worker's trials never come back:
 they are judged where they are, in the judge's arena (`verifier.trial_judge`, in a trusted
 referee process on the same GPU that sets DEVICE, `verifier.referee`), which builds its
-references with `_reference` and draws its inputs with `make_inputs` from here.
+references with `reference` and draws its inputs with `make_inputs` from here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-_LOCK = threading.Lock()
+from verifier.generalize import VARIANT_TRIALS
+from verifier.tensors import exact_fp32, to_device
+
+LOCK = threading.Lock()  # held around every use of a cached reference model (judges share them)
 _MODELS: dict[tuple[str, int], tuple[Any, Any]] = {}
 DEVICE = "cpu"  # where references run (a referee process sets its GPU)
 
@@ -30,28 +33,24 @@ def make_inputs(get_inputs: Any, seed: int) -> list[Any]:
     """The task's inputs under `seed`, drawn on DEVICE as the worker draws them."""
     import torch
 
-    from verifier.worker import _to_device
-
     torch.manual_seed(seed)
     if DEVICE == "cpu":
         return list(get_inputs())
     with torch.device(DEVICE):
-        return list(_to_device(get_inputs(), DEVICE))
+        return list(to_device(get_inputs(), DEVICE))
 
 
 def on_device(out: Any) -> Any:
     """A worker's output (moved to the cpu by the worker) on DEVICE, next to the reference."""
-    from verifier.worker import _to_device
-
-    return out if DEVICE == "cpu" else _to_device(out, DEVICE)
+    return out if DEVICE == "cpu" else to_device(out, DEVICE)
 
 
-def _reference(task_source: str, seed: int) -> tuple[Any, Any]:
+def reference(task_source: str, seed: int) -> tuple[Any, Any]:
     """(Model instance, get_inputs) for the task, built under `seed` as the worker builds it."""
     import torch
 
     key = (task_source, seed)
-    with _LOCK:
+    with LOCK:
         if key not in _MODELS:
             ns: dict[str, Any] = {"__name__": "ks_reference"}
             exec(compile(task_source, "reference.py", "exec"), ns)
@@ -67,7 +66,7 @@ def _reference(task_source: str, seed: int) -> tuple[Any, Any]:
 def keep_only(sources: set[str]) -> None:
     """Drop the cached reference models of every other task source (on a GPU their memory is
     given back: a job's memory admission must not depend on the tasks judged before it)."""
-    with _LOCK:
+    with LOCK:
         for key in [k for k in _MODELS if k[0] not in sources]:
             del _MODELS[key]
     if DEVICE != "cpu":
@@ -95,21 +94,52 @@ def recheck(task_source: str, seed: int, input_seed: int, trials: int, outputs: 
     """(ok, why not): every trial's output matches the parent's reference on its inputs."""
     import torch
 
-    from verifier.worker import _judge, exact_fp32
+    from verifier.device_compare import judge
 
     if outputs is None:
         return False, "the worker left no raw outputs (its result was not written by the harness)"
     if len(outputs) != trials:
         return False, f"the worker returned {len(outputs)} trial outputs, expected {trials}"
-    model, get_inputs = _reference(task_source, seed)
+    model, get_inputs = reference(task_source, seed)
     exact_fp32()
-    with _LOCK, torch.no_grad():
+    with LOCK, torch.no_grad():
         for t, out in enumerate(outputs):
             inputs = make_inputs(get_inputs, input_seed + 1000 + t)
             ref_out = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-            verdict, msg, _, _ = _judge(model, inputs, ref_out, on_device(out), tol)
+            verdict, msg, _, _ = judge(model, inputs, ref_out, on_device(out), tol)
             if verdict != "ok":
                 return False, f"trial {t + 1}, checked by the verifier itself: {msg}"
+    return True, ""
+
+
+def recheck_variants(variants: list[dict], checked: Any, outputs: list[Any] | None, seed: int,
+                     input_seed: int, tol: tuple[float, float, float, float]) -> tuple[bool, str]:
+    """(ok, why not): the parent's own comparison of the worker's variant outputs."""
+    if not variants:
+        return True, ""
+    if not (isinstance(checked, list) and len(checked) == len(variants)):
+        return False, "the worker did not report the generalisation check"
+    want = VARIANT_TRIALS * sum(1 for c in checked if c is True)
+    if outputs is None or len(outputs) != want:
+        return False, (f"the worker returned {0 if outputs is None else len(outputs)} variant "
+                       f"outputs, expected {want}")
+    start = 0
+    for variant, done in zip(variants, checked, strict=True):
+        if done is not True:
+            try:  # a skip is believed only when the reference fails here too
+                import torch
+
+                model, get_inputs = reference(variant["source"], seed)
+                with torch.no_grad():
+                    model(*make_inputs(get_inputs, input_seed + 1000))
+            except Exception:  # noqa: BLE001 - the reference cannot run there: a real skip
+                continue
+            return False, f"the worker skipped the {variant['label']} variant, which builds"
+        ok, why = recheck(variant["source"], seed, input_seed, VARIANT_TRIALS,
+                          outputs[start:start + VARIANT_TRIALS], tol)
+        if not ok:
+            return False, f"{variant['label']} variant: {why}"
+        start += VARIANT_TRIALS
     return True, ""
 
 
@@ -117,8 +147,6 @@ def check_run(task_source: str, seed: int, input_seed: int, trials: int,
               tol: tuple[float, float, float, float], variants: list[dict], variants_checked: Any,
               outputs: list[Any] | None) -> tuple[bool, str]:
     """(ok, why not): the trials' outputs, then the generalisation variants' (the rest)."""
-    from verifier.generalize import recheck_variants
-
     ok, why = recheck(task_source, seed, input_seed, trials,
                       None if outputs is None else outputs[:trials], tol)
     if ok:

@@ -94,19 +94,19 @@ def op_kind(op_name: str) -> str:
         # in-place / out= form: the kind of its functional form
         functional = base[:-1] if base.endswith("_") else base
         if functional != base:
-            return _functional_kind(functional)
+            return functional_kind(functional)
     if not any(_tensor_type(a.type) for a in schema.arguments):
         return "random" if torch.Tag.nondeterministic_seeded in tags else "allocation"
     for prefix, suffix in (("new_", ""), ("", "_like")):
         if base.startswith(prefix) and base.endswith(suffix) and (prefix or suffix):
             factory = base[len(prefix):len(base) - len(suffix)]
-            kind = _functional_kind(factory)
+            kind = functional_kind(factory)
             if kind in ("allocation", "random"):
                 return kind
     return "compute"
 
 
-def _functional_kind(base: str) -> str:
+def functional_kind(base: str) -> str:
     import torch
 
     packet = getattr(torch.ops.aten, base, None)

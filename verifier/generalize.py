@@ -5,7 +5,7 @@ Worker side (`check_variants`): after the task's own trials, each variant task i
 candidate's `ModelNew` is built with the variant's constructor arguments and compared with the
 variant reference on VARIANT_TRIALS seeded inputs. A failure is `incorrect`; the feedback names
 the variant's changes and, by trying each change alone, the ones the kernel does not follow.
-Parent side (`recheck_variants`): the worker's claims are not believed; its raw variant outputs
+Parent side (`verifier.decide.recheck_variants`): the worker's claims are not believed; its raw variant outputs
 are compared with references computed in the parent, and a variant it calls skipped (the
 reference fails there) must fail in the parent too.
 """
@@ -41,7 +41,8 @@ def run_variant(source: str, cand_ns: dict[str, Any], backend: Any, seed: int, i
     import torch
 
     from verifier.device_compare import judge as _judge
-    from verifier.worker import _candidate_traceback, _clone, _to_device
+    from verifier.failure import candidate_traceback
+    from verifier.tensors import clone, to_device
 
     device = backend.device()
     ns: dict[str, Any] = {"__name__": "ks_reference"}
@@ -60,7 +61,7 @@ def run_variant(source: str, cand_ns: dict[str, Any], backend: Any, seed: int, i
                 ref_sd[k].shape == new_sd[k].shape for k in ref_sd):
             new.load_state_dict(ref_sd)
     except Exception as exc:
-        return "runtime_error", "ModelNew(...) raised " + _candidate_traceback(exc)[0], []
+        return "runtime_error", "ModelNew(...) raised " + candidate_traceback(exc)[0], []
     raw: list[Any] = []
     for t in range(trials):
         torch.manual_seed(input_seed + 1000 + t)
@@ -69,27 +70,27 @@ def run_variant(source: str, cand_ns: dict[str, Any], backend: Any, seed: int, i
             if given is not None:
                 inputs = given
             elif device == "cpu":
-                inputs = list(_to_device(ns["get_inputs"](), device))
+                inputs = list(to_device(ns["get_inputs"](), device))
             else:
                 with torch.device(device):
-                    inputs = list(_to_device(ns["get_inputs"](), device))
+                    inputs = list(to_device(ns["get_inputs"](), device))
             with torch.no_grad():
-                ref_out = ref(*_clone(inputs))
+                ref_out = ref(*clone(inputs))
         except Exception as exc:
             return "task_error", f"{type(exc).__name__}: {exc}", raw
         try:
             with torch.no_grad():
-                new_out = new(*_clone(inputs))
+                new_out = new(*clone(inputs))
             backend.synchronize()
         except Exception as exc:
-            return "runtime_error", _candidate_traceback(exc)[0], raw
+            return "runtime_error", candidate_traceback(exc)[0], raw
         verdict, msg, _, _ = _judge(ref, inputs, ref_out, new_out, tol)
         if verdict != "ok":
             return ("cheat" if verdict == "cheat" else "incorrect"), f"trial {t + 1}: {msg}", raw
         if io is not None:
             io.keep(block, t, new_out)
         else:
-            raw.append(_clone(new_out))  # on its device, as the trials' (`verifier.worker`)
+            raw.append(clone(new_out))  # on its device, as the trials' (`verifier.worker`)
     return "ok", "", raw
 
 
@@ -146,39 +147,6 @@ def check_variants(res: Any, job: dict[str, Any], task_src: str, cand_ns: dict[s
                        feedback(variant, msg, _culprits(task_src, variant, run)))
         checked.append(True)
     res.data["variants_checked"] = checked
-
-
-def recheck_variants(variants: list[dict], checked: Any, outputs: list[Any] | None, seed: int,
-                     input_seed: int, tol: tuple[float, float, float, float]) -> tuple[bool, str]:
-    """(ok, why not): the parent's own comparison of the worker's variant outputs."""
-    from verifier.decide import _reference, make_inputs, recheck
-
-    if not variants:
-        return True, ""
-    if not (isinstance(checked, list) and len(checked) == len(variants)):
-        return False, "the worker did not report the generalisation check"
-    want = VARIANT_TRIALS * sum(1 for c in checked if c is True)
-    if outputs is None or len(outputs) != want:
-        return False, (f"the worker returned {0 if outputs is None else len(outputs)} variant "
-                       f"outputs, expected {want}")
-    start = 0
-    for variant, done in zip(variants, checked, strict=True):
-        if done is not True:
-            try:  # a skip is believed only when the reference fails here too
-                import torch
-
-                model, get_inputs = _reference(variant["source"], seed)
-                with torch.no_grad():
-                    model(*make_inputs(get_inputs, input_seed + 1000))
-            except Exception:  # noqa: BLE001 - the reference cannot run there: a real skip
-                continue
-            return False, f"the worker skipped the {variant['label']} variant, which builds"
-        ok, why = recheck(variant["source"], seed, input_seed, VARIANT_TRIALS,
-                          outputs[start:start + VARIANT_TRIALS], tol)
-        if not ok:
-            return False, f"{variant['label']} variant: {why}"
-        start += VARIANT_TRIALS
-    return True, ""
 
 
 def request_variants(req: VerifyRequest, opts: VerifyOptions) -> list[dict[str, Any]]:

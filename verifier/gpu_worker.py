@@ -57,11 +57,11 @@ _WARMUP_CANDIDATE = _WARMUP_TASK.replace("class Model(", "class ModelNew(")
 def watched_state() -> dict[str, int]:
     """Identity of every public function/class of the watched modules (and `__call__`/`__eq__`);
     data attributes are left out, torch updates some of them itself."""
-    from verifier.worker import _resolve
+    from verifier.worker import resolve
 
     state = {}
     for owner in _WATCHED:
-        obj = _resolve(owner)
+        obj = resolve(owner)
         if obj is None:
             continue
         for name in dir(obj):

@@ -22,11 +22,27 @@ import signal
 import sys
 from pathlib import Path
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
-CLONE_NEWNET, CLONE_NEWIPC = 0x40000000, 0x08000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+from verifier.linux import (
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    MS_BIND,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_RDONLY,
+    MS_REC,
+    MS_REMOUNT,
+    PR_SET_NO_NEW_PRIVS,
+    PR_SET_PDEATHSIG,
+    libc,
+    mount,
+    wait_and_mirror,
+)
+
 NOBODY = 65534
 # Runs at once get different unprivileged ids (RLIMIT_NPROC counts per user: one run's fork
 # bomb must not starve another's threads): RUN_UID_BASE + a slot number.
@@ -37,19 +53,6 @@ def run_uid(seq: int) -> int:
     """An unprivileged user id for the run numbered `seq` (no account needed)."""
     return RUN_UID_BASE + seq % RUN_UID_SLOTS
 RUN_DIR = "/tmp/run"
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
-                        ctypes.c_char_p]
-
-
-def _mount(src: str | None, target: str, fstype: str | None, flags: int,
-           data: str | None = None) -> None:
-    enc = [None if s is None else s.encode() for s in (src, target, fstype, data)]
-    if _libc.mount(enc[0], enc[1], enc[2], flags, enc[3]) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {target}: {os.strerror(err)}")
-
 
 def interpreter_dirs() -> list[str]:
     """Directories the interpreter runs from, wherever they live (a virtualenv under /tmp or a
@@ -91,22 +94,6 @@ def _home_paths_needed(home: str) -> list[str]:
     return sorted(tops)
 
 
-def _wait_and_mirror(pid: int) -> None:
-    """Outer process: wait for pid 1 of the namespace, then end the same way it did."""
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two have no handler to reset
-            signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
-
-
 def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY,
             devices: bool = False, run_writable: bool = True) -> tuple[str, str]:
     """Enter the sandbox; returns (the new working directory, a note on what was not done).
@@ -125,7 +112,7 @@ def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY,
         home = pwd.getpwuid(os.getuid()).pw_dir if root else ""
     except KeyError:
         home = os.path.expanduser("~") if root else ""
-    if _libc.unshare(flags) != 0:
+    if libc.unshare(flags) != 0:
         err = ctypes.get_errno()
         return workdir, f"no namespaces ({os.strerror(err)}): running without isolation"
     if not root:
@@ -137,9 +124,9 @@ def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY,
             return workdir, f"user namespace id map failed ({exc})"
     pid = os.fork()
     if pid != 0:
-        _wait_and_mirror(pid)
+        wait_and_mirror(pid)
     # pid 1 of the new namespace from here on, leader of its own session
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     os.setsid()
     notes = []
     try:
@@ -160,7 +147,7 @@ def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY,
         if cwd != RUN_DIR:
             raise PermissionError("[sandbox] no private file system: the run's directory "
                                   "cannot be made read-only")
-        _mount(None, RUN_DIR, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        mount(None, RUN_DIR, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     if root:
         try:
             os.setgroups([])
@@ -170,14 +157,14 @@ def isolate(workdir: str, tmp_mb: int, network: bool = True, uid: int = NOBODY,
             raise PermissionError(f"[sandbox] could not drop root to uid {uid}: {exc}") from exc
         if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid):
             raise PermissionError(f"[sandbox] still uid {os.getresuid()} after dropping root")
-    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # cleared by the uid change
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # cleared by the uid change
     return cwd, "; ".join(notes)
 
 
 def _private_fs(workdir: str, tmp_mb: int, home: str, notes: list[str],
                 devices: bool = False) -> None:
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
     dev_fds = {}
     if devices:  # opened before anything is mounted over them
         plan = device_plan()
@@ -190,45 +177,45 @@ def _private_fs(workdir: str, tmp_mb: int, home: str, notes: list[str],
                 if p.startswith("/tmp/") and os.path.isdir(p)}
     wfd = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
     size = f"size={max(16, tmp_mb)}m,mode=1777"
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, size)
+    mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, size)
     os.mkdir(RUN_DIR, 0o700)
-    _mount(f"/proc/self/fd/{wfd}", RUN_DIR, None, MS_BIND | MS_REC)
+    mount(f"/proc/self/fd/{wfd}", RUN_DIR, None, MS_BIND | MS_REC)
     os.close(wfd)
     for path, fd in tmp_keep.items():
         os.makedirs(path, exist_ok=True)
-        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         os.close(fd)
-        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+        mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
     if devices:
         try:
             _private_dev(plan, dev_fds)
         except OSError as exc:  # the host's /dev again (device nodes usable, more visible)
-            _libc.umount2(b"/dev", 2)  # MNT_DETACH: a half-built /dev is not left behind
+            libc.umount2(b"/dev", 2)  # MNT_DETACH: a half-built /dev is not left behind
             notes.append(f"private /dev failed ({exc}); the host's /dev is visible")
     for extra in ("/var/tmp", "/dev/shm"):
         if os.path.isdir(extra):
             try:
-                _mount("tmpfs", extra, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=1777")
+                mount("tmpfs", extra, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=1777")
             except OSError as exc:
                 notes.append(str(exc))
     if home and os.path.isdir(home):
-        _mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+        mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
         for path, fd in keep.items():
             if os.path.isdir(f"/proc/self/fd/{fd}"):
                 os.mkdir(path)
             else:
                 Path(path).touch()
-            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+            mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
             os.close(fd)
             try:
-                _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+                mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
             except OSError as exc:
                 notes.append(f"read-only {path}: {exc}")
     try:
-        _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+        mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
     except OSError as exc:
         notes.append(f"read-only root: {exc}")
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
 # --- devices (the GPU worker) ---------------------------------------------------------------
@@ -262,25 +249,17 @@ def _private_dev(plan: list[tuple[str, str, str]], fds: dict[str, int]) -> None:
     """Carry out `device_plan()` (bind sources opened as O_PATH `fds` beforehand)."""
     for kind, target, src in plan:
         if kind == "tmpfs":  # no MS_NODEV: the bound nodes must stay usable
-            _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=1m,mode=755")
+            mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=1m,mode=755")
         elif kind == "bind":
             fd = fds.pop(target)
             if os.path.isdir(f"/proc/self/fd/{fd}"):
                 os.mkdir(target)
             else:
                 Path(target).touch()
-            _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+            mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
             os.close(fd)
         elif kind == "symlink":
             os.symlink(src, target)
         elif kind == "shm":
             os.mkdir(target, 0o1777)
-    _mount(None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
-
-
-# --- compilers ---------------------------------------------------------------------------------
-def build_argv(cmd: list[str]) -> list[str]:
-    """`cmd` behind the compiler's sandbox (`verifier.build_sandbox`, which imports this)."""
-    from verifier.build_sandbox import build_argv as sandboxed
-
-    return sandboxed(cmd)
+    mount(None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC)

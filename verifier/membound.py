@@ -19,7 +19,7 @@ import itertools
 import os
 from pathlib import Path
 
-_V1_ROOT = Path("/sys/fs/cgroup/memory")
+V1_ROOT = Path("/sys/fs/cgroup/memory")
 _seq = itertools.count()
 
 
@@ -45,8 +45,8 @@ def host_memory_bound(limit_mb: int, pids_cgroup: Path | None
         if (pids_cgroup / "memory.max").exists() and _write(pids_cgroup / "memory.max", limit):
             _write(pids_cgroup / "memory.swap.max", "0")
             return None, 0, f"cgroup v2 memory.max {limit_mb} MB ({pids_cgroup})"
-    if (_V1_ROOT / "memory.limit_in_bytes").exists():
-        path = _V1_ROOT / f"ks-mem-{os.getpid()}-{next(_seq)}"
+    if (V1_ROOT / "memory.limit_in_bytes").exists():
+        path = V1_ROOT / f"ks-mem-{os.getpid()}-{next(_seq)}"
         try:
             path.mkdir()
         except OSError:

@@ -178,7 +178,7 @@ def _answer(msg: dict[str, Any], fds: socket.socket | None = None) -> dict[str, 
         _release_trials()
         return {"ok": True}
     if op == "baseline":
-        return _baseline(args)
+        return baseline(args)
     if op == "peaks":
         from verifier.floor import device_peaks
 
@@ -259,13 +259,13 @@ def _budget(asked: int) -> int:
     return min(asked, free // 4)
 
 
-def _baseline(args: dict[str, Any]) -> dict[str, Any]:
+def baseline(args: dict[str, Any]) -> dict[str, Any]:
     """The reference's baselines timed here, in a process that never runs candidate code."""
     from verifier import decide
     from verifier.backends import get_backend
     from verifier.clock import time_reference
 
-    model, get_inputs = decide._reference(args["task_source"], int(args["seed"]))
+    model, get_inputs = decide.reference(args["task_source"], int(args["seed"]))
     backend = get_backend(args["backend"])
     figures = time_reference(model, lambda k: decide.make_inputs(get_inputs, k),
                              backend.synchronize,

@@ -29,7 +29,7 @@ from verifier.sandbox import Launcher, SandboxLimits
 from verifier.trial_judge import DoesNotFit
 from verifier.window_judge import WindowJudge
 
-_FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
+FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
 _DISK_BYTES = 128 << 20  # all files a run writes (the file-size rlimit bounds each one)
 ARENA_FILE = "arena.bin"
 CPU_ARENA_BYTES = 16 << 20  # the judge's input sets and output slot for a cpu run
@@ -62,7 +62,7 @@ def _placed(f: Path, placed: dict[str, int]) -> bool:
     return placed.get(real) == f.stat().st_size
 
 
-class _SandboxRunner:
+class SandboxRunner:
     """One execution slot: each candidate in a fresh sandboxed child (forked or spawned)."""
 
     def __init__(self, launcher: Launcher, backend: Backend, opts: VerifyOptions,
@@ -116,7 +116,7 @@ class _SandboxRunner:
             # Python ignores SIGXFSZ, so a flood ends in failed writes, not a signal: sizes.
             outputs = load_outputs(workdir / "outputs.pt") if res.payload else None
             flood = sum((workdir / n).stat().st_size for n in (".stdout", ".stderr")
-                        if (workdir / n).exists()) >= _FLOOD_BYTES
+                        if (workdir / n).exists()) >= FLOOD_BYTES
             # the file-size rlimit is per file: the total the run wrote is bounded here; only
             # the exact objects copy_for_worker placed (same path, same size) are not the run's
             # (all *.so were not: a run wrote 180 MB as ks_fill*.so past the 128 MB bound)
@@ -182,7 +182,7 @@ def _window_budget(trials: Any) -> int:
     return int(a["window_budget"] if isinstance(a, dict) else a.window_budget)
 
 
-class _GpuRunner:
+class GpuRunner:
     """One execution slot pinned to a GPU: a persistent `verifier.gpu_worker` process, and
     `standbys` warm spares beside it: a worker that a candidate kills (crash, hang, sticky
     CUDA error, tampering) is replaced by a spare at once instead of after a fresh start
@@ -356,9 +356,9 @@ class _GpuRunner:
                 "budget_bytes": GPU_ARENA_BYTES if self.referee is not None else CPU_ARENA_BYTES}
         try:
             if self.referee is None:
-                from verifier.referee import _baseline
+                from verifier.referee import baseline
 
-                return _baseline(args)["figures"]
+                return baseline(args)["figures"]
             return self.referee.request("baseline", args)["figures"]
         except Exception as exc:  # noqa: BLE001 - an untimeable reference: no baseline
             print(f"kernelsynth verifier: no baseline for a task: {type(exc).__name__}: {exc}",

@@ -102,14 +102,14 @@ def network_namespace_available() -> bool:
         return False
 
 
-_PIDS_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
+PIDS_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
 _cgroup_seq = itertools.count()
 
 
 @functools.cache
 def pids_cgroup_root() -> Path | None:
     """A cgroup directory with a writable `pids` controller, or None."""
-    for root in map(Path, _PIDS_ROOTS):
+    for root in map(Path, PIDS_ROOTS):
         probe = root / f"ks-probe-{os.getpid()}"
         try:
             probe.mkdir()

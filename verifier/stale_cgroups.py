@@ -17,8 +17,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from verifier.membound import _V1_ROOT
-from verifier.sandbox import _PIDS_ROOTS, kill_cgroup
+from verifier.membound import V1_ROOT
+from verifier.sandbox import PIDS_ROOTS, kill_cgroup
 
 _OURS = re.compile(r"ks-(?:sbx|mem|probe)-(\d+)(?:-\d+)?")
 
@@ -38,7 +38,7 @@ def owner_alive(pid: int) -> bool:
 
 def cgroup_roots() -> list[Path]:
     """Every directory the verifier makes cgroups in (pids v1 or v2, memory v1)."""
-    return [p for p in dict.fromkeys([*map(Path, _PIDS_ROOTS), _V1_ROOT]) if p.is_dir()]
+    return [p for p in dict.fromkeys([*map(Path, PIDS_ROOTS), V1_ROOT]) if p.is_dir()]
 
 
 def stale_cgroups(roots: Iterable[Path]) -> list[Path]:

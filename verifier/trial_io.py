@@ -95,9 +95,9 @@ class SeededTrials:
         return False
 
     def keep(self, block: int, t: int, out: Any) -> None:
-        from verifier.window_judge import _clone
+        from verifier.tensors import clone
 
-        self.raw.append(_clone(out))  # kept on its device: the parent's copy is made once
+        self.raw.append(clone(out))  # kept on its device: the parent's copy is made once
 
     def report(self) -> dict[str, Any]:
         return {"raw_outputs": self.raw}

@@ -20,18 +20,13 @@ from typing import Any
 from verifier import decide
 from verifier.admission import Admission, Footprint, admit
 from verifier.arena import Arena, fill, plan, views
+from verifier.tensors import clone, same
 
 POISON = 0xFF  # slot bytes before the worker writes: NaN in every float type
 
 
 class DoesNotFit(RuntimeError):
     """The task's run cannot fit the device's free memory (the message has the footprint)."""
-
-
-def _clone(xs: Any) -> Any:
-    from verifier.window_judge import _clone as clone
-
-    return clone(xs)
 
 
 def _bytes(obj: Any) -> int:
@@ -49,17 +44,17 @@ class _Block:
         import torch
 
         self.label = label
-        self.model, self.get_inputs = decide._reference(source, seed)
+        self.model, self.get_inputs = decide.reference(source, seed)
         self.seeds: list[int] = []
         self.cases: list[dict[str, Any]] = []
-        with decide._LOCK, torch.no_grad():
+        with decide.LOCK, torch.no_grad():
             self.sample = decide.make_inputs(self.get_inputs, input_seed + 1000)
-            clone = _clone(self.sample)
+            copy = clone(self.sample)
             base = _memory()
             _reset_peak()
-            out = self.model(*clone)
+            out = self.model(*copy)
         self.workspace = max(_peak() - base, _bytes(out))  # its output and its scratch
-        del clone
+        del copy
         self.out_layout, self.out_bytes = plan(out)
         self.in_layout, self.in_bytes = plan(self.sample)
 
@@ -156,7 +151,7 @@ class TrialJudge:
         _synchronize()
 
     def _draw(self, block: _Block, k: int) -> list[Any]:
-        with decide._LOCK:
+        with decide.LOCK:
             return decide.make_inputs(block.get_inputs, k)
 
     def check(self, report: Any, checked: Any) -> tuple[bool, str, dict[str, float]]:
@@ -214,16 +209,15 @@ class TrialJudge:
 
         from verifier.device_compare import judge
         from verifier.trial_io import rebuild
-        from verifier.worker import _same
 
         if vals is None:
             return "the worker left no output in the verifier's slot"
         def again() -> list[Any]:  # the pristine inputs made again (no copy kept)
             return decide.make_inputs(block.get_inputs, k)
 
-        with decide._LOCK, torch.no_grad():
+        with decide.LOCK, torch.no_grad():
             pristine = again()
-            if not _same(views(self.arena, case["inputs"]), pristine):
+            if not same(views(self.arena, case["inputs"]), pristine):
                 return "forward modified its input tensors"
             try:
                 new = rebuild(views(self.arena, case["out"]), vals)

@@ -34,7 +34,7 @@ def refusal(spec: ExtensionSpec) -> str:
     return "; ".join(dict.fromkeys(reasons))
 
 
-def _source_line(code: str, text: str) -> int:
+def source_line(code: str, text: str) -> int:
     """1-based line in `code` where `text` starts (0 when it is not there verbatim)."""
     probe = text.lstrip("\n")
     skipped = text[: len(text) - len(probe)].count("\n")
@@ -61,7 +61,7 @@ def candidate_log(log: str, spec: ExtensionSpec, code: str) -> str:
         kind, i = m.group(1), int(m.group(2))
         sources = spec.cpp_sources if kind == "cpp" else spec.cuda_sources
         if (kind, i) not in starts:
-            starts[kind, i] = _source_line(code, sources[i]) if i < len(sources) else 0
+            starts[kind, i] = source_line(code, sources[i]) if i < len(sources) else 0
         first = starts[kind, i]
         if not first:
             return m.group(0)

@@ -13,6 +13,7 @@ from typing import Any
 
 from verifier import decide
 from verifier.arena import Arena, fill, plan, views
+from verifier.tensors import clone, same
 
 POOL_MAX = 256  # input sets a window cycles over, each fresh for every window; a window has
 # no more calls than sets (`verifier.clock`), so no call repeats a set a cache could answer
@@ -26,16 +27,6 @@ def sets_for(set_bytes: int, out_bytes: int, budget_bytes: int) -> int:
     POOL_MAX, at least one. The baselines use the same count, so a reference and a candidate
     read equally cold (or warm) inputs."""
     return int(max(1, min(POOL_MAX, budget_bytes // max(2 * set_bytes + out_bytes, 1))))
-
-
-def _clone(xs: Any) -> Any:
-    import torch
-
-    if isinstance(xs, torch.Tensor):
-        return xs.clone()
-    if isinstance(xs, list | tuple):
-        return type(xs)(_clone(x) for x in xs)
-    return xs
 
 
 def _synchronize(device: str) -> None:
@@ -52,12 +43,12 @@ class WindowJudge:
                  budget_bytes: int, path: str = "") -> None:
         import torch
 
-        self.model, self.get_inputs = decide._reference(task_source, seed)
+        self.model, self.get_inputs = decide.reference(task_source, seed)
         self.device, self.tol = decide.DEVICE, tol
         self._seed = (1 << 40) + secrets.randbelow(1 << 40)  # unknown to the worker
         sample = self._draw()
-        with decide._LOCK, torch.no_grad():
-            ref_out = self.model(*_clone(sample))
+        with decide.LOCK, torch.no_grad():
+            ref_out = self.model(*clone(sample))
         _, set_bytes = plan(sample)
         _, out_bytes = plan(ref_out)
         self.out_bytes = out_bytes
@@ -126,7 +117,7 @@ class WindowJudge:
         if seed is None:
             self._seed += 1
             seed = self._seed
-        with decide._LOCK:  # the global generator: a recheck seeds and draws under this lock
+        with decide.LOCK:  # the global generator: a recheck seeds and draws under this lock
             return decide.make_inputs(self.get_inputs, seed)
 
     def fill(self, n: int) -> None:
@@ -166,7 +157,6 @@ class WindowJudge:
         import torch
 
         from verifier.device_compare import judge as _judge  # in chunks: no fp64 copy of it all
-        from verifier.worker import _same
 
         picks = self.checked = self.picks(n)
         try:  # cpu: what the worker left, read once, now (nothing it writes later counts):
@@ -177,17 +167,17 @@ class WindowJudge:
             return f"the timed calls' arena is unreadable: {exc}"
         # a device arena has no pull: the checked outputs as they are now, before any reference
         # runs (a worker still writing after "d" must not get that time)
-        seen = {k: _clone(self.slots[k]) for k in picks}
+        seen = {k: clone(self.slots[k]) for k in picks}
         for k in picks:
             pristine = self._draw(self._set_seeds[k])
-            with decide._LOCK, torch.no_grad():
-                ref_out = self.model(*_clone(pristine))
+            with decide.LOCK, torch.no_grad():
+                ref_out = self.model(*clone(pristine))
                 verdict, msg, _, _ = _judge(self.model, pristine, ref_out, seen[k], self.tol)
             del pristine, ref_out
             if verdict != "ok":
                 return f"the output of a timed call was wrong: call {k + 1} of {n}: {msg}"
         for target, seed in zip(self.views, self._set_seeds, strict=False):
-            if not _same(target, self._draw(seed)):
+            if not same(target, self._draw(seed)):
                 return "forward modified its input tensors during a timed call"
         return ""
 

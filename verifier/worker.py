@@ -37,6 +37,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from verifier.failure import candidate_traceback
+from verifier.tensors import clone, exact_fp32, same, to_device
+
 # Functions the harness relies on; a candidate that replaces any of them is tampering.
 _GUARDED = (
     ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "time"),
@@ -82,7 +85,7 @@ class _Result:
                                       "severity": severity})
 
 
-def _resolve(path: str) -> Any:
+def resolve(path: str) -> Any:
     obj: Any = sys.modules.get(path.split(".")[0])
     for part in path.split(".")[1:]:
         obj = getattr(obj, part, None)
@@ -106,7 +109,7 @@ def _c_function_pointer(fn: Any) -> int | None:
 def _guard_snapshot() -> dict[str, Any]:
     snap: dict[str, Any] = {}
     for owner, attr in _GUARDED:
-        obj = _resolve(owner)
+        obj = resolve(owner)
         if obj is not None and hasattr(obj, attr):
             fn = getattr(obj, attr)
             snap[f"{owner}.{attr}"] = fn
@@ -114,78 +117,6 @@ def _guard_snapshot() -> dict[str, Any]:
             if meth is not None:
                 snap[f"{owner}.{attr} (C function)"] = meth
     return snap
-
-
-def _candidate_traceback(exc: BaseException) -> tuple[str, int | None]:
-    """Last candidate.py frame and the exception, one line."""
-    line = None
-    for fr in traceback.extract_tb(exc.__traceback__):
-        if fr.filename == "candidate.py":
-            line = fr.lineno
-    msg = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-    if line:
-        msg = f"candidate.py line {line}: {msg}"
-    return msg[:2000], line
-
-
-from verifier.judge import (  # noqa: E402  (re-exported: tests and the parent use them)
-    LOW_PRECISION_MARGIN,
-    _compare,
-    _flatten,
-    _judge,
-    against_fp64,
-    round_mantissa,
-)
-
-__all__ = ["LOW_PRECISION_MARGIN", "_compare", "_judge", "against_fp64", "round_mantissa",
-           "run_job"]
-
-
-def _clone(xs: Any) -> Any:
-    import torch
-
-    if isinstance(xs, torch.Tensor):
-        return xs.clone()
-    if isinstance(xs, list | tuple):
-        return type(xs)(_clone(x) for x in xs)
-    return xs
-
-
-def _same(a: Any, b: Any) -> bool:
-    import torch
-
-    fa, fb = _flatten(a), _flatten(b)
-    if len(fa) != len(fb):
-        return False
-    for x, y in zip(fa, fb, strict=True):
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(x, y):
-                return False
-        elif x != y:
-            return False
-    return True
-
-
-def exact_fp32() -> None:
-    """Reference math in true fp32: no TF32 in cuBLAS or cuDNN (torch enables it for cuDNN).
-
-    With TF32 on, an fp32 conv reference carries ~1e-3 relative error, so an exact fp32 kernel
-    fails the fp32 tolerance against it; TF32 is a precision downgrade, not the task.
-    """
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-
-
-def _to_device(obj: Any, device: str) -> Any:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, list | tuple):
-        return type(obj)(_to_device(o, device) for o in obj)
-    return obj
 
 
 def run_job(job: dict[str, Any], task_src: str, cand_src: str,
@@ -216,7 +147,8 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     from verifier.fallback import judge_ops, op_kind
     from verifier.generalize import check_variants
     from verifier.namespace import candidate_globals
-    from verifier.timed_calls import OpNames, baselines, serve_timed_windows
+    from verifier.op_trace import OpNames
+    from verifier.timed_calls import baselines, serve_timed_windows
     from verifier.trial_io import for_job
 
     backend = get_backend(job["backend"])
@@ -249,9 +181,9 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     def make_inputs(k: int) -> list[Any]:
         torch.manual_seed(input_seed + k)
         if device == "cpu":
-            return list(_to_device(get_inputs(), device))
+            return list(to_device(get_inputs(), device))
         with torch.device(device):  # random inputs made on the device (fast for big tensors)
-            return list(_to_device(get_inputs(), device))
+            return list(to_device(get_inputs(), device))
 
     mark("reference_load")
     if job.get("baseline_only"):  # a process that never runs candidate code times the reference
@@ -275,7 +207,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         torch.manual_seed(seed)
         new = model_new_cls(*init_inputs).to(device).eval()
     except Exception as exc:
-        msg, line = _candidate_traceback(exc)
+        msg, line = candidate_traceback(exc)
         res.data["error_line"] = line
         res.finish("runtime_error", msg)
     mark("candidate_load")
@@ -306,7 +238,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     mark("correctness")
     # on the judge's arena, trial 1's own inputs (the judge checks them after the run: a
     # mutation here is seen there); a GB-sized task holds no second copy of them
-    again_inputs = (lambda: first_inputs) if io.shared else (lambda: _clone(first_inputs))
+    again_inputs = (lambda: first_inputs) if io.shared else (lambda: clone(first_inputs))
     _check_kernels(res, backend, job, lambda: new(*again_inputs()))
     mark("kernel_profile")
     check_variants(res, job, task_src, cand.__dict__, backend, tol, io)
@@ -322,7 +254,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         res.finding("timed_output_type", str(exc))
         res.finish("cheat", f"during timing: {exc}")
     except Exception as exc:
-        msg, line = _candidate_traceback(exc)
+        msg, line = candidate_traceback(exc)
         res.finish("runtime_error", f"during timing: {msg}")
     res.data["timed_ops"] = sorted(window_ops)[:50]
     unseen = sorted(op for op in window_ops - trial_names if op_kind(op) == "compute")
@@ -355,7 +287,7 @@ def _trials(res: _Result, ref: Any, new: Any, io: Any, make_inputs: Callable[[in
 
     from verifier.device_compare import judge
     from verifier.fallback import make_trace_mode
-    from verifier.timed_calls import LABEL
+    from verifier.op_trace import LABEL
 
     if io.shared:  # as many trials as the judge's arena holds (`verifier.admission`)
         return _judged_trials(res, new, io, backend)
@@ -365,10 +297,10 @@ def _trials(res: _Result, ref: Any, new: Any, io: Any, make_inputs: Callable[[in
     worst: dict[str, float] = {}
     for t in range(trials):
         inputs = io.inputs(0, t) or make_inputs(1000 + t)
-        pristine = _clone(inputs)
+        pristine = clone(inputs)
         try:
             with torch.no_grad():
-                ref_out = ref(*_clone(inputs))
+                ref_out = ref(*clone(inputs))
                 with make_trace_mode() as tr, record_function(LABEL):  # traced
                     new_out = new(*inputs)  # the judge's views: a mutation is seen there
                     backend.synchronize()
@@ -376,7 +308,7 @@ def _trials(res: _Result, ref: Any, new: Any, io: Any, make_inputs: Callable[[in
                 own_calls += tr.own_calls
         except Exception as exc:
             _trial_crashed(res, exc, t)
-        if prev_new is not None and _same(new_out, prev_new) and not _same(ref_out, prev_ref):
+        if prev_new is not None and same(new_out, prev_new) and not same(ref_out, prev_ref):
             res.data["trials"] = t + 1
             res.finding("result_caching", "the same output for different inputs")
             res.finish("cheat", "the output did not change with new inputs (cached result)")
@@ -391,7 +323,7 @@ def _trials(res: _Result, ref: Any, new: Any, io: Any, make_inputs: Callable[[in
             res.finding("output_type", msg)
         if verdict != "ok":
             res.finish("cheat" if verdict == "cheat" else "incorrect", f"trial {t + 1}: {msg}")
-        if not _same(inputs, pristine):
+        if not same(inputs, pristine):
             res.finding("input_mutation", "forward modified its input tensors in place")
             res.finish("incorrect", "forward modified its input tensors (the reference does not)")
         prev_ref, prev_new = ref_out, new_out
@@ -403,7 +335,7 @@ def _trials(res: _Result, ref: Any, new: Any, io: Any, make_inputs: Callable[[in
 
 def _trial_crashed(res: _Result, exc: Exception, t: int) -> None:
     """End the run: trial `t + 1` raised `exc` (the candidate's line, if any, recorded)."""
-    msg, line = _candidate_traceback(exc)
+    msg, line = candidate_traceback(exc)
     res.data["error_line"] = line
     res.data["trials"] = t
     res.finish("runtime_error", msg)
@@ -420,7 +352,7 @@ def _judged_trials(res: _Result, new: Any, io: Any, backend: Any
     from torch.autograd.profiler import record_function
 
     from verifier.fallback import make_trace_mode
-    from verifier.timed_calls import LABEL
+    from verifier.op_trace import LABEL
 
     ops: list[tuple[str, int | None]] = []
     own_calls = 0

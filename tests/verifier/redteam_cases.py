@@ -348,7 +348,7 @@ def patch():
 ''', init="patch()")),
         ("patch_compare", candidate('''
 def patch():  # every comparison in the worker says "ok": only the parent's own can catch it
-    for name in ("verifier.worker", "verifier.judge", "verifier.generalize", "__main__"):
+    for name in ("verifier.worker", "verifier.device_compare", "verifier.generalize", "__main__"):
         m = S.modules.get(name)
         if m is not None and hasattr(m, "_compare"):
             m._compare = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0})

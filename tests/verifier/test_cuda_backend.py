@@ -431,7 +431,7 @@ def _sequential_cumsum(x: torch.Tensor) -> torch.Tensor:
 
 def test_fp32_mismatch_gets_an_fp64_second_opinion() -> None:
     """Other fp32 summation orders pass; a real error or fp16/bf16 precision does not."""
-    from verifier.worker import _compare, against_fp64, round_mantissa
+    from verifier.device_compare import against_fp64, compare, round_mantissa
 
     class MatMul(torch.nn.Module):
         def forward(self, a, b):
@@ -444,7 +444,7 @@ def test_fp32_mismatch_gets_an_fp64_second_opinion() -> None:
     # the same product summed in 8 chunks of K: another fp32 order, not a bug
     reordered = sum(a[:, i:i + 1024] @ b[i:i + 1024] for i in range(0, 8192, 1024))
     atol = 1e-6  # strict enough that the orders disagree
-    assert _compare(ref, reordered, atol, 1e-6, 1e-2, 1e-2)[0] == "values"
+    assert compare(ref, reordered, atol, 1e-6, 1e-2, 1e-2)[0] == "values"
     second = against_fp64(model, [a, b], ref, reordered, atol)
     assert second["ok"] and second["max_abs_diff"] * 8 <= second["low_precision_max_abs_err"]
     # a sequential fp32 scan: 25x torch's (double-accumulating) CPU error, still fp32-accurate

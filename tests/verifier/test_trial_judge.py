@@ -127,7 +127,7 @@ def test_outputs_with_plain_values_and_containers() -> None:
     ok, why, _ = judge.check({"values": [[[24, None], [24]]]}, None)
     assert not ok and "does not fit the reference's" in why, why
     io.close()
-    # a list where the reference has a tuple is accepted (as `verifier.judge` does); a tensor
+    # a list where the reference has a tuple is accepted (as `verifier.device_compare` does); a tensor
     # subclass or a wrong shape does not fit the slot: no output
     io = ArenaTrials(judge.spec, os.dup(judge.arena.fd), "cpu")
     x = io.inputs(0, 0)[0]
@@ -191,7 +191,7 @@ def test_a_task_that_cannot_fit_says_so_with_its_footprint() -> None:
 def test_a_job_keeps_only_its_own_reference_models_cached() -> None:
     """Models cached for other tasks would hold device memory a later job's admission counts
     as taken: the verdict would depend on what ran before. A job drops them."""
-    decide._reference(TUPLE_TASK, 0)
+    decide.reference(TUPLE_TASK, 0)
     assert any(k[0] == TUPLE_TASK for k in decide._MODELS)
     judge = TrialJudge(_args(variants=[SIZES_VARIANT]), 1 << 30, 16 << 20)
     assert {k[0] for k in decide._MODELS} == {RELU_TASK, SIZES_VARIANT["source"]}

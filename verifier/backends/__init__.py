@@ -323,7 +323,7 @@ def run_tool(cmd: list[str], log: list[str], timeout_s: float) -> bool:
     """Run a compiler command, appending the command line and its output to `log`."""
     log.append("$ " + shlex.join(cmd))
     try:
-        from verifier.isolate import build_argv  # host trees hidden from the compiler
+        from verifier.build_sandbox import build_argv  # host trees hidden from the compiler
 
         proc = subprocess.run(niced(build_argv(cmd)), capture_output=True, text=True,
                               timeout=timeout_s, errors="replace")

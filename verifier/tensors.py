@@ -1,0 +1,63 @@
+"""Plain operations on a forward's inputs and outputs (a tensor, or a list or tuple of tensors
+and plain values), shared by the worker, the judges and the parent's own recheck."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def flatten(out: Any) -> list[Any]:
+    """A forward's outputs as a list (one output is a list of one)."""
+    if isinstance(out, tuple | list):
+        return list(out)
+    return [out]
+
+
+def clone(xs: Any) -> Any:
+    """A copy of every tensor in `xs`, containers rebuilt, plain values kept."""
+    import torch
+
+    if isinstance(xs, torch.Tensor):
+        return xs.clone()
+    if isinstance(xs, list | tuple):
+        return type(xs)(clone(x) for x in xs)
+    return xs
+
+
+def same(a: Any, b: Any) -> bool:
+    """Whether `a` and `b` hold the same values exactly (shapes, dtypes and every element)."""
+    import torch
+
+    fa, fb = flatten(a), flatten(b)
+    if len(fa) != len(fb):
+        return False
+    for x, y in zip(fa, fb, strict=True):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(x, y):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def to_device(obj: Any, device: str) -> Any:
+    """`obj` with every tensor moved to `device`, containers rebuilt."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, list | tuple):
+        return type(obj)(to_device(o, device) for o in obj)
+    return obj
+
+
+def exact_fp32() -> None:
+    """Reference math in true fp32: no TF32 in cuBLAS or cuDNN (torch enables it for cuDNN).
+
+    With TF32 on, an fp32 conv reference carries ~1e-3 relative error, so an exact fp32 kernel
+    fails the fp32 tolerance against it; TF32 is a precision downgrade, not the task.
+    """
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
