@@ -42,17 +42,17 @@ from benchmarks.kernel_corpus import CorpusKernel, corpus  # noqa: E402
 
 def corpus_specs() -> list[tuple[CorpusKernel, str, list]]:
     """(kernel, code, specs) for every corpus candidate `verify_batch` would build."""
-    from verifier.api import _front_stages, _Item
     from verifier.extspec import specs_from_source
     from verifier.fallback import apply_policy, errors
     from verifier.protocol import VerdictData, VerifyRequest
+    from verifier.stages import Item, front_stages
     from verifier.static import check_cpp
 
     out = []
     for k in corpus():
-        it = _Item(VerifyRequest(k.candidate_id, k.task_id, k.task_source, k.source, "cuda"),
+        it = Item(VerifyRequest(k.candidate_id, k.task_id, k.task_source, k.source, "cuda"),
                    VerdictData(k.candidate_id, k.task_id, "runtime_error", "extract", "cuda"))
-        _front_stages(it, "strict")
+        front_stages(it, "strict")
         specs = None if it.done else specs_from_source(it.code)
         if specs and not errors(apply_policy(check_cpp(specs, it.code, k.task_source),
                                              "strict")):

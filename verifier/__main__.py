@@ -25,12 +25,8 @@ from verifier.batch_io import run_batch
 from verifier.protocol import NAMESPACES, VerifyOptions, VerifyRequest, parse_tolerance
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["serve"]:
-        from verifier.reward_server import main as serve_main
-
-        return serve_main(args[1:])
+def _parser() -> argparse.ArgumentParser:
+    """The command line of `python -m verifier` (one candidate, or a batch)."""
     ap = argparse.ArgumentParser(prog="python -m verifier", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", type=Path, help="KernelBench task file (Model, get_inputs)")
@@ -70,12 +66,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="isolated: the candidate runs in its own module namespace (default); "
                          "kernelbench: it starts with the reference file's globals (sizes, "
                          "helpers), as KernelBench runs both in one namespace")
-    a = ap.parse_args(args)
-    try:
-        parse_tolerance(a.tolerance)
-    except ValueError as exc:
-        ap.error(str(exc))
-    opts = VerifyOptions(backend=a.backend, workers=a.workers, gpus=a.gpus,
+    return ap
+
+
+def _options(a: argparse.Namespace) -> VerifyOptions:
+    """The verify options the parsed flags ask for."""
+    return VerifyOptions(backend=a.backend, workers=a.workers, gpus=a.gpus,
                          compile_workers=a.compile_workers,
                          compile_batch=a.compile_batch, compile_only=a.compile_only,
                          trials=a.trials, perf_trials=a.perf_trials, run_timeout_s=a.timeout,
@@ -83,23 +79,42 @@ def main(argv: list[str] | None = None) -> int:
                          build_cache_max_gb=a.cache_max_gb,
                          fallback=a.fallback, generalize=a.generalize,
                          tolerance=a.tolerance, namespace=a.namespace)
-    from verifier.api import verify_batch
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["serve"]:
+        from verifier.reward_server import main as serve_main
+
+        return serve_main(args[1:])
+    ap = _parser()
+    a = ap.parse_args(args)
+    try:
+        parse_tolerance(a.tolerance)
+    except ValueError as exc:
+        ap.error(str(exc))
+    opts = _options(a)
     if a.batch:
         try:
             return run_batch(a.batch, a.out, opts, progress=a.progress)
         except BackendUnavailable as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    if a.task and a.candidate:
-        try:
-            reqs = [VerifyRequest(a.candidate.stem, a.task.stem, a.task.read_text("utf-8"),
-                                  a.candidate.read_text("utf-8"), a.backend)]
-        except (OSError, UnicodeDecodeError) as exc:
-            print(f"error: cannot read input: {exc}", file=sys.stderr)
-            return 2
-    else:
+    if not (a.task and a.candidate):
         ap.error("give --task and --candidate, or --batch")
+    return _verify_one(a, opts)
+
+
+def _verify_one(a: argparse.Namespace, opts: VerifyOptions) -> int:
+    """Verify --candidate against --task and print its verdict (JSON with --json)."""
+    from verifier.api import verify_batch
+
+    try:
+        reqs = [VerifyRequest(a.candidate.stem, a.task.stem, a.task.read_text("utf-8"),
+                              a.candidate.read_text("utf-8"), a.backend)]
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: cannot read input: {exc}", file=sys.stderr)
+        return 2
     try:
         verdicts = verify_batch(reqs, opts)
     except BackendUnavailable as exc:

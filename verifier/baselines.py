@@ -3,7 +3,7 @@ device), and measured ahead of the candidates while they compile.
 
 Only processes that never ran candidate code time a baseline or write this cache: a fresh
 sandboxed child that loads nothing but the reference (cpu), or the GPU's referee; the timing is
-the judge's window method (`verifier.clock.time_reference`), the same as the candidates'.
+the judge's window method (`verifier.timed_calls.time_reference`), the same as the candidates'.
 
 The cache key is the task source, backend, device model, torch version, timing trials and
 seed, so a re-run on the same kind of device never times a reference twice. `prefetch` sends

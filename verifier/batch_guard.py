@@ -15,8 +15,8 @@ from pathlib import Path
 
 from verifier.backends import Backend
 from verifier.extspec import ExtensionSpec
-from verifier.preprocess import macro_baseline
-from verifier.unit_sources import includes_of, scan, spec_scans
+from verifier.preprocess import macro_baseline, scan
+from verifier.unit_sources import includes_of, spec_scans
 
 _LOCK = threading.Lock()
 _LOCKS: dict[str, threading.Lock] = {}

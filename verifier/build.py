@@ -39,6 +39,7 @@ from verifier.artefacts import (  # noqa: F401 - re-exported: callers import the
 )
 from verifier.backends import BuildUnit
 from verifier.batch_guard import batch_blockers
+from verifier.build_reads import unallowed_reads
 from verifier.build_records import (  # noqa: F401 - re-exported: callers import them from here
     BUILD_RULES,
     REFUSED,
@@ -50,7 +51,6 @@ from verifier.build_records import (  # noqa: F401 - re-exported: callers import
 from verifier.cache_bound import touch
 from verifier.extspec import ExtensionSpec
 from verifier.landing import Landing
-from verifier.preprocess import unallowed_reads
 from verifier.sandbox import SandboxLimits
 from verifier.unit_sources import (  # noqa: F401 - re-exported: callers import them from here
     CAND_FILE,
@@ -59,8 +59,6 @@ from verifier.unit_sources import (  # noqa: F401 - re-exported: callers import 
     includes_of,
     module_sources,
     refusal,
-    scan,
-    source_line,
     spec_scans,
 )
 

@@ -394,39 +394,3 @@ def _drain(fd: int) -> None:
             pass
     except BlockingIOError:
         pass
-
-
-def time_reference(ref: Any, make_inputs: Callable[[int], list[Any]],
-                   synchronize: Callable[[], None], torch_compile: bool = False,
-                   budget_bytes: int = 16 << 20) -> dict[str, Any]:
-    """Eager (and torch.compile) baselines of the reference module `ref`, timed as the judge
-    times candidates (as many input sets as its arena would hold, every call under the same
-    op recorder); only a process that never ran candidate code calls this."""
-    import torch
-
-    from verifier.arena import fill, plan
-    from verifier.op_trace import OpNames
-    from verifier.tensors import clone
-    from verifier.window_judge import sets_for
-
-    draws = [10_000]
-    sample = make_inputs(draws[0])
-    with torch.no_grad():
-        first = ref(*sample)
-    pool = sets_for(plan(sample)[1], plan(first)[1], budget_bytes)
-    sets: list[list[Any]] = [sample]
-
-    def refresh(n: int) -> None:  # fresh inputs for every window, drawn outside the clock
-        draws[0] += pool
-        sets[:] = [make_inputs(draws[0] + i) for i in range(max(1, min(n, pool)))]
-
-    scratch = clone(first)
-    keep = lambda out: fill(scratch, out)  # noqa: E731 - the output copied once
-    with torch.no_grad(), OpNames():
-        eager = time_windows(ref, sets, refresh, synchronize, keep, pool)
-        figures = {"eager_us": eager["runtime_us"], "eager_iqr_us": eager["iqr_us"],
-                   "eager_windows": {**eager, "sets": pool}}
-        if torch_compile:
-            compiled = time_windows(torch.compile(ref), sets, refresh, synchronize, keep, pool)
-            figures.update(compiled_us=compiled["runtime_us"], compiled_windows=compiled)
-    return figures

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from verifier.sandbox import is_v2_cgroup, new_cgroup
+from verifier.cgroups import is_v2_cgroup, new_cgroup
 
 _V1_ROOT = Path("/sys/fs/cgroup/cpuacct")
 _V2_ROOT = Path("/sys/fs/cgroup")  # where `verifier.sandbox` makes its v2 run cgroups

@@ -374,3 +374,11 @@ def install_shim(built: dict[str, dict[str, Any]]) -> None:
 
     cpp_extension.load_inline = load_inline
     cpp_extension.load = load
+
+
+def source_line(code: str, text: str) -> int:
+    """1-based line in `code` where `text` starts (0 when it is not there verbatim)."""
+    probe = text.lstrip("\n")
+    skipped = text[: len(text) - len(probe)].count("\n")
+    idx = code.find(probe[:400]) if probe else -1
+    return code.count("\n", 0, idx) + 1 - skipped if idx >= 0 else 0

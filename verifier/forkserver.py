@@ -38,6 +38,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from verifier.cgroups import join_cgroup, join_meter
 from verifier.isolate import isolate, run_uid
 from verifier.sandbox import (
     SandboxLimits,
@@ -45,8 +46,6 @@ from verifier.sandbox import (
     apply_limits,
     collect_result,
     end_run_cgroup,
-    join_cgroup,
-    join_meter,
     kill_group,
     prepare_workdir,
     run_cgroup,

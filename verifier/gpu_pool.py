@@ -36,18 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from verifier.build import ArtefactMismatch, copy_for_worker
+from verifier.cgroups import kill_cgroup, make_pids_cgroup
 from verifier.clock import FDS_ENV, JudgeClock, no_judge
 from verifier.cpu_meter import run_meter
 from verifier.isolate import RUN_DIR
 from verifier.membound import host_memory_bound
-from verifier.sandbox import (
-    SandboxLimits,
-    kill_cgroup,
-    make_pids_cgroup,
-    sandboxed_argv,
-    scrubbed_env,
-    stop_process,
-)
+from verifier.sandbox import SandboxLimits, sandboxed_argv, scrubbed_env, stop_process
 
 _PKG_ROOT = str(Path(__file__).resolve().parent.parent)
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session

@@ -188,21 +188,7 @@ def time_device_fn(
     flusher = flusher if flusher is not None else L2Flusher(device)
     persisting = reset_persisting_l2() if torch.device(device).type == "cuda" else False
     with torch.no_grad():
-        # At least `warmup` calls and `warmup_min_s` of work: on an H100 the first of five
-        # repeated measurements of a 160 us kernel came out 18% slower after 3 warmup calls
-        # (clocks still ramping), which alone made the repeat CV 8%.
-        t_warm = time.monotonic()
-        host: list[float] = []
-        i = 0
-        while i < warmup or time.monotonic() - t_warm < warmup_min_s:
-            args = make_args(-1 - i)
-            h0 = time.perf_counter()
-            fn(*args)
-            host.append((time.perf_counter() - h0) * 1e6)
-            i += 1
-            if i % 8 == 0:
-                api.synchronize()
-        api.synchronize()
+        host = _warm_up(fn, make_args, api, warmup, warmup_min_s)
         probe = _bracket(api, spin_cycles, None)
         # cycles per us; a device API without a spin (or a spin that took no time) cannot cover
         # launches: its trials are all kept, counted as uncovered
@@ -211,53 +197,99 @@ def time_device_fn(
         steady = sorted(host[len(host) // 2:])  # the first calls pay one-time costs
         want_us = 2.0 * steady[len(steady) // 2] + 20.0
         spin = min(spin_cap, max(spin_cycles, int(rate * want_us)))
-        trials: list[_Trial] = []
-        empty: list[float] = []  # the synchronize tail around no call
-        clocks: list[float] = []
-        discarded = 0
+        run = _Trials(spin=spin, spin_cap=spin_cap, rate=rate)
+        run.measure(api, fn, make_args, flusher, min_trials, max_trials, target_rel_iqr,
+                    budget_s)
+    if not run.trials:  # every attempt was discarded: the spin never caught up (keep the last)
+        run.trials.append(run.last)
+        run.empty.append(_bracket(api, run.spin, None).tail_us)
+    return run.result(persisting, hidden_threshold_us, hidden_threshold_rel)
+
+
+def _warm_up(fn: Callable[..., Any], make_args: Callable[[int], Sequence[Any]], api: Any,
+             warmup: int, warmup_min_s: float) -> list[float]:
+    """At least `warmup` calls and `warmup_min_s` of work; the host time of each call (us)."""
+    # on an H100 the first of five repeated measurements of a 160 us kernel came out 18%
+    # slower after 3 warmup calls (clocks still ramping), which alone made the repeat CV 8%
+    t_warm = time.monotonic()
+    host: list[float] = []
+    i = 0
+    while i < warmup or time.monotonic() - t_warm < warmup_min_s:
+        args = make_args(-1 - i)
+        h0 = time.perf_counter()
+        fn(*args)
+        host.append((time.perf_counter() - h0) * 1e6)
+        i += 1
+        if i % 8 == 0:
+            api.synchronize()
+    api.synchronize()
+    return host
+
+
+class _Trials:
+    """The timed trials of one call, the empty brackets between them and the spin that covers
+    the call's launch (doubled when a trial shows it did not)."""
+
+    MAX_DISCARDS = 16
+
+    def __init__(self, spin: int, spin_cap: int, rate: float) -> None:
+        self.spin, self.spin_cap, self.rate = spin, spin_cap, rate
+        self.trials: list[_Trial] = []
+        self.empty: list[float] = []  # the synchronize tail around no call
+        self.clocks: list[float] = []
+        self.discarded = 0
+        self.last: _Trial | None = None
+
+    def measure(self, api: Any, fn: Callable[..., Any],
+                make_args: Callable[[int], Sequence[Any]], flusher: L2Flusher,
+                min_trials: int, max_trials: int, target_rel_iqr: float,
+                budget_s: float) -> None:
+        """Trials until IQR/median < target (after min_trials), max_trials, or the budget."""
         start_wall = time.monotonic()
-        max_discards = 16
-        for i in range(max_trials + max_discards):
+        for i in range(max_trials + self.MAX_DISCARDS):
             args = make_args(i)
             flusher.flush()
-            trial = _bracket(api, spin, lambda args=args: fn(*args))
+            trial = self.last = _bracket(api, self.spin, lambda args=args: fn(*args))
             if trial.spin_us > 0:
-                clocks.append(spin / trial.spin_us)
-            if trial.host_us >= trial.spin_us and spin < spin_cap and discarded < max_discards:
-                discarded += 1  # the GPU waited for the launch inside the timed interval
-                spin = min(spin_cap, max(2 * spin, int(rate * 2 * trial.host_us)))
+                self.clocks.append(self.spin / trial.spin_us)
+            if (trial.host_us >= trial.spin_us and self.spin < self.spin_cap
+                    and self.discarded < self.MAX_DISCARDS):
+                self.discarded += 1  # the GPU waited for the launch inside the timed interval
+                self.spin = min(self.spin_cap,
+                                max(2 * self.spin, int(self.rate * 2 * trial.host_us)))
                 continue
-            trials.append(trial)
-            empty.append(_bracket(api, spin, None).tail_us)
-            n = len(trials)
-            body = [t.body_us for t in trials]
+            self.trials.append(trial)
+            self.empty.append(_bracket(api, self.spin, None).tail_us)
+            n = len(self.trials)
             if n >= max_trials:
                 break
-            if n >= min_trials and relative_iqr(body) < target_rel_iqr:
+            if n >= min_trials and relative_iqr([t.body_us for t in self.trials]) < target_rel_iqr:
                 break
             if n >= min_trials and time.monotonic() - start_wall > budget_s:
                 break
-    if not trials:  # every attempt was discarded: the spin never caught up (keep the last)
-        trials.append(trial)
-        empty.append(_bracket(api, spin, None).tail_us)
-    body = [t.body_us for t in trials]
-    latency = statistics.median(empty)
-    hidden = statistics.median([t.tail_us for t in trials]) - latency
-    runtime = statistics.median(body)
-    if hidden > max(hidden_threshold_us, hidden_threshold_rel * runtime):
-        samples = [t.body_us + t.tail_us - latency for t in trials]
-        result = summarize(samples, persisting_l2_reset=persisting)
-        result.method = "device_sync"
-    else:
-        result = summarize(body, persisting_l2_reset=persisting)
-    result.hidden_us = round(max(0.0, hidden), 3)
-    result.sync_latency_us = round(latency, 3)
-    result.spin_us = round(statistics.median([t.spin_us for t in trials]), 3)
-    result.host_us = round(statistics.median([t.host_us for t in trials]), 3)
-    result.uncovered_trials = sum(t.host_us >= t.spin_us for t in trials)
-    result.discarded_trials = discarded
-    result.clock_mhz = round(statistics.median(clocks), 1) if clocks else 0.0
-    return result
+
+    def result(self, persisting: bool, hidden_threshold_us: float,
+               hidden_threshold_rel: float) -> TimingResult:
+        """The figures; synchronize-inclusive when the call hid work from its stream."""
+        trials = self.trials
+        body = [t.body_us for t in trials]
+        latency = statistics.median(self.empty)
+        hidden = statistics.median([t.tail_us for t in trials]) - latency
+        runtime = statistics.median(body)
+        if hidden > max(hidden_threshold_us, hidden_threshold_rel * runtime):
+            samples = [t.body_us + t.tail_us - latency for t in trials]
+            result = summarize(samples, persisting_l2_reset=persisting)
+            result.method = "device_sync"
+        else:
+            result = summarize(body, persisting_l2_reset=persisting)
+        result.hidden_us = round(max(0.0, hidden), 3)
+        result.sync_latency_us = round(latency, 3)
+        result.spin_us = round(statistics.median([t.spin_us for t in trials]), 3)
+        result.host_us = round(statistics.median([t.host_us for t in trials]), 3)
+        result.uncovered_trials = sum(t.host_us >= t.spin_us for t in trials)
+        result.discarded_trials = self.discarded
+        result.clock_mhz = round(statistics.median(self.clocks), 1) if self.clocks else 0.0
+        return result
 
 
 def _quartiles(samples: Sequence[float]) -> tuple[float, float, float]:

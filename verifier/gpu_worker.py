@@ -34,6 +34,7 @@ import socket
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from typing import Any
 
 # Modules whose public attributes a candidate must leave alone (compared by identity per job).
@@ -57,7 +58,7 @@ _WARMUP_CANDIDATE = _WARMUP_TASK.replace("class Model(", "class ModelNew(")
 def watched_state() -> dict[str, int]:
     """Identity of every public function/class of the watched modules (and `__call__`/`__eq__`);
     data attributes are left out, torch updates some of them itself."""
-    from verifier.worker import resolve
+    from verifier.tamper import resolve
 
     state = {}
     for owner in _WATCHED:
@@ -145,13 +146,9 @@ def after_job(result: dict[str, Any], state: dict[str, int], flags: dict[str, An
     return False
 
 
-def main(argv: list[str]) -> int:
-    """Serve jobs from stdin until EOF; results go to the fd named in argv[0]."""
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks on demand (hang reports)
-    out = os.fdopen(int(argv[0]), "w", buffering=1)
-    os.set_inheritable(out.fileno(), False)
-    sock = socket.socket(fileno=os.dup(out.fileno()))
-    backend_name = argv[1] if len(argv) > 1 else "cuda"
+def _warm_up(backend_name: str) -> Any:
+    """The backend, warmed: the profiler's first session and torch's first-use rebinding paid
+    before the first candidate (so only candidates change what the snapshot holds)."""
     import torch
 
     from verifier.backends import get_backend
@@ -168,6 +165,56 @@ def main(argv: list[str]) -> int:
     run_job({"nonce": "warm-up", "backend": backend_name, "extensions": {},
              "options": {"trials": 1, "perf_trials": 2, "perf_max_trials": 2, "perf_warmup": 1}},
             _WARMUP_TASK, _WARMUP_CANDIDATE)
+    return backend
+
+
+def _run_one(msg: dict[str, Any], sock: socket.socket, base: str,
+             progress: Callable[[str], None]) -> dict[str, Any]:
+    """One job in a fresh folder under `base`, with the judge's arenas it was sent (their
+    descriptors closed when it ends)."""
+    from verifier.worker import run_job
+
+    job = msg["job"]
+    # sent before the job, in the order its "fds" names: the judge's arenas of the timed
+    # windows (`verifier.arena`) and of the trials (`verifier.trial_io`)
+    _, fds, _, _ = socket.recv_fds(sock, 1, 2)
+    named = dict(zip(job.get("fds") or (), fds, strict=False))
+    arena_fd, trials_fd = named.get("arena", -1), named.get("trials", -1)
+    if arena_fd >= 0:
+        job["arena_fd"] = arena_fd
+    if trials_fd >= 0:
+        job["trials_fd"] = trials_fd
+    jobdir = tempfile.mkdtemp(prefix="job-", dir=base)  # nothing left for the next job
+    os.chdir(jobdir)
+    try:
+        return run_job(job, msg["task_source"], msg["candidate_source"], progress)
+    finally:
+        os.chdir(base)
+        shutil.rmtree(jobdir, ignore_errors=True)
+        for fd in (arena_fd, trials_fd):  # mapped while the job ran; unmapped by then
+            if fd >= 0:
+                os.close(fd)
+
+
+def _strays_end_it(result: dict[str, Any]) -> bool:
+    """Whether processes the candidate started outlived its run (then the result says so)."""
+    strays = stray_processes()
+    if strays:
+        result.setdefault("findings", []).append({
+            "rule": "stray_process", "severity": "error", "line": None,
+            "message": f"processes {strays[:5]} started by the candidate outlived its run"})
+        result.update(outcome="cheat", error="processes started by the candidate outlived "
+                      f"its run ({len(strays)}); the worker ends with them")
+    return bool(strays)
+
+
+def main(argv: list[str]) -> int:
+    """Serve jobs from stdin until EOF; results go to the fd named in argv[0]."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks on demand (hang reports)
+    out = os.fdopen(int(argv[0]), "w", buffering=1)
+    os.set_inheritable(out.fileno(), False)
+    sock = socket.socket(fileno=os.dup(out.fileno()))
+    backend = _warm_up(argv[1] if len(argv) > 1 else "cuda")
     state, flags, threads = watched_state(), global_flags(), threading.active_count()
     ident = device_ident(backend)
     out.write(json.dumps({"ready": True, "pid": os.getpid(), "device": backend.device_name(),
@@ -185,26 +232,7 @@ def main(argv: list[str]) -> int:
         msg = json.loads(line)
         gc.enable()  # the parent judged the last job's trials before it sent this job
         held.clear()
-        job = msg["job"]
-        # sent before the job, in the order its "fds" names: the judge's arenas of the timed
-        # windows (`verifier.arena`) and of the trials (`verifier.trial_io`)
-        _, fds, _, _ = socket.recv_fds(sock, 1, 2)
-        named = dict(zip(job.get("fds") or (), fds, strict=False))
-        arena_fd, trials_fd = named.get("arena", -1), named.get("trials", -1)
-        if arena_fd >= 0:
-            job["arena_fd"] = arena_fd
-        if trials_fd >= 0:
-            job["trials_fd"] = trials_fd
-        jobdir = tempfile.mkdtemp(prefix="job-", dir=base)  # nothing left for the next job
-        os.chdir(jobdir)
-        try:
-            result = run_job(job, msg["task_source"], msg["candidate_source"], progress)
-        finally:
-            os.chdir(base)
-            shutil.rmtree(jobdir, ignore_errors=True)
-            for fd in (arena_fd, trials_fd):  # mapped while the job ran; unmapped by then
-                if fd >= 0:
-                    os.close(fd)
+        result = _run_one(msg, sock, base, progress)
         # no cyclic garbage collected (finalizers are candidate code) from the job's end until
         # the judge has checked its trials' slots: collection resumes when the next job
         # arrives, which the parent sends after its check (a full collection here would cost
@@ -214,14 +242,7 @@ def main(argv: list[str]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         leave = after_job(result, state, flags, threads)
-        strays = stray_processes()
-        if strays:
-            result.setdefault("findings", []).append({
-                "rule": "stray_process", "severity": "error", "line": None,
-                "message": f"processes {strays[:5]} started by the candidate outlived its run"})
-            result.update(outcome="cheat", error="processes started by the candidate outlived "
-                          f"its run ({len(strays)}); the worker ends with them")
-            leave = True
+        leave = _strays_end_it(result) or leave
         threads = max(threads, int(result.get("harness_threads") or 0))  # torch.compile's
         if job_free and free_bytes(base) < job_free:  # the next job gets a fresh tmpfs
             leave = True

@@ -14,13 +14,10 @@ a candidate that redefines or undefines one of them (a header's or a predefined 
 
 from __future__ import annotations
 
-import os
+import functools
 import re
-import shlex
-import shutil
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 
 _TRIGRAPH = re.compile(r"\?\?[=/'()!<>\-]")
 _TRIGRAPHS = {"=": "#", "/": "\\", "'": "^", "(": "[", ")": "]", "!": "|", "<": "{", ">": "}",
@@ -68,89 +65,121 @@ class SourceScan:
 def _strip(src: str) -> tuple[str, list[int]]:
     """Phases 2-3: splices joined, comments replaced by one space, literals kept verbatim;
     the text and, per character, its 0-based raw line (for hoisting and messages)."""
-    out: list[str] = []
-    lines: list[int] = []
-    line = i = 0
-    n = len(src)
-    state = "code"
-    raw_end = ""
-    while i < n:
-        m = _SPLICE.match(src, i) if src[i] == "\\" else None
-        if m:  # a splice is invisible everywhere but inside a raw string literal
-            if state == "raw":  # kept out of the text: a literal's body holds no directive
-                out.append(" " * len(m.group(0)))
-                lines.extend([line] * len(m.group(0)))
-            line += 1
-            i = m.end()
-            continue
-        c = src[i]
-        if state == "code":
-            if src.startswith("//", i):
-                state = "line_comment"
-                i += 2
+    return _Stripper(src).run()
+
+
+class _Stripper:
+    """`_strip`'s scanner: one state (code, a comment, a string, char or raw literal) and a
+    step for each; a step that consumed its text itself returns True."""
+
+    def __init__(self, src: str) -> None:
+        self.src, self.n = src, len(src)
+        self.out: list[str] = []
+        self.lines: list[int] = []
+        self.line = self.i = 0
+        self.state = "code"
+        self.raw_end = ""
+        self.steps = {"code": self._code, "line_comment": self._line_comment,
+                      "block_comment": self._block_comment, "string": self._literal,
+                      "char": self._literal, "raw": self._raw}
+
+    def emit(self, text: str) -> None:
+        self.out.append(text)
+        self.lines.extend([self.line] * len(text))
+
+    def run(self) -> tuple[str, list[int]]:
+        while self.i < self.n:
+            if self.src[self.i] == "\\" and self._splice():
                 continue
-            if src.startswith("/*", i):
-                state = "block_comment"
-                out.append(" ")
-                lines.append(line)
-                i += 2
+            c = self.src[self.i]
+            if self.steps[self.state](c):
                 continue
-            if c == "R" and i + 1 < n and src[i + 1] == '"' and (
-                    i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_")
-                    or src[max(0, i - 2):i] in ("u8",) or src[i - 1] in "uUL"):
-                close = src.find("(", i + 2)
-                if close != -1 and close - i - 2 <= 16:
-                    raw_end = ")" + src[i + 2:close] + '"'
-                    state = "raw"
-                    out.append(src[i:close + 1])
-                    lines.extend([line] * (close + 1 - i))
-                    i = close + 1
-                    continue
-            if c == '"':
-                state = "string"
-            elif c == "'" and not _digit_separator(src, i):
-                state = "char"
-        elif state == "line_comment":
+            self.emit(c)
             if c == "\n":
-                state = "code"
-            else:
-                i += 1
-                continue
-        elif state == "block_comment":
-            if src.startswith("*/", i):
-                state = "code"
-                i += 2
-                continue
-            if c == "\n":
-                line += 1
-            i += 1
-            continue
-        elif state in ("string", "char"):
-            if c == "\\" and i + 1 < n:
-                out.append(src[i:i + 2])
-                lines.extend([line, line])
-                i += 2
-                continue
-            if c == ('"' if state == "string" else "'") or c == "\n":
-                state = "code"
-        elif state == "raw":
-            if src.startswith(raw_end, i):
-                out.append(raw_end)
-                lines.extend([line] * len(raw_end))
-                i += len(raw_end)
-                state = "code"
-                continue
-            out.append(" ")
-            lines.append(line)
-            line += c == "\n"
-            i += 1
-            continue
-        out.append(c)
-        lines.append(line)
+                self.line += 1
+            self.i += 1
+        return "".join(self.out), self.lines
+
+    def _splice(self) -> bool:
+        m = _SPLICE.match(self.src, self.i)
+        if not m:
+            return False
+        if self.state == "raw":  # a splice is invisible everywhere but inside a raw literal,
+            self.emit(" " * len(m.group(0)))  # kept out of the text: it holds no directive
+        self.line += 1
+        self.i = m.end()
+        return True
+
+    def _code(self, c: str) -> bool:
+        src, i = self.src, self.i
+        if src.startswith("//", i):
+            self.state = "line_comment"
+            self.i += 2
+            return True
+        if src.startswith("/*", i):
+            self.state = "block_comment"
+            self.emit(" ")
+            self.i += 2
+            return True
+        if c == "R" and self._raw_start():
+            return True
+        if c == '"':
+            self.state = "string"
+        elif c == "'" and not _digit_separator(src, i):
+            self.state = "char"
+        return False
+
+    def _raw_start(self) -> bool:
+        src, i = self.src, self.i
+        if not (i + 1 < self.n and src[i + 1] == '"' and (
+                i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_")
+                or src[max(0, i - 2):i] in ("u8",) or src[i - 1] in "uUL")):
+            return False
+        close = src.find("(", i + 2)
+        if close == -1 or close - i - 2 > 16:
+            return False
+        self.raw_end = ")" + src[i + 2:close] + '"'
+        self.state = "raw"
+        self.emit(src[i:close + 1])
+        self.i = close + 1
+        return True
+
+    def _line_comment(self, c: str) -> bool:
         if c == "\n":
-            line += 1
-        i += 1
-    return "".join(out), lines
+            self.state = "code"
+            return False
+        self.i += 1
+        return True
+
+    def _block_comment(self, c: str) -> bool:
+        if self.src.startswith("*/", self.i):
+            self.state = "code"
+            self.i += 2
+            return True
+        if c == "\n":
+            self.line += 1
+        self.i += 1
+        return True
+
+    def _literal(self, c: str) -> bool:
+        if c == "\\" and self.i + 1 < self.n:
+            self.emit(self.src[self.i:self.i + 2])
+            self.i += 2
+            return True
+        if c == ('"' if self.state == "string" else "'") or c == "\n":
+            self.state = "code"
+        return False
+
+    def _raw(self, c: str) -> bool:
+        if self.src.startswith(self.raw_end, self.i):
+            self.emit(self.raw_end)
+            self.i += len(self.raw_end)
+            self.state = "code"
+            return True
+        self.emit(" ")
+        self.line += c == "\n"
+        self.i += 1
+        return True
 
 
 def _digit_separator(src: str, i: int) -> bool:
@@ -284,111 +313,9 @@ def macro_baseline(cmd: list[str], prefix: str, timeout_s: float = 300.0) -> fro
 
 
 # --- what a build read ---------------------------------------------------------------------------
-_SEARCH_LIST = re.compile(r"#include <\.\.\.> search starts here:\n(.*?)End of search list",
-                          re.S)
 
 
-def compiler_search_dirs(cxx: str) -> list[str]:
-    """The compiler's own system include folders (`-v`), cached per compiler."""
-    if cxx not in _SEARCH_DIRS:
-        try:
-            proc = subprocess.run([cxx, "-x", "c++", "-E", "-v", "-"], input="", text=True,
-                                  capture_output=True, timeout=120, errors="replace")
-        except (OSError, subprocess.TimeoutExpired):  # no such compiler: it adds no folder
-            return []  # (not cached: it may be installed later), and the build reports the read
-        m = _SEARCH_LIST.search(proc.stderr)
-        _SEARCH_DIRS[cxx] = [ln.strip().split(" (")[0] for ln in
-                             (m.group(1).splitlines() if m else []) if ln.strip()]
-    return _SEARCH_DIRS[cxx]
-
-
-_SEARCH_DIRS: dict[str, list[str]] = {}
-
-
-def nvcc_host_compiler(cmd: list[str]) -> str:
-    """The host compiler an nvcc command line runs: its `-ccbin`/`--compiler-bindir`, else
-    g++ on PATH (nvcc's own default)."""
-    for i, arg in enumerate(cmd):
-        if arg in ("-ccbin", "--compiler-bindir") and i + 1 < len(cmd):
-            return cmd[i + 1]
-        if arg.startswith(("-ccbin=", "--compiler-bindir=")):
-            return arg.split("=", 1)[1]
-    return "g++"
-
-
-def read_dependencies(dep_file: str) -> list[str]:
-    """The files a compile read, from its `-MD -MF` file (make syntax: escaped spaces, line
-    continuations, the target before the first unescaped colon)."""
-    with open(dep_file, encoding="utf-8", errors="replace") as fh:
-        text = fh.read().replace("\\\n", " ")
-    out: list[str] = []
-    for rule in text.splitlines():
-        _, sep, deps = rule.partition(": ")
-        if not sep:
-            continue
-        for word in re.split(r"(?<!\\)\s+", deps.strip()):
-            if word:
-                out.append(word.replace("\\ ", " ").replace("$$", "$"))
-    return out
-
-
-def _real(path: str) -> str:
-    """The path with links followed; as written where a link cannot be read (/proc/1/root)."""
-    try:
-        return os.path.realpath(path)
-    except OSError:
-        return os.path.abspath(path)
-
-
-def outside(paths: list[str], roots: list[str], cwd: str) -> list[str]:
-    """The paths (resolved, links followed) under none of `roots`."""
-    real_roots = [_real(r).rstrip("/") + "/" for r in roots if r]
-    bad = []
-    for p in paths:
-        real = _real(os.path.join(cwd, p))
-        if not any((real + "/").startswith(r) for r in real_roots):
-            bad.append(p)
-    return list(dict.fromkeys(bad))
-
-
-def unallowed_reads(log: list[str], deps: list[Path], allowed: list[str],
-                    excluded: list[str], host_compiler: str) -> list[str]:
-    """Files a build's compiles read (their `-MD` lists `deps`) outside the allowlist: the
-    include folders its commands (`$ ` lines of `log`) pass, except `excluded` (a candidate's
-    extra_include_paths), the compilers' folders and toolkits, the host compiler's system
-    include folders, and `allowed` (the unit's folder, the PCH). A compile that left no list,
-    or whose output was cut (a flood could hide what it read), counts as an unknown read."""
-    cmds = [shlex.split(ln[2:]) for ln in log if ln.startswith("$ ")]
-    own = {_real(p) for p in excluded}
-    roots = list(allowed)
-    for cmd in cmds:
-        tool = os.path.realpath(shutil.which(cmd[0]) or cmd[0])
-        roots += [os.path.dirname(tool), os.path.dirname(os.path.dirname(tool))]
-        for i, arg in enumerate(cmd):
-            path = (cmd[i + 1] if arg in ("-I", "-isystem") and i + 1 < len(cmd) else
-                    arg[2:] if arg.startswith("-I") and len(arg) > 2 else "")
-            if path and _real(path) not in own:
-                roots.append(path)
-    # a compiler in /usr/bin makes /usr a root: only its include folders count there
-    roots = [r for r in roots if _real(r) not in ("/", "/usr", "/usr/local", "/bin",
-                                                             "/usr/bin", "/usr/local/bin")]
-    roots += compiler_search_dirs(host_compiler)
-    for cmd in cmds:  # nvcc hands its host side to `-ccbin`'s compiler, else to g++ on PATH,
-        # which need not be `host_compiler` (a toolkit image: CXX=/opt/gcc/bin/g++, g++ 13)
-        if os.path.basename(cmd[0]).startswith("nvcc"):
-            roots += compiler_search_dirs(nvcc_host_compiler(cmd))
-    ran = [d for d in deps if d.is_file()]
-    if len(ran) < len(deps) and any("timed out" in ln for ln in log):
-        return []  # killed before it said anything: only the timeout is reported
-    if len(ran) < len(deps) or any(len(ln) >= 200_000 for ln in log):
-        return ["(unknown: the compiler left no complete record of what it read)"]
-    read = [p for d in ran for p in read_dependencies(str(d))]
-    cwd = os.getcwd()
-    # nvcc's list also names the units' own `#line` files (`<key>/cuda0`, ks_bindings.cpp),
-    # which are no files: nothing was read there
-    read = [p for p in read if not (_LINE_NAME.fullmatch(p)
-                                    and not os.path.lexists(os.path.join(cwd, p)))]
-    return outside(read, roots, cwd)
-
-
-_LINE_NAME = re.compile(r"[0-9a-f]{8,64}/(cpp|cuda)\d+|ks_bindings\.cpp")
+@functools.lru_cache(maxsize=4096)
+def scan(src: str) -> SourceScan:
+    """`scan_source`, once per source text."""
+    return scan_source(src)

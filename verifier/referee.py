@@ -263,7 +263,7 @@ def baseline(args: dict[str, Any]) -> dict[str, Any]:
     """The reference's baselines timed here, in a process that never runs candidate code."""
     from verifier import decide
     from verifier.backends import get_backend
-    from verifier.clock import time_reference
+    from verifier.timed_calls import time_reference
 
     model, get_inputs = decide.reference(args["task_source"], int(args["seed"]))
     backend = get_backend(args["backend"])

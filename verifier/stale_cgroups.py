@@ -17,8 +17,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from verifier.cgroups import PIDS_ROOTS, kill_cgroup
 from verifier.membound import V1_ROOT
-from verifier.sandbox import PIDS_ROOTS, kill_cgroup
 
 _OURS = re.compile(r"ks-(?:sbx|mem|probe)-(\d+)(?:-\d+)?")
 

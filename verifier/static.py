@@ -133,85 +133,20 @@ def check_python(tree: ast.Module, task_source: str, namespace: str = "isolated"
     low_ok = _task_is_low_precision(task_source)
     model_new = next((n for n in tree.body if isinstance(n, ast.ClassDef)
                       and n.name == "ModelNew"), None)
+    in_model_new = {id(n) for n in ast.walk(model_new)} if model_new is not None else set()
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     for node in ast.walk(tree):
         if id(node) in build_env:
             continue
         if isinstance(node, ast.Import | ast.ImportFrom):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""])
-            for name in names:
-                root = name.split(".")[0]
-                if root in ESCAPE_MODULES:
-                    rule = "threads_streams" if root in ("threading", "multiprocessing",
-                                                         "concurrent", "asyncio") else "escape"
-                    out.append(_seen(rule, node, f"imports {name}"))
-                if root in FOREIGN_LIBRARIES:
-                    out.append(_seen("foreign_library", node, f"imports {name}: compute "
-                                     "outside torch that no trace of forward sees"))
-                hidden = sorted(ESCAPE_ATTRS.intersection(name.split(".")[1:]))
-                if hidden:  # `from torch.utils._python_dispatch import ...`
-                    out.append(_seen("escape", node, f"imports {name} ({hidden[0]}: the "
-                                                     "dispatcher or the interpreter)"))
-                if root in REFERENCE_MODULES:
-                    out.append(_finding("reference_model", f"imports {name} (the reference)",
-                                        node.lineno))
-            if isinstance(node, ast.ImportFrom) and node.module and any(
-                    a.name in ESCAPE_ATTRS for a in node.names):
-                out.append(_seen("escape", node, "imports a name of the dispatcher or the "
-                                                 "interpreter"))
-            if isinstance(node, ast.ImportFrom) and any(a.name == "Model" for a in node.names):
-                out.append(_finding("reference_model", "imports the reference Model",
-                                    node.lineno))
-        elif isinstance(node, ast.Name) and node.id == "Model":
-            out.append(_finding("reference_model", "uses the reference Model", node.lineno))
-        elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
-            out.append(_seen("escape", node, f"accesses {node.id}"))
-        elif isinstance(node, ast.Attribute) and node.attr in ESCAPE_ATTRS and not (
-                node.attr == "_C" and _dotted(node) in ("torch._C",)) and not (
-                node.attr in MODULE_API and id(node) in called):
-            out.append(_seen("escape", node, f"reaches .{node.attr} (the OS, the interpreter "
-                                             "or the harness)"))
-        elif isinstance(node, ast.Attribute) and node.attr in FOREIGN_ATTRS:
-            out.append(_seen("foreign_library", node, f"reaches .{node.attr} (numpy, or a "
-                                                      "tensor's memory handed to it: compute "
-                                                      "outside torch)"))
-        elif isinstance(node, ast.Attribute) and node.attr in INTROSPECTION:
-            out.append(_seen("escape", node, f"introspection through {node.attr}"))
+            out += _import_findings(node)
+        elif isinstance(node, ast.Name):
+            out += _name_findings(node)
+        elif isinstance(node, ast.Attribute):
+            out += _attribute_findings(node, id(node) in called, low_ok)
         elif isinstance(node, ast.Call):
-            fn = _dotted(node.func)
-            if fn in ESCAPE_CALLS and not _own_attribute(node):
-                out.append(_seen("escape", node, f"calls {fn}()"))
-            elif fn.split(".")[0] in ("os", "sys") or fn in ("torch.load", "torch.save"):
-                out.append(_seen("escape", node, f"calls {fn}()"))
-            if fn.endswith(("cuda.Stream", "cuda.stream", "musa.Stream", "musa.stream")) or \
-                    fn.endswith(("Thread", "Process", "ThreadPoolExecutor")):
-                out.append(_finding("threads_streams", f"creates {fn}", node.lineno))
-            if fn.split(".")[-1] in ("half", "bfloat16") and not low_ok and isinstance(
-                    node.func, ast.Attribute):
-                out.append(_finding("precision_downgrade",
-                                    f".{fn.split('.')[-1]}() in an fp32 task", node.lineno))
-            if fn in ("torch.set_default_dtype", "torch.set_float32_matmul_precision",
-                      "torch.set_num_threads", "torch._C._set_dispatch_mode") or fn.startswith(
-                    ("torch._C.", "torch.utils._python_dispatch", "torch._dynamo")):
-                out.append(_seen("monkey_patch", node, f"calls {fn}"))
-        elif isinstance(node, ast.Attribute) and _dotted(node) in (
-                "os.environ", "sys.modules", "torch.backends"):
-            out.append(_seen("escape", node, f"accesses {_dotted(node)}"))
-        elif isinstance(node, ast.Attribute) and node.attr in ("float16", "half", "bfloat16") \
-                and _dotted(node).startswith("torch.") and not low_ok:
-            out.append(_finding("precision_downgrade", f"uses {_dotted(node)} in an fp32 task",
-                                node.lineno))
-        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                d = _dotted(t) if isinstance(t, ast.Attribute) else ""
-                if d and d.split(".")[0] in PATCHABLE:
-                    out.append(_seen("monkey_patch", node, f"assigns {d}"))
-        if isinstance(node, ast.Try | ast.TryStar) and model_new is not None and any(
-                node is n for n in ast.walk(model_new)):
-            out.append(_finding("try_fallback", "try/except in ModelNew (a fallback path)",
-                                node.lineno))
+            out += _call_findings(node, low_ok)
+        out += _statement_findings(node, id(node) in in_model_new)
     out += check_computed(tree, model_new)
     if model_new is not None:
         ext_names = {t.id for n in tree.body if isinstance(n, ast.Assign)
@@ -220,6 +155,105 @@ def check_python(tree: ast.Module, task_source: str, namespace: str = "isolated"
                      for t in n.targets if isinstance(t, ast.Name)}
         out += _check_model_new(model_new, ext_names)
     return _dedupe(out)
+
+
+def _import_findings(node: ast.Import | ast.ImportFrom) -> list[dict[str, Any]]:
+    """An import of an escape, foreign or reference module, or of a dispatcher name."""
+    out = []
+    names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+    for name in names:
+        root = name.split(".")[0]
+        if root in ESCAPE_MODULES:
+            rule = "threads_streams" if root in ("threading", "multiprocessing",
+                                                 "concurrent", "asyncio") else "escape"
+            out.append(_seen(rule, node, f"imports {name}"))
+        if root in FOREIGN_LIBRARIES:
+            out.append(_seen("foreign_library", node, f"imports {name}: compute "
+                             "outside torch that no trace of forward sees"))
+        hidden = sorted(ESCAPE_ATTRS.intersection(name.split(".")[1:]))
+        if hidden:  # `from torch.utils._python_dispatch import ...`
+            out.append(_seen("escape", node, f"imports {name} ({hidden[0]}: the "
+                                             "dispatcher or the interpreter)"))
+        if root in REFERENCE_MODULES:
+            out.append(_finding("reference_model", f"imports {name} (the reference)",
+                                node.lineno))
+    if isinstance(node, ast.ImportFrom) and node.module and any(
+            a.name in ESCAPE_ATTRS for a in node.names):
+        out.append(_seen("escape", node, "imports a name of the dispatcher or the "
+                                         "interpreter"))
+    if isinstance(node, ast.ImportFrom) and any(a.name == "Model" for a in node.names):
+        out.append(_finding("reference_model", "imports the reference Model", node.lineno))
+    return out
+
+
+def _name_findings(node: ast.Name) -> list[dict[str, Any]]:
+    """The reference Model, or the interpreter's module globals, named."""
+    if node.id == "Model":
+        return [_finding("reference_model", "uses the reference Model", node.lineno)]
+    if node.id in ("__builtins__", "__loader__", "__spec__"):
+        return [_seen("escape", node, f"accesses {node.id}")]
+    return []
+
+
+def _attribute_findings(node: ast.Attribute, called: bool, low_ok: bool
+                        ) -> list[dict[str, Any]]:
+    """An attribute that escapes, reaches foreign compute, introspects, or downgrades an fp32
+    task's precision (`called`: the attribute is called, as nn.Module's own `modules()`)."""
+    if node.attr in ESCAPE_ATTRS and not (
+            node.attr == "_C" and _dotted(node) in ("torch._C",)) and not (
+            node.attr in MODULE_API and called):
+        return [_seen("escape", node, f"reaches .{node.attr} (the OS, the interpreter "
+                                      "or the harness)")]
+    if node.attr in FOREIGN_ATTRS:
+        return [_seen("foreign_library", node, f"reaches .{node.attr} (numpy, or a "
+                                               "tensor's memory handed to it: compute "
+                                               "outside torch)")]
+    if node.attr in INTROSPECTION:
+        return [_seen("escape", node, f"introspection through {node.attr}")]
+    if _dotted(node) in ("os.environ", "sys.modules", "torch.backends"):
+        return [_seen("escape", node, f"accesses {_dotted(node)}")]
+    if node.attr in ("float16", "half", "bfloat16") and _dotted(node).startswith("torch.") \
+            and not low_ok:
+        return [_finding("precision_downgrade", f"uses {_dotted(node)} in an fp32 task",
+                         node.lineno)]
+    return []
+
+
+def _call_findings(node: ast.Call, low_ok: bool) -> list[dict[str, Any]]:
+    """A call that escapes, starts threads or streams, downgrades precision or patches torch."""
+    out = []
+    fn = _dotted(node.func)
+    if fn in ESCAPE_CALLS and not _own_attribute(node):
+        out.append(_seen("escape", node, f"calls {fn}()"))
+    elif fn.split(".")[0] in ("os", "sys") or fn in ("torch.load", "torch.save"):
+        out.append(_seen("escape", node, f"calls {fn}()"))
+    if fn.endswith(("cuda.Stream", "cuda.stream", "musa.Stream", "musa.stream")) or \
+            fn.endswith(("Thread", "Process", "ThreadPoolExecutor")):
+        out.append(_finding("threads_streams", f"creates {fn}", node.lineno))
+    if fn.split(".")[-1] in ("half", "bfloat16") and not low_ok and isinstance(
+            node.func, ast.Attribute):
+        out.append(_finding("precision_downgrade",
+                            f".{fn.split('.')[-1]}() in an fp32 task", node.lineno))
+    if fn in ("torch.set_default_dtype", "torch.set_float32_matmul_precision",
+              "torch.set_num_threads", "torch._C._set_dispatch_mode") or fn.startswith(
+            ("torch._C.", "torch.utils._python_dispatch", "torch._dynamo")):
+        out.append(_seen("monkey_patch", node, f"calls {fn}"))
+    return out
+
+
+def _statement_findings(node: ast.AST, in_model_new: bool) -> list[dict[str, Any]]:
+    """An assignment to a patchable module's attribute; a try in ModelNew (a fallback path)."""
+    out = []
+    if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for t in targets:
+            d = _dotted(t) if isinstance(t, ast.Attribute) else ""
+            if d and d.split(".")[0] in PATCHABLE:
+                out.append(_seen("monkey_patch", node, f"assigns {d}"))
+    if isinstance(node, ast.Try | ast.TryStar) and in_model_new:
+        out.append(_finding("try_fallback", "try/except in ModelNew (a fallback path)",
+                            node.lineno))
+    return out
 
 
 def _check_model_new(cls: ast.ClassDef, ext_names: set[str]) -> list[dict[str, Any]]:
@@ -283,8 +317,8 @@ def _flag_ok(flag: str) -> bool:
 
 def check_cpp(specs: list[ExtensionSpec], code: str, task_source: str) -> list[dict[str, Any]]:
     """Findings on the C++/CUDA sources and flags of the candidate's extensions."""
-    from verifier.build import scan as scan_directives
-    from verifier.unit_sources import source_line
+    from verifier.extspec import source_line
+    from verifier.preprocess import scan as scan_directives
 
     out: list[dict[str, Any]] = []
     low_ok = _task_is_low_precision(task_source)

@@ -1,27 +1,20 @@
 """The text of a build unit: each spec's sources wrapped in its namespace (includes hoisted,
 #line named, its macros undone after it), the bindings, and the log mapped back to a candidate's
-lines; what the preprocessor sees of a source (`scan`, cached) and what it may not do (split
-out of verifier/build.py)."""
+lines; what the preprocessor sees of a spec's sources and what they may not do (split out of
+verifier/build.py)."""
 
 from __future__ import annotations
 
-import functools
 import re
 
-from verifier.extspec import ExtensionSpec
-from verifier.preprocess import SourceScan, hoistable_lines, scan_source
+from verifier.extspec import ExtensionSpec, source_line
+from verifier.preprocess import SourceScan, hoistable_lines, scan
 
 CAND_FILE = "candidate.py"
 
 
 def includes_of(sources: list[str]) -> tuple[str, ...]:
     return tuple(sorted({h for src in sources for h in scan(src).includes}))
-
-
-@functools.lru_cache(maxsize=4096)
-def scan(src: str) -> SourceScan:
-    """`verifier.preprocess.scan_source`, once per source text."""
-    return scan_source(src)
 
 
 def spec_scans(spec: ExtensionSpec) -> list[SourceScan]:
@@ -32,14 +25,6 @@ def refusal(spec: ExtensionSpec) -> str:
     """Why the spec must not be built at all (it reads files the build must not see), or ""."""
     reasons = [r for sc in spec_scans(spec) for r in sc.reject]
     return "; ".join(dict.fromkeys(reasons))
-
-
-def source_line(code: str, text: str) -> int:
-    """1-based line in `code` where `text` starts (0 when it is not there verbatim)."""
-    probe = text.lstrip("\n")
-    skipped = text[: len(text) - len(probe)].count("\n")
-    idx = code.find(probe[:400]) if probe else -1
-    return code.count("\n", 0, idx) + 1 - skipped if idx >= 0 else 0
 
 
 _LOGGED = re.compile(r"\b(cpp|cuda)_sources\[(\d+)\](?:([:(])(\d+))?")

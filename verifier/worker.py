@@ -18,10 +18,9 @@ fresh inputs (the judge's, in an arena it maps: `verifier.trial_io`; a sandboxed
 them from the parent's seeds) under a dispatcher trace (aten compute = fallback), output
 type/shape/dtype checks, dtype-aware tolerances with an fp64 second opinion for fp32
 mismatches (compared in chunks, `verifier.device_compare`), input mutation and result caching
-checks, launched-kernel names (library kernels = fallback, on GPUs), timing
-with fresh inputs per call, the output re-checked after timing, and tamper checks (patched
-harness functions, leftover threads). The parent decides the status, the reward and the
-feedback; this code only measures.
+checks, launched-kernel names (library kernels = fallback, on GPUs), timing with fresh inputs
+per call, the output re-checked after timing, and tamper checks (`verifier.tamper`). The
+parent decides the status, the reward and the feedback; this code only measures.
 """
 
 from __future__ import annotations
@@ -38,91 +37,15 @@ from pathlib import Path
 from typing import Any
 
 from verifier.failure import candidate_traceback
+from verifier.job_result import Finished, JobResult, write_json
+from verifier.tamper import check_tamper, guard_snapshot
 from verifier.tensors import clone, exact_fp32, same, to_device
-
-# Functions the harness relies on; a candidate that replaces any of them is tampering.
-_GUARDED = (
-    ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "time"),
-    ("time", "monotonic"), ("time", "sleep"), ("torch", "allclose"), ("torch", "equal"),
-    ("torch.cuda", "synchronize"), ("torch.cuda", "Event"),
-    ("torch.testing", "assert_close"), ("torch.Tensor", "__eq__"), ("torch.Tensor", "clone"),
-    ("torch.Tensor", "abs"), ("torch.Tensor", "double"), ("torch.Tensor", "to"),
-    ("torch.nn.Module", "__call__"), ("threading", "Thread"),
-)
-
-
-class Finished(BaseException):  # noqa: N818 - control flow, not an error
-    """Raised by `_Result.finish`; a BaseException so no `except Exception` swallows it."""
-
-
-def _write(name: str, data: dict) -> None:
-    tmp = Path(f".{name}.tmp")
-    tmp.write_text(json.dumps(data, default=str), encoding="utf-8")
-    os.replace(tmp, name)
-
-
-class _Result:
-    def __init__(self, nonce: str, on_progress: Callable[[str], None] | None = None):
-        self.data: dict[str, Any] = {"nonce": nonce, "stage": "correctness", "outcome": "ok",
-                                     "findings": [], "error": ""}
-        self.on_progress = on_progress
-        self.io: Any = None  # the run's trial inputs and outputs (`verifier.trial_io`)
-
-    def progress(self, stage: str) -> None:
-        self.data["stage"] = stage
-        if self.on_progress:
-            self.on_progress(stage)
-
-    def finish(self, outcome: str, error: str = "") -> None:
-        self.data["outcome"] = outcome
-        if error:
-            self.data["error"] = error[:4000]
-        raise Finished
-
-    def finding(self, rule: str, message: str, line: int | None = None,
-                severity: str = "error") -> None:
-        self.data["findings"].append({"rule": rule, "message": message, "line": line,
-                                      "severity": severity})
-
-
-def resolve(path: str) -> Any:
-    obj: Any = sys.modules.get(path.split(".")[0])
-    for part in path.split(".")[1:]:
-        obj = getattr(obj, part, None)
-    return obj
-
-
-def _c_function_pointer(fn: Any) -> int | None:
-    """The C function behind a builtin (PyCFunctionObject.m_ml->ml_meth): C++ can swap it while
-    the Python object, and so its identity, stays the same."""
-    if type(fn).__name__ != "builtin_function_or_method":
-        return None
-    import ctypes
-
-    ptr = ctypes.sizeof(ctypes.c_ssize_t) + ctypes.sizeof(ctypes.c_void_p)  # after PyObject_HEAD
-    method_def = ctypes.c_void_p.from_address(id(fn) + ptr).value
-    if not method_def:
-        return None
-    return ctypes.c_void_p.from_address(method_def + ctypes.sizeof(ctypes.c_void_p)).value
-
-
-def _guard_snapshot() -> dict[str, Any]:
-    snap: dict[str, Any] = {}
-    for owner, attr in _GUARDED:
-        obj = resolve(owner)
-        if obj is not None and hasattr(obj, attr):
-            fn = getattr(obj, attr)
-            snap[f"{owner}.{attr}"] = fn
-            meth = _c_function_pointer(fn)
-            if meth is not None:
-                snap[f"{owner}.{attr} (C function)"] = meth
-    return snap
 
 
 def run_job(job: dict[str, Any], task_src: str, cand_src: str,
             on_progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Verify one candidate in this process; the measurements as a result dict."""
-    res = _Result(job["nonce"], on_progress)
+    res = JobResult(job["nonce"], on_progress)
     try:
         _run(res, job, task_src, cand_src)
     except Finished:  # the verdict is in res.data
@@ -137,18 +60,13 @@ def run_job(job: dict[str, Any], task_src: str, cand_src: str,
     return res.data
 
 
-def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> None:
+def _run(res: JobResult, job: dict[str, Any], task_src: str, cand_src: str) -> None:
     import torch
 
     from verifier.backends import get_backend
-    from verifier.clock import RefusedOutput
-    from verifier.device_compare import judge
     from verifier.extspec import install_shim
-    from verifier.fallback import judge_ops, op_kind
     from verifier.generalize import check_variants
-    from verifier.namespace import candidate_globals
-    from verifier.op_trace import OpNames
-    from verifier.timed_calls import baselines, serve_timed_windows
+    from verifier.timed_calls import baselines
     from verifier.trial_io import for_job
 
     backend = get_backend(job["backend"])
@@ -158,25 +76,10 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     device = backend.device()
     res.data["device"] = backend.device_name()
     seed = int(opts.get("seed", 0))
-    marks = res.data["phase_s"] = {}  # where the job's time went (benchmarks' profile)
-    clock = [time.perf_counter()]
-
-    def mark(phase: str) -> None:
-        now = time.perf_counter()
-        marks[phase] = round(marks.get(phase, 0.0) + now - clock[0], 6)
-        clock[0] = now
-
-    ref_ns: dict[str, Any] = {"__name__": "ks_reference"}
-    try:
-        exec(compile(task_src, "reference.py", "exec"), ref_ns)
-        Model, get_inputs = ref_ns["Model"], ref_ns["get_inputs"]
-        init_inputs = ref_ns["get_init_inputs"]()
-        torch.manual_seed(seed)
-        ref = Model(*init_inputs).to(device).eval()
-    except Exception as exc:  # a broken task is the task's fault; say so
-        res.finish("task_error", f"reference failed to load: {type(exc).__name__}: {exc}")
-
+    mark = _phase_marks(res)
+    ref_ns, ref, init_inputs = _load_reference(res, task_src, device, seed)
     input_seed = int(job.get("input_seed", seed))  # fresh per run, chosen by the parent
+    get_inputs = ref_ns["get_inputs"]
 
     def make_inputs(k: int) -> list[Any]:
         torch.manual_seed(input_seed + k)
@@ -191,13 +94,79 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         mark("baseline")
         res.finish("baseline")
 
-    guard = _guard_snapshot()  # before the extensions load: their static initializers run then
+    guard = guard_snapshot()  # before the extensions load: their static initializers run then
     install_shim(job["extensions"])
     threads_before = threading.active_count()
     # threads the harness itself started (torch.compile's helpers): not the candidate's
     res.data["harness_threads"] = threads_before
 
     res.progress("correctness")
+    cand, new = _load_candidate(res, cand_src, ref_ns, opts, init_inputs, device, seed)
+    mark("candidate_load")
+    ref_sd, new_sd = ref.state_dict(), new.state_dict()
+    if ref_sd and list(ref_sd) == list(new_sd) and all(
+            ref_sd[k].shape == new_sd[k].shape for k in ref_sd):
+        new.load_state_dict(ref_sd)
+
+    tol = (float(opts.get("atol_fp32", 1e-4)), float(opts.get("rtol_fp32", 1e-4)),
+           float(opts.get("atol_low", 1e-2)), float(opts.get("rtol_low", 1e-2)))
+    io = res.io = for_job(job, device)  # the judge's arena of trial inputs and slots, or seeds
+    first_inputs, first_ref, trial_names = _correctness(
+        res, ref, new, io, make_inputs, backend, tol, opts, guard, threads_before)
+    mark("correctness")
+    # on the judge's arena, trial 1's own inputs (the judge checks them after the run: a
+    # mutation here is seen there); a GB-sized task holds no second copy of them
+    again_inputs = (lambda: first_inputs) if io.shared else (lambda: clone(first_inputs))
+    _check_kernels(res, backend, job, lambda: new(*again_inputs()))
+    mark("kernel_profile")
+    check_variants(res, job, task_src, cand.__dict__, backend, tol, io)
+    mark("variants")
+    _performance(res, job, backend, ref, new, again_inputs, first_inputs, first_ref,
+                 trial_names, tol)
+    check_tamper(res, guard, threads_before)
+    res.data.update(io.report())  # raw outputs (seeded) or the plain values beside the slots
+    mark("performance")
+    res.progress("done")
+    res.finish("ok")
+
+
+def _phase_marks(res: JobResult) -> Callable[[str], None]:
+    """`mark(phase)`: the time since the last mark, added to the phase (benchmarks' profile)."""
+    marks = res.data["phase_s"] = {}  # where the job's time went
+    clock = [time.perf_counter()]
+
+    def mark(phase: str) -> None:
+        now = time.perf_counter()
+        marks[phase] = round(marks.get(phase, 0.0) + now - clock[0], 6)
+        clock[0] = now
+
+    return mark
+
+
+def _load_reference(res: JobResult, task_src: str, device: str, seed: int
+                    ) -> tuple[dict[str, Any], Any, Any]:
+    """(the task's namespace, its Model built under `seed` on the device, init inputs)."""
+    import torch
+
+    ref_ns: dict[str, Any] = {"__name__": "ks_reference"}
+    try:
+        exec(compile(task_src, "reference.py", "exec"), ref_ns)
+        ref_ns["get_inputs"]  # noqa: B018 - a task without it is broken here, not later
+        init_inputs = ref_ns["get_init_inputs"]()
+        torch.manual_seed(seed)
+        ref = ref_ns["Model"](*init_inputs).to(device).eval()
+    except Exception as exc:  # a broken task is the task's fault; say so
+        res.finish("task_error", f"reference failed to load: {type(exc).__name__}: {exc}")
+    return ref_ns, ref, init_inputs
+
+
+def _load_candidate(res: JobResult, cand_src: str, ref_ns: dict[str, Any], opts: dict[str, Any],
+                    init_inputs: Any, device: str, seed: int) -> tuple[types.ModuleType, Any]:
+    """(the candidate's module, its ModelNew built under `seed` on the device)."""
+    import torch
+
+    from verifier.namespace import candidate_globals
+
     cand = types.ModuleType("candidate")
     cand.__file__ = "candidate.py"
     try:
@@ -210,15 +179,18 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
         msg, line = candidate_traceback(exc)
         res.data["error_line"] = line
         res.finish("runtime_error", msg)
-    mark("candidate_load")
-    ref_sd, new_sd = ref.state_dict(), new.state_dict()
-    if ref_sd and list(ref_sd) == list(new_sd) and all(
-            ref_sd[k].shape == new_sd[k].shape for k in ref_sd):
-        new.load_state_dict(ref_sd)
+    return cand, new
 
-    tol = (float(opts.get("atol_fp32", 1e-4)), float(opts.get("rtol_fp32", 1e-4)),
-           float(opts.get("atol_low", 1e-2)), float(opts.get("rtol_low", 1e-2)))
-    io = res.io = for_job(job, device)  # the judge's arena of trial inputs and slots, or seeds
+
+def _correctness(res: JobResult, ref: Any, new: Any, io: Any,
+                 make_inputs: Callable[[int], list[Any]], backend: Any,
+                 tol: tuple[float, float, float, float], opts: dict[str, Any],
+                 guard: dict[str, Any], threads_before: int) -> tuple[Any, Any, set[str]]:
+    """The traced trials and what their ops say (fallbacks, tampering): (first inputs, first
+    reference output, the aten ops the trials ran)."""
+    from verifier.fallback import judge_ops
+    from verifier.op_trace import OpNames
+
     names = OpNames(label=True)
     trial_names = names.__enter__()  # the trials' own aten ops, recorded as timed calls are
     try:
@@ -233,16 +205,22 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     res.data["own_calls"] = own_calls
     if cheat:
         res.finish("cheat", cheat)
-    _check_tamper(res, guard, threads_before)
+    check_tamper(res, guard, threads_before)
     res.data["ops"] = list(dict.fromkeys(op for op, _ in ops))[:50]
-    mark("correctness")
-    # on the judge's arena, trial 1's own inputs (the judge checks them after the run: a
-    # mutation here is seen there); a GB-sized task holds no second copy of them
-    again_inputs = (lambda: first_inputs) if io.shared else (lambda: clone(first_inputs))
-    _check_kernels(res, backend, job, lambda: new(*again_inputs()))
-    mark("kernel_profile")
-    check_variants(res, job, task_src, cand.__dict__, backend, tol, io)
-    mark("variants")
+    return first_inputs, first_ref, trial_names
+
+
+def _performance(res: JobResult, job: dict[str, Any], backend: Any, ref: Any, new: Any,
+                 again_inputs: Callable[[], Any], first_inputs: Any, first_ref: Any,
+                 trial_names: set[str], tol: tuple[float, float, float, float]) -> None:
+    """Serve the judge's timed windows; what the timed calls ran must be what the trials ran,
+    and the outputs after timing what they were before."""
+    import torch
+
+    from verifier.clock import RefusedOutput
+    from verifier.device_compare import judge
+    from verifier.fallback import op_kind
+    from verifier.timed_calls import serve_timed_windows
 
     res.progress("performance")
     try:
@@ -269,14 +247,9 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
             res.finding("changed_after_timing", msg)
             res.finish("cheat", f"outputs changed after the timing runs: {msg}")
     del again
-    _check_tamper(res, guard, threads_before)
-    res.data.update(io.report())  # raw outputs (seeded) or the plain values beside the slots
-    mark("performance")
-    res.progress("done")
-    res.finish("ok")
 
 
-def _trials(res: _Result, ref: Any, new: Any, io: Any, make_inputs: Callable[[int], list[Any]],
+def _trials(res: JobResult, ref: Any, new: Any, io: Any, make_inputs: Callable[[int], list[Any]],
             backend: Any, tol: tuple[float, float, float, float], trials: int
             ) -> tuple[Any, Any, list[tuple[str, int | None]], int]:
     """The correctness trials, each on fresh inputs (the judge's arena views, else drawn from
@@ -333,7 +306,7 @@ def _trials(res: _Result, ref: Any, new: Any, io: Any, make_inputs: Callable[[in
     return first_inputs, first_ref, ops, own_calls
 
 
-def _trial_crashed(res: _Result, exc: Exception, t: int) -> None:
+def _trial_crashed(res: JobResult, exc: Exception, t: int) -> None:
     """End the run: trial `t + 1` raised `exc` (the candidate's line, if any, recorded)."""
     msg, line = candidate_traceback(exc)
     res.data["error_line"] = line
@@ -341,7 +314,7 @@ def _trial_crashed(res: _Result, exc: Exception, t: int) -> None:
     res.finish("runtime_error", msg)
 
 
-def _judged_trials(res: _Result, new: Any, io: Any, backend: Any
+def _judged_trials(res: JobResult, new: Any, io: Any, backend: Any
                    ) -> tuple[Any, None, list[tuple[str, int | None]], int]:
     """The trials when the judge owns them (its arena's inputs and slots): each forward under
     the dispatcher trace, its output into its slot; no reference, pristine copy or comparison
@@ -371,7 +344,7 @@ def _judged_trials(res: _Result, new: Any, io: Any, backend: Any
     return io.inputs(0, 0), None, ops, own_calls
 
 
-def _check_kernels(res: _Result, backend: Any, job: dict[str, Any],
+def _check_kernels(res: JobResult, backend: Any, job: dict[str, Any],
                    call: Callable[[], Any]) -> None:
     """Kernels one forward launches (verifier.fallback.judge_kernels): library kernels are a
     fallback under the strict policy; the own-kernel device-time share goes in the result."""
@@ -391,19 +364,6 @@ def _check_kernels(res: _Result, backend: Any, job: dict[str, Any],
         res.finish("cheat", cheat)
 
 
-def _check_tamper(res: _Result, guard: dict[str, Any], threads_before: int) -> None:
-    now = _guard_snapshot()
-    changed = [name for name, obj in guard.items()
-               if (now.get(name) != obj if isinstance(obj, int) else now.get(name) is not obj)]
-    if changed:
-        for name in changed:
-            res.finding("patched_function", f"{name} was replaced by the candidate")
-        res.finish("cheat", f"the candidate replaced {', '.join(changed)}")
-    if threading.active_count() > threads_before:
-        res.finding("extra_thread", "the candidate started Python threads")
-        res.finish("cheat", "the candidate started threads that outlive forward")
-
-
 def main() -> None:
     """Sandboxed child: one job from the working directory, result.json, then exit."""
     job = json.loads(Path("job.json").read_text(encoding="utf-8"))
@@ -412,13 +372,13 @@ def main() -> None:
     os.unlink("job.json")
     os.unlink("task.py")
     data = run_job(job, task_src, cand_src,
-                   on_progress=lambda stage: _write("progress.json", {"stage": stage}))
+                   on_progress=lambda stage: write_json("progress.json", {"stage": stage}))
     raw = data.pop("raw_outputs", None)
     if raw is not None:  # raw outputs for the parent, which compares them itself
         import torch
 
         torch.save(raw, "outputs.pt")
-    _write("result.json", data)
+    write_json("result.json", data)
     sys.stdout.flush()
     os._exit(0)  # skip atexit/finalizers the candidate may have registered
 

@@ -40,6 +40,7 @@ if not spec["static"]:  # the runtime defences must hold on their own
 if spec.get("persistent"):  # cpu through the GPU path's persistent worker (its defences)
     from verifier.backends.cpu import CpuBackend
     CpuBackend.persistent_worker = True
+import verifier.gpu_runner as gpu_runner
 import verifier.runners as runners
 def _traced(cls):
     real = cls.run
@@ -49,8 +50,8 @@ def _traced(cls):
             print("KSRT-START " + cid, file=sys.stderr, flush=True)
         return real(self, item, job)
     cls.run = run
-_traced(runners._SandboxRunner)
-_traced(runners._GpuRunner)
+_traced(runners.SandboxRunner)
+_traced(gpu_runner.GpuRunner)
 def progress(v):
     print("KSRT-VERDICT " + json.dumps(v.to_dict()), file=sys.stderr, flush=True)
 from verifier.protocol import VerifyOptions, VerifyRequest

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from verifier.api import verify_batch
+from verifier.cgroups import pids_cgroup_root
 from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
-from verifier.sandbox import pids_cgroup_root
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: no implicit path
 from verifier_cases import CASES, LINEAR_TASK, RELU_TASK  # noqa: E402

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from verifier import cpu_meter
+from verifier.cgroups import kill_cgroup
 from verifier.clock import JudgeClock
 from verifier.cpu_meter import CpuCgroup, run_meter, v2_usage_s
-from verifier.sandbox import SandboxLimits, end_run_cgroup, kill_cgroup, run_cgroup
+from verifier.sandbox import SandboxLimits, end_run_cgroup, run_cgroup
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: no implicit path
 from test_clock_rogues import CALL_S, ROGUE, ROW, SCALE_TASK, TOL, SlowFill  # noqa: E402
@@ -314,8 +315,8 @@ def test_the_persistent_workers_v2_cgroup_meters_its_fills(
     from verifier import gpu_pool
     from verifier.api import verify_batch
     from verifier.backends.cpu import CpuBackend
+    from verifier.cgroups import is_v2_cgroup, new_cgroup, pids_cgroup_root
     from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
-    from verifier.sandbox import is_v2_cgroup, new_cgroup, pids_cgroup_root
 
     _v2_group().remove()  # skip unless the tree is writable
     root = pids_cgroup_root()

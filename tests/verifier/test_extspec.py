@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from verifier.build import (
-    _flags_key,
-    _source_line,
     batch_sources,
     candidate_log,
+    flags_key,
     module_sources,
 )
-from verifier.extspec import ExtensionSpec, specs_from_source
+from verifier.extspec import ExtensionSpec, source_line, specs_from_source
 
 CODE = '''from torch.utils.cpp_extension import load_inline
 src = """
@@ -59,7 +58,7 @@ def test_batch_source_namespaces_hoists_and_maps_lines() -> None:
     assert f'm.def("k{spec.key}__f", torch::wrap_pybind_function(ks_{spec.key}::f)' in host
     assert f'"k{other.key}__h"' in host
     # the source starts on candidate line 2: its line 3 ("#define BLOCK 4") is line 4 there
-    assert _source_line(CODE, spec.cpp_sources[0]) == 2
+    assert source_line(CODE, spec.cpp_sources[0]) == 2
     assert candidate_log("cpp_sources[0]:3:9: error: x", spec, CODE) == "candidate.py:4:9: error: x"
 
 
@@ -109,5 +108,5 @@ def test_specs_with_different_headers_never_share_a_unit() -> None:
     bare = ExtensionSpec("b", ["int f();"], ["int f();"], functions=["f"])
     same = ExtensionSpec("c", ["int g();"], ["#include <c10/cuda/CUDAStream.h>\nint g();"],
                          functions=["g"])
-    assert _flags_key(stream) != _flags_key(bare)
-    assert _flags_key(stream) == _flags_key(same)
+    assert flags_key(stream) != flags_key(bare)
+    assert flags_key(stream) == flags_key(same)

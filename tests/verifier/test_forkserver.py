@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from verifier.cgroups import pids_cgroup_root
 from verifier.forkserver import _PKG_ROOT, ForkServer
-from verifier.sandbox import SandboxLimits, pids_cgroup_root
+from verifier.sandbox import SandboxLimits
 
 # An entry module that runs the code.py of its working directory (tests only).
 ENTRY = "import runpy\nrunpy.run_path('code.py', run_name='__main__')\n"

@@ -1,4 +1,4 @@
-"""The persistent worker's loop (`verifier.gpu_worker`, `_GpuRunner`) with the cpu backend,
+"""The persistent worker's loop (`verifier.gpu_worker`, `GpuRunner`) with the cpu backend,
 end to end through `verify_batch`: the trials and the generalisation variants run on the
 judge's arena (a memfd here, the referee's device memory on a GPU), nothing comes back as raw
 outputs, and a task whose run cannot fit gets `does_not_fit`, which is no reward and no
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from verifier import runners
+from verifier import gpu_runner
 from verifier.api import verify_batch
 from verifier.backends.cpu import CpuBackend
 from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
@@ -57,7 +57,7 @@ def test_trials_and_variants_on_the_judges_arena(tmp_path: Path,
 
 def test_a_task_too_big_for_the_device_is_does_not_fit(tmp_path: Path,
                                                        persistent: pytest.MonkeyPatch) -> None:
-    persistent.setattr(runners, "CPU_TRIALS_BYTES", 1 << 20)
+    persistent.setattr(gpu_runner, "CPU_TRIALS_BYTES", 1 << 20)
     verdicts = verify_batch([VerifyRequest("big", "relu", RELU_TASK, relu_ok(), "cpu")],
                             _opts(tmp_path))
     v = verdicts[0]

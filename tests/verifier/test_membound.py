@@ -18,7 +18,7 @@ _ALLOC = ("import sys\nb = bytearray(int(sys.argv[1]) << 20)\n"
 
 def test_without_a_memory_cgroup_rlimit_data_applies(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(membound, "_V1_ROOT", tmp_path / "no-memory-hierarchy")
+    monkeypatch.setattr(membound, "V1_ROOT", tmp_path / "no-memory-hierarchy")
     cgroup, data_mb, how = membound.host_memory_bound(300, None)
     assert (cgroup, data_mb) == (None, 300) and how.startswith("RLIMIT_DATA 300 MB"), how
     assert membound.host_memory_bound(0, None)[:2] == (None, 0)

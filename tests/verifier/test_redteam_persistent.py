@@ -1,6 +1,6 @@
 """Red-team attacks that got through on an H100 (benchmarks/results/redteam_cuda.md, issue 22),
 run through the persistent GPU worker's code (`verifier.gpu_worker`, `verifier.gpu_pool`,
-`_GpuRunner`) with the cpu backend: the parent judges the raw outputs itself, the worker's host
+`GpuRunner`) with the cpu backend: the parent judges the raw outputs itself, the worker's host
 memory, disk total and output are bounded, as on the sandboxed cpu path.
 """
 

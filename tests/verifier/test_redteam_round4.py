@@ -55,7 +55,7 @@ RUNTIME_OPEN = {
 }
 _BATCH_OBJECT = (
     "a batch unit's shared object carries every batch-mate's static initializers into each "
-    "worker that loads it, and a worker's `incorrect` is believed (api._execute rechecks only "
+    "worker that loads it, and a worker's `incorrect` is believed (stages.execute rechecks only "
     "`ok`): a batch-mate's TORCH_LIBRARY_IMPL(aten, CPU) kernel for relu made the honest "
     "worker's own reference zeros, so the honest candidate was `incorrect`, in its batch and "
     "from the build cache in a later batch; fix: the parent rechecks a worker's `incorrect` "

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from verifier.sandbox import SandboxLimits, pids_cgroup_root, run_sandboxed
+from verifier.cgroups import pids_cgroup_root
+from verifier.sandbox import SandboxLimits, run_sandboxed
 
 ROOT = Path(__file__).parents[2]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from verifier.api import verify_batch
+from verifier.cgroups import kill_cgroup, make_pids_cgroup, pids_cgroup_root
 from verifier.protocol import VerifyOptions, VerifyRequest
-from verifier.sandbox import kill_cgroup, make_pids_cgroup, pids_cgroup_root
 from verifier.stale_cgroups import reap_stale_cgroups, stale_cgroups
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import verifier.runners as runners
+import verifier.gpu_runner as gpu_runner
 from verifier.api import verify_batch
 from verifier.backends.cpu import CpuBackend
 from verifier.batch_stats import BatchStats, _union, profile_table
@@ -124,8 +124,8 @@ def test_a_second_killed_worker_is_replaced_by_the_second_spare_without_waiting(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Two spares: two candidates in a row that kill their worker each get a warm one at once
     (with one spare the second waits for the first swap's refill to start)."""
-    monkeypatch.setattr(runners, "GpuWorkerProcess", _FakeWorker)
-    runner = runners._GpuRunner(VerifyOptions(backend="cpu"), {}, "cpu", standbys=2)
+    monkeypatch.setattr(gpu_runner, "GpuWorkerProcess", _FakeWorker)
+    runner = gpu_runner.GpuRunner(VerifyOptions(backend="cpu"), {}, "cpu", standbys=2)
     runner.warm()
     for t in runner.threads.values():
         t.join()

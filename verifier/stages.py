@@ -1,0 +1,190 @@
+"""One candidate's way through the verifier's stages (`verifier.api` drives many at once): the
+item and its verdict, the front stages in the caller (extract, Python static checks), its
+extension specs (literal, or from a sandboxed collect run), the C++ static checks, and its run
+on an execution slot with the parent's own judgement of what the worker measured."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from verifier.backends import Backend
+from verifier.baselines import Baselines
+from verifier.build import BuildResult
+from verifier.decide import parent_check
+from verifier.extract import FormatError, check_candidate, extract_code
+from verifier.extspec import ExtensionSpec, specs_from_source
+from verifier.fallback import apply_policy, errors
+from verifier.generalize import record_generalisation, request_variants
+from verifier.gpu_runner import GpuRunner
+from verifier.performance import judge_performance
+from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
+from verifier.reward import record_share
+from verifier.runners import FLOOD_BYTES, SandboxRunner
+from verifier.sandbox import Launcher, SandboxLimits
+from verifier.static import check_cpp, check_python
+
+
+@dataclass
+class Item:
+    """One candidate on its way through the stages, and its verdict so far."""
+
+    req: VerifyRequest
+    verdict: VerdictData
+    code: str = ""
+    specs: list[ExtensionSpec] = field(default_factory=list)
+    built: dict[str, BuildResult] = field(default_factory=dict)
+    done: bool = False
+    t0: float = field(default_factory=time.monotonic)
+    timing: dict[str, Any] = field(default_factory=dict)  # collect/compile/exec seconds
+
+    def stop(self, status: str, stage: str, error: str = "") -> None:
+        """The candidate's way ends here, with this status at this stage."""
+        self.verdict.status, self.verdict.stage = status, stage
+        if error:
+            self.verdict.error = error[:4000]
+        self.done = True
+
+
+def collect_specs(item: Item, opts: VerifyOptions, launcher: Launcher) -> None:
+    """Fill item.specs from literals, else by running the module in a collect sandbox."""
+    specs = specs_from_source(item.code)
+    if specs is not None:
+        item.specs = specs
+        return
+    t0 = time.monotonic()
+    res = launcher.run_module("verifier.collect",
+                              limits=SandboxLimits(timeout_s=min(opts.run_timeout_s, 60.0),
+                                                   memory_mb=opts.memory_limit_mb),
+                              input_files={"candidate.py": item.code,
+                                           "task.py": item.req.task_source})
+    item.timing["collect_s"] = time.monotonic() - t0
+    if res.timed_out:
+        item.stop("timeout", "compile", "running the candidate module (to find its load_inline "
+                                        f"calls) {res.describe_failure()}")
+        return
+    if res.payload is None:
+        item.stop("runtime_error", "compile", "running the candidate module failed: "
+                  + res.describe_failure())
+        return
+    item.specs = [ExtensionSpec.from_dict(d) for d in res.payload.get("specs", [])]
+    if res.payload.get("error") and not item.specs:
+        line = res.payload.get("line")
+        item.stop("runtime_error", "compile",
+                  (f"candidate.py line {line}: " if line else "") + res.payload["error"])
+
+
+# the options a worker's job carries
+JOB_OPTIONS = ("trials", "atol_fp32", "rtol_fp32", "atol_low", "rtol_low", "perf_trials",
+                "perf_max_trials", "perf_budget_s", "perf_target_rel_iqr", "perf_warmup",
+                "repeat_timing", "torch_compile_baseline", "seed", "fallback", "namespace")
+
+
+# what a worker measured beside the verdict, kept for benchmarks (verify_batch's `timings`)
+TIMING_DIAGNOSTICS = ("candidate_s", "timing_cv", "timing_trials", "timing_method", "hidden_us",
+                      "repeat_medians_us", "repeat_cv", "tolerance", "worker_pid",
+                      "spin_us", "host_us", "uncovered_trials", "discarded_trials", "clock_mhz",
+                      "worker_device", "phase_s")
+
+
+def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baselines,
+             runner: SandboxRunner | GpuRunner) -> None:
+    """Run the correctness and performance stages for one candidate on one execution slot."""
+    v = item.verdict
+    job_options = {k: getattr(opts, k) for k in JOB_OPTIONS}
+    # timed in a process that never ran candidate code, before this candidate runs
+    base = baselines.ensure(item.req.task_source, runner, job_options)
+    nonce = secrets.token_hex(16)
+    job = {"nonce": nonce, "backend": backend.name, "input_seed": secrets.randbelow(1 << 30),
+           "options": job_options}
+    variants = request_variants(item.req, opts)
+    job["variants"] = variants
+    out = runner.run(item, job)
+    item.timing["exec_s"] = out.wall_s
+    item.timing["exec_end"] = time.monotonic()  # run order (builds land in any order)
+    p = out.payload
+    if out.does_not_fit:  # the task's footprint, before the candidate ran
+        return item.stop("does_not_fit", "correctness", out.does_not_fit)
+    for key in TIMING_DIAGNOSTICS:  # for benchmarks (verify_batch's `timings`)
+        if p and p.get(key) is not None:
+            item.timing[key] = p[key]
+    stage = out.stage
+    if out.flood:
+        return item.stop("runtime_error", stage, "the candidate flooded stdout/stderr (over "
+                         f"{FLOOD_BYTES >> 20} MB); output is capped and the run was ended")
+    if out.timed_out:
+        return item.stop("timeout", stage, f"{stage} stage {out.failure}")
+    if p is None:
+        return item.stop("runtime_error", stage, out.failure)
+    if p.get("nonce") != nonce:
+        v.findings.append({"rule": "forged_result", "message": "the result was not written by "
+                           "the harness", "line": None, "severity": "error"})
+        return item.stop("cheat", stage, "the candidate wrote the harness's result")
+    record_measurements(v, p)
+    outcome = p.get("outcome")
+    if outcome != "ok":
+        if outcome == "task_error":
+            return item.stop("runtime_error", p.get("stage", stage),
+                             "task error (not the candidate's): " + p.get("error", ""))
+        return item.stop(outcome if outcome in ("runtime_error", "incorrect", "cheat")
+                         else "runtime_error", p.get("stage", stage), p.get("error", ""))
+    if out.rechecked:  # the worker's "ok" is not believed: the parent compares the outputs
+        verdict, why = parent_check(out, item.req.task_source, opts, job, variants, p)
+        item.timing["referee_s"] = out.referee_s  # the benchmarks' profile
+        if verdict == "cheat":
+            v.findings.append({"rule": "parent_check", "message": why, "line": None,
+                               "severity": "error"})
+        if verdict != "ok":
+            return item.stop(verdict, "correctness", why)
+    record_generalisation(v, variants, p.get("variants_checked"))
+    item.timing["judge_clock"] = (out.clock or {}).get("figures")
+    item.timing["referee_s"] = out.referee_s
+    status, why = judge_performance(v, opts, out.clock, base, runner.peaks(),
+                                    item.req.flops, item.req.bytes_moved)
+    item.stop(status, "done" if status.startswith("correct") else "performance", why)
+
+
+def record_measurements(v: VerdictData, p: dict[str, Any]) -> None:
+    """Copy what the worker measured onto the verdict (also for failed candidates)."""
+    v.device = p.get("device", v.device)
+    v.trials = int(p.get("trials", 0))
+    for k in ("max_abs_diff", "mean_abs_diff", "mismatch_frac"):
+        if p.get(k) is not None:
+            setattr(v, k, float(p[k]))
+    v.findings.extend(p.get("findings", []))
+    v.kernel_names = [str(k) for k in p.get("kernel_names", [])]
+    record_share(v, p.get("own_share"), p.get("own_calls"))
+
+
+def front_stages(item: Item, policy: str = "strict", namespace: str = "isolated") -> None:
+    """extract and static (Python) in the caller."""
+    try:
+        item.code = extract_code(item.req.response)
+        tree = check_candidate(item.code, item.req.task_source)
+    except FormatError as exc:
+        return item.stop("format_error", "extract", str(exc))
+    findings = apply_policy(check_python(tree, item.req.task_source, namespace), policy)
+    item.verdict.findings = findings
+    if errors(findings):
+        return item.stop("static_reject", "static", "; ".join(
+            f"{f['rule']}: {f['message']}" for f in errors(findings)[:3]))
+    if "load_inline" not in item.code and "cpp_extension" not in item.code:
+        return item.stop("static_reject", "static",
+                         "no load_inline call: the candidate has no kernel of its own")
+    return None
+
+
+def cpp_stage(item: Item, opts: VerifyOptions) -> None:
+    """The C++ static checks on the candidate's extension specs (after they are known)."""
+    if not item.specs:
+        item.stop("static_reject", "static", "no load_inline call ran: the candidate has no "
+                                             "kernel of its own")
+        return
+    cpp_findings = apply_policy(check_cpp(item.specs, item.code, item.req.task_source),
+                                opts.fallback)
+    item.verdict.findings = item.verdict.findings + cpp_findings
+    if errors(cpp_findings):
+        item.stop("static_reject", "static", "; ".join(
+            f"{f['rule']}: {f['message']}" for f in errors(cpp_findings)[:3]))

@@ -1,0 +1,71 @@
+"""The harness's own functions a candidate must not replace: a snapshot before the candidate
+loads, and the check after it ran (a replaced function, or a Python thread it left running, is
+a cheat)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+# Functions the harness relies on; a candidate that replaces any of them is tampering.
+GUARDED = (
+    ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "time"),
+    ("time", "monotonic"), ("time", "sleep"), ("torch", "allclose"), ("torch", "equal"),
+    ("torch.cuda", "synchronize"), ("torch.cuda", "Event"),
+    ("torch.testing", "assert_close"), ("torch.Tensor", "__eq__"), ("torch.Tensor", "clone"),
+    ("torch.Tensor", "abs"), ("torch.Tensor", "double"), ("torch.Tensor", "to"),
+    ("torch.nn.Module", "__call__"), ("threading", "Thread"),
+)
+
+
+
+def resolve(path: str) -> Any:
+    """The object at a dotted path (`torch.cuda.synchronize`) among loaded modules, or None."""
+    obj: Any = sys.modules.get(path.split(".")[0])
+    for part in path.split(".")[1:]:
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def c_function_pointer(fn: Any) -> int | None:
+    """The C function behind a builtin (PyCFunctionObject.m_ml->ml_meth): C++ can swap it while
+    the Python object, and so its identity, stays the same."""
+    if type(fn).__name__ != "builtin_function_or_method":
+        return None
+    import ctypes
+
+    ptr = ctypes.sizeof(ctypes.c_ssize_t) + ctypes.sizeof(ctypes.c_void_p)  # after PyObject_HEAD
+    method_def = ctypes.c_void_p.from_address(id(fn) + ptr).value
+    if not method_def:
+        return None
+    return ctypes.c_void_p.from_address(method_def + ctypes.sizeof(ctypes.c_void_p)).value
+
+
+def guard_snapshot() -> dict[str, Any]:
+    """The guarded functions as they are now (and the C functions behind the builtins)."""
+    snap: dict[str, Any] = {}
+    for owner, attr in GUARDED:
+        obj = resolve(owner)
+        if obj is not None and hasattr(obj, attr):
+            fn = getattr(obj, attr)
+            snap[f"{owner}.{attr}"] = fn
+            meth = c_function_pointer(fn)
+            if meth is not None:
+                snap[f"{owner}.{attr} (C function)"] = meth
+    return snap
+
+
+def check_tamper(res: Any, guard: dict[str, Any], threads_before: int) -> None:
+    """End the run as a cheat if the candidate replaced a guarded function (against `guard`,
+    the snapshot before it loaded) or left Python threads running."""
+    now = guard_snapshot()
+    changed = [name for name, obj in guard.items()
+               if (now.get(name) != obj if isinstance(obj, int) else now.get(name) is not obj)]
+    if changed:
+        for name in changed:
+            res.finding("patched_function", f"{name} was replaced by the candidate")
+        res.finish("cheat", f"the candidate replaced {', '.join(changed)}")
+    if threading.active_count() > threads_before:
+        res.finding("extra_thread", "the candidate started Python threads")
+        res.finish("cheat", "the candidate started threads that outlive forward")
