@@ -5,7 +5,7 @@
 
 Takes N candidates of benchmarks/kernelbench_corpus that reach the build (the `fallback` label
 is left out: the strict policy stops most of them before it), stratified over the corpus, and
-builds them with `verifier.compile_plan.compile_all` (the path `python -m verifier --batch`
+builds them with `verifier.compile.compile_plan.compile_all` (the path `python -m verifier --batch`
 takes: units planned, the PCH beside the first units, rebuilds on any free worker) into a fresh
 cache for each configuration, so every run is cold (PCH, macro lists, objects):
 - old: the plan as it was before the contention term (units sized as if concurrent compilers
@@ -41,7 +41,7 @@ PHASES = ("pch", "device light", "device full", "device light+full", "host", "li
 def corpus_specs(n: int) -> list[tuple[str, object]]:
     """(candidate_id, spec) for `n` corpus candidates that reach the build, spread evenly."""
     from benchmarks.kernelbench_corpus import candidates
-    from verifier.extspec import specs_from_source
+    from verifier.checks.extspec import specs_from_source
 
     pool = []
     for c in candidates():
@@ -111,8 +111,8 @@ def children_cpu() -> float:
 
 def build_once(name: str, cost, specs: list, args: argparse.Namespace, root: Path) -> dict:
     """Build `specs` cold into a fresh cache under `root` with the plan of `cost`."""
-    from verifier.build import BuildContext, Builder
-    from verifier.compile_plan import compile_all
+    from verifier.compile.builder import BuildContext, Builder
+    from verifier.compile.compile_plan import compile_all
 
     clock = PhaseClock()
     # load_memory_mb=0: as `verify_batch` has it for CUDA (the driver maps huge ranges)
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-dir", type=Path, default=None, help="caches (default: a temp dir)")
     ap.add_argument("--out", type=Path, default=None, help="write the table (and .json) here")
     args = ap.parse_args(argv)
-    from verifier.compile_plan import CostModel
+    from verifier.compile.compile_plan import CostModel
 
     # old: no contention term (the effective parallelism is the workers, as the plan assumed)
     configs = {"old": CostModel(parallel_eff=1.0, cores=max(1, args.workers)),

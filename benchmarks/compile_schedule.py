@@ -10,7 +10,7 @@ schedules would pay it alike, beside their first units):
 - old: `compile_chunks` as it was (one contiguous chunk of the flag-sorted specs per worker;
   a chunk holding several flag groups builds them one after another, and a failed unit's
   rebuilds run on the same worker, after its other units);
-- planned: `verifier.compile_plan` (units per flag group sized from the cost model, longest
+- planned: `verifier.compile.compile_plan` (units per flag group sized from the cost model, longest
   first on a dynamic pool, rebuilds at the front of the queue on any free worker).
 For each: wall, compile sum (unit seconds), compiler CPU seconds (children's rusage: this shows
 the work apart from waiting on a loaded machine), units and rebuilds, when specs landed, a GPU
@@ -42,11 +42,11 @@ from benchmarks.kernel_corpus import CorpusKernel, corpus  # noqa: E402
 
 def corpus_specs() -> list[tuple[CorpusKernel, str, list]]:
     """(kernel, code, specs) for every corpus candidate `verify_batch` would build."""
-    from verifier.extspec import specs_from_source
-    from verifier.fallback import apply_policy, errors
+    from verifier.checks.extspec import specs_from_source
+    from verifier.checks.fallback import apply_policy, errors
+    from verifier.checks.static import check_cpp
     from verifier.protocol import VerdictData, VerifyRequest
     from verifier.stages import Item, front_stages
-    from verifier.static import check_cpp
 
     out = []
     for k in corpus():
@@ -78,7 +78,7 @@ def subset(rows: list, limit: int, n_err: int | None, origin: str = "") -> list:
 
 def chunk_groups(chunk: list) -> list[list]:
     """The units the old scheduler built for one chunk, one after another."""
-    from verifier.build import flags_key
+    from verifier.compile.builder import flags_key
 
     groups: dict = {}
     for s in chunk:
@@ -89,8 +89,8 @@ def chunk_groups(chunk: list) -> list[list]:
 
 def plan_lines(specs: list, workers: int, most: int) -> list[str]:
     """Both schedules' units for `workers` and their makespans under the cost model."""
-    from verifier.build import flags_key
-    from verifier.compile_plan import CostModel, makespan, plan_units
+    from verifier.compile.builder import flags_key
+    from verifier.compile.compile_plan import CostModel, makespan, plan_units
 
     cost = CostModel()
     ordered = sorted(specs, key=lambda s: (not s.batchable, repr(flags_key(s))))
@@ -109,7 +109,7 @@ def plan_lines(specs: list, workers: int, most: int) -> list[str]:
 
 
 def old_chunks(specs: list, workers: int, most: int) -> list[list]:
-    """The chunking before compile_plan (verifier/build.py compile_chunks, 2026-11-22)."""
+    """The chunking before compile_plan (verifier/compile/builder.py compile_chunks, 2026-11-22)."""
     if not specs:
         return []
     n_units = max(min(len(specs), max(1, workers)), -(-len(specs) // max(1, most)))
@@ -132,7 +132,7 @@ class Run:
 
 
 def recording_builder(ctx, run: Run, planned: set):
-    from verifier.build import Builder
+    from verifier.compile.builder import Builder
 
     class Recording(Builder):
         def build_unit(self, specs, results, carried=0.0):
@@ -151,8 +151,8 @@ def recording_builder(ctx, run: Run, planned: set):
 def build(name: str, specs: list, args: argparse.Namespace, pch_src: Path
           ) -> tuple[Run, dict, float, float]:
     from verifier.backends import get_backend
-    from verifier.build import BuildContext, flags_key
-    from verifier.compile_plan import CompilePool, plan_units
+    from verifier.compile.builder import BuildContext, flags_key
+    from verifier.compile.compile_plan import CompilePool, plan_units
 
     cache = Path(tempfile.mkdtemp(prefix=f"ks-sched-{name}-", dir=args.tmp))
     ctx = BuildContext(get_backend("cuda"), cache, check_import=args.import_check)
@@ -235,7 +235,7 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="the table goes here")
     args = ap.parse_args()
     from verifier.backends import get_backend
-    from verifier.build import BuildContext, Builder
+    from verifier.compile.builder import BuildContext, Builder
 
     rows = subset(corpus_specs(), args.limit, args.errors, args.error_origin)
     specs = list({s.key: s for _, _, ss in rows for s in ss}.values())

@@ -6,13 +6,13 @@
    a CPU profiler session): which parents leave their children able to initialize CUDA;
 2. the profiler's start-up cost split (a CPU-only session first, then a CUDA one);
 3. nvcc/g++ time for one candidate's extension vs batches in one translation unit
-   (verifier.build.Builder, CUDA backend, cold cache).
+   (verifier.compile.builder.Builder, CUDA backend, cold cache).
 
 Measured on an H100 node (2026-11-22, benchmarks/results/gpu_diag.txt): a child forked after
 `import torch` initializes CUDA in 0.35-0.5 s; torch.utils.cpp_extension + torch.profiler
 imported without PYTORCH_NVML_BASED_CUDA_CHECK=1 poison the fork; the first profiler session of
 a process costs 3.5-6.5 s whatever its activities, and one in the parent breaks CUDA in the
-child. Hence verifier.forkserver for CPU-side runs and one persistent verifier.gpu_worker per
+child. Hence verifier.run.forkserver for CPU-side runs and one persistent verifier.run.gpu_worker per
 GPU for CUDA runs.
 
     PYTHONPATH=. python3 benchmarks/gpu_diag.py [--out DIR] [--skip-compile]
@@ -130,8 +130,8 @@ def process_costs() -> dict:
 def compile_costs(workers: int) -> list[dict]:
     from benchmarks.gpu_candidates import all_candidates
     from verifier.backends.cuda import CudaBackend
-    from verifier.build import BuildContext, Builder
-    from verifier.extspec import specs_from_source
+    from verifier.checks.extspec import specs_from_source
+    from verifier.compile.builder import BuildContext, Builder
 
     cands = [c for c in all_candidates() if c.kind == "correct"]
     specs = [s for c in cands for s in (specs_from_source(c.source) or [])]

@@ -2,7 +2,7 @@
 
     python -m benchmarks.gpu_judge_check --out DIR [--big-cols 196608] [--huge-cols 393216]
 
-1. `verifier.device_compare` on CUDA tensors in chunks against cpu copies in one chunk: the same
+1. `verifier.judge.device_compare` on CUDA tensors in chunks against cpu copies in one chunk: the same
    verdicts, messages and statistics (elementwise tolerance, NaN/inf, fp16, ints, tuples, the fp64 second
    opinion on a K = 8192 matmul), and the chunked comparison's peak extra device memory on a
    1.6 GB output (the whole-tensor one needs ~5x the output in fp64 temporaries).
@@ -82,7 +82,7 @@ def compare_on_cuda() -> dict:
     comparison's memory."""
     import torch
 
-    from verifier import device_compare
+    from verifier.judge import device_compare
 
     whole = 1 << 40  # one chunk holds any tensor: the whole-tensor comparison
 

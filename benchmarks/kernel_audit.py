@@ -11,7 +11,7 @@ from pathlib import Path
 from benchmarks.audit_table import Audit, answer_code
 from pipeline.datasets.rows import generalisation_checked
 from schemas import Verdict
-from verifier.extspec import specs_from_source
+from verifier.checks.extspec import specs_from_source
 
 SWITCH = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif|undef)\b[^\n]*", re.M)
 STRUCT = re.compile(r"\bstruct\s+(\w+)\s*\{([^{}]*)\}\s*;")

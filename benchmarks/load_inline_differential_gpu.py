@@ -6,8 +6,8 @@ the names each extension binds, and the outputs of `ModelNew` on the same inputs
 
 Torch's side runs each case in its own process (a fresh extension namespace, the candidate's
 own `load_inline` calls with the build folder moved to a temporary one). Our side builds every
-spec as the verifier does (batched units on a pool, `verifier.compile_plan`) and runs each case
-in its own process with `load_inline` served by `verifier.extspec.install_shim`, as the worker
+spec as the verifier does (batched units on a pool, `verifier.compile.compile_plan`) and runs each case
+in its own process with `load_inline` served by `verifier.checks.extspec.install_shim`, as the worker
 does. Both seed the same way before constructing `ModelNew` and before `get_inputs`, so equal
 code gives equal outputs. Needs a CUDA torch, nvcc and a GPU; torch and stdlib only.
 """
@@ -40,7 +40,7 @@ side, case_file, out_dir = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 case = json.loads(case_file.read_text())
 bound = []
 if side == "ours":
-    from verifier.extspec import install_shim
+    from verifier.checks.extspec import install_shim
     install_shim(case["built"])
 inner = cpp_extension.load_inline
 
@@ -129,9 +129,9 @@ def run(names: list[str] | None, jobs: int, work_root: Path, timeout: float
     import corpus
 
     from verifier.backends import get_backend
-    from verifier.build import BuildContext, Builder
-    from verifier.compile_plan import compile_all
-    from verifier.extspec import specs_from_source
+    from verifier.checks.extspec import specs_from_source
+    from verifier.compile.builder import BuildContext, Builder
+    from verifier.compile.compile_plan import compile_all
 
     rows = [r for r in corpus.load("cuda") if not names or r["name"] in names]
     specs, by_case = [], {}

@@ -41,7 +41,7 @@ def reference_of(user: str) -> str:
 def reference_facts(sources: list[str], timeout_s: float = 900.0) -> list[dict]:
     """Shape facts of each reference, computed in the verifier's sandbox (meta device)."""
     from pipeline.tasks.annotate import shape_facts
-    from verifier.sandbox import SandboxLimits, run_sandboxed
+    from verifier.isolation.sandbox import SandboxLimits, run_sandboxed
 
     script = Path(shape_facts.__file__)
     res = run_sandboxed([sys.executable, "facts.py"],

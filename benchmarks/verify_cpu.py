@@ -44,8 +44,8 @@ from verifier_cases import (  # noqa: E402
 
 from verifier.api import verify_batch  # noqa: E402
 from verifier.backends import get_backend  # noqa: E402
-from verifier.build import BuildContext, Builder  # noqa: E402
-from verifier.extspec import specs_from_source  # noqa: E402
+from verifier.checks.extspec import specs_from_source  # noqa: E402
+from verifier.compile.builder import BuildContext, Builder  # noqa: E402
 from verifier.protocol import VerifyOptions, VerifyRequest  # noqa: E402
 
 TASKS = {"relu": RELU_TASK, "linear": LINEAR_TASK}

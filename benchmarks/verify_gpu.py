@@ -11,7 +11,7 @@ with wrong, non-compiling, crashing and cheating ones). Phases, each printing pr
    precompiled torch headers that a compile-only batch of N other-order kernels made first, as
    on a machine that verified a batch before; that warm-up is timed apart): wall time, compiled-and-run candidates per GPU-hour,
    verdicts against the labels, and the profile of where the wall time went
-   (`verifier.batch_stats`: compile units, baseline jobs, GPU worker busy/idle, waiting).
+   (`verifier.run.batch_stats`: compile units, baseline jobs, GPU worker busy/idle, waiting).
 2. with --gpus N (N > 1): the same batch again on 1 and on N GPUs with the builds cached and
    empty baseline caches (the execution side, which more GPUs can speed up), and the speed-up;
    --cold-scaling also runs it cold on N GPUs. Verdicts must be identical across runs.
@@ -155,7 +155,7 @@ def warm_pch(kernels: list[CorpusKernel], cache: Path, args: argparse.Namespace)
 
 
 def ours_lines(run: dict, kernels: list[CorpusKernel]) -> list[str]:
-    from verifier.batch_stats import profile_table
+    from verifier.run.batch_stats import profile_table
 
     n, wall, gpus, ran = run["n"], run["wall_s"], run["gpus"], run["ran"]
     right = [k for k in kernels if as_expected(run["status"][k.candidate_id], k.expected)]

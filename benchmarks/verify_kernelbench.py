@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.kernelbench_corpus import KbCandidate, candidates  # noqa: E402
 from benchmarks.kernelbench_corpus.__main__ import batch_rows  # noqa: E402
-from verifier.batch_io import parse_progress  # noqa: E402
+from verifier.reward.batch_io import parse_progress  # noqa: E402
 
 RAN = ("runtime_error", "timeout", "incorrect", "cheat", "correct_slow", "correct_fast")
 # the verifier's or the device's memory, never a kernel's own illegal memory access

@@ -112,7 +112,9 @@ def reference_for(task: Task, backend: str) -> str:
 def musa_reference(task: Task) -> str:
     """The task source ported to MUSA by the verifier's port, or the CUDA source unchanged."""
     try:
-        from verifier.musa_port import musa_task_variant  # written by the MUSA port's owner
+        from verifier.backends.musa_port import (
+            musa_task_variant,  # written by the MUSA port's owner
+        )
     except ImportError:
         return task.source
     try:

@@ -23,7 +23,7 @@ os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(TEST_CACHE / "torch_extensions
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Bound the shared test build caches together (KS_TEST_CACHE_GB, default 8; 0: none),
     least recently used first; what another session used in the last hour stays."""
-    from verifier.cache_bound import trim
+    from verifier.compile.cache_bound import trim
 
     gb = float(os.environ.get("KS_TEST_CACHE_GB", "8"))
     if gb > 0 and TEST_CACHE.is_dir():

@@ -227,3 +227,96 @@ def test_every_import_of_our_modules_resolves_even_inside_functions() -> None:
     proc = subprocess.run([sys.executable, "-c", _RESOLVE], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+# verifier/'s rooms, lowest first: a module imports its own room and the rooms below it, never
+# one above (README's map says what each holds). `stages` is the API's own per-candidate part.
+VERIFIER_ROOMS = ("verifier.protocol verifier.pyast", "verifier.isolation", "verifier.backends",
+                  "verifier.checks", "verifier.compile", "verifier.judge", "verifier.run",
+                  "verifier.stages", "verifier.api", "verifier.reward", "verifier.__main__")
+VERIFIER_MAX_FUNCTION_LINES = 80
+VERIFIER_MAX_FILE_LINES = 420  # well under the 500 cap: a file near it wants splitting by purpose
+
+
+def _room(module: str) -> int | None:
+    for rank, names in enumerate(VERIFIER_ROOMS):
+        if any(module == n or module.startswith(n + ".") for n in names.split()):
+            return rank
+    return None
+
+
+def _verifier_sources() -> dict[str, str]:
+    return {name: path.read_text(encoding="utf-8") for name, path in _modules().items()
+            if name.split(".")[0] == "verifier"}
+
+
+def test_every_verifier_module_has_a_room_and_rooms_import_one_way() -> None:
+    top, lazy = _graph()
+    mods = [m for m in top if m.split(".")[0] == "verifier" and m != "verifier"]
+    assert [m for m in mods if _room(m) is None] == []
+    assert "verifier.judge.device_compare" in lazy["verifier.run.worker"]  # edges are read
+    upward = [f"{a} -> {b}" for g in (top, lazy) for a in mods for b in sorted(g[a])
+              if b.split(".")[0] == "verifier" and b != "verifier"
+              and _room(b) > _room(a)]  # type: ignore[operator]
+    assert upward == []
+
+
+def test_no_import_circles_in_the_verifier_even_through_lazy_imports() -> None:
+    top, lazy = _graph()
+    mods = {m for m in top if m.split(".")[0] == "verifier"}
+    assert _circles({m: (top[m] | lazy[m]) & mods for m in mods}) == []
+
+
+def _private_crossings(sources: dict[str, str]) -> list[str]:
+    """`from m import _x` and `m._x` (m one of `sources`, imported as a module) in another
+    module of `sources`: a private name used outside the file that owns it."""
+    found = []
+    for name, text in sources.items():
+        tree = ast.parse(text)
+        aliases: dict[str, str] = {}  # local name -> one of our modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                aliases.update({a.asname or a.name: a.name for a in node.names
+                                if a.name in sources})
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                for a in node.names:
+                    if f"{node.module}.{a.name}" in sources:
+                        aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+                    elif (node.module in sources and a.name.startswith("_")
+                          and not a.name.startswith("__")):
+                        found.append(f"{name}: from {node.module} import {a.name}")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                owner = (aliases.get(node.value.id) if isinstance(node.value, ast.Name)
+                         else ast.unparse(node.value))
+                if owner in sources and owner != name:
+                    found.append(f"{name}: {owner}.{node.attr}")
+    return found
+
+
+def test_the_private_name_finder_finds_both_forms() -> None:
+    sources = {"p.a": "_x = 1\ny = 2\n", "p.b": "from p.a import _x, y\n",
+               "p.c": "import p.a\nfrom p import a as m\nm._x\np.a._x\nm.y\n"}
+    assert _private_crossings(sources) == ["p.b: from p.a import _x", "p.c: p.a._x",
+                                           "p.c: p.a._x"]
+
+
+def test_no_private_name_crosses_files_in_the_verifier() -> None:
+    sources = _verifier_sources()
+    assert "verifier.run.worker" in sources
+    assert _private_crossings(sources) == []
+
+
+def test_no_verifier_function_over_80_lines() -> None:
+    long = [f"{name}.{node.name}: {node.end_lineno - node.lineno + 1}"
+            for name, text in _verifier_sources().items() for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.end_lineno - node.lineno + 1 > VERIFIER_MAX_FUNCTION_LINES]
+    assert long == []
+
+
+def test_no_verifier_file_over_420_lines() -> None:
+    long = [f"{name}: {n}" for name, text in _verifier_sources().items()
+            if (n := len(text.splitlines())) > VERIFIER_MAX_FILE_LINES]
+    assert long == []

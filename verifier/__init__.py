@@ -1,10 +1,10 @@
 """The kernelsynth execution verifier (torch + stdlib only). CLI: python -m verifier.
 
-Modules, in stage order: `extract` (code from a response, ModelNew interface), `static` (rules on
-Python and C++), `extspec` (the candidate's load_inline calls; recorder and run-time shim),
-`collect` (child: records load_inline calls of non-literal candidates), `build` (batched,
-namespaced, PCH-accelerated, content-cached builds with bisection on failure), `worker` (child:
-correctness, dispatcher trace, tamper checks, timing), `reward` (reward and feedback), `api`
-(`verify_batch`, the pools), `sandbox` (limits, namespaces, pids cgroups), `backends` (cpu and
-the GPU backends' interface), `protocol` (the data contract).
+Rooms, imported one way (top to bottom; `tests/test_architecture.py` holds the order):
+`reward/` (the reward service, TRL and verl reward functions, batch files), `api` and `stages`
+(`verify_batch`, the pools; one candidate's stages), `run/` (the worker, execution slots, the
+fork server), `judge/` (references, output comparison, the clock, the GPU referee, performance
+and reward), `compile/` (batched, namespaced, cached builds), `checks/` (extract, static rules,
+load_inline specs, the preprocessor's view), `backends/` (cpu and the GPU backends), `isolation/`
+(namespaces, sandboxes, cgroups), and `protocol` (the data contract) with `pyast`.
 """

@@ -2,7 +2,7 @@
 
 Single:  python -m verifier --task T.py --candidate C.py --backend cpu [--json]
 Serve:   python -m verifier serve --port 8008 --backend cuda   (HTTP reward service; see
-         verifier/reward_server.py)
+         verifier/reward/server.py)
 Batch:   python -m verifier --batch candidates.jsonl|.parquet --out verdicts.jsonl|.parquet
          (rows: candidate_id, task_id, task_source, response or code, backend, optional
          variants; Parquet needs pyarrow, JSONL needs nothing). Each verdict is appended to
@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 from verifier.backends import BackendUnavailable
-from verifier.batch_io import run_batch
 from verifier.protocol import NAMESPACES, VerifyOptions, VerifyRequest, parse_tolerance
+from verifier.reward.batch_io import run_batch
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,7 +84,7 @@ def _options(a: argparse.Namespace) -> VerifyOptions:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["serve"]:
-        from verifier.reward_server import main as serve_main
+        from verifier.reward.server import main as serve_main
 
         return serve_main(args[1:])
     ap = _parser()

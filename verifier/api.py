@@ -6,8 +6,8 @@ compile pool (threads driving compiler processes, `options.compile_workers` at a
 candidates per translation unit, load-checked); as soon as all of a candidate's extensions are
 built it goes to an execution slot, so execution overlaps compilation and devices never wait for
 the compiler. Slots: on cpu (and musa) `options.workers` sandboxed children, one per candidate,
-forked from `verifier.forkserver` (torch imported once); on cuda one persistent worker per GPU
-(`verifier.gpu_worker`, replaced after a failure). Both run `verifier.worker.run_job`. Status,
+forked from `verifier.run.forkserver` (torch imported once); on cuda one persistent worker per GPU
+(`verifier.run.gpu_worker`, replaced after a failure). Both run `verifier.run.worker.run_job`. Status,
 reward and feedback are decided here from what the workers measured.
 """
 
@@ -23,18 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from verifier.backends import Backend, BackendUnavailable, get_backend, select_backend
-from verifier.baselines import Baselines, default_cache_dir, prefetch
-from verifier.batch_stats import BatchStats
-from verifier.build import BuildContext, Builder, BuildResult, candidate_log, flags_key
-from verifier.cache_bound import build_lease, trim
-from verifier.compile_plan import compile_all
-from verifier.extspec import ExtensionSpec
-from verifier.forkserver import ForkServer, ForkServerError
-from verifier.gpu_runner import GpuRunner
+from verifier.checks.extspec import ExtensionSpec
+from verifier.compile.builder import BuildContext, Builder, BuildResult, candidate_log, flags_key
+from verifier.compile.cache_bound import build_lease, trim
+from verifier.compile.compile_plan import compile_all
+from verifier.isolation.sandbox import SpawnLauncher
+from verifier.isolation.stale_cgroups import reap_stale_cgroups
+from verifier.judge.reward import finalize
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
-from verifier.reward import finalize
-from verifier.runners import SandboxRunner
-from verifier.sandbox import SpawnLauncher
+from verifier.run.baselines import Baselines, default_cache_dir, prefetch
+from verifier.run.batch_stats import BatchStats
+from verifier.run.forkserver import ForkServer, ForkServerError
+from verifier.run.gpu_runner import GpuRunner
+from verifier.run.runners import SandboxRunner
 from verifier.stages import (
     JOB_OPTIONS,
     Item,
@@ -43,7 +44,6 @@ from verifier.stages import (
     execute,
     front_stages,
 )
-from verifier.stale_cgroups import reap_stale_cgroups
 
 
 def _resolve_backend(opts: VerifyOptions, r: VerifyRequest) -> str:
@@ -68,7 +68,7 @@ def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = 
 
     `progress` is called with each verdict as it is final; `timings`, when given, receives
     per-candidate collect/compile/exec/candidate seconds, and `stats` where the batch's wall
-    time went (`verifier.batch_stats`; for benchmarks).
+    time went (`verifier.run.batch_stats`; for benchmarks).
     """
     opts = options or VerifyOptions()
     record = BatchStats()

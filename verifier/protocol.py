@@ -14,7 +14,7 @@ VERIFIER_VERSION = "0.1.0"
 STAGES = ("extract", "static", "compile", "correctness", "performance", "done")
 
 # Ordered from worst to best; `compiled` ends a --compile-only run; `does_not_fit` judges the
-# task, not the candidate (its run cannot fit the device's memory, `verifier.admission`).
+# task, not the candidate (its run cannot fit the device's memory, `verifier.judge.admission`).
 STATUSES = (
     "does_not_fit",
     "format_error",
@@ -65,7 +65,7 @@ class VerifyRequest:
     task_source: str  # the KernelBench reference file (Model, get_inputs, get_init_inputs)
     response: str  # raw model response (markdown with code fences) or plain Python code
     backend: str = "cpu"  # cpu | cuda | musa
-    # other size sets / constructor arguments for the generalisation check (verifier.variants:
+    # other size sets / constructor arguments for the generalisation check (verifier.judge.variants:
     # {label, source, changes}); None: derived from task_source when options.generalize is on
     variants: list[dict[str, Any]] | None = None
     # the task's FLOPs and the bytes its work must move (`Task.flops` / `Task.bytes_moved`):
@@ -85,7 +85,7 @@ class VerifyOptions:
     standby_worker: bool = True
     standby_workers: int = 2  # how many (with standby_worker)
     compile_workers: int = 2
-    compile_batch: int = 16  # most specs a build unit (verifier.compile_plan sizes them)
+    compile_batch: int = 16  # most specs a build unit (verifier.compile.compile_plan sizes them)
     compile_timeout_s: float = 600.0
     run_timeout_s: float = 60.0
     trials: int = 5
@@ -103,12 +103,12 @@ class VerifyOptions:
     torch_compile_baseline: bool = False
     compile_only: bool = False
     # sandboxed runs are children forked from one server that imported torch once
-    # (verifier.forkserver) instead of fresh interpreters; False: spawn each (slower)
+    # (verifier.run.forkserver) instead of fresh interpreters; False: spawn each (slower)
     fork_server: bool = True
     memory_limit_mb: int = 8192
     build_cache_dir: str | None = None
     # after each batch the build cache is cut to this many GB, least recently used entries first
-    # (verifier.cache_bound: never one a running build may use); 0: no bound
+    # (verifier.compile.cache_bound: never one a running build may use); 0: no bound
     build_cache_max_gb: float = 5.0
     baseline_cache_dir: str | None = None
     seed: int = 0
@@ -116,7 +116,7 @@ class VerifyOptions:
     # allowed, at least one own kernel on the hot path, own-kernel share scales the reward
     fallback: str = "strict"
     # generalisation check: also correct at another size set and other constructor arguments
-    # (verifier.generalize); the pipeline turns it on for dataset builds
+    # (verifier.judge.generalize); the pipeline turns it on for dataset builds
     generalize: bool = False
     # output tolerances: strict (the atol/rtol fields above: fp32 1e-4, fp16/bf16 1e-2),
     # kernelbench (1e-2 for every dtype, as KernelBench v0/v0.1 judged its leaderboard), or

@@ -1,4 +1,4 @@
-"""`ast.parse` and `ast.literal_eval` behind one process-wide lock.
+"""`ast.parse` and `ast.literal_eval` behind one process-wide lock; the dotted name of a node.
 
 CPython 3.11 keeps the AST constructor's recursion depth in per-interpreter state and resets it
 at the start of every parse. When a parse pauses mid-tree (a garbage collection runs a finalizer
@@ -30,3 +30,15 @@ def literal_eval(node_or_string: str | ast.AST) -> Any:
         return ast.literal_eval(node_or_string)
     with _PARSE:
         return ast.literal_eval(node_or_string)
+
+
+def dotted(node: ast.AST) -> str:
+    """`a.b.c` for a chain of attributes on a name, "" for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""

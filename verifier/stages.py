@@ -11,20 +11,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verifier.backends import Backend
-from verifier.baselines import Baselines
-from verifier.build import BuildResult
-from verifier.decide import parent_check
-from verifier.extract import FormatError, check_candidate, extract_code
-from verifier.extspec import ExtensionSpec, specs_from_source
-from verifier.fallback import apply_policy, errors
-from verifier.generalize import record_generalisation, request_variants
-from verifier.gpu_runner import GpuRunner
-from verifier.performance import judge_performance
+from verifier.checks.extract import FormatError, check_candidate, extract_code
+from verifier.checks.extspec import ExtensionSpec, specs_from_source
+from verifier.checks.fallback import apply_policy, errors
+from verifier.checks.static import check_cpp, check_python
+from verifier.compile.builder import BuildResult
+from verifier.isolation.sandbox import Launcher, SandboxLimits
+from verifier.judge.decide import parent_check
+from verifier.judge.generalize import record_generalisation, request_variants
+from verifier.judge.performance import judge_performance
+from verifier.judge.reward import record_share
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
-from verifier.reward import record_share
-from verifier.runners import FLOOD_BYTES, SandboxRunner
-from verifier.sandbox import Launcher, SandboxLimits
-from verifier.static import check_cpp, check_python
+from verifier.run.baselines import Baselines
+from verifier.run.gpu_runner import GpuRunner
+from verifier.run.runners import FLOOD_BYTES, SandboxRunner
 
 
 @dataclass
@@ -55,7 +55,7 @@ def collect_specs(item: Item, opts: VerifyOptions, launcher: Launcher) -> None:
         item.specs = specs
         return
     t0 = time.monotonic()
-    res = launcher.run_module("verifier.collect",
+    res = launcher.run_module("verifier.run.collect",
                               limits=SandboxLimits(timeout_s=min(opts.run_timeout_s, 60.0),
                                                    memory_mb=opts.memory_limit_mb),
                               input_files={"candidate.py": item.code,

@@ -78,8 +78,8 @@ class MutationError(ValueError):
 
 
 # Kinds whose bug no verifier run on the backend can show: CPU candidates run on one thread
-# (OMP_NUM_THREADS=1 and torch.set_num_threads(1): verifier/runners.py, verifier/sandbox.py,
-# verifier/worker.py), so an OpenMP race never changes a result there. Dealt only when
+# (OMP_NUM_THREADS=1 and torch.set_num_threads(1): verifier/run/runners.py, verifier/isolation/sandbox.py,
+# verifier/run/worker.py), so an OpenMP race never changes a result there. Dealt only when
 # configured by name (`generate.mutation_kinds`).
 UNSHOWN = {"cpu": ("omp_race",)}
 

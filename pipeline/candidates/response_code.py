@@ -8,7 +8,7 @@ code the verifier will run; this module only adds the pipeline's notion of "no c
 from __future__ import annotations
 
 from verifier import pyast
-from verifier.extract import extract_code as _verifier_extract
+from verifier.checks.extract import extract_code as _verifier_extract
 
 
 def _bare_python(response: str) -> str | None:

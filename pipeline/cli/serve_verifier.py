@@ -25,7 +25,7 @@ def serve_verifier(
 ) -> None:
     """HTTP reward service for RL (POST /verify, POST /get_reward, GET /health)."""
     from pipeline.stages.verify import verify_options
-    from verifier.reward_server import ServiceLimits, serve
+    from verifier.reward.server import ServiceLimits, serve
 
     cfg, ws = open_context(workspace, config)
     if backend not in (None, "auto", "cpu", "cuda", "musa"):

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.workspace import Workspace
-from verifier.artefacts import file_sha256
+from verifier.compile.artefacts import file_sha256
 
 MANIFEST = "manifest.json"
 STATS = "stats.json"

@@ -24,8 +24,8 @@ from pipeline.tasks.probe.variants import task_variants
 from schemas import Candidate, Rejection, Task, Verdict
 from verifier.api import verify_batch
 from verifier.backends import BackendUnavailable, select_backend
+from verifier.isolation.sandbox import EnvironmentFailure, common_failure
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
-from verifier.sandbox import EnvironmentFailure, common_failure
 
 
 def verify_options(cfg: VerifyConfig, cache_dir: Path) -> VerifyOptions:

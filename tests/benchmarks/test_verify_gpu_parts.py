@@ -7,7 +7,7 @@ import collections
 
 from benchmarks.kernel_corpus import as_expected, corpus
 from benchmarks.verify_gpu import kb_lines, kb_subset, ours_lines, same_verdicts
-from verifier.extspec import specs_from_source
+from verifier.checks.extspec import specs_from_source
 
 LABELS = {"correct", "incorrect", "compile_error", "runtime_error", "timeout", "cheat",
           "static_reject"}

@@ -46,7 +46,7 @@ def test_one_grpo_step_with_the_kernel_reward(tmp_path: Path, monkeypatch) -> No
     from pipeline.workspace import Workspace
     from tests.pipeline.ks_synthetic import fill_workspace, hf_offline
     from verifier.protocol import VerifyOptions
-    from verifier.rl_reward import KernelReward
+    from verifier.reward.rl_reward import KernelReward
 
     ws = Workspace(tmp_path / "ws")
     fill_workspace(ws, n_tasks=2)

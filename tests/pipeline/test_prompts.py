@@ -84,7 +84,7 @@ def test_musa_prompt_uses_musa_wording_and_ported_reference() -> None:
     assert "MUSA" in msgs[0].content
     ported = musa_reference(_task(source))
     try:
-        import verifier.musa_port  # noqa: F401
+        import verifier.backends.musa_port  # noqa: F401
     except ImportError:
         assert ported == source  # degrades to the CUDA reference
     else:

@@ -154,8 +154,8 @@ def traced() -> None:
 def test_seed_level1_coverage_and_candidate_format(traced) -> None:
     import ast
 
-    from verifier.extspec import specs_from_source
-    from verifier.static import check_cpp, check_python
+    from verifier.checks.extspec import specs_from_source
+    from verifier.checks.static import check_cpp, check_python
 
     level1, covered = 0, 0
     for path in seed_files():

@@ -4,7 +4,7 @@ import sys
 
 import torch
 
-from verifier.arena import Arena, views
+from verifier.judge.arena import Arena, views
 
 spec = json.loads(sys.argv[1])
 device = spec["device"]

@@ -52,7 +52,7 @@ def driver_pid():
     pid = P.getppid()
     for _ in range(4):
         cmd = read("/proc/%d/cmdline" % pid)
-        if b"forkserver" not in cmd and b"verifier.worker" not in cmd:
+        if b"forkserver" not in cmd and b"verifier.run.worker" not in cmd:
             return pid
         status = read("/proc/%d/status" % pid).decode()
         pid = int([ln for ln in status.splitlines() if ln.startswith("PPid:")][0].split()[1])
@@ -157,7 +157,7 @@ static int run_py() {
         "    os.close(fd)\n"
         "except OSError:\n"
         "    pass\n"
-        "import verifier.worker as w\n"
+        "import verifier.run.worker as w\n"
         "w._compare = lambda *a, **k: ('ok', '', {'max_abs_diff': 0.0})\n");
     PyGILState_Release(g);
     return 0;
@@ -264,7 +264,7 @@ CLAIM_US = 100.0
 
 
 def rogue(done):
-    A = __import__("verifier.arena", fromlist=["Arena"])  # the harness imports it later
+    A = __import__("verifier.judge.arena", fromlist=["Arena"])  # the harness imports it later
     tm = S.modules["time"]
     spec = None
     for o in S.modules["gc"].get_objects():
@@ -337,7 +337,7 @@ def patch():  # from __init__: in the worker, where the harness modules are load
 ''', init="patch()")),
         ("patch_summarize", candidate('''
 def patch():
-    G = __import__("verifier.gpu_timing", fromlist=["summarize"])  # imported lazily
+    G = __import__("verifier.backends.gpu_timing", fromlist=["summarize"])  # imported lazily
     real = G.summarize
     def fast(samples, **k):
         return real([s / 38.0 for s in samples], **k)
@@ -348,13 +348,13 @@ def patch():
 ''', init="patch()")),
         ("patch_compare", candidate('''
 def patch():  # every comparison in the worker says "ok": only the parent's own can catch it
-    for name in ("verifier.worker", "verifier.device_compare", "verifier.generalize", "__main__"):
+    for name in ("verifier.run.worker", "verifier.judge.device_compare", "verifier.judge.generalize", "__main__"):
         m = S.modules.get(name)
         if m is not None and hasattr(m, "_compare"):
             m._compare = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0})
         if m is not None and hasattr(m, "_judge"):
             m._judge = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0}, False)
-    m = S.modules.get("verifier.device_compare")  # the chunked comparison the worker uses
+    m = S.modules.get("verifier.judge.device_compare")  # the chunked comparison the worker uses
     if m is not None:
         m.compare = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0})
         m.judge = lambda *a, **k: ("ok", "", {"max_abs_diff": 0.0}, False)

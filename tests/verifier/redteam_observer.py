@@ -23,29 +23,12 @@ from verifier.protocol import CORRECT_STATUSES
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_cases import BATCHMATE_FLAGS, attacks, honest  # noqa: E402
 from redteam_transport import HttpServer, run_rows  # noqa: E402
+from verifier_cases import relu_task  # noqa: E402
 
 CORRECT = set(CORRECT_STATUSES)
 
 # A ReLU over 1M floats: ~1 ms on one core, so "no work" shows as a 10x+ faster runtime.
-TASK = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(64, 16384)]
-
-
-def get_init_inputs():
-    return []
-'''
+TASK = relu_task(64, 16384)
 
 class Listener:
     """A loopback TCP listener that records everything it receives."""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_cases import RELU, candidate  # noqa: E402
+from verifier_cases import relu_task  # noqa: E402
 
 # --- fallback hidden from the worker's dispatcher trace ----------------------------------------
 # numpy computes without any aten op: the trace of forward holds none, the profiler neither, so
@@ -75,7 +76,7 @@ torch::Tensor relu_fwd(torch::Tensor x) {
     static bool patched = false;
     if (!patched) {
         patched = true;
-        q::exec("import verifier.fallback as f\nf.is_fallback = lambda kind: False\n");
+        q::exec("import verifier.checks.fallback as f\nf.is_fallback = lambda kind: False\n");
     }
     return q::module_::import("torch").attr("relu")(x).cast<torch::Tensor>();
 }
@@ -206,25 +207,7 @@ def override_pair(tag: str) -> list[tuple[str, str]]:
 # cost. Measured (cpu, SMALL_TASK, one verify_batch, tests/verifier/test_redteam_round4.py has
 # the strict unit form): honest 303.6 us, speedup 0.097, correct_slow; this 20.7 us, speedup
 # 1.43, correct_fast (31 calls a window over 31 sets).
-SMALL_TASK = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(64, 1024)]
-
-
-def get_init_inputs():
-    return []
-'''
+SMALL_TASK = relu_task(64, 1024)
 LAST_ONLY = '''
 _seen = {"first": None, "idx": 0, "longest": 0}
 

@@ -1,5 +1,5 @@
 """How the red-team observer hands candidates to a verifier: `direct` (a batch driver process
-calling `verify_batch`) or `http` (a reward server, `verifier.reward_server.serve` as
+calling `verify_batch`) or `http` (a reward server, `verifier.reward.server.serve` as
 `python -m verifier serve` runs it, on loopback, one POST /verify per batch).
 
 Either way the verifier runs in a separate process group whose stderr goes to a log, and the
@@ -34,14 +34,14 @@ import faulthandler, json, signal, sys
 faulthandler.register(signal.SIGUSR1, all_threads=True)
 spec = json.loads(open(sys.argv[1]).read())
 if not spec["static"]:  # the runtime defences must hold on their own
-    import verifier.api as api
-    api.check_python = lambda *a, **k: []
-    api.check_cpp = lambda *a, **k: []
+    import verifier.stages as stages
+    stages.check_python = lambda *a, **k: []
+    stages.check_cpp = lambda *a, **k: []
 if spec.get("persistent"):  # cpu through the GPU path's persistent worker (its defences)
     from verifier.backends.cpu import CpuBackend
     CpuBackend.persistent_worker = True
-import verifier.gpu_runner as gpu_runner
-import verifier.runners as runners
+import verifier.run.gpu_runner as gpu_runner
+import verifier.run.runners as runners
 def _traced(cls):
     real = cls.run
     def run(self, item, job):
@@ -72,7 +72,7 @@ with open(spec["out"], "w") as fh:
 
 SERVER = _PRELUDE + '''
 import verifier.api as api
-from verifier.reward_server import ServiceLimits, serve
+from verifier.reward.server import ServiceLimits, serve
 real_verify_batch = api.verify_batch
 api.verify_batch = lambda reqs, o: real_verify_batch(reqs, o, progress=progress)
 serve("127.0.0.1", 0, opts, ServiceLimits(max_concurrency=2, timeout_s=spec["request_s"]))
@@ -187,7 +187,7 @@ def _env(ctx: dict) -> dict[str, str]:
 
 
 class HttpServer:
-    """`verifier.reward_server.serve` on loopback, with the suite's verifier options."""
+    """`verifier.reward.server.serve` on loopback, with the suite's verifier options."""
 
     def __init__(self, ctx: dict, opts: dict) -> None:
         self.ctx, self.opts, self.starts = ctx, opts, 0

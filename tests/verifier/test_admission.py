@@ -1,8 +1,8 @@
-"""Memory admission (`verifier.admission`): a run's shape from its footprint and free memory."""
+"""Memory admission (`verifier.judge.admission`): a run's shape from its footprint and free memory."""
 
 from __future__ import annotations
 
-from verifier.admission import (
+from verifier.judge.admission import (
     CHUNK_MAX,
     SLACK_BYTES,
     Footprint,
@@ -62,7 +62,7 @@ def test_a_wider_window_reserves_the_judges_clones_of_its_checked_slots() -> Non
     fp = Footprint(params=0, inputs=GIB, output=GIB, workspace=GIB)
     a = admit(fp, 60 * GIB, 1, 0, 30 * GIB)
     assert a.fits and a.need_bytes <= 60 * GIB
-    from verifier.admission import window_checks
+    from verifier.judge.admission import window_checks
 
     assert window_checks(fp, a.window_budget) == 3  # the last and two drawn: two more clones
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from verifier.api import verify_batch
-from verifier.cgroups import pids_cgroup_root
+from verifier.isolation.cgroups import pids_cgroup_root
 from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: no implicit path

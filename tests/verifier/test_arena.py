@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from verifier.arena import ALIGN, Arena, ArenaError, fill, plan, views
+from verifier.judge.arena import ALIGN, Arena, ArenaError, fill, plan, views
 
 ROOT = str(Path(__file__).resolve().parents[2])
 

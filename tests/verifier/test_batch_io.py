@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from verifier.batch_io import BatchProgress, VerdictLog, parse_progress, request_hash
 from verifier.protocol import VerdictData, VerifyRequest
+from verifier.reward.batch_io import BatchProgress, VerdictLog, parse_progress, request_hash
 
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import RELU_TASK, relu_ok  # noqa: E402

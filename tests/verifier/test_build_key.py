@@ -11,7 +11,7 @@ import torch
 from verifier.backends import tool_identity
 from verifier.backends.cpu import CpuBackend
 from verifier.backends.cuda import CudaBackend
-from verifier.build import BuildContext, toolchain_key
+from verifier.compile.builder import BuildContext, toolchain_key
 
 
 def _fake_tool(path: Path, version: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from verifier.build_reads import compiler_search_dirs, nvcc_host_compiler, unallowed_reads
+from verifier.compile.build_reads import compiler_search_dirs, nvcc_host_compiler, unallowed_reads
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 

@@ -1,4 +1,4 @@
-"""Build cache size bound (verifier.cache_bound): least recently used entries go first, never
+"""Build cache size bound (verifier.compile.cache_bound): least recently used entries go first, never
 one a running build (a live lease) or a precompiled header being built may use."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 from verifier.api import verify_batch
 from verifier.backends import get_backend
-from verifier.build import BuildContext, Builder
-from verifier.cache_bound import LEASES, build_lease, entries, oldest_lease, trim
-from verifier.extspec import ExtensionSpec
+from verifier.checks.extspec import ExtensionSpec
+from verifier.compile.builder import BuildContext, Builder
+from verifier.compile.cache_bound import LEASES, build_lease, entries, oldest_lease, trim
 from verifier.protocol import VerifyOptions, VerifyRequest
 
 DAY = 86400.0

@@ -11,28 +11,13 @@ from typing import Any
 
 import pytest
 import torch
+from verifier_cases import SCALE_TASK  # noqa: E402
 
-from verifier import clock
-from verifier.arena import Arena, fill, views
-from verifier.clock import JudgeClock, calls_for, serve_windows, time_windows
-from verifier.window_judge import POOL_MAX, WindowJudge
+from verifier.judge import clock
+from verifier.judge.arena import Arena, fill, views
+from verifier.judge.clock import JudgeClock, calls_for, serve_windows, time_windows
+from verifier.judge.window_judge import POOL_MAX, WindowJudge
 
-SCALE_TASK = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return x * 3.0 + 1.0
-
-
-def get_inputs():
-    return [torch.randn(64, 32)]
-
-
-def get_init_inputs():
-    return []
-'''
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)
 
 

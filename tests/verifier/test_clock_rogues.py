@@ -18,30 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from verifier_cases import SCALE_TASK  # noqa: E402
 
-from verifier import clock
-from verifier.arena import Arena, fill, views
-from verifier.clock import JudgeClock
-from verifier.cpu_meter import CpuCgroup, threads_cpu_s, threads_meter
-from verifier.window_judge import RANDOM_CHECKS, WindowJudge
+from verifier.isolation.cpu_meter import CpuCgroup, threads_cpu_s, threads_meter
+from verifier.judge import clock
+from verifier.judge.arena import Arena, fill, views
+from verifier.judge.clock import JudgeClock
+from verifier.judge.window_judge import RANDOM_CHECKS, WindowJudge
 
 ROOT = Path(__file__).resolve().parents[2]
-SCALE_TASK = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return x * 3.0 + 1.0
-
-
-def get_inputs():
-    return [torch.randn(64, 32)]
-
-
-def get_init_inputs():
-    return []
-'''
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)
 ROW = 3 * 64 * 32 * 4  # one input set's cost to the budget: set, pristine copy, output slot
 CALL_S = 0.002  # what one true call costs the rogues (cpu: a busy loop)
@@ -54,7 +39,7 @@ CALL_S = 0.002  # what one true call costs the rogues (cpu: a busy loop)
 #  honest: no rogue: every call works on two OpenMP threads (whose pool spins after each call)
 ROGUE = r'''
 import json, os, sys, threading, time
-from verifier.arena import Arena, fill, views
+from verifier.judge.arena import Arena, fill, views
 spec, mode = json.loads(sys.argv[1]), sys.argv[2]
 arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
 sets = [views(arena, lay) for lay in spec["sets"]]
@@ -300,8 +285,8 @@ def test_the_cgroup_meter_counts_a_thread_that_is_gone() -> None:
 def test_a_sandboxed_run_joins_the_judges_cpu_cgroup(tmp_path: Path) -> None:
     """The run's first process joins the meter's cgroup before it runs anything (both
     launchers), so everything the run burns, in every thread and process, is counted."""
-    from verifier.forkserver import ForkServer
-    from verifier.sandbox import SandboxLimits, run_sandboxed
+    from verifier.isolation.sandbox import SandboxLimits, run_sandboxed
+    from verifier.run.forkserver import ForkServer
 
     group = CpuCgroup.make()
     if group is None:

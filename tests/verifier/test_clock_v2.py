@@ -1,4 +1,4 @@
-"""The judge's cpu meter on cgroup v2 hosts (`verifier.cpu_meter`): a v2 process is in one
+"""The judge's cpu meter on cgroup v2 hosts (`verifier.isolation.cpu_meter`): a v2 process is in one
 cgroup only, so the meter is the run's own cgroup, read from its `cpu.stat`.
 
 The reading and the choice of group are checked against fake cgroup folders (a tmp dir with the
@@ -19,16 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from verifier import cpu_meter
-from verifier.cgroups import kill_cgroup
-from verifier.clock import JudgeClock
-from verifier.cpu_meter import CpuCgroup, run_meter, v2_usage_s
-from verifier.sandbox import SandboxLimits, end_run_cgroup, run_cgroup
+from verifier.isolation import cpu_meter
+from verifier.isolation.cgroups import kill_cgroup
+from verifier.isolation.cpu_meter import CpuCgroup, run_meter, v2_usage_s
+from verifier.isolation.sandbox import SandboxLimits, end_run_cgroup, run_cgroup
+from verifier.judge.clock import JudgeClock
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: no implicit path
-from test_clock_rogues import CALL_S, ROGUE, ROW, SCALE_TASK, TOL, SlowFill  # noqa: E402
+from test_clock_rogues import CALL_S, ROGUE, ROW, TOL, SlowFill  # noqa: E402
+from verifier_cases import SCALE_TASK  # noqa: E402
 
-from verifier.window_judge import RANDOM_CHECKS  # noqa: E402
+from verifier.judge.window_judge import RANDOM_CHECKS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 STAT = "usage_usec {}\nuser_usec {}\nsystem_usec 0\nnice_usec 0\n"
@@ -152,7 +153,7 @@ def test_the_runs_end_kills_leftovers_and_keeps_the_meter_group(tmp_path: Path) 
 
 def test_the_gpu_workers_v2_cgroup_is_its_meter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """The persistent GPU worker's cgroup (`verifier.gpu_pool`) meters it where it is a v2
+    """The persistent GPU worker's cgroup (`verifier.run.gpu_pool`) meters it where it is a v2
     group; a v1 pids group counts no cpu time, and no group is no meter (said once each)."""
     monkeypatch.setattr(cpu_meter, "_said", set())  # what this process said before
     meter = run_meter(fake_v2_group(tmp_path / "ks-sbx-1-3", 2_000))
@@ -200,8 +201,8 @@ def test_a_sandboxed_run_is_metered_in_its_own_v2_cgroup(tmp_path: Path) -> None
     """Both launchers put the run in the judge's v2 group: an exited thread's and an exited
     child's cpu are counted, the pids limit is the run's, what it left is killed, and the
     group stays until the judge removes it."""
-    from verifier.forkserver import ForkServer
-    from verifier.sandbox import run_sandboxed
+    from verifier.isolation.sandbox import run_sandboxed
+    from verifier.run.forkserver import ForkServer
 
     group = _v2_group()
     try:
@@ -234,7 +235,7 @@ def test_a_sandboxed_run_is_metered_in_its_own_v2_cgroup(tmp_path: Path) -> None
 def test_a_watcher_in_a_v2_run_is_charged_for_the_fill(tmp_path: Path) -> None:
     """The fill attack (a thread that computes each input set as the judge's fill lands it) in
     a sandboxed run on cgroup v2: the judge meters the run's group and charges the fill."""
-    from verifier.sandbox import run_sandboxed
+    from verifier.isolation.sandbox import run_sandboxed
 
     group = _v2_group()
     judge = SlowFill(SCALE_TASK, 0, TOL, ROW * 12, path=str(tmp_path / "arena.bin"))
@@ -306,17 +307,17 @@ def test_the_verifier_meters_a_cpu_run_by_its_v2_cgroup(
 
 def test_the_persistent_workers_v2_cgroup_meters_its_fills(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The persistent worker (`verifier.gpu_pool`, here with the cpu backend; one per GPU on a
+    """The persistent worker (`verifier.run.gpu_pool`, here with the cpu backend; one per GPU on a
     GPU host) is metered by its own v2 cgroup during the judge's fills, and an honest worker,
     blocked on the clock's pipe while the judge fills, is charged only noise."""
     from verifier_cases import RELU_TASK, relu_ok
 
-    from verifier import clock as clock_mod
-    from verifier import gpu_pool
     from verifier.api import verify_batch
     from verifier.backends.cpu import CpuBackend
-    from verifier.cgroups import is_v2_cgroup, new_cgroup, pids_cgroup_root
+    from verifier.isolation.cgroups import is_v2_cgroup, new_cgroup, pids_cgroup_root
+    from verifier.judge import clock as clock_mod
     from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
+    from verifier.run import gpu_pool
 
     _v2_group().remove()  # skip unless the tree is writable
     root = pids_cgroup_root()

@@ -1,4 +1,4 @@
-"""Compile scheduling (verifier.compile_plan): units sized from the cost model, longest first on
+"""Compile scheduling (verifier.compile.compile_plan): units sized from the cost model, longest first on
 a dynamic pool, and a failed unit's rebuilds run on any free worker with the same per-candidate
 outcomes as building each candidate alone (cpu backend: g++ with torch's headers)."""
 
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from verifier.backends import get_backend
-from verifier.build import BuildContext, Builder, BuildResult
-from verifier.compile_plan import (
+from verifier.checks.extspec import ExtensionSpec
+from verifier.compile.builder import BuildContext, Builder, BuildResult
+from verifier.compile.compile_plan import (
     CompilePool,
     CostModel,
     compile_all,
@@ -20,7 +21,6 @@ from verifier.compile_plan import (
     makespan,
     plan_units,
 )
-from verifier.extspec import ExtensionSpec
 
 SHARED = Path.home() / ".cache" / "kernelsynth-tests" / "compile-plan"
 

@@ -8,9 +8,9 @@ import ast
 
 import pytest
 
-from verifier.computed_names import Names
-from verifier.fallback import apply_policy, errors
-from verifier.static import check_python
+from verifier.checks.computed_names import Names
+from verifier.checks.fallback import apply_policy, errors
+from verifier.checks.static import check_python
 
 HEAD = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
         "from torch.utils.cpp_extension import load_inline\n"

@@ -23,14 +23,14 @@ from verifier.backends.cuda import (
     nvcc_flags,
     torch_has_cuda_libs,
 )
-from verifier.gpu_anticheat import (
+from verifier.backends.gpu_anticheat import (
     candidate_kernel_names,
     classify_kernel,
     fallback_findings,
     kernel_base_name,
     launched_kernels,
 )
-from verifier.gpu_timing import coefficient_of_variation, summarize
+from verifier.backends.gpu_timing import coefficient_of_variation, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"),
@@ -68,7 +68,7 @@ class ModelNew(nn.Module):
 
 
 def test_extension_specs_are_resolved_statically_when_literal() -> None:
-    from verifier.extspec import specs_from_source
+    from verifier.checks.extspec import specs_from_source
 
     assert specs_from_source(CANDIDATE) is None  # open("x").read(): needs a collect run
     literal = CANDIDATE.replace('other = load_inline(name=f"dyn_{torch.__version__}", '
@@ -345,7 +345,7 @@ class _NoFlush:
 
 def _time_on_fake(monkeypatch: pytest.MonkeyPatch, body_us: float, hidden_us: float = 0.0,
                   host_us: Callable[[int], float] = lambda n: 5.0, **kw: Any):
-    from verifier import gpu_timing
+    from verifier.backends import gpu_timing
 
     gpu = _FakeGpu(latency_us=20.0)
     monkeypatch.setattr(gpu_timing, "device_api", lambda device: gpu)
@@ -395,7 +395,7 @@ def test_spin_outlasts_the_host_launch_so_python_overhead_is_not_timed(
 
 def test_a_forward_that_synchronizes_is_host_bound_and_still_gets_a_time(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from verifier import gpu_timing
+    from verifier.backends import gpu_timing
 
     gpu = _FakeGpu(latency_us=20.0)
     monkeypatch.setattr(gpu_timing, "device_api", lambda device: gpu)
@@ -431,7 +431,7 @@ def _sequential_cumsum(x: torch.Tensor) -> torch.Tensor:
 
 def test_fp32_mismatch_gets_an_fp64_second_opinion() -> None:
     """Other fp32 summation orders pass; a real error or fp16/bf16 precision does not."""
-    from verifier.device_compare import against_fp64, compare, round_mantissa
+    from verifier.judge.device_compare import against_fp64, compare, round_mantissa
 
     class MatMul(torch.nn.Module):
         def forward(self, a, b):

@@ -1,4 +1,4 @@
-"""`verifier.device_compare`: the comparison in small chunks gives the same verdicts, messages
+"""`verifier.judge.device_compare`: the comparison in small chunks gives the same verdicts, messages
 and statistics as in one chunk that holds each tensor whole, on every kind of output; run here
 on cpu tensors, with chunks small enough that every case spans several."""
 
@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from verifier.device_compare import against_fp64, compare, judge
+from verifier.judge.device_compare import against_fp64, compare, judge
 
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)
 WHOLE = 1 << 40  # one chunk holds any tensor here: the whole-tensor comparison

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from verifier.extract import FormatError, check_candidate, extract_code
+from verifier.checks.extract import FormatError, check_candidate, extract_code
 
 TASK = """import torch.nn as nn
 class Model(nn.Module):

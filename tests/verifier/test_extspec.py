@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from verifier.build import (
+from verifier.checks.extspec import ExtensionSpec, source_line, specs_from_source
+from verifier.compile.builder import (
     batch_sources,
     candidate_log,
     flags_key,
     module_sources,
 )
-from verifier.extspec import ExtensionSpec, source_line, specs_from_source
 
 CODE = '''from torch.utils.cpp_extension import load_inline
 src = """

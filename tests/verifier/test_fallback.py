@@ -8,10 +8,10 @@ import ast
 import pytest
 import torch
 
-from verifier.extspec import ExtensionError, ExtensionSpec, specs_from_source, split_flags
-from verifier.fallback import apply_policy, errors, judge_ops, make_trace_mode, op_kind
+from verifier.checks.extspec import ExtensionError, ExtensionSpec, specs_from_source, split_flags
+from verifier.checks.fallback import apply_policy, errors, judge_ops, make_trace_mode, op_kind
+from verifier.checks.static import check_python
 from verifier.protocol import VerifyOptions
-from verifier.static import check_python
 
 TASK = "import torch\n"
 HEAD = "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"

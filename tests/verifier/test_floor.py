@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from verifier import floor
+from verifier.judge import floor
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 GPU = {"device": "Test GPU", "bandwidth_Bps": 1e12,

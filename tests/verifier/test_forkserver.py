@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from verifier.cgroups import pids_cgroup_root
-from verifier.forkserver import _PKG_ROOT, ForkServer
-from verifier.sandbox import SandboxLimits
+from verifier.isolation.cgroups import pids_cgroup_root
+from verifier.isolation.sandbox import SandboxLimits
+from verifier.run.forkserver import _PKG_ROOT, ForkServer
 
 # An entry module that runs the code.py of its working directory (tests only).
 ENTRY = "import runpy\nrunpy.run_path('code.py', run_name='__main__')\n"
@@ -23,8 +23,8 @@ ENTRY = "import runpy\nrunpy.run_path('code.py', run_name='__main__')\n"
 def server(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("entry")
     (root / "ks_test_entry.py").write_text(ENTRY)
-    os.chmod(root, 0o755)  # children run as an unprivileged user (verifier.isolate)
-    srv = ForkServer(preload=("verifier.worker",),
+    os.chmod(root, 0o755)  # children run as an unprivileged user (verifier.isolation.isolate)
+    srv = ForkServer(preload=("verifier.run.worker",),
                      env={"PYTHONPATH": f"{_PKG_ROOT}{os.pathsep}{root}"})
     srv.start()
     yield srv
@@ -40,7 +40,7 @@ def test_result_and_the_server_reports_torch(server: ForkServer) -> None:
     res = _run(server, "import json, torch\n"
                        "open('result.json', 'w').write(json.dumps({'v': torch.__version__}))")
     assert res.payload == {"v": server.info["torch"]} and res.returncode == 0
-    assert res.extra["forked"] and server.info["preloaded"] == ["verifier.worker"]
+    assert res.extra["forked"] and server.info["preloaded"] == ["verifier.run.worker"]
 
 
 def test_crash_signal_and_exit_code(server: ForkServer) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from verifier.api import verify_batch
+from verifier.judge.variants import apply_changes, derive, describe, first_of_each, single_change
 from verifier.protocol import VerifyOptions, VerifyRequest
-from verifier.variants import apply_changes, derive, describe, first_of_each, single_change
 
 CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
 

@@ -1,4 +1,4 @@
-"""The persistent worker's loop (`verifier.gpu_worker`, `GpuRunner`) with the cpu backend,
+"""The persistent worker's loop (`verifier.run.gpu_worker`, `GpuRunner`) with the cpu backend,
 end to end through `verify_batch`: the trials and the generalisation variants run on the
 judge's arena (a memfd here, the referee's device memory on a GPU), nothing comes back as raw
 outputs, and a task whose run cannot fit gets `does_not_fit`, which is no reward and no
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from verifier import gpu_runner
 from verifier.api import verify_batch
 from verifier.backends.cpu import CpuBackend
 from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
-from verifier.rl_reward import KernelReward
+from verifier.reward.rl_reward import KernelReward
+from verifier.run import gpu_runner
 
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import RELU_TASK, relu_ok  # noqa: E402

@@ -1,4 +1,4 @@
-"""The persistent execution worker (`verifier.gpu_worker`), run here with the cpu backend.
+"""The persistent execution worker (`verifier.run.gpu_worker`), run here with the cpu backend.
 
 On a GPU host the same loop keeps one process per GPU; what it must guarantee does not need a
 GPU to test: one job after another in one process, each verdict as the sandboxed path gives it,
@@ -17,9 +17,9 @@ import pytest
 
 from verifier.api import verify_batch
 from verifier.backends.cpu import CpuBackend
-from verifier.gpu_pool import GpuWorkerProcess
-from verifier.gpu_worker import global_flags, watched_state
 from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
+from verifier.run.gpu_pool import GpuWorkerProcess
+from verifier.run.gpu_worker import global_flags, watched_state
 
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import RELU_TASK, relu_candidate, relu_ok  # noqa: E402
@@ -139,7 +139,7 @@ def test_threads_the_harness_started_are_not_held_against_the_candidate() -> Non
     A thread that appears after the candidate's code ran is."""
     import threading
 
-    from verifier.gpu_worker import after_job
+    from verifier.run.gpu_worker import after_job
 
     state, flags, threads = watched_state(), global_flags(), threading.active_count()
     stop = threading.Event()
@@ -213,7 +213,7 @@ def test_the_worker_is_sandboxed_and_a_process_left_behind_ends_it() -> None:
 def test_staged_objects_are_checked_and_removed(tmp_path: Path) -> None:
     """Job objects are copied into a directory the worker cannot write; one it replaced is
     refused (an earlier candidate cannot plant objects for a later one)."""
-    from verifier.build import ArtefactMismatch, BuildResult, file_sha256
+    from verifier.compile.builder import ArtefactMismatch, BuildResult, file_sha256
 
     so = tmp_path / "ks_x.so"
     so.write_bytes(b"\x7fELF not really")
@@ -266,7 +266,7 @@ def test_the_workers_disk_total_and_host_memory_are_bounded() -> None:
     read-only): a job cannot write 360 MB; its host memory is bounded by a memory cgroup (or
     RLIMIT_DATA) though RLIMIT_AS is off as on CUDA. (Raw outputs coming back for the parent's
     comparison: tests/verifier/test_redteam_persistent.py, honest and patch_compare.)"""
-    from verifier.gpu_pool import DISK_MB, JOB_DISK_MB
+    from verifier.run.gpu_pool import DISK_MB, JOB_DISK_MB
 
     job = {"nonce": "d1", "backend": "cpu", "extensions": {}, "input_seed": 7,
            "options": {"trials": 2, "perf_trials": 2, "perf_warmup": 1}}

@@ -1,4 +1,4 @@
-"""The judge's instruction-pointer samples of a run (verifier.ip_sampler): real child processes
+"""The judge's instruction-pointer samples of a run (verifier.judge.ip_sampler): real child processes
 spinning in a known shared object, in the interpreter, or in numpy's BLAS, sampled from this
 process; the decision on counted samples; and the sampling clock serving untimed windows to a
 real worker process that speaks the clock's protocol."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from verifier import ip_sampler as ips
+from verifier.judge import ip_sampler as ips
 
 NEEDS_PTRACE = pytest.mark.skipif(bool(ips.unavailable()), reason=ips.unavailable() or "ok")
 SPIN_C = "double spin(long n){double s=0;for(long i=0;i<n;i++)s+=i*0.5/(i+1.0);return s;}\n"
@@ -163,7 +163,7 @@ class _Judge:
 
 WORKER = """
 import ctypes, sys
-from verifier.clock import open_worker_pipes, serve_windows
+from verifier.judge.clock import open_worker_pipes, serve_windows
 {setup}
 serve_windows(open_worker_pipes(), call, [[0]], lambda i, out: None, lambda: None)
 """

@@ -1,4 +1,4 @@
-"""verifier.isolate in a forked child: the run's own unprivileged uid, no capabilities, host
+"""verifier.isolation.isolate in a forked child: the run's own unprivileged uid, no capabilities, host
 control files (cgroups) unwritable, its own pid namespace."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from verifier.isolate import RUN_UID_BASE, isolate, run_uid
+from verifier.isolation.isolate import RUN_UID_BASE, isolate, run_uid
 
 
 def _in_isolated_child(workdir: Path, uid: int, probe) -> dict:
@@ -84,7 +84,7 @@ def _fake_dev(tmp_path: Path) -> Path:
 
 
 def test_device_plan_keeps_the_gpu_nodes_and_nothing_else(tmp_path: Path) -> None:
-    from verifier.isolate import device_plan
+    from verifier.isolation.isolate import device_plan
 
     plan = device_plan(str(_fake_dev(tmp_path)))
     assert plan[0] == ("tmpfs", "/dev", "")
@@ -122,7 +122,7 @@ def _dev_probe() -> dict:
 def test_private_dev_in_a_sandboxed_child(tmp_path: Path, monkeypatch) -> None:
     import stat
 
-    import verifier.isolate as iso
+    import verifier.isolation.isolate as iso
 
     dev = tmp_path / "hostdev"
     dev.mkdir()
@@ -165,16 +165,16 @@ def test_private_dev_in_a_sandboxed_child(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_gpu_worker_is_started_with_the_sandbox_and_its_devices() -> None:
-    from verifier.gpu_pool import GpuWorkerProcess
-    from verifier.sandbox import sandboxed_argv
+    from verifier.isolation.sandbox import sandboxed_argv
+    from verifier.run.gpu_pool import GpuWorkerProcess
 
     w = GpuWorkerProcess({"CUDA_VISIBLE_DEVICES": "0"})
     assert w.limits.isolate and w.limits.devices and w.limits.isolate_network
     assert w.limits.processes > 0 and w.limits.file_mb > 0
-    argv = sandboxed_argv(["python", "-m", "verifier.gpu_worker", "5"], w.limits, None)
+    argv = sandboxed_argv(["python", "-m", "verifier.run.gpu_worker", "5"], w.limits, None)
     spec = json.loads(argv[4])
     assert spec["limits"]["isolate"] and spec["limits"]["devices"]
-    assert argv[5:] == ["python", "-m", "verifier.gpu_worker", "5"]  # no unshare wrapper
+    assert argv[5:] == ["python", "-m", "verifier.run.gpu_worker", "5"]  # no unshare wrapper
     # its own directory is read-only to it: caches and jobs live in the size-limited tmpfs
     assert not spec["limits"]["run_dir_writable"] and spec["limits"]["disk_mb"] > 0
     caches = w.private_caches()

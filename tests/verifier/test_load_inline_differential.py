@@ -1,7 +1,7 @@
 """Differential test: torch's real `load_inline` and our batch builder agree on every case.
 
 Each case is one load_inline call (CPU). torch builds it in a subprocess, in a temp build
-folder; we build all cases in one batch with `verifier.build.Builder`. Same outcome is asserted:
+folder; we build all cases in one batch with `verifier.compile.builder.Builder`. Same outcome is asserted:
 built or not, the same public names, the same docstrings, the same call results (or exception
 types). torch's outcomes are cached per case content and torch version under
 ~/.cache/kernelsynth/load_inline_differential (first run ~2-3 min on a loaded 2-core machine,
@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from verifier.backends import get_backend
-from verifier.build import BuildContext, Builder
-from verifier.extspec import ExtensionError, ExtensionSpec, load_extension_module
+from verifier.checks.extspec import ExtensionError, ExtensionSpec, load_extension_module
+from verifier.compile.builder import BuildContext, Builder
 
 LIGHT = dict(no_implicit_headers=True, with_pytorch_error_handling=False)
 ADD = "#include <pybind11/pybind11.h>\nint add(int a, int b) { return a + b; }\n"

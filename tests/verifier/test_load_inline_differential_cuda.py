@@ -27,8 +27,8 @@ import torch
 
 from verifier.backends import get_backend
 from verifier.backends.cuda import cpu_torch_shim_dir, cuda_home, torch_has_cuda_libs
-from verifier.build import BuildContext, Builder
-from verifier.extspec import ExtensionSpec, specs_from_source
+from verifier.checks.extspec import ExtensionSpec, specs_from_source
+from verifier.compile.builder import BuildContext, Builder
 
 sys.path.insert(0, str(Path(__file__).parent / "conformance"))
 import corpus  # noqa: E402

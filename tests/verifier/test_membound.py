@@ -1,4 +1,4 @@
-"""Host memory bound of the GPU worker (`verifier.membound`): RLIMIT_AS cannot be used on CUDA,
+"""Host memory bound of the GPU worker (`verifier.isolation.membound`): RLIMIT_AS cannot be used on CUDA,
 so a memory cgroup or, where none is writable, RLIMIT_DATA bounds what it can touch."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from verifier import membound
-from verifier.sandbox import SandboxLimits, sandboxed_argv
+from verifier.isolation import membound
+from verifier.isolation.sandbox import SandboxLimits, sandboxed_argv
 
 _ALLOC = ("import sys\nb = bytearray(int(sys.argv[1]) << 20)\n"
           "for i in range(0, len(b), 4096):\n    b[i] = 1\nprint('ALLOCATED')\n")

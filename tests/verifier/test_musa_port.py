@@ -1,10 +1,10 @@
-"""CUDA -> MUSA porting from the mapping table (verifier.musa_port)."""
+"""CUDA -> MUSA porting from the mapping table (verifier.backends.musa_port)."""
 
 from __future__ import annotations
 
 import ast
 
-from verifier.musa_port import (
+from verifier.backends.musa_port import (
     mu_filename,
     musa_task_variant,
     port_candidate_to_musa,

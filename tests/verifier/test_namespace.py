@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from verifier.api import verify_batch
-from verifier.namespace import (
+from verifier.checks.namespace import (
     candidate_globals,
     free_names,
     name_error_hint,
     reference_names,
     reference_names_used,
 )
+from verifier.checks.static import check_python
 from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
-from verifier.static import check_python
 
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import RELU_LOOP, relu_candidate  # noqa: E402

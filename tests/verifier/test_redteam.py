@@ -19,9 +19,9 @@ from redteam_cases import attacks  # noqa: E402
 from redteam_observer import TASK, honest_held, judge, make_context, run_suite  # noqa: E402
 from redteam_transport import VerifierProcess  # noqa: E402
 
-from verifier.extract import check_candidate  # noqa: E402
-from verifier.extspec import specs_from_source  # noqa: E402
-from verifier.static import check_cpp, check_python  # noqa: E402
+from verifier.checks.extract import check_candidate  # noqa: E402
+from verifier.checks.extspec import specs_from_source  # noqa: E402
+from verifier.checks.static import check_cpp, check_python  # noqa: E402
 
 _NAMES = [n for n, _ in attacks({"victim": "", "out": "", "cache": "", "workspace": "",
                                  "token": "", "port": 0, "tmp_probe": "", "secret_file": ""})]
@@ -46,7 +46,7 @@ def suite(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 RUNTIME_ONLY = {"call_counting", "input_pointer_cache", "memory_bomb_loadcheck", "stdout_flood",
                 "window_set_cache", "lazy_last_output"}
 # attacks that still get through on cpu, and why (tests/verifier/test_redteam_judge.py); none
-# now: rogue_clock_speaker is caught by the judge's checks of random calls (verifier/clock.py)
+# now: rogue_clock_speaker is caught by the judge's checks of random calls (verifier/judge/clock.py)
 OPEN: dict[str, str] = {}
 
 

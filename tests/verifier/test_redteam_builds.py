@@ -13,26 +13,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from redteam_cases import RELU  # noqa: E402  (tests/verifier is on the path: tests/conftest.py)
 
 from verifier.backends import get_backend
-from verifier.build import BuildContext, Builder, BuildResult, batch_sources
-from verifier.compile_plan import CostModel, compile_all
-from verifier.extspec import ExtensionSpec, load_extension_module
-from verifier.static import check_cpp
+from verifier.checks.extspec import ExtensionSpec, load_extension_module
+from verifier.checks.static import check_cpp
+from verifier.compile.builder import BuildContext, Builder, BuildResult, batch_sources
+from verifier.compile.compile_plan import CostModel, compile_all
 
 SHARED = Path.home() / ".cache" / "kernelsynth-tests" / "redteam-builds"
 
-RELU = r"""
-torch::Tensor relu_fwd(torch::Tensor x) {
-    auto xc = x.contiguous();
-    auto out = torch::empty_like(xc);
-    const float* in = xc.data_ptr<float>();
-    float* o = out.data_ptr<float>();
-    int64_t n = xc.numel();
-    for (int64_t i = 0; i < n; ++i) o[i] = in[i] > 0.f ? in[i] : 0.f;
-    return out;
-}
-"""
 # An honest neighbour that uses a macro of its own and one of torch's.
 HONEST = "#define KS_CHECK(x) TORCH_CHECK((x).is_contiguous() || true, #x)\n" + RELU.replace(
     "auto xc", "KS_CHECK(x);\n    auto xc")

@@ -12,7 +12,6 @@ Fast unit tests pin each fix on the judge's own classes.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -26,12 +25,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_cases import attacks, honest  # noqa: E402
+from redteam_driver import run_rows  # noqa: E402
 from redteam_observer import TASK, snapshot  # noqa: E402
+from verifier_cases import SCALE_TASK  # noqa: E402
 
-from verifier import clock  # noqa: E402
-from verifier.arena import Arena, fill, views  # noqa: E402
-from verifier.clock import JudgeClock, serve_windows  # noqa: E402
-from verifier.window_judge import WindowJudge  # noqa: E402
+from verifier.judge import clock  # noqa: E402
+from verifier.judge.arena import Arena, fill, views  # noqa: E402
+from verifier.judge.clock import JudgeClock, serve_windows  # noqa: E402
+from verifier.judge.window_judge import WindowJudge  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
@@ -46,48 +47,19 @@ FORGED = 2.0
 TIMING = {"window_set_cache", "lazy_last_output", "rogue_clock_speaker", "clock_early_done"}
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)
 
-DRIVER = '''
-import json, sys
-spec = json.loads(open(sys.argv[1]).read())
-import verifier.api as api
-api.check_python = lambda *a, **k: []  # the judge must hold on its own
-api.check_cpp = lambda *a, **k: []
-from verifier.protocol import VerifyOptions, VerifyRequest
-opts = VerifyOptions(**spec["options"])
-reqs = [VerifyRequest(r["id"], "relu", spec["task"], r["code"], "cpu") for r in spec["rows"]]
-with open(spec["out"], "w") as fh:
-    def put(v):
-        fh.write(json.dumps(v.to_dict()) + "\\n")
-        fh.flush()
-    api.verify_batch(reqs, opts, progress=put)
-'''
-
-
 def _run(base: Path, name: str, rows: list[tuple[str, str]]) -> tuple[dict[str, dict], int]:
-    """Verify `rows` in a fresh verifier process: (verdicts by id, its exit status)."""
-    out = base / f"{name}.jsonl"
-    spec = {"task": TASK, "out": str(out), "rows": [{"id": i, "code": c} for i, c in rows],
-            "options": {"backend": "cpu", "workers": 1, "compile_workers": 2,
-                        "compile_batch": 40, "run_timeout_s": 240.0, "trials": 5,
-                        "memory_limit_mb": 4096, "build_cache_dir": str(BUILD_CACHE),
-                        "baseline_cache_dir": str(base / "baselines")}}
-    (base / f"{name}.json").write_text(json.dumps(spec))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", DRIVER, str(base / f"{name}.json")], env=env,
-                          cwd=str(base), capture_output=True, text=True, timeout=1500)
-    (base / f"{name}.stderr").write_text(proc.stderr)
-    verdicts = {}
-    if out.exists():
-        for line in out.read_text().splitlines():
-            v = json.loads(line)
-            verdicts[v["candidate_id"]] = v
-    return verdicts, proc.returncode
+    """Verify `rows` in a fresh verifier process, static checks off (the judge must hold on its
+    own): (verdicts by id, its exit status)."""
+    return run_rows(base, name, TASK, rows, static=False, options={
+        "backend": "cpu", "workers": 1, "compile_workers": 2, "compile_batch": 40,
+        "run_timeout_s": 240.0, "trials": 5, "memory_limit_mb": 4096,
+        "build_cache_dir": str(BUILD_CACHE), "baseline_cache_dir": str(base / "baselines")})
 
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("judge-redteam")
-    from verifier.baselines import default_cache_dir
+    from verifier.run.baselines import default_cache_dir
 
     peaks_dir = default_cache_dir() / "peaks"
     ctx = {"victim": "", "out": "", "cache": str(BUILD_CACHE), "workspace": "", "token": "j",
@@ -165,29 +137,13 @@ def test_a_later_honest_candidate_is_judged_as_before(suite: dict[str, Any]) -> 
 
 
 # --- the fixes, on the judge's own classes (fast: no compile) ---------------------------------
-SCALE_TASK = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return x * 3.0 + 1.0
-
-
-def get_inputs():
-    return [torch.randn(64, 32)]
-
-
-def get_init_inputs():
-    return []
-'''
 SET_BYTES = 64 * 32 * 4
 ROW = 3 * SET_BYTES  # what one input set costs the budget: the set, its pristine copy, its
 # call's output slot (the output has the input's size here)
 
 
 def _serve(workdir: Path, spec: dict[str, Any], forward: Any) -> threading.Thread:
-    """The worker's side of the windows in a thread, as verifier.worker serves them."""
+    """The worker's side of the windows in a thread, as verifier.run.worker serves them."""
     def target() -> None:
         old = os.getcwd()
         os.chdir(workdir)
@@ -261,7 +217,7 @@ def test_a_lazy_tensor_subclass_is_refused_in_a_timed_call(tmp_path: Path) -> No
 
 SHRINK = textwrap.dedent('''
     import os, sys
-    from verifier.window_judge import WindowJudge
+    from verifier.judge.window_judge import WindowJudge
     task, path = open(sys.argv[1]).read(), sys.argv[2]
     judge = WindowJudge(task, 0, (1e-4, 1e-4, 1e-2, 1e-2), 16 << 20, path=path)
     fd = os.open(path, os.O_RDWR)
@@ -328,11 +284,11 @@ def test_a_slow_round_trip_never_makes_a_window_of_100k_calls(tmp_path: Path) ->
 
 
 def test_a_huge_slowdown_earns_no_more_than_a_slow_kernel() -> None:
-    """verifier/reward.py reads a speedup of 0.0 as 'not timed' (speed term of 1x); the judge
+    """verifier/judge/reward.py reads a speedup of 0.0 as 'not timed' (speed term of 1x); the judge
     rounded eager/runtime to 6 places, so a 2e6-fold slowdown was paid as 1x (issue 28)."""
-    from verifier.performance import judge_performance
+    from verifier.judge.performance import judge_performance
+    from verifier.judge.reward import finalize
     from verifier.protocol import VerdictData, VerifyOptions
-    from verifier.reward import finalize
 
     def reward(runtime_us: float) -> float:
         v = VerdictData("c", "t", "runtime_error", "performance", "cpu")

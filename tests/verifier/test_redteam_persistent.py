@@ -1,5 +1,5 @@
 """Red-team attacks that got through on an H100 (benchmarks/results/redteam_cuda.md, issue 22),
-run through the persistent GPU worker's code (`verifier.gpu_worker`, `verifier.gpu_pool`,
+run through the persistent GPU worker's code (`verifier.run.gpu_worker`, `verifier.run.gpu_pool`,
 `GpuRunner`) with the cpu backend: the parent judges the raw outputs itself, the worker's host
 memory, disk total and output are bounded, as on the sandboxed cpu path.
 """

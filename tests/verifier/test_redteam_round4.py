@@ -2,7 +2,7 @@
 
 The candidates are in tests/verifier/redteam_round4_cases.py. Fast tests pin what the static
 rules see and the front stages and reward service do with hostile input; the slow part runs the
-attacks end to end in fresh verifier processes (tests/verifier/redteam_round4_driver.py), once
+attacks end to end in fresh verifier processes (tests/verifier/redteam_driver.py), once
 with the default options and once with the static checks off (the run-time defences on their
 own), between honest candidates, a batch-mate pair built in one unit, and a later batch on the
 same caches (`-m slow`: about four minutes on 2 loaded cores). Each check is independent
@@ -26,13 +26,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_cases import honest  # noqa: E402
+from redteam_driver import run_rows  # noqa: E402
 from redteam_observer import TASK, snapshot  # noqa: E402
 from redteam_round4_cases import attacks, override_pair, surrogate_candidate  # noqa: E402
+from verifier_cases import SCALE_TASK  # noqa: E402
 
-from verifier.extract import check_candidate  # noqa: E402
-from verifier.extspec import specs_from_source  # noqa: E402
+from verifier.checks.extract import check_candidate  # noqa: E402
+from verifier.checks.extspec import specs_from_source  # noqa: E402
+from verifier.checks.static import check_cpp, check_python  # noqa: E402
 from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest  # noqa: E402
-from verifier.static import check_cpp, check_python  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
@@ -44,7 +46,7 @@ FALLBACKS = ("numpy_relu_helper", "numpy_via_torch_module", "disable_modes_relu"
 RUNTIME_OPEN = {
     # numpy_relu_helper, numpy_via_torch_module, disable_modes_relu, cpp_keyguard_relu,
     # pybind_alias_patch: held by the judge's own instruction-pointer samples of the run
-    # (verifier/ip_sampler.py): no sample of the calls lands in the candidate's objects
+    # (verifier/judge/ip_sampler.py): no sample of the calls lands in the candidate's objects
     "omp_more_cores": (
         "the run may still start more threads than the one it is given (`#pragma omp parallel "
         "num_threads(8)` ran 8 threads on 2 cpus; OMP_NUM_THREADS=1 and torch.set_num_threads(1) "
@@ -121,7 +123,7 @@ def test_static_rules_see_a_registration_for_torchs_own_ops() -> None:
     found = _findings(attacker)
     assert any(f["rule"] == "op_registration" for f in found), found
     assert _findings(victim) == []
-    from verifier.cpp_hiding import hidden_forms
+    from verifier.checks.cpp_hiding import hidden_forms
 
     own = ('TORCH_LIBRARY(ks_ops, m) { m.def("f(Tensor x) -> Tensor"); }\n'
            'TORCH_LIBRARY_IMPL(ks_ops, CPU, m) { m.impl("f", &f); }\n')
@@ -184,7 +186,7 @@ SERVICE_BODIES = {
 
 @pytest.fixture(scope="module")
 def service() -> Any:
-    from verifier.reward_server import RewardServer, RewardService, ServiceLimits
+    from verifier.reward.server import RewardServer, RewardService, ServiceLimits
 
     calls: list[int] = []
 
@@ -227,25 +229,10 @@ def _raw_get_health(url: str) -> bytes:
 def _run(base: Path, name: str, rows: list[tuple[str, str]], static: bool = True,
          compile_workers: int = 2) -> tuple[dict[str, dict], int]:
     """Verify `rows` in a fresh verifier process: (verdicts by id, its exit status)."""
-    out = base / f"{name}.jsonl"
-    spec = {"task": TASK, "out": str(out), "static": static,
-            "rows": [{"id": i, "code": c} for i, c in rows],
-            "options": {"backend": "cpu", "workers": 1, "compile_workers": compile_workers,
-                        "run_timeout_s": 240.0, "build_cache_dir": str(BUILD_CACHE),
-                        "baseline_cache_dir": str(base / "baselines")}}
-    (base / f"{name}.json").write_text(json.dumps(spec))
-    proc = subprocess.run([sys.executable, str(Path(__file__).parent /
-                                               "redteam_round4_driver.py"),
-                           str(base / f"{name}.json")],
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=str(base),
-                          capture_output=True, text=True, timeout=1500)
-    (base / f"{name}.stderr").write_text(proc.stderr)
-    verdicts = {}
-    if out.exists():
-        for line in out.read_text().splitlines():
-            v = json.loads(line)
-            verdicts[v["candidate_id"]] = v
-    return verdicts, proc.returncode
+    return run_rows(base, name, TASK, rows, static=static, options={
+        "backend": "cpu", "workers": 1, "compile_workers": compile_workers,
+        "run_timeout_s": 240.0, "build_cache_dir": str(BUILD_CACHE),
+        "baseline_cache_dir": str(base / "baselines")})
 
 
 @pytest.fixture(scope="module")
@@ -343,7 +330,7 @@ def test_a_complex_output_is_judged_on_both_parts() -> None:
     kernel that computed only the real part (half the work) was judged correct."""
     import torch
 
-    from verifier.device_compare import compare
+    from verifier.judge.device_compare import compare
 
     ref = torch.fft.fft(torch.randn(16, 64))
     half = torch.complex(ref.real, torch.zeros_like(ref.real))
@@ -354,22 +341,6 @@ def test_a_complex_output_is_judged_on_both_parts() -> None:
 
 
 # --- timing: only the window's last output is checked ---------------------------------------------
-SCALE_TASK = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return x * 3.0 + 1.0
-
-
-def get_inputs():
-    return [torch.randn(64, 32)]
-
-
-def get_init_inputs():
-    return []
-'''
 _OPEN_LAST_CALL = (
     "window_judge.WindowJudge.check compares only the window's last output (the one the "
     "harness copies into the slot): a forward that tells timed calls from trials (their input "
@@ -388,9 +359,9 @@ def test_skipping_all_but_the_last_call_of_a_window_saves_no_time(tmp_path: Path
 
     import torch
 
-    from verifier.arena import Arena, fill, views
-    from verifier.clock import JudgeClock, open_worker_pipes, serve_windows
-    from verifier.window_judge import WindowJudge
+    from verifier.judge.arena import Arena, fill, views
+    from verifier.judge.clock import JudgeClock, open_worker_pipes, serve_windows
+    from verifier.judge.window_judge import WindowJudge
 
     seen = {"first": None, "idx": 0, "longest": 0}
 
@@ -467,7 +438,7 @@ def test_only_the_placed_objects_are_out_of_the_runs_disk_total(tmp_path: Path) 
     """fopen_pointer_so wrote 3 x 60 MB as ks_fill*.so, which the runner's disk total skipped
     (every *.so was taken for the run's own extensions): only the exact objects it placed, at
     the size it placed them, are left out now."""
-    from verifier.runners import _placed
+    from verifier.run.runners import _placed
 
     obj = tmp_path / "ks_abc.so"
     obj.write_bytes(b"\0" * 100)

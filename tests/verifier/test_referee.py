@@ -1,4 +1,4 @@
-"""The trusted referee (`verifier.referee`): a GPU worker's trials judged on the referee's own
+"""The trusted referee (`verifier.judge.referee`): a GPU worker's trials judged on the referee's own
 arena in a process that never runs candidate code, on inputs it draws from the parent's seed.
 Run here with the cpu backend (the same process and protocol; on a GPU host `decide.DEVICE` is
 the GPU and the arena is device memory)."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from verifier.referee import Referee
+from verifier.judge.referee import Referee
 
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import RELU_TASK  # noqa: E402
@@ -46,8 +46,8 @@ def test_the_trials_judged_on_the_referees_arena(referee: Referee) -> None:
     """`trials`: the referee draws the trials' inputs into an arena whose descriptor it sends;
     a worker's side (here this process) copies outputs into the slots; `trials_check` answers
     with a few figures, never with output-sized data."""
-    from verifier.referee import RemoteTrials
-    from verifier.trial_io import ArenaTrials
+    from verifier.judge.referee import RemoteTrials
+    from verifier.judge.trial_io import ArenaTrials
 
     args = {**_args(31), "window_max": 16 << 20, "cpu_free": 1 << 30}
     for scale, want in ((1.0, True), (0.5, False)):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from verifier.judge.reward import finalize, speedup_of
 from verifier.protocol import STATUSES, VerdictData
-from verifier.reward import finalize, speedup_of
 
 
 def _v(status: str, **kw) -> VerdictData:

@@ -16,7 +16,7 @@ import pytest
 
 from verifier.api import verify_batch
 from verifier.protocol import VerifyOptions
-from verifier.reward_server import RewardServer, RewardService, ServiceLimits
+from verifier.reward.server import RewardServer, RewardService, ServiceLimits
 
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import MARKDOWN, RELU_TASK, relu_ok  # noqa: E402
@@ -181,14 +181,14 @@ def test_request_timeout_answers_504_and_frees_the_slot(isolate: bool) -> None:
 
 
 def test_readme_names_the_verl_functions_that_exist() -> None:
-    import verifier.verl_reward as verl
+    import verifier.reward.verl_reward as verl
 
     readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
     names = {line.split("custom_reward_function.name=")[1].split("`")[0]
              for line in readme.splitlines() if "custom_reward_function.name=" in line}
     assert names == {"compute_score", "compute_score_batch"}
     assert all(callable(getattr(verl, n)) for n in names)
-    assert "verifier.verl_reward" in readme and "KERNELSYNTH_REWARD_URL" in readme
+    assert "verifier.reward.verl_reward" in readme and "KERNELSYNTH_REWARD_URL" in readme
 
 
 @pytest.mark.parametrize("argv", [

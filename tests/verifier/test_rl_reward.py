@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from verifier.protocol import CORRECT_STATUSES, VerifyOptions
-from verifier.rl_reward import KernelReward, RewardInputError, completion_text, requests_for
+from verifier.reward.rl_reward import KernelReward, RewardInputError, completion_text, requests_for
 
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import MARKDOWN, RELU_TASK, relu_ok  # noqa: E402

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from verifier.cgroups import pids_cgroup_root
-from verifier.sandbox import SandboxLimits, run_sandboxed
+from verifier.isolation.cgroups import pids_cgroup_root
+from verifier.isolation.sandbox import SandboxLimits, run_sandboxed
 
 ROOT = Path(__file__).parents[2]
 
@@ -107,7 +107,7 @@ def test_a_spawned_child_runs_from_a_venv_under_tmp(tmp_path: Path) -> None:
     """The private /tmp keeps the venv (read-only): the child starts with the venv's packages.
     Before, the venv was hidden and the child was the base interpreter without torch."""
     venv = _tmp_venv(tmp_path)
-    code = ("import sys\nfrom verifier.sandbox import run_sandboxed\n"
+    code = ("import sys\nfrom verifier.isolation.sandbox import run_sandboxed\n"
             "r = run_sandboxed([sys.executable, '-c', \"import json, sys, torch, os; "
             "open('result.json', 'w').write(json.dumps({'prefix': sys.prefix, "
             "'torch': torch.__version__, 'w': os.access(sys.prefix, os.W_OK)}))\"])\n"
@@ -142,7 +142,7 @@ def test_the_verifier_from_a_venv_under_tmp_gives_an_honest_verdict(tmp_path: Pa
 
 
 def test_an_environment_that_fails_every_item_alike_is_named() -> None:
-    from verifier.sandbox import common_failure
+    from verifier.isolation.sandbox import common_failure
 
     broken = "worker exited with code 1: FileNotFoundError: [Errno 2] /tmp/venv/bin/python"
     assert common_failure([broken] * 3) == broken

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from verifier.api import verify_batch
-from verifier.cgroups import kill_cgroup, make_pids_cgroup, pids_cgroup_root
+from verifier.isolation.cgroups import kill_cgroup, make_pids_cgroup, pids_cgroup_root
+from verifier.isolation.stale_cgroups import reap_stale_cgroups, stale_cgroups
 from verifier.protocol import VerifyOptions, VerifyRequest
-from verifier.stale_cgroups import reap_stale_cgroups, stale_cgroups
 
 
 def _dead_pid() -> int:

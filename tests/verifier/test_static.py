@@ -6,8 +6,8 @@ import ast
 
 import pytest
 
-from verifier.extspec import ExtensionSpec
-from verifier.static import check_cpp, check_python
+from verifier.checks.extspec import ExtensionSpec
+from verifier.checks.static import check_cpp, check_python
 
 TASK32 = "import torch\nclass Model: pass\ndef get_inputs(): return [torch.randn(4)]\n"
 TASK16 = "import torch\ndef get_inputs(): return [torch.randn(4, dtype=torch.float16)]\n"

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-import verifier.gpu_runner as gpu_runner
+import verifier.run.gpu_runner as gpu_runner
 from verifier.api import verify_batch
 from verifier.backends.cpu import CpuBackend
-from verifier.batch_stats import BatchStats, _union, profile_table
 from verifier.protocol import VerifyOptions, VerifyRequest
-from verifier.worker import run_job
+from verifier.run.batch_stats import BatchStats, _union, profile_table
+from verifier.run.worker import run_job
 
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import RELU_TASK, relu_candidate, relu_ok  # noqa: E402

@@ -1,4 +1,4 @@
-"""The trials on the judge's arena (`verifier.trial_judge` judge side, `verifier.trial_io`
+"""The trials on the judge's arena (`verifier.judge.trial_judge` judge side, `verifier.judge.trial_io`
 worker side), in one process on cpu tensors (a memfd arena; on a GPU the same code runs on a
 CUDA VMM arena in the referee): what an honest worker leaves passes, and every way the slots or
 the report can be wrong is caught with the message the parent's old comparison gave."""
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import torch
 
-from verifier import decide
-from verifier.trial_io import ArenaTrials, rebuild
-from verifier.trial_judge import DoesNotFit, TrialJudge
+from verifier.judge import decide
+from verifier.judge.trial_io import ArenaTrials, rebuild
+from verifier.judge.trial_judge import DoesNotFit, TrialJudge
 
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import RELU_TASK  # noqa: E402
@@ -127,7 +127,7 @@ def test_outputs_with_plain_values_and_containers() -> None:
     ok, why, _ = judge.check({"values": [[[24, None], [24]]]}, None)
     assert not ok and "does not fit the reference's" in why, why
     io.close()
-    # a list where the reference has a tuple is accepted (as `verifier.device_compare` does); a tensor
+    # a list where the reference has a tuple is accepted (as `verifier.judge.device_compare` does); a tensor
     # subclass or a wrong shape does not fit the slot: no output
     io = ArenaTrials(judge.spec, os.dup(judge.arena.fd), "cpu")
     x = io.inputs(0, 0)[0]

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from verifier.protocol import VerifyOptions
-from verifier.reward_server import RewardServer, RewardService, ServiceLimits
-from verifier.rl_reward import RewardInputError
+from verifier.reward.rl_reward import RewardInputError
+from verifier.reward.server import RewardServer, RewardService, ServiceLimits
 
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import MARKDOWN, RELU_LOOP, RELU_TASK, relu_candidate  # noqa: E402
 
-MODULE = Path(__file__).parents[2] / "verifier" / "verl_reward.py"
+MODULE = Path(__file__).parents[2] / "verifier" / "reward" / "verl_reward.py"
 CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
 WRONG = "```python\n" + relu_candidate(RELU_LOOP.format(fn="relu_wrong", pragma="").replace(
     "o[i] = in[i] > 0.f ? in[i] : 0.f;", "o[i] = in[i] > 0.f ? 0.f : in[i];"),

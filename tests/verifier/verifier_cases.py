@@ -6,6 +6,47 @@ from verifier.protocol import CORRECT_STATUSES
 
 CORRECT = set(CORRECT_STATUSES)
 
+def relu_task(rows: int, cols: int) -> str:
+    """A task file: torch.relu over one (rows, cols) fp32 input."""
+    return f'''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn({rows}, {cols})]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+# x * 3 + 1 over a 64 x 32 input: the judge's clock tests' task (fast: no compile)
+SCALE_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 3.0 + 1.0
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+
 # tests/conftest.py serves these two tasks as fixtures too.
 RELU_TASK = '''import torch
 import torch.nn as nn

@@ -8,7 +8,7 @@ places, each in a different process:
    with `CUDA_VISIBLE_DEVICES` pinned; the slot's env is added to the worker's environment),
    `sandbox_memory_mb(mb)` for the worker's address-space limit (0 for CUDA, which maps huge
    virtual ranges), `baseline_key()` naming the device model for the eager-baseline cache.
-2. **Compile worker** (`verifier.build`, a CPU process, no device needed): the core turns the
+2. **Compile worker** (`verifier.compile.builder`, a CPU process, no device needed): the core turns the
    `load_inline` calls of many candidates into *units*: one host unit (`.cpp`: all candidates'
    `cpp_sources`, each wrapped in `namespace ks_<hash>`, includes hoisted, `#line` directives so
    compiler errors name `ks_<hash>.cpp:<candidate line>`, plus one PYBIND11_MODULE binding
@@ -20,15 +20,15 @@ places, each in a different process:
    are compiled with a gcc precompiled header of `torch/extension.h` that the core builds once per
    (torch version, flags) with `compile_pch()`. `ValueError` from `compile_unit` for a unit kind a
    backend cannot build (cpu + `.cu`) becomes a compile_error naming the reason.
-3. **Execution worker** (`verifier.worker`, one candidate at a time): `device()` is the torch
+3. **Execution worker** (`verifier.run.worker`, one candidate at a time): `device()` is the torch
    device string, `synchronize()`, `time_call(fn, make_args, ...)` times calls with fresh
    arguments until the spread is small (default: host clock around `fn` and `synchronize()`;
    cuda and musa use events and an L2 flush), `kernel_names(fn)` returns the kernels launched by
    one call and `kernel_findings(names, sources)` flags library kernels (default: none; cuda
    uses torch.profiler), `device_name()` for the verdict's `device` field,
    `torch_compile_supported()`, `persistent_worker` (cuda: one long-lived worker per GPU,
-   `verifier.gpu_worker`, instead of a sandboxed child per candidate) and `fork_safe` (whether
-   a child forked by `verifier.forkserver` may use the device).
+   `verifier.run.gpu_worker`, instead of a sandboxed child per candidate) and `fork_safe` (whether
+   a child forked by `verifier.run.forkserver` may use the device).
 
 Everything here imports torch lazily so that `select_backend` is cheap to import.
 """
@@ -157,10 +157,10 @@ class Backend:
                   budget_s: float = 3.0, target_rel_iqr: float = 0.02) -> Any:
         """Time `fn(*make_args(i))` (fresh arguments per call, made outside the timed region):
         warmup calls, then trials until the relative IQR is under the target, `max_trials`, or
-        `budget_s` after `min_trials`. Returns a `verifier.gpu_timing.TimingResult` in us.
+        `budget_s` after `min_trials`. Returns a `verifier.backends.gpu_timing.TimingResult` in us.
         Default: the host clock around the call and `synchronize()`; GPU backends use events.
         """
-        from verifier.gpu_timing import relative_iqr, summarize
+        from verifier.backends.gpu_timing import relative_iqr, summarize
 
         for i in range(max(0, warmup)):
             fn(*make_args(-1 - i))
@@ -208,8 +208,8 @@ class DeviceBackend(Backend):
                   warmup: int = 3, min_trials: int = 20, max_trials: int = 100,
                   budget_s: float = 3.0, target_rel_iqr: float = 0.02) -> Any:
         """Events around each call, L2 flushed, host launch kept out, hidden side-stream work
-        charged (verifier.gpu_timing)."""
-        from verifier.gpu_timing import time_device_fn
+        charged (verifier.backends.gpu_timing)."""
+        from verifier.backends.gpu_timing import time_device_fn
 
         self.synchronize()  # an unusable device fails here, with the backend's reason
         return time_device_fn(fn, make_args, device=self.device(), warmup=warmup,
@@ -217,12 +217,12 @@ class DeviceBackend(Backend):
                               target_rel_iqr=target_rel_iqr)
 
     def kernel_names(self, fn: Callable[[], Any]) -> list[str]:
-        from verifier.gpu_anticheat import launched_kernels
+        from verifier.backends.gpu_anticheat import launched_kernels
 
         return launched_kernels(fn, (), device=self.device())
 
     def kernel_findings(self, kernels: list[str], sources: list[str]) -> list[dict[str, Any]]:
-        from verifier.gpu_anticheat import candidate_kernel_names, fallback_findings
+        from verifier.backends.gpu_anticheat import candidate_kernel_names, fallback_findings
 
         own = candidate_kernel_names(sources)
         return [f.as_finding() for f in fallback_findings(kernels, own)]
@@ -323,7 +323,9 @@ def run_tool(cmd: list[str], log: list[str], timeout_s: float) -> bool:
     """Run a compiler command, appending the command line and its output to `log`."""
     log.append("$ " + shlex.join(cmd))
     try:
-        from verifier.build_sandbox import build_argv  # host trees hidden from the compiler
+        from verifier.isolation.build_sandbox import (
+            build_argv,  # host trees hidden from the compiler
+        )
 
         proc = subprocess.run(niced(build_argv(cmd)), capture_output=True, text=True,
                               timeout=timeout_s, errors="replace")

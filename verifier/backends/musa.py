@@ -1,6 +1,6 @@
 """MUSA backend (Moore Threads GPUs): torch_musa, mcc device units, torch.musa event timing.
 
-Candidates are written for CUDA and ported with `verifier.musa_port` (headers, runtime API,
+Candidates are written for CUDA and ported with `verifier.backends.musa_port` (headers, runtime API,
 at::cuda -> at::musa, `.cu` -> `.mu`). Device units are compiled by mcc (`-x musa
 --offload-arch=mp_XY`, from `torch.musa.get_arch_list()`, else $MUSA_ARCH, else mp_22) against
 torch's and torch_musa's headers and linked with musart and torch_musa's `musa_python`, the way
@@ -28,7 +28,7 @@ from verifier.backends import (
     run_tool,
     tool_identity,
 )
-from verifier.musa_port import port_cuda_to_musa
+from verifier.backends.musa_port import port_cuda_to_musa
 
 DEFAULT_MUSA_ARCH = "mp_22"
 NEEDS = ("the musa backend needs torch_musa (Moore Threads' PyTorch backend, "

@@ -1,6 +1,6 @@
 """Understand a task: its ATen graph (traced in a sandbox) and its reference source text.
 
-Imports only torch-free stdlib plus `verifier.sandbox` (stdlib), so the template generator runs
+Imports only torch-free stdlib plus `verifier.isolation.sandbox` (stdlib), so the template generator runs
 on a GPU node that has nothing but torch and the repository.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 from pipeline.candidates.templates.specialized import resolve_specialized
 from pipeline.candidates.templates.symbolic import Scalar, decode
 from verifier import pyast
-from verifier.sandbox import SandboxLimits, run_sandboxed
-from verifier.variants import other_sizes
+from verifier.isolation.sandbox import SandboxLimits, run_sandboxed
+from verifier.judge.variants import other_sizes
 
 _PROBE = Path(__file__).with_name("probe.py")
 

@@ -17,7 +17,7 @@ import math
 from pipeline.candidates.templates.analysis import Node, NoTemplate, refs
 from pipeline.candidates.templates.program import Builder, acc_type, ctype, numel
 from pipeline.candidates.templates.symbolic import Dim, Scalar
-from verifier.variants import AXIS_ARG
+from verifier.judge.variants import AXIS_ARG
 
 
 def layout(shape: list[int], dims: list[int]) -> tuple[int, int, int]:

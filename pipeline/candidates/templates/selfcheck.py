@@ -183,7 +183,7 @@ def _run_case(i: int, case: dict, ext, cpp, torch) -> dict:
 def check_cpu_candidates(cases: list[dict], *, timeout_s: float = 900.0) -> list[dict]:
     """Run `cases` ({code, reference}) through one shared CPU build; one result per case."""
     from pipeline.candidates.templates.program import CPU_HEADER
-    from verifier.sandbox import SandboxLimits, run_sandboxed
+    from verifier.isolation.sandbox import SandboxLimits, run_sandboxed
 
     if not cases:
         return []

@@ -2,7 +2,7 @@
 
 `make_fx` keeps a size symbolic only while nothing pins it: a literal shape argument such as
 LayerNorm's `normalized_shape` or a `view(1, 48, ...)` built from constructor values turns the
-size into a constant. The same task traced at another size set (verifier.variants.other_sizes) shows which
+size into a constant. The same task traced at another size set (verifier.judge.variants.other_sizes) shows which
 of those constants move with the sizes; each is matched to the input or parameter dim that moved
 from the same value to the same value, and becomes a symbol read from that tensor at run time.
 """

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pipeline.tasks.curate.fingerprint import computation_ngrams, op_signature
-from verifier.sandbox import network_namespace_available, scrubbed_env
+from verifier.isolation.sandbox import network_namespace_available, scrubbed_env
 
 INDEX_VERSION = 1
 KERNELBENCH_REPO = "https://github.com/ScalingIntelligence/KernelBench"

@@ -1,4 +1,4 @@
-"""Host side of the task probe: jobs run on the verifier's fork server (`verifier.forkserver`).
+"""Host side of the task probe: jobs run on the verifier's fork server (`verifier.run.forkserver`).
 
 The server imports torch once (plus `pipeline.tasks.probe.warmup`) and forks one sandboxed child
 per job, exactly the verifier's sandbox: own session, pids cgroup, rlimits entered in the child
@@ -17,8 +17,13 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from verifier.forkserver import ForkServer, ForkServerError
-from verifier.sandbox import EnvironmentFailure, SandboxLimits, SandboxResult, common_failure
+from verifier.isolation.sandbox import (
+    EnvironmentFailure,
+    SandboxLimits,
+    SandboxResult,
+    common_failure,
+)
+from verifier.run.forkserver import ForkServer, ForkServerError
 
 PROBE_ENTRY = "pipeline.tasks.probe.probe"
 PRELOAD = ("pipeline.tasks.probe.warmup",)

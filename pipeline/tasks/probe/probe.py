@@ -1,6 +1,6 @@
 """The task probe: one job in a sandboxed child of the verifier's fork server (torch + stdlib).
 
-`pipeline.tasks.probe.pool` sends each job to `verifier.forkserver`, which forks a sandboxed
+`pipeline.tasks.probe.pool` sends each job to `verifier.run.forkserver`, which forks a sandboxed
 child that runs this module as `__main__`: it reads `job.json`, writes `result.json`, and a hang,
 crash or hostile module costs only that child. Three job kinds, one path:
 - `taskfile`: a KernelBench file checked and run on CPU (`tasks validate`, see

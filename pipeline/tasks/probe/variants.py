@@ -1,6 +1,6 @@
 """The task's other size sets and constructor arguments, checked by the probe before they are kept.
 
-`verifier.variants.derive` proposes them (module-level sizes at 3/4, else at 1/2; constructor
+`verifier.judge.variants.derive` proposes them (module-level sizes at 3/4, else at 1/2; constructor
 floats at 1.25x); `validate` runs in the sandboxed probe worker and keeps, per kind, the first
 proposal whose reference still runs (else those of its changes the reference accepts alone):
 the CPU file's on the CPU with the probe's validity checks (deterministic, finite,
@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from schemas import Task
-from verifier.variants import apply_changes, derive, single_change
+from verifier.judge.variants import apply_changes, derive, single_change
 
 
 def _runs_cpu(source: str) -> str:

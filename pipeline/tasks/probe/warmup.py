@@ -1,4 +1,4 @@
-"""Preloaded by the probe's fork server (`verifier.forkserver`): importing this module runs one
+"""Preloaded by the probe's fork server (`verifier.run.forkserver`): importing this module runs one
 small probe job in the server, so the lazily loaded parts of torch a probe needs (flop counter,
 dispatch modes, meta kernels) are loaded once and every forked child starts with them.
 """

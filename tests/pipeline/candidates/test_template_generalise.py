@@ -13,8 +13,8 @@ from pipeline.candidates.templates import TaskView, template_kernels
 from pipeline.candidates.templates.analysis import trace_sources
 from sources.seed import seed_files
 from verifier.api import verify_batch
+from verifier.judge.variants import first_of_each, rewrite_literals, shrink, single_change
 from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
-from verifier.variants import first_of_each, rewrite_literals, shrink, single_change
 
 CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
 

@@ -15,8 +15,8 @@ from pipeline.candidates.templates.analysis import trace_sources
 from pipeline.tasks.probe.variants import validate
 from sources.seed import SEED_DIR
 from verifier.api import verify_batch
+from verifier.judge.variants import apply_changes, rewrite_literals, shrink
 from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
-from verifier.variants import apply_changes, rewrite_literals, shrink
 
 CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
 # x * scale.view(1, -1, 1, 1): the scale is broadcast over batch, height and width

@@ -9,7 +9,7 @@ import pytest
 from pipeline.candidates.templates import NoTemplate, TaskView, template_kernels
 from pipeline.candidates.templates.analysis import trace_sources
 from sources.seed import seed_files
-from verifier.variants import rewrite_literals, shrink
+from verifier.judge.variants import rewrite_literals, shrink
 
 GPU_WORDS = re.compile(r"\b(threads?|warps?|coalesc\w*|shared memory|blocks?|grid|launch\w*|"
                        r"__syncthreads|__shfl\w*)\b", re.I)

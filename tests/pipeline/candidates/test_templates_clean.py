@@ -23,7 +23,7 @@ from pipeline.candidates.templates.program import CPU_HEADER
 from pipeline.candidates.templates.selfcheck import _split, check_cpu_candidates
 from pipeline.candidates.templates.symbolic import top_level_functions
 from sources.seed import seed_files
-from verifier.variants import other_scalar, other_size, rewrite_literals, shrink
+from verifier.judge.variants import other_scalar, other_size, rewrite_literals, shrink
 
 KNOWN_GAPS: set[str] = set()
 

@@ -12,8 +12,8 @@ import pipeline.stages.verify as verify_mod
 from pipeline.config import VerifyConfig
 from pipeline.tasks.probe.pool import ProbePool
 from schemas import Candidate, Task
+from verifier.isolation.sandbox import EnvironmentFailure
 from verifier.protocol import VerdictData
-from verifier.sandbox import EnvironmentFailure
 
 BROKEN = ("worker exited with code 1: FileNotFoundError: [Errno 2] No such file or directory: "
           "'/tmp/venv/bin/python'")

@@ -1,0 +1,1 @@
+"""Building candidates' extensions: batched, namespaced, sandboxed, cached, load-checked."""

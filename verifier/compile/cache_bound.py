@@ -1,0 +1,179 @@
+"""Size bound of the build cache: least recently used entries are removed first, never one a
+running build may use.
+
+A cache directory holds one root per (backend, torch build, toolchain) (`verifier.compile.builder`), so
+every new compiler or torch adds a root and the old ones are never read again. Its entries are
+the build folders (`<root>/builds/*`: shared objects), the precompiled headers (`<root>/pch/*`,
+~750 MB each) and the index files (`<root>/index/*.json`). The builder touches an entry each
+time it uses one, so an entry's newest mtime (or atime, where the mount keeps it) is its last
+use.
+
+A build marks itself with a lease (`build_lease`: a file under `<cache>/.leases` it holds an
+exclusive flock on; a lease whose owner died is unlocked and removed). `trim` never removes an
+entry used since the oldest live lease began, nor one used in the last `grace_s` seconds (users
+of `Builder` that take no lease, such as benchmarks), nor a precompiled header being built.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import os
+import shutil
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_MAX_GB = 5.0
+LEASES = ".leases"
+_seq = itertools.count()
+
+
+@dataclass
+class Entry:
+    path: Path
+    size: int  # bytes
+    used: float  # last use: the newest access or modification time in it
+
+
+def touch(path: Path) -> None:
+    """Record a use of a cache entry (its mtime is its last use)."""
+    try:
+        os.utime(path)
+    except OSError:  # removed meanwhile: the next lookup misses and rebuilds
+        pass
+
+
+@contextmanager
+def build_lease(cache_dir: Path) -> Iterator[None]:
+    """While held, `trim` keeps every entry of `cache_dir` used since it began."""
+    leases = cache_dir / LEASES
+    leases.mkdir(parents=True, exist_ok=True)
+    name = f"{os.getpid()}-{next(_seq)}"
+    tmp = leases / f".{name}"
+    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.replace(tmp, leases / name)  # visible only once locked: never taken for a dead one
+        yield
+    finally:
+        (leases / name).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def oldest_lease(cache_dir: Path) -> float | None:
+    """When the oldest live lease began (None: no build holds one); removes dead ones."""
+    oldest = None
+    try:
+        names = [n for n in os.listdir(cache_dir / LEASES) if not n.startswith(".")]
+    except OSError:
+        return None
+    for name in names:
+        path = cache_dir / LEASES / name
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # held: a build is running
+            began = os.fstat(fd).st_mtime
+            oldest = began if oldest is None else min(oldest, began)
+        else:  # nobody holds it: its owner died
+            path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+    return oldest
+
+
+def _measure(path: Path) -> Entry:
+    st = path.stat()
+    if path.is_file():
+        return Entry(path, st.st_size, max(st.st_mtime, st.st_atime))
+    size, used = 0, st.st_mtime
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                st = os.stat(os.path.join(dirpath, f))
+            except OSError:
+                continue
+            size += st.st_size
+            used = max(used, st.st_mtime, st.st_atime)  # atime: where the mount records it
+    return Entry(path, size, used)
+
+
+def entries(cache_dir: Path) -> list[Entry]:
+    """Every entry of every root of `cache_dir`."""
+    out = []
+    roots = [r for r in cache_dir.iterdir() if r.is_dir() and not r.name.startswith(".")] \
+        if cache_dir.is_dir() else []
+    for root in roots:
+        for kind in ("builds", "pch", "index"):
+            try:
+                children = list((root / kind).iterdir())
+            except OSError:
+                continue
+            for child in children:
+                try:
+                    out.append(_measure(child))
+                except OSError:  # removed meanwhile
+                    continue
+    return out
+
+
+def _in_use(e: Entry, since: float | None, now: float, grace_s: float) -> bool:
+    used = _measure(e.path).used  # again: used since it was listed?
+    if used >= now - grace_s or (since is not None and used >= since):
+        return True
+    return e.path.parent.name == "pch" and (e.path / ".lock").exists()  # being built
+
+
+def _remove(path: Path) -> bool:
+    """Out of the builder's sight at once (rename), then deleted; a root left empty goes too.
+    False when it was gone already."""
+    trash = path.parent.parent / f".trash-{os.getpid()}-{next(_seq)}"
+    try:
+        os.replace(path, trash)
+    except FileNotFoundError:
+        return False
+    if trash.is_dir():
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        trash.unlink(missing_ok=True)
+    root = path.parent.parent
+    for d in (root / "builds", root / "pch", root / "index", root):
+        try:
+            d.rmdir()  # only when empty
+        except FileNotFoundError:
+            continue
+        except OSError:
+            break
+    return True
+
+
+def trim(cache_dirs: Iterable[Path], max_bytes: int, grace_s: float = 600.0) -> list[Path]:
+    """Remove least recently used entries of `cache_dirs` (one bound over all of them) until
+    they hold at most `max_bytes`; entries a build may be using stay (module docstring), so
+    the total can stay above the bound. Returns what was removed, oldest first."""
+    dirs = [Path(d) for d in cache_dirs]
+    found = [(e, d) for d in dirs for e in entries(d)]
+    total = sum(e.size for e, _ in found)
+    if total <= max_bytes:
+        return []
+    leases = {d: oldest_lease(d) for d in dirs}
+    now = time.time()
+    removed = []
+    for e, d in sorted(found, key=lambda x: x[0].used):
+        if total <= max_bytes:
+            break
+        try:
+            if _in_use(e, leases[d], now, grace_s) or not _remove(e.path):
+                continue
+        except FileNotFoundError:  # removed by another trim meanwhile
+            continue
+        total -= e.size
+        removed.append(e.path)
+    return removed

@@ -1,0 +1,396 @@
+"""The judge's clock: a candidate's runtime is measured by the trusted judge, never reported.
+
+Code that shares a process with the candidate is the candidate's, so the worker reports no
+time at all. After its correctness trials it serves timed windows over two pipes (FIFOs in the
+run directory of a sandboxed run; inherited pipes, `FDS_ENV`, of a persistent worker):
+
+    worker -> judge  "t"        ready: its inputs are views of the judge's arena (`verifier.judge.arena`)
+    judge  -> worker "w <n>"    sent right after the judge wrote fresh inputs into the arena
+    worker: n calls over the arena's input sets (under the dispatcher trace, as every call),
+            call i's output copied into the arena's slot i, synchronize
+    worker -> judge  "d"
+    judge  -> worker "e"        no more windows
+
+The judge times "w" sent to "d" received with its own clock. Any thread (or process) of the
+run can speak this protocol and map the arena, not only the harness, so nothing rests on the
+harness's loop: a window is believed for what the judge checks and measures itself.
+- Every call has its own output slot. After "d" the judge draws which calls it checks (the
+  last, and `window_judge.RANDOM_CHECKS` others: a secret the worker cannot know while it runs),
+  reads those slots at once and compares them with its own reference on its pristine inputs; a
+  window that skipped calls or answers "d" before its outputs are written fails as a cheat.
+- Work done outside the window is charged to it. A window's inputs exist only from the judge's
+  fill on; a worker that computes while the judge fills (a thread watching the inputs land)
+  burns cpu time there that an honest worker, blocked on the pipe, does not. Where the judge
+  can meter the run's cpu time (`meter`: the run's cgroup, `verifier.isolation.cpu_meter`), it waits
+  after each check until the run is quiet (an honest OpenMP pool spins ~5-10 ms after its last
+  parallel region), reads the meter, fills, reads it again at "w": the run's cpu time in
+  between, less a noise allowance (`FILL_NOISE_S`, at most `NOISE_SHARE` of the window), is
+  added to the window's time. Charged, not a cheat: cpu
+  seconds are at least the wall seconds the work would have taken inside the window (on any
+  number of threads), so the attack gains nothing, and an honest run that was not quiet in
+  time (a loaded host) is slowed a little instead of called a cheat. Cpu time inside the
+  window (an honest multi-threaded kernel's) is never charged; work after "d" gains nothing
+  (the checked slots are read at once), so it is not charged either.
+- A window's inputs do not exist before the fill; a window has no more calls than input sets (a
+  repeated set would let a cache answer without the work), and a timed call's output is a plain
+  tensor (a lazy subclass would do the work only when copied).
+A window with no calls measures the round trip; then windows of more and more calls calibrate
+one call; then `WINDOWS` windows of n calls, n large enough that the round trip is under 1% of a
+window (and a window at least `TARGET_S`), but never more than the judge's input sets (where
+they are too few, the round trip's larger share only adds time). The runtime is the fastest
+window's time per call, less the judge's own time for the calls' output copies (at most half):
+load only adds time, and no window runs faster than its calls truly take. The reference's
+baseline is timed the same way (`time_windows`) in a process that never ran candidate code.
+That deduction is the price of a slot per call: a worker that patches the harness's copy away
+and writes its outputs straight into the slots is deducted copies it never made, up to one
+output copy per call (at most half its window; for a copy-bound op like ReLU that is a 2x
+claim, which the physics floor then weighs); an honest kernel's figure is unchanged by it.
+
+On a GPU (the referee's judge, `verifier.judge.referee`) the same `WindowJudge` lays out one output
+slot per call in the device arena, draws the checked calls after "d" and clones their slots
+before any reference runs (a device arena has no pull; the clone is the snapshot). The GPU form
+of the fill attack is a persistent kernel launched before "t" that spins on the arena's input
+sets and computes as they land; no cpu meter sees device time. The judge therefore draws a
+window's inputs in its own memory (staging no worker maps) and publishes them with one burst of
+device copies at the end of its fill, right before "w": the inputs exist in the arena only for
+the time of that burst (a copy of the window's inputs at device bandwidth), so that is all such a
+kernel can overlap, where it had the whole fill (the draws) before. Closing that last gap would
+put the publish inside the timed window with its time deducted as `copy_s` is (the deduction
+is then again what a kernel can overlap), or meter the device by the run's own kernels (CUPTI
+in the referee): left open, bounded by the burst and the physics floor.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import select
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REQ, GO = "clock.req", "clock.go"
+FDS_ENV = "KS_CLOCK_FDS"  # a persistent worker's inherited pipe ends: "<req write>,<go read>"
+WINDOWS = 3
+TARGET_S = 0.02  # a window is at least this long (timer and scheduler noise well under 1%)
+ROUND_TRIP_SHARE = 0.01  # the round trip is under this share of a window
+MIN_CALLS, MAX_CALLS = 3, 100_000
+WAIT_S = 120.0  # the longest the judge waits for one message
+FILL_NOISE_S, NOISE_SHARE = 0.0005, 0.05  # the run's cpu time during a fill that is not
+# charged: an honest worker's wake-up, a meter's rounding (at most this share of the window: a
+# window capped by its input sets may be a single short call)
+QUIET_S, QUIET_MAX_S = 0.002, 0.05  # the run is quiet: under 10% cpu over QUIET_S (waited
+# for at most QUIET_MAX_S, then the fill is charged as it is)
+
+
+def calls_for(call_s: float, round_trip_s: float = 0.0) -> int:
+    """Calls in one window: at least TARGET_S of work, the round trip under 1% of it."""
+    want = max(TARGET_S, round_trip_s / ROUND_TRIP_SHARE)
+    if not call_s > 0 or not math.isfinite(call_s):
+        return MIN_CALLS
+    return max(MIN_CALLS, min(MAX_CALLS, math.ceil(want / call_s)))
+
+
+def summarize(per_call_s: list[float]) -> dict[str, Any]:
+    """Runtime figures (us) of windows' times per call: the fastest, and the spread."""
+    xs = sorted(per_call_s)
+    q1, q3 = xs[len(xs) // 4], xs[(3 * len(xs)) // 4]
+    return {"runtime_us": round(xs[0] * 1e6, 4), "median_us": round(xs[len(xs) // 2] * 1e6, 4),
+            "iqr_us": round((q3 - q1) * 1e6, 4), "windows_us": [round(x * 1e6, 4) for x in xs]}
+
+
+def time_windows(call: Callable[..., Any], sets: list[list[Any]],
+                 refresh: Callable[[int], None], synchronize: Callable[[], None],
+                 keep: Callable[[Any], None], pool: int = MAX_CALLS) -> dict[str, Any]:
+    """The judge's windows timed in this (trusted) process: the reference's eager or compiled
+    baseline, by the candidates' method: the same calibration, the same number of input sets
+    (`refresh(n)` draws fresh ones for a window of n calls, outside the clock), the last
+    output copied once (`keep`), the fastest window per call."""
+    def window(n: int) -> float:
+        refresh(n)
+        used = max(1, min(n, len(sets)))
+        synchronize()
+        t0 = time.perf_counter()
+        out = None
+        for i in range(n):
+            out = call(*sets[i % used])
+        if n:
+            keep(out)
+        synchronize()
+        return time.perf_counter() - t0
+
+    window(1)  # warm-up: first-call costs (allocations, lazy init) are not the call's
+    n, cap = 1, min(MAX_CALLS, pool)  # as the judge: no more calls than input sets
+    while True:
+        wall = window(n)
+        if wall >= TARGET_S / 4 or n >= cap:
+            break
+        n = min(n * (8 if wall < TARGET_S / 64 else 2), cap)
+    n = min(calls_for(wall / n), cap)
+    figures = summarize([window(n) / n for _ in range(WINDOWS)])
+    figures["calls"] = n
+    return figures
+
+
+# --- worker side (runs in the candidate's process: it only serves, it reports nothing) -------
+def _readline(fd: int) -> str:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = os.read(fd, 1)
+        if not chunk:
+            raise OSError("the verifier's clock pipe closed")
+        buf += chunk
+    return buf.decode()
+
+
+def open_worker_pipes() -> tuple[int, int] | None:
+    """(write, read) ends of the clock pipes, or None where the judge made none."""
+    fds = os.environ.get(FDS_ENV, "")
+    if fds:
+        w, r = (os.dup(int(f)) for f in fds.split(","))
+        return w, r
+    if os.path.exists(REQ):
+        return os.open(REQ, os.O_WRONLY), os.open(GO, os.O_RDONLY)
+    return None
+
+
+class RefusedOutput(ValueError):
+    """A timed call returned what the harness does not copy into the judge's slot."""
+
+
+def _plain(out: Any) -> bool:
+    """Whether every tensor of `out` is exactly a torch.Tensor (no subclass)."""
+    import torch
+
+    if isinstance(out, list | tuple):
+        return all(_plain(x) for x in out)
+    return not isinstance(out, torch.Tensor) or type(out) is torch.Tensor
+
+
+def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[list[Any]],
+                  put: Callable[[int, Any], None], synchronize: Callable[[], None]) -> None:
+    """Serve the judge's windows until it says "e": n calls over `sets`, `put(i, out)` each
+    call's output into its slot, synchronize, "d"."""
+    wfd, rfd = pipes
+    try:
+        os.write(wfd, b"t\n")
+        while True:
+            msg = _readline(rfd).split()
+            if msg == ["e"]:
+                return
+            n = int(msg[1])
+            for i in range(n):
+                out = call(*sets[i % len(sets)])
+                if not _plain(out):  # its work could wait for the copy the judge checks
+                    raise RefusedOutput("a timed call returned a tensor subclass "
+                                        f"({type(out).__name__}), not a plain tensor")
+                put(i, out)
+                del out  # one output alive at a time: a GB-sized task's worker holds no more
+            synchronize()
+            os.write(wfd, b"d\n")
+    finally:
+        os.close(wfd)
+        os.close(rfd)
+
+
+# --- judge side ---------------------------------------------------------------------------
+class JudgeClock:
+    """The judge's end of the clock pipes for one run; a thread drives the windows.
+
+    `judge` writes fresh inputs for a window of n calls (`fill(n)`), checks its output slots and
+    inputs (`check(n) -> why not or ""`), and knows its own time for one output copy (`copy_s`).
+    `meter() -> seconds` is the run's cpu time (`verifier.isolation.cpu_meter`; or set later, `watch`)."""
+
+    def __init__(self, judge: Any, workdir: Path | None = None,
+                 fds: tuple[int, int] | None = None, wait_s: float = WAIT_S,
+                 meter: Callable[[], float] | None = None) -> None:
+        """FIFOs made in `workdir`, or `fds` (read, write): a persistent worker's pipes, kept
+        open across jobs (what an earlier job left in them is drained first)."""
+        self.judge, self.wait_s, self.meter = judge, wait_s, meter
+        self.fill_cpu: list[float] = []  # the run's cpu time during each window's fill
+        self.cpus: int | None = None  # the cores the run is given (`watch`); None: not bounded
+        self.window_cores: list[float] = []  # each window's cpu time over its wall time
+        self.figures: dict[str, Any] = {}
+        self.failure = ""  # why the windows do not stand (the worker's doing)
+        self.judge_error = ""  # why the judge could not time them (not the worker's doing)
+        self.own = fds is None
+        if fds is None:
+            assert workdir is not None
+            os.mkfifo(workdir / REQ, 0o666)
+            os.mkfifo(workdir / GO, 0o666)
+            # O_RDWR: opening never blocks, reads never see EOF while a worker comes and goes
+            self.rfd = os.open(workdir / REQ, os.O_RDWR | os.O_NONBLOCK)
+            self.wfd = os.open(workdir / GO, os.O_RDWR | os.O_NONBLOCK)
+        else:
+            self.rfd, self.wfd = fds
+            _drain(self.rfd)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._drive, name="ks-judge-clock", daemon=True)
+        self._thread.start()
+
+    def watch(self, meter: Callable[[], float] | None, cpus: int | None = None) -> None:
+        """Meter the run's cpu time with `meter` from the next window on; with `cpus` (the
+        threads the run is given, and its baseline ran with), a window is charged at least its
+        cpu time over `cpus`: a run that takes more cores than it was given (an OpenMP
+        `num_threads(8)` where OMP_NUM_THREADS=1 asked one) gains nothing by them."""
+        self.cpus = cpus
+        self.meter = meter
+
+    def _read(self, deadline: float) -> str:
+        """The worker's next message (one byte at a time: nothing of a later one is lost)."""
+        buf = b""
+        while not buf.endswith(b"\n"):
+            left = deadline - time.perf_counter()
+            if self._stop.is_set() or left <= 0:
+                raise TimeoutError("no message from the worker")
+            if not select.select([self.rfd], [], [], min(left, 0.1))[0]:
+                continue
+            try:
+                chunk = os.read(self.rfd, 1)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                raise OSError("the worker closed the clock pipe")
+            buf += chunk
+            if len(buf) > 64:
+                raise ValueError("an oversized clock message")
+        return buf.decode(errors="replace").strip()
+
+    def _window(self, n: int) -> float:
+        # the clock starts before the order goes out and stops after the answer is in: a
+        # thread switch in this process only ever lengthens a window, never shortens it
+        t0 = time.perf_counter()
+        os.write(self.wfd, f"w {n}\n".encode())
+        msg = self._read(t0 + self.wait_s)
+        t1 = time.perf_counter()
+        if msg != "d":
+            raise ValueError(f"unexpected clock message {msg[:40]!r}")
+        return t1 - t0
+
+    def _drive(self) -> None:
+        started = False
+        try:
+            msg = self._read(time.perf_counter() + 1e9)  # a run that fails first sends nothing
+            if msg != "t":
+                raise ValueError(f"unexpected clock message {msg[:40]!r}")
+            started = True
+            self.figures = self._measure()
+        except TimeoutError:
+            if not self._stop.is_set():
+                self.failure = "the worker did not finish a timing window in time"
+        except (OSError, ValueError) as exc:
+            self.failure = f"the timing windows failed: {exc}"
+        except RuntimeError as exc:  # the judge itself (the referee) failed: not the worker
+            self.judge_error = f"the verifier's timing judge failed: {exc}"
+        finally:
+            if started:  # the worker waits for its next order only once it said "t"
+                try:
+                    os.write(self.wfd, b"e\n")
+                except OSError as exc:
+                    self.failure = self.failure or f"the timing windows failed: {exc}"
+
+    def _measure(self) -> dict[str, Any]:
+        round_trip = min(self._window(0) for _ in range(5))
+        copy_s = self.judge.copy_s
+        n, call_s = 1, 0.0
+        while True:  # calibration: more calls until a window is a quarter of the target
+            wall = self._checked(n)
+            if wall is None:
+                return {}
+            call_s = max(wall - min(n * copy_s, wall / 2), 1e-7) / n  # noise only adds time
+            if wall >= TARGET_S / 4 or n >= min(MAX_CALLS, self.judge.sets):
+                break
+            n = min(n * (8 if wall < TARGET_S / 64 else 2), self.judge.sets)
+        for _ in range(2):  # until even the fastest window holds the round trip under 1%
+            # no more calls than input sets: every call of a window on a set fresh for it
+            n = min(calls_for(call_s, round_trip), self.judge.sets)
+            per_call = []
+            for _ in range(WINDOWS):
+                wall = self._checked(n)
+                if wall is None:
+                    return {}
+                # the copy was measured once, when the judge was made: a load spike then must
+                # not take a window's work away (a call writes its output: its copy is at most
+                # half)
+                per_call.append((wall - min(n * copy_s, wall / 2)) / n)
+            call_s = min(per_call)
+            if call_s * n >= round_trip / ROUND_TRIP_SHARE or n >= self.judge.sets:
+                break
+        figures = summarize(per_call)
+        figures.update(calls=n, round_trip_us=round(round_trip * 1e6, 2),
+                       copy_us=round(copy_s * 1e6, 2), sets=self.judge.sets,
+                       out_bytes=int(self.judge.out_bytes))
+        if self.fill_cpu:  # what the run burnt while the judge filled (charged above noise)
+            figures["fill_cpu_us"] = round(max(self.fill_cpu) * 1e6, 2)
+            figures["window_cores"] = round(max(self.window_cores), 3)  # cpu over wall
+        return figures
+
+    def _checked(self, n: int) -> float | None:
+        """One window of n calls on fresh inputs: its wall time, plus the run's cpu time
+        during the fill above noise; or None (and the failure) when the judge's checks of its
+        outputs and inputs fail."""
+        meter = self.meter
+        before = _quiet(meter) if meter is not None else 0.0
+        self.judge.fill(n)
+        at_go = meter() if meter is not None else 0.0
+        burnt = max(0.0, at_go - before)
+        wall = self._window(n)
+        inside = max(0.0, meter() - at_go) if meter is not None else 0.0
+        why = self.judge.check(n)
+        if why:
+            self.failure = why
+            return None
+        if meter is not None:
+            self.fill_cpu.append(burnt)
+            self.window_cores.append(inside / max(wall, 1e-9))
+        if meter is not None and self.cpus:  # more cores than given: their time is charged
+            wall = max(wall, inside / self.cpus)
+        return wall + max(0.0, burnt - min(FILL_NOISE_S, NOISE_SHARE * wall))
+
+    def result(self) -> dict[str, Any]:
+        """What the judge measured once the windows are over: {"figures", "failure" (the
+        worker's doing), "judge_error" (the verifier's)}."""
+        figures = self.stop()
+        return {"figures": figures, "failure": self.failure, "judge_error": self.judge_error}
+
+    def stop(self) -> dict[str, Any]:
+        """The figures once the windows are over (or abandoned: the worker is gone)."""
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        if self.own:
+            os.close(self.rfd)
+            os.close(self.wfd)
+        return self.figures
+
+
+def _quiet(meter: Callable[[], float]) -> float:
+    """The run's cpu time once it is quiet (under 10% of one cpu over QUIET_S), waiting at most
+    QUIET_MAX_S: an honest worker blocks on the pipe after "d", but its OpenMP pool spins a
+    few ms after its last parallel region, and none of that is the next window's work."""
+    deadline = time.perf_counter() + QUIET_MAX_S
+    last = meter()
+    while time.perf_counter() < deadline:
+        time.sleep(QUIET_S)
+        now = meter()
+        if now - last < QUIET_S / 10:
+            return now
+        last = now
+    return last
+
+
+NO_JUDGE = "the verifier has no timing judge on this backend"
+
+
+def no_judge() -> dict[str, Any]:
+    """The result of a run no judge timed (a backend whose device the judge cannot map)."""
+    return {"figures": {}, "failure": "", "judge_error": NO_JUDGE}
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 1 << 16):
+            pass
+    except BlockingIOError:
+        pass

@@ -1,0 +1,396 @@
+"""Where the worker's cpu time goes, seen from the judge's process: instruction-pointer samples.
+
+Every fallback check inside the worker (the trials' dispatcher trace, the timed calls' profiler,
+`judge_ops`) shares a process with the candidate, which can pop the mode, exclude dispatch keys
+in C++ or patch the classifier. This check is made where the candidate cannot reach: the judge
+(`runners._SandboxRunner`, the verifier process on the cpu backend) samples the instruction
+pointer of every running thread of the run while it serves extra, untimed windows of calls on
+fresh inputs (`SamplingClock`: the clock's own protocol, after its timed windows, so the
+sampling's stops never touch the runtime). The run's threads are the tasks of its cpu cgroup
+(`verifier.isolation.cpu_meter`), as the host sees them.
+
+One sample of a thread: PTRACE_SEIZE, PTRACE_INTERRUPT, wait for the stop, PTRACE_GETREGS
+(x86_64 `user_regs_struct.rip`), PTRACE_DETACH (a signal that arrived meanwhile is handed back
+on detach), about every `INTERVAL_S`; only threads in state R are sampled (a blocked thread
+computes nothing). The judge runs as root (CAP_SYS_PTRACE: the worker's own uid, dumpable or
+not, and Yama do not stop it); where ptrace is refused the run is not judged here (one stderr
+line, no finding). A thread that already has a tracer (a candidate that ptraces itself to
+keep the judge out) cannot be seized: that is a finding, as no honest run has one.
+
+Each rip is mapped through /proc/<tid>/maps to its object: `own` (the extension objects the
+judge copied into the run's directory), `torch` (torch's libraries: aten kernels, c10, its
+libgomp), `library` (numpy, openblas, mkl, any other .so under site-packages), `overhead`
+(interpreter, libc, the dynamic loader, vdso), `anon` (executable anonymous memory: code made at
+run time). Under the strict fallback policy, with calls long enough to sample (`MIN_CALL_S`)
+and enough samples (`MIN_SAMPLES`), `decide` finds a cheat when library compute (torch +
+library + anon) holds more than `LIBRARY_SHARE` of the samples, or when the candidate loaded
+extension objects and not one sample landed in them (the extension never computed). An honest
+kernel still spends time in torch (its output's allocation, dispatch, and the harness's copy of
+each output into the judge's slot). Measured (cpu backend, 2 loaded cores, strict policy), the
+library share of compute samples of honest kernels: the red-team honest ReLU 0.03-0.22; CPU
+templates (pipeline.candidates.templates, simd/omp) for matmul 256^3 0.00-0.02, linear
+128x512x256 0.02-0.07, tanh(2x+1) 0.42-0.50, row sum of squares 0.05-0.11, softmax 0.30-0.40
+(libm/libmvec, which own kernels call, count as overhead); the round-4 fallbacks had no sample
+at all in their own objects (29-50 compute samples, all in libtorch_cpu or numpy). Samples of a
+thread stopped inside a system call (a run woken for its next window, a write of "d") count
+for nothing. On a loaded host the judge gets ~1 sample per 4-6 ms of calls, so a task whose
+calls are ~1 ms with one input set per window needs up to `MAX_SAMPLING_S` of extra windows;
+with too few compute samples the run is not judged here. The KernelBench corpus
+(benchmarks/kernelbench_corpus) is CUDA only: not measured here.
+
+Left open: a candidate that tells the sampling windows from the timed ones (it may notice a
+tracer between two of its calls) can compute honestly only while traced; the windows are the
+same protocol, so it must watch for ptrace itself (TracerPid, stop gaps). Sampling the timed
+windows too would close that, at a cost measured here (a child timing 200 us calls of its own
+.so, 2 cores): at 1 kHz the median call +3.7% (the fastest +0.5%), at 5 kHz +12-15%; too much
+for the runtime figure, hence the separate windows.
+
+GPU: the equivalent is the kernels the worker's context launches, seen from outside. CUPTI
+(and the profiler built on it) subscribes inside the process that owns the context, so the
+referee cannot trace another process's launches; options are (a) the host-side form of this
+module on the GPU worker (its threads' rips: time in libcudnn/libcublas/aten's CUDA kernels'
+launch paths vs the candidate's own .so launching its kernels), which sees who launches but not
+device time; (b) an injection library (CUDA_INJECTION64_PATH) loaded before any candidate code
+that streams CUPTI activity records (kernel name, module, duration) over a pipe the referee
+reads, protected as well as the worker's memory is (i.e. not against a candidate that writes
+its process memory; the records' kernel names must come from modules the candidate built);
+(c) Nsight/`nsys`-style device-wide sampling (PM sampling / `cupti` range profiling from a
+privileged daemon on an exclusive GPU), which attributes SM time per context and kernel, from a
+process the candidate does not share; (d) MPS or MIG isolation with per-client counters.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from verifier.judge.clock import JudgeClock, calls_for
+
+INTERVAL_S = 0.0002  # a round of samples every 0.2 ms while a window runs (untimed windows:
+# the stops slow nothing that is measured)
+TASKS_S = 0.02  # the run's task list is read again after this long
+TARGET_SAMPLES = 80  # windows are served while sampling until this many samples,
+SAMPLE_WINDOW_S = 0.4  # or this much time in calls,
+MAX_SAMPLING_S = 5.0  # or this long in all (fills and checks included)
+MIN_CALL_S = 200e-6  # calls shorter than this are mostly the harness's own overhead
+MIN_SAMPLES = 20
+# compute samples (not overhead) the rules need: none in the candidate's objects out of 12 has
+# probability 0.5**12 for the least own share measured on an honest kernel (~0.5)
+MIN_COMPUTE, MIN_SHARE_COMPUTE = 12, 20
+LIBRARY_SHARE = 0.85  # honest library shares measured: 0.03-0.5 (module docstring)
+KINDS = ("own", "torch", "library", "anon", "overhead", "syscall")
+SYSCALL = -1000  # a sample inside system call k is recorded as rip SYSCALL - k (no address)
+
+_PTRACE_CONT, _PTRACE_GETREGS, _PTRACE_DETACH = 7, 12, 17
+_PTRACE_SEIZE, _PTRACE_INTERRUPT = 0x4206, 0x4207
+_WALL = 0x40000000
+_ORIG_RAX, _RIP = 15, 16  # x86_64 user_regs_struct: r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi
+# rdi orig_rax rip cs eflags rsp ss fs_base gs_base ds es fs gs
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.ptrace.restype = ctypes.c_long
+_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+
+
+class _Regs(ctypes.Structure):
+    _fields_ = [("r", ctypes.c_ulong * 27)]
+
+
+def _ptrace(req: int, tid: int, data: int = 0, addr: Any = None) -> int:
+    """ptrace(2); 0 or -errno."""
+    if _libc.ptrace(req, tid, addr, ctypes.c_void_p(data) if data else None) == -1:
+        return -ctypes.get_errno()
+    return 0
+
+
+def unavailable() -> str:
+    """Why this process cannot sample another's threads here ("" when it can)."""
+    if platform.machine() != "x86_64":
+        return f"ip sampling reads x86_64 registers, not {platform.machine()}'s"
+    try:
+        cap_eff = int(next(ln.split()[1] for ln in Path("/proc/self/status").read_text()
+                           .splitlines() if ln.startswith("CapEff:")), 16)
+    except (OSError, StopIteration, ValueError):
+        cap_eff = 0
+    if not cap_eff >> 19 & 1:  # CAP_SYS_PTRACE: the worker runs as its own uid
+        return "ip sampling needs CAP_SYS_PTRACE (the worker runs as another user)"
+    try:
+        if Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip() == "3":
+            return "ip sampling: Yama ptrace_scope is 3 (no ptrace at all)"
+    except OSError:
+        pass
+    return ""
+
+
+def _running(tid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{tid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:][:1] == "R"
+
+
+def sample_once(tid: int) -> tuple[int | None, str]:
+    """(rip of thread `tid`, "") or (None, why not): "gone", "denied", "traced"."""
+    err = _ptrace(_PTRACE_SEIZE, tid)
+    if err:
+        if err == -1 or err == -13:  # EPERM/EACCES: refused, or another tracer holds it
+            return None, "traced" if _tracer(tid) else "denied"
+        return None, "gone"
+    try:
+        if _ptrace(_PTRACE_INTERRUPT, tid):
+            return None, "gone"
+        try:  # blocking: a spin here would take the cpu the thread needs to stop
+            got, status = os.waitpid(tid, _WALL)
+        except ChildProcessError:
+            return None, "gone"
+        if not os.WIFSTOPPED(status):
+            return None, "gone"
+        # a signal-delivery stop (not our interrupt's event stop): hand the signal back
+        signal = os.WSTOPSIG(status) if status >> 16 == 0 else 0
+        regs = _Regs()
+        rip = None
+        if _libc.ptrace(_PTRACE_GETREGS, tid, None, ctypes.byref(regs)) != -1:
+            # stopped inside a system call (orig_rax is its number, else -1): kernel time or a
+            # wait that began after the thread was seen running, not user code at rip
+            sysno = ctypes.c_long(regs.r[_ORIG_RAX]).value
+            rip = int(regs.r[_RIP]) if sysno < 0 else SYSCALL - sysno
+        _ptrace(_PTRACE_DETACH, tid, signal)
+        return rip, "" if rip is not None else "gone"
+    finally:
+        _ptrace(_PTRACE_DETACH, tid)  # no-op once detached (ESRCH)
+
+
+def _tracer(tid: int) -> int:
+    try:
+        for ln in Path(f"/proc/{tid}/status").read_text().splitlines():
+            if ln.startswith("TracerPid:"):
+                return int(ln.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+class Sampler:
+    """A thread that samples the running threads `tasks()` returns, every `interval_s` while
+    `armed` is set (always, without one)."""
+
+    def __init__(self, tasks: Callable[[], list[int]], interval_s: float = INTERVAL_S,
+                 armed: threading.Event | None = None) -> None:
+        self.tasks, self.interval_s, self.armed = tasks, interval_s, armed
+        self.samples: list[tuple[int, int]] = []  # (tid, rip, or SYSCALL - its number)
+        self.refused: Counter[str] = Counter()
+        self.maps: dict[int, str] = {}  # tid -> its /proc maps text, read while it lives
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="ks-ip-sampler", daemon=True)
+
+    def start(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def user_samples(self) -> int:
+        """Samples taken in user code (not inside a system call)."""
+        return sum(1 for _, rip in self.samples if rip >= 0)
+
+    def _loop(self) -> None:
+        me, tids, listed = threading.get_native_id(), [], 0.0
+        while not self._stop.is_set():
+            if self.armed is not None and not self.armed.wait(0.05):
+                continue
+            began = time.perf_counter()
+            if began - listed > TASKS_S:  # a thread started since is seen within TASKS_S
+                tids, listed = self.tasks(), began
+            for tid in tids:
+                if tid == me or not _running(tid):
+                    continue
+                rip, why = sample_once(tid)
+                if rip is None:
+                    self.refused[why] += 1
+                    continue
+                self.samples.append((tid, rip))
+                if tid not in self.maps:
+                    try:
+                        self.maps[tid] = Path(f"/proc/{tid}/maps").read_text()
+                    except OSError:
+                        self.maps[tid] = ""
+            self._stop.wait(max(0.0, self.interval_s - (time.perf_counter() - began)))
+
+    def stop(self) -> Sampler:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        for tid in {t for t, _ in self.samples}:  # objects loaded after the first sample
+            try:
+                self.maps[tid] = Path(f"/proc/{tid}/maps").read_text()
+            except OSError:
+                pass
+        return self
+
+
+def parse_maps(text: str) -> list[tuple[int, int, str]]:
+    """Executable mappings of a /proc maps text: (start, end, path or "" for anonymous)."""
+    out = []
+    for ln in text.splitlines():
+        parts = ln.split(None, 5)
+        if len(parts) < 2 or "x" not in parts[1]:
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        out.append((lo, hi, parts[5].strip() if len(parts) > 5 else ""))
+    return out
+
+
+def kind_of(path: str, own: set[str]) -> str:
+    """The object class of a mapped path (`KINDS`); `own`: the candidate's object file names."""
+    name = os.path.basename(path.replace(" (deleted)", ""))
+    if not path or path.startswith("[anon") or path.startswith("/memfd:"):
+        return "anon"
+    if path.startswith("["):  # [vdso], [vsyscall]
+        return "overhead"
+    if name in own and "-packages/" not in path:
+        return "own"
+    if "/torch/lib/" in path or "/torch.libs/" in path or name.startswith(("libtorch", "libc10")):
+        return "torch"
+    if "-packages/" in path or any(k in name for k in ("blas", "mkl", "lapack", "numpy")):
+        return "library"
+    return "overhead"
+
+
+def classify(samples: list[tuple[int, int]], maps: dict[int, str], own: set[str]
+             ) -> tuple[Counter[str], Counter[tuple[str, str]]]:
+    """(samples per kind, samples per (kind, object name)) of `samples`."""
+    kinds: Counter[str] = Counter()
+    objects: Counter[tuple[str, str]] = Counter()
+    parsed = {tid: parse_maps(text) for tid, text in maps.items()}
+    for tid, rip in samples:
+        if rip < 0:
+            kinds["syscall"] += 1
+            objects["syscall", f"(syscall {SYSCALL - rip})"] += 1
+            continue
+        path = next((p for lo, hi, p in parsed.get(tid, []) if lo <= rip < hi), None)
+        if path is None:
+            kinds["anon"] += 1
+            objects["anon", "(unmapped)"] += 1
+            continue
+        kind = kind_of(path, own)
+        kinds[kind] += 1
+        objects[kind, os.path.basename(path) or "(anonymous)"] += 1
+    return kinds, objects
+
+
+def decide(kinds: Counter[str], objects: Counter[tuple[str, str]], own_loaded: bool, call_s: float,
+           policy: str = "strict") -> str:
+    """Why the samples show a fallback (the finding's message), or "" (none, or too few)."""
+    total = sum(kinds.values())
+    lib = kinds["torch"] + kinds["library"] + kinds["anon"]
+    compute = lib + kinds["own"]  # the interpreter, libc (the harness's copies, page faults)
+    # and the loader are every run's overhead: the shares are of the compute samples
+    if policy != "strict" or call_s < MIN_CALL_S or total < MIN_SAMPLES or \
+            compute < MIN_COMPUTE:
+        return ""
+    if own_loaded and kinds["own"] == 0:
+        return (f"library_time: none of {compute} compute samples (of {total} cpu samples) of "
+                "calls on fresh inputs ran in the candidate's own objects (its extension never "
+                f"computed; most in {_top(objects)})")
+    if compute >= MIN_SHARE_COMPUTE and lib / compute > LIBRARY_SHARE:
+        return (f"library_time: {lib / compute:.0%} of {compute} compute samples (of {total} "
+                f"cpu samples) of calls on fresh inputs ran in library code (most in "
+                f"{_top(objects)}), {kinds['own'] / compute:.0%} in the candidate's own objects")
+    return ""
+
+
+def _top(objects: Counter[tuple[str, str]]) -> str:
+    return next((name for (kind, name), _ in objects.most_common()
+                 if kind in ("torch", "library", "anon")), "?")
+
+
+class SamplingClock(JudgeClock):
+    """The judge's clock, plus untimed windows after the timed ones in which the judge samples
+    where the run's threads are (`Sampler`); `result()` carries the samples' finding as the
+    clock's failure under the strict policy."""
+
+    def __init__(self, judge: Any, policy: str = "strict", **kw: Any) -> None:
+        self.policy = policy
+        self.tasks: Callable[[], list[int]] | None = None
+        self.own: set[str] = set()
+        self.sampling: dict[str, Any] = {}
+        self._armed = threading.Event()  # set while a sampling window's calls run
+        self._sampling = False
+        super().__init__(judge, **kw)
+
+    def sample_tasks(self, cgroup: Path | None, own: set[str]) -> None:
+        """Sample the tasks of the run's cgroup (`cgroup/tasks`), `own` its extension files."""
+        why = unavailable() if cgroup is not None else "no cgroup lists the run's threads"
+        if why:
+            print(f"kernelsynth verifier: no ip sampling: {why}", file=sys.stderr)
+            return
+        self.own = set(own)
+        self.tasks = lambda: _read_tasks(Path(cgroup) / "tasks")
+
+    def _measure(self) -> dict[str, Any]:
+        figures = super()._measure()
+        if figures and self.tasks is not None and self.policy == "strict":
+            self.sampling = self._sample(figures["runtime_us"] * 1e-6)
+        return figures
+
+    def _window(self, n: int) -> float:
+        if self._sampling:  # samples only between "w" and "d": where the calls run
+            self._armed.set()
+        try:
+            return super()._window(n)
+        finally:
+            self._armed.clear()
+
+    def _sample(self, call_s: float) -> dict[str, Any]:
+        if call_s < MIN_CALL_S:
+            return {"skipped": f"calls of {call_s * 1e6:.0f} us are too short to sample"}
+        assert self.tasks is not None
+        n = min(calls_for(call_s), self.judge.sets, max(1, int(SAMPLE_WINDOW_S / 4 / call_s)))
+        sampler = Sampler(self.tasks, armed=self._armed).start()
+        began, served = time.perf_counter(), 0.0
+        meter, self.meter = self.meter, None  # untimed: no wait for quiet, nothing charged
+        self._sampling = True
+        try:
+            while (sampler.user_samples() < TARGET_SAMPLES and served < SAMPLE_WINDOW_S
+                   and time.perf_counter() - began < MAX_SAMPLING_S):
+                wall = self._checked(n)
+                if wall is None:  # the window failed the judge's checks: its failure stands
+                    break
+                served += wall
+        finally:
+            self.meter, self._sampling = meter, False
+            sampler.stop()
+        kinds, objects = classify(sampler.samples, sampler.maps, self.own)
+        out = {"samples": sum(kinds.values()), "kinds": dict(kinds),
+               "objects": {f"{k}:{o}": c for (k, o), c in objects.most_common(8)}, "refused": dict(sampler.refused),
+               "served_s": round(served, 4), "call_us": round(call_s * 1e6, 2),
+               "wall_s": round(time.perf_counter() - began, 3)}  # what sampling added
+        if sampler.refused.get("traced"):
+            out["finding"] = ("library_time: a thread of the run is traced by another process "
+                              "(the judge's samples were kept out)")
+        elif sampler.refused.get("denied") and not sampler.samples:
+            print("kernelsynth verifier: no ip sampling: ptrace refused on the run's threads",
+                  file=sys.stderr)
+        else:
+            out["finding"] = decide(kinds, objects, bool(self.own), call_s, self.policy)
+        return out
+
+    def result(self) -> dict[str, Any]:
+        """The clock's result; a sampled fallback is the windows' failure (a cheat)."""
+        res = super().result()
+        res["ip_samples"] = self.sampling
+        if self.sampling.get("finding") and not res["failure"]:
+            res["failure"] = self.sampling["finding"]
+        return res
+
+
+def _read_tasks(path: Path) -> list[int]:
+    try:
+        return [int(x) for x in path.read_text().split()]
+    except (OSError, ValueError):
+        return []

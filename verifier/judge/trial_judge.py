@@ -1,0 +1,254 @@
+"""The judge's side of the correctness trials: fresh inputs in an arena the worker maps, each
+trial's output slot beside them, and the comparison on the device.
+
+Made per job by the trusted judge (the referee on a GPU, `verifier.judge.referee`; the verifier
+process for the persistent worker's cpu loop), which never runs candidate code. It builds the
+task's reference (and each generalisation variant's), measures the run's footprint
+(`verifier.judge.admission`: too big is `DoesNotFit`), draws every trial's inputs from the parent's
+seed into the arena (`verifier.judge.arena`) and poisons the output slots. The worker runs the
+candidate on those inputs and copies each output into its slot (`verifier.judge.trial_io`), and says
+which plain values (ints, floats, None) the outputs held. `check` then regenerates each trial's
+pristine inputs from the seed, compares them with the arena's (input mutation), computes the
+reference output and compares the slot with it in chunks (`verifier.judge.device_compare`): nothing
+of output size leaves the device, and the answer is a few figures. Only torch and the stdlib.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verifier.judge import decide
+from verifier.judge.admission import Admission, Footprint, admit
+from verifier.judge.arena import Arena, fill, plan, views
+from verifier.judge.tensors import clone, same
+
+POISON = 0xFF  # slot bytes before the worker writes: NaN in every float type
+
+
+class DoesNotFit(RuntimeError):
+    """The task's run cannot fit the device's free memory (the message has the footprint)."""
+
+
+def _bytes(obj: Any) -> int:
+    return plan(obj)[1]
+
+
+def _params(model: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+
+
+class _Block:
+    """The task, or one variant: its reference, and the seeds and places of its trials."""
+
+    def __init__(self, source: str, seed: int, input_seed: int, label: str = "") -> None:
+        import torch
+
+        self.label = label
+        self.model, self.get_inputs = decide.reference(source, seed)
+        self.seeds: list[int] = []
+        self.cases: list[dict[str, Any]] = []
+        with decide.LOCK, torch.no_grad():
+            self.sample = decide.make_inputs(self.get_inputs, input_seed + 1000)
+            copy = clone(self.sample)
+            base = _memory()
+            _reset_peak()
+            out = self.model(*copy)
+        self.workspace = max(_peak() - base, _bytes(out))  # its output and its scratch
+        del copy
+        self.out_layout, self.out_bytes = plan(out)
+        self.in_layout, self.in_bytes = plan(self.sample)
+
+
+def _memory() -> int:
+    import torch
+
+    return torch.cuda.memory_allocated() if decide.DEVICE.startswith("cuda") else 0
+
+
+def _reset_peak() -> None:
+    import torch
+
+    if decide.DEVICE.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak() -> int:
+    import torch
+
+    return torch.cuda.max_memory_allocated() if decide.DEVICE.startswith("cuda") else 0
+
+
+def free_bytes(cpu_free: int) -> int:
+    """What the judge's device has free (the cpu loop: `cpu_free`, its host budget)."""
+    import torch
+
+    if decide.DEVICE.startswith("cuda"):  # the blocks this process's allocator keeps (the
+        torch.cuda.empty_cache()  # reference forward it just probed) are free for the worker
+        return int(torch.cuda.mem_get_info()[0])
+    return cpu_free
+
+
+class TrialJudge:
+    """A job's trials: their inputs and output slots in an arena, and their check."""
+
+    def __init__(self, args: dict[str, Any], free: int, window_max: int) -> None:
+        """`free`: the host budget of a cpu judge (on a GPU, what the device has free)."""
+        from verifier.judge.generalize import VARIANT_TRIALS
+
+        seed, self.input_seed = int(args["seed"]), int(args["input_seed"])
+        self.tol = tuple(args["tol"])
+        decide.keep_only({args["task_source"], *(v["source"] for v in args.get("variants") or [])})
+        self.main = _Block(args["task_source"], seed, self.input_seed)
+        self.variants: list[_Block | None] = []
+        for v in args.get("variants") or []:
+            try:  # a variant whose reference fails here is skipped (the worker must skip it)
+                self.variants.append(_Block(v["source"], seed, self.input_seed, v["label"]))
+            except Exception as exc:  # noqa: BLE001 - the variant's reference fails: a skip,
+                if "out of memory" in str(exc).lower():  # unless it is only out of room
+                    raise
+                self.variants.append(None)
+        blocks = [b for b in self.variants if b is not None]
+        self.footprint = Footprint(
+            params=_params(self.main.model), inputs=self.main.in_bytes,
+            output=self.main.out_bytes, workspace=self.main.workspace,
+            variants=[(b.in_bytes, b.out_bytes) for b in blocks])
+        if decide.DEVICE.startswith("cuda"):  # now, with what the footprint counts held
+            free = (free_bytes(free) + self.footprint.params
+                    + sum(b.in_bytes for b in [self.main, *blocks]))  # samples: into the arena
+        self.admission: Admission = admit(self.footprint, free, max(1, int(args["trials"])),
+                                          VARIANT_TRIALS, window_max)
+        if not self.admission.fits:
+            raise DoesNotFit(self.admission.why)
+        self._place(VARIANT_TRIALS)
+        self.spec = {"nbytes": self.arena.nbytes, "trials": self.admission.trial_sets,
+                     "blocks": [[{"inputs": c["inputs"], "out": c["out"]} for c in b.cases]
+                                if b is not None else None
+                                for b in [self.main, *self.variants]]}
+
+    def _place(self, variant_trials: int) -> None:
+        """Lay out every case's inputs and slot, make the arena, draw the inputs into it."""
+        end = 0
+        todo = [(self.main, self.admission.trial_sets)]
+        todo += [(b, variant_trials) for b in self.variants if b is not None]
+        for block, n in todo:
+            for t in range(n):
+                inputs, end = plan(block.sample, end)
+                out, end = _shift(block.out_layout, end), end + block.out_bytes
+                block.seeds.append(self.input_seed + 1000 + t)
+                block.cases.append({"inputs": inputs, "out": out})
+        self.arena = Arena.create(end, decide.DEVICE)
+        self.arena.base.fill_(POISON)
+        for block, _ in todo:
+            for k, case in zip(block.seeds, block.cases, strict=True):
+                drawn = block.sample if k == self.input_seed + 1000 else self._draw(block, k)
+                fill(views(self.arena, case["inputs"]), drawn)
+            block.sample = None
+        if decide.DEVICE.startswith("cuda"):  # the samples' blocks: free for the worker and
+            import torch  # the windows' arena, not kept by this process's allocator
+
+            torch.cuda.empty_cache()
+        self.arena.push(0, self.arena.nbytes)
+        _synchronize()
+
+    def _draw(self, block: _Block, k: int) -> list[Any]:
+        with decide.LOCK:
+            return decide.make_inputs(block.get_inputs, k)
+
+    def check(self, report: Any, checked: Any) -> tuple[bool, str, dict[str, float]]:
+        """(ok, why not, the worst statistics over the task's trials) of a run whose worker
+        said ok; `report` its `trial_report` (the plain values of each output), `checked` its
+        `variants_checked`."""
+        from verifier.judge.trial_io import values_of_report
+
+        try:
+            self.arena.pull(0, self.arena.nbytes)
+        except OSError as exc:
+            return False, f"the trials' arena is unreadable: {exc}", {}
+        try:
+            values = values_of_report(report, len(self.variants) + 1)
+        except ValueError as exc:
+            return False, f"the worker's trial report: {exc}", {}
+        worst: dict[str, float] = {}
+        ok, why = self._check_block(self.main, values[0], "", worst)
+        if ok:
+            ok, why = self._check_variants(values[1:], checked)
+        return ok, why, worst
+
+    def _check_variants(self, values: list[Any], checked: Any) -> tuple[bool, str]:
+        if not self.variants:
+            return True, ""
+        if not (isinstance(checked, list) and len(checked) == len(self.variants)):
+            return False, "the worker did not report the generalisation check"
+        for block, done, vals in zip(self.variants, checked, values, strict=True):
+            if block is None:
+                if done is True:
+                    return False, "the worker checked a variant the verifier's reference cannot run"
+                continue
+            if done is not True:
+                return False, f"the worker skipped the {block.label} variant, which builds"
+            ok, why = self._check_block(block, vals, f"{block.label} variant: ", {})
+            if not ok:
+                return False, why
+        return True, ""
+
+    def _check_block(self, block: _Block, values: list[Any], prefix: str,
+                     worst: dict[str, float]) -> tuple[bool, str]:
+        if len(values) != len(block.cases):
+            return False, (f"{prefix}the worker returned {len(values)} trial outputs, expected "
+                           f"{len(block.cases)}")
+        for t, (k, case, vals) in enumerate(zip(block.seeds, block.cases, values, strict=True)):
+            why = self._check_case(block, k, case, vals, worst)
+            if why:
+                return False, f"{prefix}trial {t + 1}, checked by the verifier itself: {why}"
+        return True, ""
+
+    def _check_case(self, block: _Block, k: int, case: dict[str, Any], vals: Any,
+                    worst: dict[str, float]) -> str:
+        """Why trial `k` of `block` fails ("" when it passes)."""
+        import torch
+
+        from verifier.judge.device_compare import judge
+        from verifier.judge.trial_io import rebuild
+
+        if vals is None:
+            return "the worker left no output in the verifier's slot"
+        def again() -> list[Any]:  # the pristine inputs made again (no copy kept)
+            return decide.make_inputs(block.get_inputs, k)
+
+        with decide.LOCK, torch.no_grad():
+            pristine = again()
+            if not same(views(self.arena, case["inputs"]), pristine):
+                return "forward modified its input tensors"
+            try:
+                new = rebuild(views(self.arena, case["out"]), vals)
+            except ValueError as exc:
+                return f"the worker's output does not fit the reference's: {exc}"
+            ref_out = block.model(*pristine)  # its own draw: a reference may mutate it
+            del pristine
+            verdict, msg, stats, _ = judge(block.model, again, ref_out, new, self.tol,
+                                           self.admission.chunk, self.admission.fp64)
+        for key, v in stats.items():
+            worst[key] = max(worst.get(key, 0.0), v)
+        return "" if verdict == "ok" else msg
+
+    def close(self) -> None:
+        self.main = None  # type: ignore[assignment]
+        self.variants = []
+        self.arena.close()
+
+
+def _shift(layout: Any, start: int) -> Any:
+    """A layout planned from byte 0, moved to `start` (a multiple of the arena's alignment)."""
+    kind, value = next(iter(layout.items()))
+    if kind == "t":
+        return {"t": {**value, "offset": int(value["offset"]) + start}}
+    if kind == "v":
+        return layout
+    return {kind: [_shift(v, start) for v in value]}
+
+
+def _synchronize() -> None:
+    import torch
+
+    if decide.DEVICE.startswith("cuda"):
+        torch.cuda.synchronize()

@@ -1,0 +1,188 @@
+"""The judge's side of the timed windows (`verifier.judge.clock`): fresh inputs written into the
+shared arena (`verifier.judge.arena`) right before each window; right after, the outputs of the
+window's last call and of `RANDOM_CHECKS` calls chosen then (every call has its own output slot,
+and which ones are checked is drawn after the worker said "d", so it must have written them all)
+and every input are checked. It runs in the verifier process (cpu) or in the referee on the
+worker's GPU (`verifier.judge.referee`): never in a process that runs candidate code."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from verifier.judge import decide
+from verifier.judge.arena import Arena, fill, plan, views
+from verifier.judge.tensors import clone, same
+
+POOL_MAX = 256  # input sets a window cycles over, each fresh for every window; a window has
+# no more calls than sets (`verifier.judge.clock`), so no call repeats a set a cache could answer
+COPY_PROBE_BYTES = 256 << 20  # the largest output copy the judge times as it is
+RANDOM_CHECKS = 2  # calls besides the last whose outputs the judge checks, drawn after "d"
+
+
+def sets_for(set_bytes: int, out_bytes: int, budget_bytes: int) -> int:
+    """How many input sets (each with its call's output slot) a window cycles over: as many as
+    the budget holds (the arena's set and slot, the judge's pristine copy of the set), at most
+    POOL_MAX, at least one. The baselines use the same count, so a reference and a candidate
+    read equally cold (or warm) inputs."""
+    return int(max(1, min(POOL_MAX, budget_bytes // max(2 * set_bytes + out_bytes, 1))))
+
+
+def _synchronize(device: str) -> None:
+    import torch
+
+    if device != "cpu":
+        getattr(torch, device.split(":")[0]).synchronize()
+
+
+class WindowJudge:
+    """Fresh inputs per window in an arena both sides map; checks of what the worker left."""
+
+    def __init__(self, task_source: str, seed: int, tol: tuple[float, float, float, float],
+                 budget_bytes: int, path: str = "") -> None:
+        import torch
+
+        self.model, self.get_inputs = decide.reference(task_source, seed)
+        self.device, self.tol = decide.DEVICE, tol
+        self._seed = (1 << 40) + secrets.randbelow(1 << 40)  # unknown to the worker
+        sample = self._draw()
+        with decide.LOCK, torch.no_grad():
+            ref_out = self.model(*clone(sample))
+        _, set_bytes = plan(sample)
+        _, out_bytes = plan(ref_out)
+        self.out_bytes = out_bytes
+        self.sets = sets_for(set_bytes, out_bytes, budget_bytes)
+        layouts, end = [], 0
+        for _ in range(self.sets):
+            layout, end = plan(sample, end)
+            layouts.append(layout)
+        self._sets_end = end  # the input sets; one output slot per call follows
+        out_layouts, self._out_spans = [], []
+        for _ in range(self.sets):
+            layout, nxt = plan(ref_out, end)
+            out_layouts.append(layout)
+            self._out_spans.append((end, nxt))  # the bytes the judge pulls of it
+            end = nxt
+        del sample, ref_out  # a GB-sized task: the arena needs their room (`verifier.judge.admission`)
+        if self.device != "cpu":
+            getattr(torch, self.device.split(":")[0]).empty_cache()
+        self.arena = Arena.create(end, self.device, path)
+        self.views = [views(self.arena, layout) for layout in layouts]
+        self.slots = [views(self.arena, layout) for layout in out_layouts]
+        self.spec = {"nbytes": self.arena.nbytes, "sets": layouts, "outs": out_layouts}
+        self._set_seeds: list[int] = []  # each set's inputs of the last window, as seeds
+        self.checked: list[int] = []  # the calls the last check compared (tests read it)
+        self.copy_s = min(self._timed_copy() for _ in range(3))
+
+    def _timed_copy(self, copies: int = 16) -> float:
+        """One call's output copy into its slot, as the worker makes it inside a window: on a
+        device one of many queued copies (a synchronize after each would be charged as a
+        copy: the worker synchronizes once per window, and this is deducted once per call)."""
+        if self.device == "cpu":  # one thread, as the worker's copy: torch's parallel copy
+            return self._memmove_s()  # waits on a preempted helper thread under load
+        import torch
+
+        # an output's bytes, device to device; above COPY_PROBE_BYTES a copy that size, scaled
+        # (a copy that large runs at the device's bandwidth, and a GB-sized task has no room
+        # for two more outputs)
+        n = max(1, min(int(self.out_bytes), COPY_PROBE_BYTES))
+        src = torch.empty(n, dtype=torch.uint8, device=self.device)
+        dst = torch.empty_like(src)
+        _synchronize(self.device)
+        t0 = time.perf_counter()
+        for _ in range(copies):
+            dst.copy_(src)
+        _synchronize(self.device)
+        return (time.perf_counter() - t0) / copies * max(1.0, self.out_bytes / n)
+
+    def _memmove_s(self, tries: int = 7) -> float:
+        """Fastest of `tries` single-threaded copies of the output's bytes (the output slot's
+        copy, as the worker makes it, without the load a parallel copy would wait on)."""
+        import ctypes
+
+        import torch
+
+        src = torch.ones(max(1, int(self.out_bytes)), dtype=torch.uint8)
+        dst = torch.empty_like(src)
+        best = float("inf")
+        for _ in range(tries):
+            t0 = time.perf_counter()
+            ctypes.memmove(dst.data_ptr(), src.data_ptr(), src.numel())
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    def _draw(self, seed: int | None = None) -> list[Any]:
+        """The inputs of `seed` (a new one when None): the same tensors every time it is drawn."""
+        if seed is None:
+            self._seed += 1
+            seed = self._seed
+        with decide.LOCK:  # the global generator: a recheck seeds and draws under this lock
+            return decide.make_inputs(self.get_inputs, seed)
+
+    def fill(self, n: int) -> None:
+        """Fresh inputs into the sets a window of `n` calls uses. All are drawn first, in the
+        judge's own memory (no worker maps it), then published into the arena in one burst: a
+        worker watching the arena sees a window's inputs only for the time of that copy
+        (`verifier.judge.clock`: the GPU form). The drawn copies are dropped then: the check draws
+        each set again from its seed, so a GB-sized set is held twice only while it is filled
+        (`verifier.judge.admission`)."""
+        self._set_seeds = [self._seed + 1 + i for i in range(max(1, min(n, self.sets)))]
+        self._seed += len(self._set_seeds)
+        drawn = [self._draw(seed) for seed in self._set_seeds]
+        for target, inputs in zip(self.views, drawn, strict=False):
+            fill(target, inputs)
+        del drawn
+        self.arena.push(0, self._sets_end)  # cpu: into the file the worker maps
+        _synchronize(self.device)
+
+    @property
+    def pristine(self) -> list[Any]:
+        """The last window's inputs as drawn (drawn again: nothing of them is kept)."""
+        return [self._draw(seed) for seed in self._set_seeds]
+
+    def picks(self, n: int) -> list[int]:
+        """The calls of a window of `n` whose outputs are checked: the last, and RANDOM_CHECKS
+        others drawn now (after "d": the worker cannot know them while it runs)."""
+        calls = max(1, min(n, len(self._set_seeds)))
+        rest = list(range(calls - 1))
+        chosen = [rest.pop(secrets.randbelow(len(rest))) for _ in range(min(RANDOM_CHECKS,
+                                                                         len(rest)))]
+        return [calls - 1, *chosen]
+
+    def check(self, n: int) -> str:
+        """Why the window of `n` calls does not stand ("" when it does): the last call's output
+        and those of calls drawn now against the judge's reference, every input against its
+        pristine copy."""
+        import torch
+
+        from verifier.judge.device_compare import (
+            judge as _judge,  # in chunks: no fp64 copy of it all
+        )
+
+        picks = self.checked = self.picks(n)
+        try:  # cpu: what the worker left, read once, now (nothing it writes later counts):
+            for k in picks:  # the checked outputs first, then the inputs
+                self.arena.pull(*self._out_spans[k])
+            self.arena.pull(0, self._sets_end)
+        except OSError as exc:
+            return f"the timed calls' arena is unreadable: {exc}"
+        # a device arena has no pull: the checked outputs as they are now, before any reference
+        # runs (a worker still writing after "d" must not get that time)
+        seen = {k: clone(self.slots[k]) for k in picks}
+        for k in picks:
+            pristine = self._draw(self._set_seeds[k])
+            with decide.LOCK, torch.no_grad():
+                ref_out = self.model(*clone(pristine))
+                verdict, msg, _, _ = _judge(self.model, pristine, ref_out, seen[k], self.tol)
+            del pristine, ref_out
+            if verdict != "ok":
+                return f"the output of a timed call was wrong: call {k + 1} of {n}: {msg}"
+        for target, seed in zip(self.views, self._set_seeds, strict=False):
+            if not same(target, self._draw(seed)):
+                return "forward modified its input tensors during a timed call"
+        return ""
+
+    def close(self) -> None:
+        self.views, self.slots, self._set_seeds = [], [], []
+        self.arena.close()

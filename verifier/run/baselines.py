@@ -1,0 +1,118 @@
+"""Per-task reference baselines (eager and torch.compile timings), cached on disk per (task,
+device), and measured ahead of the candidates while they compile.
+
+Only processes that never ran candidate code time a baseline or write this cache: a fresh
+sandboxed child that loads nothing but the reference (cpu), or the GPU's referee; the timing is
+the judge's window method (`verifier.judge.timed_calls.time_reference`), the same as the candidates'.
+
+The cache key is the task source, backend, device model, torch version, timing trials and
+seed, so a re-run on the same kind of device never times a reference twice. `prefetch` sends
+one baseline-only job per task that has no cached entry to the execution slots as soon as they
+are warm: the GPU workers would otherwise sit idle until the first build lands, and the first
+candidate of each task would pay its task's timing on the critical path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from verifier.backends import Backend
+from verifier.protocol import VerifyOptions
+from verifier.run.batch_stats import BatchStats
+
+METHOD = "judge-windows-1"  # how baselines are timed: a new method never reads old entries
+_BASELINE_KEYS = ("eager_us", "eager_iqr_us", "compiled_us")
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kernelsynth"
+
+
+def baseline_path(opts: VerifyOptions, backend: Backend, task_source: str, device: str) -> Path:
+    import torch
+
+    key = hashlib.sha256("\0".join([task_source, backend.name, device, torch.__version__,
+                                    str(opts.seed), METHOD]).encode()).hexdigest()
+    base = Path(opts.baseline_cache_dir) if opts.baseline_cache_dir else (
+        default_cache_dir() / "baselines")
+    return base / f"{key[:24]}.json"
+
+
+class Baselines:
+    """Eager / torch.compile timings per (task, device, torch version), on disk."""
+
+    def __init__(self, opts: VerifyOptions, backend: Backend):
+        self.opts, self.backend = opts, backend
+        self.lock = threading.Lock()
+        self.task_locks: dict[str, threading.Lock] = {}
+
+    def get(self, task_source: str, device: str) -> dict[str, Any]:
+        try:
+            return json.loads(baseline_path(self.opts, self.backend, task_source,
+                                            device).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def put(self, task_source: str, device: str, data: dict[str, Any]) -> None:
+        path = baseline_path(self.opts, self.backend, task_source, device)
+        with self.lock:
+            merged = {**self.get(task_source, device), **data}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
+            tmp.write_text(json.dumps(merged))
+            os.replace(tmp, path)
+
+    def complete(self, task_source: str, device: str) -> bool:
+        """Whether every baseline these options ask for is cached."""
+        have = self.get(task_source, device)
+        return "eager_us" in have and (not self.opts.torch_compile_baseline
+                                       or "compiled_us" in have)
+
+    def ensure(self, task_source: str, runner: Any, job_options: dict[str, Any]
+               ) -> dict[str, Any]:
+        """The task's baselines: cached, else timed now by the slot's trusted process
+        (`runner.baseline`, never a process that ran candidate code) and cached; {} when the
+        reference cannot be timed."""
+        device = self.backend.baseline_key()
+        with self.lock:
+            task_lock = self.task_locks.setdefault(task_source, threading.Lock())
+        with task_lock:  # one timing per task, however many of its candidates wait
+            if not self.complete(task_source, device):
+                figures = runner.baseline(task_source, job_options)
+                if figures:
+                    self.put(task_source, device,
+                             {k: figures[k] for k in _BASELINE_KEYS if k in figures})
+            return self.get(task_source, device)
+
+
+def prefetch(task_sources: list[str], backend: Backend, opts: VerifyOptions,
+             baselines: Baselines, slots: queue.Queue, lanes: dict[int, str],
+             job_options: dict[str, Any], stats: BatchStats, stop: threading.Event) -> None:
+    """Measure the baselines of `task_sources` (in order) on the execution slots, one job each,
+    skipping tasks already cached; stops early when `stop` is set (the batch is over)."""
+    device = backend.baseline_key()
+    for src in dict.fromkeys(task_sources):
+        if stop.is_set():
+            return
+        if baselines.complete(src, device):
+            stats.count("baseline_cache_hits")
+            continue
+        runner = slots.get()
+        if stop.is_set():
+            slots.put(runner)
+            return
+        getattr(runner, "wait_ready", lambda: None)()
+        start = time.monotonic()
+        try:
+            if baselines.ensure(src, runner, job_options):
+                stats.count("baselines_prefetched")
+        finally:
+            stats.add("baseline", start, time.monotonic(), lanes.get(id(runner), ""))
+            slots.put(runner)

@@ -1,0 +1,378 @@
+"""Parent side of the persistent GPU workers: start, feed, time out and replace them.
+
+One `GpuWorkerProcess` per visible GPU runs `python -m verifier.run.gpu_worker` pinned with
+CUDA_VISIBLE_DEVICES, with the least privilege of a sandboxed run (`verifier.isolation.isolate`, pure
+Python, no bubblewrap): its own user id, pid, mount, network and IPC namespaces, a read-only
+root, a private /tmp with its directory at /tmp/run (read-only to it: everything it writes lands
+in the size-limited tmpfs, DISK_MB in all), the home directory hidden, a private /dev holding
+only the basic nodes and the GPU's (/dev/nvidia*, bound from the host so the driver works), a
+pids cgroup, a host memory bound (`verifier.isolation.membound`: a memory cgroup, else RLIMIT_DATA;
+RLIMIT_AS cannot bound a CUDA process), rlimits and a scrubbed environment. It cannot see the
+build cache: each job's verified objects are copied into its directory (`ext/<job>/`) and
+removed after the job. Jobs go in on its stdin; progress and results come back on a private
+unix socket; the judge's arenas (the trials', `verifier.judge.trial_judge`, and the timed
+windows', `verifier.judge.window_judge`) go to the worker over that socket before the job, so
+nothing of output size comes back; the parent-clocked timing windows (`verifier.judge.clock`)
+run over two more pipes the worker inherits. A worker that exceeds a job's timeout, dies, floods its output or
+reports a broken CUDA context is killed and replaced before the next job; only the job in
+flight is affected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verifier.compile.builder import ArtefactMismatch, copy_for_worker
+from verifier.isolation.cgroups import kill_cgroup, make_pids_cgroup
+from verifier.isolation.cpu_meter import run_meter
+from verifier.isolation.isolate import RUN_DIR
+from verifier.isolation.membound import host_memory_bound
+from verifier.isolation.sandbox import SandboxLimits, sandboxed_argv, scrubbed_env, stop_process
+from verifier.judge.clock import FDS_ENV, JudgeClock, no_judge
+
+_PKG_ROOT = str(Path(__file__).resolve().parents[2])
+STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session
+FLOOD_BYTES = 16 << 20
+# Everything the worker writes lands in its private tmpfs (its own directory is read-only to
+# it): DISK_MB in all. After a job that leaves more than JOB_DISK_MB there (the sandboxed
+# path's limit per run, `verifier.run.runners`), the worker is replaced, so every job starts with
+# at least JOB_DISK_MB free; a job that writes more gets ENOSPC.
+JOB_DISK_MB = 128
+DISK_MB = 2 * JOB_DISK_MB
+WRITABLE = "/tmp/w"  # the worker's caches and job directories (in the tmpfs) when isolated
+_announced: set[str] = set()
+EXIT_GRACE_S = 10.0
+REAP_S = 30.0  # a killed worker not reaped by then is left behind (state D in the GPU driver)  # from the worker's pipe closing to its exit status being there
+# torch.compile baselines compile in the worker itself: inductor's default pool of compile
+# subprocesses kept running beside the timed kernels (H100: 100-200 us kernels timed with a
+# repeat CV of 7-15% next to it, 1.7% without)
+_QUIET_COMPILE = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+
+
+@dataclass
+class RunOutcome:
+    """What one job's run produced: the worker's result dict, or why there is none."""
+
+    payload: dict[str, Any] | None
+    stage: str = "correctness"  # the last stage the worker reported
+    timed_out: bool = False
+    failure: str = ""  # one line when payload is None
+    flood: bool = False
+    wall_s: float = 0.0
+    outputs: Any = None  # the raw trial outputs (a sandboxed child's `outputs.pt`)
+    rechecked: bool = False  # whether the parent judges the outputs (`verifier.judge.decide`)
+    # what the judge's clock measured of the timed windows (`verifier.judge.clock.JudgeClock.result`),
+    # for a run whose worker said ok; None otherwise
+    clock: Any = None
+    # persistent workers: the judge's answer on the trials (`verifier.judge.trial_judge`), as
+    # `verifier.judge.decide.parent_check` asks for it
+    referee: Any = None
+    # the trials ran on the judge's arena and only the judge compared them (the worker holds
+    # no reference: `verifier.run.worker._judged_trials`): a failed check is a wrong answer, not
+    # a worker that lied about one
+    judge_compared: bool = False
+    referee_s: float = 0.0  # seconds the referee's checks of this job took
+    # why the task's run cannot fit the device (`verifier.judge.admission`): no run was made, and
+    # the verdict is `does_not_fit`, not the candidate's failure
+    does_not_fit: str = ""
+
+
+class GpuWorkerProcess:
+    """One persistent worker on one GPU; `run` blocks until the job's result or a failure."""
+
+    def __init__(self, env: dict[str, str], backend: str = "cuda", memory_mb: int = 0,
+                 processes: int = 1024, isolate: bool = True, host_memory_mb: int = 0) -> None:
+        """`memory_mb`: RLIMIT_AS (0 on CUDA, whose driver reserves terabytes of address
+        space); `host_memory_mb`: the worker's host memory, bounded by `verifier.isolation.membound`."""
+        self.env, self.backend, self.host_memory_mb = env, backend, host_memory_mb
+        self.limits = SandboxLimits(timeout_s=1e6, memory_mb=memory_mb, cpu_s=10**7,
+                                    file_mb=FLOOD_BYTES * 4 >> 20, processes=processes,
+                                    isolate=isolate, devices=isolate, disk_mb=DISK_MB,
+                                    run_dir_writable=not isolate)
+        self.mem_cgroup: Path | None = None
+        self.memory_bound = ""
+        self.clock_fds: tuple[int, ...] = ()
+        self.clock: JudgeClock | None = None
+        self.jobs = 0
+        self.arena_fd = self.trials_fd = -1
+        self.ext_id: tuple[int, int] = (0, 0)
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self.buf = b""
+        self.workdir: Path | None = None
+        self.cgroup: Path | None = None
+        self.starts = 0
+        self.ready: dict[str, Any] | None = None
+        self.eof = False
+
+    def start(self) -> bool:
+        """Start the worker and wait until it is warm; False (with `ready` None) on failure."""
+        self.workdir = Path(tempfile.mkdtemp(prefix="ks-gpu-"))
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        wfd = theirs.fileno()
+        # the parent-clocked timing windows (`verifier.judge.clock`): worker -> parent, parent -> it
+        req_r, req_w = os.pipe()
+        go_r, go_w = os.pipe()
+        for fd in (req_r, go_w):
+            os.set_blocking(fd, False)
+        self.cgroup = make_pids_cgroup(self.limits.processes)
+        self.mem_cgroup, data_mb, self.memory_bound = host_memory_bound(self.host_memory_mb,
+                                                                        self.cgroup)
+        kind = self.memory_bound.split(" (")[0]
+        if kind not in _announced:  # say once per process which bound applies
+            _announced.add(kind)
+            sys.stderr.write(f"[gpu worker] host memory bound: {self.memory_bound}\n")
+        cmd = sandboxed_argv([sys.executable, "-m", "verifier.run.gpu_worker", str(wfd),
+                              self.backend], self.limits, self.cgroup, self.mem_cgroup, data_mb)
+        self.log = open(self.workdir / "worker.log", "wb")  # noqa: SIM115 (lives with the worker)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
+            env=scrubbed_env({"PYTHONPATH": _PKG_ROOT, **_QUIET_COMPILE,
+                              **self.private_caches(), **self.env,
+                              FDS_ENV: f"{req_w},{go_r}"}),
+            pass_fds=(wfd, req_w, go_r),
+            cwd=self.workdir, start_new_session=True)
+        theirs.close()
+        for fd in (req_w, go_r):
+            os.close(fd)
+        self.clock_fds = (req_r, go_w)
+        self.sock, self.buf, self.eof = mine, b"", False
+        self.starts += 1
+        self.ready = self._read(STARTUP_S)
+        if self.ready is None or not self.ready.get("ready"):
+            self.ready = None
+            return False
+        # job objects go here: made after the sandbox took over the directory, so it stays
+        # the verifier's (read-only to the worker)
+        ext = self.workdir / "ext"
+        ext.mkdir(mode=0o755)
+        os.chmod(ext, 0o755)
+        st = os.lstat(ext)
+        self.ext_id = (st.st_dev, st.st_ino)
+        return True
+
+    @property
+    def inner_dir(self) -> str:
+        """The worker's directory as the worker sees it."""
+        return RUN_DIR if self.limits.isolate else str(self.workdir)
+
+    def private_caches(self) -> dict[str, str]:
+        """Caches (inductor, triton, CUDA's JIT) in the worker's own directory: home is hidden."""
+        d = WRITABLE if self.limits.isolate else str(self.workdir)
+        return {"HOME": d, "KS_WORKER_TMP": d, "KS_JOB_DISK_MB": str(JOB_DISK_MB), "XDG_CACHE_HOME": f"{d}/.cache", "TRITON_CACHE_DIR": f"{d}/.triton",
+                "TORCHINDUCTOR_CACHE_DIR": f"{d}/.inductor", "CUDA_CACHE_PATH": f"{d}/.nv"}
+
+    def stage(self, artefacts: list[Any]) -> tuple[dict[str, dict], Path]:
+        """Copy a job's verified objects (`verifier.compile.builder.BuildResult`s) into the worker's
+        directory; their entries for the job, paths as the worker sees them. Raises
+        `verifier.compile.builder.ArtefactMismatch` when a copy does not match its recorded hash."""
+        assert self.workdir is not None
+        ext = self.workdir / "ext"
+        st = os.lstat(ext)  # the worker owns its directory: it may have swapped ext for its own
+        if (st.st_dev, st.st_ino) != self.ext_id or st.st_uid != os.geteuid():
+            raise ArtefactMismatch("the GPU worker's object directory was replaced")
+        self.jobs += 1
+        rel = f"ext/{self.jobs}-{secrets.token_hex(6)}"
+        dest = self.workdir / rel
+        os.mkdir(dest, 0o755)  # fails where something is there already
+        os.chmod(dest, 0o755)
+        entries = copy_for_worker(artefacts, dest)
+        for e in entries.values():
+            os.chmod(dest / e["path"], 0o644)
+            e["path"] = f"{self.inner_dir}/{rel}/{e['path']}"
+        return entries, dest
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and self.ready is not None
+
+    def _read(self, timeout_s: float) -> dict[str, Any] | None:
+        assert self.sock is not None
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([self.sock], [], [], min(left, 1.0))
+            if ready:
+                # a plain read: descriptors a candidate sends on this socket are closed by the
+                # kernel, never received (the worker itself sends none)
+                try:
+                    chunk = self.sock.recv(1 << 20)
+                except ConnectionResetError:  # it died with our job's descriptors unread
+                    chunk = b""
+                if not chunk:
+                    self.eof = True
+                    return None
+                self.buf += chunk
+            elif self.proc is None or self.proc.poll() is not None:
+                return None
+        line, self.buf = self.buf.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except ValueError:
+            return None
+
+    def log_size(self) -> int:
+        try:
+            return (self.workdir / "worker.log").stat().st_size if self.workdir else 0
+        except OSError:
+            return 0
+
+    def run(self, message: dict[str, Any], timeout_s: float, judge: Any = None,
+            arena_fd: int = -1, trials_fd: int = -1) -> RunOutcome:
+        """Send one job ({"job", "task_source", "candidate_source"}) and wait for its result;
+        `judge` (with the descriptor of its arena, sent to the worker with the job) times the
+        job's windows (`verifier.judge.clock`); `trials_fd`: the trials' arena
+        (`verifier.judge.trial_judge`), sent with the job too."""
+        if not self.alive():
+            self.stop()
+            if not self.start():
+                why = self.describe_exit()
+                self.stop()
+                return RunOutcome(None, failure=f"the GPU worker did not start: {why}")
+        start = time.monotonic()  # the job's clock starts once a warm worker has it
+        log_before = self.log_size()
+        assert self.proc is not None and self.proc.stdin is not None
+        deadline = start + timeout_s
+        clock = self.clock = (JudgeClock(judge, fds=self.clock_fds, wait_s=timeout_s,
+                                         meter=run_meter(self.cgroup))  # cgroup v2 only
+                              if judge is not None else None)
+        self.arena_fd, self.trials_fd = arena_fd, trials_fd
+        try:
+            return self._exchange(message, start, deadline, timeout_s, log_before, clock)
+        finally:
+            if clock is not None:
+                clock.stop()
+            self.clock, self.arena_fd, self.trials_fd = None, -1, -1
+
+    def _exchange(self, message: dict[str, Any], start: float, deadline: float,
+                  timeout_s: float, log_before: int, clock: JudgeClock | None) -> RunOutcome:
+        """One job: the judge's arenas, then the job, then progress until the result."""
+        try:
+            return self._exchange_with(message, start, deadline, timeout_s, log_before, clock)
+        except OSError as exc:  # the socket broke
+            self.stop()
+            return RunOutcome(None, failure=f"the GPU worker's result socket: {exc}",
+                              wall_s=time.monotonic() - start)
+
+    def _exchange_with(self, message: dict[str, Any], start: float, deadline: float,
+                       timeout_s: float, log_before: int, clock: JudgeClock | None
+                       ) -> RunOutcome:
+        assert self.proc is not None and self.sock is not None
+        # the worker takes them with the job, in the order the job names: the judge's arenas
+        sent = [(name, fd) for name, fd in (("arena", self.arena_fd), ("trials", self.trials_fd))
+                if fd >= 0]
+        message = {**message, "job": {**message["job"], "fds": [name for name, _ in sent]}}
+        if sent:
+            socket.send_fds(self.sock, [b"o"], [fd for _, fd in sent])
+        else:
+            self.sock.sendall(b"o")
+        why = self._send((json.dumps(message) + "\n").encode(), deadline)
+        if why:
+            self.stop()
+            return RunOutcome(None, failure=f"the GPU worker {why}", timed_out="took" in why,
+                              wall_s=time.monotonic() - start)
+        stage = "correctness"
+        while True:
+            msg = self._read(max(0.0, deadline - time.monotonic()))
+            if msg is None:
+                closed = ""
+                if self.eof:  # the pipe closes in exit() a moment before the pid is reapable
+                    try:
+                        self.proc.wait(timeout=EXIT_GRACE_S)
+                    except subprocess.TimeoutExpired:
+                        closed = " (it closed its result pipe and did not exit)"
+                timed_out = self.proc.poll() is None
+                failure = (f"timed out after {timeout_s:.0f}s{closed}" if timed_out
+                           else self.describe_exit())
+                flood = self.log_size() - log_before >= FLOOD_BYTES
+                self.stop()
+                return RunOutcome(None, stage, timed_out, failure, flood,
+                                  time.monotonic() - start)
+            if "progress" in msg:
+                stage = msg["progress"]
+                continue
+            flood = self.log_size() - log_before >= FLOOD_BYTES
+            # the worker is pid 1 of its own namespace: name it by the host's pid
+            msg["worker_ns_pid"], msg["worker_pid"] = msg.get("worker_pid"), self.proc.pid
+            if flood or msg.get("sticky_cuda_error") or msg.get("outcome") == "cheat":
+                self.stop()  # the next candidate gets a clean process
+            timed = None
+            if msg.get("outcome") == "ok":
+                timed = clock.result() if clock is not None else no_judge()
+            return RunOutcome(msg, msg.get("stage", stage), False, "", flood,
+                              time.monotonic() - start, clock=timed)
+
+    def _send(self, data: bytes, deadline: float) -> str:
+        """Write a job to the worker's stdin without blocking past `deadline` (a worker that
+        stopped reading would otherwise hold the verifier once the pipe is full); "" when sent,
+        else why not."""
+        assert self.proc is not None and self.proc.stdin is not None
+        fd = self.proc.stdin.fileno()
+        os.set_blocking(fd, False)
+        while data:
+            if time.monotonic() > deadline:
+                return "took no job input within the run's timeout"
+            _, ready, _ = select.select([], [fd], [], 1.0)
+            if not ready:
+                if self.proc.poll() is not None:
+                    return "exited before taking the job"
+                continue
+            try:
+                data = data[os.write(fd, data):]
+            except BlockingIOError:
+                continue
+            except OSError:
+                return "input pipe broke"
+        return ""
+
+    def describe_exit(self) -> str:
+        rc = self.proc.poll() if self.proc else None
+        if rc is not None and rc < 0:
+            name = signal.Signals(-rc).name
+            text = f"worker died with {name}"
+        else:
+            text = f"worker exited with code {rc}"
+        try:
+            tail = (self.workdir / "worker.log").read_bytes()[-2000:].decode("utf-8", "replace")
+        except (OSError, TypeError):
+            tail = ""
+        lines = [ln for ln in tail.strip().splitlines() if ln.strip()]
+        return text + (f": {lines[-1][:300]}" if lines else "")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            if not stop_process(self.proc, REAP_S):
+                sys.stderr.write(f"[gpu worker] pid {self.proc.pid} not reaped {REAP_S:g} s "
+                                 "after SIGKILL (stuck in the driver?); a fresh one is started\n")
+            self.proc = None
+            self.log.close()
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.clock is not None:  # its thread reads the pipe closed here
+            self.clock.stop()
+        for fd in self.clock_fds:
+            os.close(fd)
+        self.clock_fds = ()
+        for cg in (self.cgroup, self.mem_cgroup):
+            if cg is not None:
+                kill_cgroup(cg)
+        self.cgroup = self.mem_cgroup = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+        self.ready = None

@@ -1,0 +1,310 @@
+"""The persistent GPU worker's execution slot (`verifier.api`, cuda): one warm worker per GPU
+and its spares, the judge's arenas for its trials and timed windows (in a referee process on
+the GPU, or here), and the worker replaced after a failure. Returns a `RunOutcome` as the
+sandboxed slot does (`verifier.run.runners`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from verifier.compile.builder import ArtefactMismatch, verify_artefact
+from verifier.judge.referee import Referee, RemoteJudge, RemoteTrials
+from verifier.judge.trial_judge import DoesNotFit
+from verifier.judge.window_judge import WindowJudge
+from verifier.protocol import VerifyOptions
+from verifier.run.gpu_pool import GpuWorkerProcess, RunOutcome
+from verifier.run.runners import CPU_ARENA_BYTES, cpu_peaks
+
+GPU_ARENA_BYTES = 8 << 30  # on a GPU (at most a quarter of its free memory)
+CPU_TRIALS_BYTES = 4 << 30  # what the cpu loop's trials may hold (`verifier.judge.admission`)
+RUNTIME_MB = 2048  # a GPU worker's host memory beyond the run's limit: torch, the CUDA runtime
+
+
+def window_budget(trials: Any) -> int:
+    """The timed windows' arena budget the trials' admission left (`verifier.judge.admission`)."""
+    a = trials.admission
+    return int(a["window_budget"] if isinstance(a, dict) else a.window_budget)
+
+
+class GpuRunner:
+    """One execution slot pinned to a GPU: a persistent `verifier.run.gpu_worker` process, and
+    `standbys` warm spares beside it: a worker that a candidate kills (crash, hang, sticky
+    CUDA error, tampering) is replaced by a spare at once instead of after a fresh start
+    (import torch, CUDA context, the profiler's first session: ~12 s on an H100 node), and a
+    new spare starts in the background. Cheating candidates come in runs (an RL policy that
+    found a hole tries it again; a corpus groups them), so one spare is not enough: with one,
+    the H100 benchmark waited ~10 s four times in a batch for the spare of the previous swap."""
+
+    def __init__(self, opts: VerifyOptions, env: dict[str, str], backend: str,
+                 standbys: int = 0) -> None:
+        self.opts, self.backend = opts, backend
+        # RLIMIT_AS cannot bound a CUDA process: its host memory is bounded by a cgroup
+        # (`verifier.isolation.membound`), the run's limit plus room for the runtime's own
+        mem = opts.memory_limit_mb + RUNTIME_MB if opts.memory_limit_mb > 0 else 0
+        self.worker = GpuWorkerProcess(env, backend, host_memory_mb=mem)
+        self.spares = [GpuWorkerProcess(env, backend, host_memory_mb=mem)
+                       for _ in range(max(0, standbys))]
+        # the trusted judge of the trials and timed windows: a referee process on the same
+        # GPU (its arenas are device memory the worker maps); the cpu loop: this process
+        self.referee = Referee(env, backend) if backend != "cpu" else None
+        self.jobs = 0
+        self.device_peaks: dict[str, Any] | None = None
+        self.threads: dict[int, threading.Thread] = {}  # spare index -> its start, oldest first
+        self.swaps = 0
+        self.closed = False
+        self.starting: set[int] = set()  # spares whose start has not ended (state_lock)
+        self.state_lock = threading.Lock()  # closed/starting, between close() and a start
+        self.lock = threading.Lock()  # warm() and run() never drive the process at once
+
+    def warm(self) -> None:
+        """Start the worker ahead of the first job (it warms while candidates compile)."""
+        with self.lock:
+            if not self.worker.alive():
+                self.worker.start()
+            self._refill()
+
+    def wait_ready(self) -> None:
+        """Return once warm() is done (so a profile does not count start-up as job time)."""
+        with self.lock:
+            return
+
+    def _refill(self) -> None:
+        """Start every spare that is neither up nor starting, in the background (lock held)."""
+        for i, spare in enumerate(self.spares):
+            with self.state_lock:
+                if spare.alive() or i in self.starting:
+                    continue
+                self.starting.add(i)
+            spare.stop()
+            self.threads.pop(i, None)
+            self.threads[i] = threading.Thread(target=self._start_spare, args=(i, spare),
+                                               daemon=True)
+            self.threads[i].start()
+
+    def _start_spare(self, i: int, proc: GpuWorkerProcess) -> None:
+        proc.start()
+        with self.state_lock:
+            self.starting.discard(i)
+            leave = self.closed
+        if leave:  # the batch ended while it started: nothing will use it
+            proc.stop()
+
+    def _swap_in_standby(self, wait: bool) -> None:
+        """A warm spare becomes the worker when the worker is gone (lock held); `wait`: for
+        the spare that started first, when none is up yet (before a job; after one, the next
+        job waits instead)."""
+        if not self.spares or self.worker.alive():
+            return
+        ready = [i for i, s in enumerate(self.spares) if s.alive()]
+        if not ready:
+            if not wait:
+                return
+            with self.state_lock:
+                pending = [i for i in self.threads if i in self.starting]
+            if pending:
+                self.threads[pending[0]].join()
+            ready = [i for i, s in enumerate(self.spares) if s.alive()]
+        if ready:
+            i = ready[0]
+            self.worker.stop()
+            self.worker, self.spares[i] = self.spares[i], self.worker
+            self.swaps += 1
+        self._refill()
+
+    def run(self, item: Any, job: dict[str, Any]) -> RunOutcome:
+        built = [r for r in item.built.values() if r.ok]
+        changed = [r.path for r in built if not verify_artefact(r)]
+        if changed:
+            return RunOutcome(None, "correctness", False, "verifier build cache: built object "
+                              f"{Path(changed[0]).name} changed after the build (hash mismatch)",
+                              False, 0.0)
+        job = {**job, "device_sources": [src for s in item.specs
+                                         for src in (*s.cuda_sources, *s.cpp_sources)]}
+        with self.lock:
+            self._swap_in_standby(wait=True)
+            judge, trials, fds = None, None, [-1, -1]  # the windows' and the trials' arenas
+            try:
+                if not job.get("baseline_only"):
+                    try:
+                        trials, fds[1] = self._trials(item, job)
+                        judge, fds[0] = self._judge(item, window_budget(trials))
+                    except DoesNotFit as exc:  # the task's, not the candidate's
+                        return RunOutcome(None, failure=str(exc), does_not_fit=str(exc))
+                    except RuntimeError as exc:  # the verifier's fault, not the candidate's
+                        return RunOutcome(None, failure=f"the verifier's referee failed: {exc}")
+                    job = {**job, "arena": judge.spec, "trials_arena": trials.spec}
+                out = self._run_locked(item, job, built, judge, *fds)
+                return self._judged_here(out, trials)
+            finally:
+                for fd in fds:
+                    if fd >= 0:
+                        os.close(fd)
+                for held in (judge, trials):
+                    if held is not None:
+                        self._release_judge(held)
+                self._swap_in_standby(wait=False)
+
+    def _trials(self, item: Any, job: dict[str, Any]) -> tuple[Any, int]:
+        """The job's trial judge (`verifier.judge.trial_judge`) and its arena's descriptor: the
+        referee's on its GPU; on the cpu loop this process's, in a memfd. DoesNotFit when the
+        task's run cannot fit the device."""
+        from verifier.judge.trial_judge import DoesNotFit, TrialJudge
+
+        opts = self.opts
+        args = {"task_source": item.req.task_source, "seed": opts.seed,
+                "input_seed": job["input_seed"], "trials": max(1, opts.trials),
+                "variants": job.get("variants") or [],
+                "tol": (opts.atol_fp32, opts.rtol_fp32, opts.atol_low, opts.rtol_low),
+                "window_max": GPU_ARENA_BYTES if self.referee is not None else CPU_ARENA_BYTES,
+                "cpu_free": CPU_TRIALS_BYTES}
+        if self.referee is None:
+            try:
+                judge = TrialJudge(args, CPU_TRIALS_BYTES, CPU_ARENA_BYTES)
+            except DoesNotFit:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the reference fails: its task's error
+                raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
+            return judge, os.dup(judge.arena.fd)
+        reply, fd = self.referee.prepare(args, op="trials")
+        if reply.get("does_not_fit"):
+            raise DoesNotFit(str(reply["does_not_fit"]))
+        return RemoteTrials(self.referee, reply), fd
+
+    def _judge(self, item: Any, budget: int = GPU_ARENA_BYTES) -> tuple[Any, int]:
+        """The job's window judge and its arena's descriptor (for the worker): the referee's on
+        its GPU; on the cpu loop (no referee) this process's, in a memfd."""
+        opts = self.opts
+        tol = (opts.atol_fp32, opts.rtol_fp32, opts.atol_low, opts.rtol_low)
+        if self.referee is None:
+            try:
+                judge = WindowJudge(item.req.task_source, opts.seed, tol, CPU_ARENA_BYTES)
+            except Exception as exc:  # noqa: BLE001 - the reference fails: its task's error
+                raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
+            return judge, os.dup(judge.arena.fd)
+        reply, fd = self.referee.prepare({"task_source": item.req.task_source, "seed": opts.seed,
+                                          "tol": tol, "budget_bytes": budget})
+        return RemoteJudge(self.referee, reply), fd
+
+    def _release_judge(self, judge: Any) -> None:
+        try:
+            judge.release() if isinstance(judge, RemoteJudge) else judge.close()
+        except RuntimeError as exc:  # the referee restarts on its next use
+            print(f"kernelsynth verifier: the referee did not release a judge: {exc}",
+                  file=sys.stderr)
+
+    def baseline(self, task_source: str, job_options: dict[str, Any]) -> dict[str, Any] | None:
+        """The reference's baselines timed by the referee, which never runs candidate code
+        (the cpu loop: by this process); None when they cannot be timed."""
+        args = {"task_source": task_source, "seed": self.opts.seed, "backend": self.backend,
+                "torch_compile": bool(job_options.get("torch_compile_baseline")),
+                "budget_bytes": GPU_ARENA_BYTES if self.referee is not None else CPU_ARENA_BYTES}
+        try:
+            if self.referee is None:
+                from verifier.judge.referee import baseline
+
+                return baseline(args)["figures"]
+            return self.referee.request("baseline", args)["figures"]
+        except Exception as exc:  # noqa: BLE001 - an untimeable reference: no baseline
+            print(f"kernelsynth verifier: no baseline for a task: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            return None
+
+    def peaks(self) -> dict[str, Any] | None:
+        """The GPU's peaks for the physics floor, measured once by the referee (cached)."""
+        if self.referee is None:
+            return cpu_peaks()
+        if self.device_peaks is None:
+            from verifier.run.baselines import default_cache_dir
+
+            try:
+                self.device_peaks = self.referee.request(
+                    "peaks", {"cache_dir": str(default_cache_dir())})["peaks"]
+            except RuntimeError as exc:
+                print(f"kernelsynth verifier: no physics floor: {exc}", file=sys.stderr)
+                self.device_peaks = {}
+        return self.device_peaks or None
+
+    def _judged_here(self, out: RunOutcome, trials: Any) -> RunOutcome:
+        """The judge's check of a run its worker called ok: the trials' outputs in their slots
+        against its references, on its device (`verifier.judge.trial_judge`); its figures replace
+        the worker's, and the parent's check (`verifier.judge.decide.parent_check`) reads its answer."""
+        p = out.payload
+        if p is None or p.get("outcome") != "ok" or trials is None:
+            return out
+        out.rechecked = True  # the worker's "ok" is not believed
+        out.judge_compared = True
+        began = time.monotonic()
+        try:
+            ok, why, stats = trials.check(p.pop("trial_report", None), p.get("variants_checked"))
+        except RuntimeError as exc:  # the referee failed: the parent's check says so
+            ok, why, stats = None, str(exc), {}
+        out.referee_s += time.monotonic() - began  # the benchmarks' profile
+        p.update(stats)
+        held = int(trials.spec["trials"])
+        p["trials"] = held
+        if held < max(1, self.opts.trials):
+            p.setdefault("findings", []).append({
+                "rule": "trials_admitted", "severity": "warning", "line": None,
+                "message": f"{held} of {self.opts.trials} trials: the device holds no more "
+                           f"(`verifier.judge.admission`)"})
+
+        def answer(op: str, args: dict[str, Any]) -> tuple[bool, str]:
+            if ok is None:
+                raise RuntimeError(why)
+            return ok, why
+
+        out.referee = answer
+        return out
+
+    def _run_locked(self, item: Any, job: dict[str, Any], built: list, judge: Any = None,
+                    arena_fd: int = -1, trials_fd: int = -1) -> RunOutcome:
+        """One job on the current worker (lock held): start it if gone, stage the objects."""
+        if not self.worker.alive():  # objects are staged in a started worker's directory
+            self.worker.stop()
+            if not self.worker.start():
+                why = self.worker.describe_exit()
+                bound = self.worker.memory_bound
+                self.worker.stop()
+                return RunOutcome(None, failure=f"the GPU worker did not start: {why} "
+                                  f"(host memory bound: {bound})")
+        if not self.worker.limits.isolate:  # it sees the build cache itself
+            entries = {r.key: {**r.to_entry(), "path": os.path.abspath(r.path)}
+                       for r in built}
+            return self.worker.run({"job": {**job, "extensions": entries},
+                                    "task_source": item.req.task_source,
+                                    "candidate_source": item.code}, self.opts.run_timeout_s,
+                                   judge, arena_fd, trials_fd)
+        staged = None
+        try:
+            entries, staged = self.worker.stage(built)
+            return self.worker.run({"job": {**job, "extensions": entries},
+                                    "task_source": item.req.task_source,
+                                    "candidate_source": item.code}, self.opts.run_timeout_s,
+                                   judge, arena_fd, trials_fd)
+        except (ArtefactMismatch, OSError) as exc:  # the worker is not trusted further
+            self.worker.stop()
+            return RunOutcome(None, "correctness", False, f"verifier build cache: {exc}",
+                              False, 0.0)
+        finally:
+            if staged is not None:
+                shutil.rmtree(staged, ignore_errors=True)
+
+    def close(self) -> None:
+        """Stop every process; a spare still starting stops itself once it is up (the batch
+        does not wait for it)."""
+        with self.lock:
+            self.worker.stop()
+            with self.state_lock:
+                self.closed = True
+                starting = set(self.starting)
+            for i, spare in enumerate(self.spares):
+                if i not in starting:
+                    spare.stop()
+            if self.referee is not None:
+                self.referee.close()

@@ -1,0 +1,288 @@
+"""Persistent GPU execution worker: one process per GPU runs candidates one after another.
+
+A fresh process per candidate costs ~8 s on an H100 node (import torch 3 s, CUDA context 0.4 s,
+the profiler's first session 4-6 s: measured by benchmarks/gpu_diag.py) and a CUDA
+context cannot be forked, so the verifier keeps one warm worker per GPU, pinned with
+CUDA_VISIBLE_DEVICES. The checks are `verifier.run.worker.run_job`'s, the same as on the CPU.
+
+Started by `verifier.api` as `python -m verifier.run.gpu_worker RESULT_FD [BACKEND]` (default
+cuda; the tests run the same loop with `cpu`, which no GPU host needs) inside the sandbox's
+session, pids cgroup and network namespace. Reads one JSON job per stdin line ({"job",
+"task_source", "candidate_source"}); writes {"progress": stage} lines and then one result per
+job to RESULT_FD, a unix socket only this process holds (the candidate's prints go to
+stdout/stderr, never into results). Nothing the worker says is believed: each job's trial
+inputs and outputs live in the judge's arena on the device (`verifier.judge.trial_judge`), whose
+descriptor, with the timed windows' arena's, the parent passes over that socket (SCM_RIGHTS)
+before the job; the result line carries only the outputs' plain values (`trial_report`). Jobs
+run in directories of the private tmpfs (KS_WORKER_TMP); a job that leaves less than
+KS_JOB_DISK_MB free there ends the worker after its result. Between jobs it checks that the process is still fit to judge the next
+candidate: no CUDA error left in the context, no replaced torch/time functions (a wide snapshot
+of their attributes), no changed global torch state, no leftover threads. A job that leaves any
+of these behind is a `cheat` (tampering) or a `runtime_error` (sticky CUDA error), and the
+worker exits after reporting it, so the parent starts a clean one for the next candidate.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from typing import Any
+
+# Modules whose public attributes a candidate must leave alone (compared by identity per job).
+_WATCHED = ("torch", "torch.nn.functional", "torch.Tensor", "torch.cuda", "torch.nn.Module",
+            "torch.testing", "time", "threading", "verifier.run.worker", "verifier.backends.gpu_timing",
+            "verifier.backends.gpu_anticheat", "verifier.checks.extspec")
+
+
+_WARMUP_TASK = """import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+def get_inputs():
+    return [torch.randn(256)]
+def get_init_inputs():
+    return []
+"""
+_WARMUP_CANDIDATE = _WARMUP_TASK.replace("class Model(", "class ModelNew(")
+
+
+def watched_state() -> dict[str, int]:
+    """Identity of every public function/class of the watched modules (and `__call__`/`__eq__`);
+    data attributes are left out, torch updates some of them itself."""
+    from verifier.run.tamper import resolve
+
+    state = {}
+    for owner in _WATCHED:
+        obj = resolve(owner)
+        if obj is None:
+            continue
+        for name in dir(obj):
+            if name.startswith("_") and name not in ("__call__", "__eq__"):
+                continue
+            try:
+                value = getattr(obj, name)
+            except Exception:  # properties that raise: not something a candidate can swap
+                continue
+            if callable(value):
+                state[f"{owner}.{name}"] = id(value)
+    return state
+
+
+def global_flags() -> dict[str, Any]:
+    """Process-wide torch settings that change what a reference computes."""
+    import torch
+
+    return {"default_dtype": str(torch.get_default_dtype()),
+            "grad_enabled": torch.is_grad_enabled(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "cudnn_enabled": torch.backends.cudnn.enabled,
+            "num_threads": torch.get_num_threads(),
+            # a handler or timer left behind runs candidate code after its run, e.g. between
+            # the job's end and the judge's check of its slots
+            "signal_handlers": signal_handlers(),
+            "timers": tuple(signal.getitimer(t) != (0.0, 0.0) for t in (
+                signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF))}
+
+
+def signal_handlers() -> tuple[tuple[int, int], ...]:
+    """(signal, identity of its Python-level handler) for every signal that has one."""
+    out = []
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+        except (OSError, ValueError):  # signals Python cannot ask about
+            continue
+        out.append((int(sig), id(handler)))
+    return tuple(out)
+
+
+def sticky_cuda_error() -> str | None:
+    """The error a broken CUDA context raises, or None when it still works."""
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device="cuda").add_(1).item()
+        return None
+    except Exception as exc:  # the context is broken; this worker must not run more candidates
+        return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def after_job(result: dict[str, Any], state: dict[str, int], flags: dict[str, Any],
+              threads: int) -> bool:
+    """Hygiene after a job; updates `result` and returns True when the worker must exit."""
+    import torch
+
+    sticky = sticky_cuda_error() if torch.cuda.is_initialized() else None
+    if sticky:
+        result["sticky_cuda_error"] = sticky
+        if result.get("outcome") == "ok":  # it passed, then broke the context on the way out
+            result.update(outcome="runtime_error",
+                          error=f"the CUDA context was broken after the run: {sticky}")
+        return True
+    changed = [k for k, v in watched_state().items() if state.get(k, v) != v]
+    now = global_flags()
+    changed += [f"torch global state {k}" for k in flags if now[k] != flags[k]]
+    if threading.active_count() > max(threads, int(result.get("harness_threads") or 0)):
+        changed.append("Python threads left running")
+    if changed:
+        for name in changed[:10]:
+            result["findings"].append({"rule": "patched_function", "severity": "error",
+                                       "line": None, "message": f"{name} changed during the run"})
+        result.update(outcome="cheat", error="the candidate changed the harness's process: "
+                      + ", ".join(changed[:5]))
+        return True
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    return False
+
+
+def _warm_up(backend_name: str) -> Any:
+    """The backend, warmed: the profiler's first session and torch's first-use rebinding paid
+    before the first candidate (so only candidates change what the snapshot holds)."""
+    import torch
+
+    from verifier.backends import get_backend
+    from verifier.run.worker import run_job
+
+    backend = get_backend(backend_name)
+    if backend_name == "cuda":
+        torch.cuda.init()
+    # the profiler's first session costs seconds: pay it before the first candidate
+    backend.kernel_names(lambda: torch.ones(4, device=backend.device()).add_(1))
+    backend.synchronize()
+    # torch rebinds some of its functions on first use (importing torch._dynamo wraps
+    # torch.manual_seed): one harness run before the snapshot, so only candidates change it
+    run_job({"nonce": "warm-up", "backend": backend_name, "extensions": {},
+             "options": {"trials": 1, "perf_trials": 2, "perf_max_trials": 2, "perf_warmup": 1}},
+            _WARMUP_TASK, _WARMUP_CANDIDATE)
+    return backend
+
+
+def _run_one(msg: dict[str, Any], sock: socket.socket, base: str,
+             progress: Callable[[str], None]) -> dict[str, Any]:
+    """One job in a fresh folder under `base`, with the judge's arenas it was sent (their
+    descriptors closed when it ends)."""
+    from verifier.run.worker import run_job
+
+    job = msg["job"]
+    # sent before the job, in the order its "fds" names: the judge's arenas of the timed
+    # windows (`verifier.judge.arena`) and of the trials (`verifier.judge.trial_io`)
+    _, fds, _, _ = socket.recv_fds(sock, 1, 2)
+    named = dict(zip(job.get("fds") or (), fds, strict=False))
+    arena_fd, trials_fd = named.get("arena", -1), named.get("trials", -1)
+    if arena_fd >= 0:
+        job["arena_fd"] = arena_fd
+    if trials_fd >= 0:
+        job["trials_fd"] = trials_fd
+    jobdir = tempfile.mkdtemp(prefix="job-", dir=base)  # nothing left for the next job
+    os.chdir(jobdir)
+    try:
+        return run_job(job, msg["task_source"], msg["candidate_source"], progress)
+    finally:
+        os.chdir(base)
+        shutil.rmtree(jobdir, ignore_errors=True)
+        for fd in (arena_fd, trials_fd):  # mapped while the job ran; unmapped by then
+            if fd >= 0:
+                os.close(fd)
+
+
+def _strays_end_it(result: dict[str, Any]) -> bool:
+    """Whether processes the candidate started outlived its run (then the result says so)."""
+    strays = stray_processes()
+    if strays:
+        result.setdefault("findings", []).append({
+            "rule": "stray_process", "severity": "error", "line": None,
+            "message": f"processes {strays[:5]} started by the candidate outlived its run"})
+        result.update(outcome="cheat", error="processes started by the candidate outlived "
+                      f"its run ({len(strays)}); the worker ends with them")
+    return bool(strays)
+
+
+def main(argv: list[str]) -> int:
+    """Serve jobs from stdin until EOF; results go to the fd named in argv[0]."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks on demand (hang reports)
+    out = os.fdopen(int(argv[0]), "w", buffering=1)
+    os.set_inheritable(out.fileno(), False)
+    sock = socket.socket(fileno=os.dup(out.fileno()))
+    backend = _warm_up(argv[1] if len(argv) > 1 else "cuda")
+    state, flags, threads = watched_state(), global_flags(), threading.active_count()
+    ident = device_ident(backend)
+    out.write(json.dumps({"ready": True, "pid": os.getpid(), "device": backend.device_name(),
+                          "worker_device": ident}) + "\n")
+
+    def progress(stage: str) -> None:
+        out.write(json.dumps({"progress": stage}) + "\n")
+
+    # jobs and caches in the private tmpfs (the worker's own directory is read-only to it)
+    base = os.environ.get("KS_WORKER_TMP") or os.getcwd()
+    os.makedirs(base, exist_ok=True)
+    job_free = int(os.environ.get("KS_JOB_DISK_MB", "0")) << 20
+    held: list[Any] = []  # the last job's result, alive until the next job comes
+    for line in sys.stdin:
+        msg = json.loads(line)
+        gc.enable()  # the parent judged the last job's trials before it sent this job
+        held.clear()
+        result = _run_one(msg, sock, base, progress)
+        # no cyclic garbage collected (finalizers are candidate code) from the job's end until
+        # the judge has checked its trials' slots: collection resumes when the next job
+        # arrives, which the parent sends after its check (a full collection here would cost
+        # ~50 ms a job)
+        gc.disable()
+        held[:] = [result, result.pop("raw_outputs", None)]  # seeded trials: not sent, not used
+        sys.stdout.flush()
+        sys.stderr.flush()
+        leave = after_job(result, state, flags, threads)
+        leave = _strays_end_it(result) or leave
+        threads = max(threads, int(result.get("harness_threads") or 0))  # torch.compile's
+        if job_free and free_bytes(base) < job_free:  # the next job gets a fresh tmpfs
+            leave = True
+        result["worker_pid"], result["worker_device"] = os.getpid(), ident
+        out.write(json.dumps(result, default=str) + "\n")
+        out.flush()
+        if leave:
+            return 3
+    return 0
+
+
+def free_bytes(path: str) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def stray_processes() -> list[int]:
+    """Other processes of this worker's pid namespace (it is pid 1 there when sandboxed:
+    `verifier.isolation.isolate`), zombies reaped first; [] when it is not pid 1."""
+    if os.getpid() != 1:
+        return []
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != 1]
+
+
+def device_ident(backend: Any) -> str:
+    """Which physical device this worker got: its pinning variable and the device's UUID."""
+    import torch
+
+    var = getattr(backend, "visible_devices_env", "")
+    if not var:
+        return backend.device()
+    props = getattr(torch, backend.device()).get_device_properties(0)
+    pinned = f"{backend.device()}[{var}={os.environ.get(var, '')}]"
+    return f"{pinned} {getattr(props, 'uuid', '')}".rstrip()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
