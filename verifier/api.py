@@ -36,6 +36,7 @@ from verifier.extspec import ExtensionSpec, specs_from_source
 from verifier.fallback import apply_policy, errors
 from verifier.forkserver import ForkServer, ForkServerError
 from verifier.generalize import record_generalisation, request_variants
+from verifier.inputs import trial_input_seed
 from verifier.performance import judge_performance
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
 from verifier.reward import finalize, record_share
@@ -110,7 +111,7 @@ def _execute(item: _Item, backend: Backend, opts: VerifyOptions, baselines: Base
     # timed in a process that never ran candidate code, before this candidate runs
     base = baselines.ensure(item.req.task_source, runner, job_options)
     nonce = secrets.token_hex(16)
-    job = {"nonce": nonce, "backend": backend.name, "input_seed": secrets.randbelow(1 << 30),
+    job = {"nonce": nonce, "backend": backend.name, "input_seed": trial_input_seed(),
            "options": job_options}
     variants = request_variants(item.req, opts)
     job["variants"] = variants

@@ -28,22 +28,16 @@ DEVICE = "cpu"  # where references run (a referee process sets its GPU)
 
 def make_inputs(get_inputs: Any, seed: int) -> list[Any]:
     """The task's inputs under `seed`, drawn on DEVICE as the worker draws them."""
-    import torch
+    from verifier.inputs import draw_inputs
 
-    from verifier.worker import _to_device
-
-    torch.manual_seed(seed)
-    if DEVICE == "cpu":
-        return list(get_inputs())
-    with torch.device(DEVICE):
-        return list(_to_device(get_inputs(), DEVICE))
+    return draw_inputs(get_inputs, seed, DEVICE)
 
 
 def on_device(out: Any) -> Any:
     """A worker's output (moved to the cpu by the worker) on DEVICE, next to the reference."""
-    from verifier.worker import _to_device
+    from verifier.inputs import to_device
 
-    return out if DEVICE == "cpu" else _to_device(out, DEVICE)
+    return out if DEVICE == "cpu" else to_device(out, DEVICE)
 
 
 def _reference(task_source: str, seed: int) -> tuple[Any, Any]:

@@ -22,6 +22,7 @@ from verifier.clock import JudgeClock, no_judge
 from verifier.cpu_meter import CpuCgroup
 from verifier.decide import load_outputs
 from verifier.gpu_pool import GpuWorkerProcess, RunOutcome
+from verifier.inputs import trial_input_seed
 from verifier.ip_sampler import SamplingClock
 from verifier.protocol import VerifyOptions
 from verifier.referee import Referee, RemoteJudge, RemoteTrials
@@ -160,7 +161,7 @@ class _SandboxRunner:
         """The reference's baselines, timed in a fresh sandboxed child that loads nothing but
         the reference (a process that never runs candidate code); None when it failed."""
         job = {"nonce": secrets.token_hex(16), "backend": self.backend.name,
-               "input_seed": secrets.randbelow(1 << 30), "options": job_options,
+               "input_seed": trial_input_seed(), "options": job_options,
                "baseline_only": True, "arena_budget": CPU_ARENA_BYTES}
         item = SimpleNamespace(built={}, specs=[], code="", req=SimpleNamespace(
             task_source=task_source, task_id="baseline"))

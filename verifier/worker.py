@@ -128,6 +128,7 @@ def _candidate_traceback(exc: BaseException) -> tuple[str, int | None]:
     return msg[:2000], line
 
 
+from verifier.inputs import draw_inputs  # noqa: E402
 from verifier.judge import (  # noqa: E402  (re-exported: tests and the parent use them)
     LOW_PRECISION_MARGIN,
     _compare,
@@ -176,16 +177,6 @@ def exact_fp32() -> None:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-
-
-def _to_device(obj: Any, device: str) -> Any:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, list | tuple):
-        return type(obj)(_to_device(o, device) for o in obj)
-    return obj
 
 
 def run_job(job: dict[str, Any], task_src: str, cand_src: str,
@@ -247,11 +238,7 @@ def _run(res: _Result, job: dict[str, Any], task_src: str, cand_src: str) -> Non
     input_seed = int(job.get("input_seed", seed))  # fresh per run, chosen by the parent
 
     def make_inputs(k: int) -> list[Any]:
-        torch.manual_seed(input_seed + k)
-        if device == "cpu":
-            return list(_to_device(get_inputs(), device))
-        with torch.device(device):  # random inputs made on the device (fast for big tensors)
-            return list(_to_device(get_inputs(), device))
+        return draw_inputs(get_inputs, input_seed + k, device)
 
     mark("reference_load")
     if job.get("baseline_only"):  # a process that never runs candidate code times the reference

@@ -38,9 +38,15 @@ def _spin_code(so: Path, n: str = "10**12") -> str:
             f"lib.spin.argtypes = [ctypes.c_long]; lib.spin({n})")
 
 
+def _dies_with_us() -> None:
+    """A spinning child must not outlive a test run killed mid-test (it would spin for ever)."""
+    ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+
+
 def _sampled(code: str, own: set[str], seconds: float = 0.4) -> tuple[Counter, Counter, dict]:
     """Kinds and objects of a child running `code`, sampled for `seconds`."""
-    child = subprocess.Popen([sys.executable, "-c", code], env=CHILD_ENV)
+    child = subprocess.Popen([sys.executable, "-c", code], env=CHILD_ENV,
+                             preexec_fn=_dies_with_us)
     try:
         time.sleep(1.0)  # past the interpreter's start (and numpy's import)
         assert child.poll() is None, "the child ended early"
@@ -87,7 +93,8 @@ def test_numpy_blas_is_library_time_and_the_decision_names_it(spin_so: Path) -> 
 def test_a_thread_another_process_traces_is_reported_not_sampled() -> None:
     code = ("import ctypes, time\nctypes.CDLL(None).ptrace(0, 0, None, None)\n"  # TRACEME
             "while True:\n    pass\n")
-    child = subprocess.Popen([sys.executable, "-c", code], env=CHILD_ENV)
+    child = subprocess.Popen([sys.executable, "-c", code], env=CHILD_ENV,
+                             preexec_fn=_dies_with_us)
     try:
         time.sleep(0.8)
         rip, why = ips.sample_once(child.pid)
