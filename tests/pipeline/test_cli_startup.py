@@ -35,14 +35,14 @@ def test_help_and_config_show_load_no_heavy_library() -> None:
 
 
 def test_stats_loads_only_the_data_libraries_it_reads_with(tmp_path: Path) -> None:
-    # stats reads Parquet (pyarrow, polars) and refreshes catalog.duckdb; nothing else is loaded
+    # stats reads Parquet (pyarrow) and refreshes catalog.duckdb; nothing else is loaded
     code = ("import pipeline.cli, sys\n"
             f"sys.argv = ['kernelsynth', 'stats', '--workspace', {str(tmp_path / 'ks')!r}]\n"
             "try:\n    pipeline.cli.main()\nexcept SystemExit as exc:\n"
             "    assert not exc.code, exc.code")
     loaded = _loaded_after(code)
     assert "duckdb" in loaded and "pyarrow" in loaded, loaded  # it did read the workspace
-    assert set(loaded) <= {"duckdb", "polars", "pyarrow"}, loaded
+    assert set(loaded) <= {"duckdb", "pyarrow"}, loaded
     assert (tmp_path / "ks" / "catalog.duckdb").is_file()
 
 
