@@ -139,6 +139,10 @@ def parse_items(payload: Any) -> tuple[list[VerifyRequest], float | None]:
 
 def parse_openrlhf(payload: Any) -> list[VerifyRequest]:
     """VerifyRequests from OpenRLHF's {"query", "prompts", "labels"} (labels: task sources)."""
+    # The shape OpenRLHF's client sends: openrlhf/utils/remote_rm_utils.py (OpenRLHF/OpenRLHF,
+    # commit 9b8641c1), remote_rm_fn(api_url, queries, prompts, labels, score_key="rewards")
+    # requests.post(json={"query": queries, "prompts": prompts, "labels": labels}) and returns
+    # response[score_key]; the answer's keys are in reward_server.openrlhf_answer.
     if not isinstance(payload, dict):
         raise BadRequest(400, "body must be a JSON object")
     queries, prompts, labels = (payload.get(k) for k in ("query", "prompts", "labels"))
