@@ -61,6 +61,10 @@ def positive_number(value: Any, name: str) -> float:
 
 def task_source_problem(source: str) -> str | None:
     """Why `source` is not a KernelBench task file (parses; Model, get_inputs, ...), or None."""
+    try:  # the verifier writes it to files: a lone surrogate would fail there, as its own error
+        source.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"is not UTF-8 text ({exc.reason} at character {exc.start})"
     try:
         tree = parse(source, "<task_source>")
     except (RecursionError, MemoryError):  # the parser's nesting limits
