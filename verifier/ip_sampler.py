@@ -19,9 +19,10 @@ keep the judge out) cannot be seized: that is a finding, as no honest run has on
 
 Each rip is mapped through /proc/<tid>/maps to its object: `own` (the extension objects the
 judge copied into the run's directory), `torch` (torch's libraries: aten kernels, c10, its
-libgomp), `library` (numpy, openblas, mkl, any other .so under site-packages), `overhead`
-(interpreter, libc, the dynamic loader, vdso), `anon` (executable anonymous memory: code made at
-run time). Under the strict fallback policy, with calls long enough to sample (`MIN_CALL_S`)
+libgomp), `library` (numpy, openblas, mkl, any other .so under site-packages, and any object
+from where a run can write: a library copied under a neutral name into its folder), `overhead`
+(interpreter, libc, the dynamic loader, vdso: the system's trees and the interpreter's prefix),
+`anon` (executable anonymous memory: code made at run time). Under the strict fallback policy, with calls long enough to sample (`MIN_CALL_S`)
 and enough samples (`MIN_SAMPLES`), `decide` finds a cheat when library compute (torch +
 library + anon) holds more than `LIBRARY_SHARE` of the samples, or when the candidate loaded
 extension objects and not one sample landed in them (the extension never computed). An honest
@@ -258,7 +259,20 @@ def kind_of(path: str, own: set[str]) -> str:
         return "torch"
     if "-packages/" in path or any(k in name for k in ("blas", "mkl", "lapack", "numpy")):
         return "library"
-    return "overhead"
+    # overhead is where the run cannot write (the system's trees, the interpreter's prefix): a
+    # library copied under any other name into its folder or /tmp is still library code
+    return "overhead" if path.startswith(_overhead_roots()) else "library"
+
+
+_SYSTEM_ROOTS = ("/usr/", "/lib/", "/lib64/", "/lib32/", "/libx32/", "/bin/", "/sbin/")
+
+
+def _overhead_roots() -> tuple[str, ...]:
+    """Folders whose objects are every run's overhead: the system's, the interpreter's."""
+    prefixes = {sys.base_prefix, sys.prefix, sys.exec_prefix, os.path.dirname(sys.executable)}
+    real = {os.path.realpath(p) for p in prefixes if p} | {os.path.dirname(
+        os.path.realpath(sys.executable))}
+    return _SYSTEM_ROOTS + tuple(p.rstrip("/") + "/" for p in sorted(real) if p != "/")
 
 
 def classify(samples: list[tuple[int, int]], maps: dict[int, str], own: set[str]

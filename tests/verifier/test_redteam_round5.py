@@ -106,3 +106,141 @@ def test_a_task_source_the_verifier_cannot_write_is_a_400() -> None:
         parse_items(json.loads(body))
     assert exc.value.status == 400 and "items[0]" in str(exc.value)
     assert "UTF-8" in str(exc.value)
+
+
+# --- the judge's instruction-pointer samples (verifier.ip_sampler) ------------------------------
+from collections import Counter  # noqa: E402
+
+from redteam_round5_cases import PADDED, RENAMED_LIBRARY, TRACER_AWARE  # noqa: E402
+
+from verifier import ip_sampler as ips  # noqa: E402
+
+NEEDS_PTRACE = pytest.mark.skipif(bool(ips.unavailable()), reason=ips.unavailable() or "ok")
+SPIN_C = "double spin(long n){double s=0;for(long i=0;i<n;i++)s+=i*0.5/(i+1.0);return s;}\n"
+CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+             "PYTHONPATH": str(ROOT)}
+WORKER = """
+import ctypes, sys
+from verifier.clock import open_worker_pipes, serve_windows
+{setup}
+serve_windows(open_worker_pipes(), call, [[0]], lambda i, out: None, lambda: None)
+"""
+
+
+class _Judge:
+    """A judge with nothing to check: these attacks are about where the calls' time goes."""
+
+    copy_s, sets, out_bytes = 0.0, 4, 0
+
+    def fill(self, n: int) -> None:
+        return None
+
+    def check(self, n: int) -> str:
+        return ""
+
+
+@pytest.fixture(scope="module")
+def spin_so(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("spin5")
+    (d / "spin.c").write_text(SPIN_C)
+    so = d / "libks_own5.so"
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(so), str(d / "spin.c")],
+                   check=True)
+    return so
+
+
+def _sampled_run(tmp_path: Path, body: str, spin: Path, own_n: int = 0
+                 ) -> tuple[dict[str, Any], list[tuple[str, float]]]:
+    """The sampling clock's result for a worker running `body`, and the worker's own log."""
+    log = tmp_path / "calls.log"
+    setup = body.format(log=str(log), spin=str(spin), own_n=own_n)
+    clock = ips.SamplingClock(_Judge(), workdir=tmp_path, wait_s=60.0)
+    child = subprocess.Popen([sys.executable, "-c", WORKER.format(setup=setup)], cwd=tmp_path,
+                             env=CHILD_ENV)
+    clock.own = {spin.name}
+    clock.tasks = lambda: [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
+    try:
+        child.wait(timeout=180)
+    finally:
+        child.kill()
+    calls = [(ln.split()[0], float(ln.split()[1])) for ln in log.read_text().splitlines()]
+    return clock.result(), calls
+
+
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
+@NEEDS_PTRACE
+@pytest.mark.xfail(strict=True, reason=(
+    "ip_sampler samples only the untimed windows served after the timed ones: a run that "
+    "notices its first ptrace stop (a voluntary context switch in a call that makes no system "
+    "call: getrusage(RUSAGE_THREAD).ru_nvcsw) knows every later window is sampled and computes "
+    "in its own object only then; the timed windows ran numpy's BLAS, the verdict has no "
+    "finding and the library's runtime. Fix: sample the timed windows too, at a secret rate "
+    "and time (a switch on the first stop then forfeits the rest of the window), or compare "
+    "each sampled window's library share with the others"))
+def test_a_run_that_watches_for_the_sampler_is_found_or_timed_as_its_own_code(
+        tmp_path: Path, spin_so: Path) -> None:
+    res, calls = _sampled_run(tmp_path, TRACER_AWARE, spin_so, own_n=3_000_000)
+    lib_s = _median([s for m, s in calls if m == "lib"])
+    own = [s for m, s in calls if m == "own"]
+    assert own, f"the worker never saw the sampler: {Counter(m for m, _ in calls)}"
+    # held: a finding, or a runtime of the code the samples saw (its own, slower object)
+    held = res["failure"].startswith("library_time") or \
+        res["figures"]["runtime_us"] * 1e-6 >= 0.7 * _median(own)
+    assert held, (f"no finding; runtime {res['figures']['runtime_us']:.0f} us = the library "
+                  f"calls' ({lib_s * 1e6:.0f} us), own calls {_median(own) * 1e6:.0f} us; "
+                  f"samples {res['ip_samples'].get('kinds')}")
+
+
+@NEEDS_PTRACE
+def test_a_library_copied_under_another_name_is_still_library_time(
+        tmp_path: Path, spin_so: Path) -> None:
+    res, calls = _sampled_run(tmp_path, RENAMED_LIBRARY, spin_so)
+    assert calls and {m for m, _ in calls} == {"lib"}  # every call ran the copied BLAS
+    kinds = res["ip_samples"].get("kinds", {})
+    assert res["failure"].startswith("library_time"), (res["failure"], res["ip_samples"])
+    assert kinds.get("own", 0) == 0, kinds
+
+
+@NEEDS_PTRACE
+@pytest.mark.xfail(strict=True, reason=(
+    "the strict rule is a share (LIBRARY_SHARE = 0.85 of compute samples, set by the honest "
+    "shares measured, up to 0.5): a fallback that spins in its own object for ~25% of the "
+    "library's time is 80% library and passes; the own code does no work of the task. Fix: "
+    "judge what the own object contributes (e.g. the calls' outputs with the library path "
+    "removed) rather than where the time goes, or tighten the share per task from the "
+    "honest templates' measured share"))
+def test_a_fallback_padded_with_its_own_spin_is_found(tmp_path: Path, spin_so: Path) -> None:
+    res, calls = _sampled_run(tmp_path, PADDED, spin_so)
+    assert calls and {m for m, _ in calls} == {"padded"}
+    assert res["failure"].startswith("library_time"), (res["failure"], res["ip_samples"])
+
+
+def test_only_system_and_interpreter_objects_are_overhead() -> None:
+    """Where code was loaded from, not its file name, makes it overhead: a copy of a library
+    in the run's folder or /tmp is library code, libc and libm under /usr are overhead."""
+    own = {"ks_ext.so"}
+    assert ips.kind_of("/tmp/run-1/ks_ext.so", own) == "own"
+    assert ips.kind_of("/usr/lib/x86_64-linux-gnu/libc.so.6", own) == "overhead"
+    assert ips.kind_of("/usr/lib/x86_64-linux-gnu/libmvec.so.1", own) == "overhead"
+    assert ips.kind_of(os.path.realpath(sys.executable), own) == "overhead"
+    assert ips.kind_of("[vdso]", own) == "overhead"
+    for copied in ("/tmp/run-1/libks_helper.so", "/tmp/x/libc.so.6", "/dev/shm/a.so"):
+        assert ips.kind_of(copied, own) == "library", copied
+
+
+def test_a_run_without_extensions_leaves_no_open_pipes_in_the_judge(tmp_path: Path) -> None:
+    """SamplingClock kept the objects it samples for in `own`, the name under which JudgeClock
+    kept whether it made the FIFOs: a run with no extension object (a pure-Python candidate)
+    set it to an empty set and the judge never closed that run's two FIFO ends. A policy that
+    sends such candidates to a warm reward service runs the verifier out of file descriptors."""
+    before = len(os.listdir("/proc/self/fd"))
+    for i in range(5):
+        work = tmp_path / f"run{i}"
+        work.mkdir()
+        clock = ips.SamplingClock(_Judge(), workdir=work, wait_s=1.0)
+        clock.sample_tasks(work, set())  # a cgroup folder (no tasks file) and no objects
+        clock.result()
+    assert len(os.listdir("/proc/self/fd")) == before
