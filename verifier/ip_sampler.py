@@ -236,13 +236,18 @@ class Sampler:
 
 def parse_maps(text: str) -> list[tuple[int, int, str]]:
     """Executable mappings of a /proc maps text: (start, end, path or "" for anonymous)."""
+    return [(lo, hi, path) for lo, hi, path, _ in _maps_with_inodes(text)]
+
+
+def _maps_with_inodes(text: str) -> list[tuple[int, int, str, int]]:
     out = []
     for ln in text.splitlines():
         parts = ln.split(None, 5)
         if len(parts) < 2 or "x" not in parts[1]:
             continue
         lo, hi = (int(x, 16) for x in parts[0].split("-"))
-        out.append((lo, hi, parts[5].strip() if len(parts) > 5 else ""))
+        inode = int(parts[4]) if len(parts) > 4 and parts[4].isdigit() else 0
+        out.append((lo, hi, parts[5].strip() if len(parts) > 5 else "", inode))
     return out
 
 
@@ -275,23 +280,28 @@ def _overhead_roots() -> tuple[str, ...]:
     return _SYSTEM_ROOTS + tuple(p.rstrip("/") + "/" for p in sorted(real) if p != "/")
 
 
-def classify(samples: list[tuple[int, int]], maps: dict[int, str], own: set[str]
+def classify(samples: list[tuple[int, int]], maps: dict[int, str], own: set[str],
+             own_inodes: set[int] | None = None
              ) -> tuple[Counter[str], Counter[tuple[str, str]]]:
-    """(samples per kind, samples per (kind, object name)) of `samples`."""
+    """(samples per kind, samples per (kind, object name)) of `samples`; with `own_inodes`
+    (the files the judge placed), an object of an own name is own only if it is one of them."""
     kinds: Counter[str] = Counter()
     objects: Counter[tuple[str, str]] = Counter()
-    parsed = {tid: parse_maps(text) for tid, text in maps.items()}
+    parsed = {tid: _maps_with_inodes(text) for tid, text in maps.items()}
     for tid, rip in samples:
         if rip < 0:
             kinds["syscall"] += 1
             objects["syscall", f"(syscall {SYSCALL - rip})"] += 1
             continue
-        path = next((p for lo, hi, p in parsed.get(tid, []) if lo <= rip < hi), None)
+        path, inode = next(((p, i) for lo, hi, p, i in parsed.get(tid, []) if lo <= rip < hi),
+                           (None, 0))
         if path is None:
             kinds["anon"] += 1
             objects["anon", "(unmapped)"] += 1
             continue
         kind = kind_of(path, own)
+        if kind == "own" and own_inodes is not None and inode not in own_inodes:
+            kind = "library"  # a file of an own object's name the judge never placed
         kinds[kind] += 1
         objects[kind, os.path.basename(path) or "(anonymous)"] += 1
     return kinds, objects
@@ -332,6 +342,8 @@ class SamplingClock(JudgeClock):
         self.policy = policy
         self.tasks: Callable[[], list[int]] | None = None
         self.own: set[str] = set()
+        self.own_inodes: set[int] | None = None  # the placed objects' files (None: by name)
+        self.workdir = kw.get("workdir")
         self.sampling: dict[str, Any] = {}
         self._armed = threading.Event()  # set while a sampling window's calls run
         self._sampling = False
@@ -343,7 +355,10 @@ class SamplingClock(JudgeClock):
         if why:
             print(f"kernelsynth verifier: no ip sampling: {why}", file=sys.stderr)
             return
-        self.own = set(own)
+        self.own = {os.path.basename(n) for n in own}
+        if self.workdir is not None:  # a copy of a library under an own name is not own
+            self.own_inodes = {os.stat(Path(self.workdir) / n).st_ino for n in own
+                               if (Path(self.workdir) / n).exists()}
         self.tasks = lambda: _read_tasks(Path(cgroup) / "tasks")
 
     def _measure(self) -> dict[str, Any]:
@@ -379,7 +394,7 @@ class SamplingClock(JudgeClock):
         finally:
             self.meter, self._sampling = meter, False
             sampler.stop()
-        kinds, objects = classify(sampler.samples, sampler.maps, self.own)
+        kinds, objects = classify(sampler.samples, sampler.maps, self.own, self.own_inodes)
         out = {"samples": sum(kinds.values()), "kinds": dict(kinds),
                "objects": {f"{k}:{o}": c for (k, o), c in objects.most_common(8)}, "refused": dict(sampler.refused),
                "served_s": round(served, 4), "call_us": round(call_s * 1e6, 2),

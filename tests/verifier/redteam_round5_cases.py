@@ -84,3 +84,14 @@ def call(x):
     lib.spin(pad)
     note("padded", t0)
 """
+
+# The same copy, under the file name of the run's own object (in a folder of its own): the
+# sampler knew its own objects by name only, so the library's samples were the candidate's.
+OWN_NAMED_LIBRARY = RENAMED_LIBRARY.replace(
+    'shutil.copy(src, "libks_helper.so")\nblas = ctypes.CDLL(__import__("os").path.abspath('
+    '"libks_helper.so"))',
+    '__import__("os").makedirs("alias", exist_ok=True)\n'
+    'shutil.copy(src, "alias/" + __import__("os").path.basename({spin!r}))\n'
+    'blas = ctypes.CDLL(__import__("os").path.abspath("alias/" + '
+    '__import__("os").path.basename({spin!r})))')
+assert OWN_NAMED_LIBRARY != RENAMED_LIBRARY

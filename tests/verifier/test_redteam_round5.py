@@ -111,7 +111,12 @@ def test_a_task_source_the_verifier_cannot_write_is_a_400() -> None:
 # --- the judge's instruction-pointer samples (verifier.ip_sampler) ------------------------------
 from collections import Counter  # noqa: E402
 
-from redteam_round5_cases import PADDED, RENAMED_LIBRARY, TRACER_AWARE  # noqa: E402
+from redteam_round5_cases import (  # noqa: E402
+    OWN_NAMED_LIBRARY,
+    PADDED,
+    RENAMED_LIBRARY,
+    TRACER_AWARE,
+)
 
 from verifier import ip_sampler as ips  # noqa: E402
 
@@ -155,14 +160,18 @@ def _sampled_run(tmp_path: Path, body: str, spin: Path, own_n: int = 0
     log = tmp_path / "calls.log"
     setup = body.format(log=str(log), spin=str(spin), own_n=own_n)
     clock = ips.SamplingClock(_Judge(), workdir=tmp_path, wait_s=60.0)
-    child = subprocess.Popen([sys.executable, "-c", WORKER.format(setup=setup)], cwd=tmp_path,
-                             env=CHILD_ENV)
-    clock.own = {spin.name}
-    clock.tasks = lambda: [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
+    with open(tmp_path / "worker.stderr", "w") as err:
+        child = subprocess.Popen([sys.executable, "-c", WORKER.format(setup=setup)],
+                                 cwd=tmp_path, env=CHILD_ENV, stderr=err)
+    cgroup = tmp_path / "cgroup"  # what the runner hands over: a task list, the objects
+    cgroup.mkdir()
+    (cgroup / "tasks").write_text(f"{child.pid}\n")  # one thread (OPENBLAS_NUM_THREADS=1)
+    clock.sample_tasks(cgroup, {str(spin)})
     try:
-        child.wait(timeout=180)
+        rc = child.wait(timeout=180)
     finally:
         child.kill()
+    assert rc == 0 and log.exists(), (rc, (tmp_path / "worker.stderr").read_text()[-2000:])
     calls = [(ln.split()[0], float(ln.split()[1])) for ln in log.read_text().splitlines()]
     return clock.result(), calls
 
@@ -195,9 +204,13 @@ def test_a_run_that_watches_for_the_sampler_is_found_or_timed_as_its_own_code(
 
 
 @NEEDS_PTRACE
+@pytest.mark.parametrize("body", ["RENAMED_LIBRARY", "OWN_NAMED_LIBRARY"])
 def test_a_library_copied_under_another_name_is_still_library_time(
-        tmp_path: Path, spin_so: Path) -> None:
-    res, calls = _sampled_run(tmp_path, RENAMED_LIBRARY, spin_so)
+        tmp_path: Path, spin_so: Path, body: str) -> None:
+    """A BLAS copied into the run's folder under a neutral name, or under its own object's
+    file name: neither is the object the judge placed."""
+    code = {"RENAMED_LIBRARY": RENAMED_LIBRARY, "OWN_NAMED_LIBRARY": OWN_NAMED_LIBRARY}[body]
+    res, calls = _sampled_run(tmp_path, code, spin_so)
     assert calls and {m for m, _ in calls} == {"lib"}  # every call ran the copied BLAS
     kinds = res["ip_samples"].get("kinds", {})
     assert res["failure"].startswith("library_time"), (res["failure"], res["ip_samples"])
