@@ -8,6 +8,10 @@ they need no compile and take seconds. Each check is independent of the attacker
 where it can be: what the worker's calls really ran is logged by the worker to a file the judge
 never reads, and held against the judge's verdict. An attack that still gets through is an
 `xfail(strict=True)` naming the hole, so that its fix flips it.
+
+GPU: none of these has a GPU form. The sampler is the cpu backend's judge (the GPU worker's
+fallback check is its profiler's kernel names, which a renamed copy of cuBLAS does not change),
+and the service's head and request checks are the same code whichever backend verifies.
 """
 
 from __future__ import annotations
