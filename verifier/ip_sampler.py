@@ -170,9 +170,14 @@ def sample_once(tid: int) -> tuple[int | None, str]:
 
 
 def _tracer(tid: int) -> int:
+    return _status_field(tid, "TracerPid")
+
+
+def _status_field(tid: int, name: str) -> int:
+    """A numeric field of /proc/<tid>/status (0 when it cannot be read)."""
     try:
         for ln in Path(f"/proc/{tid}/status").read_text().splitlines():
-            if ln.startswith("TracerPid:"):
+            if ln.startswith(name + ":"):
                 return int(ln.split()[1])
     except (OSError, ValueError, IndexError):
         pass
@@ -189,6 +194,7 @@ class Sampler:
         self.samples: list[tuple[int, int]] = []  # (tid, rip, or SYSCALL - its number)
         self.refused: Counter[str] = Counter()
         self.maps: dict[int, str] = {}  # tid -> its /proc maps text, read while it lives
+        self._leaders: dict[int, bool] = {}  # tid -> whether it leads a child of this process
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ks-ip-sampler", daemon=True)
 
@@ -209,7 +215,7 @@ class Sampler:
             if began - listed > TASKS_S:  # a thread started since is seen within TASKS_S
                 tids, listed = self.tasks(), began
             for tid in tids:
-                if tid == me or not _running(tid):
+                if tid == me or not _running(tid) or self._waited_here(tid):
                     continue
                 rip, why = sample_once(tid)
                 if rip is None:
@@ -222,6 +228,17 @@ class Sampler:
                     except OSError:
                         self.maps[tid] = ""
             self._stop.wait(max(0.0, self.interval_s - (time.perf_counter() - began)))
+
+    def _waited_here(self, tid: int) -> bool:
+        """Whether `tid` leads a process this one started: a ptrace stop of it is reported to
+        every wait of this process, and subprocess's wait for it (a runner's, a test's) took
+        the sampler's stop as the run's end (returncode -5, SIGTRAP), leaving the sampler
+        blocked on a stop it never sees. Such a process is never sampled (the sandbox's outer
+        wrapper, which only waits; a run's worker is its child)."""
+        if tid not in self._leaders:
+            self._leaders[tid] = _status_field(tid, "Tgid") == tid and \
+                _status_field(tid, "PPid") == os.getpid()
+        return self._leaders[tid]
 
     def stop(self) -> Sampler:
         self._stop.set()

@@ -34,6 +34,7 @@ from verifier.reward_server import RewardServer, RewardService, ServiceLimits
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_observer import TASK  # noqa: E402
+from sampled_child import end, spawn, tasks_of  # noqa: E402
 
 
 # --- reward service: a head sent a byte at a time -------------------------------------------
@@ -165,16 +166,16 @@ def _sampled_run(tmp_path: Path, body: str, spin: Path, own_n: int = 0
     setup = body.format(log=str(log), spin=str(spin), own_n=own_n)
     clock = ips.SamplingClock(_Judge(), workdir=tmp_path, wait_s=60.0)
     with open(tmp_path / "worker.stderr", "w") as err:
-        child = subprocess.Popen([sys.executable, "-c", WORKER.format(setup=setup)],
-                                 cwd=tmp_path, env=CHILD_ENV, stderr=err)
+        child, worker = spawn(WORKER.format(setup=setup), cwd=tmp_path, env=CHILD_ENV,
+                              stderr=err)
     cgroup = tmp_path / "cgroup"  # what the runner hands over: a task list, the objects
     cgroup.mkdir()
-    (cgroup / "tasks").write_text(f"{child.pid}\n")  # one thread (OPENBLAS_NUM_THREADS=1)
+    (cgroup / "tasks").write_text(f"{worker}\n")  # one thread (OPENBLAS_NUM_THREADS=1)
     clock.sample_tasks(cgroup, {str(spin)})
     try:
         rc = child.wait(timeout=180)
     finally:
-        child.kill()
+        end(child, worker)
     assert rc == 0 and log.exists(), (rc, (tmp_path / "worker.stderr").read_text()[-2000:])
     calls = [(ln.split()[0], float(ln.split()[1])) for ln in log.read_text().splitlines()]
     return clock.result(), calls
@@ -261,3 +262,31 @@ def test_a_run_without_extensions_leaves_no_open_pipes_in_the_judge(tmp_path: Pa
         clock.sample_tasks(work, set())  # a cgroup folder (no tasks file) and no objects
         clock.result()
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+@NEEDS_PTRACE
+def test_a_process_the_judge_waits_for_is_not_stopped_under_its_wait(tmp_path: Path) -> None:
+    """A ptrace stop of a process's leader is reported to every wait of its parent: with the
+    judge sampling its own child, subprocess's wait took the sampler's stop for the child's
+    end (returncode -5: SIGTRAP) and the sampler blocked on a stop it never saw. A worker
+    that only computes and exits 0 was reported dead (an honest run's `runtime_error`)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\n"
+                              "while time.time() - t < 1.5:\n    sum(range(1000))\n"],
+                             env=CHILD_ENV)
+    sampler = ips.Sampler(lambda: tasks_of(child.pid), interval_s=0.0002).start()
+    try:
+        while child.poll() is None:  # a runner's wait: waitpid(pid, WNOHANG) in a loop
+            time.sleep(0.0005)
+    finally:
+        sampler.stop()
+        child.kill()
+    assert child.returncode == 0, child.returncode
+    launcher, worker = spawn("import time\nt = time.time()\n"
+                             "while time.time() - t < 1.0:\n    sum(range(1000))\n",
+                             env=CHILD_ENV)
+    sampler = ips.Sampler(lambda: tasks_of(worker), interval_s=0.0002).start()
+    try:  # the worker the sandbox starts (a grandchild) is sampled
+        assert launcher.wait(timeout=60) == 0
+    finally:
+        sampler.stop()
+    assert sampler.user_samples() > 0, dict(sampler.refused)
