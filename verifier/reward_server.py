@@ -161,10 +161,11 @@ class RewardHandler(BaseHTTPRequestHandler):
                 status = 405 if path == "/health" else 404
                 raise BadRequest(status, f"no POST {path}; use POST /verify or /get_reward")
             payload = load_json(self._read_body())
+            most = self.server.service.limits.max_items
             if path == "/verify":
-                reqs, timeout = parse_items(payload)
+                reqs, timeout = parse_items(payload, most)
             else:
-                reqs, timeout = parse_openrlhf(payload), None
+                reqs, timeout = parse_openrlhf(payload, most), None
             verdicts = self.server.service.verify(reqs, timeout, self._client_gone)
         except BadRequest as exc:
             return self._reply(exc.status, {"error": str(exc)})

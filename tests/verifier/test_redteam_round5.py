@@ -290,3 +290,35 @@ def test_a_process_the_judge_waits_for_is_not_stopped_under_its_wait(tmp_path: P
     finally:
         sampler.stop()
     assert sampler.user_samples() > 0, dict(sampler.refused)
+
+
+def test_a_body_of_many_small_items_is_refused_before_its_items_are_parsed() -> None:
+    """The item bound was checked after every item's task source was parsed (in the handler's
+    thread, holding the GIL): 30000 items of a 600-byte task (9 MB, under the body limit)
+    took the server ~3 s of parsing per request before its 413; now the count comes first."""
+    srv, calls = _service(ServiceLimits(max_concurrency=1, timeout_s=30, max_items=64,
+                                        max_body_bytes=32 << 20))
+    body = json.dumps({"items": [{"task_source": TASK, "response": "x"}] * 30000}).encode()
+    host, port = srv.url.rsplit("/", 1)[1].split(":")
+    try:
+        t0 = time.monotonic()
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            s.sendall(b"POST /verify HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            answer = b""
+            while chunk := s.recv(1 << 16):
+                answer += chunk
+        parsed_s = time.monotonic() - t0
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+        assert b"30000 items; this service takes at most 64" in answer and calls == []
+        from verifier.reward_requests import BadRequest, parse_items
+
+        payload = json.loads(body)
+        t0 = time.monotonic()
+        with pytest.raises(BadRequest) as exc:  # the same check alone: no item is parsed
+            parse_items(payload, 64)
+        assert exc.value.status == 413
+        assert time.monotonic() - t0 < 0.5 and parsed_s < 10.0
+    finally:
+        srv.shutdown()
+        srv.server_close()
