@@ -41,7 +41,10 @@ with too few compute samples the run is not judged here. The KernelBench corpus
 
 Left open: a candidate that tells the sampling windows from the timed ones (it may notice a
 tracer between two of its calls) can compute honestly only while traced; the windows are the
-same protocol, so it must watch for ptrace itself (TracerPid, stop gaps). Sampling the timed
+same protocol, so it must watch for ptrace itself (TracerPid, stop gaps; cheapest, a voluntary
+context switch in a call that makes no system call: tests/verifier/test_redteam_round5.py, an
+xfail). Sampling without stops (perf_event_open PERF_SAMPLE_IP on the run's threads, as root)
+would leave nothing to watch for and could cover the timed windows too. Sampling the timed
 windows too would close that, at a cost measured here (a child timing 200 us calls of its own
 .so, 2 cores): at 1 kHz the median call +3.7% (the fastest +0.5%), at 5 kHz +12-15%; too much
 for the runtime figure, hence the separate windows.
