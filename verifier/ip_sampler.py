@@ -19,9 +19,10 @@ keep the judge out) cannot be seized: that is a finding, as no honest run has on
 
 Each rip is mapped through /proc/<tid>/maps to its object: `own` (the extension objects the
 judge copied into the run's directory), `torch` (torch's libraries: aten kernels, c10, its
-libgomp), `library` (numpy, openblas, mkl, any other .so under site-packages), `overhead`
-(interpreter, libc, the dynamic loader, vdso), `anon` (executable anonymous memory: code made at
-run time). Under the strict fallback policy, with calls long enough to sample (`MIN_CALL_S`)
+libgomp), `library` (numpy, openblas, mkl, any other .so under site-packages, and any object
+from where a run can write: a library copied under a neutral name into its folder), `overhead`
+(interpreter, libc, the dynamic loader, vdso: the system's trees and the interpreter's prefix),
+`anon` (executable anonymous memory: code made at run time). Under the strict fallback policy, with calls long enough to sample (`MIN_CALL_S`)
 and enough samples (`MIN_SAMPLES`), `decide` finds a cheat when library compute (torch +
 library + anon) holds more than `LIBRARY_SHARE` of the samples, or when the candidate loaded
 extension objects and not one sample landed in them (the extension never computed). An honest
@@ -40,7 +41,10 @@ with too few compute samples the run is not judged here. The KernelBench corpus
 
 Left open: a candidate that tells the sampling windows from the timed ones (it may notice a
 tracer between two of its calls) can compute honestly only while traced; the windows are the
-same protocol, so it must watch for ptrace itself (TracerPid, stop gaps). Sampling the timed
+same protocol, so it must watch for ptrace itself (TracerPid, stop gaps; cheapest, a voluntary
+context switch in a call that makes no system call: tests/verifier/test_redteam_round5.py, an
+xfail). Sampling without stops (perf_event_open PERF_SAMPLE_IP on the run's threads, as root)
+would leave nothing to watch for and could cover the timed windows too. Sampling the timed
 windows too would close that, at a cost measured here (a child timing 200 us calls of its own
 .so, 2 cores): at 1 kHz the median call +3.7% (the fastest +0.5%), at 5 kHz +12-15%; too much
 for the runtime figure, hence the separate windows.
@@ -169,9 +173,14 @@ def sample_once(tid: int) -> tuple[int | None, str]:
 
 
 def _tracer(tid: int) -> int:
+    return _status_field(tid, "TracerPid")
+
+
+def _status_field(tid: int, name: str) -> int:
+    """A numeric field of /proc/<tid>/status (0 when it cannot be read)."""
     try:
         for ln in Path(f"/proc/{tid}/status").read_text().splitlines():
-            if ln.startswith("TracerPid:"):
+            if ln.startswith(name + ":"):
                 return int(ln.split()[1])
     except (OSError, ValueError, IndexError):
         pass
@@ -188,6 +197,7 @@ class Sampler:
         self.samples: list[tuple[int, int]] = []  # (tid, rip, or SYSCALL - its number)
         self.refused: Counter[str] = Counter()
         self.maps: dict[int, str] = {}  # tid -> its /proc maps text, read while it lives
+        self._leaders: dict[int, bool] = {}  # tid -> whether it leads a child of this process
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ks-ip-sampler", daemon=True)
 
@@ -208,7 +218,7 @@ class Sampler:
             if began - listed > TASKS_S:  # a thread started since is seen within TASKS_S
                 tids, listed = self.tasks(), began
             for tid in tids:
-                if tid == me or not _running(tid):
+                if tid == me or not _running(tid) or self._waited_here(tid):
                     continue
                 rip, why = sample_once(tid)
                 if rip is None:
@@ -221,6 +231,17 @@ class Sampler:
                     except OSError:
                         self.maps[tid] = ""
             self._stop.wait(max(0.0, self.interval_s - (time.perf_counter() - began)))
+
+    def _waited_here(self, tid: int) -> bool:
+        """Whether `tid` leads a process this one started: a ptrace stop of it is reported to
+        every wait of this process, and subprocess's wait for it (a runner's, a test's) took
+        the sampler's stop as the run's end (returncode -5, SIGTRAP), leaving the sampler
+        blocked on a stop it never sees. Such a process is never sampled (the sandbox's outer
+        wrapper, which only waits; a run's worker is its child)."""
+        if tid not in self._leaders:
+            self._leaders[tid] = _status_field(tid, "Tgid") == tid and \
+                _status_field(tid, "PPid") == os.getpid()
+        return self._leaders[tid]
 
     def stop(self) -> Sampler:
         self._stop.set()
@@ -235,13 +256,18 @@ class Sampler:
 
 def parse_maps(text: str) -> list[tuple[int, int, str]]:
     """Executable mappings of a /proc maps text: (start, end, path or "" for anonymous)."""
+    return [(lo, hi, path) for lo, hi, path, _ in _maps_with_inodes(text)]
+
+
+def _maps_with_inodes(text: str) -> list[tuple[int, int, str, int]]:
     out = []
     for ln in text.splitlines():
         parts = ln.split(None, 5)
         if len(parts) < 2 or "x" not in parts[1]:
             continue
         lo, hi = (int(x, 16) for x in parts[0].split("-"))
-        out.append((lo, hi, parts[5].strip() if len(parts) > 5 else ""))
+        inode = int(parts[4]) if len(parts) > 4 and parts[4].isdigit() else 0
+        out.append((lo, hi, parts[5].strip() if len(parts) > 5 else "", inode))
     return out
 
 
@@ -258,26 +284,44 @@ def kind_of(path: str, own: set[str]) -> str:
         return "torch"
     if "-packages/" in path or any(k in name for k in ("blas", "mkl", "lapack", "numpy")):
         return "library"
-    return "overhead"
+    # overhead is where the run cannot write (the system's trees, the interpreter's prefix): a
+    # library copied under any other name into its folder or /tmp is still library code
+    return "overhead" if path.startswith(_overhead_roots()) else "library"
 
 
-def classify(samples: list[tuple[int, int]], maps: dict[int, str], own: set[str]
+_SYSTEM_ROOTS = ("/usr/", "/lib/", "/lib64/", "/lib32/", "/libx32/", "/bin/", "/sbin/")
+
+
+def _overhead_roots() -> tuple[str, ...]:
+    """Folders whose objects are every run's overhead: the system's, the interpreter's."""
+    prefixes = {sys.base_prefix, sys.prefix, sys.exec_prefix, os.path.dirname(sys.executable)}
+    real = {os.path.realpath(p) for p in prefixes if p} | {os.path.dirname(
+        os.path.realpath(sys.executable))}
+    return _SYSTEM_ROOTS + tuple(p.rstrip("/") + "/" for p in sorted(real) if p != "/")
+
+
+def classify(samples: list[tuple[int, int]], maps: dict[int, str], own: set[str],
+             own_inodes: set[int] | None = None
              ) -> tuple[Counter[str], Counter[tuple[str, str]]]:
-    """(samples per kind, samples per (kind, object name)) of `samples`."""
+    """(samples per kind, samples per (kind, object name)) of `samples`; with `own_inodes`
+    (the files the judge placed), an object of an own name is own only if it is one of them."""
     kinds: Counter[str] = Counter()
     objects: Counter[tuple[str, str]] = Counter()
-    parsed = {tid: parse_maps(text) for tid, text in maps.items()}
+    parsed = {tid: _maps_with_inodes(text) for tid, text in maps.items()}
     for tid, rip in samples:
         if rip < 0:
             kinds["syscall"] += 1
             objects["syscall", f"(syscall {SYSCALL - rip})"] += 1
             continue
-        path = next((p for lo, hi, p in parsed.get(tid, []) if lo <= rip < hi), None)
+        path, inode = next(((p, i) for lo, hi, p, i in parsed.get(tid, []) if lo <= rip < hi),
+                           (None, 0))
         if path is None:
             kinds["anon"] += 1
             objects["anon", "(unmapped)"] += 1
             continue
         kind = kind_of(path, own)
+        if kind == "own" and own_inodes is not None and inode not in own_inodes:
+            kind = "library"  # a file of an own object's name the judge never placed
         kinds[kind] += 1
         objects[kind, os.path.basename(path) or "(anonymous)"] += 1
     return kinds, objects
@@ -318,6 +362,8 @@ class SamplingClock(JudgeClock):
         self.policy = policy
         self.tasks: Callable[[], list[int]] | None = None
         self.own: set[str] = set()
+        self.own_inodes: set[int] | None = None  # the placed objects' files (None: by name)
+        self.workdir = kw.get("workdir")
         self.sampling: dict[str, Any] = {}
         self._armed = threading.Event()  # set while a sampling window's calls run
         self._sampling = False
@@ -329,7 +375,10 @@ class SamplingClock(JudgeClock):
         if why:
             print(f"kernelsynth verifier: no ip sampling: {why}", file=sys.stderr)
             return
-        self.own = set(own)
+        self.own = {os.path.basename(n) for n in own}
+        if self.workdir is not None:  # a copy of a library under an own name is not own
+            self.own_inodes = {os.stat(Path(self.workdir) / n).st_ino for n in own
+                               if (Path(self.workdir) / n).exists()}
         self.tasks = lambda: _read_tasks(Path(cgroup) / "tasks")
 
     def _measure(self) -> dict[str, Any]:
@@ -365,7 +414,7 @@ class SamplingClock(JudgeClock):
         finally:
             self.meter, self._sampling = meter, False
             sampler.stop()
-        kinds, objects = classify(sampler.samples, sampler.maps, self.own)
+        kinds, objects = classify(sampler.samples, sampler.maps, self.own, self.own_inodes)
         out = {"samples": sum(kinds.values()), "kinds": dict(kinds),
                "objects": {f"{k}:{o}": c for (k, o), c in objects.most_common(8)}, "refused": dict(sampler.refused),
                "served_s": round(served, 4), "call_us": round(call_s * 1e6, 2),

@@ -18,6 +18,9 @@ import pytest
 
 from verifier import ip_sampler as ips
 
+sys.path.insert(0, str(Path(__file__).parent))
+from sampled_child import end, spawn, tasks_of, wait_busy  # noqa: E402  (no child of its own)
+
 NEEDS_PTRACE = pytest.mark.skipif(bool(ips.unavailable()), reason=ips.unavailable() or "ok")
 SPIN_C = "double spin(long n){double s=0;for(long i=0;i<n;i++)s+=i*0.5/(i+1.0);return s;}\n"
 CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -38,27 +41,20 @@ def _spin_code(so: Path, n: str = "10**12") -> str:
             f"lib.spin.argtypes = [ctypes.c_long]; lib.spin({n})")
 
 
-def _dies_with_us() -> None:
-    """A spinning child must not outlive a test run killed mid-test (it would spin for ever)."""
-    ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
-
-
 def _sampled(code: str, own: set[str], seconds: float = 0.4) -> tuple[Counter, Counter, dict]:
     """Kinds and objects of a child running `code`, sampled for `seconds`."""
-    child = subprocess.Popen([sys.executable, "-c", code], env=CHILD_ENV,
-                             preexec_fn=_dies_with_us)
+    child, worker = spawn(code, env=CHILD_ENV)
     try:
-        time.sleep(1.0)  # past the interpreter's start (and numpy's import)
+        wait_busy(worker)  # past the interpreter's start (and numpy's import)
         assert child.poll() is None, "the child ended early"
-        tasks = lambda: [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]  # noqa: E731
+        tasks = lambda: tasks_of(worker)  # noqa: E731
         sampler = ips.Sampler(tasks, interval_s=0.001).start()
         time.sleep(seconds)
         sampler.stop()
         kinds, objects = ips.classify(sampler.samples, sampler.maps, own)
         return kinds, objects, dict(sampler.refused)
     finally:
-        child.kill()
-        child.wait()
+        end(child, worker)
 
 
 @NEEDS_PTRACE
@@ -93,8 +89,7 @@ def test_numpy_blas_is_library_time_and_the_decision_names_it(spin_so: Path) -> 
 def test_a_thread_another_process_traces_is_reported_not_sampled() -> None:
     code = ("import ctypes, time\nctypes.CDLL(None).ptrace(0, 0, None, None)\n"  # TRACEME
             "while True:\n    pass\n")
-    child = subprocess.Popen([sys.executable, "-c", code], env=CHILD_ENV,
-                             preexec_fn=_dies_with_us)
+    child = subprocess.Popen([sys.executable, "-c", code], env=CHILD_ENV)
     try:
         time.sleep(0.8)
         rip, why = ips.sample_once(child.pid)
@@ -178,14 +173,14 @@ serve_windows(open_worker_pipes(), call, [[0]], lambda i, out: None, lambda: Non
 
 def _clock_run(tmp_path: Path, setup: str, own: set[str]) -> dict:
     clock = ips.SamplingClock(_Judge(), workdir=tmp_path, wait_s=30.0)
-    child = subprocess.Popen([sys.executable, "-c", WORKER.format(setup=setup)], cwd=tmp_path,
-                             env={**CHILD_ENV, "PYTHONPATH": str(Path(__file__).parents[2])})
+    child, worker = spawn(WORKER.format(setup=setup), cwd=tmp_path,
+                          env={**CHILD_ENV, "PYTHONPATH": str(Path(__file__).parents[2])})
     clock.own = own
-    clock.tasks = lambda: [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
+    clock.tasks = lambda: tasks_of(worker)
     try:
         child.wait(timeout=120)
     finally:
-        child.kill()
+        end(child, worker)
     return clock.result()
 
 
