@@ -128,6 +128,11 @@ def markdown(report: dict[str, Any]) -> str:
                   f"| agreement, 1 vs {multi['gpus']} GPUs | {multi['agree']}/{multi['both']} |",
                   *noise_row(f"1 vs {multi['gpus']} GPUs", multi.get("noise"))]
     lines += targets(report)
+    for name, run in (("ours cold, 1 GPU", ours), ("ours cold, more GPUs",
+                                                   multi and multi["summary"])):
+        if run and run.get("profile"):
+            lines += ["", f"## Where the wall time went: {name} (`--profile`)", "", "```",
+                      run["profile"], "```"]
     for name, cmp in (("two runs", rep), ("1 vs more GPUs", multi)):
         if cmp and (cmp.get("differ") or (cmp.get("noise") or {}).get("outside")):
             lines += ["", f"## Verdicts that differ, {name}", ""]

@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.kb_table import agreement, coarse, markdown, merge, timing_noise  # noqa: E402
 from benchmarks.kernelbench_corpus import KbCandidate, candidates  # noqa: E402
 from benchmarks.kernelbench_corpus.__main__ import batch_rows  # noqa: E402
-from verifier.batch_io import parse_progress  # noqa: E402
+from verifier.batch_io import parse_progress, profile_text  # noqa: E402
 
 RAN = ("runtime_error", "timeout", "incorrect", "cheat", "correct_slow", "correct_fast")
 # the verifier's or the device's memory, never a kernel's own illegal memory access
@@ -118,7 +118,7 @@ def run_verifier(rows_path: Path, out: Path, cache: Path, budget_s: float,
     workers = min(args.compile_workers, len(cpus)) if args.cores_per_gpu else args.compile_workers
     cmd = [sys.executable, "-m", "verifier", "--batch", str(rows_path), "--out", str(out),
            "--backend", "cuda", "--gpus", str(gpus), "--cache-dir", str(cache),
-           "--timeout", str(args.run_timeout), "--compile-workers", str(workers),
+           "--timeout", str(args.run_timeout), "--compile-workers", str(workers), "--profile",
            *args.verifier_args.split()]
     log(f"[ours] {' '.join(cmd[2:])}")
     start = time.monotonic()
@@ -144,6 +144,7 @@ def run_verifier(rows_path: Path, out: Path, cache: Path, budget_s: float,
     return {"wall_s": wall, "rc": rc, "cut": cut, "verdicts": verdicts, "gpus": gpus,
             "cores": len(cpus),
             "progress_last": progress[-1] if progress else None,
+            "profile": profile_text(stderr),
             "stderr_tail": stderr[-3000:]}
 
 
@@ -155,6 +156,7 @@ def summarize(run: dict[str, Any], labels: dict[str, str], n_total: int) -> dict
     return {"decided": len(vs), "of": n_total, "wall_s": round(run["wall_s"], 1),
             "cut": run["cut"], "ran": ran, "ran_per_gpu_hour": round(ran / hours) if hours else 0,
             "per_gpu_hour": round(len(vs) / hours) if hours else 0, "cores": run.get("cores"),
+            "profile": run.get("profile", ""),
             "statuses": dict(collections.Counter(v["status"] for v in vs)),
             "memory_deaths": memory_deaths(vs),
             "as_labelled": sum(expected(v["status"], labels[v["candidate_id"]]) for v in vs),
