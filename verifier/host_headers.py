@@ -4,9 +4,10 @@ torch's load_inline puts `torch/extension.h` (all of libtorch's C++ API: nn, opt
 serialize, plus torch/python.h) before a candidate's C++ sources. A unit of declarations and
 pybind11 bindings needs far less: ATen and the torch:: factories (`torch/types.h`), pybind11 with
 torch's tensor casters (`torch/csrc/utils/pybind.h`) and `torch::wrap_pybind_function`
-(`torch/csrc/Exceptions.h`). On this repo's 2-core node (g++ 13, torch 2.13, user CPU seconds,
-`benchmarks/build_speed.py --phases`): the precompiled header of the light set costs 20.3 s
-against 30.2 s for torch/extension.h, and an 8-spec host unit on it 4.4 s against 6.9 s.
+(`torch/csrc/Exceptions.h`). On this repo's 2-core node (g++ 13, torch 2.13, user CPU seconds of
+g++ by hand, 8 KernelBench-corpus specs): the precompiled header of the light set costs 20.3 s
+against 30.2 s for torch/extension.h, and the 8-spec host unit on it 4.4 s against 6.9 s
+(`benchmarks/results/build_speed_host_cpu2.md`: whole builds, both ways).
 `verifier.build` compiles the unit with every `torch/extension.h` swapped for the light set
 first and, when that fails on a torch or pybind name, as written (the full header's PCH), so
 what candidates may write is unchanged (the device units do the same: `verifier.backends.cuda`).
