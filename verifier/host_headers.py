@@ -11,6 +11,9 @@ against 30.2 s for torch/extension.h, and the 8-spec host unit on it 4.4 s again
 `verifier.build` compiles the unit with every `torch/extension.h` swapped for the light set
 first and, when that fails on a torch or pybind name, as written (the full header's PCH), so
 what candidates may write is unchanged (the device units do the same: `verifier.backends.cuda`).
+A unit that compiles on the light set binds as on the full header: both declare the same pybind11
+type casters (tests/verifier/test_host_headers.py compares them), so no binding that the full
+header converts fails at call time.
 """
 
 from __future__ import annotations

@@ -86,3 +86,24 @@ def test_the_pch_compiles_ahead_of_the_units(tmp_path: Path, monkeypatch) -> Non
     levels = [argv[argv.index("-n") + 1] for argv in seen if "-n" in argv]
     assert levels == [str(backends.PCH_NICE), str(backends.COMPILE_NICE)]
     assert backends.PCH_NICE < backends.COMPILE_NICE
+
+
+@pytest.mark.slow
+def test_the_light_set_binds_as_the_full_header_does(tmp_path: Path) -> None:
+    """A unit that compiles on the light set must behave as on torch/extension.h: the same
+    pybind11 type casters are declared (a missing one would compile and fail at call time)."""
+    import re
+    import subprocess
+
+    be = get_backend("cpu")
+    casters = re.compile(r"(?:struct|class) (?:type_caster|move_only_holder_caster|"
+                         r"copyable_holder_caster|polymorphic_type_hook|is_holder_type)<[^{;]*")
+    found = []
+    for name, text in (("light", LIGHT_HOST_HEADERS), ("full", "#include <torch/extension.h>\n")):
+        src = tmp_path / f"{name}.h"
+        src.write_text(text)
+        out = subprocess.run([be.host_compiler(), "-E", "-P", "-x", "c++", *be.host_flags(),
+                              str(src)], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        found.append({m.rstrip() for m in casters.findall(out.stdout)})
+    assert len(found[0]) > 20 and found[0] == found[1]
