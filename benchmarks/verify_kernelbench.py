@@ -195,8 +195,11 @@ def run_kb(sub: list[KbCandidate], rows: dict[str, dict], work: Path, budget_s: 
     wall = time.monotonic() - start
     n = len(results)
     log(f"[kb] {n}/{len(kernels)} evaluated in {wall:.1f}s (pre-compile {pre_s:.1f}s)")
+    # a candidate costs its share of the parallel pre-compile and its own evaluation: the
+    # rate of the whole subset, also where the budget ended the evaluations early
+    cost = pre_s * n / max(1, len(kernels)) + (wall - pre_s)
     return {"wall_s": wall, "precompile_s": pre_s, "evaluated": n, "of": len(kernels),
-            "per_gpu_hour": round(n / wall * 3600) if wall else 0,
+            "per_gpu_hour": round(n / cost * 3600) if n and cost > 0 else 0,
             "verdicts": {cid: r.get("verdict", "runtime_error") for cid, r in results.items()},
             "errors": {cid: str(r.get("error", ""))[:200] for cid, r in results.items()}}
 
