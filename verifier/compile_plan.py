@@ -11,11 +11,11 @@ kernels do, never more than `most` specs a unit. Compilers running side by side 
 of them, so the estimate is never under the total cost spread over that many (or the workers,
 when fewer), and a small batch is not cut into one unit per spec when the units would only
 contend for the cores.
-`CompilePool` runs units longest first on
-`workers` threads, the first `lead_units` of them at the PCH's priority (their candidates land
-while the rest compile, so the GPU starts sooner); the rebuilds a failed unit asks for (the rest without the blamed specs, each
-blamed spec alone, or two halves: `Builder.build_unit`) go to the front of the same queue, so
-they run on whichever worker is free instead of after the rest of that worker's share.
+`CompilePool` runs units longest first on `workers` threads, the first `lead_units` of them at
+the PCH's priority (their candidates land while the rest compile, so the GPU starts sooner);
+the rebuilds a failed unit asks for (the rest without the blamed specs, each blamed spec alone,
+or two halves: `Builder.build_unit`) go to the front of the same queue, so they run on
+whichever worker is free instead of after the rest of that worker's share.
 """
 
 from __future__ import annotations
