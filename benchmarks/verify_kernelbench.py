@@ -1,8 +1,10 @@
 """The verifier on KernelBench's own problem files at their own sizes, vs KernelBench's harness.
 
     python -m benchmarks.verify_kernelbench --kb-dir KernelBench/ --out DIR
-        [--levels 1,2,3] [--limit N] [--budget-s 510] [--kb-limit 12] [--repeat]
-        [--run-timeout 30] [--verifier-args "--fallback partial"] [--device-tag h100]
+        [--levels 1,2,3] [--limit N] [--budget-s 510] [--kb-limit CORES] [--repeat]
+        [--gpus 2] [--cores-per-gpu 16] [--run-timeout 30] [--verifier-args "--fallback partial"]
+        [--device-tag h100]
+    python -m benchmarks.verify_kernelbench --merge DIR1 DIR2 [--device-tag h100]
 
 Needs a GPU node with torch only (no pyarrow, numpy or network): KernelBench's problem folder
 (level1/, level2/, level3/ of its main branch) is read from --kb-dir; the candidates are ours
@@ -16,14 +18,19 @@ benchmarks/results/verify_kernelbench_<device>.md), so a run cut at its wall lim
    memory deaths (runtime_error naming SIGKILL, OOM or memory).
 2. KernelBench's harness in its best configuration (benchmarks/kb_harness.py: every candidate
    pre-compiled in parallel on all cores, then one fresh process per candidate; 5 correctness
-   trials at atol = rtol = 1e-2, 100 timed calls) on an every-k-th subset without hangs, until
-   its share of the budget; candidates per GPU-hour and the ratio, verdict agreement.
+   trials at main's fp32 atol = rtol = 1e-4, 100 timed calls, the reference timed too) on an
+   every-k-th subset without hangs (one per core by default), until its share of the budget;
+   candidates per GPU-hour and the ratio, verdict agreement.
 3. with --repeat: the same batch again (builds cached): verdict agreement across two runs.
 4. with --gpus N: the batch cold on N GPUs: speed-up (decided per second) and agreement.
 Shares: phase 1 gets --ours-share of the budget; 2 gets what is left (half of it when 3 or 4
 follow); 3 and 4 run only while more than 30 s are left. For 1 vs 2 GPUs in one call, use
---kb-limit 0 --gpus 2 --ours-share 0.45. Pass verifier flags as --verifier-args="--fallback
-partial" (with `=`, since the value starts with dashes).
+--kb-limit 0 --gpus 2 --ours-share 0.45 --cores-per-gpu 16 (each run holds 16 cores per GPU, as
+a node's GPUs come with their share of its CPUs). Every batch runs with `--profile`: the table
+says where its wall time went. One table from several calls (no GPU needed):
+`--merge DIR1 DIR2 --device-tag h100`: DIR1's cold run, KernelBench ratio and DIR2's cold run
+as the second run (agreement, timing noise), DIR2's 1 vs 2 GPUs. Pass verifier flags as
+--verifier-args="--fallback partial" (with `=`, since the value starts with dashes).
 """
 
 from __future__ import annotations
