@@ -11,7 +11,9 @@ cache for each configuration, so every run is cold (PCH, macro lists, objects):
 - old: the plan as it was before the contention term (units sized as if concurrent compilers
   did not slow each other, so a batch no larger than the workers is built one spec a unit);
 - new: the current defaults (`CostModel(cores=--cores)`: concurrent units progress like
-  `parallel_eff * cores` of them at most).
+  `parallel_eff * cores` of them at most), host units on the light headers' PCH first
+  (`verifier.compile.host_headers`);
+- fullhost: the same plan, host units on torch/extension.h's PCH as before.
 The backend is wrapped to time each phase: the device unit (nvcc; whether the light header
 held or the unit was built again with torch/extension.h), the host unit (g++ on the PCH), the
 PCH, the link and, with --import-check (needs a GPU torch), the sandboxed import. The table
@@ -109,7 +111,8 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def build_once(name: str, cost, specs: list, args: argparse.Namespace, root: Path) -> dict:
+def build_once(name: str, cost, specs: list, args: argparse.Namespace, root: Path,
+               light_host: bool = True) -> dict:
     """Build `specs` cold into a fresh cache under `root` with the plan of `cost`."""
     from verifier.compile.builder import BuildContext, Builder
     from verifier.compile.compile_plan import compile_all
@@ -117,7 +120,7 @@ def build_once(name: str, cost, specs: list, args: argparse.Namespace, root: Pat
     clock = PhaseClock()
     # load_memory_mb=0: as `verify_batch` has it for CUDA (the driver maps huge ranges)
     ctx = BuildContext(timed_backend(clock), root / name, check_import=args.import_check,
-                       timeout_s=args.timeout, load_memory_mb=0)
+                       timeout_s=args.timeout, load_memory_mb=0, light_host=light_host)
     builder = Builder(ctx)
     check = builder._check_import
 
@@ -201,8 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     from verifier.compile.compile_plan import CostModel
 
     # old: no contention term (the effective parallelism is the workers, as the plan assumed)
-    configs = {"old": CostModel(parallel_eff=1.0, cores=max(1, args.workers)),
-               "new": CostModel(cores=args.cores)}
+    configs = {"old": (CostModel(parallel_eff=1.0, cores=max(1, args.workers)), True),
+               "new": (CostModel(cores=args.cores), True),
+               "fullhost": (CostModel(cores=args.cores), False)}
     names = [c for c in args.configs.split(",") if c]
     unknown = [c for c in names if c not in configs]
     if unknown:
@@ -213,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         print(f"[build_speed] {name}: {len(specs)} candidates, {args.workers} workers",
               file=sys.stderr, flush=True)
-        runs.append(build_once(name, configs[name], specs, args, root))
+        cost, light = configs[name]
+        runs.append(build_once(name, cost, specs, args, root, light_host=light))
         r = runs[-1]
         print(f"[build_speed] {name}: plan {r['plan']}, {r['built']}/{r['n']} built, wall "
               f"{r['wall_s']:.1f}s, CPU {r['cpu_s']:.1f}s", file=sys.stderr, flush=True)

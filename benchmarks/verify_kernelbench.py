@@ -1,8 +1,10 @@
 """The verifier on KernelBench's own problem files at their own sizes, vs KernelBench's harness.
 
     python -m benchmarks.verify_kernelbench --kb-dir KernelBench/ --out DIR
-        [--levels 1,2,3] [--limit N] [--budget-s 510] [--kb-limit 12] [--repeat]
-        [--run-timeout 30] [--verifier-args "--fallback partial"] [--device-tag h100]
+        [--levels 1,2,3] [--limit N] [--budget-s 510] [--kb-limit CORES] [--repeat]
+        [--gpus 2] [--cores-per-gpu 16] [--run-timeout 30] [--verifier-args "--fallback partial"]
+        [--device-tag h100]
+    python -m benchmarks.verify_kernelbench --merge DIR1 DIR2 [--device-tag h100]
 
 Needs a GPU node with torch only (no pyarrow, numpy or network): KernelBench's problem folder
 (level1/, level2/, level3/ of its main branch) is read from --kb-dir; the candidates are ours
@@ -16,14 +18,19 @@ benchmarks/results/verify_kernelbench_<device>.md), so a run cut at its wall lim
    memory deaths (runtime_error naming SIGKILL, OOM or memory).
 2. KernelBench's harness in its best configuration (benchmarks/kb_harness.py: every candidate
    pre-compiled in parallel on all cores, then one fresh process per candidate; 5 correctness
-   trials at atol = rtol = 1e-2, 100 timed calls) on an every-k-th subset without hangs, until
-   its share of the budget; candidates per GPU-hour and the ratio, verdict agreement.
+   trials at main's fp32 atol = rtol = 1e-4, 100 timed calls, the reference timed too) on an
+   every-k-th subset without hangs (one per core by default), until its share of the budget;
+   candidates per GPU-hour and the ratio, verdict agreement.
 3. with --repeat: the same batch again (builds cached): verdict agreement across two runs.
 4. with --gpus N: the batch cold on N GPUs: speed-up (decided per second) and agreement.
 Shares: phase 1 gets --ours-share of the budget; 2 gets what is left (half of it when 3 or 4
 follow); 3 and 4 run only while more than 30 s are left. For 1 vs 2 GPUs in one call, use
---kb-limit 0 --gpus 2 --ours-share 0.45. Pass verifier flags as --verifier-args="--fallback
-partial" (with `=`, since the value starts with dashes).
+--kb-limit 0 --gpus 2 --ours-share 0.45 --cores-per-gpu 16 (each run holds 16 cores per GPU, as
+a node's GPUs come with their share of its CPUs). Every batch runs with `--profile`: the table
+says where its wall time went. One table from several calls (no GPU needed):
+`--merge DIR1 DIR2 --device-tag h100`: DIR1's cold run, KernelBench ratio and DIR2's cold run
+as the second run (agreement, timing noise), DIR2's 1 vs 2 GPUs. Pass verifier flags as
+--verifier-args="--fallback partial" (with `=`, since the value starts with dashes).
 """
 
 from __future__ import annotations
@@ -46,15 +53,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.kb_table import agreement, coarse, markdown, merge, timing_noise  # noqa: E402
 from benchmarks.kernelbench_corpus import KbCandidate, candidates  # noqa: E402
 from benchmarks.kernelbench_corpus.__main__ import batch_rows  # noqa: E402
-from verifier.reward.batch_io import parse_progress  # noqa: E402
+from verifier.reward.batch_io import parse_progress, profile_text  # noqa: E402
 
 RAN = ("runtime_error", "timeout", "incorrect", "cheat", "correct_slow", "correct_fast")
 # the verifier's or the device's memory, never a kernel's own illegal memory access
 MEMORY = re.compile(r"SIGKILL|out of memory|\bOOM\b|MemoryError|cannot allocate memory|"
                     r"memory (?:bound|limit)", re.I)
-KB_TOL = 1e-2  # KernelBench's fp32 tolerance (eval.py: atol = rtol = 1e-02)
+KB_TOL = 1e-4  # KernelBench main's fp32 tolerance (eval.get_tolerance_for_precision)
 T0 = time.monotonic()
 
 
@@ -109,10 +117,15 @@ def expected(status: str, label: str, strict: bool = True) -> bool:
 
 def run_verifier(rows_path: Path, out: Path, cache: Path, budget_s: float,
                  args: argparse.Namespace, gpus: int = 1) -> dict[str, Any]:
-    """`python -m verifier --batch` as a subprocess, stopped (SIGKILL) at `budget_s`."""
+    """`python -m verifier --batch` as a subprocess, stopped (SIGKILL) at `budget_s`; with
+    --cores-per-gpu, held to that many cores per GPU (a node's GPUs with their share of CPUs)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.cores_per_gpu:
+        cpus = cpus[:gpus * args.cores_per_gpu]
+    workers = min(args.compile_workers, len(cpus)) if args.cores_per_gpu else args.compile_workers
     cmd = [sys.executable, "-m", "verifier", "--batch", str(rows_path), "--out", str(out),
            "--backend", "cuda", "--gpus", str(gpus), "--cache-dir", str(cache),
-           "--timeout", str(args.run_timeout), "--compile-workers", str(args.compile_workers),
+           "--timeout", str(args.run_timeout), "--compile-workers", str(workers), "--profile",
            *args.verifier_args.split()]
     log(f"[ours] {' '.join(cmd[2:])}")
     start = time.monotonic()
@@ -121,7 +134,8 @@ def run_verifier(rows_path: Path, out: Path, cache: Path, budget_s: float,
         # a fresh XDG cache: the eager baselines are measured in this run, not found
         env = dict(os.environ, XDG_CACHE_HOME=str(cache.with_name(cache.name + "-xdg")))
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err,
-                                start_new_session=True, env=env)
+                                start_new_session=True, env=env,
+                                preexec_fn=lambda: os.sched_setaffinity(0, cpus))
         try:
             rc = proc.wait(timeout=budget_s)
             cut = False
@@ -135,7 +149,9 @@ def run_verifier(rows_path: Path, out: Path, cache: Path, budget_s: float,
     progress = [p for p in map(parse_progress, stderr.splitlines()) if p]
     log(f"[ours] {len(verdicts)} verdicts in {wall:.1f}s (rc {rc}{', cut at budget' if cut else ''})")
     return {"wall_s": wall, "rc": rc, "cut": cut, "verdicts": verdicts, "gpus": gpus,
+            "cores": len(cpus),
             "progress_last": progress[-1] if progress else None,
+            "profile": profile_text(stderr),
             "stderr_tail": stderr[-3000:]}
 
 
@@ -146,7 +162,8 @@ def summarize(run: dict[str, Any], labels: dict[str, str], n_total: int) -> dict
     hours = run["wall_s"] * run.get("gpus", 1) / 3600  # GPU-hours
     return {"decided": len(vs), "of": n_total, "wall_s": round(run["wall_s"], 1),
             "cut": run["cut"], "ran": ran, "ran_per_gpu_hour": round(ran / hours) if hours else 0,
-            "per_gpu_hour": round(len(vs) / hours) if hours else 0,
+            "per_gpu_hour": round(len(vs) / hours) if hours else 0, "cores": run.get("cores"),
+            "profile": run.get("profile", ""),
             "statuses": dict(collections.Counter(v["status"] for v in vs)),
             "memory_deaths": memory_deaths(vs),
             "as_labelled": sum(expected(v["status"], labels[v["candidate_id"]]) for v in vs),
@@ -178,108 +195,42 @@ def run_kb(sub: list[KbCandidate], rows: dict[str, dict], work: Path, budget_s: 
         left = budget_s - (time.monotonic() - start)
         if left < 5:
             break
-        res, _ = kb_harness.evaluate([k], work, KB_TOL, KB_TOL, min(args.kb_timeout, left),
+        res, _ = kb_harness.evaluate([k], work, args.kb_tol, args.kb_tol,
+                                     min(args.kb_timeout, left),
                                      lambda _m: None)
         results.update(res)
     wall = time.monotonic() - start
     n = len(results)
     log(f"[kb] {n}/{len(kernels)} evaluated in {wall:.1f}s (pre-compile {pre_s:.1f}s)")
+    # a candidate costs its share of the parallel pre-compile and its own evaluation: the
+    # rate of the whole subset, also where the budget ended the evaluations early
+    cost = pre_s * n / max(1, len(kernels)) + (wall - pre_s)
     return {"wall_s": wall, "precompile_s": pre_s, "evaluated": n, "of": len(kernels),
-            "per_gpu_hour": round(n / wall * 3600) if wall else 0,
+            "per_gpu_hour": round(n / cost * 3600) if n and cost > 0 else 0,
             "verdicts": {cid: r.get("verdict", "runtime_error") for cid, r in results.items()},
             "errors": {cid: str(r.get("error", ""))[:200] for cid, r in results.items()}}
-
-
-def coarse(status: str) -> str:
-    """Our status in the KernelBench harness's words."""
-    return {"correct_slow": "correct", "correct_fast": "correct"}.get(status, status)
-
-
-def agreement(a: list[dict], b: list[dict]) -> tuple[int, int, list[str]]:
-    """Candidates decided in both runs, how many agree (fast/slow counted as one), which not."""
-    sa = {v["candidate_id"]: coarse(v["status"]) for v in a}
-    sb = {v["candidate_id"]: coarse(v["status"]) for v in b}
-    both = sorted(set(sa) & set(sb))
-    diff = [f"{c}: {sa[c]} vs {sb[c]}" for c in both if sa[c] != sb[c]]
-    return len(both), len(both) - len(diff), diff
-
-
-def markdown(report: dict[str, Any]) -> str:
-    """The results table of whatever phases have finished."""
-    lines = [f"# verify_kernelbench on {report['device']}", "",
-             f"`{report['command']}`", "",
-             f"torch {report['torch']}, {report['cpus']} CPUs; KernelBench main problem files; "
-             f"{report['n']} candidates over {report['problems']} problems; labels "
-             + ", ".join(f"{k} {v}" for k, v in sorted(report["labels"].items())), ""]
-    ours = report.get("ours1")
-    if ours:
-        lines += ["| measure | value |", "| --- | --- |",
-                  f"| ours cold, 1 GPU: decided | {ours['decided']}/{ours['of']} in "
-                  f"{ours['wall_s']} s{' (cut at budget)' if ours['cut'] else ''} |",
-                  f"| compiled-and-run | {ours['ran']} = **{ours['ran_per_gpu_hour']} per "
-                  "GPU-hour** |",
-                  f"| all verdicts per GPU-hour | {ours['per_gpu_hour']} |",
-                  f"| memory deaths (runtime_error: SIGKILL/OOM/memory) | "
-                  f"{len(ours['memory_deaths'])} {', '.join(ours['memory_deaths'][:8])} |",
-                  f"| verdicts as labelled | {ours['as_labelled']}/{ours['decided']} |",
-                  "| statuses | " + ", ".join(f"{k} {v}" for k, v in
-                                             sorted(ours["statuses"].items())) + " |"]
-    kb = report.get("kb")
-    if kb:
-        ratio = (ours["per_gpu_hour"] / kb["per_gpu_hour"]) if ours and kb["per_gpu_hour"] \
-            else 0
-        lines += [f"| KernelBench harness (pre-compile {kb['precompile_s']:.0f} s on all cores, "
-                  f"then one process per candidate) | {kb['evaluated']}/{kb['of']} in "
-                  f"{kb['wall_s']:.0f} s = {kb['per_gpu_hour']} per GPU-hour |",
-                  f"| ratio ours / KernelBench (candidates per GPU-hour) | **{ratio:.1f}x** |",
-                  f"| verdicts agree with KernelBench's (same candidates) | "
-                  f"{kb.get('agree', 0)}/{kb.get('compared', 0)} |"]
-    rep = report.get("repeat")
-    if rep:
-        lines.append(f"| agreement, two runs (builds cached in the second) | "
-                     f"{rep['agree']}/{rep['both']} |")
-    multi = report.get("multi")
-    if multi and ours:
-        m = multi["summary"]
-        lines += [f"| ours cold, {multi['gpus']} GPUs: decided | {m['decided']}/{m['of']} in "
-                  f"{m['wall_s']} s{' (cut at budget)' if m['cut'] else ''}; "
-                  f"{m['ran_per_gpu_hour']} compiled-and-run per GPU-hour |",
-                  f"| speed-up 1 -> {multi['gpus']} GPUs (decided per second) | "
-                  f"**{multi['speedup']:.2f}x** |",
-                  f"| agreement, 1 vs {multi['gpus']} GPUs | {multi['agree']}/{multi['both']} |"]
-    sizes = report.get("sizes")
-    if sizes:
-        lines += ["", "## Problem sizes (main's files; MiB per input / output tensor)", "",
-                  "| problem | inputs | outputs |", "| --- | --- | --- |"]
-        for name, s in sizes.items():
-            if "error" in s:
-                lines.append(f"| {name} | {s['error'][:60]} | |")
-                continue
-            fmt = ", ".join
-            lines.append(f"| {name} | {fmt(f'{b / 2**20:.0f}' for _, b in s['inputs'])} | "
-                         f"{fmt(f'{b / 2**20:.0f}' for _, b in s['outputs'])} |")
-    if ours and ours["unexpected"]:
-        lines += ["", "## Verdicts other than labelled", ""]
-        lines += [f"- {u}" for u in ours["unexpected"][:60]]
-    if kb and kb.get("differ"):
-        lines += ["", "## Differences with KernelBench's harness", ""]
-        lines += [f"- {d}" for d in kb["differ"][:40]]
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kb-dir", type=Path, required=True,
+    ap.add_argument("--kb-dir", type=Path,
                     help="KernelBench's problem folder (level1/, level2/, level3/)")
+    ap.add_argument("--merge", type=Path, nargs="+", default=[],
+                    help="no run: one table from these calls' --out folders (needs no GPU)")
+    ap.add_argument("--cores-per-gpu", type=int, default=0,
+                    help="hold a run on N GPUs to N x this many cores (0: all)")
     ap.add_argument("--out", type=Path, default=Path("kb_bench_out"))
     ap.add_argument("--levels", default="1,2,3")
     ap.add_argument("--limit", type=int, default=0, help="every k-th of the corpus, N in all")
     ap.add_argument("--budget-s", type=float, default=510.0, help="wall budget of the run")
     ap.add_argument("--ours-share", type=float, default=0.55,
                     help="share of the budget for the cold batch")
-    ap.add_argument("--kb-limit", type=int, default=12, help="0: skip KernelBench's harness")
-    ap.add_argument("--kb-timeout", type=float, default=120.0)
+    ap.add_argument("--kb-limit", type=int, default=os.cpu_count() or 12,
+                    help="candidates for KernelBench's harness (default: one per core, as its "
+                         "pre-compile runs one per core); 0: skip it")
+    ap.add_argument("--kb-timeout", type=float, default=180.0, help="main's per-sample timeout")
+    ap.add_argument("--kb-tol", type=float, default=KB_TOL, help="its atol = rtol")
     ap.add_argument("--repeat", action="store_true", help="run the batch twice (agreement)")
     ap.add_argument("--gpus", type=int, default=1,
                     help="N > 1: also a cold batch on N GPUs (speed-up, agreement)")
@@ -289,6 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device-tag", default="", help="results file suffix (default: GPU name)")
     ap.add_argument("--results-dir", type=Path, default=ROOT / "benchmarks" / "results")
     a = ap.parse_args(argv)
+    if a.merge:
+        report = merge(a.merge)
+        path = a.results_dir / f"verify_kernelbench_{a.device_tag or device_tag(report['device'])}.md"
+        path.write_text(markdown(report), "utf-8")
+        print(markdown(report), flush=True)
+        return 0
+    if a.kb_dir is None:
+        ap.error("--kb-dir is required for a run")
     import torch
 
     cands = list(candidates(tuple(int(x) for x in a.levels.split(","))))
@@ -343,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             second = run_verifier(rows_path, a.out / "ours2.jsonl", work / "cache2", left - 10, a)
             both, agree, diff = agreement(first["verdicts"], second["verdicts"])
             report["repeat"] = {"both": both, "agree": agree, "differ": diff[:40],
+                                "noise": timing_noise(first["verdicts"], second["verdicts"]),
                                 "summary": summarize(second, labels, len(cands))}
             save()
         left = a.budget_s - (time.monotonic() - T0)
@@ -354,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                 len(first["verdicts"]) / first["wall_s"], 1e-9)
             report["multi"] = {"gpus": a.gpus, "both": both, "agree": agree,
                                "differ": diff[:40], "speedup": rate,
+                               "noise": timing_noise(first["verdicts"], multi["verdicts"]),
                                "summary": summarize(multi, labels, len(cands))}
             save()
     finally:

@@ -19,15 +19,17 @@ import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import duckdb
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from schemas import RECORD_TYPES, Record, SchemaError, check_table, upgrade_table
+
+if TYPE_CHECKING:  # polars is imported where it is used: every command opens a workspace
+    import polars as pl
 
 R = TypeVar("R", bound=Record)
 
@@ -135,7 +137,8 @@ class Workspace:
                 raise WorkspaceError(f"{path}: foreign schema ({exc})") from None
             tables.append(table.select(cls.arrow_schema().names).cast(cls.arrow_schema()))
         if not tables:
-            return cls.arrow_schema().empty_table()
+            # not schema.empty_table(): that imports pandas, 0.2 s of `stats`' start-up
+            return pa.Table.from_batches([], schema=cls.arrow_schema())
         table = pa.concat_tables(tables)
         if dedupe and cls.KEY:
             table = _first_per_key(table, cls.KEY)
@@ -145,6 +148,8 @@ class Workspace:
         return cls.from_arrow(self.read_table(cls))
 
     def read_polars(self, cls: type[Record]) -> pl.DataFrame:
+        import polars as pl
+
         return pl.from_arrow(self.read_table(cls))
 
     def done_keys(self, cls: type[Record]) -> set[str]:

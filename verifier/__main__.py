@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", action="store_true", help="print JSON verdicts")
     ap.add_argument("--progress", default="normal", choices=["quiet", "normal", "verbose"],
                     help="batch mode: progress lines on stderr (verbose: also one per verdict)")
+    ap.add_argument("--profile", action="store_true",
+                    help="batch mode: where the wall time went (phases, GPU lanes), at the end")
     ap.add_argument("--fallback", default="strict", choices=["strict", "partial"],
                     help="strict: no library compute in forward (default); partial: library "
                          "ops allowed if an own kernel runs, own-kernel share in the reward")
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = _options(a)
     if a.batch:
         try:
-            return run_batch(a.batch, a.out, opts, progress=a.progress)
+            return run_batch(a.batch, a.out, opts, progress=a.progress, profile=a.profile)
         except BackendUnavailable as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -19,6 +19,7 @@ from verifier.compile.builder import BuildResult
 from verifier.isolation.sandbox import Launcher, SandboxLimits
 from verifier.judge.decide import parent_check
 from verifier.judge.generalize import record_generalisation, request_variants
+from verifier.judge.inputs import trial_input_seed
 from verifier.judge.performance import judge_performance
 from verifier.judge.reward import record_share
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
@@ -97,7 +98,7 @@ def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baseli
     # timed in a process that never ran candidate code, before this candidate runs
     base = baselines.ensure(item.req.task_source, runner, job_options)
     nonce = secrets.token_hex(16)
-    job = {"nonce": nonce, "backend": backend.name, "input_seed": secrets.randbelow(1 << 30),
+    job = {"nonce": nonce, "backend": backend.name, "input_seed": trial_input_seed(),
            "options": job_options}
     variants = request_variants(item.req, opts)
     job["variants"] = variants

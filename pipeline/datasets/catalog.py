@@ -81,7 +81,7 @@ def check_parts(ws: Workspace, table: str) -> list[Path]:
         except (pa.ArrowInvalid, OSError) as exc:
             raise WorkspaceError(f"{path}: not a readable Parquet file ({exc})") from None
         try:
-            check_table(cls, schema.empty_table())
+            check_table(cls, pa.Table.from_batches([], schema=schema))  # pandas-free
         except SchemaError as exc:
             raise WorkspaceError(f"{path}: foreign schema ({exc})") from None
     return parts

@@ -178,7 +178,7 @@ def test_main_writes_partial_results_when_the_batch_decides_nothing(tmp_path: Pa
 
     gelu_only = ["--kb-dir", str(kb), "--out", str(out), "--results-dir", str(res),
                  "--levels", "1", "--limit", "195", "--budget-s", "60", "--kb-limit", "0",
-                 "--device-tag", "cpu"]
+                 "--device-tag", "cpu", "--cores-per-gpu", "1"]
     with pytest.raises(SystemExit, match="19_ReLU.py"):  # the corpus needs every problem file
         main(gelu_only)
     for name in {c.problem for c in candidates((1,))} - {"level1/26_GELU_.py"}:
@@ -186,5 +186,6 @@ def test_main_writes_partial_results_when_the_batch_decides_nothing(tmp_path: Pa
     assert main(gelu_only) == 0
     report = json.loads((out / "results.json").read_text())
     assert report["ours1"]["decided"] == 0 and "cuda" in report["ours1_stderr_tail"]
+    assert report["ours1"]["cores"] == 1  # the batch held to one core per GPU
     md = (res / "verify_kernelbench_cpu.md").read_text()
     assert "| level1/26_GELU_.py | 6144 | 6144 |" in md and "0/156" in md

@@ -34,6 +34,35 @@ def test_help_and_config_show_load_no_heavy_library() -> None:
     assert _loaded_after(config_show) == []
 
 
+def test_stats_loads_only_the_data_libraries_it_reads_with(tmp_path: Path) -> None:
+    # stats reads Parquet (pyarrow) and refreshes catalog.duckdb; nothing else is loaded
+    code = ("import pipeline.cli, sys\n"
+            f"sys.argv = ['kernelsynth', 'stats', '--workspace', {str(tmp_path / 'ks')!r}]\n"
+            "try:\n    pipeline.cli.main()\nexcept SystemExit as exc:\n"
+            "    assert not exc.code, exc.code")
+    loaded = _loaded_after(code)
+    assert "duckdb" in loaded and "pyarrow" in loaded, loaded  # it did read the workspace
+    assert set(loaded) <= {"duckdb", "pyarrow"}, loaded
+    assert (tmp_path / "ks" / "catalog.duckdb").is_file()
+
+
+def test_startup_benchmark_prints_commands_and_baselines(tmp_path: Path) -> None:
+    out = tmp_path / "startup.md"
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cli_startup.py"),
+                          "--repeat", "1", "--out", str(out)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    rows = {ln.split("|")[1].strip(): [float(x) for x in ln.split("|")[2:5]]
+            for ln in out.read_text().splitlines() if ln.startswith("| ") and "---" not in ln
+            and not ln.startswith("| command")}
+    assert set(rows) == {"baseline: python -c pass", "baseline: eager imports (before)",
+                         "kernelsynth --help", "kernelsynth config show", "kernelsynth stats"}
+    assert all(v > 0 for vals in rows.values() for v in vals), rows
+    assert out.read_text() in res.stdout + "\n" and "cores" in res.stdout
+    # the CLI pays less CPU than importing the libraries it no longer loads eagerly
+    assert rows["kernelsynth --help"][2] < rows["baseline: eager imports (before)"][2], rows
+
+
 def test_generator_names_in_help_are_the_generators() -> None:
     from pipeline.candidates.generate import GENERATORS
     from pipeline.cli.generate import GENERATOR_NAMES

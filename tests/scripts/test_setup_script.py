@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,6 +20,7 @@ if [ "$1 $2 $3" = "-m pip install" ]; then
     echo "ERROR: No matching distribution found for ${@: -1}" >&2
     exit 7
   fi
+  sleep "${FAKE_PIP_S:-0}"
   echo "Successfully installed ${@: -1}"
 fi
 exit 0
@@ -35,14 +37,17 @@ def _copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _run(root: Path, fail_on: str = "") -> subprocess.CompletedProcess:
+def _run(root: Path, fail_on: str = "", **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(root / "scripts" / "setup.sh")], capture_output=True,
-                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "FAIL_ON": fail_on})
+                          text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "FAIL_ON": fail_on, **env})
 
 
 def test_setup_shows_progress_and_installs_torch_first(tmp_path: Path) -> None:
     root = _copy(tmp_path)
+    start = time.monotonic()
     res = _run(root)
+    assert time.monotonic() - start < 20  # nothing (the 30 s heartbeat) keeps the output open
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Collecting torch==2.13.0" in res.stdout and "Successfully installed .[dev]" in res.stdout
     assert "==> installing torch 2.13.0 (CPU build)" in res.stdout and "==> done" in res.stdout
@@ -64,3 +69,16 @@ def test_a_failed_install_stops_setup_with_its_status(tmp_path: Path) -> None:
     res = _run(root, fail_on=".[dev]")
     assert res.returncode == 7 and "installing kernelsynth" in res.stdout
     assert "checking the packages import" not in res.stdout
+
+
+def test_a_long_install_prints_a_heartbeat_that_stops_with_it(tmp_path: Path) -> None:
+    root = _copy(tmp_path)
+    res = _run(root, SETUP_HEARTBEAT_S="1", FAKE_PIP_S="2.5")
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    torch_at, dev_at = (lines.index(f"Successfully installed {p}") for p in ("torch==2.13.0",
+                                                                            ".[dev]"))
+    beats = [i for i, ln in enumerate(lines) if ln.startswith("    ... pip still working (")]
+    assert any(i < torch_at for i in beats) and any(torch_at < i < dev_at for i in beats), lines
+    # once pip is done its heartbeat is gone: none after the last install
+    assert max(beats) < dev_at, lines

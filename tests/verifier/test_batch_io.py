@@ -12,7 +12,13 @@ import time
 from pathlib import Path
 
 from verifier.protocol import VerdictData, VerifyRequest
-from verifier.reward.batch_io import BatchProgress, VerdictLog, parse_progress, request_hash
+from verifier.reward.batch_io import (
+    BatchProgress,
+    VerdictLog,
+    parse_progress,
+    profile_text,
+    request_hash,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import RELU_TASK, relu_ok  # noqa: E402
@@ -186,3 +192,18 @@ def test_parquet_out_streams_jsonl_beside_and_says_when_pyarrow_is_missing(
     assert p.returncode == 0, p.stderr
     assert "1 verdicts kept" in p.stderr  # resumed from the JSONL beside it
     assert pq.read_table(out).to_pylist()[0]["status"] == "format_error"
+
+
+def test_profile_says_where_the_batch_time_went(tmp_path: Path) -> None:
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    rows = _batch_rows()[:3]  # format errors: decided before any build
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    p = subprocess.run([*_cmd(src, out), "--profile"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    table = profile_text(p.stderr)
+    assert table.splitlines()[0].split()[:3] == ["phase", "n", "sum"]
+    assert any(ln.startswith("front ") for ln in table.splitlines()), table
+    quiet = subprocess.run(_cmd(src, tmp_path / "again.jsonl"), cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+    assert quiet.returncode == 0 and profile_text(quiet.stderr) == ""

@@ -210,3 +210,32 @@ def test_a_failing_candidate_fails_alone_with_its_own_error(tmp_path: Path) -> N
         errs = [[ln for ln in r.log.splitlines() if "error" in ln][:1] for r in (res, landed[s.key])]
         assert errs[0] == errs[1]
     assert "undeclared_name" in landed[BAD.key].log
+
+
+def test_the_first_units_compile_ahead_of_the_rest(tmp_path: Path, monkeypatch) -> None:
+    """The GPU waits for the first candidates to land: the first `lead_units` units taken run
+    their compilers at the PCH's niceness, the others at the compilers' own."""
+    import subprocess
+
+    import verifier.backends as backends
+
+    levels: list[tuple[int, str]] = []
+
+    def record(argv: list[str], **kwargs):
+        levels.append((len(argv), argv[argv.index("-n") + 1] if "-n" in argv else "0"))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(backends.subprocess, "run", record)
+
+    class Niced(_FakeBuilder):
+        def _build_batch(self, specs):
+            assert backends.run_tool(["true", str(len(specs))], [], 10)
+            return super()._build_batch(specs)
+
+    specs = [good(i) for i in range(10)]
+    units = [specs[:4], specs[4:7], specs[7:9], specs[9:]]  # taken in this order by one worker
+    landed, records = _pool(Niced(tmp_path, set()), 1, units)
+    assert all(r.ok for r in landed.values()) and [r.n for r in records] == [4, 3, 2, 1]
+    lead, rest = str(backends.PCH_NICE), str(backends.COMPILE_NICE)
+    assert [lvl for _, lvl in levels] == [lead, lead, rest, rest]
+    assert backends.run_tool(["true"], [], 10) and levels[-1][1] == rest  # outside a pool

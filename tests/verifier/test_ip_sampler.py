@@ -17,6 +17,10 @@ from pathlib import Path
 import pytest
 
 from verifier.judge import ip_sampler as ips
+from verifier.judge import ptrace_sampler as pts
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sampled_child import end, spawn, tasks_of, wait_busy  # noqa: E402  (no child of its own)
 
 NEEDS_PTRACE = pytest.mark.skipif(bool(ips.unavailable()), reason=ips.unavailable() or "ok")
 SPIN_C = "double spin(long n){double s=0;for(long i=0;i<n;i++)s+=i*0.5/(i+1.0);return s;}\n"
@@ -40,19 +44,18 @@ def _spin_code(so: Path, n: str = "10**12") -> str:
 
 def _sampled(code: str, own: set[str], seconds: float = 0.4) -> tuple[Counter, Counter, dict]:
     """Kinds and objects of a child running `code`, sampled for `seconds`."""
-    child = subprocess.Popen([sys.executable, "-c", code], env=CHILD_ENV)
+    child, worker = spawn(code, env=CHILD_ENV)
     try:
-        time.sleep(1.0)  # past the interpreter's start (and numpy's import)
+        wait_busy(worker)  # past the interpreter's start (and numpy's import)
         assert child.poll() is None, "the child ended early"
-        tasks = lambda: [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]  # noqa: E731
+        tasks = lambda: tasks_of(worker)  # noqa: E731
         sampler = ips.Sampler(tasks, interval_s=0.001).start()
         time.sleep(seconds)
         sampler.stop()
         kinds, objects = ips.classify(sampler.samples, sampler.maps, own)
         return kinds, objects, dict(sampler.refused)
     finally:
-        child.kill()
-        child.wait()
+        end(child, worker)
 
 
 @NEEDS_PTRACE
@@ -90,7 +93,7 @@ def test_a_thread_another_process_traces_is_reported_not_sampled() -> None:
     child = subprocess.Popen([sys.executable, "-c", code], env=CHILD_ENV)
     try:
         time.sleep(0.8)
-        rip, why = ips.sample_once(child.pid)
+        rip, why = pts.sample_once(child.pid)
         assert rip is None and why == "traced", (rip, why)
     finally:
         child.kill()
@@ -100,7 +103,7 @@ def test_a_thread_another_process_traces_is_reported_not_sampled() -> None:
 def test_a_thread_that_is_gone_is_gone() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
-    assert ips.sample_once(child.pid) == (None, "gone")
+    assert pts.sample_once(child.pid) == (None, "gone")
 
 
 MAPS = textwrap.dedent("""\
@@ -171,14 +174,14 @@ serve_windows(open_worker_pipes(), call, [[0]], lambda i, out: None, lambda: Non
 
 def _clock_run(tmp_path: Path, setup: str, own: set[str]) -> dict:
     clock = ips.SamplingClock(_Judge(), workdir=tmp_path, wait_s=30.0)
-    child = subprocess.Popen([sys.executable, "-c", WORKER.format(setup=setup)], cwd=tmp_path,
-                             env={**CHILD_ENV, "PYTHONPATH": str(Path(__file__).parents[2])})
+    child, worker = spawn(WORKER.format(setup=setup), cwd=tmp_path,
+                          env={**CHILD_ENV, "PYTHONPATH": str(Path(__file__).parents[2])})
     clock.own = own
-    clock.tasks = lambda: [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
+    clock.tasks = lambda: tasks_of(worker)
     try:
         child.wait(timeout=120)
     finally:
-        child.kill()
+        end(child, worker)
     return clock.result()
 
 
@@ -216,4 +219,4 @@ def test_no_ptrace_means_no_sampling_and_one_line(tmp_path: Path, capsys: pytest
 
 
 def test_registers_are_read_as_x86_64_user_regs() -> None:
-    assert ctypes.sizeof(ips._Regs) == 27 * 8
+    assert ctypes.sizeof(pts._Regs) == 27 * 8

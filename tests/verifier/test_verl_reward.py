@@ -34,7 +34,15 @@ def _load(name: str):  # noqa: ANN202
     """The function `name` of the file, loaded the way verl's get_custom_reward_fn does."""
     spec = importlib.util.spec_from_file_location("custom_module", MODULE)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    saved = sys.modules.get("custom_module")
+    sys.modules["custom_module"] = module  # as verl registers it before exec_module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if saved is None:
+            sys.modules.pop("custom_module", None)
+        else:
+            sys.modules["custom_module"] = saved
     return getattr(module, name)
 
 

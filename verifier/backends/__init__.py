@@ -42,8 +42,10 @@ import shlex
 import shutil
 import subprocess
 import sysconfig
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,7 +125,7 @@ class Backend:
         """Precompile `header` (which includes torch/extension.h) to `out_gch` with `flags`."""
         cmd = [self.host_compiler(), "-x", "c++-header", *self.host_flags(), *flags,
                str(header), "-o", str(out_gch)]
-        return run_tool(cmd, log, timeout_s)
+        return run_tool(cmd, log, timeout_s, nice=PCH_NICE)
 
     def compile_unit(self, unit: BuildUnit, obj: Path, flags: list[str], pch_dir: Path | None,
                      log: list[str], timeout_s: float) -> bool:
@@ -286,6 +288,23 @@ def select_backend(requested: str) -> str:
 # Compilers run at a lower CPU priority: on a GPU node they share the cores with the execution
 # worker, whose host-side launches and synchronizations must not wait behind nvcc (timing noise).
 COMPILE_NICE = int(os.environ.get("KS_COMPILE_NICE", "10"))
+# The PCH every host unit waits for runs ahead of the units' compilers (still behind the
+# worker): an H100 node built it in 62.6 s beside 16 compilers at one priority, and no
+# candidate ran before 79 s (benchmarks/results/verify_gpu_judge_h100.txt).
+PCH_NICE = max(0, COMPILE_NICE - 5)
+_PRIORITY = threading.local()  # the niceness this thread's compilers run at (`compile_priority`)
+
+
+@contextmanager
+def compile_priority(level: int) -> Iterator[None]:
+    """Compilers this thread runs inside the block run at niceness `level` (a unit whose
+    candidates the GPU waits for; `verifier.compile.compile_plan.CompilePool`)."""
+    before = getattr(_PRIORITY, "level", None)
+    _PRIORITY.level = level
+    try:
+        yield
+    finally:
+        _PRIORITY.level = before
 
 
 def niced(cmd: list[str], level: int | None = None) -> list[str]:
@@ -319,15 +338,17 @@ def torch_identity() -> str:
                                           for a in ("git_version", "cuda", "hip"))])
 
 
-def run_tool(cmd: list[str], log: list[str], timeout_s: float) -> bool:
-    """Run a compiler command, appending the command line and its output to `log`."""
+def run_tool(cmd: list[str], log: list[str], timeout_s: float, nice: int | None = None) -> bool:
+    """Run a compiler command (at `nice`, else this thread's `compile_priority`, else
+    COMPILE_NICE), appending the command line and its output to `log`."""
+    nice = nice if nice is not None else getattr(_PRIORITY, "level", None)
     log.append("$ " + shlex.join(cmd))
     try:
         from verifier.isolation.build_sandbox import (
             build_argv,  # host trees hidden from the compiler
         )
 
-        proc = subprocess.run(niced(build_argv(cmd)), capture_output=True, text=True,
+        proc = subprocess.run(niced(build_argv(cmd), nice), capture_output=True, text=True,
                               timeout=timeout_s, errors="replace")
     except subprocess.TimeoutExpired:
         log.append(f"compiler timed out after {timeout_s:.0f}s")

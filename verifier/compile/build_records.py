@@ -63,6 +63,7 @@ class BuildContext:
     check_import: bool = True
     launcher: Launcher = field(default_factory=SpawnLauncher)  # sandboxed runs (load checks)
     load_memory_mb: int = 8192  # address-space limit of the load check (0: none, CUDA hosts)
+    light_host: bool = True  # host units try the light headers first (`verifier.compile.host_headers`)
 
     @property
     def root(self) -> Path:

@@ -50,6 +50,12 @@ from verifier.compile.build_records import (  # noqa: F401 - re-exported: caller
     toolchain_key,
 )
 from verifier.compile.cache_bound import touch
+from verifier.compile.host_headers import (
+    FULL_HOST_HEADERS,
+    LIGHT_HOST_HEADERS,
+    light_host_text,
+    may_need_full_header,
+)
 from verifier.compile.landing import Landing
 from verifier.compile.unit_sources import (  # noqa: F401 - re-exported: callers import them from here
     CAND_FILE,
@@ -122,10 +128,14 @@ class Builder:
         os.replace(tmp, path)
 
     # --- PCH ---------------------------------------------------------------------------------
-    def pch_dir(self, cflags: list[str], n_specs: int, log: list[str]) -> Path | None:
+    def pch_dir(self, cflags: list[str], n_specs: int, log: list[str],
+                light: bool = False) -> Path | None:
+        """The folder of the PCH (of the light host headers or torch/extension.h) for these
+        flags, built here when missing and at least `pch_min_specs` specs need it."""
         if not self.ctx.use_pch:
             return None
-        d = self.root / "pch" / _hash(*self.ctx.backend.host_flags(), *cflags)
+        d = self.root / "pch" / _hash(*self.ctx.backend.host_flags(), *cflags,
+                                      *(["light"] if light else []))
         if (d / "ks_pch.h.gch").is_file():
             touch(d)
             return d
@@ -139,7 +149,7 @@ class Builder:
             return self._wait_for_pch(d, lock)
         os.close(fd)
         try:
-            (d / "ks_pch.h").write_text("#include <torch/extension.h>\n")
+            (d / "ks_pch.h").write_text(LIGHT_HOST_HEADERS if light else FULL_HOST_HEADERS)
             tmp = d / f"tmp{os.getpid()}.gch"
             if self.ctx.backend.compile_pch(d / "ks_pch.h", tmp, cflags, log, self.ctx.timeout_s):
                 os.replace(tmp, d / "ks_pch.h.gch")
@@ -170,7 +180,7 @@ class Builder:
         for group in groups.values():
             first = group[0]
             cflags = [*first.extra_cflags, *(f"-I{p}" for p in first.extra_include_paths)]
-            self.pch_dir(cflags, len(group), [])
+            self.pch_dir(cflags, len(group), [], light=self.ctx.light_host)
 
     # --- builds ------------------------------------------------------------------------------
     def triage(self, specs: list[ExtensionSpec], results: Landing) -> list[ExtensionSpec]:
@@ -332,11 +342,8 @@ class Builder:
                                      [*first.extra_cuda_cflags, *(extra or []), "-MD", "-MF",
                                       str(deps[-1])], None, log, self.ctx.timeout_s)
             if ok:
-                pch = self.pch_dir(cflags, n, log)
-                deps.append(out_dir / f"host-{tag}.d")
-                ok = be.compile_unit(BuildUnit(out_dir / f"host-{tag}.cpp", "host"), objs[0],
-                                     [*cflags, *(extra or []), "-MD", "-MF", str(deps[-1])],
-                                     pch, log, self.ctx.timeout_s)
+                ok = self._compile_host(out_dir / f"host-{tag}.cpp", objs[0], cflags,
+                                        [*cflags, *(extra or [])], n, deps, log)
         except ValueError as exc:
             return False, str(exc)
         if any(SANDBOX_FAILED.search(chunk) for chunk in log):  # not the candidate's doing:
@@ -362,6 +369,32 @@ class Builder:
         for o in objs:
             o.unlink(missing_ok=True)
         return ok, "\n".join(log)
+
+    def _compile_host(self, src: Path, obj: Path, cflags: list[str], flags: list[str], n: int,
+                      deps: list[Path], log: list[str]) -> bool:
+        """The host unit: with the light headers on their PCH first, as written (torch/
+        extension.h's PCH) when that fails on a name the light set may lack; every compile's
+        -MD list is added to `deps`."""
+        be, text = self.ctx.backend, src.read_text()
+        light = light_host_text(text) if self.ctx.light_host else None
+        if light is not None:
+            lsrc = src.with_name(f"{src.stem}.light{src.suffix}")
+            lsrc.write_text(light)
+            deps.append(lsrc.with_suffix(".d"))
+            trial: list[str] = []
+            ok = be.compile_unit(BuildUnit(lsrc, "host"), obj, [*flags, "-MD", "-MF",
+                                 str(deps[-1])], self.pch_dir(cflags, n, trial, light=True),
+                                 trial, self.ctx.timeout_s)
+            lsrc.unlink(missing_ok=True)
+            text = "\n".join(trial)
+            if ok or "timed out" in text or not may_need_full_header(text):
+                log.extend(chunk.replace(lsrc.name, src.name) for chunk in trial)
+                return ok
+            log.extend(c for c in trial if c.startswith("$ "))  # its reads are checked too
+            log.append("(light host headers failed on a torch name; building as written)")
+        deps.append(src.with_suffix(".d"))
+        return be.compile_unit(BuildUnit(src, "host"), obj, [*flags, "-MD", "-MF", str(deps[-1])],
+                               self.pch_dir(cflags, n, log), log, self.ctx.timeout_s)
 
     def _check_import(self, so: Path, module: str) -> tuple[bool, str]:
         """Import the object in a sandbox: undefined symbols and crashing initializers fail here."""

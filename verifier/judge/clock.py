@@ -215,7 +215,7 @@ class JudgeClock:
         self.figures: dict[str, Any] = {}
         self.failure = ""  # why the windows do not stand (the worker's doing)
         self.judge_error = ""  # why the judge could not time them (not the worker's doing)
-        self.own = fds is None
+        self.owns_fifos = fds is None  # (not `own`: ip_sampler names its objects so)
         if fds is None:
             assert workdir is not None
             os.mkfifo(workdir / REQ, 0o666)
@@ -359,7 +359,7 @@ class JudgeClock:
         """The figures once the windows are over (or abandoned: the worker is gone)."""
         self._stop.set()
         self._thread.join(timeout=5.0)
-        if self.own:
+        if self.owns_fifos:
             os.close(self.rfd)
             os.close(self.wfd)
         return self.figures

@@ -31,13 +31,9 @@ DEVICE = "cpu"  # where references run (a referee process sets its GPU)
 
 def make_inputs(get_inputs: Any, seed: int) -> list[Any]:
     """The task's inputs under `seed`, drawn on DEVICE as the worker draws them."""
-    import torch
+    from verifier.judge.inputs import draw_inputs
 
-    torch.manual_seed(seed)
-    if DEVICE == "cpu":
-        return list(get_inputs())
-    with torch.device(DEVICE):
-        return list(to_device(get_inputs(), DEVICE))
+    return draw_inputs(get_inputs, seed, DEVICE)
 
 
 def on_device(out: Any) -> Any:

@@ -42,7 +42,8 @@ def run_variant(source: str, cand_ns: dict[str, Any], backend: Any, seed: int, i
 
     from verifier.judge.device_compare import judge as _judge
     from verifier.judge.failure import candidate_traceback
-    from verifier.judge.tensors import clone, to_device
+    from verifier.judge.inputs import draw_inputs
+    from verifier.judge.tensors import clone
 
     device = backend.device()
     ns: dict[str, Any] = {"__name__": "ks_reference"}
@@ -64,16 +65,12 @@ def run_variant(source: str, cand_ns: dict[str, Any], backend: Any, seed: int, i
         return "runtime_error", "ModelNew(...) raised " + candidate_traceback(exc)[0], []
     raw: list[Any] = []
     for t in range(trials):
-        torch.manual_seed(input_seed + 1000 + t)
         given = io.inputs(block, t) if io is not None else None
         try:
             if given is not None:
                 inputs = given
-            elif device == "cpu":
-                inputs = list(to_device(ns["get_inputs"](), device))
             else:
-                with torch.device(device):
-                    inputs = list(to_device(ns["get_inputs"](), device))
+                inputs = draw_inputs(ns["get_inputs"], input_seed + 1000 + t, device)
             with torch.no_grad():
                 ref_out = ref(*clone(inputs))
         except Exception as exc:

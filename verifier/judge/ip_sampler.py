@@ -19,9 +19,10 @@ keep the judge out) cannot be seized: that is a finding, as no honest run has on
 
 Each rip is mapped through /proc/<tid>/maps to its object: `own` (the extension objects the
 judge copied into the run's directory), `torch` (torch's libraries: aten kernels, c10, its
-libgomp), `library` (numpy, openblas, mkl, any other .so under site-packages), `overhead`
-(interpreter, libc, the dynamic loader, vdso), `anon` (executable anonymous memory: code made at
-run time). Under the strict fallback policy, with calls long enough to sample (`MIN_CALL_S`)
+libgomp), `library` (numpy, openblas, mkl, any other .so under site-packages, and any object
+from where a run can write: a library copied under a neutral name into its folder), `overhead`
+(interpreter, libc, the dynamic loader, vdso: the system's trees and the interpreter's prefix),
+`anon` (executable anonymous memory: code made at run time). Under the strict fallback policy, with calls long enough to sample (`MIN_CALL_S`)
 and enough samples (`MIN_SAMPLES`), `decide` finds a cheat when library compute (torch +
 library + anon) holds more than `LIBRARY_SHARE` of the samples, or when the candidate loaded
 extension objects and not one sample landed in them (the extension never computed). An honest
@@ -40,7 +41,10 @@ with too few compute samples the run is not judged here. The KernelBench corpus
 
 Left open: a candidate that tells the sampling windows from the timed ones (it may notice a
 tracer between two of its calls) can compute honestly only while traced; the windows are the
-same protocol, so it must watch for ptrace itself (TracerPid, stop gaps). Sampling the timed
+same protocol, so it must watch for ptrace itself (TracerPid, stop gaps; cheapest, a voluntary
+context switch in a call that makes no system call: tests/verifier/test_redteam_round5.py, an
+xfail). Sampling without stops (perf_event_open PERF_SAMPLE_IP on the run's threads, as root)
+would leave nothing to watch for and could cover the timed windows too. Sampling the timed
 windows too would close that, at a cost measured here (a child timing 200 us calls of its own
 .so, 2 cores): at 1 kHz the median call +3.7% (the fastest +0.5%), at 5 kHz +12-15%; too much
 for the runtime figure, hence the separate windows.
@@ -61,9 +65,7 @@ process the candidate does not share; (d) MPS or MIG isolation with per-client c
 
 from __future__ import annotations
 
-import ctypes
 import os
-import platform
 import sys
 import threading
 import time
@@ -73,10 +75,8 @@ from pathlib import Path
 from typing import Any
 
 from verifier.judge.clock import JudgeClock, calls_for
+from verifier.judge.ptrace_sampler import SYSCALL, Sampler, unavailable
 
-INTERVAL_S = 0.0002  # a round of samples every 0.2 ms while a window runs (untimed windows:
-# the stops slow nothing that is measured)
-TASKS_S = 0.02  # the run's task list is read again after this long
 TARGET_SAMPLES = 80  # windows are served while sampling until this many samples,
 SAMPLE_WINDOW_S = 0.4  # or this much time in calls,
 MAX_SAMPLING_S = 5.0  # or this long in all (fills and checks included)
@@ -87,161 +87,21 @@ MIN_SAMPLES = 20
 MIN_COMPUTE, MIN_SHARE_COMPUTE = 12, 20
 LIBRARY_SHARE = 0.85  # honest library shares measured: 0.03-0.5 (module docstring)
 KINDS = ("own", "torch", "library", "anon", "overhead", "syscall")
-SYSCALL = -1000  # a sample inside system call k is recorded as rip SYSCALL - k (no address)
-
-_PTRACE_CONT, _PTRACE_GETREGS, _PTRACE_DETACH = 7, 12, 17
-_PTRACE_SEIZE, _PTRACE_INTERRUPT = 0x4206, 0x4207
-_WALL = 0x40000000
-_ORIG_RAX, _RIP = 15, 16  # x86_64 user_regs_struct: r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi
-# rdi orig_rax rip cs eflags rsp ss fs_base gs_base ds es fs gs
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.ptrace.restype = ctypes.c_long
-_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
-
-
-class _Regs(ctypes.Structure):
-    _fields_ = [("r", ctypes.c_ulong * 27)]
-
-
-def _ptrace(req: int, tid: int, data: int = 0, addr: Any = None) -> int:
-    """ptrace(2); 0 or -errno."""
-    if _libc.ptrace(req, tid, addr, ctypes.c_void_p(data) if data else None) == -1:
-        return -ctypes.get_errno()
-    return 0
-
-
-def unavailable() -> str:
-    """Why this process cannot sample another's threads here ("" when it can)."""
-    if platform.machine() != "x86_64":
-        return f"ip sampling reads x86_64 registers, not {platform.machine()}'s"
-    try:
-        cap_eff = int(next(ln.split()[1] for ln in Path("/proc/self/status").read_text()
-                           .splitlines() if ln.startswith("CapEff:")), 16)
-    except (OSError, StopIteration, ValueError):
-        cap_eff = 0
-    if not cap_eff >> 19 & 1:  # CAP_SYS_PTRACE: the worker runs as its own uid
-        return "ip sampling needs CAP_SYS_PTRACE (the worker runs as another user)"
-    try:
-        if Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip() == "3":
-            return "ip sampling: Yama ptrace_scope is 3 (no ptrace at all)"
-    except OSError:
-        pass
-    return ""
-
-
-def _running(tid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{tid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rfind(")") + 2:][:1] == "R"
-
-
-def sample_once(tid: int) -> tuple[int | None, str]:
-    """(rip of thread `tid`, "") or (None, why not): "gone", "denied", "traced"."""
-    err = _ptrace(_PTRACE_SEIZE, tid)
-    if err:
-        if err == -1 or err == -13:  # EPERM/EACCES: refused, or another tracer holds it
-            return None, "traced" if _tracer(tid) else "denied"
-        return None, "gone"
-    try:
-        if _ptrace(_PTRACE_INTERRUPT, tid):
-            return None, "gone"
-        try:  # blocking: a spin here would take the cpu the thread needs to stop
-            got, status = os.waitpid(tid, _WALL)
-        except ChildProcessError:
-            return None, "gone"
-        if not os.WIFSTOPPED(status):
-            return None, "gone"
-        # a signal-delivery stop (not our interrupt's event stop): hand the signal back
-        signal = os.WSTOPSIG(status) if status >> 16 == 0 else 0
-        regs = _Regs()
-        rip = None
-        if _libc.ptrace(_PTRACE_GETREGS, tid, None, ctypes.byref(regs)) != -1:
-            # stopped inside a system call (orig_rax is its number, else -1): kernel time or a
-            # wait that began after the thread was seen running, not user code at rip
-            sysno = ctypes.c_long(regs.r[_ORIG_RAX]).value
-            rip = int(regs.r[_RIP]) if sysno < 0 else SYSCALL - sysno
-        _ptrace(_PTRACE_DETACH, tid, signal)
-        return rip, "" if rip is not None else "gone"
-    finally:
-        _ptrace(_PTRACE_DETACH, tid)  # no-op once detached (ESRCH)
-
-
-def _tracer(tid: int) -> int:
-    try:
-        for ln in Path(f"/proc/{tid}/status").read_text().splitlines():
-            if ln.startswith("TracerPid:"):
-                return int(ln.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
-class Sampler:
-    """A thread that samples the running threads `tasks()` returns, every `interval_s` while
-    `armed` is set (always, without one)."""
-
-    def __init__(self, tasks: Callable[[], list[int]], interval_s: float = INTERVAL_S,
-                 armed: threading.Event | None = None) -> None:
-        self.tasks, self.interval_s, self.armed = tasks, interval_s, armed
-        self.samples: list[tuple[int, int]] = []  # (tid, rip, or SYSCALL - its number)
-        self.refused: Counter[str] = Counter()
-        self.maps: dict[int, str] = {}  # tid -> its /proc maps text, read while it lives
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="ks-ip-sampler", daemon=True)
-
-    def start(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def user_samples(self) -> int:
-        """Samples taken in user code (not inside a system call)."""
-        return sum(1 for _, rip in self.samples if rip >= 0)
-
-    def _loop(self) -> None:
-        me, tids, listed = threading.get_native_id(), [], 0.0
-        while not self._stop.is_set():
-            if self.armed is not None and not self.armed.wait(0.05):
-                continue
-            began = time.perf_counter()
-            if began - listed > TASKS_S:  # a thread started since is seen within TASKS_S
-                tids, listed = self.tasks(), began
-            for tid in tids:
-                if tid == me or not _running(tid):
-                    continue
-                rip, why = sample_once(tid)
-                if rip is None:
-                    self.refused[why] += 1
-                    continue
-                self.samples.append((tid, rip))
-                if tid not in self.maps:
-                    try:
-                        self.maps[tid] = Path(f"/proc/{tid}/maps").read_text()
-                    except OSError:
-                        self.maps[tid] = ""
-            self._stop.wait(max(0.0, self.interval_s - (time.perf_counter() - began)))
-
-    def stop(self) -> Sampler:
-        self._stop.set()
-        self._thread.join(timeout=5.0)
-        for tid in {t for t, _ in self.samples}:  # objects loaded after the first sample
-            try:
-                self.maps[tid] = Path(f"/proc/{tid}/maps").read_text()
-            except OSError:
-                pass
-        return self
-
 
 def parse_maps(text: str) -> list[tuple[int, int, str]]:
     """Executable mappings of a /proc maps text: (start, end, path or "" for anonymous)."""
+    return [(lo, hi, path) for lo, hi, path, _ in _maps_with_inodes(text)]
+
+
+def _maps_with_inodes(text: str) -> list[tuple[int, int, str, int]]:
     out = []
     for ln in text.splitlines():
         parts = ln.split(None, 5)
         if len(parts) < 2 or "x" not in parts[1]:
             continue
         lo, hi = (int(x, 16) for x in parts[0].split("-"))
-        out.append((lo, hi, parts[5].strip() if len(parts) > 5 else ""))
+        inode = int(parts[4]) if len(parts) > 4 and parts[4].isdigit() else 0
+        out.append((lo, hi, parts[5].strip() if len(parts) > 5 else "", inode))
     return out
 
 
@@ -258,26 +118,44 @@ def kind_of(path: str, own: set[str]) -> str:
         return "torch"
     if "-packages/" in path or any(k in name for k in ("blas", "mkl", "lapack", "numpy")):
         return "library"
-    return "overhead"
+    # overhead is where the run cannot write (the system's trees, the interpreter's prefix): a
+    # library copied under any other name into its folder or /tmp is still library code
+    return "overhead" if path.startswith(_overhead_roots()) else "library"
 
 
-def classify(samples: list[tuple[int, int]], maps: dict[int, str], own: set[str]
+_SYSTEM_ROOTS = ("/usr/", "/lib/", "/lib64/", "/lib32/", "/libx32/", "/bin/", "/sbin/")
+
+
+def _overhead_roots() -> tuple[str, ...]:
+    """Folders whose objects are every run's overhead: the system's, the interpreter's."""
+    prefixes = {sys.base_prefix, sys.prefix, sys.exec_prefix, os.path.dirname(sys.executable)}
+    real = {os.path.realpath(p) for p in prefixes if p} | {os.path.dirname(
+        os.path.realpath(sys.executable))}
+    return _SYSTEM_ROOTS + tuple(p.rstrip("/") + "/" for p in sorted(real) if p != "/")
+
+
+def classify(samples: list[tuple[int, int]], maps: dict[int, str], own: set[str],
+             own_inodes: set[int] | None = None
              ) -> tuple[Counter[str], Counter[tuple[str, str]]]:
-    """(samples per kind, samples per (kind, object name)) of `samples`."""
+    """(samples per kind, samples per (kind, object name)) of `samples`; with `own_inodes`
+    (the files the judge placed), an object of an own name is own only if it is one of them."""
     kinds: Counter[str] = Counter()
     objects: Counter[tuple[str, str]] = Counter()
-    parsed = {tid: parse_maps(text) for tid, text in maps.items()}
+    parsed = {tid: _maps_with_inodes(text) for tid, text in maps.items()}
     for tid, rip in samples:
         if rip < 0:
             kinds["syscall"] += 1
             objects["syscall", f"(syscall {SYSCALL - rip})"] += 1
             continue
-        path = next((p for lo, hi, p in parsed.get(tid, []) if lo <= rip < hi), None)
+        path, inode = next(((p, i) for lo, hi, p, i in parsed.get(tid, []) if lo <= rip < hi),
+                           (None, 0))
         if path is None:
             kinds["anon"] += 1
             objects["anon", "(unmapped)"] += 1
             continue
         kind = kind_of(path, own)
+        if kind == "own" and own_inodes is not None and inode not in own_inodes:
+            kind = "library"  # a file of an own object's name the judge never placed
         kinds[kind] += 1
         objects[kind, os.path.basename(path) or "(anonymous)"] += 1
     return kinds, objects
@@ -318,6 +196,8 @@ class SamplingClock(JudgeClock):
         self.policy = policy
         self.tasks: Callable[[], list[int]] | None = None
         self.own: set[str] = set()
+        self.own_inodes: set[int] | None = None  # the placed objects' files (None: by name)
+        self.workdir = kw.get("workdir")
         self.sampling: dict[str, Any] = {}
         self._armed = threading.Event()  # set while a sampling window's calls run
         self._sampling = False
@@ -329,7 +209,10 @@ class SamplingClock(JudgeClock):
         if why:
             print(f"kernelsynth verifier: no ip sampling: {why}", file=sys.stderr)
             return
-        self.own = set(own)
+        self.own = {os.path.basename(n) for n in own}
+        if self.workdir is not None:  # a copy of a library under an own name is not own
+            self.own_inodes = {os.stat(Path(self.workdir) / n).st_ino for n in own
+                               if (Path(self.workdir) / n).exists()}
         self.tasks = lambda: _read_tasks(Path(cgroup) / "tasks")
 
     def _measure(self) -> dict[str, Any]:
@@ -365,7 +248,7 @@ class SamplingClock(JudgeClock):
         finally:
             self.meter, self._sampling = meter, False
             sampler.stop()
-        kinds, objects = classify(sampler.samples, sampler.maps, self.own)
+        kinds, objects = classify(sampler.samples, sampler.maps, self.own, self.own_inodes)
         out = {"samples": sum(kinds.values()), "kinds": dict(kinds),
                "objects": {f"{k}:{o}": c for (k, o), c in objects.most_common(8)}, "refused": dict(sampler.refused),
                "served_s": round(served, 4), "call_us": round(call_s * 1e6, 2),

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
+from verifier.run.batch_stats import profile_table
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -306,9 +307,19 @@ class BatchProgress:
             self._emit(self.line())
 
 
+PROFILE_START, PROFILE_END = "[verifier] profile:", "[verifier] end of profile"
+
+
+def profile_text(stderr: str) -> str:
+    """The profile a `--profile` batch printed on stderr ("" when none)."""
+    head, sep, rest = stderr.partition(PROFILE_START + "\n")
+    return rest.partition("\n" + PROFILE_END)[0] if sep else ""
+
+
 def run_batch(batch: Path, out: Path | None, options: VerifyOptions, progress: str = "normal",
-              interval_s: float = 5.0) -> int:
-    """Batch mode: verify the rows of `batch`, streaming verdicts to `out`; resume from it."""
+              interval_s: float = 5.0, profile: bool = False) -> int:
+    """Batch mode: verify the rows of `batch`, streaming verdicts to `out`; resume from it;
+    `profile`: where the wall time went (`verifier.run.batch_stats`), on stderr at the end."""
     from verifier.api import verify_batch
 
     requests = to_requests(read_rows(batch), batch)
@@ -338,10 +349,14 @@ def run_batch(batch: Path, out: Path | None, options: VerifyOptions, progress: s
         report.verdict(v)
 
     report.start()
+    stats: dict[str, Any] = {}
     try:
-        verdicts = verify_batch(pending, options, progress=decided) if pending else []
+        verdicts = verify_batch(pending, options, progress=decided, stats=stats) \
+            if pending else []
     finally:
         report.close()
+        if profile and stats:
+            print(f"{PROFILE_START}\n{profile_table(stats)}\n{PROFILE_END}", file=sys.stderr)
         if log is not None:
             log.close()
     rows = dict(done)

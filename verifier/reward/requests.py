@@ -61,6 +61,10 @@ def positive_number(value: Any, name: str) -> float:
 
 def task_source_problem(source: str) -> str | None:
     """Why `source` is not a KernelBench task file (parses; Model, get_inputs, ...), or None."""
+    try:  # the verifier writes it to files: a lone surrogate would fail there, as its own error
+        source.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"is not UTF-8 text ({exc.reason} at character {exc.start})"
     try:
         tree = parse(source, "<task_source>")
     except (RecursionError, MemoryError):  # the parser's nesting limits
@@ -126,10 +130,12 @@ def checked_request(item: Any, index: int, where: str) -> VerifyRequest:
                          response=response, backend=backend)
 
 
-def parse_items(payload: Any) -> tuple[list[VerifyRequest], float | None]:
+def parse_items(payload: Any, max_items: int | None = None
+                ) -> tuple[list[VerifyRequest], float | None]:
     """VerifyRequests from a /verify body and its timeout_s, or BadRequest naming the problem."""
     if not isinstance(payload, dict) or not isinstance(payload.get("items"), list):
         raise BadRequest(400, 'body must be a JSON object with an "items" list')
+    _bounded(len(payload["items"]), max_items)
     timeout = payload.get("timeout_s")
     if timeout is not None:
         timeout = positive_number(timeout, "timeout_s")
@@ -137,14 +143,26 @@ def parse_items(payload: Any) -> tuple[list[VerifyRequest], float | None]:
     return reqs, timeout
 
 
-def parse_openrlhf(payload: Any) -> list[VerifyRequest]:
+def _bounded(n: int, max_items: int | None) -> None:
+    """413 before any item is checked: each check parses a task source (holding the GIL), so
+    a body of tens of thousands of small items stalled the whole server for seconds."""
+    if max_items is not None and n > max_items:
+        raise BadRequest(413, f"{n} items; this service takes at most {max_items} per request")
+
+
+def parse_openrlhf(payload: Any, max_items: int | None = None) -> list[VerifyRequest]:
     """VerifyRequests from OpenRLHF's {"query", "prompts", "labels"} (labels: task sources)."""
+    # The shape OpenRLHF's client sends: openrlhf/utils/remote_rm_utils.py (OpenRLHF/OpenRLHF,
+    # commit 9b8641c1), remote_rm_fn(api_url, queries, prompts, labels, score_key="rewards")
+    # requests.post(json={"query": queries, "prompts": prompts, "labels": labels}) and returns
+    # response[score_key]; the answer's keys are in reward_server.openrlhf_answer.
     if not isinstance(payload, dict):
         raise BadRequest(400, "body must be a JSON object")
     queries, prompts, labels = (payload.get(k) for k in ("query", "prompts", "labels"))
     if not isinstance(queries, list) or not isinstance(labels, list):
         raise BadRequest(400, '"query" and "labels" must be lists (labels: the task sources; '
                               "OpenRLHF --label_key reference)")
+    _bounded(len(queries), max_items)
     if prompts is None:
         prompts = [""] * len(queries)
     if not isinstance(prompts, list):

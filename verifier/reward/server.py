@@ -65,6 +65,28 @@ class RewardHandler(BaseHTTPRequestHandler):
         self.timeout = self.server.service.limits.read_timeout_s
         super().setup()
 
+    def handle_one_request(self) -> None:
+        # the read timeout bounds each recv, not the head: a client sending a byte at a time
+        # would hold its connection (and one of max_connections) for ever; the head gets the
+        # read timeout in all, as a body does
+        self._head_due = threading.Timer(self.timeout, self._head_overdue)
+        self._head_due.daemon = True
+        self._head_due.start()
+        try:
+            super().handle_one_request()
+        finally:
+            self._head_due.cancel()
+
+    def parse_request(self) -> bool:
+        self._head_due.cancel()  # the head is in (a body has its own deadline)
+        return super().parse_request()
+
+    def _head_overdue(self) -> None:
+        try:  # the pending read returns nothing: the request ends, the connection closes
+            self.connection.shutdown(socket.SHUT_RD)
+        except OSError:
+            pass
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         if self.server.verbose:
             sys.stderr.write("reward-server: " + format % args + "\n")
@@ -139,10 +161,11 @@ class RewardHandler(BaseHTTPRequestHandler):
                 status = 405 if path == "/health" else 404
                 raise BadRequest(status, f"no POST {path}; use POST /verify or /get_reward")
             payload = load_json(self._read_body())
+            most = self.server.service.limits.max_items
             if path == "/verify":
-                reqs, timeout = parse_items(payload)
+                reqs, timeout = parse_items(payload, most)
             else:
-                reqs, timeout = parse_openrlhf(payload), None
+                reqs, timeout = parse_openrlhf(payload, most), None
             verdicts = self.server.service.verify(reqs, timeout, self._client_gone)
         except BadRequest as exc:
             return self._reply(exc.status, {"error": str(exc)})

@@ -14,6 +14,11 @@ variable KERNELSYNTH_REWARD_URL names a reward service (`http://HOST:8008`), thr
 `POST /verify`, so the trainer's node needs neither a compiler nor a GPU. KERNELSYNTH_BACKEND
 (cpu | cuda | musa | auto, default: each row's `backend`, else auto) picks the backend and
 KERNELSYNTH_REWARD_TIMEOUT the seconds one batch may take (default 900).
+
+The calls follow verl's own code (volcengine/verl, verl/trainer/ppo/reward.py
+`get_custom_reward_fn`: spec_from_file_location("custom_module", path), then the named function
+with reward_kwargs bound; NaiveRewardManager calls it per sample by keyword, BatchRewardManager
+once with data_sources/solution_strs/ground_truths/extra_infos).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from verifier.isolation.cpu_meter import CpuCgroup
 from verifier.isolation.sandbox import Launcher, SandboxLimits
 from verifier.judge.clock import JudgeClock, no_judge
 from verifier.judge.decide import load_outputs
+from verifier.judge.inputs import trial_input_seed
 from verifier.judge.ip_sampler import SamplingClock
 from verifier.judge.window_judge import WindowJudge
 from verifier.protocol import VerifyOptions
@@ -153,7 +154,7 @@ class SandboxRunner:
         """The reference's baselines, timed in a fresh sandboxed child that loads nothing but
         the reference (a process that never runs candidate code); None when it failed."""
         job = {"nonce": secrets.token_hex(16), "backend": self.backend.name,
-               "input_seed": secrets.randbelow(1 << 30), "options": job_options,
+               "input_seed": trial_input_seed(), "options": job_options,
                "baseline_only": True, "arena_budget": CPU_ARENA_BYTES}
         item = SimpleNamespace(built={}, specs=[], code="", req=SimpleNamespace(
             task_source=task_source, task_id="baseline"))

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from verifier.judge.failure import candidate_traceback
-from verifier.judge.tensors import clone, exact_fp32, same, to_device
+from verifier.judge.inputs import draw_inputs
+from verifier.judge.tensors import clone, exact_fp32, same
 from verifier.run.job_result import Finished, JobResult, write_json
 from verifier.run.tamper import check_tamper, guard_snapshot
 
@@ -82,11 +83,7 @@ def _run(res: JobResult, job: dict[str, Any], task_src: str, cand_src: str) -> N
     get_inputs = ref_ns["get_inputs"]
 
     def make_inputs(k: int) -> list[Any]:
-        torch.manual_seed(input_seed + k)
-        if device == "cpu":
-            return list(to_device(get_inputs(), device))
-        with torch.device(device):  # random inputs made on the device (fast for big tensors)
-            return list(to_device(get_inputs(), device))
+        return draw_inputs(get_inputs, input_seed + k, device)
 
     mark("reference_load")
     if job.get("baseline_only"):  # a process that never runs candidate code times the reference
