@@ -4,7 +4,10 @@ Every KernelBench problem file draws its inputs with `torch.rand`, uniform on [0
 that is right only for non-negative inputs (a ReLU that copies its input, a SELU without its
 negative branch, an abs that returns x) passes every trial drawn that way, and KernelBench's
 own harness calls it correct. On an odd seed, `torch.rand` and `torch.rand_like` draw from
-[-1, 1) instead while `get_inputs` runs, so such a kernel is `incorrect`. The parent picks the
+[-0.5, 1) instead while `get_inputs` runs (a third of the values negative), so such a kernel is
+`incorrect`. The draw keeps a positive mean: sums and dot products of inputs stay far from zero
+as the task's own draws put them (on a zero-mean draw, the results of an honest fp32 matmul with
+K = 2^19 sit near zero, where its rounding error exceeds atol: measured on an H200). The parent picks the
 input seed so that the first trial is a signed one (`trial_input_seed`); with two trials or
 more both kinds run. A reference value that is not finite on a signed draw (a log or a square
 root of a negative) matches only the same non-finite value (`verifier.judge.device_compare`), so a
@@ -28,7 +31,7 @@ _PATCH = threading.RLock()  # torch.rand is patched module-wide: one draw at a t
 
 
 def signed_seed(seed: int) -> bool:
-    """Whether inputs drawn under `seed` are signed (uniform draws on [-1, 1))."""
+    """Whether inputs drawn under `seed` are signed (uniform draws on [-0.5, 1))."""
     return seed % 2 == 1
 
 
@@ -46,7 +49,7 @@ def _signed_uniform() -> Iterator[None]:
     def signed(draw: Any) -> Any:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             grad = kwargs.pop("requires_grad", False)
-            out = draw(*args, **kwargs).mul_(2).sub_(1)
+            out = draw(*args, **kwargs).mul_(1.5).sub_(0.5)
             return out.requires_grad_(True) if grad else out
         return wrapped
 
