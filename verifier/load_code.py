@@ -156,7 +156,12 @@ def _walk(elf: _Elf, entry: _Symbol, where: str) -> list[str]:
             continue
         seen.add((fn.shndx, fn.value))
         relocs = [r for r in elf.relocs(fn.shndx) if fn.value <= r.offset < fn.value + fn.size]
-        insns = _disassemble(elf.data[elf.sections[fn.shndx][4] + fn.value:][:fn.size], fn.value)
+        try:
+            insns = _disassemble(elf.data[elf.sections[fn.shndx][4] + fn.value:][:fn.size],
+                                 fn.value)
+        except (OSError, subprocess.SubprocessError) as exc:  # no binutils: not read, not safe
+            reasons.append(f"{fn.name} could not be disassembled ({exc})")
+            continue
         for k, (addr, text) in enumerate(insns):
             end = insns[k + 1][0] if k + 1 < len(insns) else fn.value + fn.size
             here = [r for r in relocs if addr <= r.offset < end]

@@ -82,6 +82,17 @@ def test_the_compilers_own_load_time_work_is_allowed(tmp_path: Path, opt: str) -
                                   "nvcc")]) == ""
 
 
+def test_code_that_cannot_be_read_counts_as_load_time_code(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """Without binutils the compilers' own entry cannot be read: the unit is split (each
+    candidate in an object of its own), never passed unread."""
+    src = "#include <iostream>\n" + NS.replace("{body}", "int f(int x) { return x; }")
+    obj = _object(tmp_path, "idiom", src, "O2")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-binutils"))
+    assert "could not be disassembled" in load_code([obj])
+
+
 def test_an_unreadable_object_is_load_time_code(tmp_path: Path) -> None:
     bad = tmp_path / "x.o"
     bad.write_bytes(b"not an object")
