@@ -13,8 +13,9 @@ functions it reaches, disassembling only those bytes (`objdump -b binary`, milli
 the compilers put there themselves is allowed, exactly: g++'s `std::ios_base::Init` of
 `<iostream>` (a constructor call on the static `__ioinit` and its `__cxa_atexit` registration,
 through `_GLOBAL__sub_I_*` and, at -O0, `__static_initialization_and_destruction_0`) and nvcc's
-`__sti____cudaRegisterAll` (it registers the unit's kernels). Anything else, any indirect call,
-any memory reached through a register other than the stack's, is load-time code: the unit is
+`__sti____cudaRegisterAll` (it registers the unit's kernels). Anything else (any indirect call,
+any memory reached through a register other than the stack's, a backward jump: a loop that
+could spin at load on the stack alone, a system call) is load-time code: the unit is
 built again without the candidates it names (`ks_<key>` in a symbol), or in halves where it
 names none, until each such candidate is in a shared object of its own. A non-x86-64 object
 with any load-time entry counts as having load-time code (the reader knows x86-64 only).
@@ -41,6 +42,7 @@ _ALLOWED_EXTERNAL = {"_ZNSt8ios_base4InitC1Ev", "_ZNSt8ios_base4InitD1Ev", "__cx
 _SPEC_KEY = re.compile(r"ks_([0-9a-f]{16})")
 _INSN = re.compile(r"^\s*([0-9a-f]+):\s+(.*)$")
 _BRANCH = re.compile(r"^(call|jmp|j[a-z]+)\w*\s+(\*?)(0x[0-9a-f]+|\S+)")
+_TRAPS = re.compile(r"^(syscall|sysenter|int|int3|int1|into|hlt|ud2)\b")
 _MEMORY_BASE = re.compile(r"\(%(\w+)")
 _STACK_REGS = {"rip", "rsp", "rbp", "esp", "ebp"}
 
@@ -172,11 +174,16 @@ def _walk(elf: _Elf, entry: _Symbol, where: str) -> list[str]:
                 elif helper is not None:
                     todo.append(helper)
             branch = _BRANCH.match(text)
+            if _TRAPS.match(text):
+                reasons.append(f"{fn.name} enters the kernel ({text.split()[0]})")
             if branch and branch.group(2):
                 reasons.append(f"{fn.name} makes an indirect {branch.group(1)}")
             elif branch and not here and branch.group(3).startswith("0x"):
                 target = int(branch.group(3), 16)
-                if not fn.value <= target < fn.value + fn.size:
+                inside = fn.value <= target < fn.value + fn.size
+                if inside and target <= addr and branch.group(1) != "call":
+                    reasons.append(f"{fn.name} loops at load")  # the compilers' own is straight
+                elif not inside:
                     callee = elf.function_at(fn.shndx, target)
                     if callee is None or not _HELPERS.fullmatch(callee.name):
                         reasons.append(f"{fn.name} calls {callee.name if callee else hex(target)}")
