@@ -12,8 +12,9 @@ reader: section headers, symbols, RELA entries) and follows every load-time entr
 functions it reaches, disassembling only those bytes (`objdump -b binary`, milliseconds). What
 the compilers put there themselves is allowed, exactly: g++'s `std::ios_base::Init` of
 `<iostream>` (a constructor call on the static `__ioinit` and its `__cxa_atexit` registration,
-through `_GLOBAL__sub_I_*` and, at -O0, `__static_initialization_and_destruction_0`) and nvcc's
-`__sti____cudaRegisterAll` (it registers the unit's kernels). Anything else (any indirect call,
+through `_GLOBAL__sub_I_*` and, at -O0, `__static_initialization_and_destruction_0`; clang's
+`__cxx_global_var_init`) and nvcc's `__sti____cudaRegisterAll` (clang's `__cuda_module_ctor`,
+`__musa_module_ctor`: they register the unit's kernels). Anything else (any indirect call,
 any memory reached through a register other than the stack's, a backward jump: a loop that
 could spin at load on the stack alone, a system call) is load-time code: the unit is
 built again without the candidates it names (`ks_<key>` in a symbol), or in halves where it
@@ -34,8 +35,13 @@ _LOAD_SECTIONS = (".init_array", ".fini_array", ".ctors", ".dtors", ".preinit_ar
 _SHT_SYMTAB, _SHT_RELA, _STT_SECTION, _STT_FUNC, _STT_GNU_IFUNC = 2, 4, 3, 2, 10
 _EM_X86_64 = 62
 # What g++ and nvcc emit for their own load-time work (see the module docstring).
-_HELPERS = re.compile(r"_GLOBAL__sub_I_.*|_Z41__static_initialization_and_destruction_0(ii|v)")
-_NVCC_REGISTER = "_ZL24__sti____cudaRegisterAllv"
+# g++'s initializer functions and clang's (the MUSA and HIP compilers, CXX=clang++): walked
+_HELPERS = re.compile(r"_GLOBAL__sub_I_.*|_Z41__static_initialization_and_destruction_0(ii|v)|"
+                      r"__cxx_global_var_init(\.\d+)?")
+# the device compilers' own registration of a unit's kernels (nvcc; clang's CUDA, HIP, MUSA):
+# compiler-made, never a candidate's (a candidate's names are mangled in its namespace)
+_REGISTER = {"_ZL24__sti____cudaRegisterAllv", "__cuda_module_ctor", "__hip_module_ctor",
+             "__musa_module_ctor"}
 _IOINIT = "_ZStL8__ioinit"
 _ALLOWED_EXTERNAL = {"_ZNSt8ios_base4InitC1Ev", "_ZNSt8ios_base4InitD1Ev", "__cxa_atexit",
                      "__dso_handle", _IOINIT}
@@ -140,7 +146,7 @@ def _object_reasons(elf: _Elf) -> list[str]:
                                                                             r.addend)
             if fn is None:
                 reasons.append(f"{name} names {r.symbol.name}+{r.addend:#x}, not a function")
-            elif fn.name != _NVCC_REGISTER:
+            elif fn.name not in _REGISTER:
                 reasons += _walk(elf, fn, name)
     return list(dict.fromkeys(reasons))
 
