@@ -49,6 +49,7 @@ from verifier.host_headers import (
     may_need_full_header,
 )
 from verifier.landing import Landing
+from verifier.load_code import load_code
 from verifier.preprocess import unallowed_reads
 from verifier.sandbox import Launcher, SandboxLimits, SpawnLauncher
 from verifier.unit_sources import (  # noqa: F401 - re-exported: callers import them from here
@@ -148,6 +149,7 @@ class BuildSandboxError(RuntimeError):
     """The compiler's sandbox could not run the compiler (the message says why)."""
 
 
+LOAD_CODE = "load-time code in a shared unit:"  # the unit is split; nobody's failure
 REFUSED = "build refused:"  # a log that begins so: the build read what it must not (no output)
 
 
@@ -420,6 +422,8 @@ class Builder:
         if any(SANDBOX_FAILED.search(chunk) for chunk in log):  # not the candidate's doing:
             raise BuildSandboxError("the compiler's sandbox failed: "  # never cached
                                     + next(c for c in log if SANDBOX_FAILED.search(c))[-300:])
+        if ok and n > 1:  # one object for many: nobody's code may run when it is loaded
+            ok, log = _no_load_code(objs, log)
         read = unallowed_reads(log, deps, [str(out_dir), str(self.root / "pch")],
                                first.extra_include_paths, be.host_compiler())
         for d in deps:
@@ -478,6 +482,15 @@ class Builder:
             return True, ""
         return False, "import of the built extension failed: " + (
             _last_error(res.stderr) or res.describe_failure())
+
+
+def _no_load_code(objs: list[Path], log: list[str]) -> tuple[bool, list[str]]:
+    """(True, log) when the unit's objects run nothing of a candidate's at load; else False and
+    only that reason (it names the spec keys it found, which `build_unit` builds alone)."""
+    loaded = load_code(objs)
+    if not loaded:
+        return True, log
+    return False, [f"{LOAD_CODE} {loaded}"]
 
 
 def _last_error(text: str) -> str:

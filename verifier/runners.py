@@ -19,6 +19,7 @@ from typing import Any
 from verifier.backends import Backend
 from verifier.build import ArtefactMismatch, copy_for_worker, verify_artefact
 from verifier.clock import JudgeClock, no_judge
+from verifier.cpu_bound import CpuGrants
 from verifier.cpu_meter import CpuCgroup
 from verifier.decide import load_outputs
 from verifier.gpu_pool import GpuWorkerProcess, RunOutcome
@@ -35,6 +36,7 @@ _DISK_BYTES = 128 << 20  # all files a run writes (the file-size rlimit bounds e
 ARENA_FILE = "arena.bin"
 CPU_ARENA_BYTES = 16 << 20  # the judge's input sets and output slot for a cpu run
 GPU_ARENA_BYTES = 8 << 30  # on a GPU (at most a quarter of its free memory)
+CPU_GRANTS = CpuGrants()  # the cpus concurrent runs are pinned to, fewest-held first
 CPU_TRIALS_BYTES = 4 << 30  # what the cpu loop's trials may hold (`verifier.admission`)
 RUNTIME_MB = 2048  # a GPU worker's host memory beyond the run's limit: torch, the CUDA runtime
 
@@ -90,17 +92,20 @@ class _SandboxRunner:
                 clock.watch(meter.cpu_s, cpus=self.threads)
             if isinstance(clock, SamplingClock):  # where its cpu time goes (ip_sampler)
                 clock.sample_tasks(meter.path if meter else None, {e["path"] for e in exts.values()})
+            cpus = CPU_GRANTS.take(self.threads)  # a bound, not a request (verifier.cpu_bound)
             try:
                 res = self.launcher.run_module(
                     "verifier.worker",
                     limits=SandboxLimits(timeout_s=self.opts.run_timeout_s,
                                          memory_mb=self.backend.sandbox_memory_mb(
                                              self.opts.memory_limit_mb),
-                                         cpu_cgroup=str(meter.path) if meter else ""),
+                                         cpu_cgroup=str(meter.path) if meter else "",
+                                         cpus=cpus),
                     input_files={"job.json": json.dumps(job), "task.py": item.req.task_source,
                                  "candidate.py": item.code},
                     env={"OMP_NUM_THREADS": str(self.threads), **self.env}, workdir=workdir)
             finally:
+                CPU_GRANTS.give(cpus)
                 timed = clock.result() if clock is not None else no_judge()
                 if judge is not None:
                     judge.close()
