@@ -9,7 +9,8 @@ what was measured and what the code shows.
   (llm, hf or import) behind them, never template variants alone.
 - `repair_explained`: every repair explanation "The bug is on line N ... The faulty line is X
   and it should read Y" names the line the attempt shows as X, and the fixed code that follows
-  has Y where X was.
+  has Y where X was; a move ("The line X belongs at line M of the corrected kernel, right after
+  P") names a line N that reads X in the attempt, and the fix has X at M with P just above.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from schemas import Candidate, Verdict
 
 EXPLAINED = re.compile(r"The bug is on line (\d+):.*?The faulty line is\n```\n(.*?)\n```\n"
                        r"and it should read\n```\n(.*?)\n```", re.S)
+MOVED = re.compile(r"The bug is on line (\d+):.*?The line\n```\n(.*?)\n```\nbelongs at line "
+                   r"(\d+) of the corrected kernel, right after\n```\n(.*?)\n```", re.S)
 SUBSET = re.compile(r"^\| `(\w+)` \| (\d+) \| (\d+) \|", re.M)
 
 
@@ -54,14 +57,33 @@ def check_card(audit: Audit, version_dir: Path, rows: dict[str, list[dict]],
 def _check_explanations(audit: Audit, row: dict) -> None:
     turns = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
     for before, after in zip(turns, turns[1:], strict=False):
+        old, new = answer_code(before).splitlines(), answer_code(after).splitlines()
+        moved = MOVED.search(after)
+        if moved is not None:
+            _check_move(audit, row, moved, old, new)
+            continue
         m = EXPLAINED.search(after)
         if m is None:
             continue
         line, faulty, fixed = int(m.group(1)), m.group(2).strip(), m.group(3).strip()
-        old, new = answer_code(before).splitlines(), answer_code(after).splitlines()
         where = f"repair {row['row_id'][:12]} line {line}"
         shown = old[line - 1].strip() if 0 < line <= len(old) else None
         now = new[line - 1].strip() if 0 < line <= len(new) else None
         audit.record("repair_explained", shown == faulty and now == fixed, where,
                      f"the attempt's line reads {shown!r}, the fix's {now!r}; the explanation "
                      f"says {faulty!r} -> {fixed!r}")
+
+
+def _line(lines: list[str], n: int) -> str | None:
+    return lines[n - 1].strip() if 0 < n <= len(lines) else None
+
+
+def _check_move(audit: Audit, row: dict, m: re.Match, old: list[str], new: list[str]) -> None:
+    """A moved line: the attempt has it at the named line, the fix at the target, after P."""
+    line, text, to, prev = int(m.group(1)), m.group(2).strip(), int(m.group(3)), m.group(4).strip()
+    first = text.splitlines()[0].strip() if text else ""
+    shown, now, above = _line(old, line), _line(new, to), _line(new, to - 1)
+    audit.record("repair_explained", shown == first and now == first and above == prev,
+                 f"repair {row['row_id'][:12]} line {line}",
+                 f"the attempt's line reads {shown!r}, the fix's line {to} {now!r} after "
+                 f"{above!r}; the explanation moves {first!r} after {prev!r}")

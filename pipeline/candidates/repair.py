@@ -110,10 +110,12 @@ def _changed_lines(buggy: str, fixed: str, meta: dict) -> str | None:
     a, b = buggy.splitlines(), fixed.splitlines()
     ops = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
            if op[0] != "equal"]
+    kind = str(meta.get("mutation") or "an injected bug")
+    if len(ops) == 2:
+        return _moved_lines(a, b, ops, str(meta.get("bug_description") or kind))
     if len(ops) != 1:
         return None
     tag, i1, i2, j1, j2 = ops[0]
-    kind = str(meta.get("mutation") or "an injected bug")
     old, new = "\n".join(a[i1:i2]).strip("\n"), "\n".join(b[j1:j2]).strip("\n")
     if tag == "insert":
         return (f"The bug is a missing line before line {i1 + 1} ({kind}); it should read\n"
@@ -125,6 +127,23 @@ def _changed_lines(buggy: str, fixed: str, meta: dict) -> str | None:
     where = f"line {i1 + 1}" if i2 - i1 == 1 else f"lines {i1 + 1}-{i2}"
     return (f"The bug is on {where} ({kind}). The code there reads\n```\n{old}\n```\n"
             f"and should read\n```\n{new}\n```\nHere is the corrected kernel.")
+
+
+def _moved_lines(a: list[str], b: list[str], ops: list[tuple], desc: str) -> str | None:
+    """The explanation of a fix that moves lines (one hunk deleted, the same text inserted
+    elsewhere: a hoisted accumulator put back into its loop); None for any other pair of hunks."""
+    tags = sorted(op[0] for op in ops)
+    if tags != ["delete", "insert"]:
+        return None
+    dele = next(op for op in ops if op[0] == "delete")
+    ins = next(op for op in ops if op[0] == "insert")
+    moved = a[dele[1]:dele[2]]
+    if [x.strip() for x in moved] != [x.strip() for x in b[ins[3]:ins[4]]] or ins[3] == 0:
+        return None
+    text = "\n".join(x.strip() for x in moved)
+    return (f"The bug is on line {dele[1] + 1}: {desc}. The line\n```\n{text}\n```\n"
+            f"belongs at line {ins[3] + 1} of the corrected kernel, right after\n```\n"
+            f"{b[ins[3] - 1].strip()}\n```\nHere is the corrected kernel.")
 
 
 def fix_explanation(buggy: str, fixed: str, meta: dict) -> str:

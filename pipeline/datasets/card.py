@@ -61,7 +61,8 @@ CONFIG_DESCRIPTIONS = {
     "repair": "Multi-turn repair: attempt, verifier feedback, fix; per-turn rewards and statuses.",
     "preference": "Preference pairs (`kind`): `speed` pairs two correct kernels of one task "
                   "whose timings differ by at least 1.2x across their spreads; `correctness` "
-                  "pairs a correct kernel with an incorrect one. The chosen side is correct and "
+                  "pairs a correct kernel with an incorrect one (a task has no more of these "
+                  "than speed pairs, at least one). The chosen side is correct and "
                   "measured at least `select.min_speedup` times faster than eager; both sides' "
                   "numbers are columns.",
     "review": "Code review: a kernel with an injected bug; the answer names the bug, its line "

@@ -359,9 +359,11 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
                       key=lambda c: (-(verdicts[c.candidate_id].runtime_us or 0), c.candidate_id))
         task, made, used = tasks[tid], 0, set()
         seen_code: set[tuple[str, str]] = set()  # the same two programs under other ids
+        speed: list[PreferenceRow] = []
+        bugs: list[PreferenceRow] = []
         # speed pairs (a slower correct sibling) and correctness pairs take turns, speed first
         for rej in alternate(slow, incorrect):
-            if made >= pairs_per_task:
+            if made >= 2 * pairs_per_task:
                 break
             rv = verdicts[rej.candidate_id]
             # spread the chosen side over the correct kernels, best first
@@ -379,13 +381,23 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
                 continue
             seen_code.add(key)
             wv = verdicts[win.candidate_id]
-            rows.append(PreferenceRow(
+            (speed if rv.status in CORRECT_STATUSES else bugs).append(PreferenceRow(
                 row_id=content_hash("preference", win.candidate_id, rej.candidate_id),
                 task_id=tid, prompt=task_prompt(task, win.backend, cfg, reasoning=False),
                 chosen=pair_side(win), rejected=pair_side(rej), split=splits[tid],
                 **side_numbers(wv, rv)))
             made += 1
+        rows.extend(balanced_pairs(speed, bugs, pairs_per_task))
     return rows
+
+
+def balanced_pairs(speed: list, bugs: list, limit: int) -> list:
+    """A task's pairs, at most `limit`: its speed pairs first, then as many correctness pairs as
+    speed pairs (at least one), so no task's pairs teach only "a bug is worse" while the
+    correct kernel's measured speed goes untaught; speed and correctness alternate."""
+    speed = speed[:limit]
+    bugs = bugs[:min(max(1, len(speed)), limit - len(speed))] if len(speed) < limit else []
+    return alternate(speed, bugs)
 
 
 def provenance(task: Task) -> dict[str, str]:

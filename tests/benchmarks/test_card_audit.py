@@ -106,3 +106,32 @@ def test_a_missing_line_is_explained_as_missing_never_as_an_identical_edit() -> 
     assert "The faulty line is" not in text
     joined = fix_explanation("x\nfor a: b\ny\n", "x\nfor a:\n    b\ny\n", {})
     assert "line 2 (an injected bug)" in joined and "for a: b" in joined and "    b" in joined
+
+
+def test_a_moved_line_is_explained_as_a_move_and_the_audit_checks_both_ends(tmp_path: Path
+                                                                            ) -> None:
+    """A hoisted accumulator's fix deletes a line and inserts it inside the loop: the CI build's
+    row read "the faulty line is X, it should read X"; now it names where X is and where it goes."""
+    buggy = "a = 1\ns = 0\nfor i in r:\n    t = i\n"
+    fixed = "a = 1\nfor i in r:\n    s = 0\n    t = i\n"
+    meta = {"bug_description": "accumulator `s` initialised once outside the loop",
+            "bug_before": "s = 0", "bug_after": "s = 0"}
+    text = fix_explanation(buggy, fixed, meta)
+    assert "The faulty line is" not in text
+    assert "The bug is on line 2" in text and "belongs at line 3" in text
+    assert "right after\n```\nfor i in r:\n```" in text
+    version = _version(tmp_path, "")
+
+    def row(explanation: str) -> dict:
+        return {"row_id": "r1", "messages": [
+            {"role": "user", "content": "write it"},
+            {"role": "assistant", "content": fence(buggy)},
+            {"role": "user", "content": "incorrect"},
+            {"role": "assistant", "content": fence(fixed, explanation)}]}
+
+    right, wrong = Audit(), Audit()
+    check_card(right, version, {"repair": [row(text)]}, [], {})
+    assert right.counts["repair_explained"]["pass"] == 1
+    check_card(wrong, version, {"repair": [row(text.replace("belongs at line 3",
+                                                            "belongs at line 4"))]}, [], {})
+    assert wrong.counts["repair_explained"]["fail"] == 1

@@ -592,3 +592,16 @@ def test_a_speed_label_whose_retiming_disagreed_is_dropped_with_a_rejection() ->
     assert rej[0].reason == "timing_not_repeated" and "timed again" in rej[0].detail
     sft = build_datasets([task], [first, again, other], [v1, v2, vo], [], Config())["sft"]
     assert [r["candidate_id"] for r in sft.to_pylist()] == [other.candidate_id]
+
+
+def test_a_task_teaches_no_more_bug_pairs_than_speed_pairs() -> None:
+    """The CI build's preference set had 1 speed pair of 8: tasks without a speed pair filled
+    their four slots with injected bugs. A task now keeps as many correctness pairs as speed
+    pairs (at least one), speed first, within the per-task limit."""
+    from pipeline.datasets.rows import balanced_pairs
+
+    assert balanced_pairs([], ["b1", "b2", "b3"], 4) == ["b1"]
+    assert balanced_pairs(["s1"], ["b1", "b2", "b3"], 4) == ["s1", "b1"]
+    assert balanced_pairs(["s1", "s2"], ["b1", "b2", "b3"], 4) == ["s1", "b1", "s2", "b2"]
+    assert balanced_pairs(["s1", "s2", "s3", "s4", "s5"], ["b1"], 4) == ["s1", "s2", "s3", "s4"]
+    assert balanced_pairs(["s1", "s2", "s3"], ["b1", "b2"], 4) == ["s1", "b1", "s2", "s3"]

@@ -43,30 +43,21 @@ FALLBACKS = ("numpy_relu_helper", "numpy_via_torch_module", "disable_modes_relu"
              "cpp_alias_traced", "pybind_alias_patch")
 
 # What still gets through, and why (the lead and the owners of these files fix them).
-RUNTIME_OPEN = {
+RUNTIME_OPEN: dict[str, str] = {
     # numpy_relu_helper, numpy_via_torch_module, disable_modes_relu, cpp_keyguard_relu,
     # pybind_alias_patch: held by the judge's own instruction-pointer samples of the run
     # (verifier/judge/ip_sampler.py): no sample of the calls lands in the candidate's objects
-    "omp_more_cores": (
-        "the run may still start more threads than the one it is given (`#pragma omp parallel "
-        "num_threads(8)` ran 8 threads on 2 cpus; OMP_NUM_THREADS=1 and torch.set_num_threads(1) "
-        "are requests, not bounds), and this probe reports that capability; what they would "
-        "gain is charged: the judge's clock counts a window at least its cpu time over the one "
-        "core given (test_clock_rogues.py::test_cores_beyond_the_given_ones_are_charged). A hard "
-        "bound (a cpuset cgroup of `threads` cpus, the baseline under the same) would flip it"),
+    # omp_more_cores: held by the run's cpu bound (verifier.isolation.cpu_bound): the run is pinned to
+    # the one cpu it is given and seccomp refuses sched_setaffinity, so `num_threads(8)` runs 8
+    # threads on one core (omp_get_num_procs() is 1; tests/verifier/test_cpu_bound.py)
 }
-_BATCH_OBJECT = (
-    "a batch unit's shared object carries every batch-mate's static initializers into each "
-    "worker that loads it, and a worker's `incorrect` is believed (stages.execute rechecks only "
-    "`ok`): a batch-mate's TORCH_LIBRARY_IMPL(aten, CPU) kernel for relu made the honest "
-    "worker's own reference zeros, so the honest candidate was `incorrect`, in its batch and "
-    "from the build cache in a later batch; fix: the parent rechecks a worker's `incorrect` "
-    "against its own reference (the raw outputs are there), and a worker loads only its own "
-    "candidate's object (link each candidate of a unit into its own .so)")
 STATIC_OPEN = {
     "omp_more_cores": "no static rule can tell a fair OpenMP kernel from one that takes more "
                       "cores than the judge gives (the bound belongs to the run: see above)",
 }
+# with the default options an attack gets through only where both the static rules and the
+# run-time defences miss it
+DEFAULT_OPEN = {n: why for n, why in STATIC_OPEN.items() if n in RUNTIME_OPEN}
 
 
 def _findings(code: str) -> list[dict]:
@@ -270,7 +261,7 @@ def _held(name: str, v: dict | None) -> tuple[bool, str]:
 
 @pytest.mark.slow  # five verifier processes, four with fresh builds: about seven minutes
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason=STATIC_OPEN[n])) if n in STATIC_OPEN else n for n in ATTACKS])
+    strict=True, reason=DEFAULT_OPEN[n])) if n in DEFAULT_OPEN else n for n in ATTACKS])
 def test_attack_held_with_the_default_options(suite: dict[str, Any], name: str) -> None:
     held, why = _held(name, suite["defaults"].get(name))
     assert held, f"{name}: {why}"
@@ -293,10 +284,11 @@ def test_a_batch_mate_registration_rejected_with_the_default_options(suite: dict
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=_BATCH_OBJECT)
 def test_a_batch_mate_registration_leaves_the_honest_neighbour_correct(suite: dict[str, Any]
                                                                       ) -> None:
-    """Static checks off: the honest batch-mate's verdict, in the batch and from the cache."""
+    """Static checks off: the honest batch-mate's verdict, in the batch and from the cache.
+    The registration is load-time code in the unit's object (`verifier.compile.load_code`): each is
+    built again in a shared object of its own, and no worker loads the other's."""
     now, later = suite["runtime"].get("batchmate_victim"), suite["later"].get("batchmate_victim")
     assert now is not None and now["status"] in CORRECT_STATUSES, now
     assert later is not None and later["status"] in CORRECT_STATUSES, later

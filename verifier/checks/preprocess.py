@@ -60,6 +60,7 @@ class SourceScan:
     includes: list[str] = field(default_factory=list)  # literal header operands, `<x>`/`"x"`
     alone: list[str] = field(default_factory=list)
     reject: list[str] = field(default_factory=list)
+    code: str = ""  # the text after phase 3 with its literals blanked (verifier.compile.containment)
 
 
 def _strip(src: str) -> tuple[str, list[int]]:
@@ -205,7 +206,7 @@ def scan_source(src: str) -> SourceScan:
                           "character under some -std modes")
     # read as under -trigraphs too (-std=c++14 turns them on): a directive either way counts
     text, line_of = _strip(_TRIGRAPH.sub(lambda m: _TRIGRAPHS[m.group(0)[2]], src))
-    code = _code_outside_literals(text)
+    code = scan.code = _code_outside_literals(text)
     if "%:" in code:
         scan.alone.append("the digraph %: (a # the wrapper's directive rules must not miss)")
     if "##" in code:

@@ -1,6 +1,7 @@
 """Which specs may share a translation unit: a unit holds a spec only when every directive it has
 is one the unit neutralises (`verifier.checks.preprocess`: its macros undone after it, its includes
-hoisted, its conditionals balanced) and when it defines or undefines no macro that exists before
+hoisted, its conditionals balanced), when its code stays in its namespace
+(`verifier.compile.containment`) and when it defines or undefines no macro that exists before
 its code (a header's, a predefined or a reserved one: an #undef would not restore it). The
 macros before a spec's code come from the compiler itself (`-dM`), kept on disk per flags and
 headers under the toolchain root (split out of verifier/compile/builder.py)."""
@@ -16,6 +17,7 @@ from pathlib import Path
 from verifier.backends import Backend
 from verifier.checks.extspec import ExtensionSpec
 from verifier.checks.preprocess import macro_baseline, scan
+from verifier.compile.containment import escapes
 from verifier.compile.unit_sources import includes_of, spec_scans
 
 _LOCK = threading.Lock()
@@ -33,7 +35,7 @@ def batch_blockers(specs: list[ExtensionSpec], backend: Backend, root: Path, tim
     code (a header's or a predefined one: an #undef after it would not restore it)."""
     out: dict[str, str] = {}
     for s in specs:
-        reasons = [r for sc in spec_scans(s) for r in sc.alone]
+        reasons = [r for sc in spec_scans(s) for r in [*sc.alone, *escapes(sc.code)]]
         for kind, sources in (("host", s.cpp_sources), ("device", s.cuda_sources)):
             names = {m for src in sources for m in scan(src).macros}
             reserved = sorted(n for n in names if n.startswith(("__", "_")) and (

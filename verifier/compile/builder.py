@@ -57,6 +57,7 @@ from verifier.compile.host_headers import (
     may_need_full_header,
 )
 from verifier.compile.landing import Landing
+from verifier.compile.load_code import no_load_code
 from verifier.compile.unit_sources import (  # noqa: F401 - re-exported: callers import them from here
     CAND_FILE,
     batch_sources,
@@ -66,18 +67,8 @@ from verifier.compile.unit_sources import (  # noqa: F401 - re-exported: callers
     refusal,
     spec_scans,
 )
+from verifier.isolation.build_sandbox import SANDBOX_FAILED, BuildSandboxError
 from verifier.isolation.sandbox import SandboxLimits
-
-# The wrapper's own failure (verifier.isolation.build_sandbox): a traceback of its `-c` program or its
-# message. Raised, so the spec fails in this batch without a cached outcome.
-SANDBOX_FAILED = re.compile(r'^\[build sandbox\]|^  File "<string>", line \d+, in <module>',
-                            re.MULTILINE)
-
-
-class BuildSandboxError(RuntimeError):
-    """The compiler's sandbox could not run the compiler (the message says why)."""
-
-
 
 
 def _hash(*parts: str) -> str:
@@ -349,6 +340,8 @@ class Builder:
         if any(SANDBOX_FAILED.search(chunk) for chunk in log):  # not the candidate's doing:
             raise BuildSandboxError("the compiler's sandbox failed: "  # never cached
                                     + next(c for c in log if SANDBOX_FAILED.search(c))[-300:])
+        if ok and n > 1:  # one object for many: nobody's code may run when it is loaded
+            ok, log = no_load_code(objs, log)
         read = unallowed_reads(log, deps, [str(out_dir), str(self.root / "pch")],
                                first.extra_include_paths, be.host_compiler())
         for d in deps:

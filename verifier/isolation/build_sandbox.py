@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import signal
 import sys
@@ -46,6 +47,16 @@ DEV_NODES = ("null", "zero", "random", "urandom")
 ROOT = "/tmp"  # the new root's mount point (any existing folder; the host's is covered)
 _ENTER_BUILD = ("import sys; sys.path.insert(0, sys.argv[1]); "
                 "from verifier.isolation.build_sandbox import enter_build; enter_build(sys.argv[2:])")
+
+
+# The wrapper's own failure: a traceback of its `-c` program or its
+# message. Raised, so the spec fails in this batch without a cached outcome.
+SANDBOX_FAILED = re.compile(r'^\[build sandbox\]|^  File "<string>", line \d+, in <module>',
+                            re.MULTILINE)
+
+
+class BuildSandboxError(RuntimeError):
+    """The compiler's sandbox could not run the compiler (the message says why)."""
 
 
 def build_argv(cmd: list[str]) -> list[str]:

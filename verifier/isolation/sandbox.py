@@ -38,6 +38,7 @@ from verifier.isolation.cgroups import (
     kill_cgroup,
     make_pids_cgroup,
 )
+from verifier.isolation.cpu_bound import bind_cpus
 
 # Variables a child may inherit; everything else (tokens, credentials, proxies) is dropped.
 _ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_HOME", "CUDA_PATH",
@@ -62,6 +63,7 @@ class SandboxLimits:
     disk_mb: int = 0  # with isolate: size of the private /tmp (0: file_mb)
     run_dir_writable: bool = True  # with isolate: False makes /tmp/run read-only (GPU worker)
     cpu_cgroup: str = ""  # the judge meters the run by it (verifier.isolation.cpu_meter); v2: the run cgroup
+    cpus: list[int] = field(default_factory=list)  # the run's cpus, a bound (verifier.isolation.cpu_bound)
 
 
 @dataclass
@@ -154,6 +156,9 @@ def apply_limits(limits: SandboxLimits) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    note = bind_cpus(limits.cpus)  # last: its seccomp filter is the child's own from here
+    if note:
+        os.write(2, f"kernelsynth: {note}\n".encode())
 
 
 def sandboxed_argv(argv: list[str], limits: SandboxLimits, cgroup: Path | None,

@@ -41,10 +41,14 @@ they are too few, the round trip's larger share only adds time). The runtime is 
 window's time per call, less the judge's own time for the calls' output copies (at most half):
 load only adds time, and no window runs faster than its calls truly take. The reference's
 baseline is timed the same way (`time_windows`) in a process that never ran candidate code.
-That deduction is the price of a slot per call: a worker that patches the harness's copy away
-and writes its outputs straight into the slots is deducted copies it never made, up to one
-output copy per call (at most half its window; for a copy-bound op like ReLU that is a 2x
-claim, which the physics floor then weighs); an honest kernel's figure is unchanged by it.
+That deduction is the price of a slot per call: an output computed in place in its slot would
+make the harness's copy a no-op (torch skips a copy of memory onto itself) and still be
+deducted (a 2x claim for a copy-bound op like ReLU), so the harness refuses an output in the
+slots' memory (`timed_calls.slot_filler`: a cheat), and the copy deducted is the fastest this
+process timed for that size (`window_judge.fastest_copy`: a copy timed under load never lowers
+a later runtime). A worker that patches the harness itself is deducted copies it never made
+(at most half a window, which the physics floor then weighs); an honest kernel's figure is
+unchanged by it.
 
 On a GPU (the referee's judge, `verifier.judge.referee`) the same `WindowJudge` lays out one output
 slot per call in the device arena, draws the checked calls after "d" and clones their slots

@@ -15,7 +15,7 @@ def serve_timed_windows(job: dict[str, Any], new: Any, backend: Any) -> set[str]
     """Serve the judge's timed windows (`verifier.judge.clock`) on the inputs it writes into the
     shared arena; the aten ops the timed calls ran (every call traced, as in the trials).
     Nothing is measured here: the judge's clock owns the runtime."""
-    from verifier.judge.arena import Arena, fill, views
+    from verifier.judge.arena import Arena, views
     from verifier.judge.clock import open_worker_pipes, serve_windows
 
     spec = job.get("arena")
@@ -28,12 +28,56 @@ def serve_timed_windows(job: dict[str, Any], new: Any, backend: Any) -> set[str]
         sets = [views(arena, layout) for layout in spec["sets"]]
         slots = [views(arena, layout) for layout in spec["outs"]]
         with OpNames() as ops:
-            serve_windows(pipes, new, sets, lambda i, out: fill(slots[i], out),
-                          backend.synchronize)
+            serve_windows(pipes, new, sets, slot_filler(slots), backend.synchronize)
         sets = slots = None
     finally:
         arena.close()
     return ops
+
+
+def _spans(obj: Any) -> list[tuple[int, int]]:
+    """(first byte, end) of the memory every tensor in `obj` (nested lists, tuples) covers."""
+    import torch
+
+    if isinstance(obj, list | tuple):
+        return [e for x in obj for e in _spans(x)]
+    if not isinstance(obj, torch.Tensor) or not obj.numel():
+        return []
+    first, size = obj.data_ptr(), obj.element_size()
+    if obj.is_contiguous():
+        return [(first, first + obj.numel() * size)]
+    dims = list(zip(obj.shape, obj.stride(), strict=True))
+    first += sum((n - 1) * st for n, st in dims if st < 0) * size
+    return [(first, first + (sum((n - 1) * abs(st) for n, st in dims) + 1) * size)]
+
+
+def slot_filler(slots: list[Any]) -> Callable[[int, Any], None]:
+    """`put(i, out)`: a timed call's output copied into its slot, unless it lies in the judge's
+    output slots: an output computed in place in its slot makes the copy a no-op (torch skips
+    a copy of memory onto itself) that the judge deducts all the same (`verifier.judge.clock`), up to
+    half a window; no honest kernel knows where its slot is (an output that is a view of its
+    input, in the arena's input sets, is copied as any other)."""
+    from verifier.judge.arena import fill
+    from verifier.judge.clock import RefusedOutput
+
+    spans = _spans(slots)  # the slots follow the input sets: one range
+    lo, hi = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0)
+
+    import torch
+
+    def put(i: int, out: Any) -> None:
+        if isinstance(out, torch.Tensor) and out.is_contiguous():  # the common case, cheaply
+            first = out.data_ptr()
+            inside = first < hi and lo < first + out.nbytes
+        else:
+            inside = any(a < hi and lo < b for a, b in _spans(out))
+        if inside:
+            raise RefusedOutput("a timed call returned memory of the judge's output slots "
+                                "(written in place, its copy into the slot would be skipped "
+                                "and still deducted)")
+        fill(slots[i], out)
+
+    return put
 
 
 def baselines(res: Any, job: dict[str, Any], backend: Any, ref: Any,

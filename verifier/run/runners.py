@@ -16,6 +16,7 @@ from typing import Any
 
 from verifier.backends import Backend
 from verifier.compile.builder import ArtefactMismatch, copy_for_worker
+from verifier.isolation.cpu_bound import CpuGrants
 from verifier.isolation.cpu_meter import CpuCgroup
 from verifier.isolation.sandbox import Launcher, SandboxLimits
 from verifier.judge.clock import JudgeClock, no_judge
@@ -29,6 +30,7 @@ from verifier.run.gpu_pool import RunOutcome
 FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
 _DISK_BYTES = 128 << 20  # all files a run writes (the file-size rlimit bounds each one)
 ARENA_FILE = "arena.bin"
+CPU_GRANTS = CpuGrants()  # the cpus concurrent runs are pinned to, fewest-held first
 CPU_ARENA_BYTES = 16 << 20  # the judge's input sets and output slot for a cpu run
 
 
@@ -83,17 +85,20 @@ class SandboxRunner:
                 clock.watch(meter.cpu_s, cpus=self.threads)
             if isinstance(clock, SamplingClock):  # where its cpu time goes (ip_sampler)
                 clock.sample_tasks(meter.path if meter else None, {e["path"] for e in exts.values()})
+            cpus = CPU_GRANTS.take(self.threads)  # a bound, not a request (verifier.isolation.cpu_bound)
             try:
                 res = self.launcher.run_module(
                     "verifier.run.worker",
                     limits=SandboxLimits(timeout_s=self.opts.run_timeout_s,
                                          memory_mb=self.backend.sandbox_memory_mb(
                                              self.opts.memory_limit_mb),
-                                         cpu_cgroup=str(meter.path) if meter else ""),
+                                         cpu_cgroup=str(meter.path) if meter else "",
+                                         cpus=cpus),
                     input_files={"job.json": json.dumps(job), "task.py": item.req.task_source,
                                  "candidate.py": item.code},
                     env={"OMP_NUM_THREADS": str(self.threads), **self.env}, workdir=workdir)
             finally:
+                CPU_GRANTS.give(cpus)
                 timed = clock.result() if clock is not None else no_judge()
                 if judge is not None:
                     judge.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import textwrap
 
+from pipeline.candidates.templates import epilogue
 from pipeline.candidates.templates.analysis import Node, NoTemplate
 from pipeline.candidates.templates.program import Builder, ctype, numel
 
@@ -204,6 +205,7 @@ def lower_conv(b: Builder, node: Node) -> None:
     else:
         src = geom_src + _CPU_HOST
     src = src.replace("K_", f"{k}_").replace("X_T", x_t).replace("W_T", w_t)
+    src, fused_root, fused_note = epilogue.apply(b, node, src, k)
     names = "N, Ci, Co, Di, Hi, Wi, Do, Ho, Wo, Kd, Kh, Kw, stride d/h/w, padding d/h/w, " \
             "dilation d/h/w, groups"
     if "g.N" not in src:  # only the shared-filter launch reads the batch: no field for it
@@ -230,12 +232,14 @@ def lower_conv(b: Builder, node: Node) -> None:
             f"{' (' + ', '.join(extra) + ')' if extra else ''}: direct computation, "
             + ("each output gathers the inputs whose stride-aligned positions reach it (no "
                "atomics); " if transposed else "")
-            + f"{how}; fp32 accumulation over {per} products per output.")
+            + f"{how}; fp32 accumulation over {per} products per output{fused_note}.")
     name = b.add_kernel("conv_transpose" if transposed else "conv", k, src, _DECL, note)
     out = b.alloc(out_shape, node.dtype)
     b.emit("# geometry: " + names)
     b.call(name, xin, win, bvar, out, str(has_bias), repr(geom))
     b.env[node.name] = out
+    if fused_root:
+        b.env[fused_root] = out
     b.params.setdefault("conv", []).append({"transposed": transposed, "shared_filter": use_shared,
                                             "threads": threads, "products": per,
                                             "outputs": numel(out_shape)})

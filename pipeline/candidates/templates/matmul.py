@@ -10,6 +10,7 @@ an i-k-j loop so the inner loop streams a row of B.
 
 from __future__ import annotations
 
+from pipeline.candidates.templates import epilogue
 from pipeline.candidates.templates.analysis import Node, NoTemplate
 from pipeline.candidates.templates.program import Builder, ctype
 
@@ -366,6 +367,7 @@ def lower_matmul(b: Builder, node: Node) -> None:
         variant = "tile16"
     src = (tpl.replace("K_", f"{k_name}_").replace("A_T", a_t).replace("B_T", b_t)
            .replace("C_T", c_t))
+    src, fused_root, fused_note = epilogue.apply(b, node, src, k_name)
     op = {"addmm": "linear/addmm", "baddbmm": "baddbmm"}.get(base, base)
     # sizes as "M = ..." (not "C[1x64x32]"): in the kernel's comment they become expressions
     # such as x.size(0), which an "x"-joined shape would run together
@@ -376,13 +378,15 @@ def lower_matmul(b: Builder, node: Node) -> None:
             + (f" + {scaled(beta, 'bias')}" if bias is not None else "")
             + f" with batch {batch}, M = {m}, N = {n}, K = {k}; operands are read through their "
               f"strides (A {am['stride']}, B {bm['stride']}) so transposed views need no copy; "
-              f"{how}.")
+              f"{how}{fused_note}.")
     name = b.add_kernel("matmul", k_name, src, _DECL, note)
     out = b.alloc(node.shape, out_dtype)
     b.call(name, b.val(a_ref), b.val(b_ref), bias_var, out, str(bias is not None), str(batch),
            str(m), str(n), str(k), str(sab), str(sam), str(sak), str(sbb), str(sbk), str(sbn),
            str(scb), str(scm), str(scn), repr(float(alpha)), repr(float(beta)))
     b.env[node.name] = out
+    if fused_root:
+        b.env[fused_root] = out
     b.params.setdefault("matmul", []).append({"variant": variant, "M": m, "N": n, "K": k,
                                               "batch": batch})
 

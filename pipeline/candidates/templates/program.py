@@ -124,7 +124,10 @@ class Built:
 # `simd` contiguous inner loops under `#pragma omp simd` built for the host's vector ISA, with
 # glibc's vector math (libmvec) for exp/log/tanh...; `omp` plain OpenMP loops at -O3 (the first
 # teacher's kernels); `simd_fastmath` the simd loops with -ffast-math (reassociated reductions,
-# no NaN/inf guarantees: the verifier decides whether the answer still holds).
+# no NaN/inf guarantees: the verifier decides whether the answer still holds) and inline
+# polynomial exp/tanh (tidy.fast_math). Both simd families ask for full-width (512-bit) vectors
+# where the host has them (tidy.wide_vectors): GCC otherwise caps -march=native loops at 256 bits
+# on AVX-512 hosts, half the width torch's own kernels use (a libmvec tanhf loop ran 2x faster).
 CPU_STRATEGIES = ("simd", "omp", "simd_fastmath")
 CPU_CFLAGS = {
     "omp": ["-O3", "-fopenmp"],
@@ -153,6 +156,11 @@ class Builder:
     # that program.py never imports a family module (they all import program.py).
     gather: Callable[[Builder, dict], str] | None = None
     sizes: dict[str, str] = field(default_factory=dict)  # size symbol -> `x.size(0)`
+    # root of an elementwise chain -> its members, when a row kernel (softmax) applies the chain
+    # as it reads its input instead of a kernel of its own writing it out (registry.plan_fusion)
+    prologues: dict[str, list[Node]] = field(default_factory=dict)
+    # a GEMM's or convolution's node -> the elementwise chain its store applies (epilogue.py)
+    epilogues: dict[str, list[Node]] = field(default_factory=dict)
     _counter: int = 0
     _extra: dict[str, list[str]] = field(default_factory=dict)  # kernel -> markers it takes
 
@@ -268,6 +276,10 @@ def render(b: Builder) -> str:
     selects = ""
     if b.simd:
         body, selects = tidy.vector_selects(body)
+        body = tidy.wide_vectors(body)
+    if b.cpu_strategy == "simd_fastmath":
+        body, fast = tidy.fast_math(body)
+        selects += fast
     header = tidy.header(body, b.cuda) + (tidy.vector_math(body) + selects if b.simd else "")
     decls = "\n".join(k.decl + ";" for k in b.kernels)
     digest = hashlib.sha256((header + body + b.backend).encode()).hexdigest()[:12]

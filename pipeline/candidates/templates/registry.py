@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pipeline.candidates.templates import (
     conv,
     elementwise,
+    epilogue,
     loss,
     matmul,
     misc,
@@ -43,7 +44,28 @@ def plan_fusion(b: Builder, live: list[Node], users: dict[str, list[str]]
                 members = groups.pop(r) + members
         groups[n.name] = sorted({m.name: m for m in members}.values(),
                                 key=lambda m: order[m.name])
+    for root, members in list(groups.items()):
+        if _softmax_prologue(b, root, members, users):
+            b.prologues[root] = groups.pop(root)
+    epilogue.plan(b, groups, users)
     return groups
+
+
+def _softmax_prologue(b: Builder, root: str, members: list[Node],
+                      users: dict[str, list[str]]) -> bool:
+    """A CPU simd softmax can apply a one-input chain (softmin's neg, a temperature's div) as it
+    reads its row: one pass over memory and one allocation fewer than the chain's own kernel."""
+    if not b.simd or len(users.get(root, [])) != 1:
+        return False
+    user = b.node(users[root][0])
+    if softmax.LOWERINGS.get(user.base) is None or user.base == "logsumexp":
+        return False
+    leaves = elementwise.group_operands(b, members)
+    if len(leaves) != 1:
+        return False
+    leaf, out = b.meta(leaves[0]), b.node(root)
+    return (leaf["shape"] == out.shape and leaf["dtype"] == out.dtype
+            and out.dtype in ("float32", "float64"))
 
 
 def _view(b: Builder, node: Node) -> str | None:

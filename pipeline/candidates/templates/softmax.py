@@ -10,8 +10,10 @@ CUDA variants: one block per row (block reduce of (m, s) with warp shuffles), on
 from __future__ import annotations
 
 from pipeline.candidates.templates.analysis import Node, NoTemplate
+from pipeline.candidates.templates.elementwise import element_function, group_operands
 from pipeline.candidates.templates.program import Builder, acc_type, ctype
 from pipeline.candidates.templates.reduction import layout
+from pipeline.candidates.templates.tidy import cpu_inline
 
 _MERGE = """
 HD void NAME_merge(NAME_acc& m, NAME_acc& s, NAME_acc om, NAME_acc os) {
@@ -38,11 +40,20 @@ def lower_softmax(b: Builder, node: Node) -> None:
     if not isinstance(dim, int):
         raise NoTemplate(f"{node.target} without an integer dim")
     outer, r, inner = layout(shape, [dim])
+    k = f"sm{len(b.kernels)}"
+    chain = b.prologues.get(x["node"]) if isinstance(x, dict) else None
+    pro = ""
+    if chain is not None:  # the chain's input is read and the chain applied on each load
+        x = group_operands(b, chain)[0]
+        xm = b.meta(x)
+        pro = cpu_inline(element_function(b, chain, [x], acc_type(xm["dtype"]), f"{k}_pro"))
     xin = b.contiguous(x)
     in_t, out_t = ctype(xm["dtype"]), ctype(node.dtype)
     acc = acc_type(xm["dtype"])
     f = "f" if acc == "float" else ""
-    k = f"sm{len(b.kernels)}"
+
+    def load(e: str) -> str:
+        return f"{k}_pro(({k}_acc){e})" if pro else f"({k}_acc){e}"
     merge = _MERGE.replace("NAME", k).replace("EXP", f"exp{f}")
     final = (f"(({k}_acc)base[r * inner] - m - log{f}(s))" if log
              else f"(exp{f}(({k}_acc)base[r * inner] - m) / s)")
@@ -154,13 +165,19 @@ void NAME(torch::Tensor x, torch::Tensor out, int64_t outer, int64_t R, int64_t 
 }}
 """
     elif b.simd and inner == 1 and not lse:
-        # three vectorised passes over a contiguous row: max, sum of exp, write
-        value = "(v - m - ls)" if log else f"(exp{f}(v - m) * inv)"
+        # three vectorised passes over a contiguous row: the max; exp(x - max) written out and
+        # summed (softmax: each exp computed once); then the row scaled (or, log-softmax,
+        # x - max - log(sum) written)
+        second = (f"s += exp{f}({load('row[r]')} - m);" if log else
+                  f"{{ const {k}_acc e = exp{f}({load('row[r]')} - m); dst[r] = ({out_t})e; "
+                  f"s += e; }}")
+        value = "(v - m - ls)" if log else f"(({k}_acc)dst[r] * inv)"
         if safe:
             value = f"(m == -INFINITY ? ({k}_acc)0 : {value})"
         scale = (f"const {k}_acc ls = log{f}(s);" if log else f"const {k}_acc inv = ({k}_acc)1 / s;")
-        src = f"typedef {acc} {k}_acc;\n" + f"""
-void NAME(torch::Tensor x, torch::Tensor out_, int64_t outer, int64_t R, int64_t inner) {{
+        read = f"const {k}_acc v = {load('row[r]')};\n            " if log else ""
+        src = f"typedef {acc} {k}_acc;\n" + pro + f"""
+void NAME(torch::Tensor x, torch::Tensor out_, int64_t outer, int64_t R, int64_t /*inner*/) {{
     const {in_t}* __restrict__ in = (const {in_t}*)x.data_ptr();
     {out_t}* __restrict__ out = ({out_t}*)out_.data_ptr();
     #pragma omp parallel for schedule(static)
@@ -169,20 +186,77 @@ void NAME(torch::Tensor x, torch::Tensor out_, int64_t outer, int64_t R, int64_t
         {out_t}* __restrict__ dst = out + o * R;
         {k}_acc m = -INFINITY, s = 0;
         #pragma omp simd reduction(max:m)
-        for (int64_t r = 0; r < R; ++r) m = ({k}_acc)row[r] > m ? ({k}_acc)row[r] : m;
+        for (int64_t r = 0; r < R; ++r) {{ const {k}_acc v = {load('row[r]')}; m = v > m ? v : m; }}
         #pragma omp simd reduction(+:s)
-        for (int64_t r = 0; r < R; ++r) s += exp{f}(({k}_acc)row[r] - m);
+        for (int64_t r = 0; r < R; ++r) {second}
         {scale}
         #pragma omp simd
         for (int64_t r = 0; r < R; ++r) {{
-            const {k}_acc v = ({k}_acc)row[r];
-            dst[r] = ({out_t})({value});
+            {read}dst[r] = ({out_t})({value});
         }}
     }}
 }}
 """
         how = ("an OpenMP loop over rows, each three vectorised (`omp simd`) passes over its "
-               "contiguous row: the max, the sum of exp(x - max), then the write")
+               "contiguous row: the max, exp(x - max) written and summed, then the "
+               + ("write of x - max - log(sum)" if log else "scaling by 1 / sum"))
+    elif b.simd and inner > 1 and not lse:
+        # softmax over a middle dim: the `inner` contiguous columns of one outer index are
+        # processed side by side, so every pass is a vectorised loop along inner
+        second = (f"s[i] += exp{f}(v - m[i]);" if log else
+                  f"{{ const {k}_acc e = exp{f}(v - m[i]); dst[r * inner + i] = ({out_t})e; "
+                  f"s[i] += e; }}")
+        value = ("(v - m[i] - s[i])" if log else f"(({k}_acc)dst[r * inner + i] * s[i])")
+        if safe:
+            value = f"(m[i] == -INFINITY ? ({k}_acc)0 : {value})"
+        fin = f"s[i] = log{f}(s[i]);" if log else f"s[i] = ({k}_acc)1 / s[i];"
+        read = (f"const {k}_acc v = {load('base[r * inner + i]')};\n                    "
+                if log else "")
+        src = f"typedef {acc} {k}_acc;\n" + pro + f"""
+void NAME(torch::Tensor x, torch::Tensor out_, int64_t outer, int64_t R, int64_t inner) {{
+    const {in_t}* __restrict__ in = (const {in_t}*)x.data_ptr();
+    {out_t}* __restrict__ out = ({out_t}*)out_.data_ptr();
+    #pragma omp parallel
+    {{
+        std::vector<{k}_acc> mv(inner), sv(inner);
+        {k}_acc* __restrict__ m = mv.data();
+        {k}_acc* __restrict__ s = sv.data();
+        #pragma omp for schedule(static)
+        for (int64_t o = 0; o < outer; ++o) {{
+            const {in_t}* __restrict__ base = in + o * R * inner;
+            {out_t}* __restrict__ dst = out + o * R * inner;
+            #pragma omp simd
+            for (int64_t i = 0; i < inner; ++i) {{ m[i] = -INFINITY; s[i] = 0; }}
+            for (int64_t r = 0; r < R; ++r) {{
+                #pragma omp simd
+                for (int64_t i = 0; i < inner; ++i) {{
+                    const {k}_acc v = {load('base[r * inner + i]')};
+                    m[i] = v > m[i] ? v : m[i];
+                }}
+            }}
+            for (int64_t r = 0; r < R; ++r) {{
+                #pragma omp simd
+                for (int64_t i = 0; i < inner; ++i) {{
+                    const {k}_acc v = {load('base[r * inner + i]')};
+                    {second}
+                }}
+            }}
+            #pragma omp simd
+            for (int64_t i = 0; i < inner; ++i) {fin}
+            for (int64_t r = 0; r < R; ++r) {{
+                #pragma omp simd
+                for (int64_t i = 0; i < inner; ++i) {{
+                    {read}dst[r * inner + i] = ({out_t})({value});
+                }}
+            }}
+        }}
+    }}
+}}
+"""
+        how = ("an OpenMP loop over the outer index; its `inner` contiguous columns are reduced "
+               "side by side in three vectorised (`omp simd`) passes along inner: the column "
+               "maxima, exp(x - max) written and summed, then the "
+               + ("write of x - max - log(sum)" if log else "scaling by 1 / sum"))
     else:
         src = common + f"""
 void NAME(torch::Tensor x, torch::Tensor out_, int64_t outer, int64_t R, int64_t inner) {{
@@ -199,10 +273,16 @@ void NAME(torch::Tensor x, torch::Tensor out_, int64_t outer, int64_t R, int64_t
 }}
 """
         how = "an OpenMP loop over rows, each doing the online pass then the write pass"
+    if pro and pro not in src:
+        raise NoTemplate(f"{node.target}: this softmax form cannot apply the fused elementwise "
+                         "chain before it")
     decl = "void NAME(torch::Tensor x, torch::Tensor out, int64_t outer, int64_t R, int64_t inner)"
     what = "Logsumexp" if lse else ("Log-softmax" if log else "Softmax")
+    fused = (f"; the elementwise {', '.join(m.target.removeprefix('aten.') for m in chain)} "
+             "before it is applied to each element as it is read (no pass of its own)"
+             if chain is not None else "")
     note = (f"{what} over dim {dim} of {shape} "
-            f"(rows={outer * inner}, length {r}) with {how}.")
+            f"(rows={outer * inner}, length {r}) with {how}{fused}.")
     name = b.add_kernel("softmax", k, src, decl, note)
     out = b.alloc(node.shape, node.dtype)
     b.call(name, xin, out, str(outer), str(r), str(inner))
