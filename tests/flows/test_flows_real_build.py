@@ -76,8 +76,8 @@ def test_kernelsynth_build_runs_the_real_pipeline_then_skips_when_nothing_is_new
     stages = {r["stage"]: r for r in first["stages"]}
     assert stages["verify"]["verdicts"] >= 3 and stages["verify"]["failed_batches"] == 0
     manifest_v1 = json.loads((Path(first["path"]) / "manifest.json").read_text())
-    assert manifest_v1["counts"]["sft"]["train"] + manifest_v1["counts"]["sft"].get(
-        "validation", 0) >= 1
+    # three tasks: the one sft row may land in either split (a CI run put it in validation)
+    assert sum(manifest_v1["counts"]["sft"].values()) >= 1
     con = duckdb.connect(str(ws / "catalog.duckdb"), read_only=True)
     assert con.execute("select version from versions").fetchall() == [("v1",)]
     con.close()
