@@ -349,7 +349,8 @@ def conformance_kernels() -> list[CorpusKernel]:
 
 
 def handwritten_kernels() -> list[CorpusKernel]:
-    from benchmarks.gpu_candidates import TASKS, all_candidates
+    from benchmarks.gpu_candidates import all_candidates
+    from benchmarks.gpu_tasks import TASKS
 
     return [CorpusKernel(c.candidate_id, f"hw:{c.task}", TASKS[c.task], c.source, c.expected,
                          "handwritten") for c in all_candidates()]

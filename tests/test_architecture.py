@@ -139,10 +139,16 @@ def test_arrows_point_one_way() -> None:
     assert wrong == []
 
 
-def test_no_source_file_over_500_lines() -> None:
+# the cap is 500 lines; a file is not held just under it either: past 460 it wants splitting by
+# purpose (issue 30), as rows.py (490), the KernelBench corpus's kernels.py (480) and
+# gpu_candidates.py (479) were
+HELD_UNDER_CAP = 460
+
+
+def test_no_source_file_over_500_lines_or_held_just_under() -> None:
     long = [f"{p.relative_to(ROOT)}: {n}" for pkg in (*PACKAGES, "benchmarks")
             for p in (ROOT / pkg).rglob("*.py")
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500]
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > HELD_UNDER_CAP]
     assert long == []
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from benchmarks.kernelbench_corpus import kernels as K
+from benchmarks.kernelbench_corpus import spatial as S
 from benchmarks.kernelbench_corpus.problems import PROBLEMS, Problem
 
 LABELS = ("correct", "wrong", "crashing", "hanging", "fallback")
@@ -129,14 +130,14 @@ def _matmul(p: Problem, n: int) -> Iterator[tuple[str, str, str]]:
 def _pool(p: Problem, n: int) -> Iterator[tuple[str, str, str]]:
     dims, kind, call = p.spec["dims"], p.spec["kind"], p.spec["call"]
     t = f"{p.key}_c{n}"
-    yield "correct", "thread_per_output", module(t, K.pool(t, dims, kind), p.init, p.body,
+    yield "correct", "thread_per_output", module(t, S.pool(t, dims, kind), p.init, p.body,
                                                  f"return {call}", p.fwd_args)
     t = f"{p.key}_w{n}"
     wrong_kind = p.spec.get("wrong_kind", kind)
-    yield "wrong", "thread_per_output", module(t, K.pool(t, dims, wrong_kind, "wrong"), p.init,
+    yield "wrong", "thread_per_output", module(t, S.pool(t, dims, wrong_kind, "wrong"), p.init,
                                                p.body, f"return {call}", p.fwd_args)
     t = f"{p.key}_f{n}"
-    yield "fallback", "torch_in_forward", module(t, K.pool(t, dims, kind), p.init, p.body,
+    yield "fallback", "torch_in_forward", module(t, S.pool(t, dims, kind), p.init, p.body,
                                                  f"return {p.spec['torch']}", p.fwd_args)
 
 

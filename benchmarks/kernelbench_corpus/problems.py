@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.kernelbench_corpus import kernels as K
+from benchmarks.kernelbench_corpus import spatial as S
 
 
 @dataclass
@@ -181,7 +182,7 @@ def _gemm(file: str, key: str, init: str, body: str, epi: str, wrong: str, npara
         make=lambda t: K.matmul(t, 32, "", epi, nparams, bias=True),
         make_wrong=lambda t: K.matmul(t, 32, "", wrong, nparams, bias=True),
         call=f"return EXT(x, {lin}.weight, {b}, False, True{pargs})",
-        make_tail=lambda t: K.epilogue_only(t, epi.replace("v", "(v + bias[c])") if bias
+        make_tail=lambda t: S.epilogue_only(t, epi.replace("v", "(v + bias[c])") if bias
                                             else epi, nparams),
         call_tail=f"y = {lin}(x)\nreturn EXT(y, {b if bias else 'y.new_empty(0)'}, 1{pargs})"))
 
@@ -230,10 +231,10 @@ def _conv(file: str, key: str, init: str, body: str, epi: str, wrong_epi: str, p
           tail: str) -> Problem:
     return Problem(file, key, "fused", init, body, "x", dict(
         form="direct_conv+epilogue",
-        make=lambda t: K.conv2d(t, epi),
-        make_wrong=lambda t: K.conv2d(t, wrong_epi, bug="wrong"),
+        make=lambda t: S.conv2d(t, epi),
+        make_wrong=lambda t: S.conv2d(t, wrong_epi, bug="wrong"),
         call=f"return EXT(x, self.conv.weight, self.conv.bias, {post})",
-        make_tail=lambda t: K.epilogue_only(t, tail, 0),
+        make_tail=lambda t: S.epilogue_only(t, tail, 0),
         call_tail=f"y = self.conv(x)\nreturn EXT(y, {post}, y.shape[2] * y.shape[3])"))
 
 
@@ -266,7 +267,7 @@ def _mlp(file: str, key: str, sizes: str) -> Problem:
         make=lambda t: K.matmul(t, 32, "", epi, 1, bias=True),
         make_wrong=lambda t: K.matmul(t, 32, "", epi, 1, bias=True),
         call=loop, call_wrong=wrong,
-        make_tail=lambda t: K.epilogue_only(t, "fmaxf(v, 0.f)", 0),
+        make_tail=lambda t: S.epilogue_only(t, "fmaxf(v, 0.f)", 0),
         call_tail=tail))
 
 

@@ -33,9 +33,10 @@ from pipeline.datasets.card_facts import decontamination_facts, rft_facts
 from pipeline.datasets.catalog import register_version
 from pipeline.datasets.pairs import unstable_timings
 from pipeline.datasets.published import version_lineage
-from pipeline.datasets.rows import CONFIGS, build_datasets, config_schema, filter_licenses
+from pipeline.datasets.rows import CONFIGS, build_datasets
 from pipeline.datasets.selection import SELECTORS, label_rejections
 from pipeline.datasets.stats import compute_stats
+from pipeline.datasets.tables import config_schema, filter_licenses
 from pipeline.datasets.versions import (
     MANIFEST,
     STATS,

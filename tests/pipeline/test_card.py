@@ -14,8 +14,8 @@ from huggingface_hub import DatasetCard
 
 from pipeline.config import Config
 from pipeline.datasets.publish import publish_workspace
-from pipeline.datasets.rows import config_schema
 from pipeline.datasets.stats import backend_funnel, compute_stats, metric_definition
+from pipeline.datasets.tables import config_schema
 from pipeline.datasets.versions import read_stats
 from pipeline.tasks.extract import source_generator
 from pipeline.workspace import Workspace

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pipeline.config import Config
 from pipeline.datasets.card_facts import card_lines, decontamination_facts, rft_facts
-from pipeline.datasets.rows import tasks_table
+from pipeline.datasets.tables import tasks_table
 from pipeline.workspace import Workspace
 from schemas import Message, Rejection, RftRow, Task
 

@@ -18,8 +18,9 @@ from pipeline.datasets.pairs import (
     pair_similarity_limit,
     unstable_timings,
 )
-from pipeline.datasets.rows import CONFIGS, assign_splits, build_datasets, config_schema
+from pipeline.datasets.rows import CONFIGS, assign_splits, build_datasets
 from pipeline.datasets.selection import meets_speedup, select_diverse
+from pipeline.datasets.tables import config_schema
 from pipeline.prompts import (
     CODE_ONLY_RULE,
     REASONING_RULE,

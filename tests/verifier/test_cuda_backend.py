@@ -213,7 +213,8 @@ def test_timing_statistics() -> None:
 @needs_gpu
 def test_gpu_verifies_correct_crashing_and_fallback_candidates(tmp_path: Path) -> None:
     sys.path.insert(0, str(ROOT))
-    from benchmarks.gpu_candidates import TASKS, relu_candidates
+    from benchmarks.gpu_candidates import relu_candidates
+    from benchmarks.gpu_tasks import TASKS
     from verifier.api import verify_batch
     from verifier.protocol import VerifyOptions, VerifyRequest
 
@@ -241,7 +242,8 @@ def test_compile_only_builds_real_cuda_candidates_without_a_gpu(
     if "slow" not in (request.config.getoption("-m") or ""):
         pytest.skip("slow (minutes of nvcc on torch headers): run with -m slow")
     sys.path.insert(0, str(ROOT))
-    from benchmarks.gpu_candidates import TASKS, relu_candidates
+    from benchmarks.gpu_candidates import relu_candidates
+    from benchmarks.gpu_tasks import TASKS
     from verifier.api import verify_batch
     from verifier.protocol import VerifyOptions, VerifyRequest
 
