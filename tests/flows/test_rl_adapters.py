@@ -64,7 +64,7 @@ def _rl_row(tmp_path: Path, monkeypatch) -> dict:  # noqa: ANN001
 def _verl_function(name: str):  # noqa: ANN202
     """`name` of verifier/reward/verl_reward.py, loaded as verl's get_custom_reward_fn loads it."""
     spec = importlib.util.spec_from_file_location("custom_module",
-                                                  ROOT / "verifier" / "verl_reward.py")
+                                                  ROOT / "verifier" / "reward" / "verl_reward.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules["custom_module"] = module
     try:
