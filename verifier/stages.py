@@ -17,6 +17,8 @@ from verifier.checks.fallback import apply_policy, errors
 from verifier.checks.static import check_cpp, check_python
 from verifier.compile.builder import BuildResult
 from verifier.isolation.sandbox import Launcher, SandboxLimits
+from verifier.judge.construct import DEVICE, HOST, HOST_ONLY
+from verifier.judge.construct import finding as construct_finding
 from verifier.judge.decide import parent_check
 from verifier.judge.generalize import record_generalisation, request_variants
 from verifier.judge.inputs import trial_input_seed
@@ -87,7 +89,7 @@ JOB_OPTIONS = ("trials", "atol_fp32", "rtol_fp32", "atol_low", "rtol_low", "perf
 TIMING_DIAGNOSTICS = ("candidate_s", "timing_cv", "timing_trials", "timing_method", "hidden_us",
                       "repeat_medians_us", "repeat_cv", "tolerance", "worker_pid",
                       "spin_us", "host_us", "uncovered_trials", "discarded_trials", "clock_mhz",
-                      "worker_device", "phase_s")
+                      "worker_device", "phase_s", "construct")
 
 
 def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baselines,
@@ -97,12 +99,13 @@ def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baseli
     job_options = {k: getattr(opts, k) for k in JOB_OPTIONS}
     # timed in a process that never ran candidate code, before this candidate runs
     base = baselines.ensure(item.req.task_source, runner, job_options)
-    nonce = secrets.token_hex(16)
-    job = {"nonce": nonce, "backend": backend.name, "input_seed": trial_input_seed(),
-           "options": job_options}
+    job_options["construct"] = DEVICE  # every model of the run built on the device
+    job = {"nonce": secrets.token_hex(16), "backend": backend.name,
+           "input_seed": trial_input_seed(), "options": job_options}
     variants = request_variants(item.req, opts)
     job["variants"] = variants
-    out = runner.run(item, job)
+    out, job = run_constructed(item, runner, job)
+    nonce = job["nonce"]
     item.timing["exec_s"] = out.wall_s
     item.timing["exec_end"] = time.monotonic()  # run order (builds land in any order)
     p = out.payload
@@ -145,6 +148,27 @@ def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baseli
     status, why = judge_performance(v, opts, out.clock, base, runner.peaks(),
                                     item.req.flops, item.req.bytes_moved)
     item.stop(status, "done" if status.startswith("correct") else "performance", why)
+
+
+def run_constructed(item: Item, runner: SandboxRunner | GpuRunner, job: dict[str, Any]
+                    ) -> tuple[Any, dict[str, Any]]:
+    """(the run's outcome, its job): a run whose reference or candidate cannot be built under
+    the device context but can on the host (`verifier.judge.construct`) is made again with
+    both built the KernelBench way, and the verdict says so (never one of each)."""
+    out = runner.run(item, job)
+    p = out.payload
+    why = out.host_only or (str(p.get("error", "")) if p and p.get("nonce") == job["nonce"]
+                            and p.get("outcome") == HOST_ONLY else "")
+    if not why or job["options"].get("construct") != DEVICE:
+        return out, job
+    job = {**job, "nonce": secrets.token_hex(16),
+           "options": {**job["options"], "construct": HOST}}
+    first_s = out.wall_s
+    out = runner.run(item, job)
+    out.wall_s += first_s
+    item.verdict.findings.append(construct_finding(why, job["backend"]))
+    item.timing["construct"] = HOST  # for benchmarks (verify_batch's `timings`)
+    return out, job
 
 
 def record_measurements(v: VerdictData, p: dict[str, Any]) -> None:

@@ -21,11 +21,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from verifier.judge.construct import DEVICE as DEVICE_CONTEXT
+from verifier.judge.construct import build_checked
 from verifier.judge.generalize import VARIANT_TRIALS
 from verifier.judge.tensors import exact_fp32, to_device
 
 LOCK = threading.Lock()  # held around every use of a cached reference model (judges share them)
-_MODELS: dict[tuple[str, int], tuple[Any, Any]] = {}
+_MODELS: dict[tuple[str, int, str], tuple[Any, Any]] = {}
 DEVICE = "cpu"  # where references run (a referee process sets its GPU)
 
 
@@ -41,18 +43,17 @@ def on_device(out: Any) -> Any:
     return out if DEVICE == "cpu" else to_device(out, DEVICE)
 
 
-def reference(task_source: str, seed: int) -> tuple[Any, Any]:
-    """(Model instance, get_inputs) for the task, built under `seed` as the worker builds it."""
-    import torch
-
-    key = (task_source, seed)
+def reference(task_source: str, seed: int, construct: str = DEVICE_CONTEXT) -> tuple[Any, Any]:
+    """(Model instance, get_inputs) for the task, built under `seed` by the run's construction
+    method as the worker builds it (`verifier.judge.construct`: HostOnly when the device
+    context cannot build it)."""
+    key = (task_source, seed, construct)
     with LOCK:
         if key not in _MODELS:
             ns: dict[str, Any] = {"__name__": "ks_reference"}
             exec(compile(task_source, "reference.py", "exec"), ns)
             init = ns["get_init_inputs"]()
-            torch.manual_seed(seed)
-            model = ns["Model"](*init).to(DEVICE).eval()
+            model = build_checked(ns["Model"], init, seed, DEVICE, construct)
             _MODELS[key] = (model, ns["get_inputs"])
             if len(_MODELS) > 64:
                 _MODELS.pop(next(iter(_MODELS)))
@@ -86,7 +87,8 @@ def load_outputs(path: Path) -> list[Any] | None:
 
 
 def recheck(task_source: str, seed: int, input_seed: int, trials: int, outputs: list[Any] | None,
-            tol: tuple[float, float, float, float]) -> tuple[bool, str]:
+            tol: tuple[float, float, float, float], construct: str = DEVICE_CONTEXT
+            ) -> tuple[bool, str]:
     """(ok, why not): every trial's output matches the parent's reference on its inputs."""
     import torch
 
@@ -96,7 +98,7 @@ def recheck(task_source: str, seed: int, input_seed: int, trials: int, outputs: 
         return False, "the worker left no raw outputs (its result was not written by the harness)"
     if len(outputs) != trials:
         return False, f"the worker returned {len(outputs)} trial outputs, expected {trials}"
-    model, get_inputs = reference(task_source, seed)
+    model, get_inputs = reference(task_source, seed, construct)
     exact_fp32()
     with LOCK, torch.no_grad():
         for t, out in enumerate(outputs):
@@ -109,7 +111,8 @@ def recheck(task_source: str, seed: int, input_seed: int, trials: int, outputs: 
 
 
 def recheck_variants(variants: list[dict], checked: Any, outputs: list[Any] | None, seed: int,
-                     input_seed: int, tol: tuple[float, float, float, float]) -> tuple[bool, str]:
+                     input_seed: int, tol: tuple[float, float, float, float],
+                     construct: str = DEVICE_CONTEXT) -> tuple[bool, str]:
     """(ok, why not): the parent's own comparison of the worker's variant outputs."""
     if not variants:
         return True, ""
@@ -125,14 +128,14 @@ def recheck_variants(variants: list[dict], checked: Any, outputs: list[Any] | No
             try:  # a skip is believed only when the reference fails here too
                 import torch
 
-                model, get_inputs = reference(variant["source"], seed)
+                model, get_inputs = reference(variant["source"], seed, construct)
                 with torch.no_grad():
                     model(*make_inputs(get_inputs, input_seed + 1000))
             except Exception:  # noqa: BLE001 - the reference cannot run there: a real skip
                 continue
             return False, f"the worker skipped the {variant['label']} variant, which builds"
         ok, why = recheck(variant["source"], seed, input_seed, VARIANT_TRIALS,
-                          outputs[start:start + VARIANT_TRIALS], tol)
+                          outputs[start:start + VARIANT_TRIALS], tol, construct)
         if not ok:
             return False, f"{variant['label']} variant: {why}"
         start += VARIANT_TRIALS
@@ -141,14 +144,14 @@ def recheck_variants(variants: list[dict], checked: Any, outputs: list[Any] | No
 
 def check_run(task_source: str, seed: int, input_seed: int, trials: int,
               tol: tuple[float, float, float, float], variants: list[dict], variants_checked: Any,
-              outputs: list[Any] | None) -> tuple[bool, str]:
+              outputs: list[Any] | None, construct: str = DEVICE_CONTEXT) -> tuple[bool, str]:
     """(ok, why not): the trials' outputs, then the generalisation variants' (the rest)."""
     ok, why = recheck(task_source, seed, input_seed, trials,
-                      None if outputs is None else outputs[:trials], tol)
+                      None if outputs is None else outputs[:trials], tol, construct)
     if ok:
         ok, why = recheck_variants(variants, variants_checked,
                                    None if outputs is None else outputs[trials:], seed,
-                                   input_seed, tol)
+                                   input_seed, tol, construct)
     return ok, why
 
 
@@ -159,7 +162,8 @@ def parent_check(out: Any, task_source: str, opts: Any, job: dict[str, Any],
     args = {"task_source": task_source, "seed": opts.seed, "input_seed": job["input_seed"],
             "trials": max(1, opts.trials), "variants": variants,
             "tol": (opts.atol_fp32, opts.rtol_fp32, opts.atol_low, opts.rtol_low),
-            "variants_checked": payload.get("variants_checked")}
+            "variants_checked": payload.get("variants_checked"),
+            "construct": job["options"].get("construct", DEVICE_CONTEXT)}
     try:
         ok, why = (out.referee("run", args) if out.referee is not None
                    else check_run(outputs=out.outputs, **args))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from verifier.judge.construct import DEVICE, HOST_ONLY, HostOnly, build_checked
 from verifier.judge.variants import describe, first_of_each, single_change
 from verifier.protocol import VerifyOptions, VerifyRequest
 
@@ -33,9 +34,10 @@ _HINTS = {"sizes": "read sizes from the input tensors (x.size(i), x.numel()) and
 
 def run_variant(source: str, cand_ns: dict[str, Any], backend: Any, seed: int, input_seed: int,
                 trials: int, tol: tuple[float, float, float, float], io: Any = None,
-                block: int = 0) -> tuple[str, str, list[Any]]:
+                block: int = 0, construct: str = DEVICE) -> tuple[str, str, list[Any]]:
     """(outcome, message, raw outputs) of the candidate against one variant task; outcome is ok,
-    task_error (the reference fails there), incorrect, runtime_error or cheat. With `io`
+    task_error (the reference fails there), incorrect, runtime_error, cheat or HOST_ONLY (its
+    ModelNew builds only on the host: `verifier.judge.construct`). With `io`
     (`verifier.judge.trial_io`), the inputs of trial t come from its `block` and the outputs go there
     (the raw list stays empty)."""
     import torch
@@ -50,17 +52,17 @@ def run_variant(source: str, cand_ns: dict[str, Any], backend: Any, seed: int, i
     try:
         exec(compile(source, "reference.py", "exec"), ns)
         init = ns["get_init_inputs"]()
-        torch.manual_seed(seed)
-        ref = ns["Model"](*init).to(device).eval()
+        ref = build_checked(ns["Model"], init, seed, device, construct)
     except Exception as exc:  # the variant is the task's fault, not the candidate's
         return "task_error", f"{type(exc).__name__}: {exc}", []
     try:
-        torch.manual_seed(seed)
-        new = cand_ns["ModelNew"](*init).to(device).eval()
+        new = build_checked(cand_ns["ModelNew"], init, seed, device, construct)
         ref_sd, new_sd = ref.state_dict(), new.state_dict()
         if ref_sd and list(ref_sd) == list(new_sd) and all(
                 ref_sd[k].shape == new_sd[k].shape for k in ref_sd):
             new.load_state_dict(ref_sd)
+    except HostOnly as exc:  # the whole run is made again the host's way
+        return HOST_ONLY, f"ModelNew(...) {exc}", []
     except Exception as exc:
         return "runtime_error", "ModelNew(...) raised " + candidate_traceback(exc)[0], []
     raw: list[Any] = []
@@ -122,16 +124,20 @@ def check_variants(res: Any, job: dict[str, Any], task_src: str, cand_ns: dict[s
     parent's (or its judge's) own comparison."""
     opts = job["options"]
     seed, input_seed = int(opts.get("seed", 0)), int(job.get("input_seed", 0))
+    construct = str(opts.get("construct") or DEVICE)
     checked = []
     for i, variant in enumerate(job.get("variants") or []):
         def run(src: str, trials: int) -> tuple[str, str, list[Any]]:
-            return run_variant(src, cand_ns, backend, seed, input_seed, trials, tol)
+            return run_variant(src, cand_ns, backend, seed, input_seed, trials, tol,
+                               construct=construct)
 
         if io.skipped(i + 1):  # the judge's reference fails there: it checks nothing
             outcome, msg = "task_error", "the verifier's reference cannot run it"
         else:
             outcome, msg, _ = run_variant(variant["source"], cand_ns, backend, seed, input_seed,
-                                          VARIANT_TRIALS, tol, io, i + 1)
+                                          VARIANT_TRIALS, tol, io, i + 1, construct)
+        if outcome == HOST_ONLY:
+            res.finish(HOST_ONLY, f"{variant['label']} variant: {msg}")
         if outcome == "task_error":
             checked.append(False)
             res.finding("variant_skipped", f"the {variant['label']} variant ({describe(variant)}) "

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from verifier.judge.construct import DEVICE
+
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 START_S = 300.0  # import torch, a CUDA context
 CALL_S = 600.0  # references of one run (trials, variants, timing windows)
@@ -82,9 +84,9 @@ class Referee:
     def prepare(self, args: dict[str, Any], op: str = "prepare") -> tuple[dict[str, Any], int]:
         """A window judge ("prepare") or a trial judge ("trials") for one job on the referee's
         GPU: (its reply, the arena's descriptor, which the caller closes once the worker has
-        it; -1 when the reply says the task does not fit)."""
+        it; -1 when the reply says the task does not fit, or is built only on the host)."""
         reply = self.request(op, args)
-        if reply.get("does_not_fit"):
+        if reply.get("does_not_fit") or reply.get("host_only"):
             return reply, -1
         self.fds.settimeout(30.0)
         try:
@@ -206,7 +208,8 @@ def _prepare(args: dict[str, Any], fds: socket.socket | None) -> dict[str, Any]:
     _release()
     budget = _budget(int(args.get("budget_bytes") or 8 << 30))
     judge = _JUDGE["judge"] = WindowJudge(args["task_source"], int(args["seed"]),
-                                          tuple(args["tol"]), budget)
+                                          tuple(args["tol"]), budget,
+                                          construct=str(args.get("construct") or DEVICE))
     if fds is None:
         raise RuntimeError("no socket for the arena's descriptor")
     socket.send_fds(fds, [b"a"], [judge.arena.fd])
@@ -225,9 +228,12 @@ def _release_trials() -> None:
 
 def _prepare_trials(args: dict[str, Any], fds: socket.socket | None) -> dict[str, Any]:
     """A new trial judge (the last one released) and its arena's descriptor over `fds`; or
-    {"does_not_fit": why} when the task's run cannot fit this device (`verifier.judge.admission`)."""
+    {"does_not_fit": why} when the task's run cannot fit this device (`verifier.judge.admission`),
+    {"host_only": why} when its reference cannot be built under the device context
+    (`verifier.judge.construct`: the parent runs the job again the host's way)."""
     import torch
 
+    from verifier.judge.construct import HostOnly
     from verifier.judge.trial_judge import DoesNotFit, TrialJudge
 
     _release_trials()
@@ -238,6 +244,8 @@ def _prepare_trials(args: dict[str, Any], fds: socket.socket | None) -> dict[str
                            int(args.get("window_max") or 8 << 30))
     except DoesNotFit as exc:
         return {"ok": False, "does_not_fit": str(exc)}
+    except HostOnly as exc:
+        return {"ok": False, "host_only": f"the task's Model(...) {exc}"}
     except (RuntimeError, OSError) as exc:  # the reference or the arena (cuMemCreate) does not
         if "out of memory" not in str(exc).lower():  # fit beside the worker: the task's size
             raise
@@ -263,9 +271,13 @@ def baseline(args: dict[str, Any]) -> dict[str, Any]:
     """The reference's baselines timed here, in a process that never runs candidate code."""
     from verifier.backends import get_backend
     from verifier.judge import decide
+    from verifier.judge.construct import HOST, HostOnly
     from verifier.judge.timed_calls import time_reference
 
-    model, get_inputs = decide.reference(args["task_source"], int(args["seed"]))
+    try:  # timings only: the weights need not match anyone's
+        model, get_inputs = decide.reference(args["task_source"], int(args["seed"]))
+    except HostOnly:
+        model, get_inputs = decide.reference(args["task_source"], int(args["seed"]), HOST)
     backend = get_backend(args["backend"])
     figures = time_reference(model, lambda k: decide.make_inputs(get_inputs, k),
                              backend.synchronize,

@@ -20,6 +20,7 @@ from typing import Any
 from verifier.judge import decide
 from verifier.judge.admission import Admission, Footprint, admit
 from verifier.judge.arena import Arena, fill, plan, views
+from verifier.judge.construct import DEVICE
 from verifier.judge.tensors import clone, same
 
 POISON = 0xFF  # slot bytes before the worker writes: NaN in every float type
@@ -40,11 +41,12 @@ def _params(model: Any) -> int:
 class _Block:
     """The task, or one variant: its reference, and the seeds and places of its trials."""
 
-    def __init__(self, source: str, seed: int, input_seed: int, label: str = "") -> None:
+    def __init__(self, source: str, seed: int, input_seed: int, label: str = "",
+                 construct: str = DEVICE) -> None:
         import torch
 
         self.label = label
-        self.model, self.get_inputs = decide.reference(source, seed)
+        self.model, self.get_inputs = decide.reference(source, seed, construct)
         self.seeds: list[int] = []
         self.cases: list[dict[str, Any]] = []
         with decide.LOCK, torch.no_grad():
@@ -98,11 +100,13 @@ class TrialJudge:
         seed, self.input_seed = int(args["seed"]), int(args["input_seed"])
         self.tol = tuple(args["tol"])
         decide.keep_only({args["task_source"], *(v["source"] for v in args.get("variants") or [])})
-        self.main = _Block(args["task_source"], seed, self.input_seed)
+        construct = str(args.get("construct") or DEVICE)  # the run's (`verifier.judge.construct`)
+        self.main = _Block(args["task_source"], seed, self.input_seed, "", construct)
         self.variants: list[_Block | None] = []
         for v in args.get("variants") or []:
             try:  # a variant whose reference fails here is skipped (the worker must skip it)
-                self.variants.append(_Block(v["source"], seed, self.input_seed, v["label"]))
+                self.variants.append(_Block(v["source"], seed, self.input_seed, v["label"],
+                                            construct))
             except Exception as exc:  # noqa: BLE001 - the variant's reference fails: a skip,
                 if "out of memory" in str(exc).lower():  # unless it is only out of room
                     raise

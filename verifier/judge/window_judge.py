@@ -13,6 +13,7 @@ from typing import Any
 
 from verifier.judge import decide
 from verifier.judge.arena import Arena, fill, plan, views
+from verifier.judge.construct import DEVICE
 from verifier.judge.tensors import clone, same
 
 POOL_MAX = 256  # input sets a window cycles over, each fresh for every window; a window has
@@ -53,10 +54,10 @@ class WindowJudge:
     """Fresh inputs per window in an arena both sides map; checks of what the worker left."""
 
     def __init__(self, task_source: str, seed: int, tol: tuple[float, float, float, float],
-                 budget_bytes: int, path: str = "") -> None:
+                 budget_bytes: int, path: str = "", construct: str = DEVICE) -> None:
         import torch
 
-        self.model, self.get_inputs = decide.reference(task_source, seed)
+        self.model, self.get_inputs = decide.reference(task_source, seed, construct)
         self.device, self.tol = decide.DEVICE, tol
         self._seed = (1 << 40) + secrets.randbelow(1 << 40)  # unknown to the worker
         sample = self._draw()

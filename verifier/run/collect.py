@@ -5,7 +5,8 @@ runs, so nothing is compiled; the recorded calls go to `result.json` as Extensio
 Used only when the load_inline arguments are not literals (`extspec.specs_from_source`).
 When the task is given (`task.py`), its `get_init_inputs()` is computed first and the file
 deleted; after the module ran, `ModelNew(*init_inputs)` is constructed too, so extensions
-compiled inside `__init__` (or in a helper it calls) are recorded.
+compiled inside `__init__` (or in a helper it calls) are recorded (built on the meta device when
+it can be: `construct_for_discovery`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def main() -> None:
         exec(compile(code, "candidate.py", "exec"), module.__dict__)
         model_new = module.__dict__.get("ModelNew")
         if init_inputs is not None and isinstance(model_new, type):
-            model_new(*init_inputs)
+            construct_for_discovery(model_new, init_inputs, sink)
     except BaseException as exc:  # the module's own failure is the verdict, not ours
         for fr in traceback.extract_tb(exc.__traceback__):
             if fr.filename == "candidate.py":
@@ -56,6 +57,21 @@ def main() -> None:
               "init_error": init_error}
     Path("result.json").write_text(json.dumps(result), encoding="utf-8")
     os._exit(0)
+
+
+def construct_for_discovery(model_new: type, init_inputs: list, sink: list) -> None:
+    """`ModelNew(*init_inputs)` for its load_inline calls: on the meta device (a level-3
+    model's GBs of weights are never drawn, `verifier.judge.construct`), else on the host as
+    KernelBench builds it (an init that reads values: `.numpy()`, `.item()`, a branch on a
+    weight), its calls recorded once."""
+    from verifier.judge.construct import HOST, build
+
+    recorded = len(sink)
+    try:
+        build(model_new, init_inputs, 0, "meta")
+    except Exception:  # noqa: BLE001 - needs real values: the host's build says the rest
+        del sink[recorded:]
+        build(model_new, init_inputs, 0, "cpu", HOST)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,9 @@ class RunOutcome:
     # why the task's run cannot fit the device (`verifier.judge.admission`): no run was made, and
     # the verdict is `does_not_fit`, not the candidate's failure
     does_not_fit: str = ""
+    # why the task's reference cannot be built under the device context (`verifier.judge.construct`):
+    # no run was made, and the parent runs the job again with the host's construction
+    host_only: str = ""
 
 
 class GpuWorkerProcess:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from verifier.compile.builder import ArtefactMismatch, verify_artefact
+from verifier.judge.construct import DEVICE, HostOnly
 from verifier.judge.referee import Referee, RemoteJudge, RemoteTrials
 from verifier.judge.trial_judge import DoesNotFit
 from verifier.judge.window_judge import WindowJudge
@@ -133,9 +134,12 @@ class GpuRunner:
                 if not job.get("baseline_only"):
                     try:
                         trials, fds[1] = self._trials(item, job)
-                        judge, fds[0] = self._judge(item, window_budget(trials))
+                        judge, fds[0] = self._judge(item, window_budget(trials),
+                                                    job["options"].get("construct", DEVICE))
                     except DoesNotFit as exc:  # the task's, not the candidate's
                         return RunOutcome(None, failure=str(exc), does_not_fit=str(exc))
+                    except HostOnly as exc:  # the parent runs it again the host's way
+                        return RunOutcome(None, failure=str(exc), host_only=str(exc))
                     except RuntimeError as exc:  # the verifier's fault, not the candidate's
                         return RunOutcome(None, failure=f"the verifier's referee failed: {exc}")
                     job = {**job, "arena": judge.spec, "trials_arena": trials.spec}
@@ -162,33 +166,40 @@ class GpuRunner:
                 "variants": job.get("variants") or [],
                 "tol": (opts.atol_fp32, opts.rtol_fp32, opts.atol_low, opts.rtol_low),
                 "window_max": GPU_ARENA_BYTES if self.referee is not None else CPU_ARENA_BYTES,
-                "cpu_free": CPU_TRIALS_BYTES}
+                "cpu_free": CPU_TRIALS_BYTES, "construct": job["options"].get("construct", DEVICE)}
         if self.referee is None:
             try:
                 judge = TrialJudge(args, CPU_TRIALS_BYTES, CPU_ARENA_BYTES)
             except DoesNotFit:
                 raise
+            except HostOnly as exc:
+                raise HostOnly(f"the task's Model(...) {exc}") from exc
             except Exception as exc:  # noqa: BLE001 - the reference fails: its task's error
                 raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
             return judge, os.dup(judge.arena.fd)
         reply, fd = self.referee.prepare(args, op="trials")
         if reply.get("does_not_fit"):
             raise DoesNotFit(str(reply["does_not_fit"]))
+        if reply.get("host_only"):
+            raise HostOnly(str(reply["host_only"]))
         return RemoteTrials(self.referee, reply), fd
 
-    def _judge(self, item: Any, budget: int = GPU_ARENA_BYTES) -> tuple[Any, int]:
+    def _judge(self, item: Any, budget: int = GPU_ARENA_BYTES,
+               construct: str = DEVICE) -> tuple[Any, int]:
         """The job's window judge and its arena's descriptor (for the worker): the referee's on
         its GPU; on the cpu loop (no referee) this process's, in a memfd."""
         opts = self.opts
         tol = (opts.atol_fp32, opts.rtol_fp32, opts.atol_low, opts.rtol_low)
         if self.referee is None:
             try:
-                judge = WindowJudge(item.req.task_source, opts.seed, tol, CPU_ARENA_BYTES)
+                judge = WindowJudge(item.req.task_source, opts.seed, tol, CPU_ARENA_BYTES,
+                                    construct=construct)
             except Exception as exc:  # noqa: BLE001 - the reference fails: its task's error
                 raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
             return judge, os.dup(judge.arena.fd)
         reply, fd = self.referee.prepare({"task_source": item.req.task_source, "seed": opts.seed,
-                                          "tol": tol, "budget_bytes": budget})
+                                          "tol": tol, "budget_bytes": budget,
+                                          "construct": construct})
         return RemoteJudge(self.referee, reply), fd
 
     def _release_judge(self, judge: Any) -> None:

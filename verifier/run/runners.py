@@ -20,6 +20,7 @@ from verifier.isolation.cpu_bound import CpuGrants
 from verifier.isolation.cpu_meter import CpuCgroup
 from verifier.isolation.sandbox import Launcher, SandboxLimits
 from verifier.judge.clock import JudgeClock, no_judge
+from verifier.judge.construct import DEVICE
 from verifier.judge.decide import load_outputs
 from verifier.judge.inputs import trial_input_seed
 from verifier.judge.ip_sampler import SamplingClock
@@ -147,7 +148,8 @@ class SandboxRunner:
         try:
             judge = WindowJudge(item.req.task_source, opts.seed,
                                 (opts.atol_fp32, opts.rtol_fp32, opts.atol_low, opts.rtol_low),
-                                CPU_ARENA_BYTES, path=str(workdir / ARENA_FILE))
+                                CPU_ARENA_BYTES, path=str(workdir / ARENA_FILE),
+                                construct=job["options"].get("construct", DEVICE))
         except Exception as exc:  # the reference itself fails: the worker will say how
             print(f"kernelsynth verifier: no timing judge for {item.req.task_id}: "
                   f"{type(exc).__name__}: {exc}", file=sys.stderr)

@@ -13,7 +13,8 @@ The same checks run in two lifecycles:
 
 Order of work: the reference is loaded and its eager (and torch.compile) baseline timed
 *before* any candidate code exists in the process, so a candidate cannot slow its own baseline.
-Then: seeded construction of both models (state dict copied when names match), N trials with
+Then: seeded construction of both models, on the device by the run's one method
+(`verifier.judge.construct`; state dict copied when names match), N trials with
 fresh inputs (the judge's, in an arena it maps: `verifier.judge.trial_io`; a sandboxed child draws
 them from the parent's seeds) under a dispatcher trace (aten compute = fallback), output
 type/shape/dtype checks, dtype-aware tolerances with an fp64 second opinion for fp32
@@ -36,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from verifier.judge.construct import DEVICE, HOST_ONLY, HostOnly, build_any, build_checked
 from verifier.judge.failure import candidate_traceback
 from verifier.judge.inputs import draw_inputs
 from verifier.judge.tensors import clone, exact_fp32, same
@@ -77,8 +79,11 @@ def _run(res: JobResult, job: dict[str, Any], task_src: str, cand_src: str) -> N
     device = backend.device()
     res.data["device"] = backend.device_name()
     seed = int(opts.get("seed", 0))
+    # the run's construction method, the same for every model of the run on either side
+    # (`verifier.judge.construct`); a baseline only times its reference: any method will do
+    construct = "any" if job.get("baseline_only") else str(opts.get("construct") or DEVICE)
     mark = _phase_marks(res)
-    ref_ns, ref, init_inputs = _load_reference(res, task_src, device, seed)
+    ref_ns, ref, init_inputs = _load_reference(res, task_src, device, seed, construct)
     input_seed = int(job.get("input_seed", seed))  # fresh per run, chosen by the parent
     get_inputs = ref_ns["get_inputs"]
 
@@ -99,6 +104,7 @@ def _run(res: JobResult, job: dict[str, Any], task_src: str, cand_src: str) -> N
 
     res.progress("correctness")
     cand, new = _load_candidate(res, cand_src, ref_ns, opts, init_inputs, device, seed)
+    res.data["construct"] = construct
     mark("candidate_load")
     ref_sd, new_sd = ref.state_dict(), new.state_dict()
     if ref_sd and list(ref_sd) == list(new_sd) and all(
@@ -140,18 +146,21 @@ def _phase_marks(res: JobResult) -> Callable[[str], None]:
     return mark
 
 
-def _load_reference(res: JobResult, task_src: str, device: str, seed: int
+def _load_reference(res: JobResult, task_src: str, device: str, seed: int, construct: str
                     ) -> tuple[dict[str, Any], Any, Any]:
-    """(the task's namespace, its Model built under `seed` on the device, init inputs)."""
-    import torch
-
+    """(the task's namespace, its Model built under `seed` on the device by `construct`, or by
+    either method for "any", init inputs)."""
     ref_ns: dict[str, Any] = {"__name__": "ks_reference"}
     try:
         exec(compile(task_src, "reference.py", "exec"), ref_ns)
         ref_ns["get_inputs"]  # noqa: B018 - a task without it is broken here, not later
         init_inputs = ref_ns["get_init_inputs"]()
-        torch.manual_seed(seed)
-        ref = ref_ns["Model"](*init_inputs).to(device).eval()
+        if construct == "any":
+            ref, _ = build_any(ref_ns["Model"], init_inputs, seed, device)
+        else:
+            ref = build_checked(ref_ns["Model"], init_inputs, seed, device, construct)
+    except HostOnly as exc:  # the parent runs the job again the host's way
+        res.finish(HOST_ONLY, f"the task's Model(...) {exc}")
     except Exception as exc:  # a broken task is the task's fault; say so
         res.finish("task_error", f"reference failed to load: {type(exc).__name__}: {exc}")
     return ref_ns, ref, init_inputs
@@ -159,9 +168,8 @@ def _load_reference(res: JobResult, task_src: str, device: str, seed: int
 
 def _load_candidate(res: JobResult, cand_src: str, ref_ns: dict[str, Any], opts: dict[str, Any],
                     init_inputs: Any, device: str, seed: int) -> tuple[types.ModuleType, Any]:
-    """(the candidate's module, its ModelNew built under `seed` on the device)."""
-    import torch
-
+    """(the candidate's module, its ModelNew built under `seed` on the device by the run's
+    construction method)."""
     from verifier.checks.namespace import candidate_globals
 
     cand = types.ModuleType("candidate")
@@ -170,8 +178,10 @@ def _load_candidate(res: JobResult, cand_src: str, ref_ns: dict[str, Any], opts:
         cand.__dict__.update(candidate_globals(ref_ns, str(opts.get("namespace", "isolated"))))
         exec(compile(cand_src, "candidate.py", "exec"), cand.__dict__)
         model_new_cls = cand.__dict__["ModelNew"]
-        torch.manual_seed(seed)
-        new = model_new_cls(*init_inputs).to(device).eval()
+        new = build_checked(model_new_cls, init_inputs, seed, device,
+                            str(opts.get("construct") or DEVICE))
+    except HostOnly as exc:  # the parent runs the job again the host's way, both models
+        res.finish(HOST_ONLY, f"ModelNew(...) {exc}")
     except Exception as exc:
         msg, line = candidate_traceback(exc)
         res.data["error_line"] = line
