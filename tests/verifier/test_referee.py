@@ -84,3 +84,23 @@ def test_a_reference_out_of_device_memory_is_does_not_fit(referee: Referee) -> N
     other = oom.replace("CUDA out of memory", "a plain failure")
     with pytest.raises(RuntimeError, match="a plain failure"):
         referee.prepare({**_args(2), "task_source": other}, op="trials")
+
+
+def test_a_reference_built_only_on_the_host_is_answered_host_only(referee: Referee) -> None:
+    """The referee builds its reference by the run's construction method
+    (`verifier.judge.construct`); one that refuses the device context is answered `host_only`
+    (the parent runs the job again with `construct: host`), and then it is judged."""
+    refuses = RELU_TASK.replace(
+        "import torch\n", "import torch\nfrom torch.overrides import "
+        "_get_current_function_mode_stack\n", 1).replace(
+        "super().__init__()", "super().__init__()\n        if _get_current_function_mode_stack():\n"
+        "            raise RuntimeError('no device context here')", 1)
+    assert refuses != RELU_TASK and "no device context here" in refuses
+    args = {**_args(5), "task_source": refuses, "cpu_free": 1 << 30}
+    reply, fd = referee.prepare(args, op="trials")
+    assert fd == -1 and "no device context here" in reply["host_only"], reply
+    assert "builds on the host" in reply["host_only"]
+    reply, fd = referee.prepare({**args, "construct": "host"}, op="trials")
+    assert fd >= 0 and reply["spec"]["trials"] == 3, reply
+    os.close(fd)
+    referee.request("trials_release", {})
