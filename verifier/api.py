@@ -29,6 +29,7 @@ from verifier.compile.cache_bound import build_lease, trim
 from verifier.compile.compile_plan import compile_all
 from verifier.isolation.sandbox import SpawnLauncher
 from verifier.isolation.stale_cgroups import reap_stale_cgroups
+from verifier.judge.construct import HOST
 from verifier.judge.reward import finalize
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
 from verifier.run.baselines import Baselines, default_cache_dir, prefetch
@@ -282,6 +283,8 @@ class _Landings:
             stats.count(f"worker {phase} s", float(secs))
         if it.timing.get("referee_s"):
             stats.count("referee s", float(it.timing["referee_s"]))
+        if it.timing.get("construct") == HOST:  # `verifier.judge.construct`'s second run
+            stats.count("runs built on the host")
         self.finish(it)
 
     def after_build(self, chunk_results: dict[str, BuildResult]) -> None:

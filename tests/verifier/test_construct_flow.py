@@ -55,7 +55,8 @@ def test_weights_match_across_processes_and_the_host_fallback_is_recorded(
                          trials=2, perf_trials=3, perf_warmup=1, perf_budget_s=0.3,
                          build_cache_dir=str(CACHE), baseline_cache_dir=str(tmp_path / "bl"))
     timings: dict = {}
-    v = {x.candidate_id: x for x in verify_batch(reqs, opts, timings=timings)}
+    stats: dict = {}
+    v = {x.candidate_id: x for x in verify_batch(reqs, opts, timings=timings, stats=stats)}
 
     def rules(name: str) -> list[str]:
         return [f["rule"] for f in v[name].findings]
@@ -77,6 +78,8 @@ def test_weights_match_across_processes_and_the_host_fallback_is_recorded(
     assert timings["task_host_only"]["construct"] == "host"
     assert any(f["rule"] == "host_construction" and "the task refuses a device context"
                in f["message"] for f in task.findings), task.findings
+    assert stats["counters"]["runs built on the host"] == 2  # the profile says so too
+    assert stats["counters"]["worker candidate_load s"] > 0
     assert v["broken"].status == "runtime_error", (v["broken"].status, v["broken"].error)
     assert "broken on every device" in v["broken"].error
     assert "host_construction" not in rules("broken")
