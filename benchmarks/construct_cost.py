@@ -1,7 +1,7 @@
 """What building a large model costs by each construction method (`verifier.judge.construct`).
 
     python -m benchmarks.construct_cost [--device cuda] [--width 8192] [--layers 4]
-        [--repeat 2] [--out benchmarks/results/construct_cost_<tag>.md]
+        [--repeat 2] [--processes 2] [--out benchmarks/results/construct_cost_<tag>.md]
 
 A stack of `--layers` nn.Linear(width, width), the shape of KernelBench main's level-3 MLPs
 (level3/2_ShallowWideMLP holds 8.6 GB of fp32 weights), built seeded by the verifier's one rule:
@@ -10,7 +10,8 @@ A stack of `--layers` nn.Linear(width, width), the shape of KernelBench main's l
 `device` on the meta device (no weights drawn at all: the floor of the Python-side cost, what
 the discovery run pays). Every figure is the best of --repeat builds, the device synchronized;
 two builds by one method from one seed must hold the same weights (checked: the rule's
-promise). On a cpu-only host `host` and `device` do the same work; on a GPU `device` should
+promise), and so must builds in `--processes` fresh processes (the worker and the referee are
+two; the digests are exact fp64 sums). On a cpu-only host `host` and `device` do the same work; on a GPU `device` should
 take the meta floor plus the GPU's own init kernels (milliseconds), where `host` pays one host
 core's init (~1 s per 1e8 weights) and the copy.
 """
@@ -68,6 +69,40 @@ def time_build(width: int, layers: int, device: str, method: str, repeat: int
     return best, same
 
 
+def digest(width: int, layers: int, device: str, method: str) -> str:
+    """A fingerprint of the weights one seeded build by `method` holds (exact: fp64 sums of
+    every tensor and its first values)."""
+    model = build(Stack, [width, layers], 0, device, method)
+    parts = []
+    for t in model.parameters():
+        flat = t.detach().double().flatten()
+        parts.append(f"{flat.sum().item():.17g}/{flat[:3].tolist()}")
+    return ";".join(parts)
+
+
+def across_processes(width: int, layers: int, device: str, n: int) -> list[str]:
+    """Table rows: each method's weights built in `n` fresh processes must be one fingerprint
+    (the worker and the referee are two processes); the two methods' differ off the cpu."""
+    import subprocess
+
+    code = ("import sys; sys.path.insert(0, {root!r}); from benchmarks.construct_cost import "
+            "digest; print(digest({w}, {l}, {d!r}, {m!r}))")
+    seen: dict[str, set[str]] = {}
+    for method in (DEVICE, HOST):
+        for _ in range(n):
+            out = subprocess.run([sys.executable, "-c", code.format(
+                root=str(ROOT), w=width, l=layers, d=device, m=method)],
+                capture_output=True, text=True, check=True).stdout.strip()
+            seen.setdefault(method, set()).add(out)
+    rows = [f"| {m} | {n} | {len(v)} | {'yes' if len(v) == 1 else 'NO'} |"
+            for m, v in seen.items()]
+    same = seen[DEVICE] == seen[HOST]
+    rows.append(f"\nThe two methods' weights are {'the same' if same else 'different'} on "
+                f"{device} ({'expected on the cpu' if device == 'cpu' else 'expected off it'}:"
+                " a run never mixes them).")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -75,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--width", type=int, default=8192)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--processes", type=int, default=2,
+                    help="fresh processes per method whose weights must agree (0: none)")
     ap.add_argument("--out", type=Path, default=None, help="a markdown table here too")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # the worker's setting (`verifier.run.worker`: threads=1)
@@ -96,11 +133,20 @@ def main(argv: list[str] | None = None) -> int:
         rate = "-" if device == "meta" else f"{weights / secs / 1e6:.0f} M"
         twice = "-" if device == "meta" else "yes" if same else "NO"
         lines.append(f"| {device} | {method} | {secs:.3f} | {rate} | {twice} |")
+    agree = True
+    if args.processes > 0:
+        small = min(args.width, 1024)  # the same draws, a smaller stack: a quick check
+        rows_p = across_processes(small, args.layers, args.device, args.processes)
+        agree = all("| NO |" not in r for r in rows_p)
+        lines += ["", f"Seeded builds of a {args.layers} x nn.Linear({small}, {small}) stack on "
+                  f"{args.device}, each in a fresh process:", "",
+                  "| method | processes | distinct weights | one set |", "|---|---|---|---|",
+                  *rows_p]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
         args.out.write_text(text, encoding="utf-8")
-    return 0 if all(same for _, _, _, same in rows) else 1
+    return 0 if agree and all(same for _, _, _, same in rows) else 1
 
 
 if __name__ == "__main__":
