@@ -122,6 +122,26 @@ def test_a_model_that_builds_only_on_the_host_is_host_only() -> None:
     assert build_any(Mlp, [16], 0, "meta")[1] == DEVICE
 
 
+def test_a_global_default_device_set_in_init_is_host_only() -> None:
+    """`torch.set_default_device` in `__init__`: leaving the device context would undo it (its
+    forward would then make tensors elsewhere than KernelBench's run does), so it is built the
+    host's way, where it stays as it does in KernelBench."""
+
+    class SetsDefault(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.set_default_device("meta")
+            self.w = nn.Parameter(torch.randn(2))
+
+    try:
+        with pytest.raises(HostOnly, match="set_default_device"):
+            build_checked(SetsDefault, [], 0, "meta")
+        assert torch.get_default_device().type == "meta"  # the host build's, kept
+    finally:
+        torch.set_default_device(None)
+    assert torch.empty(1).device.type == "cpu"
+
+
 def test_the_judges_reference_is_the_rules_build_per_method() -> None:
     seed = 11
     ns: dict = {}

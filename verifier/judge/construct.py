@@ -17,7 +17,8 @@ Two methods, one per run, chosen by the parent and passed to every process in th
 - `HOST`: KernelBench's way, construction with no device context, then `.to(device)`. A run
   uses it when a model cannot be built under the device context but can be on the host
   (`.numpy()` on a fresh tensor, a host `torch.Generator`, mixing a `torch.from_numpy` tensor
-  with a fresh one): `build_checked` raises `HostOnly` for it, the worker ends its run with the
+  with a fresh one, `torch.set_default_device` in `__init__`, which leaving the context would
+  undo): `build_checked` raises `HostOnly` for it, the worker ends its run with the
   outcome `HOST_ONLY`, and the parent runs the job again with `HOST` for the reference and the
   candidate alike (`verifier.stages`), so no run ever builds them by different methods.
 """
@@ -45,10 +46,25 @@ def build(cls: Any, init: Any, seed: int, device: str, method: str = DEVICE) -> 
         raise ValueError(f"construction method must be one of {', '.join(METHODS)}, "
                          f"not {method!r}")
     torch.manual_seed(seed)
+    default = _global_default()
     # the cpu goes through the same context as a GPU: one code path for every backend
     with torch.device(device) if method == DEVICE else contextlib.nullcontext():
         model = cls(*init)
+    if method == DEVICE and _global_default() is not default:
+        # torch.set_default_device in __init__: leaving the device context took its context off
+        # the stack, where KernelBench's construction keeps it for forward; torch's record of
+        # it is put back as it was (the stack already is), and the host's build keeps it
+        torch._GLOBAL_DEVICE_CONTEXT.device_context = default
+        raise RuntimeError("__init__ called torch.set_default_device, which a device context "
+                           "undoes on exit")
     return model.to(device).eval()
+
+
+def _global_default() -> Any:
+    """The context torch.set_default_device installed (None: none), compared by identity."""
+    import torch
+
+    return getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
 
 
 def build_checked(cls: Any, init: Any, seed: int, device: str, method: str = DEVICE) -> Any:
