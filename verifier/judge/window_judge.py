@@ -155,26 +155,31 @@ class WindowJudge:
         """The last window's inputs as drawn (drawn again: nothing of them is kept)."""
         return [self._draw(seed) for seed in self._set_seeds]
 
-    def picks(self, n: int) -> list[int]:
+    def picks(self, n: int, deep: bool = False) -> list[int]:
         """The calls of a window of `n` whose outputs are checked: the last, and RANDOM_CHECKS
-        others drawn now (after "d": the worker cannot know them while it runs)."""
+        others drawn now (after "d": the worker cannot know them while it runs); `deep` on the
+        cpu: every call (the judge's copy of the slots is its own memory: no clone to hold)."""
         calls = max(1, min(n, len(self._set_seeds)))
         rest = list(range(calls - 1))
+        if deep and self.device == "cpu":
+            return [calls - 1, *rest]
         chosen = [rest.pop(secrets.randbelow(len(rest))) for _ in range(min(RANDOM_CHECKS,
                                                                          len(rest)))]
         return [calls - 1, *chosen]
 
-    def check(self, n: int) -> str:
+    def check(self, n: int, deep: bool = False) -> str:
         """Why the window of `n` calls does not stand ("" when it does): the last call's output
         and those of calls drawn now against the judge's reference, every input against its
-        pristine copy."""
+        pristine copy. `deep` (the clock's window faster than any before it, `verifier.judge.clock`):
+        on the cpu every call's output (the window that sets the runtime cannot have skipped
+        calls the random draw missed)."""
         import torch
 
         from verifier.judge.device_compare import (
             judge as _judge,  # in chunks: no fp64 copy of it all
         )
 
-        picks = self.checked = self.picks(n)
+        picks = self.checked = self.picks(n, deep)
         try:  # cpu: what the worker left, read once, now (nothing it writes later counts):
             for k in picks:  # the checked outputs first, then the inputs
                 self.arena.pull(*self._out_spans[k])
@@ -183,7 +188,8 @@ class WindowJudge:
             return f"the timed calls' arena is unreadable: {exc}"
         # a device arena has no pull: the checked outputs as they are now, before any reference
         # runs (a worker still writing after "d" must not get that time)
-        seen = {k: clone(self.slots[k]) for k in picks}
+        # (cpu: the slots are views of the judge's private copy, pulled above)
+        seen = {k: self.slots[k] if self.device == "cpu" else clone(self.slots[k]) for k in picks}
         for k in picks:
             pristine = self._draw(self._set_seeds[k])
             with decide.LOCK, torch.no_grad():

@@ -1,0 +1,156 @@
+"""Red-team round 6 on the cpu backend: attacks on the verifier after its move into rooms and the
+signed trials.
+
+The judge's clock and window judge run here with a real worker serving their windows (a thread
+in this process speaking the clock's protocol over its FIFOs, as the harness's own loop does:
+what the worker's calls really ran is known to the test, never to the judge), so these attacks
+take seconds and need no compile. Each test asserts the verdict with the defence on, and, where
+the defence can be switched off, that the attack gets through without it (so it cannot pass for
+want of an attack). An attack that still gets through is an `xfail(strict=True)` naming the hole
+and its fix. GPU forms: benchmarks/redteam_gpu.py (named in each test's docstring).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from verifier_cases import SCALE_TASK  # noqa: E402
+
+from verifier.judge.arena import Arena, fill, views  # noqa: E402
+from verifier.judge.clock import JudgeClock, open_worker_pipes, serve_windows  # noqa: E402
+from verifier.judge.window_judge import WindowJudge  # noqa: E402
+
+TOL = (1e-4, 1e-4, 1e-2, 1e-2)
+SET_BYTES = 64 * 32 * 4  # SCALE_TASK's one input
+CALL_S = 0.002  # what a true call costs (a sleep: the judge's time, not the test's cpu)
+
+
+# --- the clock: skipping calls in the one window that sets the runtime ------------------------
+class _Skipper:
+    """A worker's forward that does the work (2 ms, the right output) on every call but, in the
+    final phase's windows (a window of as many calls as the window before it), skips every
+    other call but the last: `torch.empty_like`, no work. The judge checks the last call and
+    RANDOM_CHECKS calls drawn after "d": with two random checks over the calls, the skipped half
+    is missed one time in four, and then that window's half time per call is the runtime (the
+    fastest window's): a 2x claim for a 25% gamble (a policy may take it in one window only)."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []  # every window's n, in order
+        self.skipped: list[int] = []  # the calls it skipped
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        frame = sys._getframe(1)  # serve_windows: its window's n and this call's index
+        n, i = frame.f_locals["n"], frame.f_locals["i"]
+        if i == 0:
+            self.sizes.append(n)
+        final = len(self.sizes) >= 2 and self.sizes[-1] == self.sizes[-2] and n >= 4
+        if final and i < n - 1 and i % 2 == 0:
+            self.skipped.append(i)
+            return torch.empty_like(x)
+        time.sleep(CALL_S)
+        return x * 3.0 + 1.0
+
+
+def _serve(tmp_path: Path, forward: Any, sets: int = 32) -> tuple[dict[str, Any], WindowJudge]:
+    """The judge's windows over `sets` input sets, served by `forward` in a thread."""
+    judge = WindowJudge(SCALE_TASK, 0, TOL, 3 * SET_BYTES * sets, path=str(tmp_path / "arena"))
+    spec = {**judge.spec, "path": str(tmp_path / "arena")}
+    jc = JudgeClock(judge, workdir=tmp_path, wait_s=30.0)
+
+    def worker() -> None:
+        arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
+        old = os.getcwd()
+        os.chdir(tmp_path)
+        try:
+            ins = [views(arena, lay) for lay in spec["sets"]]
+            outs = [views(arena, lay) for lay in spec["outs"]]
+            pipes = open_worker_pipes()
+        finally:
+            os.chdir(old)
+        assert pipes is not None
+        try:
+            serve_windows(pipes, forward, ins, lambda k, out: fill(outs[k], out), lambda: None)
+        except (OSError, ValueError):
+            pass
+
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+    t.join(timeout=120)
+    res = jc.result()
+    judge.close()
+    return res, judge
+
+
+def _unlucky(judge_cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge's draw that misses the skipped calls (one window in four draws so): the last
+    call and two odd ones."""
+    real = judge_cls.picks
+
+    def picks(self: WindowJudge, n: int, deep: bool = False) -> list[int]:
+        got = real(self, n, deep)
+        if deep and len(got) > 1 + 2:  # the deep check: every call, as the judge makes it
+            return got
+        calls = max(1, min(n, len(self._set_seeds)))
+        odd = [k for k in range(1, calls - 1, 2)][:2]
+        return [calls - 1, *odd]
+
+    monkeypatch.setattr(judge_cls, "picks", picks)
+
+
+def test_skipping_calls_in_one_window_is_caught_when_the_draw_misses_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defence off (every window checked by its random draw alone), the unlucky draw lets the
+    skipping window through: the runtime is ~half a true call. On: the window faster than every
+    one before it has all its calls checked, so the skip is a cheat whatever the draw."""
+    _unlucky(WindowJudge, monkeypatch)
+    real_check = WindowJudge.check
+    monkeypatch.setattr(WindowJudge, "check", lambda self, n, deep=False: real_check(self, n))
+    (tmp_path / "off").mkdir()
+    off, _ = _serve(tmp_path / "off", _Skipper())
+    assert off["failure"] == "", off
+    # about 4/7 of a call (3 of 7 skipped): a claim the work never earned
+    assert off["figures"]["runtime_us"] < 0.85 * CALL_S * 1e6, off["figures"]
+    monkeypatch.setattr(WindowJudge, "check", real_check)
+    skipper = _Skipper()
+    (tmp_path / "on").mkdir()
+    on, _ = _serve(tmp_path / "on", skipper)
+    assert skipper.skipped, skipper.sizes  # it did skip
+    # caught, or (a load spike made the skipping window no faster than one before it, so
+    # nothing checked it deeply) its time is not the runtime: the attack gained nothing
+    if on["failure"]:
+        assert "the output of a timed call was wrong" in on["failure"], on
+        assert on["figures"] == {}
+    else:
+        assert on["figures"]["runtime_us"] >= 0.95 * CALL_S * 1e6, on
+
+
+def test_an_honest_worker_is_timed_as_before_with_deep_checks(tmp_path: Path) -> None:
+    """Deep checks only read more of what the worker wrote: an honest worker's runtime is its
+    call's, and its fastest window was checked call by call."""
+    seen: list[bool] = []
+    real = WindowJudge.check
+
+    def spy(self: WindowJudge, n: int, deep: bool = False) -> str:
+        seen.append(deep)
+        why = real(self, n, deep)
+        if deep:
+            assert sorted(self.checked) == list(range(max(1, min(n, len(self._set_seeds)))))
+        return why
+
+    WindowJudge.check = spy  # type: ignore[method-assign]
+    try:
+        res, _ = _serve(tmp_path, lambda x: (time.sleep(CALL_S), x * 3.0 + 1.0)[1])
+    finally:
+        WindowJudge.check = real  # type: ignore[method-assign]
+    assert res["failure"] == "", res
+    assert res["figures"]["runtime_us"] >= 0.95 * CALL_S * 1e6, res["figures"]
+    assert any(seen) and not all(seen), seen  # some windows deep, not every one
