@@ -32,11 +32,12 @@ from verifier.judge.window_judge import WindowJudge  # noqa: E402
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)
 SET_BYTES = 64 * 32 * 4  # SCALE_TASK's one input
 CALL_S = 0.002  # what a true call costs (a sleep: the judge's time, not the test's cpu)
+SKIP_CALL_S = 0.0005  # the skipper's (short: windows of many calls even under load)
 
 
 # --- the clock: skipping calls in the one window that sets the runtime ------------------------
 class _Skipper:
-    """A worker's forward that does the work (2 ms, the right output) on every call but, in the
+    """A worker's forward that does the work (a sleep, the right output) on every call but, in the
     final phase's windows (a window of as many calls as the window before it), skips every
     other call but the last: `torch.empty_like`, no work. The judge checks the last call and
     RANDOM_CHECKS calls drawn after "d": with two random checks over the calls, the skipped half
@@ -52,17 +53,18 @@ class _Skipper:
         n, i = frame.f_locals["n"], frame.f_locals["i"]
         if i == 0:
             self.sizes.append(n)
-        final = len(self.sizes) >= 2 and self.sizes[-1] == self.sizes[-2] and n >= 4
+        final = len(self.sizes) >= 2 and self.sizes[-1] == self.sizes[-2] and n >= 3
         if final and i < n - 1 and i % 2 == 0:
             self.skipped.append(i)
             return torch.empty_like(x)
-        time.sleep(CALL_S)
+        time.sleep(SKIP_CALL_S)
         return x * 3.0 + 1.0
 
 
-def _serve(tmp_path: Path, forward: Any, sets: int = 32) -> tuple[dict[str, Any], WindowJudge]:
-    """The judge's windows over `sets` input sets, served by `forward` in a thread."""
-    judge = WindowJudge(SCALE_TASK, 0, TOL, 3 * SET_BYTES * sets, path=str(tmp_path / "arena"))
+def _serve(tmp_path: Path, forward: Any, sets: int = 32, task: str = SCALE_TASK,
+           set_bytes: int = SET_BYTES) -> tuple[dict[str, Any], WindowJudge]:
+    """The judge's windows over `sets` input sets of `task`, served by `forward` in a thread."""
+    judge = WindowJudge(task, 0, TOL, 3 * set_bytes * sets, path=str(tmp_path / "arena"))
     spec = {**judge.spec, "path": str(tmp_path / "arena")}
     jc = JudgeClock(judge, workdir=tmp_path, wait_s=30.0)
 
@@ -109,16 +111,18 @@ def _unlucky(judge_cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_skipping_calls_in_one_window_is_caught_when_the_draw_misses_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Defence off (every window checked by its random draw alone), the unlucky draw lets the
-    skipping window through: the runtime is ~half a true call. On: the window faster than every
+    skipping windows through (with two random checks: one window in four). On: the window faster than every
     one before it has all its calls checked, so the skip is a cheat whatever the draw."""
     _unlucky(WindowJudge, monkeypatch)
     real_check = WindowJudge.check
     monkeypatch.setattr(WindowJudge, "check", lambda self, n, deep=False: real_check(self, n))
     (tmp_path / "off").mkdir()
-    off, _ = _serve(tmp_path / "off", _Skipper())
-    assert off["failure"] == "", off
-    # about 4/7 of a call (3 of 7 skipped): a claim the work never earned
-    assert off["figures"]["runtime_us"] < 0.85 * CALL_S * 1e6, off["figures"]
+    skipper = _Skipper()
+    off, _ = _serve(tmp_path / "off", skipper)
+    # every window passed with half its calls skipped (how much faster its figure is depends
+    # on the host's load: each skipped call saves a call's work, a sleep of SKIP_CALL_S here)
+    assert off["failure"] == "" and off["figures"]["runtime_us"] > 0, off
+    assert len(skipper.skipped) >= 2, skipper.sizes
     monkeypatch.setattr(WindowJudge, "check", real_check)
     skipper = _Skipper()
     (tmp_path / "on").mkdir()
@@ -130,7 +134,7 @@ def test_skipping_calls_in_one_window_is_caught_when_the_draw_misses_them(
         assert "the output of a timed call was wrong" in on["failure"], on
         assert on["figures"] == {}
     else:
-        assert on["figures"]["runtime_us"] >= 0.95 * CALL_S * 1e6, on
+        assert on["figures"]["runtime_us"] >= 0.95 * SKIP_CALL_S * 1e6, on  # a sleep at least
 
 
 def test_an_honest_worker_is_timed_as_before_with_deep_checks(tmp_path: Path) -> None:
@@ -148,9 +152,66 @@ def test_an_honest_worker_is_timed_as_before_with_deep_checks(tmp_path: Path) ->
 
     WindowJudge.check = spy  # type: ignore[method-assign]
     try:
-        res, _ = _serve(tmp_path, lambda x: (time.sleep(CALL_S), x * 3.0 + 1.0)[1])
+        res, _ = _serve(tmp_path, _call)
     finally:
         WindowJudge.check = real  # type: ignore[method-assign]
     assert res["failure"] == "", res
     assert res["figures"]["runtime_us"] >= 0.95 * CALL_S * 1e6, res["figures"]
     assert any(seen) and not all(seen), seen  # some windows deep, not every one
+
+
+# --- the clock: every set of a window computed in its first call ----------------------------
+def _call(x: torch.Tensor) -> torch.Tensor:
+    """An honest call whose cost is mostly per call (a dispatch or a launch: CALL_S, a sleep,
+    so the host's load does not blur it), whatever the size of what it computes."""
+    time.sleep(CALL_S)
+    return x * 3.0 + 1.0
+
+
+class _Batcher:
+    """All of a window's input sets are in the arena at "w": the first call stacks every set the
+    window will use, pays the per-call cost once for the batch and keeps the rows; each later
+    call answers its row (a plain tensor, copied into its slot by the harness as any output).
+    Every output is right and fresh, so no check of the judge's fails; the window's time is one
+    call's cost over n (on a GPU: one launch for every set of the window)."""
+
+    def __init__(self) -> None:
+        self.rows: tuple[torch.Tensor, ...] = ()
+        self.batched = 0  # windows answered from a batch
+        self.alone_s: list[float] = []  # what a call alone took (the windows of one call)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        frame = sys._getframe(1)  # serve_windows: the window's sets, n and this call's index
+        n, i, sets = frame.f_locals["n"], frame.f_locals["i"], frame.f_locals["sets"]
+        if n < 2:  # a window of one call: nothing to batch
+            t0 = time.perf_counter()
+            out = _call(x)
+            self.alone_s.append(time.perf_counter() - t0)
+            return out
+        if i == 0:
+            self.rows = _call(torch.stack([s[0] for s in sets[:min(n, len(sets))]])).unbind(0)
+            self.batched += 1
+        return self.rows[i % len(self.rows)]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "batched windows: a window publishes all of its input sets at \"w\" (JudgeClock._checked, "
+    "WindowJudge.fill), so the first call can compute every set's output in one batch (one "
+    "dispatch on a cpu, one launch on a GPU) and the later calls answer their rows; every "
+    "output is right, and the runtime is the batch's time over n: a task whose call is mostly "
+    "per-call cost (KernelBench's small level-1 ops on a GPU) claims up to n times (n up to "
+    "256). A latency probe (one-call windows, the call alone less the round trip) tells it "
+    "on an idle cpu but calls honest runs batched under load (a pipe wake-up of ms is in the "
+    "call alone: measured here) and cannot be used on a GPU (a call alone pays its launch and "
+    "synchronize). Fix: publish each call's set only after the call before it has written its "
+    "slot (the judge in the loop per call over shared memory, with the slot's snapshot at "
+    "that moment checked), or time each call's own kernels from the referee (CUPTI activity)"))
+def test_a_window_batched_in_its_first_call_is_timed_as_its_calls(tmp_path: Path) -> None:
+    """GPU form: benchmarks/redteam_gpu.py --round6 (batched_launch)."""
+    batcher = _Batcher()
+    res, _ = _serve(tmp_path, batcher, sets=64)
+    assert batcher.batched and batcher.alone_s, (batcher.batched, res)  # it did batch
+    alone_us = sorted(batcher.alone_s)[len(batcher.alone_s) // 2] * 1e6
+    held = res["failure"] != "" or res["figures"]["runtime_us"] >= 0.8 * alone_us
+    assert held, (f"runtime {res['figures']['runtime_us']:.0f} us per call, a call alone "
+                  f"{alone_us:.0f} us: the batch's time over {res['figures']['calls']} calls")

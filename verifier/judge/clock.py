@@ -25,8 +25,7 @@ harness's loop: a window is believed for what the judge checks and measures itse
   after each check until the run is quiet (an honest OpenMP pool spins ~5-10 ms after its last
   parallel region), reads the meter, fills, reads it again at "w": the run's cpu time in
   between, less a noise allowance (`FILL_NOISE_S`, at most `NOISE_SHARE` of the window), is
-  added to the window's time. Charged, not a cheat: cpu
-  seconds are at least the wall seconds the work would have taken inside the window (on any
+  added to the window's time. Charged, not a cheat: cpu seconds are at least the wall seconds the work would have taken inside the window (on any
   number of threads), so the attack gains nothing, and an honest run that was not quiet in
   time (a loaded host) is slowed a little instead of called a cheat. Cpu time inside the
   window (an honest multi-threaded kernel's) is never charged; work after "d" gains nothing
@@ -46,22 +45,15 @@ make the harness's copy a no-op (torch skips a copy of memory onto itself) and s
 deducted (a 2x claim for a copy-bound op like ReLU), so the harness refuses an output in the
 slots' memory (`timed_calls.slot_filler`: a cheat), and the copy deducted is the fastest this
 process timed for that size (`window_judge.fastest_copy`: a copy timed under load never lowers
-a later runtime). A worker that patches the harness itself is deducted copies it never made
-(at most half a window, which the physics floor then weighs); an honest kernel's figure is
-unchanged by it.
+a later runtime). A worker that patches the harness is deducted copies it never made (at most
+half a window, which the physics floor then weighs); an honest kernel's figure is unchanged.
 
-On a GPU (the referee's judge, `verifier.judge.referee`) the same `WindowJudge` lays out one output
-slot per call in the device arena, draws the checked calls after "d" and clones their slots
-before any reference runs (a device arena has no pull; the clone is the snapshot). The GPU form
-of the fill attack is a persistent kernel launched before "t" that spins on the arena's input
-sets and computes as they land; no cpu meter sees device time. The judge therefore draws a
-window's inputs in its own memory (staging no worker maps) and publishes them with one burst of
-device copies at the end of its fill, right before "w": the inputs exist in the arena only for
-the time of that burst (a copy of the window's inputs at device bandwidth), so that is all such a
-kernel can overlap, where it had the whole fill (the draws) before. Closing that last gap would
-put the publish inside the timed window with its time deducted as `copy_s` is (the deduction
-is then again what a kernel can overlap), or meter the device by the run's own kernels (CUPTI
-in the referee): left open, bounded by the burst and the physics floor.
+A window faster per call than every one before it has all its calls checked (`deep`): the one
+that sets the runtime cannot have skipped calls the random draw missed (on a GPU: as far as
+`window_judge.DEEP_CLONE_BYTES` allows). Open: all of a window's sets are published at "w", so
+a first call can compute every set's output in one batch (one dispatch or launch for all) and
+the later calls answer from it; the window then times the batch (tests/verifier/
+test_redteam_round6.py names the fix).
 """
 
 from __future__ import annotations
@@ -87,6 +79,8 @@ FILL_NOISE_S, NOISE_SHARE = 0.0005, 0.05  # the run's cpu time during a fill tha
 # window capped by its input sets may be a single short call)
 QUIET_S, QUIET_MAX_S = 0.002, 0.05  # the run is quiet: under 10% cpu over QUIET_S (waited
 # for at most QUIET_MAX_S, then the fill is charged as it is)
+
+
 
 
 def calls_for(call_s: float, round_trip_s: float = 0.0) -> int:
@@ -343,9 +337,7 @@ class JudgeClock:
         burnt = max(0.0, at_go - before)
         wall = self._window(n)
         inside = max(0.0, meter() - at_go) if meter is not None else 0.0
-        # a window faster per call than every one before it may set the runtime: the judge
-        # checks all of its calls (`deep`), so skipping calls in one window is not a gamble on
-        # which few the random draw picks (the fastest window's time is the runtime)
+        # a window faster per call than every one before it may set the runtime: all checked
         per_call = (wall - min(n * self.judge.copy_s, wall / 2)) / max(n, 1)
         deep = n > 0 and per_call < self.fastest
         why = self.judge.check(n, deep=True) if deep else self.judge.check(n)
