@@ -215,3 +215,51 @@ def test_a_window_batched_in_its_first_call_is_timed_as_its_calls(tmp_path: Path
     held = res["failure"] != "" or res["figures"]["runtime_us"] >= 0.8 * alone_us
     assert held, (f"runtime {res['figures']['runtime_us']:.0f} us per call, a call alone "
                   f"{alone_us:.0f} us: the batch's time over {res['figures']['calls']} calls")
+
+
+# --- the reward service: a connection past the bound, dribbling its head --------------------
+def test_a_connection_past_the_bound_gets_its_503_while_it_dribbles() -> None:
+    """A connection past `max_connections` is answered 503 by one of 16 overflow threads after
+    it reads the head, and that read had 1 s per recv: a client sending a byte every 0.5 s held
+    its thread for as long as it liked (up to 64 KiB of head), and 16 such clients left every
+    later busy client closed without an answer. The read has 1 s in all now."""
+    from verifier.protocol import VerifyOptions
+    from verifier.reward.server import RewardServer, RewardService, ServiceLimits
+
+    limits = ServiceLimits(max_concurrency=1, timeout_s=30, read_timeout_s=30.0,
+                           max_connections=1)
+    srv = RewardServer("127.0.0.1", 0, RewardService(VerifyOptions(backend="cpu"), limits,
+                                                     lambda reqs, opts: []))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    host, port = srv.url.rsplit("/", 1)[1].split(":")
+    import socket
+
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as held, \
+                socket.create_connection((host, int(port)), timeout=10) as late:
+            held.sendall(b"GET /health HTTP/1.1\r\n")  # holds the one connection slot
+            time.sleep(0.3)
+            late.setblocking(False)
+            t0, got, closed = time.monotonic(), b"", False
+            for byte in b"GET /health HTTP/1.1\r\nX-Pad: " + b"a" * 40:
+                try:
+                    got += late.recv(1 << 14)
+                    closed = True  # (an empty read: the server closed it)
+                except BlockingIOError:
+                    pass
+                except OSError:  # reset: closed with our later bytes unread
+                    closed = True
+                if got or closed:
+                    break
+                try:
+                    late.send(bytes([byte]))
+                except OSError:
+                    closed = True
+                    break
+                time.sleep(0.5)
+            waited = time.monotonic() - t0
+        # answered (503) or closed within the bound, while it was still sending its head
+        assert (got.startswith(b"HTTP/1.1 503") or closed) and waited < 4.0, (got[:80], waited)
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -221,10 +221,13 @@ class RewardServer(ThreadingHTTPServer):
         """503 to one connection past the bound: read its head (1 s at most) so it sees it."""
         body = dumps({"error": f"busy: {self.service.limits.max_connections} connections "
                                "open; retry later"})
-        try:
-            request.settimeout(1.0)
-            seen = b""
+        try:  # 1 s in all, not per read: a head sent a byte at a time must not hold the thread
+            deadline, seen = time.monotonic() + 1.0, b""
             while b"\r\n\r\n" not in seen and len(seen) < 1 << 16:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                request.settimeout(left)
                 chunk = request.recv(1 << 14)
                 if not chunk:
                     break
