@@ -13,6 +13,7 @@ and its fix. GPU forms: benchmarks/redteam_gpu.py (named in each test's docstrin
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -263,3 +264,81 @@ def test_a_connection_past_the_bound_gets_its_503_while_it_dribbles() -> None:
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+# --- a library's compute called by name from C++ (a fallback no trace sees) ------------------
+from redteam_round6_cases import (  # noqa: E402
+    BLAS_CPP,
+    MATMUL_TASK,
+    PASTED_BLAS_CPP,
+    N,
+    matmul_candidate,
+)
+
+BUILD_CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
+
+
+def test_a_library_called_by_name_is_seen_by_no_rule_and_no_trace() -> None:
+    """Defence off: the static rules find nothing in either form (the name written, or pasted
+    by the preprocessor), and MKL's sgemm_ in libtorch_cpu computes the product under the
+    worker's dispatcher trace without one aten op (the trials' and the timed calls' op lists
+    stay empty, so `timed_fallback` cannot fire either)."""
+    import ctypes
+
+    from verifier.checks.extract import check_candidate
+    from verifier.checks.extspec import specs_from_source
+    from verifier.checks.fallback import make_trace_mode
+    from verifier.checks.static import check_cpp, check_python
+
+    for cpp in (BLAS_CPP, PASTED_BLAS_CPP):
+        code = matmul_candidate(cpp, "ks6_static")
+        tree = check_candidate(code, MATMUL_TASK)
+        found = check_python(tree, MATMUL_TASK) + check_cpp(specs_from_source(code) or [],
+                                                            code, MATMUL_TASK)
+        assert [f for f in found if f["severity"] == "error"] == [], found
+    lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+    a, b, c = torch.rand(N, N), torch.rand(N, N), torch.empty(N, N)
+    i, one, zero = ctypes.c_int(N), ctypes.c_float(1.0), ctypes.c_float(0.0)
+    p = ctypes.c_void_p
+    with torch.no_grad(), make_trace_mode() as tr:
+        lib.sgemm_(b"N", b"N", ctypes.byref(i), ctypes.byref(i), ctypes.byref(i),
+                   ctypes.byref(one), p(b.data_ptr()), ctypes.byref(i), p(a.data_ptr()),
+                   ctypes.byref(i), ctypes.byref(zero), p(c.data_ptr()), ctypes.byref(i))
+    assert tr.ops == [] and torch.allclose(c, a @ b, atol=1e-4), tr.ops
+
+
+def test_the_load_check_names_a_library_import(tmp_path: Path) -> None:
+    """An object that imports sgemm_ (declared, not defined) is named; libc's and libm's
+    imports and an own function called sgemm (defined in the object) are not."""
+    from verifier.compile.loadcheck import library_imports
+
+    (tmp_path / "a.c").write_text(
+        "void sgemm_(const char*, const char*, const int*, const int*, const int*, "
+        "const float*, const float*, const int*, const float*, const int*, const float*, "
+        "float*, const int*);\nvoid f(float* c){int n=1; float o=1; sgemm_(\"N\",\"N\",&n,&n,&n,"
+        "&o,c,&n,c,&n,&o,c,&n);}\n")
+    (tmp_path / "b.c").write_text(
+        "#include <math.h>\n#include <string.h>\nvoid sgemm(float* c){c[0]=expf(c[1]);}\n"
+        "void g(float* c, float* d){memcpy(c, d, 64); sgemm(c);}\n")
+    for name in ("a", "b"):
+        subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(tmp_path / f"{name}.so"),
+                        str(tmp_path / f"{name}.c"), "-lm"], check=True)
+    assert library_imports(str(tmp_path / "a.so")) == ["sgemm_"]
+    assert library_imports(str(tmp_path / "b.so")) == []
+    assert library_imports(str(tmp_path / "a.c")) == []  # not an object: nothing to name
+
+
+def test_a_library_called_by_name_does_not_pass_as_the_candidates_kernel(tmp_path: Path
+                                                                          ) -> None:
+    """End to end, default options (one build): the pasted form passed as `correct_slow`, a
+    fallback rewarded; its object imports sgemm_, so its load check fails it, naming it."""
+    from redteam_driver import run_rows
+
+    verdicts, rc = run_rows(tmp_path, "blas", MATMUL_TASK,
+                            [("pasted_blas", matmul_candidate(PASTED_BLAS_CPP, "ks6_pasted"))],
+                            {"backend": "cpu", "build_cache_dir": str(BUILD_CACHE),
+                             "baseline_cache_dir": str(tmp_path / "baselines")})
+    assert rc == 0, (tmp_path / "blas.stderr").read_text()[-2000:]
+    v = verdicts["pasted_blas"]
+    assert v["status"] not in ("correct_fast", "correct_slow"), v
+    assert "sgemm_" in (v.get("error") or "") + v.get("feedback", ""), v
