@@ -84,3 +84,52 @@ def matmul_candidate(cpp: str, name: str) -> str:
 PASTED_BLAS_CPP = BLAS_CPP.replace(
     'extern "C" void sgemm_(', '#define KS_CAT(a, b) a##b\nextern "C" void KS_CAT(sge, mm_)(').replace(
     '    sgemm_("N"', '    KS_CAT(sge, mm_)("N"')
+
+
+# --- the timed windows from inside forward (benchmarks/redteam_gpu.py --round6; static off:
+# a frame walk is what the static rules refuse, the judge must hold without them) -------------
+_WINDOW = '''
+import sys as _ks_sys
+_KS_SIZES, _KS_ROWS = [], []
+
+
+def _ks_window():
+    """The harness's window loop, if forward is one of its calls: (n, i, sets) or None."""
+    f = _ks_sys._getframe(1)
+    for _ in range(12):
+        if f is None:
+            return None
+        loc = f.f_locals
+        if "sets" in loc and "n" in loc and "i" in loc:
+            return loc["n"], loc["i"], loc["sets"]
+        f = f.f_back
+    return None
+'''
+
+# every other call of a final-phase window (a window as long as the one before it) skipped
+SKIP_FORWARD = '''w = _ks_window()
+        if w is not None:
+            n, i, _ = w
+            if i == 0:
+                _KS_SIZES.append(n)
+            final = len(_KS_SIZES) >= 2 and _KS_SIZES[-1] == _KS_SIZES[-2] and n >= 3
+            if final and i < n - 1 and i % 2 == 0:
+                return torch.empty_like(x)
+        return ext.relu_fwd(x)'''
+
+# every set of a window computed by one call of the kernel in the window's first call
+BATCH_FORWARD = '''w = _ks_window()
+        if w is None or w[0] < 2:
+            return ext.relu_fwd(x)
+        n, i, sets = w
+        if i == 0:
+            _KS_ROWS[:] = ext.relu_fwd(torch.stack([s[0] for s in sets[:min(n, len(sets))]])).unbind(0)
+        return _KS_ROWS[i % len(_KS_ROWS)]'''
+
+
+def window_attacks(candidate: object) -> list[tuple[str, str]]:
+    """(name, code) of the window attacks, made by redteam_cases.candidate (a ReLU)."""
+    return [("skip_calls_in_final_windows", candidate(_WINDOW, forward=SKIP_FORWARD,  # type: ignore[operator]
+                                                      name="ks6_skip", prelude=False)),
+            ("batched_window_launch", candidate(_WINDOW, forward=BATCH_FORWARD,  # type: ignore[operator]
+                                                name="ks6_batch", prelude=False))]
