@@ -48,6 +48,8 @@ def fastest_copy(device: str, out_bytes: int, measured: float) -> float:
 
 RANDOM_CHECKS = 2  # calls besides the last whose outputs the judge checks, drawn after "d"
 DEEP_CLONE_BYTES = 64 << 20  # a device window's deep check clones every slot up to this
+DEEP_CHECKS = 48  # calls a deep check compares besides the last, drawn after "d" (a window
+# that skipped a tenth of its calls passes 48 draws 0.6% of the time; each is a reference call)
 
 
 def sets_for(set_bytes: int, out_bytes: int, budget_bytes: int) -> int:
@@ -174,12 +176,15 @@ class WindowJudge:
     def picks(self, n: int, deep: bool = False) -> list[int]:
         """The calls of a window of `n` whose outputs are checked: the last, and RANDOM_CHECKS
         others drawn now (after "d": the worker cannot know them while it runs); `deep`: every
-        call (cpu: the judge's copy of the slots is its own memory; a device: where the clones
-        of all slots fit in DEEP_CLONE_BYTES, beyond what admission counted)."""
+        call, or DEEP_CHECKS drawn (cpu: the judge's copy of the slots is its own memory; a
+        device: where the clones of all slots fit in DEEP_CLONE_BYTES, beyond admission's)."""
         calls = max(1, min(n, len(self._set_seeds)))
         rest = list(range(calls - 1))
         if deep and (self.device == "cpu" or calls * self.out_bytes <= DEEP_CLONE_BYTES):
-            return [calls - 1, *rest]
+            if len(rest) <= DEEP_CHECKS:
+                return [calls - 1, *rest]
+            return [calls - 1, *sorted(rest.pop(secrets.randbelow(len(rest)))
+                                       for _ in range(DEEP_CHECKS))]
         chosen = [rest.pop(secrets.randbelow(len(rest))) for _ in range(min(RANDOM_CHECKS,
                                                                          len(rest)))]
         return [calls - 1, *chosen]
