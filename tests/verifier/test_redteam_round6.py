@@ -342,3 +342,64 @@ def test_a_library_called_by_name_does_not_pass_as_the_candidates_kernel(tmp_pat
     v = verdicts["pasted_blas"]
     assert v["status"] not in ("correct_fast", "correct_slow"), v
     assert "sgemm_" in (v.get("error") or "") + v.get("feedback", ""), v
+
+
+def test_bodies_are_parsed_a_few_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 16 MB body of small numbers (`{"items": [0.5, 0.5, ...]}`) parses to ~160 MB of
+    objects in ~1 s (measured here) before its 400: one parse per connection, 64 connections
+    made ~10 GB at once. The parses take PARSE_SLOTS at a time (the bodies are read without
+    one: a slow body holds no slot). Off (a slot per connection), all 12 parse together."""
+    import json
+    import socket
+
+    import verifier.reward.server as server
+    from verifier.protocol import VerifyOptions
+    from verifier.reward.server import RewardServer, RewardService, ServiceLimits
+
+    busy, most, lock = [0], [0], threading.Lock()
+    real = server.load_json
+
+    def slow_parse(raw: bytes) -> Any:
+        with lock:
+            busy[0] += 1
+            most[0] = max(most[0], busy[0])
+        time.sleep(0.3)  # a parse of 16 MB takes ~1 s
+        with lock:
+            busy[0] -= 1
+        return real(raw)
+
+    monkeypatch.setattr(server, "load_json", slow_parse)
+    body = json.dumps({"items": [0.5] * 1000}).encode()
+    peaks = {}
+    for name, slots in (("on", server.PARSE_SLOTS), ("off", 64)):
+        srv = RewardServer("127.0.0.1", 0, RewardService(
+            VerifyOptions(backend="cpu"), ServiceLimits(max_concurrency=1, timeout_s=30),
+            lambda reqs, opts: []))
+        srv.parse_slots = threading.BoundedSemaphore(slots)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        host, port = srv.url.rsplit("/", 1)[1].split(":")
+        answers: list[bytes] = []
+
+        def post(host: str = host, port: str = port, answers: list[bytes] = answers) -> None:
+            with socket.create_connection((host, int(port)), timeout=30) as s:
+                s.sendall(b"POST /verify HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                          b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                got = b""
+                while chunk := s.recv(1 << 16):
+                    got += chunk
+                answers.append(got)
+
+        most[0] = 0
+        clients = [threading.Thread(target=post) for _ in range(12)]
+        try:
+            for c in clients:
+                c.start()
+            for c in clients:
+                c.join(timeout=60)
+        finally:
+            srv.shutdown()
+            srv.server_close()
+        assert len(answers) == 12 and all(a.startswith(b"HTTP/1.1 400") for a in answers), \
+            answers[:1]
+        peaks[name] = most[0]
+    assert peaks["on"] <= server.PARSE_SLOTS < peaks["off"], peaks
