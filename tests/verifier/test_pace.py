@@ -124,8 +124,10 @@ def test_hang_deadlines_follow_the_steps_and_the_judges_windows() -> None:
     assert w.deadline() == start + 600.0 and w.why() == ""  # the reference loads: trusted
     w.on("correctness", now=start + 2.0)  # the reference took 2 s: the candidate gets 5 + 6
     assert w.deadline() == start + 2.0 + pace.HANG_FLOOR_S + pace.LOAD_FACTOR * 2.0
-    w.on("trial", now=start + 4.0)
-    assert w.deadline() == start + 4.0 + pace.HANG_FLOOR_S + pace.HANG_FACTOR * 0.01
+    w.on("trial", now=start + 4.0)  # the first call: one floor more (lazy loads)
+    assert w.deadline() == start + 4.0 + 2 * pace.HANG_FLOOR_S + pace.HANG_FACTOR * 0.01
+    w.on("trial", now=start + 5.0)
+    assert w.deadline() == start + 5.0 + pace.HANG_FLOOR_S + pace.HANG_FACTOR * 0.01
     assert w.deadline(_clock(serving=True)) == start + 600.0  # the judge fills: its time
     assert w.deadline(_clock(True, (start + 9.0, 4))) == start + 9.0 + Pace(0.01).step_s(4)
     assert "a timed window of 4 calls may take 9.0 s" in w.why(_clock(True, (start + 9.0, 4)))

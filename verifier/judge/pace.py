@@ -12,8 +12,9 @@ rest on it, so a run costs what its task costs, not a flat budget:
   KernelBench corpus (calls of 1-4 s, 10-100x behind cuBLAS) that saves 2 of 3 windows.
 - **Hang deadlines** (`step_s`): a step of a run that calls the candidate `calls` times (a
   trial, the kernel profile, a timed window of n calls) must end within `HANG_FLOOR_S` +
-  `HANG_FACTOR` x eager x calls, and loading the candidate within `HANG_FLOOR_S` + `LOAD_FACTOR`
-  x the reference's own load (`verifier.run.hang_watch`); a run past it is a `timeout` whose
+  `HANG_FACTOR` x eager x calls (the first call one floor more), and loading the candidate
+  within `HANG_FLOOR_S` + `LOAD_FACTOR` x the reference's own load
+  (`verifier.run.hang_watch`); a run past it is a `timeout` whose
   reason names the deadline, long before the flat run timeout. Why these numbers: an honest
   kernel 50x slower than eager uses half of HANG_FACTOR; the other half covers the harness's
   work that grows with the call (the dispatcher trace of a trial, the copy of every output

@@ -7,7 +7,8 @@ judge's clock runs its windows (`verifier.judge.clock.JudgeClock.open_window`):
   that time is the measure of the candidate's load;
 - "correctness" to the first "trial": the candidate loads: `HANG_FLOOR_S` + `LOAD_FACTOR` x it;
 - each "trial", "kernels" (the kernel profile) and "performance" (up to the clock's first
-  window): one call, `Pace.step_s(1)`;
+  window): one call, `Pace.step_s(1)`; the first of them one more `HANG_FLOOR_S` (a first
+  call's lazy loads: the extension's device code, cuBLAS/cuDNN handles, a JIT);
 - a timed window of n calls: `Pace.step_s(n)` from the judge's order; while the judge fills and
   checks (its own time, not the worker's) only the run timeout;
 - after the last window (the run's report): `HANG_FLOOR_S`;
@@ -34,6 +35,7 @@ class HangWatch:
         self.hard = start + timeout_s
         self.end, self.what, self.budget = self.hard, "the reference's load", timeout_s
         self.clock_seen = False
+        self.first_call = True
 
     def on(self, step: str, now: float | None = None) -> None:
         """The worker began `step` (a progress or step line)."""
@@ -44,7 +46,9 @@ class HangWatch:
             self._step(now, HANG_FLOOR_S + LOAD_FACTOR * (now - self.start),
                        f"loading the candidate (the reference loaded in {now - self.start:.1f} s)")
         elif step in ONE_CALL:
-            self._step(now, self.pace.step_s(1), f"{step}: one call")
+            first, self.first_call = self.first_call, False
+            self._step(now, self.pace.step_s(1) + (HANG_FLOOR_S if first else 0.0),
+                       f"{step}: one call" + (" (the first)" if first else ""))
         else:  # variants (sizes never timed), done, anything else: the run timeout
             self._step(now, self.hard - now, step)
 
