@@ -40,8 +40,9 @@ enough that the round trip is under 1% of a window (and a window at least `TARGE
 if it is that long), but never more than the judge's input sets (where they are too few, the
 round trip's larger share only adds time); a far slower than eager window ends the timing
 (`verifier.judge.pace`, `early_stop`). The runtime is the fastest window's time per call, less
-the judge's own time for the calls' output copies (at most half): load only adds time, and no window runs faster than its calls truly take. The reference's
-baseline is timed the same way (`time_windows`) in a process that never ran candidate code.
+the judge's own time for the calls' output copies (at most half): load only adds time, and no
+window runs faster than its calls truly take. The reference's baseline is timed the same way
+(`time_windows`) in a process that never ran candidate code.
 That deduction is the price of a slot per call: an output computed in place in its slot would
 make the harness's copy a no-op (torch skips a copy of memory onto itself) and still be
 deducted (a 2x claim for a copy-bound op like ReLU), so the harness refuses an output in the
@@ -75,8 +76,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-from verifier.judge.pace import Pace
 
 REQ, GO = "clock.req", "clock.go"
 FDS_ENV = "KS_CLOCK_FDS"  # a persistent worker's inherited pipe ends: "<req write>,<go read>"
@@ -224,7 +223,7 @@ class JudgeClock:
         self.cpus: int | None = None  # the cores the run is given (`watch`); None: not bounded
         self.window_cores: list[float] = []  # each window's cpu time over its wall time
         self.figures: dict[str, Any] = {}
-        self.pace: Pace | None = None  # the reference's, for a settled verdict (set by the runner)
+        self.pace: Any = None  # the reference's `verifier.judge.pace.Pace` (set by the runner)
         self.serving = False  # from "t" to "e"; (monotonic start, calls) of a window in flight:
         self.open_window: tuple[float, int] | None = None  # for `verifier.run.hang_watch`
         self.failure = ""  # why the windows do not stand (the worker's doing)
