@@ -8,8 +8,8 @@ rest on it, so a run costs what its task costs, not a flat budget:
   load only ever adds time, so more windows could lower its figure only by what load added to
   this one, and a window inflated 3x by load is far past any spread measured (GPU windows:
   under 15%). The judge stops timing there (`verifier.judge.clock`); the verdict says so (an
-  info finding `timing_settled`) and its speedup is that window's. On the level-3 MLPs of the
-  KernelBench corpus (calls of 1-4 s, 10-100x behind cuBLAS) that saves 2 of 3 windows.
+  info finding `timing_settled`) and its speedup is that window's: a 1 s call 10x behind eager
+  costs 1 window of 1 call, where it cost a calibration window and 3 windows of 3 calls.
 - **Hang deadlines** (`step_s`): a step of a run that calls the candidate `calls` times (a
   trial, the kernel profile, a timed window of n calls) must end within `HANG_FLOOR_S` +
   `HANG_FACTOR` x eager x calls (the first call one floor more), and loading the candidate
