@@ -34,12 +34,14 @@ harness's loop: a window is believed for what the judge checks and measures itse
   repeated set would let a cache answer without the work), and a timed call's output is a plain
   tensor (a lazy subclass would do the work only when copied).
 A window with no calls measures the round trip; then windows of more and more calls calibrate
-one call; then `WINDOWS` windows of n calls, n large enough that the round trip is under 1% of a
-window (and a window at least `TARGET_S`), but never more than the judge's input sets (where
-they are too few, the round trip's larger share only adds time). The runtime is the fastest
-window's time per call, less the judge's own time for the calls' output copies (at most half):
-load only adds time, and no window runs faster than its calls truly take. The reference's
-baseline is timed the same way (`time_windows`) in a process that never ran candidate code.
+one call; then `WINDOWS` windows of n calls (the calibration's last counts if it had n), n large
+enough that the round trip is under 1% of a window (and a window at least `TARGET_S`: one call
+if it is that long), but never more than the judge's input sets (where they are too few, the
+round trip's larger share only adds time); a far slower than eager window ends the timing
+(`verifier.judge.pace`, `early_stop`). The runtime is the fastest window's time per call, less
+the judge's own time for the calls' output copies (at most half): load only adds time, and no
+window runs faster than its calls truly take. The reference's baseline is timed the same way
+(`time_windows`) in a process that never ran candidate code.
 That deduction is the price of a slot per call: an output computed in place in its slot would
 make the harness's copy a no-op (torch skips a copy of memory onto itself) and still be
 deducted (a 2x claim for a copy-bound op like ReLU), so the harness refuses an output in the
@@ -88,6 +90,8 @@ def calls_for(call_s: float, round_trip_s: float = 0.0) -> int:
     want = max(TARGET_S, round_trip_s / ROUND_TRIP_SHARE)
     if not call_s > 0 or not math.isfinite(call_s):
         return MIN_CALLS
+    if call_s >= want:  # one call is the window: more calls add seconds, not precision
+        return 1
     return max(MIN_CALLS, min(MAX_CALLS, math.ceil(want / call_s)))
 
 
@@ -126,9 +130,11 @@ def time_windows(call: Callable[..., Any], sets: list[list[Any]],
         if wall >= TARGET_S / 4 or n >= cap:
             break
         n = min(n * (8 if wall < TARGET_S / 64 else 2), cap)
-    n = min(calls_for(wall / n), cap)
-    figures = summarize([window(n) / n for _ in range(WINDOWS)])
-    figures["calls"] = n
+    want = min(calls_for(wall / n), cap)  # the calibration's last window counts if it had n
+    per_call = [wall / n] if want == n else []
+    per_call += [window(want) / want for _ in range(WINDOWS - len(per_call))]
+    figures = summarize(per_call)
+    figures["calls"] = want
     return figures
 
 
@@ -212,6 +218,9 @@ class JudgeClock:
         self.window_cores: list[float] = []  # each window's cpu time over its wall time
         self.figures: dict[str, Any] = {}
         self.fastest = math.inf  # the fastest checked window's time per call so far
+        self.pace: Any = None  # the reference's `verifier.judge.pace.Pace` (set by the runner)
+        self.serving = False  # from "t" to "e"; (monotonic start, calls) of a window in flight:
+        self.open_window: tuple[float, int] | None = None  # for `verifier.run.hang_watch`
         self.failure = ""  # why the windows do not stand (the worker's doing)
         self.judge_error = ""  # why the judge could not time them (not the worker's doing)
         self.owns_fifos = fds is None  # (not `own`: ip_sampler names its objects so)
@@ -260,10 +269,13 @@ class JudgeClock:
     def _window(self, n: int) -> float:
         # the clock starts before the order goes out and stops after the answer is in: a
         # thread switch in this process only ever lengthens a window, never shortens it
+        self.open_window = (time.monotonic(), n)
         t0 = time.perf_counter()
         os.write(self.wfd, f"w {n}\n".encode())
-        msg = self._read(t0 + self.wait_s)
-        t1 = time.perf_counter()
+        try:
+            msg = self._read(t0 + self.wait_s)
+        finally:
+            t1, self.open_window = time.perf_counter(), None
         if msg != "d":
             raise ValueError(f"unexpected clock message {msg[:40]!r}")
         return t1 - t0
@@ -274,7 +286,7 @@ class JudgeClock:
             msg = self._read(time.perf_counter() + 1e9)  # a run that fails first sends nothing
             if msg != "t":
                 raise ValueError(f"unexpected clock message {msg[:40]!r}")
-            started = True
+            started = self.serving = True
             self.figures = self._measure()
         except TimeoutError:
             if not self._stop.is_set():
@@ -289,6 +301,7 @@ class JudgeClock:
                     os.write(self.wfd, b"e\n")
                 except OSError as exc:
                     self.failure = self.failure or f"the timing windows failed: {exc}"
+            self.serving = False
 
     def _measure(self) -> dict[str, Any]:
         round_trip = min(self._window(0) for _ in range(5))
@@ -302,17 +315,18 @@ class JudgeClock:
             if wall >= TARGET_S / 4 or n >= min(MAX_CALLS, self.judge.sets):
                 break
             n = min(n * (8 if wall < TARGET_S / 64 else 2), self.judge.sets)
-        for _ in range(2):  # until even the fastest window holds the round trip under 1%
-            # no more calls than input sets: every call of a window on a set fresh for it
-            n = min(calls_for(call_s, round_trip), self.judge.sets)
-            per_call = []
-            for _ in range(WINDOWS):
+        per_call = [call_s]  # the calibration's last window: a window as any other
+        settled = self.pace.settled(call_s, wall) if self.pace is not None else ""
+        for _ in range(0 if settled else 2):  # until the fastest window holds the round trip
+            # under 1%; no more calls than input sets: every call on a set fresh for it
+            want = min(calls_for(call_s, round_trip), self.judge.sets)
+            per_call, n = (per_call if want == n else []), want
+            while len(per_call) < WINDOWS:
                 wall = self._checked(n)
                 if wall is None:
                     return {}
-                # the copy was measured once, when the judge was made: a load spike then must
-                # not take a window's work away (a call writes its output: its copy is at most
-                # half)
+                # the copy was measured when the judge was made: a load spike then must not
+                # take a window's work away (a call writes its output: its copy is at most half)
                 per_call.append((wall - min(n * copy_s, wall / 2)) / n)
             call_s = min(per_call)
             if call_s * n >= round_trip / ROUND_TRIP_SHARE or n >= self.judge.sets:
@@ -321,6 +335,7 @@ class JudgeClock:
         figures.update(calls=n, round_trip_us=round(round_trip * 1e6, 2),
                        copy_us=round(copy_s * 1e6, 2), sets=self.judge.sets,
                        out_bytes=int(self.judge.out_bytes))
+        figures.update({"early_stop": settled} if settled else {})
         if self.fill_cpu:  # what the run burnt while the judge filled (charged above noise)
             figures["fill_cpu_us"] = round(max(self.fill_cpu) * 1e6, 2)
             figures["window_cores"] = round(max(self.window_cores), 3)  # cpu over wall
