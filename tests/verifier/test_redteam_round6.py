@@ -403,3 +403,38 @@ def test_bodies_are_parsed_a_few_at_a_time(monkeypatch: pytest.MonkeyPatch) -> N
             answers[:1]
         peaks[name] = most[0]
     assert peaks["on"] <= server.PARSE_SLOTS < peaks["off"], peaks
+
+
+# --- the ip sampler's switch rule on an honest run (round 5's watcher is held by it) ----------
+from redteam_round5_cases import COMMON  # noqa: E402
+from test_redteam_round5 import NEEDS_PTRACE, SPIN_C, _sampled_run  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def spin6(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's own object: round 5's spin loop, built here."""
+    d = tmp_path_factory.mktemp("spin6")
+    (d / "spin.c").write_text(SPIN_C)
+    so = d / "libks_own6.so"
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(so), str(d / "spin.c")],
+                   check=True)
+    return so
+
+HONEST_OWN = COMMON + """
+
+def call(x):
+    t0 = time.perf_counter()
+    lib.spin({own_n})
+    a @ a
+    note("own", t0)
+"""
+
+
+@NEEDS_PTRACE
+def test_an_honest_run_sampled_is_not_called_switched(tmp_path: Path, spin6: Path) -> None:
+    """The sampled windows' calls cost the stops' time (~15-50% here under load) over the
+    timed ones; far under ip_sampler.SWITCH_RATIO, so an honest run keeps its timed runtime
+    (round 5's watcher, whose sampled calls ran its own object 15x slower, does not)."""
+    res, calls = _sampled_run(tmp_path, HONEST_OWN, spin6, own_n=100_000)
+    assert res["failure"] == "" and "switched" not in res["figures"], res
+    assert res["ip_samples"]["sampled_call_us"] > 0, res["ip_samples"]

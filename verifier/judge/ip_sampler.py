@@ -42,9 +42,9 @@ with too few compute samples the run is not judged here. The KernelBench corpus
 A candidate that tells the sampling windows from the timed ones (it may notice a tracer
 between two of its calls: TracerPid, stop gaps; cheapest, a voluntary context switch in a call
 that makes no system call: tests/verifier/test_redteam_round5.py) can compute in its own
-object only while traced. Its sampled calls are then slower than its timed ones: the fastest
+object only while traced. Its sampled calls are then slower than its timed ones: the median
 sampled window after the first (it notices its first stop there) over `SWITCH_RATIO` times the
-timed runtime is the runtime (`switched` in the figures); the stops' own cost is ~15% (below).
+timed windows' median is the runtime (`switched` in the figures); the stops cost ~15% (below).
 Left open: a switch to own code no slower than SWITCH_RATIO times the library's. Sampling without stops (perf_event_open PERF_SAMPLE_IP on the run's threads, as root)
 would leave nothing to watch for and could cover the timed windows too. Sampling the timed
 windows too would close that, at a cost measured here (a child timing 200 us calls of its own
@@ -88,9 +88,9 @@ MIN_SAMPLES = 20
 # probability 0.5**12 for the least own share measured on an honest kernel (~0.5)
 MIN_COMPUTE, MIN_SHARE_COMPUTE = 12, 20
 LIBRARY_SHARE = 0.85  # honest library shares measured: 0.03-0.5 (module docstring)
-SWITCH_RATIO = 3.0  # the fastest sampled window's calls (its first left out) over the timed
-# ones: beyond this the run computed differently while sampled (the stops cost far less)
-SWITCH_WINDOWS = 3  # sampled windows after the first, at least (the fastest of them counts)
+SWITCH_RATIO = 3.0  # the sampled windows' median call (the first window left out) over the
+# timed ones': beyond this the run computed differently while sampled (the stops cost ~15%)
+SWITCH_WINDOWS = 3  # sampled windows after the first, at least
 KINDS = ("own", "torch", "library", "anon", "overhead", "syscall")
 
 def parse_maps(text: str) -> list[tuple[int, int, str]]:
@@ -225,10 +225,11 @@ class SamplingClock(JudgeClock):
         if figures and self.tasks is not None and self.policy == "strict":
             self.sampling = self._sample(figures["runtime_us"] * 1e-6)
             sampled = self.sampling.get("sampled_call_us") or 0.0
-            # the sampled calls far slower than the timed ones: the run changed what it ran
-            # once it saw the sampler's stops (a ptrace stop is a context switch it can count),
-            # so the samples are of other code than the timed calls; the runtime is theirs
-            if sampled > SWITCH_RATIO * figures["runtime_us"]:
+            # the sampled calls far slower than the timed ones (median to median: load slows
+            # both alike): the run changed what it ran once it saw the sampler's stops (a ptrace
+            # stop is a context switch it can count), so the samples are of other code than
+            # the timed calls; the runtime is theirs
+            if sampled > SWITCH_RATIO * figures["median_us"]:
                 figures["switched"] = (f"the sampled calls took {sampled:.0f} us, the timed "
                                        f"ones {figures['runtime_us']:.0f} us: timed as sampled")
                 figures["runtime_us"] = sampled
@@ -248,7 +249,7 @@ class SamplingClock(JudgeClock):
         assert self.tasks is not None
         n = min(calls_for(call_s), self.judge.sets, max(1, int(SAMPLE_WINDOW_S / 4 / call_s)))
         sampler = Sampler(self.tasks, armed=self._armed).start()
-        began, served, fastest, windows = time.perf_counter(), 0.0, float("inf"), 0
+        began, served, per_call, windows = time.perf_counter(), 0.0, [], 0
         meter, self.meter = self.meter, None  # untimed: no wait for quiet, nothing charged
         self._sampling = True
         try:
@@ -259,7 +260,7 @@ class SamplingClock(JudgeClock):
                     break
                 served, windows = served + wall, windows + 1
                 if windows > 1:  # a run sees its first stop in the first: no switch before it
-                    fastest = min(fastest, (wall - min(n * self.judge.copy_s, wall / 2)) / n)
+                    per_call.append((wall - min(n * self.judge.copy_s, wall / 2)) / n)
         finally:
             self.meter, self._sampling = meter, False
             sampler.stop()
@@ -267,7 +268,8 @@ class SamplingClock(JudgeClock):
         out = {"samples": sum(kinds.values()), "kinds": dict(kinds),
                "objects": {f"{k}:{o}": c for (k, o), c in objects.most_common(8)}, "refused": dict(sampler.refused),
                "served_s": round(served, 4), "call_us": round(call_s * 1e6, 2),
-               "sampled_call_us": round(fastest * 1e6, 2) if windows > 1 else None,
+               "sampled_call_us": round(sorted(per_call)[len(per_call) // 2] * 1e6, 2)
+               if per_call else None,
                "wall_s": round(time.perf_counter() - began, 3)}  # what sampling added
         if sampler.refused.get("traced"):
             out["finding"] = ("library_time: a thread of the run is traced by another process "
