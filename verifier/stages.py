@@ -22,6 +22,7 @@ from verifier.judge.construct import finding as construct_finding
 from verifier.judge.decide import parent_check
 from verifier.judge.generalize import record_generalisation, request_variants
 from verifier.judge.inputs import trial_input_seed
+from verifier.judge.pace import Pace
 from verifier.judge.performance import judge_performance
 from verifier.judge.reward import record_share
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
@@ -104,7 +105,7 @@ def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baseli
            "input_seed": trial_input_seed(), "options": job_options}
     variants = request_variants(item.req, opts)
     job["variants"] = variants
-    out, job = run_constructed(item, runner, job)
+    out, job = run_constructed(item, runner, job, Pace.of(base))  # settled timing, hang deadlines
     nonce = job["nonce"]
     item.timing["exec_s"] = out.wall_s
     item.timing["exec_end"] = time.monotonic()  # run order (builds land in any order)
@@ -150,12 +151,12 @@ def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baseli
     item.stop(status, "done" if status.startswith("correct") else "performance", why)
 
 
-def run_constructed(item: Item, runner: SandboxRunner | GpuRunner, job: dict[str, Any]
-                    ) -> tuple[Any, dict[str, Any]]:
+def run_constructed(item: Item, runner: SandboxRunner | GpuRunner, job: dict[str, Any],
+                    pace: Pace) -> tuple[Any, dict[str, Any]]:
     """(the run's outcome, its job): a run whose reference or candidate cannot be built under
     the device context but can on the host (`verifier.judge.construct`) is made again with
     both built the KernelBench way, and the verdict says so (never one of each)."""
-    out = runner.run(item, job)
+    out = runner.run(item, job, pace)
     p = out.payload
     why = out.host_only or (str(p.get("error", "")) if p and p.get("nonce") == job["nonce"]
                             and p.get("outcome") == HOST_ONLY else "")
@@ -164,7 +165,7 @@ def run_constructed(item: Item, runner: SandboxRunner | GpuRunner, job: dict[str
     job = {**job, "nonce": secrets.token_hex(16),
            "options": {**job["options"], "construct": HOST}}
     first_s = out.wall_s
-    out = runner.run(item, job)
+    out = runner.run(item, job, pace)
     out.wall_s += first_s
     item.verdict.findings.append(construct_finding(why, job["backend"]))
     item.timing["construct"] = HOST  # for benchmarks (verify_batch's `timings`)

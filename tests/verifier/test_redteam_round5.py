@@ -145,7 +145,7 @@ class _Judge:
     def fill(self, n: int) -> None:
         return None
 
-    def check(self, n: int) -> str:
+    def check(self, n: int, deep: bool = False) -> str:
         return ""
 
 
@@ -186,16 +186,13 @@ def _median(xs: list[float]) -> float:
 
 
 @NEEDS_PTRACE
-@pytest.mark.xfail(strict=True, reason=(
-    "ip_sampler samples only the untimed windows served after the timed ones: a run that "
-    "notices its first ptrace stop (a voluntary context switch in a call that makes no system "
-    "call: getrusage(RUSAGE_THREAD).ru_nvcsw) knows every later window is sampled and computes "
-    "in its own object only then; the timed windows ran numpy's BLAS, the verdict has no "
-    "finding and the library's runtime. Fix: sample the timed windows too, at a secret rate "
-    "and time (a switch on the first stop then forfeits the rest of the window), or compare "
-    "each sampled window's library share with the others"))
 def test_a_run_that_watches_for_the_sampler_is_found_or_timed_as_its_own_code(
         tmp_path: Path, spin_so: Path) -> None:
+    """ip_sampler samples the untimed windows served after the timed ones: a run that notices
+    its first ptrace stop (a voluntary context switch in a call that makes no system call:
+    getrusage(RUSAGE_THREAD).ru_nvcsw) knows every later window is sampled and computes in its
+    own object only then; the timed windows ran numpy's BLAS. The sampled windows' calls are
+    then far slower than the timed ones (ip_sampler.SWITCH_RATIO): the runtime is theirs."""
     res, calls = _sampled_run(tmp_path, TRACER_AWARE, spin_so, own_n=3_000_000)
     lib_s = _median([s for m, s in calls if m == "lib"])
     own = [s for m, s in calls if m == "own"]
