@@ -69,6 +69,27 @@ def time_build(width: int, layers: int, device: str, method: str, repeat: int
     return best, same
 
 
+class NumpyInit(nn.Module):
+    """KernelBench accepts it (built on the host, then moved): `.numpy()` of a fresh tensor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.arange(4.0).numpy().tolist()
+        self.w = nn.Parameter(torch.randn(4))
+
+
+def host_only_row(device: str) -> str:
+    """What the rule makes of NumpyInit on `device`: HostOnly off the cpu (the run is made again
+    the host's way), built on the cpu (its device context is the host)."""
+    from verifier.judge.construct import HostOnly, build_checked
+
+    try:
+        build_checked(NumpyInit, [], 0, device)
+        return f"`.numpy()` in `__init__` on {device}: built under the device context"
+    except HostOnly as exc:
+        return f"`.numpy()` in `__init__` on {device}: HostOnly ({str(exc)[:160]})"
+
+
 def digest(width: int, layers: int, device: str, method: str) -> str:
     """A fingerprint of the weights one seeded build by `method` holds (exact: fp64 sums of
     every tensor and its first values)."""
@@ -142,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.device}, each in a fresh process:", "",
                   "| method | processes | distinct weights | one set |", "|---|---|---|---|",
                   *rows_p]
+    lines += ["", host_only_row(args.device)]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
