@@ -100,9 +100,9 @@ def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baseli
     job_options = {k: getattr(opts, k) for k in JOB_OPTIONS}
     # timed in a process that never ran candidate code, before this candidate runs
     base = baselines.ensure(item.req.task_source, runner, job_options)
-    job_options["construct"] = DEVICE  # every model of the run built on the device
     job = {"nonce": secrets.token_hex(16), "backend": backend.name,
-           "input_seed": trial_input_seed(), "options": job_options}
+           "input_seed": trial_input_seed(),  # every model of the run built on the device
+           "options": {**job_options, "construct": DEVICE}}
     variants = request_variants(item.req, opts)
     job["variants"] = variants
     out, job = run_constructed(item, runner, job, Pace.of(base))  # settled timing, hang deadlines
@@ -152,7 +152,7 @@ def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baseli
 
 
 def run_constructed(item: Item, runner: SandboxRunner | GpuRunner, job: dict[str, Any],
-                    pace: Pace) -> tuple[Any, dict[str, Any]]:
+                    pace: Pace | None) -> tuple[Any, dict[str, Any]]:
     """(the run's outcome, its job): a run whose reference or candidate cannot be built under
     the device context but can on the host (`verifier.judge.construct`) is made again with
     both built the KernelBench way, and the verdict says so (never one of each)."""
