@@ -314,11 +314,11 @@ def test_a_body_of_many_small_items_is_refused_before_its_items_are_parsed() -> 
         from verifier.reward.requests import BadRequest, parse_items
 
         payload = json.loads(body)
-        t0 = time.monotonic()
+        t0 = time.thread_time()  # cpu time: parsing 30000 items is ~3 s of it, load or not
         with pytest.raises(BadRequest) as exc:  # the same check alone: no item is parsed
             parse_items(payload, 64)
         assert exc.value.status == 413
-        assert time.monotonic() - t0 < 0.5 and parsed_s < 10.0
+        assert time.thread_time() - t0 < 0.5 and parsed_s < 10.0
     finally:
         srv.shutdown()
         srv.server_close()
