@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,15 @@ def _sampled_run(tmp_path: Path, body: str, spin: Path, own_n: int = 0
     return clock.result(), calls
 
 
+def _each_of(run: Callable[[Path], None], tmp_path: Path, tries: int = 3) -> None:
+    """`run` (its asserts) in each of `tries` fresh folders, stopping at the first that fails.
+    For an open hole (a strict xfail) whose outcome is a matter of sampling: one run can hold
+    by chance and pass the xfail; a fix holds in every run, and flips it still."""
+    for i in range(tries):
+        (tmp_path / f"run{i}").mkdir()
+        run(tmp_path / f"run{i}")
+
+
 def _median(xs: list[float]) -> float:
     return sorted(xs)[len(xs) // 2]
 
@@ -196,16 +206,20 @@ def _median(xs: list[float]) -> float:
     "each sampled window's library share with the others"))
 def test_a_run_that_watches_for_the_sampler_is_found_or_timed_as_its_own_code(
         tmp_path: Path, spin_so: Path) -> None:
-    res, calls = _sampled_run(tmp_path, TRACER_AWARE, spin_so, own_n=3_000_000)
-    lib_s = _median([s for m, s in calls if m == "lib"])
-    own = [s for m, s in calls if m == "own"]
-    assert own, f"the worker never saw the sampler: {Counter(m for m, _ in calls)}"
-    # held: a finding, or a runtime of the code the samples saw (its own, slower object)
-    held = res["failure"].startswith("library_time") or \
-        res["figures"]["runtime_us"] * 1e-6 >= 0.7 * _median(own)
-    assert held, (f"no finding; runtime {res['figures']['runtime_us']:.0f} us = the library "
-                  f"calls' ({lib_s * 1e6:.0f} us), own calls {_median(own) * 1e6:.0f} us; "
-                  f"samples {res['ip_samples'].get('kinds')}")
+    """Held in each of three runs (`_each_of`): one run may hold by the samples' chance."""
+    def run(work: Path) -> None:
+        res, calls = _sampled_run(work, TRACER_AWARE, spin_so, own_n=3_000_000)
+        lib_s = _median([s for m, s in calls if m == "lib"])
+        own = [s for m, s in calls if m == "own"]
+        assert own, f"the worker never saw the sampler: {Counter(m for m, _ in calls)}"
+        # held: a finding, or a runtime of the code the samples saw (its own, slower object)
+        held = res["failure"].startswith("library_time") or \
+            res["figures"]["runtime_us"] * 1e-6 >= 0.7 * _median(own)
+        assert held, (f"no finding; runtime {res['figures']['runtime_us']:.0f} us = the "
+                      f"library calls' ({lib_s * 1e6:.0f} us), own calls "
+                      f"{_median(own) * 1e6:.0f} us; samples {res['ip_samples'].get('kinds')}")
+
+    _each_of(run, tmp_path)
 
 
 @NEEDS_PTRACE
@@ -231,9 +245,14 @@ def test_a_library_copied_under_another_name_is_still_library_time(
     "removed) rather than where the time goes, or tighten the share per task from the "
     "honest templates' measured share"))
 def test_a_fallback_padded_with_its_own_spin_is_found(tmp_path: Path, spin_so: Path) -> None:
-    res, calls = _sampled_run(tmp_path, PADDED, spin_so)
-    assert calls and {m for m, _ in calls} == {"padded"}
-    assert res["failure"].startswith("library_time"), (res["failure"], res["ip_samples"])
+    """Found in each of three runs (`_each_of`): at ~80% library, a run's samples go over
+    LIBRARY_SHARE by chance (1 run of 20 measured: a strict xfail that passed)."""
+    def run(work: Path) -> None:
+        res, calls = _sampled_run(work, PADDED, spin_so)
+        assert calls and {m for m, _ in calls} == {"padded"}
+        assert res["failure"].startswith("library_time"), (res["failure"], res["ip_samples"])
+
+    _each_of(run, tmp_path)
 
 
 def test_only_system_and_interpreter_objects_are_overhead() -> None:
