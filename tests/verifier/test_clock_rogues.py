@@ -412,10 +412,9 @@ def test_a_spinning_thread_is_runnable_and_a_blocked_one_is_not() -> None:
     spin = subprocess.Popen([sys.executable, "-c", "import sys\nsys.stdin.readline()\n"
                              "while True: pass"], stdin=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(f"/proc/{spin.pid}/task") and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.2)
+        deadline = time.monotonic() + 60  # the interpreter's start may take a while
+        while threads_runnable([spin.pid])() and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert threads_runnable([spin.pid])() == 0  # blocked on its stdin
         assert spin.stdin is not None
         spin.stdin.write(b"go\n")
@@ -447,3 +446,29 @@ def test_the_judge_waits_while_a_thread_of_the_run_is_runnable() -> None:
     t0 = time.perf_counter()
     clock._quiet(lambda: 1.0, lambda: 1)
     assert clock.QUIET_MAX_S <= time.perf_counter() - t0 < 10.0  # returns at all
+
+
+def test_the_cgroup_meter_counts_its_runnable_threads() -> None:
+    """The run's own group says how many of its threads are runnable (what the judge's runner
+    hands `_quiet`): a process spinning in it counts, one blocked in it does not."""
+    group = CpuCgroup.make()
+    if group is None:
+        pytest.skip("no cpu meter cgroup (v1 cpuacct or v2) this process can write")
+    proc = subprocess.Popen([sys.executable, "-c", "import sys\nsys.stdin.readline()\n"
+                             "while True: pass"], stdin=subprocess.PIPE)
+    try:
+        (group.path / "cgroup.procs").write_text(str(proc.pid))
+        deadline = time.monotonic() + 20  # the interpreter's start may take a while
+        while group.runnable() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert group.runnable() == 0  # blocked on its stdin
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+        while group.cpu_s() < 0.05 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(group.runnable() == 1 for _ in range(20))
+    finally:
+        proc.kill()
+        proc.wait()
+        group.remove()
