@@ -101,7 +101,9 @@ def markdown(report: dict[str, Any]) -> str:
                   f"{len(ours['memory_deaths'])} {', '.join(ours['memory_deaths'][:8])} |",
                   f"| verdicts as labelled | {ours['as_labelled']}/{ours['decided']} |",
                   "| statuses | " + ", ".join(f"{k} {v}" for k, v in
-                                             sorted(ours["statuses"].items())) + " |"]
+                                             sorted(ours["statuses"].items())) + " |",
+                  f"| timing settled after one window / timeouts at a hang deadline | "
+                  f"{ours.get('settled', '?')} / {ours.get('hang_deadline', '?')} |"]
     kb = report.get("kb")
     if kb:
         ratio = (ours["per_gpu_hour"] / kb["per_gpu_hour"]) if ours and kb["per_gpu_hour"] \

@@ -2,6 +2,8 @@
 
     python -m benchmarks.redteam_gpu --backend cuda --static off \
         --out benchmarks/results/redteam_cuda.md
+    python -m benchmarks.redteam_gpu --backend cuda --round6 \
+        --out benchmarks/results/redteam_round6_cuda.md
 
 Runs tests/verifier/redteam_cases.py's attacks (each a correct ReLU trying one escape, with a
 CUDA kernel on cuda) through a separate verifier process (`--transport direct`: a batch driver;
@@ -51,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--static", choices=["both", "on", "off"], default="both")
     ap.add_argument("--transport", choices=["direct", "http"], default="direct")
     ap.add_argument("--only", default="", help="comma-separated attack names (default: all)")
+    ap.add_argument("--round6", action="store_true",
+                    help="only round 6's window attacks (skipped calls, batched windows), "
+                         "static checks off, against an honest kernel on two task sizes")
     ap.add_argument("--persistent", action="store_true",
                     help="cpu: run candidates in the persistent worker (the cuda path's code)")
     ap.add_argument("--case-limit", type=float, default=240.0,
@@ -58,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wall-limit", type=float, default=3600.0,
                     help="seconds for the whole benchmark; then the table is written as is")
     a = ap.parse_args(argv)
+    if a.round6:
+        return _round6(a.backend, a.out)
     start = time.monotonic()
     # last resort: if this process itself blocks, its stacks are printed before the limit
     faulthandler.dump_traceback_later(a.wall_limit + 60, exit=True)
@@ -123,6 +130,53 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label}: {held_all}/{len(rows)} held, {len(r['hangs'])} hangs", flush=True)
     faulthandler.cancel_dump_traceback_later()
     print(f"wrote {a.out}")
+    return 0
+
+
+def _round6(backend: str, out: Path) -> int:
+    """Round 6's window attacks (tests/verifier/redteam_round6_cases.py) beside an honest ReLU,
+    static checks off, on a small and a large ReLU: each attack's verdict and speedup against
+    the honest one's. skip: held when not correct, or no faster than honest (the judge checks
+    every call of a window faster than any before it). batch: the window's sets in one launch;
+    held when its speedup is under 1.5x the honest one's (open on GPUs: see the test's xfail)."""
+    import verifier.api as api
+    import verifier.stages as stages
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    cases, r6 = _load("redteam_cases"), _load("redteam_round6_cases")
+    from verifier_cases import relu_task
+
+    stages.check_python = lambda *a, **k: []  # the run-time defences on their own
+    stages.check_cpp = lambda *a, **k: []
+    rows = [("honest", cases.honest("r6"))] + r6.window_attacks(cases.candidate)
+    lines = [f"# Red-team round 6 window attacks, backend {backend}", "",
+             f"host {platform.node()}, command: python -m benchmarks.redteam_gpu --backend "
+             f"{backend} --round6 --out {out}", ""]
+    cache = Path(tempfile.mkdtemp(prefix="ks-r6-"))
+    for rows_n, cols in ((16, 1024), (64, 16384)):
+        task = relu_task(rows_n, cols)
+        reqs = [VerifyRequest(name, "relu", task, cases.for_backend(code, backend), backend)
+                for name, code in rows]
+        got = {v.candidate_id: v for v in api.verify_batch(
+            reqs, VerifyOptions(backend=backend, build_cache_dir=str(cache / "builds"),
+                                baseline_cache_dir=str(cache / "baselines")))}
+        base = got["honest"].speedup or 0.0
+        lines += [f"## relu {rows_n}x{cols}", "", f"honest: {got['honest'].status}, speedup "
+                  f"{base}, runtime {got['honest'].runtime_us} us", "",
+                  "| attack | status | speedup | vs honest | result | error |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for name, _ in rows[1:]:
+            v = got[name]
+            ratio = (v.speedup or 0.0) / base if base else float("nan")
+            limit = 1.1 if name.startswith("skip") else 1.5
+            held = not v.status.startswith("correct") or ratio <= limit
+            lines.append(f"| {name} | {v.status} | {v.speedup} | {ratio:.2f}x | "
+                         f"{'held' if held else 'GOT THROUGH'} | "
+                         f"{(v.error or '')[:100].replace('|', '/')} |")
+        lines.append("")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
     return 0
 
 

@@ -166,6 +166,9 @@ def summarize(run: dict[str, Any], labels: dict[str, str], n_total: int) -> dict
             "profile": run.get("profile", ""),
             "statuses": dict(collections.Counter(v["status"] for v in vs)),
             "memory_deaths": memory_deaths(vs),
+            # judge-seconds saved (verifier.judge.pace): timing settled, hangs cut at a deadline
+            "settled": sum("timing_settled" in str(v.get("findings", "")) for v in vs),
+            "hang_deadline": sum("hang deadline" in (v.get("error") or "") for v in vs),
             "as_labelled": sum(expected(v["status"], labels[v["candidate_id"]]) for v in vs),
             "unexpected": [f"{v['candidate_id']}: {v['status']} ({v['error'][:100]})"
                            for v in vs if not expected(v["status"], labels[v["candidate_id"]])]}

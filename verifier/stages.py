@@ -20,6 +20,7 @@ from verifier.isolation.sandbox import Launcher, SandboxLimits
 from verifier.judge.decide import parent_check
 from verifier.judge.generalize import record_generalisation, request_variants
 from verifier.judge.inputs import trial_input_seed
+from verifier.judge.pace import Pace
 from verifier.judge.performance import judge_performance
 from verifier.judge.reward import record_share
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
@@ -102,7 +103,7 @@ def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baseli
            "options": job_options}
     variants = request_variants(item.req, opts)
     job["variants"] = variants
-    out = runner.run(item, job)
+    out = runner.run(item, job, Pace.of(base))  # settled timing, hang deadlines
     item.timing["exec_s"] = out.wall_s
     item.timing["exec_end"] = time.monotonic()  # run order (builds land in any order)
     p = out.payload

@@ -44,11 +44,11 @@ import verifier.run.gpu_runner as gpu_runner
 import verifier.run.runners as runners
 def _traced(cls):
     real = cls.run
-    def run(self, item, job):
+    def run(self, item, job, *rest):
         cid = getattr(getattr(item, "req", None), "candidate_id", None)
         if cid is not None:  # not the baseline prefetch's own runs
             print("KSRT-START " + cid, file=sys.stderr, flush=True)
-        return real(self, item, job)
+        return real(self, item, job, *rest)
     cls.run = run
 _traced(runners.SandboxRunner)
 _traced(gpu_runner.GpuRunner)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,29 @@ def test_the_units_own_line_names_are_not_reads(tmp_path: Path) -> None:
             ["0123456789abcdef/cuda0"]
     finally:
         os.chdir(cwd)
+
+
+@needs_gxx
+def test_a_header_the_candidate_names_that_does_not_exist_is_the_compilers_error(
+        tmp_path: Path) -> None:
+    """A real g++ on `#include <cublas_v2.h>` where there is none writes no `-MD` list: the
+    build is the compiler's error (the header named), not an unknown read; a compile that
+    left no list for any other reason still is one."""
+    out = tmp_path / "out"
+    out.mkdir()
+    src = out / "unit.cpp"
+    src.write_text("#include <ks_no_such_header_v2.h>\nint x;\n")
+    dep = out / "unit.d"
+    proc = subprocess.run(["g++", "-c", str(src), "-MD", "-MF", str(dep), "-o",
+                           str(out / "unit.o")], capture_output=True, text=True)
+    assert proc.returncode != 0 and not dep.exists(), proc.stderr
+    log = [f"$ g++ -c {src} -MD -MF {dep} -o {out / 'unit.o'}", proc.stderr]
+    assert unallowed_reads(log, [dep], [str(out)], [], "g++") == []
+    # the same error from a file outside the unit's folder proves nothing about the unit
+    elsewhere = tmp_path / "elsewhere.h"
+    moved = [log[0], proc.stderr.replace(str(src), str(elsewhere))]
+    assert unallowed_reads(moved, [dep], [str(out)], [], "g++") == [
+        "(unknown: the compiler left no complete record of what it read)"]
+    # and a compile that died without a word is unknown too
+    assert unallowed_reads(log[:1], [dep], [str(out)], [], "g++") == [
+        "(unknown: the compiler left no complete record of what it read)"]

@@ -117,7 +117,9 @@ def test_no_message_before_the_end_is_no_failure(tmp_path: Path) -> None:
 def test_calls_for_keeps_the_round_trip_under_one_percent() -> None:
     assert calls_for(1e-3) == max(clock.MIN_CALLS, 20)  # 20 ms of work at 1 ms a call
     assert calls_for(1e-5, round_trip_s=1e-3) == 10_000  # 100 ms: the round trip is 1%
-    assert calls_for(10.0) == clock.MIN_CALLS
+    assert calls_for(10.0) == 1  # one call is a window of 10 s: more calls add no precision
+    assert calls_for(clock.TARGET_S) == 1 and calls_for(clock.TARGET_S * 0.99) == clock.MIN_CALLS
+    assert calls_for(0.5, round_trip_s=0.005) == 1 and calls_for(0.5, round_trip_s=0.1) == 20
     assert calls_for(1e-9) == clock.MAX_CALLS
     assert calls_for(float("nan")) == clock.MIN_CALLS
 

@@ -326,7 +326,7 @@ class _Quiet:
     def fill(self, n: int) -> None:
         pass
 
-    def check(self, n: int) -> str:
+    def check(self, n: int, deep: bool = False) -> str:
         return ""
 
 

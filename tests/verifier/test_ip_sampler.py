@@ -161,7 +161,7 @@ class _Judge:
     def fill(self, n: int) -> None:
         return None
 
-    def check(self, n: int) -> str:
+    def check(self, n: int, deep: bool = False) -> str:
         return ""
 
 

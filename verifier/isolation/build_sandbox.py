@@ -60,9 +60,24 @@ class BuildSandboxError(RuntimeError):
 
 
 def build_argv(cmd: list[str]) -> list[str]:
-    """`cmd` (a compiler or linker) behind the build wrapper (module docstring)."""
+    """`cmd` (a compiler or linker) behind the build wrapper (module docstring), its path
+    arguments with links followed: the fresh root holds the folders they lead to, not the links
+    (a checkout under /tmp whose .venv links elsewhere names torch's headers through the link)."""
     pkg = str(Path(__file__).resolve().parents[2])
-    return [sys.executable, "-S", "-c", _ENTER_BUILD, pkg, *cmd]
+    return [sys.executable, "-S", "-c", _ENTER_BUILD, pkg, *map(_linkless, cmd)]
+
+
+def _linkless(arg: str) -> str:
+    """A path argument (`/...`, `-I/...`, `-L/...`) with its links followed, as `visible_for`
+    mounts it; any other argument as it is."""
+    head = arg[:2] if arg.startswith(("-I/", "-L/")) else ""
+    path = arg[len(head):]
+    if not path.startswith("/"):
+        return arg
+    try:
+        return head + os.path.realpath(path)
+    except OSError:  # a link it may not follow: left as written (and not mounted)
+        return arg
 
 
 def _under(path: str, roots: tuple[str, ...]) -> bool:

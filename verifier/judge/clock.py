@@ -23,10 +23,9 @@ harness's loop: a window is believed for what the judge checks and measures itse
   burns cpu time there that an honest worker, blocked on the pipe, does not. Where the judge
   can meter the run's cpu time (`meter`: the run's cgroup, `verifier.isolation.cpu_meter`), it waits
   after each check until the run is quiet (an honest OpenMP pool spins ~5-10 ms after its last
-  parallel region, on a loaded host in turns: `runnable`), reads the meter, fills, reads it
+  parallel region; loaded, it waits for a cpu: `runnable`), reads the meter, fills, reads it
   again at "w": the run's cpu time in between, less a noise allowance (`FILL_NOISE_S`, at most
-  `NOISE_SHARE` of the window), is added to the window's time. Charged, not a cheat: cpu
-  seconds are at least the wall seconds the work would have taken inside the window (on any
+  `NOISE_SHARE` of the window), is added to the window's time. Charged, not a cheat: cpu seconds are at least the wall seconds the work would have taken inside the window (on any
   number of threads), so the attack gains nothing, and an honest run that was not quiet in
   time (a loaded host) is slowed a little instead of called a cheat. Cpu time inside the
   window (an honest multi-threaded kernel's) is never charged; work after "d" gains nothing
@@ -35,33 +34,28 @@ harness's loop: a window is believed for what the judge checks and measures itse
   repeated set would let a cache answer without the work), and a timed call's output is a plain
   tensor (a lazy subclass would do the work only when copied).
 A window with no calls measures the round trip; then windows of more and more calls calibrate
-one call; then `WINDOWS` windows of n calls, n large enough that the round trip is under 1% of a
-window (and a window at least `TARGET_S`), but never more than the judge's input sets (where
-they are too few, the round trip's larger share only adds time). The runtime is the fastest
-window's time per call, less the judge's own time for the calls' output copies (at most half):
-load only adds time, and no window runs faster than its calls truly take. The reference's
-baseline is timed the same way (`time_windows`) in a process that never ran candidate code.
+one call; then `WINDOWS` windows of n calls (the calibration's last counts if it had n), n large
+enough that the round trip is under 1% of a window (and a window at least `TARGET_S`: one call
+if it is that long), but never more than the judge's input sets (where they are too few, the
+round trip's larger share only adds time); a far slower than eager window ends the timing
+(`verifier.judge.pace`, `early_stop`). The runtime is the fastest window's time per call, less
+the judge's own time for the calls' output copies (at most half): load only adds time, and no
+window runs faster than its calls truly take. The reference's baseline is timed the same way
+(`time_windows`) in a process that never ran candidate code.
 That deduction is the price of a slot per call: an output computed in place in its slot would
 make the harness's copy a no-op (torch skips a copy of memory onto itself) and still be
 deducted (a 2x claim for a copy-bound op like ReLU), so the harness refuses an output in the
 slots' memory (`timed_calls.slot_filler`: a cheat), and the copy deducted is the fastest this
 process timed for that size (`window_judge.fastest_copy`: a copy timed under load never lowers
-a later runtime). A worker that patches the harness itself is deducted copies it never made
-(at most half a window, which the physics floor then weighs); an honest kernel's figure is
-unchanged by it.
+a later runtime). A worker that patches the harness is deducted copies it never made (at most
+half a window, which the physics floor then weighs); an honest kernel's figure is unchanged.
 
-On a GPU (the referee's judge, `verifier.judge.referee`) the same `WindowJudge` lays out one output
-slot per call in the device arena, draws the checked calls after "d" and clones their slots
-before any reference runs (a device arena has no pull; the clone is the snapshot). The GPU form
-of the fill attack is a persistent kernel launched before "t" that spins on the arena's input
-sets and computes as they land; no cpu meter sees device time. The judge therefore draws a
-window's inputs in its own memory (staging no worker maps) and publishes them with one burst of
-device copies at the end of its fill, right before "w": the inputs exist in the arena only for
-the time of that burst (a copy of the window's inputs at device bandwidth), so that is all such a
-kernel can overlap, where it had the whole fill (the draws) before. Closing that last gap would
-put the publish inside the timed window with its time deducted as `copy_s` is (the deduction
-is then again what a kernel can overlap), or meter the device by the run's own kernels (CUPTI
-in the referee): left open, bounded by the burst and the physics floor.
+A window faster per call than every one before it has all its calls checked (`deep`): the one
+that sets the runtime cannot have skipped calls the random draw missed (on a GPU: as far as
+`window_judge.DEEP_CLONE_BYTES` allows). Open: all of a window's sets are published at "w", so
+a first call can compute every set's output in one batch (one dispatch or launch for all) and
+the later calls answer from it; the window then times the batch (tests/verifier/
+test_redteam_round6.py names the fix).
 """
 
 from __future__ import annotations
@@ -89,11 +83,15 @@ QUIET_S, QUIET_MAX_S = 0.002, 0.05  # the run is quiet: under 10% cpu over QUIET
 # thread runnable (waited for at most QUIET_MAX_S, then the fill is charged as it is)
 
 
+
+
 def calls_for(call_s: float, round_trip_s: float = 0.0) -> int:
     """Calls in one window: at least TARGET_S of work, the round trip under 1% of it."""
     want = max(TARGET_S, round_trip_s / ROUND_TRIP_SHARE)
     if not call_s > 0 or not math.isfinite(call_s):
         return MIN_CALLS
+    if call_s >= want:  # one call is the window: more calls add seconds, not precision
+        return 1
     return max(MIN_CALLS, min(MAX_CALLS, math.ceil(want / call_s)))
 
 
@@ -132,9 +130,11 @@ def time_windows(call: Callable[..., Any], sets: list[list[Any]],
         if wall >= TARGET_S / 4 or n >= cap:
             break
         n = min(n * (8 if wall < TARGET_S / 64 else 2), cap)
-    n = min(calls_for(wall / n), cap)
-    figures = summarize([window(n) / n for _ in range(WINDOWS)])
-    figures["calls"] = n
+    want = min(calls_for(wall / n), cap)  # the calibration's last window counts if it had n
+    per_call = [wall / n] if want == n else []
+    per_call += [window(want) / want for _ in range(WINDOWS - len(per_call))]
+    figures = summarize(per_call)
+    figures["calls"] = want
     return figures
 
 
@@ -209,17 +209,19 @@ class JudgeClock:
 
     def __init__(self, judge: Any, workdir: Path | None = None,
                  fds: tuple[int, int] | None = None, wait_s: float = WAIT_S,
-                 meter: Callable[[], float] | None = None,
-                 runnable: Callable[[], int] | None = None) -> None:
+                 meter: Callable[[], float] | None = None) -> None:
         """FIFOs made in `workdir`, or `fds` (read, write): a persistent worker's pipes, kept
         open across jobs (what an earlier job left in them is drained first)."""
-        self.judge, self.wait_s, self.meter = judge, wait_s, meter
-        self.runnable = runnable  # the run's threads in state R (`_quiet`); None: unknown
+        self.judge, self.wait_s, self.meter, self.runnable = judge, wait_s, meter, None
         self.fill_cpu: list[float] = []  # the run's cpu time during each window's fill
         self.charged: list[float] = []  # what each window was charged for its fill
         self.cpus: int | None = None  # the cores the run is given (`watch`); None: not bounded
         self.window_cores: list[float] = []  # each window's cpu time over its wall time
         self.figures: dict[str, Any] = {}
+        self.fastest = math.inf  # the fastest checked window's time per call so far
+        self.pace: Any = None  # the reference's `verifier.judge.pace.Pace` (set by the runner)
+        self.serving = False  # from "t" to "e"; (monotonic start, calls) of a window in flight:
+        self.open_window: tuple[float, int] | None = None  # for `verifier.run.hang_watch`
         self.failure = ""  # why the windows do not stand (the worker's doing)
         self.judge_error = ""  # why the judge could not time them (not the worker's doing)
         self.owns_fifos = fds is None  # (not `own`: ip_sampler names its objects so)
@@ -239,11 +241,10 @@ class JudgeClock:
 
     def watch(self, meter: Callable[[], float] | None, cpus: int | None = None,
               runnable: Callable[[], int] | None = None) -> None:
-        """Meter the run's cpu time with `meter` (its threads in state R: `runnable`) from the
-        next window on; with `cpus` (the threads the run is given, and its baseline ran with),
-        a window is charged at least its cpu time over `cpus`: a run that takes more cores than
-        it was given (an OpenMP `num_threads(8)` where OMP_NUM_THREADS=1 asked one) gains
-        nothing by them."""
+        """Meter the run's cpu time with `meter` (`runnable`: its threads in state R) from the
+        next window on; with `cpus` (the threads the run is given, and its baseline ran with), a
+        window is charged at least its cpu time over `cpus`: a run that takes more cores than it
+        was given (OpenMP `num_threads(8)` where OMP_NUM_THREADS=1 asked one) gains nothing."""
         self.cpus = cpus
         self.meter, self.runnable = meter, runnable
 
@@ -270,10 +271,13 @@ class JudgeClock:
     def _window(self, n: int) -> float:
         # the clock starts before the order goes out and stops after the answer is in: a
         # thread switch in this process only ever lengthens a window, never shortens it
+        self.open_window = (time.monotonic(), n)
         t0 = time.perf_counter()
         os.write(self.wfd, f"w {n}\n".encode())
-        msg = self._read(t0 + self.wait_s)
-        t1 = time.perf_counter()
+        try:
+            msg = self._read(t0 + self.wait_s)
+        finally:
+            t1, self.open_window = time.perf_counter(), None
         if msg != "d":
             raise ValueError(f"unexpected clock message {msg[:40]!r}")
         return t1 - t0
@@ -284,7 +288,7 @@ class JudgeClock:
             msg = self._read(time.perf_counter() + 1e9)  # a run that fails first sends nothing
             if msg != "t":
                 raise ValueError(f"unexpected clock message {msg[:40]!r}")
-            started = True
+            started = self.serving = True
             self.figures = self._measure()
         except TimeoutError:
             if not self._stop.is_set():
@@ -299,6 +303,7 @@ class JudgeClock:
                     os.write(self.wfd, b"e\n")
                 except OSError as exc:
                     self.failure = self.failure or f"the timing windows failed: {exc}"
+            self.serving = False
 
     def _measure(self) -> dict[str, Any]:
         round_trip = min(self._window(0) for _ in range(5))
@@ -312,27 +317,28 @@ class JudgeClock:
             if wall >= TARGET_S / 4 or n >= min(MAX_CALLS, self.judge.sets):
                 break
             n = min(n * (8 if wall < TARGET_S / 64 else 2), self.judge.sets)
-        for _ in range(2):  # until even the fastest window holds the round trip under 1%
-            # no more calls than input sets: every call of a window on a set fresh for it
-            n = min(calls_for(call_s, round_trip), self.judge.sets)
-            per_call = []
-            for _ in range(WINDOWS):
+        per_call = [call_s]  # the calibration's last window: a window as any other
+        settled = self.pace.settled(call_s, wall) if self.pace is not None else ""
+        for _ in range(0 if settled else 2):  # until the fastest window holds the round trip
+            # under 1%; no more calls than input sets: every call on a set fresh for it
+            want = min(calls_for(call_s, round_trip), self.judge.sets)
+            per_call, n = (per_call if want == n else []), want
+            while len(per_call) < WINDOWS:
                 wall = self._checked(n)
                 if wall is None:
                     return {}
-                # the copy was measured once, when the judge was made: a load spike then must
-                # not take a window's work away (a call writes its output: its copy is at most
-                # half)
+                # the copy was measured when the judge was made: a load spike then must not
+                # take a window's work away (a call writes its output: its copy is at most half)
                 per_call.append((wall - min(n * copy_s, wall / 2)) / n)
             call_s = min(per_call)
             if call_s * n >= round_trip / ROUND_TRIP_SHARE or n >= self.judge.sets:
                 break
         figures = summarize(per_call)
-        # the charge in the window that set the runtime (the last len(per_call) were timed)
-        set_by = self.charged[-len(per_call):][per_call.index(min(per_call))]
+        set_by = self.charged[-len(per_call):][per_call.index(min(per_call))]  # runtime's
         figures.update(calls=n, round_trip_us=round(round_trip * 1e6, 2),
                        copy_us=round(copy_s * 1e6, 2), sets=self.judge.sets,
                        out_bytes=int(self.judge.out_bytes))
+        figures.update({"early_stop": settled} if settled else {})
         if self.fill_cpu:  # what the run burnt while the judge filled (charged above noise)
             figures["fill_cpu_us"] = round(max(self.fill_cpu) * 1e6, 2)  # of any window
             figures["fill_charged_us"] = round(set_by * 1e6, 2)  # what the runtime holds
@@ -350,18 +356,22 @@ class JudgeClock:
         burnt = max(0.0, at_go - before)
         wall = self._window(n)
         inside = max(0.0, meter() - at_go) if meter is not None else 0.0
-        why = self.judge.check(n)
+        # a window faster per call than every one before it may set the runtime: all checked
+        per_call = (wall - min(n * self.judge.copy_s, wall / 2)) / max(n, 1)
+        deep = n > 0 and per_call < self.fastest
+        why = self.judge.check(n, deep=True) if deep else self.judge.check(n)
         if why:
             self.failure = why
             return None
+        if deep:
+            self.fastest = per_call
         if meter is not None:
             self.fill_cpu.append(burnt)
             self.window_cores.append(inside / max(wall, 1e-9))
         if meter is not None and self.cpus:  # more cores than given: their time is charged
             wall = max(wall, inside / self.cpus)
-        charge = max(0.0, burnt - min(FILL_NOISE_S, NOISE_SHARE * wall))
-        self.charged.append(charge)
-        return wall + charge
+        self.charged.append(max(0.0, burnt - min(FILL_NOISE_S, NOISE_SHARE * wall)))
+        return wall + self.charged[-1]
 
     def result(self) -> dict[str, Any]:
         """What the judge measured once the windows are over: {"figures", "failure" (the
@@ -380,10 +390,9 @@ class JudgeClock:
 
 
 def _quiet(meter: Callable[[], float], runnable: Callable[[], int] | None = None) -> float:
-    """The run's cpu time once it is quiet (under 10% of one cpu over QUIET_S, no thread
-    `runnable`), waiting at most QUIET_MAX_S: an honest worker blocks on the pipe after "d",
-    but its OpenMP pool spins a few ms after its last parallel region (on a loaded host it may
-    wait all of QUIET_S for a cpu, no cpu time but state R), none of it the next window's."""
+    """The run's cpu time once it is quiet (under 10% of a cpu over QUIET_S, no thread
+    `runnable`), waited for at most QUIET_MAX_S: after "d" an honest OpenMP pool spins a few
+    ms (on a loaded host partly waiting for a cpu: no cpu time, but state R)."""
     deadline = time.perf_counter() + QUIET_MAX_S
     last = meter()
     while time.perf_counter() < deadline:

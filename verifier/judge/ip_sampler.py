@@ -39,11 +39,13 @@ calls are ~1 ms with one input set per window needs up to `MAX_SAMPLING_S` of ex
 with too few compute samples the run is not judged here. The KernelBench corpus
 (benchmarks/kernelbench_corpus) is CUDA only: not measured here.
 
-Left open: a candidate that tells the sampling windows from the timed ones (it may notice a
-tracer between two of its calls) can compute honestly only while traced; the windows are the
-same protocol, so it must watch for ptrace itself (TracerPid, stop gaps; cheapest, a voluntary
-context switch in a call that makes no system call: tests/verifier/test_redteam_round5.py, an
-xfail). Sampling without stops (perf_event_open PERF_SAMPLE_IP on the run's threads, as root)
+A candidate that tells the sampling windows from the timed ones (it may notice a tracer
+between two of its calls: TracerPid, stop gaps; cheapest, a voluntary context switch in a call
+that makes no system call: tests/verifier/test_redteam_round5.py) can compute in its own
+object only while traced. Its sampled calls are then slower than its timed ones: the median
+sampled window after the first (it notices its first stop there) over `SWITCH_RATIO` times the
+timed windows' median is the runtime (`switched` in the figures); the stops cost ~15% (below).
+Left open: a switch to own code no slower than SWITCH_RATIO times the library's. Sampling without stops (perf_event_open PERF_SAMPLE_IP on the run's threads, as root)
 would leave nothing to watch for and could cover the timed windows too. Sampling the timed
 windows too would close that, at a cost measured here (a child timing 200 us calls of its own
 .so, 2 cores): at 1 kHz the median call +3.7% (the fastest +0.5%), at 5 kHz +12-15%; too much
@@ -86,6 +88,9 @@ MIN_SAMPLES = 20
 # probability 0.5**12 for the least own share measured on an honest kernel (~0.5)
 MIN_COMPUTE, MIN_SHARE_COMPUTE = 12, 20
 LIBRARY_SHARE = 0.85  # honest library shares measured: 0.03-0.5 (module docstring)
+SWITCH_RATIO = 3.0  # the sampled windows' median call (the first window left out) over the
+# timed ones': beyond this the run computed differently while sampled (the stops cost ~15%)
+SWITCH_WINDOWS = 3  # sampled windows after the first, at least
 KINDS = ("own", "torch", "library", "anon", "overhead", "syscall")
 
 def parse_maps(text: str) -> list[tuple[int, int, str]]:
@@ -219,6 +224,15 @@ class SamplingClock(JudgeClock):
         figures = super()._measure()
         if figures and self.tasks is not None and self.policy == "strict":
             self.sampling = self._sample(figures["runtime_us"] * 1e-6)
+            sampled = self.sampling.get("sampled_call_us") or 0.0
+            # the sampled calls far slower than the timed ones (median to median: load slows
+            # both alike): the run changed what it ran once it saw the sampler's stops (a ptrace
+            # stop is a context switch it can count), so the samples are of other code than
+            # the timed calls; the runtime is theirs
+            if sampled > SWITCH_RATIO * figures["median_us"]:
+                figures["switched"] = (f"the sampled calls took {sampled:.0f} us, the timed "
+                                       f"ones {figures['runtime_us']:.0f} us: timed as sampled")
+                figures["runtime_us"] = sampled
         return figures
 
     def _window(self, n: int) -> float:
@@ -235,19 +249,21 @@ class SamplingClock(JudgeClock):
         assert self.tasks is not None
         n = min(calls_for(call_s), self.judge.sets, max(1, int(SAMPLE_WINDOW_S / 4 / call_s)))
         sampler = Sampler(self.tasks, armed=self._armed).start()
-        began, served = time.perf_counter(), 0.0
+        began, served, per_call, windows = time.perf_counter(), 0.0, [], 0
         meter, self.meter = self.meter, None  # untimed: no wait for quiet, nothing charged
         self._sampling = True
         try:
             # past SAMPLE_WINDOW_S while samples are too few to decide on (a loaded host's
             # sampler wakes seldom, and then often at the run's system calls)
-            while (sampler.user_samples() < TARGET_SAMPLES
-                   and (served < SAMPLE_WINDOW_S or sampler.user_samples() < MIN_SAMPLES)
-                   and time.perf_counter() - began < MAX_SAMPLING_S):
+            while ((sampler.user_samples() < TARGET_SAMPLES
+                    and (served < SAMPLE_WINDOW_S or sampler.user_samples() < MIN_SAMPLES)
+                    or windows <= SWITCH_WINDOWS) and time.perf_counter() - began < MAX_SAMPLING_S):
                 wall = self._checked(n)
                 if wall is None:  # the window failed the judge's checks: its failure stands
                     break
-                served += wall
+                served, windows = served + wall, windows + 1
+                if windows > 1:  # a run sees its first stop in the first: no switch before it
+                    per_call.append((wall - min(n * self.judge.copy_s, wall / 2)) / n)
         finally:
             self.meter, self._sampling = meter, False
             sampler.stop()
@@ -255,6 +271,8 @@ class SamplingClock(JudgeClock):
         out = {"samples": sum(kinds.values()), "kinds": dict(kinds),
                "objects": {f"{k}:{o}": c for (k, o), c in objects.most_common(8)}, "refused": dict(sampler.refused),
                "served_s": round(served, 4), "call_us": round(call_s * 1e6, 2),
+               "sampled_call_us": round(sorted(per_call)[len(per_call) // 2] * 1e6, 2)
+               if per_call else None,
                "wall_s": round(time.perf_counter() - began, 3)}  # what sampling added
         if sampler.refused.get("traced"):
             out["finding"] = ("library_time: a thread of the run is traced by another process "

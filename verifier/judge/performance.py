@@ -35,6 +35,9 @@ def judge_performance(v: VerdictData, opts: VerifyOptions, clock: dict[str, Any]
         return "runtime_error", (clock.get("judge_error")
                                  or "the verifier's clock measured no timing windows")
     v.runtime_us, v.runtime_iqr_us = float(figures["runtime_us"]), figures.get("iqr_us")
+    if figures.get("early_stop"):  # one window settled it (`verifier.judge.pace`)
+        v.findings.append({"rule": "timing_settled", "message": figures["early_stop"],
+                           "line": None, "severity": "info"})
     why = _floor(v, peaks, figures, flops, bytes_moved)
     if why:
         v.findings.append({"rule": "physics_floor", "message": why, "line": None,

@@ -132,8 +132,8 @@ class RemoteJudge:
     def fill(self, n: int) -> None:
         self.referee.request("fill", {"n": n})
 
-    def check(self, n: int) -> str:
-        return str(self.referee.request("check", {"n": n}).get("why", ""))
+    def check(self, n: int, deep: bool = False) -> str:
+        return str(self.referee.request("check", {"n": n, "deep": deep}).get("why", ""))
 
     def release(self) -> None:
         self.referee.request("release", {})
@@ -165,7 +165,8 @@ def _answer(msg: dict[str, Any], fds: socket.socket | None = None) -> dict[str, 
         _JUDGE["judge"].fill(int(args.get("n", 1)))
         return {"ok": True}
     if op == "check":
-        return {"ok": True, "why": _JUDGE["judge"].check(int(args["n"]))}
+        return {"ok": True, "why": _JUDGE["judge"].check(int(args["n"]),
+                                                         bool(args.get("deep")))}
     if op == "release":
         _release()
         return {"ok": True}

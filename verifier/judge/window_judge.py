@@ -3,7 +3,22 @@ shared arena (`verifier.judge.arena`) right before each window; right after, the
 window's last call and of `RANDOM_CHECKS` calls chosen then (every call has its own output slot,
 and which ones are checked is drawn after the worker said "d", so it must have written them all)
 and every input are checked. It runs in the verifier process (cpu) or in the referee on the
-worker's GPU (`verifier.judge.referee`): never in a process that runs candidate code."""
+worker's GPU (`verifier.judge.referee`): never in a process that runs candidate code.
+
+On a GPU (the referee's judge, `verifier.judge.referee`) this `WindowJudge` lays out one output
+slot per call in the device arena, draws the checked calls after "d" and clones their slots
+before any reference runs (a device arena has no pull; the clone is the snapshot). The GPU form
+of the fill attack is a persistent kernel launched before "t" that spins on the arena's input
+sets and computes as they land; no cpu meter sees device time. The judge therefore draws a
+window's inputs in its own memory (staging no worker maps) and publishes them with one burst of
+device copies at the end of its fill, right before "w": the inputs exist in the arena only for
+the time of that burst (a copy of the window's inputs at device bandwidth), so that is all such a
+kernel can overlap, where it had the whole fill (the draws) before. Closing that last gap would
+put the publish inside the timed window with its time deducted as `copy_s` is (the deduction
+is then again what a kernel can overlap), or meter the device by the run's own kernels (CUPTI
+in the referee): left open, bounded by the burst and the physics floor. A window's deep check
+clones every slot where they fit in DEEP_CLONE_BYTES.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +47,9 @@ def fastest_copy(device: str, out_bytes: int, measured: float) -> float:
 
 
 RANDOM_CHECKS = 2  # calls besides the last whose outputs the judge checks, drawn after "d"
+DEEP_CLONE_BYTES = 64 << 20  # a device window's deep check clones every slot up to this
+DEEP_CHECKS = 48  # calls a deep check compares besides the last, drawn after "d" (a window
+# that skipped a tenth of its calls passes 48 draws 0.6% of the time; each is a reference call)
 
 
 def sets_for(set_bytes: int, out_bytes: int, budget_bytes: int) -> int:
@@ -155,26 +173,35 @@ class WindowJudge:
         """The last window's inputs as drawn (drawn again: nothing of them is kept)."""
         return [self._draw(seed) for seed in self._set_seeds]
 
-    def picks(self, n: int) -> list[int]:
+    def picks(self, n: int, deep: bool = False) -> list[int]:
         """The calls of a window of `n` whose outputs are checked: the last, and RANDOM_CHECKS
-        others drawn now (after "d": the worker cannot know them while it runs)."""
+        others drawn now (after "d": the worker cannot know them while it runs); `deep`: every
+        call, or DEEP_CHECKS drawn (cpu: the judge's copy of the slots is its own memory; a
+        device: where the clones of all slots fit in DEEP_CLONE_BYTES, beyond admission's)."""
         calls = max(1, min(n, len(self._set_seeds)))
         rest = list(range(calls - 1))
+        if deep and (self.device == "cpu" or calls * self.out_bytes <= DEEP_CLONE_BYTES):
+            if len(rest) <= DEEP_CHECKS:
+                return [calls - 1, *rest]
+            return [calls - 1, *sorted(rest.pop(secrets.randbelow(len(rest)))
+                                       for _ in range(DEEP_CHECKS))]
         chosen = [rest.pop(secrets.randbelow(len(rest))) for _ in range(min(RANDOM_CHECKS,
                                                                          len(rest)))]
         return [calls - 1, *chosen]
 
-    def check(self, n: int) -> str:
+    def check(self, n: int, deep: bool = False) -> str:
         """Why the window of `n` calls does not stand ("" when it does): the last call's output
         and those of calls drawn now against the judge's reference, every input against its
-        pristine copy."""
+        pristine copy. `deep` (the clock's window faster than any before it, `verifier.judge.clock`):
+        every call's output (`picks`: the window that sets the runtime cannot have skipped calls
+        the random draw missed)."""
         import torch
 
         from verifier.judge.device_compare import (
             judge as _judge,  # in chunks: no fp64 copy of it all
         )
 
-        picks = self.checked = self.picks(n)
+        picks = self.checked = self.picks(n, deep)
         try:  # cpu: what the worker left, read once, now (nothing it writes later counts):
             for k in picks:  # the checked outputs first, then the inputs
                 self.arena.pull(*self._out_spans[k])
@@ -183,7 +210,8 @@ class WindowJudge:
             return f"the timed calls' arena is unreadable: {exc}"
         # a device arena has no pull: the checked outputs as they are now, before any reference
         # runs (a worker still writing after "d" must not get that time)
-        seen = {k: clone(self.slots[k]) for k in picks}
+        # (cpu: the slots are views of the judge's private copy, pulled above)
+        seen = {k: self.slots[k] if self.device == "cpu" else clone(self.slots[k]) for k in picks}
         for k in picks:
             pristine = self._draw(self._set_seeds[k])
             with decide.LOCK, torch.no_grad():

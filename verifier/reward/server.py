@@ -21,7 +21,8 @@ batch of a client that disconnects: the slot frees at once. Requests are checked
 runs (`verifier.reward.requests`): a task source that is not a KernelBench task file, NaN,
 infinite, negative or mistyped numbers, unknown backends are 400 with the reason. Headers and
 body must arrive within `read_timeout_s` (else 408), bodies over `max_body_bytes` get 413, at
-most `max_connections` connections are served (one more gets 503 and is closed), unknown paths
+most `max_connections` connections are served (one more gets 503 and is closed), at most
+`PARSE_SLOTS` bodies are parsed at once (JSON of small numbers is ~10x its size), unknown paths
 404, other methods 405. Answers are strict JSON (no NaN; `null` where a number is missing).
 """
 
@@ -160,12 +161,18 @@ class RewardHandler(BaseHTTPRequestHandler):
             if path not in ("/verify", "/get_reward"):
                 status = 405 if path == "/health" else 404
                 raise BadRequest(status, f"no POST {path}; use POST /verify or /get_reward")
-            payload = load_json(self._read_body())
+            raw = self._read_body()
             most = self.server.service.limits.max_items
-            if path == "/verify":
-                reqs, timeout = parse_items(payload, most)
-            else:
-                reqs, timeout = parse_openrlhf(payload, most), None
+            # a 16 MB body of small numbers parses to ~160 MB of objects in ~1 s: at most
+            # PARSE_SLOTS parses at once, not one per connection (64 of them: ~10 GB)
+            with self.server.parse_slots:
+                payload = load_json(raw)
+                del raw
+                if path == "/verify":
+                    reqs, timeout = parse_items(payload, most)
+                else:
+                    reqs, timeout = parse_openrlhf(payload, most), None
+                del payload
             verdicts = self.server.service.verify(reqs, timeout, self._client_gone)
         except BadRequest as exc:
             return self._reply(exc.status, {"error": str(exc)})
@@ -183,6 +190,7 @@ class RewardHandler(BaseHTTPRequestHandler):
     do_DELETE = do_PUT
 
 
+PARSE_SLOTS = 4
 BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
         b"Retry-After: 5\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s")
 
@@ -203,6 +211,7 @@ class RewardServer(ThreadingHTTPServer):
         self.url = f"http://{host}:{self.server_address[1]}"
         self._connections = threading.BoundedSemaphore(service.limits.max_connections)
         self._overflow = threading.BoundedSemaphore(16)  # threads answering 503, 1 s each
+        self.parse_slots = threading.BoundedSemaphore(PARSE_SLOTS)  # bodies parsed at once
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if self._connections.acquire(blocking=False):
@@ -221,10 +230,13 @@ class RewardServer(ThreadingHTTPServer):
         """503 to one connection past the bound: read its head (1 s at most) so it sees it."""
         body = dumps({"error": f"busy: {self.service.limits.max_connections} connections "
                                "open; retry later"})
-        try:
-            request.settimeout(1.0)
-            seen = b""
+        try:  # 1 s in all, not per read: a head sent a byte at a time must not hold the thread
+            deadline, seen = time.monotonic() + 1.0, b""
             while b"\r\n\r\n" not in seen and len(seen) < 1 << 16:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                request.settimeout(left)
                 chunk = request.recv(1 << 14)
                 if not chunk:
                     break

@@ -42,6 +42,8 @@ from verifier.isolation.isolate import RUN_DIR
 from verifier.isolation.membound import host_memory_bound
 from verifier.isolation.sandbox import SandboxLimits, sandboxed_argv, scrubbed_env, stop_process
 from verifier.judge.clock import FDS_ENV, JudgeClock, no_judge
+from verifier.judge.pace import Pace
+from verifier.run.hang_watch import HangWatch
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session
@@ -106,6 +108,7 @@ class GpuWorkerProcess:
         self.memory_bound = ""
         self.clock_fds: tuple[int, ...] = ()
         self.clock: JudgeClock | None = None
+        self.watch: HangWatch | None = None  # the job in flight's hang deadlines
         self.jobs = 0
         self.arena_fd = self.trials_fd = -1
         self.ext_id: tuple[int, int] = (0, 0)
@@ -201,8 +204,9 @@ class GpuWorkerProcess:
     def _read(self, timeout_s: float) -> dict[str, Any] | None:
         assert self.sock is not None
         deadline = time.monotonic() + timeout_s
-        while b"\n" not in self.buf:
-            left = deadline - time.monotonic()
+        watch, clock = self.watch, self.clock
+        while b"\n" not in self.buf:  # a job's step may end sooner (`verifier.run.hang_watch`)
+            left = min(deadline, watch.deadline(clock) if watch else deadline) - time.monotonic()
             if left <= 0:
                 return None
             ready, _, _ = select.select([self.sock], [], [], min(left, 1.0))
@@ -232,11 +236,12 @@ class GpuWorkerProcess:
             return 0
 
     def run(self, message: dict[str, Any], timeout_s: float, judge: Any = None,
-            arena_fd: int = -1, trials_fd: int = -1) -> RunOutcome:
+            arena_fd: int = -1, trials_fd: int = -1, pace: Pace | None = None) -> RunOutcome:
         """Send one job ({"job", "task_source", "candidate_source"}) and wait for its result;
         `judge` (with the descriptor of its arena, sent to the worker with the job) times the
         job's windows (`verifier.judge.clock`); `trials_fd`: the trials' arena
-        (`verifier.judge.trial_judge`), sent with the job too."""
+        (`verifier.judge.trial_judge`), sent with the job too; `pace`: the reference's, for
+        the clock's settled verdicts and the job's hang deadlines (`verifier.judge.pace`)."""
         if not self.alive():
             self.stop()
             if not self.start():
@@ -247,17 +252,19 @@ class GpuWorkerProcess:
         log_before = self.log_size()
         assert self.proc is not None and self.proc.stdin is not None
         deadline = start + timeout_s
-        clock = self.clock = (JudgeClock(judge, fds=self.clock_fds, wait_s=timeout_s,
-                                         meter=run_meter(self.cgroup),  # cgroup v2 only
-                                         runnable=run_runnable(self.cgroup))
+        clock = self.clock = (JudgeClock(judge, fds=self.clock_fds, wait_s=timeout_s)
                               if judge is not None else None)
+        if clock is not None:
+            clock.pace = pace
+            clock.watch(run_meter(self.cgroup), runnable=run_runnable(self.cgroup))  # v2 only
+        self.watch = HangWatch(pace, start, timeout_s)
         self.arena_fd, self.trials_fd = arena_fd, trials_fd
         try:
             return self._exchange(message, start, deadline, timeout_s, log_before, clock)
         finally:
             if clock is not None:
                 clock.stop()
-            self.clock, self.arena_fd, self.trials_fd = None, -1, -1
+            self.clock, self.watch, self.arena_fd, self.trials_fd = None, None, -1, -1
 
     def _exchange(self, message: dict[str, Any], start: float, deadline: float,
                   timeout_s: float, log_before: int, clock: JudgeClock | None) -> RunOutcome:
@@ -297,14 +304,17 @@ class GpuWorkerProcess:
                     except subprocess.TimeoutExpired:
                         closed = " (it closed its result pipe and did not exit)"
                 timed_out = self.proc.poll() is None
-                failure = (f"timed out after {timeout_s:.0f}s{closed}" if timed_out
+                hung = self.watch.why(clock) if self.watch and timed_out else ""
+                failure = (hung or f"timed out after {timeout_s:.0f}s{closed}" if timed_out
                            else self.describe_exit())
                 flood = self.log_size() - log_before >= FLOOD_BYTES
                 self.stop()
                 return RunOutcome(None, stage, timed_out, failure, flood,
                                   time.monotonic() - start)
-            if "progress" in msg:
-                stage = msg["progress"]
+            if "progress" in msg or "step" in msg:  # a step of the job (its hang deadline)
+                stage = str(msg.get("progress") or stage)
+                if self.watch is not None:
+                    self.watch.on(str(msg.get("progress") or msg.get("step")))
                 continue
             flood = self.log_size() - log_before >= FLOOD_BYTES
             # the worker is pid 1 of its own namespace: name it by the host's pid

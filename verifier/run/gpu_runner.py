@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from verifier.compile.builder import ArtefactMismatch, verify_artefact
+from verifier.judge.pace import Pace
 from verifier.judge.referee import Referee, RemoteJudge, RemoteTrials
 from verifier.judge.trial_judge import DoesNotFit
 from verifier.judge.window_judge import WindowJudge
@@ -117,7 +118,7 @@ class GpuRunner:
             self.swaps += 1
         self._refill()
 
-    def run(self, item: Any, job: dict[str, Any]) -> RunOutcome:
+    def run(self, item: Any, job: dict[str, Any], pace: Pace | None = None) -> RunOutcome:
         built = [r for r in item.built.values() if r.ok]
         changed = [r.path for r in built if not verify_artefact(r)]
         if changed:
@@ -139,7 +140,7 @@ class GpuRunner:
                     except RuntimeError as exc:  # the verifier's fault, not the candidate's
                         return RunOutcome(None, failure=f"the verifier's referee failed: {exc}")
                     job = {**job, "arena": judge.spec, "trials_arena": trials.spec}
-                out = self._run_locked(item, job, built, judge, *fds)
+                out = self._run_locked(item, job, built, judge, *fds, pace=pace)
                 return self._judged_here(out, trials)
             finally:
                 for fd in fds:
@@ -263,7 +264,8 @@ class GpuRunner:
         return out
 
     def _run_locked(self, item: Any, job: dict[str, Any], built: list, judge: Any = None,
-                    arena_fd: int = -1, trials_fd: int = -1) -> RunOutcome:
+                    arena_fd: int = -1, trials_fd: int = -1, pace: Pace | None = None
+                    ) -> RunOutcome:
         """One job on the current worker (lock held): start it if gone, stage the objects."""
         if not self.worker.alive():  # objects are staged in a started worker's directory
             self.worker.stop()
@@ -279,14 +281,14 @@ class GpuRunner:
             return self.worker.run({"job": {**job, "extensions": entries},
                                     "task_source": item.req.task_source,
                                     "candidate_source": item.code}, self.opts.run_timeout_s,
-                                   judge, arena_fd, trials_fd)
+                                   judge, arena_fd, trials_fd, pace)
         staged = None
         try:
             entries, staged = self.worker.stage(built)
             return self.worker.run({"job": {**job, "extensions": entries},
                                     "task_source": item.req.task_source,
                                     "candidate_source": item.code}, self.opts.run_timeout_s,
-                                   judge, arena_fd, trials_fd)
+                                   judge, arena_fd, trials_fd, pace)
         except (ArtefactMismatch, OSError) as exc:  # the worker is not trusted further
             self.worker.stop()
             return RunOutcome(None, "correctness", False, f"verifier build cache: {exc}",

@@ -169,7 +169,7 @@ def _warm_up(backend_name: str) -> Any:
 
 
 def _run_one(msg: dict[str, Any], sock: socket.socket, base: str,
-             progress: Callable[[str], None]) -> dict[str, Any]:
+             progress: Callable[[str], None], step: Callable[[str], None]) -> dict[str, Any]:
     """One job in a fresh folder under `base`, with the judge's arenas it was sent (their
     descriptors closed when it ends)."""
     from verifier.run.worker import run_job
@@ -187,7 +187,7 @@ def _run_one(msg: dict[str, Any], sock: socket.socket, base: str,
     jobdir = tempfile.mkdtemp(prefix="job-", dir=base)  # nothing left for the next job
     os.chdir(jobdir)
     try:
-        return run_job(job, msg["task_source"], msg["candidate_source"], progress)
+        return run_job(job, msg["task_source"], msg["candidate_source"], progress, step)
     finally:
         os.chdir(base)
         shutil.rmtree(jobdir, ignore_errors=True)
@@ -223,6 +223,9 @@ def main(argv: list[str]) -> int:
     def progress(stage: str) -> None:
         out.write(json.dumps({"progress": stage}) + "\n")
 
+    def step(name: str) -> None:  # the parent's hang deadlines (`verifier.run.hang_watch`)
+        out.write(json.dumps({"step": name}) + "\n")
+
     # jobs and caches in the private tmpfs (the worker's own directory is read-only to it)
     base = os.environ.get("KS_WORKER_TMP") or os.getcwd()
     os.makedirs(base, exist_ok=True)
@@ -232,7 +235,7 @@ def main(argv: list[str]) -> int:
         msg = json.loads(line)
         gc.enable()  # the parent judged the last job's trials before it sent this job
         held.clear()
-        result = _run_one(msg, sock, base, progress)
+        result = _run_one(msg, sock, base, progress, step)
         # no cyclic garbage collected (finalizers are candidate code) from the job's end until
         # the judge has checked its trials' slots: collection resumes when the next job
         # arrives, which the parent sends after its check (a full collection here would cost

@@ -25,16 +25,23 @@ class JobResult:
     """What one job measured (`data`, the worker's result), and how the run ends: `finish`
     records the outcome and raises Finished."""
 
-    def __init__(self, nonce: str, on_progress: Callable[[str], None] | None = None):
+    def __init__(self, nonce: str, on_progress: Callable[[str], None] | None = None,
+                 on_step: Callable[[str], None] | None = None):
         self.data: dict[str, Any] = {"nonce": nonce, "stage": "correctness", "outcome": "ok",
                                      "findings": [], "error": ""}
-        self.on_progress = on_progress
+        self.on_progress, self.on_step = on_progress, on_step
         self.io: Any = None  # the run's trial inputs and outputs (`verifier.judge.trial_io`)
 
     def progress(self, stage: str) -> None:
         self.data["stage"] = stage
         if self.on_progress:
             self.on_progress(stage)
+
+    def step(self, name: str) -> None:
+        """A step within the stage (a trial, the kernel profile): the parent's hang deadline
+        of the next one starts now (`verifier.run.hang_watch`); the stage is unchanged."""
+        if self.on_step:
+            self.on_step(name)
 
     def finish(self, outcome: str, error: str = "") -> None:
         self.data["outcome"] = outcome

@@ -23,6 +23,7 @@ from verifier.judge.clock import JudgeClock, no_judge
 from verifier.judge.decide import load_outputs
 from verifier.judge.inputs import trial_input_seed
 from verifier.judge.ip_sampler import SamplingClock
+from verifier.judge.pace import Pace
 from verifier.judge.window_judge import WindowJudge
 from verifier.protocol import VerifyOptions
 from verifier.run.gpu_pool import RunOutcome
@@ -66,7 +67,9 @@ class SandboxRunner:
         self.launcher, self.backend, self.opts = launcher, backend, opts
         self.env, self.threads = env, threads
 
-    def run(self, item: Any, job: dict[str, Any]) -> RunOutcome:
+    def run(self, item: Any, job: dict[str, Any], pace: Pace | None = None) -> RunOutcome:
+        """One job in a fresh sandboxed child; `pace`: the reference's, for the clock's
+        settled verdicts (`verifier.judge.pace`; the child's deadline is the run timeout)."""
         workdir = Path(tempfile.mkdtemp(prefix="ks-run-"))
         try:
             try:
@@ -81,6 +84,8 @@ class SandboxRunner:
             meter = CpuCgroup.make() if clock is not None else None
             if judge is not None:
                 job["arena"] = {**judge.spec, "path": ARENA_FILE}
+            if clock is not None:
+                clock.pace = pace
             if clock is not None and meter is not None:  # the run's cpu time, for the clock
                 clock.watch(meter.cpu_s, cpus=self.threads, runnable=meter.runnable)
             if isinstance(clock, SamplingClock):  # where its cpu time goes (ip_sampler)

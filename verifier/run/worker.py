@@ -44,9 +44,11 @@ from verifier.run.tamper import check_tamper, guard_snapshot
 
 
 def run_job(job: dict[str, Any], task_src: str, cand_src: str,
-            on_progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Verify one candidate in this process; the measurements as a result dict."""
-    res = JobResult(job["nonce"], on_progress)
+            on_progress: Callable[[str], None] | None = None,
+            on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Verify one candidate in this process; the measurements as a result dict (`on_step`:
+    each trial's and the kernel profile's start, for the parent's hang deadlines)."""
+    res = JobResult(job["nonce"], on_progress, on_step)
     try:
         _run(res, job, task_src, cand_src)
     except Finished:  # the verdict is in res.data
@@ -114,8 +116,10 @@ def _run(res: JobResult, job: dict[str, Any], task_src: str, cand_src: str) -> N
     # on the judge's arena, trial 1's own inputs (the judge checks them after the run: a
     # mutation here is seen there); a GB-sized task holds no second copy of them
     again_inputs = (lambda: first_inputs) if io.shared else (lambda: clone(first_inputs))
+    res.step("kernels")
     _check_kernels(res, backend, job, lambda: new(*again_inputs()))
     mark("kernel_profile")
+    res.step("variants")  # sizes the baseline never timed
     check_variants(res, job, task_src, cand.__dict__, backend, tol, io)
     mark("variants")
     _performance(res, job, backend, ref, new, again_inputs, first_inputs, first_ref,
@@ -266,6 +270,7 @@ def _trials(res: JobResult, ref: Any, new: Any, io: Any, make_inputs: Callable[[
     own_calls = 0  # calls into the candidate's extension functions during forward
     worst: dict[str, float] = {}
     for t in range(trials):
+        res.step("trial")
         inputs = io.inputs(0, t) or make_inputs(1000 + t)
         pristine = clone(inputs)
         try:
@@ -327,6 +332,7 @@ def _judged_trials(res: JobResult, new: Any, io: Any, backend: Any
     ops: list[tuple[str, int | None]] = []
     own_calls = 0
     for t in range(io.trials()):
+        res.step("trial")
         try:
             with torch.no_grad(), make_trace_mode() as tr, record_function(LABEL):
                 new_out = new(*io.inputs(0, t))

@@ -1,0 +1,147 @@
+"""Judge-seconds per candidate (issue 29): a slow call needs few calls, a far slower than eager
+window settles the verdict, and a step's hang deadline scales with the reference's own time
+(`verifier.judge.pace`, `verifier.judge.clock`, `verifier.run.hang_watch`)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from verifier_cases import SCALE_TASK  # noqa: E402
+
+from verifier.judge import clock, pace
+from verifier.judge.arena import Arena, fill, views
+from verifier.judge.clock import JudgeClock, serve_windows, time_windows
+from verifier.judge.pace import Pace
+from verifier.judge.window_judge import WindowJudge
+from verifier.run.hang_watch import HangWatch
+
+TOL = (1e-4, 1e-4, 1e-2, 1e-2)
+
+
+def _timed(tmp_path: Path, call_s: float, reference: Pace | None) -> tuple[dict[str, Any], int]:
+    """The judge's result for a worker whose calls take `call_s`, and the calls it made."""
+    judge = WindowJudge(SCALE_TASK, 0, TOL, 16 << 20, path=str(tmp_path / "arena.bin"))
+    spec = {**judge.spec, "path": str(tmp_path / "arena.bin")}
+    jc = JudgeClock(judge, workdir=tmp_path, wait_s=20.0)
+    jc.pace = reference
+    calls = [0]
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        time.sleep(call_s)  # a call that truly takes call_s (the worker is a thread here)
+        return x * 3.0 + 1.0
+
+    def serve() -> None:
+        old = os.getcwd()
+        os.chdir(tmp_path)
+        arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
+        try:
+            sets = [views(arena, layout) for layout in spec["sets"]]
+            slots = [views(arena, layout) for layout in spec["outs"]]
+            serve_windows(clock.open_worker_pipes(), forward, sets,
+                          lambda i, out: fill(slots[i], out), lambda: None)
+        finally:
+            os.chdir(old)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    t.join(timeout=60)
+    result = jc.result()
+    judge.close()
+    assert not t.is_alive()
+    return result, calls[0]
+
+
+def test_a_slow_call_is_timed_in_windows_of_one_call(tmp_path: Path) -> None:
+    """30 ms a call: the calibration's window of 1 call counts, two more of 1 call follow (3
+    calls; before: 1 + 3 windows of 3 calls = 10)."""
+    res, calls = _timed(tmp_path, 0.03, None)
+    fig = res["figures"]
+    assert res["failure"] == "" and fig["calls"] == 1 and len(fig["windows_us"]) == clock.WINDOWS
+    assert calls == clock.WINDOWS
+    assert fig["runtime_us"] >= 30000.0 and "early_stop" not in fig
+
+
+def test_a_far_slower_than_eager_window_settles_the_timing(tmp_path: Path) -> None:
+    res, calls = _timed(tmp_path, 0.03, Pace(eager_s=0.002, spread=0.1))
+    fig = res["figures"]
+    assert res["failure"] == "" and calls == 1 and len(fig["windows_us"]) == 1
+    assert fig["early_stop"].startswith("timing settled after one window: 1")  # 15x or more
+    assert fig["runtime_us"] >= 30000.0
+
+
+def test_a_window_within_reach_of_eager_is_timed_in_full(tmp_path: Path) -> None:
+    """1.5x slower than eager (and 2x with a spread that wide) may still be noise: 3 windows."""
+    for reference in (Pace(eager_s=0.02), Pace(eager_s=0.009, spread=1.0)):
+        (tmp_path / str(reference.eager_s)).mkdir()
+        res, calls = _timed(tmp_path / str(reference.eager_s), 0.03, reference)
+        assert "early_stop" not in res["figures"] and calls == clock.WINDOWS
+
+
+def test_the_reference_baseline_reuses_its_calibration_window() -> None:
+    calls = [0]
+
+    def ref(x: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        time.sleep(0.025)
+        return x
+
+    figures = time_windows(ref, [[torch.ones(4)]], lambda n: None, lambda: None, lambda o: None)
+    assert figures["calls"] == 1 and len(figures["windows_us"]) == clock.WINDOWS
+    assert calls[0] == 1 + clock.WINDOWS  # the warm-up, then three windows of one call
+
+
+def test_pace_of_a_baseline_and_its_settling_bound() -> None:
+    assert Pace.of({}) is None and Pace.of({"eager_us": 0.0}) is None
+    p = Pace.of({"eager_us": 100.0, "eager_iqr_us": 20.0})
+    assert p is not None and abs(p.eager_s - 1e-4) < 1e-12 and abs(p.spread - 0.2) < 1e-9
+    assert p.settled(3.5e-4, 0.05) == ""  # 3.5x: under 3 x 1.2
+    assert p.settled(3.7e-3, 0.05).startswith("timing settled after one window: 37.0x")
+    assert p.settled(3.7e-3, 0.005) == ""  # a window too short to settle anything
+
+
+def test_an_honest_kernel_50x_behind_eager_fits_every_step() -> None:
+    """The deadline of n calls holds 50x eager twice over, plus the floor, at any pace."""
+    for eager_s in (1e-6, 1e-3, 0.05, 2.0):
+        for n in (1, 3, 100):
+            budget = Pace(eager_s=eager_s).step_s(n)
+            assert budget >= pace.HANG_FLOOR_S + 2 * 50 * eager_s * n
+
+
+def _clock(serving: bool = False, window: tuple[float, int] | None = None) -> SimpleNamespace:
+    return SimpleNamespace(serving=serving, open_window=window)
+
+
+def test_hang_deadlines_follow_the_steps_and_the_judges_windows() -> None:
+    start = 1000.0
+    w = HangWatch(Pace(eager_s=0.01), start, timeout_s=600.0)
+    assert w.deadline() == start + 600.0 and w.why() == ""  # the reference loads: trusted
+    w.on("correctness", now=start + 2.0)  # the reference took 2 s: the candidate gets 5 + 6
+    assert w.deadline() == start + 2.0 + pace.HANG_FLOOR_S + pace.LOAD_FACTOR * 2.0
+    w.on("trial", now=start + 4.0)  # the first call: one floor more (lazy loads)
+    assert w.deadline() == start + 4.0 + 2 * pace.HANG_FLOOR_S + pace.HANG_FACTOR * 0.01
+    w.on("trial", now=start + 5.0)
+    assert w.deadline() == start + 5.0 + pace.HANG_FLOOR_S + pace.HANG_FACTOR * 0.01
+    assert w.deadline(_clock(serving=True)) == start + 600.0  # the judge fills: its time
+    assert w.deadline(_clock(True, (start + 9.0, 4))) == start + 9.0 + Pace(0.01).step_s(4)
+    assert "a timed window of 4 calls may take 9.0 s" in w.why(_clock(True, (start + 9.0, 4)))
+    w.on("variants", now=start + 20.0)  # sizes never timed: the run timeout
+    assert w.deadline() == start + 600.0 and w.why() == ""
+    now = time.monotonic()
+    w = HangWatch(Pace(eager_s=0.01), now, timeout_s=600.0)
+    w.deadline(_clock(True, (now, 4)))
+    after = w.deadline(_clock())  # the windows are over: the report, a floor from now
+    assert abs(after - time.monotonic() - pace.HANG_FLOOR_S) < 1.0
+
+
+def test_without_a_baseline_every_step_has_the_run_timeout() -> None:
+    w = HangWatch(None, 50.0, timeout_s=30.0)
+    for step in ("correctness", "trial", "kernels"):
+        w.on(step, now=51.0)
+        assert w.deadline(_clock(True, (52.0, 3))) == 80.0 and w.why() == ""

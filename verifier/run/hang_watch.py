@@ -1,0 +1,82 @@
+"""A persistent worker's hang deadlines (`verifier.judge.pace`): the job in flight must reach its
+next step by a deadline scaled to the reference's own time, not by the flat run timeout.
+
+Steps, as the worker reports them (`verifier.run.worker`: progress and step lines) and as the
+judge's clock runs its windows (`verifier.judge.clock.JudgeClock.open_window`):
+- from the job to "correctness": the reference loads (no candidate code yet): the run timeout;
+  that time is the measure of the candidate's load;
+- "correctness" to the first "trial": the candidate loads: `HANG_FLOOR_S` + `LOAD_FACTOR` x it;
+- each "trial", "kernels" (the kernel profile) and "performance" (up to the clock's first
+  window): one call, `Pace.step_s(1)`; the first of them one more `HANG_FLOOR_S` (a first
+  call's lazy loads: the extension's device code, cuBLAS/cuDNN handles, a JIT);
+- a timed window of n calls: `Pace.step_s(n)` from the judge's order; while the judge fills and
+  checks (its own time, not the worker's) only the run timeout;
+- after the last window (the run's report): `HANG_FLOOR_S`;
+- "variants" (sizes the baseline never timed): the run timeout.
+A worker that sends steps it is not at only moves its own deadline, never past the run
+timeout. Without a pace (no baseline) every step has the run timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from verifier.judge.pace import HANG_FACTOR, HANG_FLOOR_S, LOAD_FACTOR, Pace
+
+ONE_CALL = ("trial", "kernels", "performance")  # steps of one call of the candidate
+
+
+class HangWatch:
+    """The deadline of the step the job in flight is at (`deadline`), and why it ended it."""
+
+    def __init__(self, pace: Pace | None, start: float, timeout_s: float) -> None:
+        self.pace, self.start, self.timeout_s = pace, start, timeout_s
+        self.hard = start + timeout_s
+        self.end, self.what, self.budget = self.hard, "the reference's load", timeout_s
+        self.clock_seen = False
+        self.first_call = True
+
+    def on(self, step: str, now: float | None = None) -> None:
+        """The worker began `step` (a progress or step line)."""
+        now = time.monotonic() if now is None else now
+        if self.pace is None:
+            return
+        if step == "correctness":  # the reference is loaded: the candidate loads next
+            self._step(now, HANG_FLOOR_S + LOAD_FACTOR * (now - self.start),
+                       f"loading the candidate (the reference loaded in {now - self.start:.1f} s)")
+        elif step in ONE_CALL:
+            first, self.first_call = self.first_call, False
+            self._step(now, self.pace.step_s(1) + (HANG_FLOOR_S if first else 0.0),
+                       f"{step}: one call" + (" (the first)" if first else ""))
+        else:  # variants (sizes never timed), done, anything else: the run timeout
+            self._step(now, self.hard - now, step)
+
+    def _step(self, now: float, budget: float, what: str) -> None:
+        self.end, self.budget, self.what = min(self.hard, now + budget), budget, what
+
+    def deadline(self, clock: Any = None) -> float:
+        """When the job must next show progress (monotonic), the judge's clock considered."""
+        if self.pace is None:
+            return self.hard
+        if clock is not None and clock.serving:
+            self.clock_seen = True
+            window = clock.open_window
+            if window is None:  # the judge fills or checks: its time, not the worker's
+                return self.hard
+            began, calls = window
+            self.budget, self.what = self.pace.step_s(calls), f"a timed window of {calls} calls"
+            return min(self.hard, began + self.budget)
+        if self.clock_seen:  # the windows are over: the worker's report is next
+            self.clock_seen = False
+            self._step(time.monotonic(), HANG_FLOOR_S, "the run's report after its windows")
+        return self.end
+
+    def why(self, clock: Any = None) -> str:
+        """Why the job was ended, when its step's deadline (not the run timeout) passed; ""
+        when it is the run timeout."""
+        if self.pace is None or self.deadline(clock) >= self.hard:
+            return ""
+        return (f"passed its hang deadline: {self.what} may take {self.budget:.1f} s, scaled to "
+                f"the reference's {self.pace.eager_s * 1e6:.0f} us a call ({HANG_FLOOR_S:g} s + "
+                f"{HANG_FACTOR:g}x a call; the run timeout is {self.timeout_s:.0f} s)")
