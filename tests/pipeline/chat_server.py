@@ -66,8 +66,8 @@ def _handler(state: FakeServer) -> type[BaseHTTPRequestHandler]:
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
             try:
                 time.sleep(state.delay_s)
-                if action == "slow":
-                    time.sleep(1.0)
+                if action == "slow":  # far past a client's timeout, even on a loaded host
+                    time.sleep(3.0)
                     action = "ok"
                 if action == "429":
                     self._send(429, {"error": "rate limited"}, {"Retry-After": "0"})

@@ -71,7 +71,7 @@ def test_timeout_is_retried_then_succeeds(server: tuple[FakeServer, str]) -> Non
     with pytest.raises(LLMError, match=r"/chat/completions: failed after 1 attempts: timed out "
                                        r"after 0\.3s"):
         client.complete(PROMPT)
-    assert time.monotonic() - start < 1.0  # did not wait for the slow answer
+    assert time.monotonic() - start < 2.0  # did not wait for the slow answer (3 s)
 
 
 def test_retries_exhausted_and_client_errors_raise(server: tuple[FakeServer, str]) -> None:

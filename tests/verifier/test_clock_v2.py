@@ -315,7 +315,6 @@ def test_the_persistent_workers_v2_cgroup_meters_its_fills(
     from verifier.api import verify_batch
     from verifier.backends.cpu import CpuBackend
     from verifier.isolation.cgroups import is_v2_cgroup, new_cgroup, pids_cgroup_root
-    from verifier.judge import clock as clock_mod
     from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
     from verifier.run import gpu_pool
 
@@ -336,8 +335,9 @@ def test_the_persistent_workers_v2_cgroup_meters_its_fills(
         fig = timings[v.candidate_id]["judge_clock"]
         assert "fill_cpu_us" in fig, fig  # metered by the worker's cgroup
         print("judge clock:", v.candidate_id, fig)
-        charged_us = max(0.0, fig["fill_cpu_us"] - clock_mod.FILL_NOISE_S * 1e6)
-        assert charged_us < 0.05 * fig["runtime_us"] * fig["calls"], fig
+        # the charge in the window that set the runtime (a calibration window's, or one a
+        # loaded host's scheduler made, is in fill_cpu_us and no part of the runtime)
+        assert fig["fill_charged_us"] < 0.05 * fig["runtime_us"] * fig["calls"], fig
     deadline = time.monotonic() + 60  # a spare still starting stops itself once it is up
     while time.monotonic() < deadline and _mine(V2_ROOT):
         time.sleep(0.2)

@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -185,15 +186,33 @@ def _clock_run(tmp_path: Path, setup: str, own: set[str]) -> dict:
     return clock.result()
 
 
+def _attempts(run: Callable[[Path], dict], tmp_path: Path, held: Callable[[dict], bool],
+              tries: int = 3) -> list[dict]:
+    """Results of up to `tries` runs, until one where `held`: how many compute samples the
+    judge gets is a matter of chance and of the host's load (a loaded host's sampler wakes
+    seldom, and then often at the run's system calls), so a finding that needs them is asked
+    of one run in three; what must hold of every run is checked on each."""
+    results = []
+    for i in range(tries):
+        (tmp_path / f"try{i}").mkdir()
+        results.append(run(tmp_path / f"try{i}"))
+        if held(results[-1]):
+            break
+    return results
+
+
 @NEEDS_PTRACE
 def test_the_sampling_clock_finds_a_run_whose_calls_never_reach_its_object(
         tmp_path: Path, spin_so: Path) -> None:
     np_call = ("import numpy as np\na = np.random.rand(300, 300)\n"
                f"lib = ctypes.CDLL({str(spin_so)!r})\ndef call(x):\n    return a @ a\n")
-    res = _clock_run(tmp_path, np_call, {spin_so.name})
-    assert res["figures"]["runtime_us"] >= ips.MIN_CALL_S * 1e6, res
-    assert res["failure"].startswith("library_time:"), res
-    assert res["ip_samples"]["kinds"].get("own", 0) == 0, res
+    results = _attempts(lambda d: _clock_run(d, np_call, {spin_so.name}), tmp_path,
+                        lambda res: res["failure"].startswith("library_time:"))
+    for res in results:  # never a sample in its own object; found, or too few samples
+        assert res["failure"] == "" or res["failure"].startswith("library_time:"), res
+        assert res["ip_samples"]["kinds"].get("own", 0) == 0, res
+        assert not res["failure"] or res["figures"]["runtime_us"] >= ips.MIN_CALL_S * 1e6, res
+    assert results[-1]["failure"].startswith("library_time:"), results
 
 
 @NEEDS_PTRACE
@@ -201,11 +220,13 @@ def test_the_sampling_clock_leaves_a_run_computing_in_its_object_alone(
         tmp_path: Path, spin_so: Path) -> None:
     own_call = (f"lib = ctypes.CDLL({str(spin_so)!r})\nlib.spin.argtypes = [ctypes.c_long]\n"
                 "def call(x):\n    return lib.spin(400000)\n")
-    res = _clock_run(tmp_path, own_call, {spin_so.name})
-    assert res["failure"] == "", res
-    assert res["figures"]["runtime_us"] >= ips.MIN_CALL_S * 1e6, res
-    kinds = res["ip_samples"]["kinds"]
-    assert kinds.get("own", 0) >= ips.MIN_COMPUTE, res
+    results = _attempts(lambda d: _clock_run(d, own_call, {spin_so.name}), tmp_path,
+                        lambda res: res["ip_samples"].get("kinds", {}).get("own", 0)
+                        >= ips.MIN_COMPUTE)
+    for res in results:  # never a finding against it, however few its samples
+        assert res["failure"] == "", res
+        assert res["figures"]["runtime_us"] >= ips.MIN_CALL_S * 1e6, res
+    assert results[-1]["ip_samples"]["kinds"].get("own", 0) >= ips.MIN_COMPUTE, results
 
 
 def test_no_ptrace_means_no_sampling_and_one_line(tmp_path: Path, capsys: pytest.CaptureFixture,

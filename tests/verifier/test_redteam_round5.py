@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,15 @@ def _sampled_run(tmp_path: Path, body: str, spin: Path, own_n: int = 0
     return clock.result(), calls
 
 
+def _each_of(run: Callable[[Path], None], tmp_path: Path, tries: int = 3) -> None:
+    """`run` (its asserts) in each of `tries` fresh folders, stopping at the first that fails.
+    For an open hole (a strict xfail) whose outcome is a matter of sampling: one run can hold
+    by chance and pass the xfail; a fix holds in every run, and flips it still."""
+    for i in range(tries):
+        (tmp_path / f"run{i}").mkdir()
+        run(tmp_path / f"run{i}")
+
+
 def _median(xs: list[float]) -> float:
     return sorted(xs)[len(xs) // 2]
 
@@ -228,9 +238,14 @@ def test_a_library_copied_under_another_name_is_still_library_time(
     "removed) rather than where the time goes, or tighten the share per task from the "
     "honest templates' measured share"))
 def test_a_fallback_padded_with_its_own_spin_is_found(tmp_path: Path, spin_so: Path) -> None:
-    res, calls = _sampled_run(tmp_path, PADDED, spin_so)
-    assert calls and {m for m, _ in calls} == {"padded"}
-    assert res["failure"].startswith("library_time"), (res["failure"], res["ip_samples"])
+    """Found in each of three runs (`_each_of`): at ~80% library, a run's samples go over
+    LIBRARY_SHARE by chance (1 run of 20 measured: a strict xfail that passed)."""
+    def run(work: Path) -> None:
+        res, calls = _sampled_run(work, PADDED, spin_so)
+        assert calls and {m for m, _ in calls} == {"padded"}
+        assert res["failure"].startswith("library_time"), (res["failure"], res["ip_samples"])
+
+    _each_of(run, tmp_path)
 
 
 def test_only_system_and_interpreter_objects_are_overhead() -> None:
@@ -311,11 +326,11 @@ def test_a_body_of_many_small_items_is_refused_before_its_items_are_parsed() -> 
         from verifier.reward.requests import BadRequest, parse_items
 
         payload = json.loads(body)
-        t0 = time.monotonic()
+        t0 = time.thread_time()  # cpu time: parsing 30000 items is ~3 s of it, load or not
         with pytest.raises(BadRequest) as exc:  # the same check alone: no item is parsed
             parse_items(payload, 64)
         assert exc.value.status == 413
-        assert time.monotonic() - t0 < 0.5 and parsed_s < 10.0
+        assert time.thread_time() - t0 < 0.5 and parsed_s < 10.0
     finally:
         srv.shutdown()
         srv.server_close()

@@ -54,21 +54,48 @@ def v2_usage_s(stat: Path) -> float | None:
     return None
 
 
+def _tasks(pids: Iterable[int]) -> list[str]:
+    """`/proc` paths of the live threads of `pids`."""
+    paths = []
+    for pid in pids:
+        try:
+            paths += [f"/proc/{pid}/task/{tid}" for tid in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            continue
+    return paths
+
+
 def threads_cpu_s(pids: Iterable[int]) -> float:
     """Seconds on a cpu of the live threads of `pids` (a thread that is gone counts 0)."""
     total = 0
-    for pid in pids:
+    for task in _tasks(pids):
         try:
-            tids = os.listdir(f"/proc/{pid}/task")
+            with open(f"{task}/schedstat", "rb") as fh:
+                total += int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
+def runnable(tasks: Iterable[str]) -> int:
+    """How many of `tasks` (`/proc` paths of threads) are running or waiting for a cpu (state
+    R). A thread that spins on a loaded host may get no cpu for ms while it waits its turn:
+    its cpu time then says it is idle, its state does not (`verifier.judge.clock._quiet`)."""
+    count = 0
+    for task in tasks:
+        try:
+            with open(f"{task}/stat", "rb") as fh:
+                stat = fh.read()
         except OSError:
             continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as fh:
-                    total += int(fh.read().split()[0])
-            except (OSError, ValueError, IndexError):
-                continue
-    return total / 1e9
+        count += stat[stat.rfind(b")") + 2:][:1] == b"R"  # the name may hold ") "
+    return count
+
+
+def threads_runnable(pids: Iterable[int]) -> Callable[[], int]:
+    """How many live threads of `pids` are runnable, read afresh at each call."""
+    fixed = list(pids)
+    return lambda: runnable(_tasks(fixed))
 
 
 def run_meter(cgroup: Path | None) -> Callable[[], float] | None:
@@ -79,6 +106,12 @@ def run_meter(cgroup: Path | None) -> Callable[[], float] | None:
         unmetered("the persistent worker's cgroup is " + ("none" if cgroup is None else "v1"))
         return None
     return group.cpu_s
+
+
+def run_runnable(cgroup: Path | None) -> Callable[[], int] | None:
+    """How many threads of a run's existing cgroup v2 group are runnable (`run_meter`'s)."""
+    group = CpuCgroup.of_v2(cgroup) if cgroup is not None else None
+    return group.runnable if group is not None else None
 
 
 def threads_meter(pids: Iterable[int]) -> Callable[[], float]:
@@ -135,6 +168,15 @@ class CpuCgroup:
             return int(self._usage.read_text().split()[0]) * self._scale
         except (OSError, ValueError, IndexError):
             return 0.0
+
+    def runnable(self) -> int:
+        """How many of the group's threads are running or waiting for a cpu."""
+        listing = self.path / ("cgroup.threads" if self._usage.name == "cpu.stat" else "tasks")
+        try:
+            tids = listing.read_text().split()
+        except OSError:
+            return 0
+        return runnable(f"/proc/{tid}" for tid in tids)
 
     def remove(self, wait_s: float | None = None) -> None:
         """Remove the group once its tasks are gone (the run's sandbox killed them; the kernel

@@ -23,9 +23,9 @@ harness's loop: a window is believed for what the judge checks and measures itse
   burns cpu time there that an honest worker, blocked on the pipe, does not. Where the judge
   can meter the run's cpu time (`meter`: the run's cgroup, `verifier.isolation.cpu_meter`), it waits
   after each check until the run is quiet (an honest OpenMP pool spins ~5-10 ms after its last
-  parallel region), reads the meter, fills, reads it again at "w": the run's cpu time in
-  between, less a noise allowance (`FILL_NOISE_S`, at most `NOISE_SHARE` of the window), is
-  added to the window's time. Charged, not a cheat: cpu seconds are at least the wall seconds the work would have taken inside the window (on any
+  parallel region; loaded, it waits for a cpu: `runnable`), reads the meter, fills, reads it
+  again at "w": the run's cpu time in between, less a noise allowance (`FILL_NOISE_S`, at most
+  `NOISE_SHARE` of the window), is added to the window's time. Charged, not a cheat: cpu seconds are at least the wall seconds the work would have taken inside the window (on any
   number of threads), so the attack gains nothing, and an honest run that was not quiet in
   time (a loaded host) is slowed a little instead of called a cheat. Cpu time inside the
   window (an honest multi-threaded kernel's) is never charged; work after "d" gains nothing
@@ -79,8 +79,8 @@ WAIT_S = 120.0  # the longest the judge waits for one message
 FILL_NOISE_S, NOISE_SHARE = 0.0005, 0.05  # the run's cpu time during a fill that is not
 # charged: an honest worker's wake-up, a meter's rounding (at most this share of the window: a
 # window capped by its input sets may be a single short call)
-QUIET_S, QUIET_MAX_S = 0.002, 0.05  # the run is quiet: under 10% cpu over QUIET_S (waited
-# for at most QUIET_MAX_S, then the fill is charged as it is)
+QUIET_S, QUIET_MAX_S = 0.002, 0.05  # the run is quiet: under 10% cpu over QUIET_S and no
+# thread runnable (waited for at most QUIET_MAX_S, then the fill is charged as it is)
 
 
 
@@ -212,8 +212,9 @@ class JudgeClock:
                  meter: Callable[[], float] | None = None) -> None:
         """FIFOs made in `workdir`, or `fds` (read, write): a persistent worker's pipes, kept
         open across jobs (what an earlier job left in them is drained first)."""
-        self.judge, self.wait_s, self.meter = judge, wait_s, meter
+        self.judge, self.wait_s, self.meter, self.runnable = judge, wait_s, meter, None
         self.fill_cpu: list[float] = []  # the run's cpu time during each window's fill
+        self.charged: list[float] = []  # what each window was charged for its fill
         self.cpus: int | None = None  # the cores the run is given (`watch`); None: not bounded
         self.window_cores: list[float] = []  # each window's cpu time over its wall time
         self.figures: dict[str, Any] = {}
@@ -238,13 +239,14 @@ class JudgeClock:
         self._thread = threading.Thread(target=self._drive, name="ks-judge-clock", daemon=True)
         self._thread.start()
 
-    def watch(self, meter: Callable[[], float] | None, cpus: int | None = None) -> None:
-        """Meter the run's cpu time with `meter` from the next window on; with `cpus` (the
-        threads the run is given, and its baseline ran with), a window is charged at least its
-        cpu time over `cpus`: a run that takes more cores than it was given (an OpenMP
-        `num_threads(8)` where OMP_NUM_THREADS=1 asked one) gains nothing by them."""
+    def watch(self, meter: Callable[[], float] | None, cpus: int | None = None,
+              runnable: Callable[[], int] | None = None) -> None:
+        """Meter the run's cpu time with `meter` (`runnable`: its threads in state R) from the
+        next window on; with `cpus` (the threads the run is given, and its baseline ran with), a
+        window is charged at least its cpu time over `cpus`: a run that takes more cores than it
+        was given (OpenMP `num_threads(8)` where OMP_NUM_THREADS=1 asked one) gains nothing."""
         self.cpus = cpus
-        self.meter = meter
+        self.meter, self.runnable = meter, runnable
 
     def _read(self, deadline: float) -> str:
         """The worker's next message (one byte at a time: nothing of a later one is lost)."""
@@ -332,12 +334,14 @@ class JudgeClock:
             if call_s * n >= round_trip / ROUND_TRIP_SHARE or n >= self.judge.sets:
                 break
         figures = summarize(per_call)
+        set_by = self.charged[-len(per_call):][per_call.index(min(per_call))]  # runtime's
         figures.update(calls=n, round_trip_us=round(round_trip * 1e6, 2),
                        copy_us=round(copy_s * 1e6, 2), sets=self.judge.sets,
                        out_bytes=int(self.judge.out_bytes))
         figures.update({"early_stop": settled} if settled else {})
         if self.fill_cpu:  # what the run burnt while the judge filled (charged above noise)
-            figures["fill_cpu_us"] = round(max(self.fill_cpu) * 1e6, 2)
+            figures["fill_cpu_us"] = round(max(self.fill_cpu) * 1e6, 2)  # of any window
+            figures["fill_charged_us"] = round(set_by * 1e6, 2)  # what the runtime holds
             figures["window_cores"] = round(max(self.window_cores), 3)  # cpu over wall
         return figures
 
@@ -346,7 +350,7 @@ class JudgeClock:
         during the fill above noise; or None (and the failure) when the judge's checks of its
         outputs and inputs fail."""
         meter = self.meter
-        before = _quiet(meter) if meter is not None else 0.0
+        before = _quiet(meter, self.runnable) if meter is not None else 0.0
         self.judge.fill(n)
         at_go = meter() if meter is not None else 0.0
         burnt = max(0.0, at_go - before)
@@ -366,7 +370,8 @@ class JudgeClock:
             self.window_cores.append(inside / max(wall, 1e-9))
         if meter is not None and self.cpus:  # more cores than given: their time is charged
             wall = max(wall, inside / self.cpus)
-        return wall + max(0.0, burnt - min(FILL_NOISE_S, NOISE_SHARE * wall))
+        self.charged.append(max(0.0, burnt - min(FILL_NOISE_S, NOISE_SHARE * wall)))
+        return wall + self.charged[-1]
 
     def result(self) -> dict[str, Any]:
         """What the judge measured once the windows are over: {"figures", "failure" (the
@@ -384,16 +389,16 @@ class JudgeClock:
         return self.figures
 
 
-def _quiet(meter: Callable[[], float]) -> float:
-    """The run's cpu time once it is quiet (under 10% of one cpu over QUIET_S), waiting at most
-    QUIET_MAX_S: an honest worker blocks on the pipe after "d", but its OpenMP pool spins a
-    few ms after its last parallel region, and none of that is the next window's work."""
+def _quiet(meter: Callable[[], float], runnable: Callable[[], int] | None = None) -> float:
+    """The run's cpu time once it is quiet (under 10% of a cpu over QUIET_S, no thread
+    `runnable`), waited for at most QUIET_MAX_S: after "d" an honest OpenMP pool spins a few
+    ms (on a loaded host partly waiting for a cpu: no cpu time, but state R)."""
     deadline = time.perf_counter() + QUIET_MAX_S
     last = meter()
     while time.perf_counter() < deadline:
         time.sleep(QUIET_S)
         now = meter()
-        if now - last < QUIET_S / 10:
+        if now - last < QUIET_S / 10 and not (runnable is not None and runnable()):
             return now
         last = now
     return last

@@ -37,7 +37,7 @@ from typing import Any
 
 from verifier.compile.builder import ArtefactMismatch, copy_for_worker
 from verifier.isolation.cgroups import kill_cgroup, make_pids_cgroup
-from verifier.isolation.cpu_meter import run_meter
+from verifier.isolation.cpu_meter import run_meter, run_runnable
 from verifier.isolation.isolate import RUN_DIR
 from verifier.isolation.membound import host_memory_bound
 from verifier.isolation.sandbox import SandboxLimits, sandboxed_argv, scrubbed_env, stop_process
@@ -255,11 +255,11 @@ class GpuWorkerProcess:
         log_before = self.log_size()
         assert self.proc is not None and self.proc.stdin is not None
         deadline = start + timeout_s
-        clock = self.clock = (JudgeClock(judge, fds=self.clock_fds, wait_s=timeout_s,
-                                         meter=run_meter(self.cgroup))  # cgroup v2 only
+        clock = self.clock = (JudgeClock(judge, fds=self.clock_fds, wait_s=timeout_s)
                               if judge is not None else None)
         if clock is not None:
             clock.pace = pace
+            clock.watch(run_meter(self.cgroup), runnable=run_runnable(self.cgroup))  # v2 only
         self.watch = HangWatch(pace, start, timeout_s)
         self.arena_fd, self.trials_fd = arena_fd, trials_fd
         try:

@@ -88,7 +88,7 @@ class SandboxRunner:
             if clock is not None:
                 clock.pace = pace
             if clock is not None and meter is not None:  # the run's cpu time, for the clock
-                clock.watch(meter.cpu_s, cpus=self.threads)
+                clock.watch(meter.cpu_s, cpus=self.threads, runnable=meter.runnable)
             if isinstance(clock, SamplingClock):  # where its cpu time goes (ip_sampler)
                 clock.sample_tasks(meter.path if meter else None, {e["path"] for e in exts.values()})
             cpus = CPU_GRANTS.take(self.threads)  # a bound, not a request (verifier.isolation.cpu_bound)
