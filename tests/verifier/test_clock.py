@@ -13,9 +13,10 @@ import pytest
 import torch
 from verifier_cases import SCALE_TASK  # noqa: E402
 
-from verifier.judge import clock
+from verifier.judge import clock, clock_serve
 from verifier.judge.arena import Arena, fill, views
-from verifier.judge.clock import JudgeClock, calls_for, serve_windows, time_windows
+from verifier.judge.clock import JudgeClock, calls_for, time_windows
+from verifier.judge.clock_serve import serve_windows
 from verifier.judge.window_judge import POOL_MAX, WindowJudge
 
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)
@@ -30,7 +31,7 @@ def _worker(workdir: Path, spec: dict[str, Any], forward: Any) -> threading.Thre
         try:
             sets = [views(arena, layout) for layout in spec["sets"]]
             slots = [views(arena, layout) for layout in spec["outs"]]
-            serve_windows(clock.open_worker_pipes(), forward, sets,
+            serve_windows(clock_serve.open_worker_pipes(), forward, sets,
                           lambda i, out: fill(slots[i], out), lambda: None)
         except OSError:  # the judge stopped: this worker is done
             pass

@@ -22,7 +22,7 @@ import pytest
 from verifier_cases import SCALE_TASK  # noqa: E402
 
 from verifier.isolation.cpu_meter import CpuCgroup, threads_cpu_s, threads_meter, threads_runnable
-from verifier.judge import clock
+from verifier.judge import clock, clock_serve
 from verifier.judge.arena import Arena, fill, views
 from verifier.judge.clock import JudgeClock
 from verifier.judge.window_judge import RANDOM_CHECKS, WindowJudge
@@ -170,11 +170,11 @@ def test_a_thread_that_answers_the_windows_itself_gains_nothing(tmp_path: Path) 
         arena = Arena.attach(str(tmp_path / "arena.bin"), judge.spec["nbytes"], "cpu")
         sets = [views(arena, layout) for layout in judge.spec["sets"]]
         slots = [views(arena, layout) for layout in judge.spec["outs"]]
-        wfd, rfd = clock.open_worker_pipes()
+        wfd, rfd = clock_serve.open_worker_pipes()
         os.chdir(old)
         os.write(wfd, b"t\n")
         while True:
-            msg = clock._readline(rfd).split()
+            msg = clock_serve.read_line(rfd).split()
             if msg == ["e"]:
                 break
             n = int(msg[1])
@@ -340,11 +340,11 @@ def _cores_run(tmp_path: Path, cpus: int | None) -> dict[str, Any]:
     def worker() -> None:
         old = os.getcwd()
         os.chdir(tmp_path)
-        wfd, rfd = clock.open_worker_pipes()
+        wfd, rfd = clock_serve.open_worker_pipes()
         os.chdir(old)
         os.write(wfd, b"t\n")
         while True:
-            msg = clock._readline(rfd).split()
+            msg = clock_serve.read_line(rfd).split()
             if msg == ["e"]:
                 break
             t0 = time.perf_counter()

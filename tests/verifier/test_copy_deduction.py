@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from verifier.judge.arena import Arena, fill, views
-from verifier.judge.clock import JudgeClock, RefusedOutput, open_worker_pipes, serve_windows
+from verifier.judge.clock import JudgeClock
+from verifier.judge.clock_serve import RefusedOutput, open_worker_pipes, serve_windows
 from verifier.judge.timed_calls import slot_filler
 from verifier.judge.window_judge import WindowJudge, fastest_copy
 

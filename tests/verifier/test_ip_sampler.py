@@ -167,7 +167,7 @@ class _Judge:
 
 WORKER = """
 import ctypes, sys
-from verifier.judge.clock import open_worker_pipes, serve_windows
+from verifier.judge.clock_serve import open_worker_pipes, serve_windows
 {setup}
 serve_windows(open_worker_pipes(), call, [[0]], lambda i, out: None, lambda: None)
 """

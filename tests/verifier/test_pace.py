@@ -14,9 +14,10 @@ from typing import Any
 import torch
 from verifier_cases import SCALE_TASK  # noqa: E402
 
-from verifier.judge import clock, pace
+from verifier.judge import clock, clock_serve, pace
 from verifier.judge.arena import Arena, fill, views
-from verifier.judge.clock import JudgeClock, serve_windows, time_windows
+from verifier.judge.clock import JudgeClock, time_windows
+from verifier.judge.clock_serve import serve_windows
 from verifier.judge.pace import Pace
 from verifier.judge.window_judge import WindowJudge
 from verifier.run.hang_watch import HangWatch
@@ -44,7 +45,7 @@ def _timed(tmp_path: Path, call_s: float, reference: Pace | None) -> tuple[dict[
         try:
             sets = [views(arena, layout) for layout in spec["sets"]]
             slots = [views(arena, layout) for layout in spec["outs"]]
-            serve_windows(clock.open_worker_pipes(), forward, sets,
+            serve_windows(clock_serve.open_worker_pipes(), forward, sets,
                           lambda i, out: fill(slots[i], out), lambda: None)
         finally:
             os.chdir(old)

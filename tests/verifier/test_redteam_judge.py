@@ -29,9 +29,10 @@ from redteam_driver import run_rows  # noqa: E402
 from redteam_observer import TASK, snapshot  # noqa: E402
 from verifier_cases import SCALE_TASK  # noqa: E402
 
-from verifier.judge import clock  # noqa: E402
+from verifier.judge import clock, clock_serve  # noqa: E402
 from verifier.judge.arena import Arena, fill, views  # noqa: E402
-from verifier.judge.clock import JudgeClock, serve_windows  # noqa: E402
+from verifier.judge.clock import JudgeClock  # noqa: E402
+from verifier.judge.clock_serve import serve_windows  # noqa: E402
 from verifier.judge.window_judge import WindowJudge  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,7 +152,7 @@ def _serve(workdir: Path, spec: dict[str, Any], forward: Any) -> threading.Threa
         try:
             sets = [views(arena, layout) for layout in spec["sets"]]
             slots = [views(arena, layout) for layout in spec["outs"]]
-            serve_windows(clock.open_worker_pipes(), forward, sets,
+            serve_windows(clock_serve.open_worker_pipes(), forward, sets,
                           lambda i, out: fill(slots[i], out), lambda: None)
         except (OSError, ValueError):  # the judge stopped, or the harness refused an output
             pass
@@ -259,11 +260,11 @@ def test_a_slow_round_trip_never_makes_a_window_of_100k_calls(tmp_path: Path) ->
         arena = Arena.attach(str(tmp_path / "arena.bin"), judge.spec["nbytes"], "cpu")
         sets = [views(arena, layout) for layout in judge.spec["sets"]]
         slots = [views(arena, layout) for layout in judge.spec["outs"]]
-        wfd, rfd = clock.open_worker_pipes()
+        wfd, rfd = clock_serve.open_worker_pipes()
         os.chdir(old)
         os.write(wfd, b"t\n")
         while True:
-            msg = clock._readline(rfd).split()
+            msg = clock_serve.read_line(rfd).split()
             if msg == ["e"]:
                 break
             n = int(msg[1])

@@ -345,14 +345,15 @@ _OPEN_LAST_CALL = (
 
 
 def test_skipping_all_but_the_last_call_of_a_window_saves_no_time(tmp_path: Path) -> None:
-    """The harness's own loop (clock.serve_windows) and a real judge; a true call takes 2 ms.
+    """The harness's own loop (clock_serve.serve_windows) and a real judge; a true call takes 2 ms.
     End to end: redteam_round4_cases.last_only_candidate on SMALL_TASK (numbers there)."""
     import time
 
     import torch
 
     from verifier.judge.arena import Arena, fill, views
-    from verifier.judge.clock import JudgeClock, open_worker_pipes, serve_windows
+    from verifier.judge.clock import JudgeClock
+    from verifier.judge.clock_serve import open_worker_pipes, serve_windows
     from verifier.judge.window_judge import WindowJudge
 
     seen = {"first": None, "idx": 0, "longest": 0}

@@ -132,7 +132,7 @@ CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
              "PYTHONPATH": str(ROOT)}
 WORKER = """
 import ctypes, sys
-from verifier.judge.clock import open_worker_pipes, serve_windows
+from verifier.judge.clock_serve import open_worker_pipes, serve_windows
 {setup}
 serve_windows(open_worker_pipes(), call, [[0]], lambda i, out: None, lambda: None)
 """

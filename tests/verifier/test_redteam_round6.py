@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import SCALE_TASK  # noqa: E402
 
 from verifier.judge.arena import Arena, fill, views  # noqa: E402
-from verifier.judge.clock import JudgeClock, open_worker_pipes, serve_windows  # noqa: E402
+from verifier.judge.clock import JudgeClock  # noqa: E402
+from verifier.judge.clock_serve import open_worker_pipes, serve_windows  # noqa: E402
 from verifier.judge.window_judge import WindowJudge  # noqa: E402
 
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)

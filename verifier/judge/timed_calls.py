@@ -16,7 +16,7 @@ def serve_timed_windows(job: dict[str, Any], new: Any, backend: Any) -> set[str]
     shared arena; the aten ops the timed calls ran (every call traced, as in the trials).
     Nothing is measured here: the judge's clock owns the runtime."""
     from verifier.judge.arena import Arena, views
-    from verifier.judge.clock import open_worker_pipes, serve_windows
+    from verifier.judge.clock_serve import open_worker_pipes, serve_windows
 
     spec = job.get("arena")
     pipes = open_worker_pipes() if spec else None
@@ -58,7 +58,7 @@ def slot_filler(slots: list[Any]) -> Callable[[int, Any], None]:
     half a window; no honest kernel knows where its slot is (an output that is a view of its
     input, in the arena's input sets, is copied as any other)."""
     from verifier.judge.arena import fill
-    from verifier.judge.clock import RefusedOutput
+    from verifier.judge.clock_serve import RefusedOutput
 
     spans = _spans(slots)  # the slots follow the input sets: one range
     lo, hi = (min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0)

@@ -41,7 +41,8 @@ from verifier.isolation.cpu_meter import run_meter, run_runnable
 from verifier.isolation.isolate import RUN_DIR
 from verifier.isolation.membound import host_memory_bound
 from verifier.isolation.sandbox import SandboxLimits, sandboxed_argv, scrubbed_env, stop_process
-from verifier.judge.clock import FDS_ENV, JudgeClock, no_judge
+from verifier.judge.clock import JudgeClock, no_judge
+from verifier.judge.clock_serve import FDS_ENV
 from verifier.judge.pace import Pace
 from verifier.run.hang_watch import HangWatch
 

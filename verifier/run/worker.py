@@ -229,7 +229,7 @@ def _performance(res: JobResult, job: dict[str, Any], backend: Any, ref: Any, ne
     import torch
 
     from verifier.checks.fallback import op_kind
-    from verifier.judge.clock import RefusedOutput
+    from verifier.judge.clock_serve import RefusedOutput
     from verifier.judge.device_compare import judge
     from verifier.judge.timed_calls import serve_timed_windows
 
