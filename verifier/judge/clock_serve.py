@@ -14,6 +14,7 @@ FDS_ENV = "KS_CLOCK_FDS"  # a persistent worker's inherited pipe ends: "<req wri
 
 
 def read_line(fd: int) -> str:
+    """One line from a clock pipe (OSError once the judge closed it)."""
     buf = b""
     while not buf.endswith(b"\n"):
         chunk = os.read(fd, 1)
