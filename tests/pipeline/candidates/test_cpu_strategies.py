@@ -157,3 +157,52 @@ def test_simd_layer_norm_is_one_division_free_pass_per_row(kernels: dict[str, li
     simd, omp, _ = kernels["layer_norm"]
     assert "% S)" not in simd.code and "#pragma omp simd reduction(+:part)" in simd.code
     assert "(j / S) * T" in omp.code  # the general strided form stays the omp strategy's
+
+
+FAST_MATH_SOURCE = HEAD + """
+import torch.nn.functional as F
+class Model(nn.Module):
+    def forward(self, x):
+        return (torch.sin(x) + torch.cos(x * 3.0) * F.softplus(x) + torch.log1p(torch.abs(x))
+                + torch.tanh(x) * torch.exp(-torch.abs(x)))
+def get_inputs():
+    return [torch.randn(64, 256)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_fast_math_replaces_every_transcendental_it_has_a_polynomial_for() -> None:
+    trace_sources([FAST_MATH_SOURCE])
+    simd, _, fast = template_kernels(TaskView("fm", "fm", FAST_MATH_SOURCE, FAST_MATH_SOURCE),
+                                     "cpu", 3)
+    body = fast.code.split("inline float ew")[1]
+    for f in ("sinf", "cosf", "log1pf", "expf", "tanhf"):
+        assert f"ks_{f}(" in body and not re.search(rf"(?<![\w:.]){f}\s*\(", body), f
+    assert "static inline void ks_sincosf" in fast.code
+    assert "ks_sinf" not in simd.code  # the plain simd strategy keeps libm/libmvec
+
+
+@pytest.mark.slow
+def test_fast_math_polynomials_match_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    """The simd_fastmath kernel of a chain of every polynomial (sin, cos, log1p, exp, tanh),
+    built by load_inline with its own flags, against torch on random inputs from tiny to large
+    magnitudes (the quadrant selects and the exponent-field splits at every range)."""
+    import torch
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    trace_sources([FAST_MATH_SOURCE])
+    fast = template_kernels(TaskView("fm", "fm", FAST_MATH_SOURCE, FAST_MATH_SOURCE), "cpu",
+                            3)[2]
+    ns: dict = {}
+    exec(compile(FAST_MATH_SOURCE, "reference.py", "exec"), ns)
+    cand: dict = {}
+    exec(compile(fast.code, "candidate.py", "exec"), cand)
+    ref, new = ns["Model"](), cand["ModelNew"]()
+    gen = torch.Generator().manual_seed(0)
+    for scale in (1e-4, 0.5, 1.0, 4.0, 30.0):
+        x = torch.randn(64, 256, generator=gen) * scale
+        want, got = ref(x), new(x)
+        assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (
+            scale, float((got - want).abs().max()))
