@@ -206,3 +206,51 @@ def test_fast_math_polynomials_match_torch(tmp_path: Path, monkeypatch: pytest.M
         want, got = ref(x), new(x)
         assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (
             scale, float((got - want).abs().max()))
+
+
+ATTENTION_SOURCE = HEAD + """
+import math
+class Model(nn.Module):
+    def forward(self, q, k, v):
+        n = q.size(-2)
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+        mask = torch.triu(torch.ones(n, n, dtype=torch.bool, device=q.device), diagonal=1)
+        scores = scores.masked_fill(mask, float("-inf"))
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+def get_inputs():
+    return [torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_simd_attention_is_one_fused_kernel_and_omp_keeps_the_generic_one() -> None:
+    trace_sources([ATTENTION_SOURCE])
+    simd, omp, fast = template_kernels(TaskView("at", "at", ATTENTION_SOURCE, ATTENTION_SOURCE),
+                                       "cpu", 3)
+    for k in (simd, fast):
+        assert k.family == "attention" and k.code.count("_ext.") == 1, k.variant
+        assert "std::min<int64_t>(S, i + 1)" in k.code  # the causal mask as a key count
+    assert "attn_" not in omp.code and omp.code.count("_ext.") > 1
+
+
+@pytest.mark.slow
+def test_fused_attention_matches_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused causal attention, built with its flags, against torch at the traced sizes and
+    at other ones (its sizes are read from the tensors: a longer sequence, a wider head)."""
+    import torch
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    trace_sources([ATTENTION_SOURCE])
+    simd = template_kernels(TaskView("at", "at", ATTENTION_SOURCE, ATTENTION_SOURCE), "cpu", 3)[0]
+    ns: dict = {}
+    exec(compile(ATTENTION_SOURCE, "reference.py", "exec"), ns)
+    cand: dict = {}
+    exec(compile(simd.code, "candidate.py", "exec"), cand)
+    ref, new = ns["Model"](), cand["ModelNew"]()
+    gen = torch.Generator().manual_seed(0)
+    for shape in ((2, 4, 16, 8), (3, 2, 33, 24)):
+        q, k, v = (torch.randn(*shape, generator=gen) for _ in range(3))
+        want, got = ref(q, k, v), new(q, k, v)
+        assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (
+            shape, float((got - want).abs().max()))
