@@ -228,8 +228,8 @@ def read_reference(source: str) -> Reference:
     for node in tree.body:
         if isinstance(node, ast.Import | ast.ImportFrom):
             pre.append(ast.unparse(node))
-        elif (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-              and all(isinstance(t, ast.Name) for t in node.targets)):
+        elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            # constants, and tables a constructor reads (an activation registry)
             pre.append(ast.unparse(node))
         elif (isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name not in (
                 "Model", "get_inputs", "get_init_inputs")):

@@ -351,12 +351,10 @@ def _preamble(text: str, used: set[str], skip: set[str]) -> str:
             if keep[i] or st in skip:
                 continue
             m = re.match(r"^(?:class|def) (\w+)", st)
-            if m:
-                if m.group(1) not in need:
-                    continue
-                need |= _globals_read(st)
-            elif not _binds_used(st, need):
+            if (m.group(1) not in need) if m else not _binds_used(st, need):
                 continue
+            if not st.startswith(("import ", "from ")):  # what a kept helper reads, too
+                need |= _globals_read(st)
             keep[i] = changed = True
     return "\n".join(st for st, k in zip(stmts, keep, strict=True) if k)
 
