@@ -27,12 +27,15 @@ from schemas import Candidate, Verdict
 
 
 def _side_verdict(code: str, task_id: str, reward: float, by_code: dict,
-                  verdicts: dict[str, Verdict]) -> Verdict | None:
+                  verdicts: dict[str, Verdict], runtime_us: float | None = None
+                  ) -> Verdict | None:
     """The verdict of the candidate a pair side is: same program, and (when one program was
-    verified more than once) the reward the row records."""
+    verified more than once) the reward the row records, then its runtime (rewards of fast
+    kernels tie at the cap)."""
     found = [verdicts[c.candidate_id] for c in by_code.get((task_id, normalise_code(code)), [])
              if c.candidate_id in verdicts]
-    return min(found, key=lambda v: abs(v.reward - reward), default=None)
+    return min(found, key=lambda v: (abs(v.reward - reward), abs(
+        (v.runtime_us or 0) - (runtime_us or 0)) if runtime_us else 0), default=None)
 
 
 def check_pairs(audit: Audit, rows: dict[str, list[dict]], cands: list[Candidate],
@@ -47,8 +50,10 @@ def check_pairs(audit: Audit, rows: dict[str, list[dict]], cands: list[Candidate
         limit = MAX_SPEED_SIMILARITY if r.get("kind") == "speed" else MAX_SIMILARITY
         audit.record("pair_distinct", sim <= limit, where,
                      f"similarity {sim:.3f} over {limit} for a {r.get('kind')} pair")
-        va = _side_verdict(a, r["task_id"], r["chosen_reward"], by_code, verdicts)
-        vb = _side_verdict(b, r["task_id"], r["rejected_reward"], by_code, verdicts)
+        va = _side_verdict(a, r["task_id"], r["chosen_reward"], by_code, verdicts,
+                           r.get("chosen_runtime_us"))
+        vb = _side_verdict(b, r["task_id"], r["rejected_reward"], by_code, verdicts,
+                           r.get("rejected_runtime_us"))
         if va is None or vb is None:
             audit.record("pair_margin", False, where, "a side has no verdict in the workspace")
             continue

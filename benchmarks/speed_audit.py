@@ -9,7 +9,8 @@
 - `speed_pairs`: at least a third of the preference pairs are `speed` pairs (two correct
   kernels), each with a 1.2x margin across both spreads (once per version).
 - `timing_repeats`: no sft answer or preference side is a program whose repeated timings on one
-  device disagree beyond their spreads (`pairs.unstable_timings`).
+  device disagree beyond their spreads (`pairs.unstable_timings`), and no sft answer or chosen
+  side was timed again (`retimed`, pipeline.datasets.retime) below `select.min_speedup`.
 - `one_analysis_per_kernel`: perf_analysis has one row per distinct kernel (task, code).
 - `advice_not_shared`: no perf_analysis advice text is repeated over more than a quarter of the
   rows (and more than two).
@@ -25,6 +26,7 @@ from collections import Counter
 from typing import Any
 
 from pipeline.datasets.pairs import MIN_SPEEDUP, normalise_code, unstable_timings
+from pipeline.datasets.retime import retimings, timing_held
 from pipeline.prompts import input_specs_for
 from schemas import Candidate, Task, Verdict
 
@@ -80,19 +82,29 @@ def check_speed(audit: Any, manifest: dict, rows: dict[str, list[dict]], tasks: 
                      "preference", f"{len(speed)} speed pairs of {len(pref)}, margins: {margin}")
     else:
         audit.skip("speed_pairs")
-    _check_timings(audit, rows, cands, verdicts)
+    _check_timings(audit, rows, cands, verdicts, gate)
     _check_analyses(audit, rows.get("perf_analysis", []))
     _check_splits(audit, rows, tasks)
     _check_specs(audit, rows.get("rl", []), tasks)
 
 
 def _check_timings(audit: Any, rows: dict[str, list[dict]], cands: list[Candidate],
-                   verdicts: dict[str, Verdict]) -> None:
+                   verdicts: dict[str, Verdict], gate: float) -> None:
     unstable = unstable_timings(cands, verdicts)
-    bad_code = {(c.task_id, normalise_code(c.code)) for c in cands if c.candidate_id in unstable}
+    bad_code = {(c.task_id, normalise_code(c.code)) for c in cands if c.candidate_id in unstable
+                or (c.candidate_id in verdicts and not timing_held(verdicts[c.candidate_id],
+                                                                    gate))}
+    retimed = 0
     for r in rows.get("sft", []):
+        v = verdicts.get(r["candidate_id"])
         audit.record("timing_repeats", r["candidate_id"] not in unstable,
                      f"sft {r['row_id'][:12]}", "its timing did not repeat within its spread")
+        audit.record("timing_repeats", v is None or timing_held(v, gate),
+                     f"sft {r['row_id'][:12]}", "timed again below select.min_speedup: "
+                     + ", ".join(f"{x.get('speedup')}x" for x in retimings(v) if v))
+        retimed += bool(v and retimings(v))
+    audit.notes.append(f"sft answers timed twice (near the gate): {retimed} of "
+                       f"{len(rows.get('sft', []))}")
     for r in rows.get("preference", []):
         sides = [(r["task_id"], normalise_code(_code(r[s][0]["content"])))
                  for s in ("chosen", "rejected")]

@@ -132,6 +132,10 @@ class SelectConfig(Section):
     # a kernel taught as an answer (sft, rft's kept responses, preference's chosen side) is at
     # least this much faster than eager on the verifier's device; 0 lets any correct one through
     min_speedup: float = Field(default=1.0, ge=0.0)
+    # a teacher kernel whose one timing is within [min_speedup, retime_below * min_speedup)
+    # is verified again, and taught as >= min_speedup only when both timings say so
+    # (pipeline.datasets.retime); 0 (or at most 1) re-times nothing
+    retime_below: float = Field(default=1.5, ge=0.0)
 
 
 class PublishConfig(Section):

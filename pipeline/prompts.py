@@ -51,7 +51,7 @@ BACKENDS: dict[str, BackendWording] = {
     ),
     "cpu": BackendWording(
         name="CPU",
-        device="the CPU (tensors on device 'cpu')",
+        device="the host's processor cores (tensors on device 'cpu')",
         language="C++ (plain loops over `data_ptr<T>()`; OpenMP allowed)",
         build=("Build the kernels with `torch.utils.cpp_extension.load_inline(...)` at module "
                "level: `cpp_sources` holds the C++ functions, `functions=[...]` the bound names; "

@@ -29,6 +29,7 @@ from pipeline.datasets.pairs import (
     pair_similarity_limit,
     unstable_timings,
 )
+from pipeline.datasets.retime import timing_held
 from pipeline.datasets.selection import (
     SELECTORS,
     fastest_per_task,
@@ -345,6 +346,7 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
     for (tid, _backend), cands in sorted(groups.items()):
         rank = sorted(cands, key=lambda c: (-verdicts[c.candidate_id].reward, c.candidate_id))
         chosen = [c for c in rank if meets_speedup(verdicts[c.candidate_id], min_speedup)
+                  and timing_held(verdicts[c.candidate_id], min_speedup)
                   and not c.generator.startswith("mutate:") and c.candidate_id not in unstable]
         correct = [c for c in rank if verdicts[c.candidate_id].status in CORRECT_STATUSES
                    and not c.generator.startswith("mutate:")]
@@ -416,6 +418,7 @@ def build_datasets(tasks: list[Task], candidates: list[Candidate], verdicts: lis
     # siblings feed preference pairs)
     taught = [c for c in cands if _is_teacher(c) and c.candidate_id in vmap
               and meets_speedup(vmap[c.candidate_id], cfg.select.min_speedup)
+              and timing_held(vmap[c.candidate_id], cfg.select.min_speedup)
               and (not cfg.verify.generalize or generalisation_checked(vmap[c.candidate_id]))]
     unstable = unstable_timings(cands, vmap)  # a speed label must rest on a timing that held
     answers = fastest_per_task((c, vmap[c.candidate_id]) for c in taught

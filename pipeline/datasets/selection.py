@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.datasets.retime import held_speedup, retimings, timing_held
 from schemas import Candidate, Rejection, Verdict
 from verifier.protocol import CORRECT_STATUSES
 
@@ -184,25 +185,33 @@ def label_rejections(cands: list[Candidate], verdicts: dict[str, Verdict], min_s
     out = []
     for c in cands:
         v = verdicts.get(c.candidate_id)
-        if (v is None or c.candidate_id not in unstable or not c.generator.startswith(
-                "template:") or not meets_speedup(v, min_speedup)):
+        if v is None or not c.generator.startswith("template:") or not meets_speedup(
+                v, min_speedup):
             continue
-        out.append(Rejection.make(
-            "publish", c.candidate_id, c.generator, "timing_not_repeated",
-            f"{c.generator}: {v.speedup:.2f}x, but the same program timed again on {v.device} "
-            "landed outside this timing's spread (and this one outside its); not used as a "
-            "speed label"))
+        if c.candidate_id in unstable:
+            out.append(Rejection.make(
+                "publish", c.candidate_id, c.generator, "timing_not_repeated",
+                f"{c.generator}: {v.speedup:.2f}x, but the same program timed again on "
+                f"{v.device} landed outside this timing's spread (and this one outside its); "
+                "not used as a speed label"))
+        elif not timing_held(v, min_speedup):
+            again = ", ".join(f"{r.get('speedup') or 0:.2f}x" for r in retimings(v))
+            out.append(Rejection.make(
+                "publish", c.candidate_id, c.generator, "timing_not_repeated",
+                f"{c.generator}: {v.speedup:.2f}x, but verified again on {v.device} it ran at "
+                f"{again}, under select.min_speedup {min_speedup:g}x; not taught as that fast"))
     return out
 
 
 def fastest_per_task(items: Iterable[tuple[Candidate, Verdict]]) -> list[Candidate]:
-    """Per (task, backend), the candidate with the highest measured speedup (then reward, id)."""
+    """Per (task, backend), the candidate with the highest measured speedup, by its slowest
+    timing where it was timed more than once (then reward, id)."""
     best: dict[tuple[str, str], tuple[Candidate, Verdict]] = {}
     for c, v in items:
         key = (c.task_id, c.backend)
         cur = best.get(key)
-        rank = (v.speedup or 0.0, v.reward, c.candidate_id)
-        if cur is None or rank > (cur[1].speedup or 0.0, cur[1].reward, cur[0].candidate_id):
+        rank = (held_speedup(v), v.reward, c.candidate_id)
+        if cur is None or rank > (held_speedup(cur[1]), cur[1].reward, cur[0].candidate_id):
             best[key] = (c, v)
     return [best[k][0] for k in sorted(best)]
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.config import Config, VerifyConfig
+from pipeline.datasets.retime import retime_borderline
 from pipeline.stage import (
     GPU_BACKENDS,
     Resources,
@@ -110,7 +111,15 @@ def verify_stage(fn: VerifyFn = verify_with_rejections) -> Stage:
     def run(batch: list[Candidate], ctx: StageContext) -> StageOutput:
         verdicts, rejections = fn(ctx.tasks, batch, ctx.cfg.verify, Path(ctx.cache_dir),
                                   *([ctx.progress] if ctx.progress else []))
+        sel = ctx.cfg.select
+        # a teacher kernel near the speed gate is timed again before any label rests on it
+        verdicts, retimed = retime_borderline(
+            list(verdicts), batch, lambda cs: fn(ctx.tasks, cs, ctx.cfg.verify,
+                                                 Path(ctx.cache_dir))[0],
+            sel.min_speedup, sel.retime_below)
         out = StageOutput(list(verdicts), counts=Counter(verified=len(verdicts)))
+        if retimed:
+            out.counts["retimed"] = retimed
         out.counts.update(v.status for v in verdicts)
         keep_rejections(out, list(rejections))
         return out

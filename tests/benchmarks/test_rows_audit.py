@@ -218,3 +218,23 @@ def test_a_cpu_rows_system_prompt_that_says_gpu_fails_backend_named(tmp_path: Pa
     assert not any("system prompt" in e for e in right.examples.get("backend_named", []))
     assert "CUDA (GPU)" in analysis_rows.review_system("cuda")
     assert "GPU" not in analysis_rows.review_system("cpu")
+
+
+def test_a_pair_side_timed_twice_is_audited_with_the_timing_its_row_records() -> None:
+    """One program verified twice at the reward cap (1.0): the audit takes the verdict whose
+    runtime the row records, not whichever comes first (a CPU build's pair failed pair_margin
+    against the other timing of its chosen side)."""
+    from tests.pipeline.ks_synthetic import candidate, kernel_code, make_task, verdict
+
+    task = make_task(0)
+    code = kernel_code("plain")
+    first = candidate(task, "template:elementwise/cpu-simd", code)
+    again = candidate(task, "repair:fix", code + "\n", parent=first, turn=1)
+    verdicts = {first.candidate_id: verdict(first, "correct_fast", 4.0, 1.0),
+                again.candidate_id: verdict(again, "correct_fast", 5.0, 1.0)}
+    by_code = {}
+    for c in (first, again):
+        by_code.setdefault((c.task_id, pair_audit.normalise_code(c.code)), []).append(c)
+    for speed in (4.0, 5.0):
+        got = pair_audit._side_verdict(code, task.task_id, 1.0, by_code, verdicts, 40.0 / speed)
+        assert got is not None and got.speedup == speed

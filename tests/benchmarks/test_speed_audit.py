@@ -62,3 +62,20 @@ def test_broken_rows_fail_their_checks() -> None:
 
 def _tasks(c) -> list:
     return [t for t in pool(n_tasks=6)[0] if t.task_id == c.task_id]
+
+
+def test_an_sft_answer_timed_again_below_the_gate_fails_timing_repeats() -> None:
+    from dataclasses import replace
+
+    from pipeline.datasets.retime import RULE
+    from schemas import Finding
+
+    rows, tasks, cands, verdicts = _built()
+    cid = rows["sft"][0]["candidate_id"]
+    again = Finding(rule=RULE, severity="info", message="timed again: speedup=0.8000 "
+                    "runtime_us=50.0 runtime_iqr_us=1.0 eager_us=40.0 status=correct_slow")
+    v = verdicts[cid]
+    bad = dict(verdicts, **{cid: replace(v, findings=[*v.findings, again])})
+    audit = _audit(rows, tasks, cands, bad)
+    assert audit.counts["timing_repeats"]["fail"] >= 1
+    assert any("0.8x" in e for e in audit.examples["timing_repeats"])

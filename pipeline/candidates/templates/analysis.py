@@ -205,7 +205,7 @@ def trace_source(source: str, *, timeout_s: float = 120.0) -> Graph:
 class Reference:
     """What the candidate file copies from the reference source: imports, constants, init."""
 
-    preamble: str  # imports and simple module-level constants
+    preamble: str  # imports, simple module-level constants, helper classes/functions
     init_source: str  # `def __init__(...)` of Model, super() call normalised
     forward_args: list[str]  # forward's parameter names after self
     forward_signature: str  # the text between the parentheses of `def forward(`
@@ -228,8 +228,13 @@ def read_reference(source: str) -> Reference:
     for node in tree.body:
         if isinstance(node, ast.Import | ast.ImportFrom):
             pre.append(ast.unparse(node))
-        elif (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-              and all(isinstance(t, ast.Name) for t in node.targets)):
+        elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+            # constants, and tables a constructor reads (an activation registry)
+            pre.append(ast.unparse(node))
+        elif (isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name not in (
+                "Model", "get_inputs", "get_init_inputs")):
+            # a config stand-in (`class ModelConfig`) or helper the constructor calls; the
+            # candidate keeps it only when its own code reads the name (program._preamble)
             pre.append(ast.unparse(node))
     if init is None:
         init_src = "def __init__(self):\n    super().__init__()"

@@ -6,7 +6,7 @@ registry (which collects their lowerings) never import each other in a circle.
 
 from __future__ import annotations
 
-from pipeline.candidates.templates import elementwise, registry
+from pipeline.candidates.templates import attention, elementwise, registry
 from pipeline.candidates.templates.analysis import Graph, NoTemplate, Reference
 from pipeline.candidates.templates.program import (
     FAMILY_ORDER,
@@ -39,9 +39,13 @@ def lower(graph: Graph, ref: Reference, backend: str, variant: int) -> Built:
     live = graph.live_nodes()
     live_names = {n.name for n in live}
     users = {n.name: [u for u in n.users if u in live_names] for n in graph.nodes}
-    groups = registry.plan_fusion(b, live, users)
-    for node in live:
-        registry.lower_node(b, node, groups, users)
+    fused = attention.match(b, live)
+    if fused is not None:  # the whole graph is one attention: one kernel (CPU simd)
+        attention.lower_fused(b, fused)
+    else:
+        groups = registry.plan_fusion(b, live, users)
+        for node in live:
+            registry.lower_node(b, node, groups, users)
     outs = graph.outputs()
     exprs = []
     for o in outs:

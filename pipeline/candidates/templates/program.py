@@ -307,8 +307,7 @@ def render(b: Builder) -> str:
     fwd = "\n".join("        " + ln for ln in b.lines)
     used = _globals_read(f"class ModelNew:\n{init}\n    def forward({b.ref.forward_signature}):\n"
                          f"{fwd}\n")
-    preamble = "\n".join(ln for ln in b.ref.preamble.splitlines()
-                         if ln not in base_imports and _binds_used(ln, used))
+    preamble = _preamble(b.ref.preamble, used, base_imports)
     return (
         "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
         f"{preamble}\n\n{sources}\n{build}\n\n\n"
@@ -333,6 +332,31 @@ def _globals_read(class_text: str) -> set[str]:
               and isinstance(n.ctx, ast.Store)}
     read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     return read - bound
+
+
+def _preamble(text: str, used: set[str], skip: set[str]) -> str:
+    """The reference's module-level statements the candidate needs: imports and constants whose
+    name it reads, and the helper classes and functions it reads (a config stand-in its
+    constructor builds), with whatever those read in turn."""
+    try:
+        stmts = [ast.unparse(s) for s in pyast.parse(text).body]
+    except SyntaxError:  # line by line, as before
+        stmts = text.splitlines()
+    keep = [False] * len(stmts)
+    need = set(used)
+    changed = True
+    while changed:  # a kept helper's own reads can pull in an earlier statement
+        changed = False
+        for i, st in enumerate(stmts):
+            if keep[i] or st in skip:
+                continue
+            m = re.match(r"^(?:class|def) (\w+)", st)
+            if (m.group(1) not in need) if m else not _binds_used(st, need):
+                continue
+            if not st.startswith(("import ", "from ")):  # what a kept helper reads, too
+                need |= _globals_read(st)
+            keep[i] = changed = True
+    return "\n".join(st for st, k in zip(stmts, keep, strict=True) if k)
 
 
 def _binds_used(line: str, names: set[str]) -> bool:

@@ -1,9 +1,13 @@
-"""Inclusive scans along a dim: cumsum and cumprod.
+"""Inclusive scans along a dim: cumsum, cumprod, logcumsumexp and cummax's values.
 
 The input is viewed as (outer, R, inner). CUDA variants: one thread per line (sequential, the
 right choice when inner is large since neighbouring threads read neighbouring columns), or for
 rows (inner == 1) one block per row scanning blockDim-sized tiles: a warp-level Hillis-Steele
 scan with __shfl_up_sync, a scan of the warp totals, and a carry from tile to tile.
+CPU simd strategies, rows (inner == 1): a scan is a chain of dependent adds (or multiplies), one
+per element, so a row scanned alone waits out the operation's latency at every step; eight rows
+scanned side by side keep eight independent chains in flight (each row still read and written
+in order), which is where the time goes at these sizes.
 """
 
 from __future__ import annotations
@@ -82,26 +86,75 @@ void NAME(torch::Tensor x, torch::Tensor out_, int64_t outer, int64_t R, int64_t
 """
 
 
+# eight rows side by side: eight independent dependency chains (CPU simd, rows contiguous)
+_CPU_ROWS = r"""
+void NAME(torch::Tensor x, torch::Tensor out_, int64_t outer, int64_t R, int64_t /*inner*/) {
+    const IN_T* __restrict__ in = (const IN_T*)x.data_ptr();
+    OUT_T* __restrict__ out = (OUT_T*)out_.data_ptr();
+    const int64_t groups = (outer + 7) / 8;  // groups of eight rows, the last one shorter
+    #pragma omp parallel for schedule(static) if (outer * R > (1 << 18))
+    for (int64_t g = 0; g < groups; ++g) {
+        const int64_t first = g * 8, n = std::min<int64_t>(8, outer - first);
+        const IN_T* __restrict__ src = in + first * R;
+        OUT_T* __restrict__ dst = out + first * R;
+        double v[8];
+        for (int r = 0; r < 8; ++r) v[r] = IDENT;
+        if (n == 8) {
+            for (int64_t j = 0; j < R; ++j) {
+                #pragma GCC unroll 8
+                for (int r = 0; r < 8; ++r) {
+                    v[r] = OPER(v[r], (double)src[r * R + j]);
+                    dst[r * R + j] = STORE(v[r]);
+                }
+            }
+        } else {
+            for (int64_t j = 0; j < R; ++j) {
+                for (int64_t r = 0; r < n; ++r) {
+                    v[r] = OPER(v[r], (double)src[r * R + j]);
+                    dst[r * R + j] = STORE(v[r]);
+                }
+            }
+        }
+    }
+}
+"""
+
+
 def lower_scan(b: Builder, node: Node) -> None:
-    """Emit a cumsum / cumprod kernel."""
+    """Emit a cumsum / cumprod / logcumsumexp kernel, or cummax's values."""
     kind = node.base.removesuffix("_")
     x = node.named["self"]
     xm = b.meta(x)
     shape = xm["shape"]
+    if kind == "cummax":
+        if xm["dtype"] not in ("float32", "float64"):
+            raise NoTemplate("cummax of a non-float tensor")
+        live = {n.name for n in b.graph.live_nodes()}
+        used = {b.node(u).args[1] for u in node.users
+                if u in live and b.node(u).target == "getitem"}
+        if used != {0}:
+            raise NoTemplate("cummax's indices are used (only its values are templated)")
     dim = node.a("dim")
     if not isinstance(dim, int):
         raise NoTemplate(f"{node.target} without an integer dim")
     outer, r, inner = layout(shape, [dim]) if shape else (1, 1, 1)
     xin = b.contiguous(x)
-    in_t, out_t = ctype(xm["dtype"]), ctype(node.dtype)
-    acc = acc_type(xm["dtype"], node.dtype)
+    dtype = xm["dtype"] if kind == "cummax" else node.dtype
+    in_t, out_t = ctype(xm["dtype"]), ctype(dtype)
+    acc = acc_type(xm["dtype"], dtype)
     k = f"scan{len(b.kernels)}"
     oper, ident = {
         "cumsum": ("((a) + (b))", "0"), "cumprod": ("((a) * (b))", "1"),
         # log(exp(a) + exp(b)) without overflow; -inf is the identity.
         "logcumsumexp": ("((a) == -INFINITY ? (b) : ((b) == -INFINITY ? (a) : (((a) > (b) ? (a) "
                          ": (b)) + log1p(exp(-fabs((a) - (b)))))))", "(-INFINITY)"),
+        # a NaN, once seen, stays the running value (as torch's cummax)
+        "cummax": ("(((b) != (b) || (b) > (a)) && (a) == (a) ? (b) : (a))", "(-INFINITY)"),
     }[kind]
+    # a product decays through fp32's subnormal range, where each store would take a
+    # microcode assist; values under FLT_MIN are written as zero (off by < 1.2e-38)
+    store = (f"({out_t})(fabs(x) < FLT_MIN ? 0.0 : (x))" if kind == "cumprod"
+             and out_t == "float" else f"({out_t})(x)")
     rows = b.cuda and inner == 1 and b.variant % 2 == 0
     threads = 256
     if b.cuda:
@@ -119,6 +172,10 @@ void NAME(torch::Tensor x, torch::Tensor out, int64_t outer, int64_t R, int64_t 
         how = ("one 256-thread block per row scanning 256-element tiles (warp shuffles-up scan, "
                "a scan of the warp totals, a carry between tiles)" if rows else
                "one thread per line walking the dim sequentially (coalesced across lines)")
+    elif b.simd and inner == 1 and kind != "logcumsumexp":
+        src = f"#define {k}_ST(x) {store}\n" + _CPU_ROWS.replace("STORE", f"{k}_ST")
+        how = ("eight rows scanned side by side (eight independent running values in double, "
+               "each row read and written in order), OpenMP over groups of rows when large")
     else:
         src = _CPU
         how = "an OpenMP loop over lines with a double running value"
@@ -128,10 +185,14 @@ void NAME(torch::Tensor x, torch::Tensor out, int64_t outer, int64_t R, int64_t 
     note = (f"{kind} over dim {dim} of {shape} ({outer * inner} lines of length {r}) with {how}.")
     name = b.add_kernel("scan", k, src, "void NAME(torch::Tensor x, torch::Tensor out, "
                         "int64_t outer, int64_t R, int64_t inner)", note)
-    out = b.alloc(node.shape, node.dtype)
+    out = b.alloc(shape if kind == "cummax" else node.shape, dtype)
     b.call(name, xin, out, str(outer), str(r), str(inner))
-    b.env[node.name] = out
+    if kind == "cummax":
+        b.tuples[node.name] = {0: out}
+    else:
+        b.env[node.name] = out
     b.params.setdefault("scan", []).append({"kind": kind, "block_per_row": rows})
 
 
-LOWERINGS = {"cumsum": lower_scan, "cumprod": lower_scan, "logcumsumexp": lower_scan}
+LOWERINGS = {"cumsum": lower_scan, "cumprod": lower_scan, "logcumsumexp": lower_scan,
+             "cummax": lower_scan}

@@ -194,14 +194,68 @@ _FAST = {
     return std::copysign((1.0f - e) / (1.0f + e), x);
 }
 """,
+    # log1p: w = 1 + x split as 2^e * m with m in [sqrt(1/2), sqrt(2)) through the exponent
+    # field, log m = 2 atanh(s) with s = (m - 1) / (m + 1) (|s| < 0.172: five odd terms reach
+    # 1e-8); the rounding of 1 + x costs at most 6e-8 absolute, far inside fp32 tolerances
+    "log1pf": """static inline float ks_log1pf(float x) {
+    const float w = 1.0f + x;
+    int32_t bits;
+    __builtin_memcpy(&bits, &w, sizeof bits);
+    const int32_t e = ((bits - 0x3f3504f3) >> 23);  // m = w / 2^e lands in [sqrt(1/2), sqrt(2))
+    bits -= e * (1 << 23);
+    float m;
+    __builtin_memcpy(&m, &bits, sizeof m);
+    const float s = (m - 1.0f) / (m + 1.0f), s2 = s * s;
+    float p = 0.11111111111f;
+    p = p * s2 + 0.14285714286f;
+    p = p * s2 + 0.2f;
+    p = p * s2 + 0.33333333333f;
+    p = p * s2 + 1.0f;
+    const float v = (float)e * 0.69314718056f + 2.0f * s * p;
+    return w > 0.0f ? v : (w == 0.0f ? -INFINITY : NAN);  // log1p's own edge cases
 }
+""",
+    # sin and cos: j = round(x * 2/pi), r = x - j * pi/2 in three parts (Cody-Waite), the
+    # minimax polynomials of sin and cos on [-pi/4, pi/4] (Cephes' coefficients), and the
+    # quadrant j mod 4 picks which one and its sign, with selects and no branch
+    "sincosf": """static inline void ks_sincosf(float x, float* sn, float* cs) {
+    const float j = __builtin_rintf(x * 0.63661977236758134f);
+    const float r = ((x - j * 1.5703125f) - j * 4.837512969970703125e-4f)
+                    - j * 7.54978995489188216e-8f;
+    const float r2 = r * r;
+    const float ps = r + r * r2 * (-1.6666654611e-1f + r2 * (8.3321608736e-3f
+                                                              + r2 * -1.9515295891e-4f));
+    const float pc = 1.0f - 0.5f * r2 + r2 * r2 * (4.166664568298827e-2f + r2 * (
+        -1.388731625493765e-3f + r2 * 2.443315711809948e-5f));
+    const int32_t q = (int32_t)(j - 4.0f * __builtin_floorf(j * 0.25f));  // j mod 4, in [0, 4)
+    const float s = (q & 1) ? pc : ps, c = (q & 1) ? ps : pc;
+    *sn = (q & 2) ? -s : s;
+    *cs = ((q + 1) & 2) ? -c : c;
+}
+""",
+    "sinf": """static inline float ks_sinf(float x) {
+    float s, c;
+    ks_sincosf(x, &s, &c);
+    return s;
+}
+""",
+    "cosf": """static inline float ks_cosf(float x) {
+    float s, c;
+    ks_sincosf(x, &s, &c);
+    return c;
+}
+""",
+}
+_NEEDS = {"tanhf": ("expf",), "sinf": ("sincosf",), "cosf": ("sincosf",)}
+_ORDER = ("expf", "tanhf", "log1pf", "sincosf", "sinf", "cosf")
 
 
 def fast_math(body: str) -> tuple[str, str]:
-    """`body` with expf/tanhf calls turned into the inline polynomials, and their definitions."""
-    used = [f for f in _FAST if re.search(rf"(?<![\w:.]){f}\s*\(", body)]
+    """`body` with expf/tanhf/log1pf/sinf/cosf calls turned into the inline polynomials, and
+    their definitions (each after what it calls)."""
+    used = {f for f in _FAST if f != "sincosf" and re.search(rf"(?<![\w:.]){f}\s*\(", body)}
     for f in used:
         body = re.sub(rf"(?<![\w:.]){f}(\s*\()", rf"ks_{f}\1", body)
-    if "tanhf" in used and "expf" not in used:
-        used.insert(0, "expf")
-    return body, "".join(_FAST[f] for f in ("expf", "tanhf") if f in used)
+    for f in list(used):
+        used.update(_NEEDS.get(f, ()))
+    return body, "".join(_FAST[f] for f in _ORDER if f in used)

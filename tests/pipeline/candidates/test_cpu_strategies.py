@@ -157,3 +157,136 @@ def test_simd_layer_norm_is_one_division_free_pass_per_row(kernels: dict[str, li
     simd, omp, _ = kernels["layer_norm"]
     assert "% S)" not in simd.code and "#pragma omp simd reduction(+:part)" in simd.code
     assert "(j / S) * T" in omp.code  # the general strided form stays the omp strategy's
+
+
+FAST_MATH_SOURCE = HEAD + """
+import torch.nn.functional as F
+class Model(nn.Module):
+    def forward(self, x):
+        return (torch.sin(x) + torch.cos(x * 3.0) * F.softplus(x) + torch.log1p(torch.abs(x))
+                + torch.tanh(x) * torch.exp(-torch.abs(x)))
+def get_inputs():
+    return [torch.randn(64, 256)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_fast_math_replaces_every_transcendental_it_has_a_polynomial_for() -> None:
+    trace_sources([FAST_MATH_SOURCE])
+    simd, _, fast = template_kernels(TaskView("fm", "fm", FAST_MATH_SOURCE, FAST_MATH_SOURCE),
+                                     "cpu", 3)
+    body = fast.code.split("inline float ew")[1]
+    for f in ("sinf", "cosf", "log1pf", "expf", "tanhf"):
+        assert f"ks_{f}(" in body and not re.search(rf"(?<![\w:.]){f}\s*\(", body), f
+    assert "static inline void ks_sincosf" in fast.code
+    assert "ks_sinf" not in simd.code  # the plain simd strategy keeps libm/libmvec
+
+
+@pytest.mark.slow
+def test_fast_math_polynomials_match_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    """The simd_fastmath kernel of a chain of every polynomial (sin, cos, log1p, exp, tanh),
+    built by load_inline with its own flags, against torch on random inputs from tiny to large
+    magnitudes (the quadrant selects and the exponent-field splits at every range)."""
+    import torch
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    trace_sources([FAST_MATH_SOURCE])
+    fast = template_kernels(TaskView("fm", "fm", FAST_MATH_SOURCE, FAST_MATH_SOURCE), "cpu",
+                            3)[2]
+    ns: dict = {}
+    exec(compile(FAST_MATH_SOURCE, "reference.py", "exec"), ns)
+    cand: dict = {}
+    exec(compile(fast.code, "candidate.py", "exec"), cand)
+    ref, new = ns["Model"](), cand["ModelNew"]()
+    gen = torch.Generator().manual_seed(0)
+    for scale in (1e-4, 0.5, 1.0, 4.0, 30.0):
+        x = torch.randn(64, 256, generator=gen) * scale
+        want, got = ref(x), new(x)
+        assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (
+            scale, float((got - want).abs().max()))
+
+
+ATTENTION_SOURCE = HEAD + """
+import math
+class Model(nn.Module):
+    def forward(self, q, k, v):
+        n = q.size(-2)
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+        mask = torch.triu(torch.ones(n, n, dtype=torch.bool, device=q.device), diagonal=1)
+        scores = scores.masked_fill(mask, float("-inf"))
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+def get_inputs():
+    return [torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_simd_attention_is_one_fused_kernel_and_omp_keeps_the_generic_one() -> None:
+    trace_sources([ATTENTION_SOURCE])
+    simd, omp, fast = template_kernels(TaskView("at", "at", ATTENTION_SOURCE, ATTENTION_SOURCE),
+                                       "cpu", 3)
+    for k in (simd, fast):
+        assert k.family == "attention" and k.code.count("_ext.") == 1, k.variant
+        assert "std::min<int64_t>(S, i + 1)" in k.code  # the causal mask as a key count
+    assert "attn_" not in omp.code and omp.code.count("_ext.") > 1
+
+
+@pytest.mark.slow
+def test_fused_attention_matches_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fused causal attention, built with its flags, against torch at the traced sizes and
+    at other ones (its sizes are read from the tensors: another batch, more keys)."""
+    import torch
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    trace_sources([ATTENTION_SOURCE])
+    simd = template_kernels(TaskView("at", "at", ATTENTION_SOURCE, ATTENTION_SOURCE), "cpu", 3)[0]
+    ns: dict = {}
+    exec(compile(ATTENTION_SOURCE, "reference.py", "exec"), ns)
+    cand: dict = {}
+    exec(compile(simd.code, "candidate.py", "exec"), cand)
+    ref, new = ns["Model"](), cand["ModelNew"]()
+    gen = torch.Generator().manual_seed(0)
+    for shape in ((2, 4, 16, 8), (3, 2, 33, 8)):
+        q, k, v = (torch.randn(*shape, generator=gen) for _ in range(3))
+        want, got = ref(q, k, v), new(q, k, v)
+        assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (
+            shape, float((got - want).abs().max()))
+
+
+SCAN_SOURCE = HEAD + """
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x, dim=-1), torch.cumprod(x, dim=-1), torch.cummax(x, dim=-1).values
+def get_inputs():
+    return [torch.randn(13, 300)]
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.slow
+def test_row_interleaved_scans_match_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    """cumsum, cumprod (its products decay through fp32's subnormals: written as zero) and
+    cummax's values (a NaN stays), eight rows side by side with a shorter last group, against
+    torch."""
+    import torch
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    trace_sources([SCAN_SOURCE])
+    simd = template_kernels(TaskView("sc", "sc", SCAN_SOURCE, SCAN_SOURCE), "cpu", 3)[0]
+    assert simd.code.count("double v[8];") == 3  # each scan eight rows side by side
+    ns: dict = {}
+    exec(compile(SCAN_SOURCE, "reference.py", "exec"), ns)
+    cand: dict = {}
+    exec(compile(simd.code, "candidate.py", "exec"), cand)
+    ref, new = ns["Model"](), cand["ModelNew"]()
+    gen = torch.Generator().manual_seed(0)
+    for rows in (13, 16, 5):
+        x = torch.randn(rows, 300, generator=gen)
+        x[rows // 2, 100] = float("nan")
+        for want, got in zip(ref(x), new(x), strict=True):
+            assert torch.allclose(got, want, atol=1e-4, rtol=1e-4, equal_nan=True), rows

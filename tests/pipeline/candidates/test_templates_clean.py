@@ -123,9 +123,9 @@ def test_cpu_sources_build_warning_free(seed_kernels, tmp_path) -> None:
     flags, system = _compile_flags()
     proc = subprocess.run(["g++", "-fsyntax-only", *flags, *system, str(src)],
                           capture_output=True, text=True, timeout=900)
-    # scan's per-kernel OP macro is redefined across this test's namespaces (one per file in
-    # a real build), so that warning is the test's own making.
-    known = ('_OP" redefined',)
+    # scan's per-kernel OP and ST (store) macros are redefined across this test's namespaces
+    # (one per file in a real build), so that warning is the test's own making.
+    known = ('_OP" redefined', '_ST" redefined')
     warnings = [ln for ln in proc.stderr.splitlines() if ("warning:" in ln or "error:" in ln)
                 and not any(k in ln for k in known)]
     assert proc.returncode == 0 and not warnings, "\n".join(warnings[:30]) or proc.stderr[-3000:]
@@ -166,6 +166,25 @@ def test_copied_constants_and_imports_are_only_the_ones_modelnew_reads() -> None
     assert _binds_used("import torch.nn.functional as F", names)
     assert not _binds_used("import math", names)
     assert _binds_used("from torch import nn, Tensor", names)
+
+
+def test_a_candidate_keeps_the_helpers_its_constructor_reads() -> None:
+    """A carved transformers module builds its config stand-in and reads an activation table:
+    the candidate carries both (and what they read), not the reference's unused sizes."""
+    from pipeline.candidates.templates.program import _globals_read, _preamble
+
+    pre = ("import math\nimport torch\nbatch_size = 2\nclass _Table(dict):\n    pass\n"
+           "ACT = _Table({'relu': nn.ReLU})\n"
+           "def scale_of(c):\n    return math.sqrt(c.hidden)\n"
+           "class ModelConfig:\n    hidden = 16\n    act = 'relu'\n")
+    used = _globals_read("class ModelNew:\n    def __init__(self):\n        config = "
+                         "ModelConfig()\n        self.act = ACT[config.act]()\n"
+                         "        self.s = scale_of(config)\n")
+    kept = _preamble(pre, used, {"import torch"})
+    assert "class ModelConfig" in kept and "ACT = _Table(" in kept and "def scale_of" in kept
+    assert "class _Table" in kept  # read by the kept table
+    assert "import math" in kept  # read by the kept helper, not by ModelNew itself
+    assert "batch_size" not in kept
 
 
 def test_fused_is_said_only_of_kernels_that_compute_several_ops(
