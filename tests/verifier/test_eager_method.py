@@ -11,6 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from verifier.backends.cpu import CpuBackend
 from verifier.isolation.cpu_meter import CpuCgroup
 from verifier.isolation.sandbox import SandboxLimits, SpawnLauncher, run_sandboxed
@@ -43,6 +45,8 @@ def get_init_inputs():
 # reference gets from the judge (its correctness stage would call it a fallback, so it is left out)
 SERVE_AS_CANDIDATE = """
 import json, torch
+import pytest
+
 from verifier.backends.cpu import CpuBackend
 from verifier.judge import decide
 from verifier.judge.timed_calls import serve_timed_windows
@@ -141,3 +145,18 @@ def test_the_cpu_backend_times_no_compiled_baseline(tmp_path: Path) -> None:
     assert not runner.backend.torch_compile_supported()
     base = runner.baseline(TASK, {"trials": 2, "seed": 0, "torch_compile_baseline": True})
     assert base is not None and base["eager_us"] > 0 and "compiled_us" not in base
+
+
+def test_a_reference_no_judge_can_build_is_timed_by_its_child(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the parent cannot make the windows' judge (its reference raised), the baseline
+    child gets no arena and times the reference itself, as before: the task keeps a baseline."""
+    import verifier.run.runners as runners
+
+    def no_judge(*args: Any, **kw: Any) -> None:
+        raise RuntimeError("this reference builds only on the host")
+
+    monkeypatch.setattr(runners, "WindowJudge", no_judge)
+    base = _runner(tmp_path).baseline(TASK, {"trials": 2, "seed": 0})
+    assert base is not None and base["eager_us"] > 0
+    assert "copy_us" not in base["eager_windows"]  # the child's own figures, not a judge's
