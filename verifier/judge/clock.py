@@ -40,8 +40,11 @@ if it is that long), but never more than the judge's input sets (where they are 
 round trip's larger share only adds time); a far slower than eager window ends the timing
 (`verifier.judge.pace`, `early_stop`). The runtime is the fastest window's time per call, less
 the judge's own time for the calls' output copies (at most half): load only adds time, and no
-window runs faster than its calls truly take. The reference's baseline is timed the same way
-(`time_windows`) in a process that never ran candidate code.
+window runs faster than its calls truly take. The reference's baseline is timed by this very
+clock in a process that never ran candidate code: on cpu a sandboxed child serves a judge's
+windows with the reference as its forward (`verifier.run.runners.SandboxRunner.baseline`;
+`time_windows` in-process read hot inputs and copied one output per window: ~2x faster than
+the same forward judged here, issue 28); the GPU referee still uses `time_windows`.
 That deduction is the price of a slot per call: an output computed in place in its slot would
 make the harness's copy a no-op (torch skips a copy of memory onto itself) and still be
 deducted (a 2x claim for a copy-bound op like ReLU), so the harness refuses an output in the

@@ -1,7 +1,9 @@
 """The worker's side of timing: it measures nothing (the judge's clock owns the runtime,
 `verifier.judge.clock`), it serves the judge's timed windows on the inputs the judge writes into the
 shared arena, and it records which aten ops every call ran. A process that never runs candidate
-code uses `baselines` to time the reference the judge's way."""
+code serves the same windows with the reference as its forward (`serve_baseline`: the eager and
+torch.compile baselines by the candidates' very method, cpu), or times the reference itself
+(`baselines`: where no judge maps its arena, and the GPU referee)."""
 
 from __future__ import annotations
 
@@ -78,6 +80,25 @@ def slot_filler(slots: list[Any]) -> Callable[[int, Any], None]:
         fill(slots[i], out)
 
     return put
+
+
+def serve_baseline(res: Any, job: dict[str, Any], backend: Any, ref: Any,
+                   make_inputs: Callable[[int], list[Any]]) -> None:
+    """The reference (`baseline_forward` "compiled": its torch.compile) served to the judge's
+    timed windows exactly as a candidate's forward is (`serve_timed_windows`): cross-process
+    fresh inputs, one output copy per call, the same deduction, so a speedup compares two
+    figures of one method; only a process that never ran candidate code runs this."""
+    import torch
+
+    forward = torch.compile(ref) if job.get("baseline_forward") == "compiled" else ref
+    try:
+        with torch.no_grad():
+            for k in range(2):  # warm (compiled: the compile), as a candidate after its trials
+                forward(*make_inputs(k))
+            backend.synchronize()
+            serve_timed_windows(job, forward, backend)
+    except Exception as exc:  # a reference that cannot be timed is the task's problem
+        res.finish("task_error", f"timing the reference failed: {type(exc).__name__}: {exc}")
 
 
 def baselines(res: Any, job: dict[str, Any], backend: Any, ref: Any,

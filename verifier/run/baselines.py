@@ -3,7 +3,9 @@ device), and measured ahead of the candidates while they compile.
 
 Only processes that never ran candidate code time a baseline or write this cache: a fresh
 sandboxed child that loads nothing but the reference (cpu), or the GPU's referee; the timing is
-the judge's window method (`verifier.judge.timed_calls.time_reference`), the same as the candidates'.
+the candidates' method: on cpu the child serves the judge's windows with the reference as its
+forward (`verifier.judge.timed_calls.serve_baseline`), on a GPU the referee times them in its own
+process (`verifier.judge.timed_calls.time_reference`).
 
 The cache key is the task source, backend, device model, torch version, timing trials and
 seed, so a re-run on the same kind of device never times a reference twice. `prefetch` sends
@@ -28,6 +30,8 @@ from verifier.protocol import VerifyOptions
 from verifier.run.batch_stats import BatchStats
 
 METHOD = "judge-windows-1"  # how baselines are timed: a new method never reads old entries
+# cpu: the reference served to the judge's windows as a candidate is (runners.SandboxRunner)
+METHODS = {"cpu": "judge-served-windows-2"}
 _BASELINE_KEYS = ("eager_us", "eager_iqr_us", "compiled_us")
 
 
@@ -39,7 +43,8 @@ def baseline_path(opts: VerifyOptions, backend: Backend, task_source: str, devic
     import torch
 
     key = hashlib.sha256("\0".join([task_source, backend.name, device, torch.__version__,
-                                    str(opts.seed), METHOD]).encode()).hexdigest()
+                                    str(opts.seed), METHODS.get(backend.name, METHOD)]
+                                   ).encode()).hexdigest()
     base = Path(opts.baseline_cache_dir) if opts.baseline_cache_dir else (
         default_cache_dir() / "baselines")
     return base / f"{key[:24]}.json"

@@ -19,7 +19,7 @@ from verifier.compile.builder import ArtefactMismatch, copy_for_worker
 from verifier.isolation.cpu_bound import CpuGrants
 from verifier.isolation.cpu_meter import CpuCgroup
 from verifier.isolation.sandbox import Launcher, SandboxLimits
-from verifier.judge.clock import JudgeClock, no_judge
+from verifier.judge.clock import NO_JUDGE, JudgeClock, no_judge
 from verifier.judge.construct import DEVICE
 from verifier.judge.decide import load_outputs
 from verifier.judge.inputs import trial_input_seed
@@ -111,7 +111,7 @@ class SandboxRunner:
                 if meter is not None:
                     meter.remove()
             clock_data = None
-            if res.payload is not None and res.payload.get("outcome") == "ok":
+            if res.payload is not None and res.payload.get("outcome") in ("ok", "baseline"):
                 clock_data = timed
             try:
                 stage = json.loads((workdir / "progress.json").read_text()).get(
@@ -145,9 +145,12 @@ class SandboxRunner:
 
     def _judge(self, item: Any, job: dict[str, Any], workdir: Path
                ) -> tuple[WindowJudge | None, JudgeClock | None]:
-        """The verifier's own judge of this run's timed windows (cpu: this process; a
-        baseline-only run needs none), and its clock."""
-        if self.backend.name != "cpu" or job.get("baseline_only"):
+        """The verifier's own judge of this run's timed windows (cpu: this process), and its
+        clock; a baseline served to the windows (`baseline_forward`) gets a plain clock: the
+        reference's calls are library code by definition (no ip sampling), the rest as a
+        candidate's (the same fills, checks, cpu meter and copy deduction)."""
+        if self.backend.name != "cpu" or (job.get("baseline_only")
+                                          and not job.get("baseline_forward")):
             return None, None
         opts = self.opts
         try:
@@ -159,20 +162,46 @@ class SandboxRunner:
             print(f"kernelsynth verifier: no timing judge for {item.req.task_id}: "
                   f"{type(exc).__name__}: {exc}", file=sys.stderr)
             return None, None
+        if job.get("baseline_only"):
+            return judge, JudgeClock(judge, workdir=workdir, wait_s=opts.run_timeout_s)
         return judge, SamplingClock(judge, policy=opts.fallback, workdir=workdir,
                                     wait_s=opts.run_timeout_s)
 
     def baseline(self, task_source: str, job_options: dict[str, Any]) -> dict[str, Any] | None:
-        """The reference's baselines, timed in a fresh sandboxed child that loads nothing but
-        the reference (a process that never runs candidate code); None when it failed."""
-        job = {"nonce": secrets.token_hex(16), "backend": self.backend.name,
-               "input_seed": trial_input_seed(), "options": job_options,
-               "baseline_only": True, "arena_budget": CPU_ARENA_BYTES}
+        """The reference's baselines, each in a fresh sandboxed child that loads nothing but
+        the reference (a process that never runs candidate code); None when eager failed.
+        cpu: the child serves this judge's windows with the reference (then its torch.compile)
+        as its forward, so a baseline is timed by the candidates' own method (issue 28: timed
+        in-process, on inputs hot in its cache and one output copy per window, eager was ~2x
+        faster than the same forward judged as a candidate); elsewhere the child times it."""
+        forwards = [""]
+        if self.backend.name == "cpu":
+            forwards = ["eager"] + (["compiled"] if job_options.get("torch_compile_baseline")
+                                    and self.backend.torch_compile_supported() else [])
         item = SimpleNamespace(built={}, specs=[], code="", req=SimpleNamespace(
             task_source=task_source, task_id="baseline"))
-        p = self.run(item, job).payload
-        return p if p and p.get("nonce") == job["nonce"] and p.get("outcome") == "baseline" \
-            else None
+        figures: dict[str, Any] = {}
+        for forward in forwards:
+            job = {"nonce": secrets.token_hex(16), "backend": self.backend.name,
+                   "input_seed": trial_input_seed(), "options": job_options,
+                   "baseline_only": True, "arena_budget": CPU_ARENA_BYTES,
+                   "baseline_forward": forward}
+            out = self.run(item, job)
+            p = out.payload
+            if not (p and p.get("nonce") == job["nonce"] and p.get("outcome") == "baseline"):
+                break
+            timed = out.clock or {}
+            if not forward or (timed.get("judge_error") == NO_JUDGE and "eager_us" in p):
+                return p  # no judge here (a reference built only on the host): self-timed
+            got = timed.get("figures") or {}
+            if not got or timed.get("failure") or timed.get("judge_error"):
+                print(f"kernelsynth verifier: no {forward} baseline: "
+                      f"{timed.get('failure') or timed.get('judge_error') or 'no windows'}",
+                      file=sys.stderr)
+                break
+            figures.update({f"{forward}_us": got["runtime_us"], f"{forward}_iqr_us": got["iqr_us"],
+                            f"{forward}_windows": got})
+        return figures if "eager_us" in figures else None
 
     def peaks(self) -> dict[str, Any] | None:
         """The device's peaks for the physics floor, measured here (cpu: this trusted process)."""

@@ -71,7 +71,7 @@ def _run(res: JobResult, job: dict[str, Any], task_src: str, cand_src: str) -> N
     from verifier.backends import get_backend
     from verifier.checks.extspec import install_shim
     from verifier.judge.generalize import check_variants
-    from verifier.judge.timed_calls import baselines
+    from verifier.judge.timed_calls import baselines, serve_baseline
     from verifier.judge.trial_io import for_job
 
     backend = get_backend(job["backend"])
@@ -83,7 +83,10 @@ def _run(res: JobResult, job: dict[str, Any], task_src: str, cand_src: str) -> N
     seed = int(opts.get("seed", 0))
     # the run's construction method, the same for every model of the run on either side
     # (`verifier.judge.construct`); a baseline only times its reference: any method will do
-    construct = "any" if job.get("baseline_only") else str(opts.get("construct") or DEVICE)
+    # (served to the judge's windows: the judge's method, whose reference it must match)
+    served = bool(job.get("baseline_only") and job.get("arena"))
+    construct = ("any" if job.get("baseline_only") and not served
+                 else str(opts.get("construct") or DEVICE))
     mark = _phase_marks(res)
     ref_ns, ref, init_inputs = _load_reference(res, task_src, device, seed, construct)
     input_seed = int(job.get("input_seed", seed))  # fresh per run, chosen by the parent
@@ -94,7 +97,7 @@ def _run(res: JobResult, job: dict[str, Any], task_src: str, cand_src: str) -> N
 
     mark("reference_load")
     if job.get("baseline_only"):  # a process that never runs candidate code times the reference
-        baselines(res, job, backend, ref, make_inputs)
+        (serve_baseline if served else baselines)(res, job, backend, ref, make_inputs)
         mark("baseline")
         res.finish("baseline")
 
