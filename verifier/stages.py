@@ -105,7 +105,8 @@ def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baseli
            "options": {**job_options, "construct": DEVICE}}
     variants = request_variants(item.req, opts)
     job["variants"] = variants
-    out, job = run_constructed(item, runner, job, Pace.of(base))  # settled timing, hang deadlines
+    with baselines.turn():  # never beside a baseline's timing (verifier.run.baselines)
+        out, job = run_constructed(item, runner, job, Pace.of(base))  # settled, hang deadlines
     nonce = job["nonce"]
     item.timing["exec_s"] = out.wall_s
     item.timing["exec_end"] = time.monotonic()  # run order (builds land in any order)

@@ -247,12 +247,12 @@ def test_registers_are_read_as_x86_64_user_regs() -> None:
 def test_a_call_that_waited_for_a_cpu_is_not_long_enough_to_sample() -> None:
     """The MIN_CALL_S gate is about a call's work: on a loaded host a 31 us call of glue (chunk,
     own kernel, cat) took over 200 us of wall time, was sampled, and was called 94% library
-    (the conformance case cpu_cat_chunks). Its time on a cpu is the runtime times the windows'
-    median cpu over wall, where under one core."""
-    assert ips.busy_call_s(400e-6, []) == 400e-6  # no meter: the runtime stands
-    assert ips.busy_call_s(400e-6, [0.1, 0.2, 0.9]) == pytest.approx(80e-6)
-    assert ips.busy_call_s(400e-6, [2.0, 1.5, 3.0]) == 400e-6  # threads: never more than wall
-    starved = SimpleNamespace(window_cores=[0.12, 0.15, 0.2])
+    (the conformance case cpu_cat_chunks). Its time on a cpu is the runtime times the cpu over
+    wall of the window that set it, where under one core."""
+    assert ips.busy_call_s(400e-6, None) == 400e-6  # no meter: the runtime stands
+    assert ips.busy_call_s(400e-6, 0.2) == pytest.approx(80e-6)
+    assert ips.busy_call_s(400e-6, 3.0) == 400e-6  # threads: never more than wall
+    starved = SimpleNamespace(runtime_cores=0.15)
     out = ips.SamplingClock._sample(starved, 400e-6)  # type: ignore[arg-type]
     assert "too short to sample" in out["skipped"], out
     assert "60 us on a cpu" in out["skipped"], out

@@ -159,6 +159,7 @@ class JudgeClock:
         self.charged: list[float] = []  # what each window was charged for its fill
         self.cpus: int | None = None  # the cores the run is given (`watch`); None: not bounded
         self.window_cores: list[float] = []  # each window's cpu time over its wall time
+        self.runtime_cores: float | None = None  # that of the window that set the runtime
         self.figures: dict[str, Any] = {}
         self.fastest = math.inf  # the fastest checked window's time per call so far
         self.pace: Any = None  # the reference's `verifier.judge.pace.Pace` (set by the runner)
@@ -281,6 +282,8 @@ class JudgeClock:
                        copy_us=round(copy_s * 1e6, 2), sets=self.judge.sets,
                        out_bytes=int(self.judge.out_bytes))
         figures.update({"early_stop": settled} if settled else {})
+        if len(self.window_cores) >= len(per_call):  # the runtime's window's cpu over wall
+            self.runtime_cores = self.window_cores[-len(per_call):][per_call.index(min(per_call))]
         if self.fill_cpu:  # what the run burnt while the judge filled (charged above noise)
             figures["fill_cpu_us"] = round(max(self.fill_cpu) * 1e6, 2)  # of any window
             figures["fill_charged_us"] = round(set_by * 1e6, 2)  # what the runtime holds

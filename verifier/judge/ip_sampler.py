@@ -244,7 +244,7 @@ class SamplingClock(JudgeClock):
             self._armed.clear()
 
     def _sample(self, call_s: float) -> dict[str, Any]:
-        busy_s = busy_call_s(call_s, self.window_cores)
+        busy_s = busy_call_s(call_s, self.runtime_cores)
         if busy_s < MIN_CALL_S:
             return {"skipped": f"calls of {busy_s * 1e6:.0f} us on a cpu are too short to "
                                "sample"}
@@ -295,15 +295,18 @@ class SamplingClock(JudgeClock):
         return res
 
 
-def busy_call_s(call_s: float, window_cores: list[float]) -> float:
-    """A call's time on a cpu: its runtime, less what a loaded host kept it waiting (the
-    windows' median cpu time over wall time, where under one core). `MIN_CALL_S` is about the
-    work a call does; on a loaded host a 31 us call made of glue (a chunk, the own kernel, a
-    cat) took over 200 us of wall time and was sampled as 94% library. The meter is the run's
-    cgroup (us), as sampling needs one; without a meter the runtime stands."""
-    if not window_cores:
+def busy_call_s(call_s: float, cores: float | None) -> float:
+    """A call's time on a cpu: its runtime, less what a loaded host kept it waiting (`cores`:
+    the cpu time over wall time of the window that set the runtime, where under one core).
+    `MIN_CALL_S` is about the work a call does; on a loaded host a 31 us call made of glue (a
+    chunk, the own kernel, a cat) took over 200 us of wall time and was sampled as 94% library.
+    That window's own figure, not the windows' median: a run that slept through its calibration
+    windows (their calls right, then idle) put the median under 0.1 while its fastest windows
+    ran a library at one core, and went unsampled (tests/verifier/test_redteam_round7.py).
+    The meter is the run's cgroup (us), as sampling needs one; without a meter the runtime
+    stands."""
+    if cores is None:
         return call_s
-    cores = sorted(window_cores)[len(window_cores) // 2]
     return call_s * min(1.0, cores)
 
 

@@ -160,7 +160,11 @@ class WindowJudge:
         (`verifier.judge.clock`: the GPU form). The drawn copies are dropped then: the check draws
         each set again from its seed, so a GB-sized set is held twice only while it is filled
         (`verifier.judge.admission`)."""
-        self._set_seeds = [self._seed + 1 + i for i in range(max(1, min(n, self.sets)))]
+        # each set's seed drawn alone (its parity, signed or not, alternating as before): torch
+        # seeds the host generator with a seed's low 32 bits, so consecutive seeds let a run
+        # that searched 2^32 seeds for one set it saw predict every later window's inputs
+        self._set_seeds = [2 * secrets.randbelow(1 << 62) + (self._seed + 1 + i) % 2
+                           for i in range(max(1, min(n, self.sets)))]
         self._seed += len(self._set_seeds)
         drawn = [self._draw(seed) for seed in self._set_seeds]
         for target, inputs in zip(self.views, drawn, strict=False):

@@ -7,6 +7,13 @@ the candidates' method: on cpu the child serves the judge's windows with the ref
 forward (`verifier.judge.timed_calls.serve_baseline`), on a GPU the referee times them in its own
 process (`verifier.judge.timed_calls.time_reference`).
 
+On a host that runs candidates beside each other (cpu: the sandboxed children of the batch's
+slots), a baseline is timed with the host to itself (`HostTurns`): timed while another slot ran
+a candidate that streamed memory on its own cores, eager came out slower, and that figure was
+cached for every later candidate of the task (a candidate could raise every speedup of a task
+by loading the host while its baseline was timed; tests/verifier/test_redteam_round7.py).
+GPU slots time their baselines in the referee on their own device: no turns there.
+
 The cache key is the task source, backend, device model, torch version, timing trials and
 seed, so a re-run on the same kind of device never times a reference twice. `prefetch` sends
 one baseline-only job per task that has no cached entry to the execution slots as soon as they
@@ -16,12 +23,14 @@ candidate of each task would pay its task's timing on the critical path.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +59,47 @@ def baseline_path(opts: VerifyOptions, backend: Backend, task_source: str, devic
     return base / f"{key[:24]}.json"
 
 
+class HostTurns:
+    """Candidate runs share the host; a baseline's timing has it alone: it waits for the runs
+    in flight to end and holds new ones (and other baselines) back until it is timed."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._runs = self._waiting = 0
+        self._timing = False
+
+    @contextlib.contextmanager
+    def run(self) -> Iterator[None]:
+        """A candidate's run: beside other runs, never beside a baseline's timing."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._waiting and not self._timing)
+            self._runs += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._runs -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        """A baseline's timing, with no run and no other baseline beside it."""
+        with self._cond:
+            self._waiting += 1
+            self._cond.wait_for(lambda: not self._runs and not self._timing)
+            self._waiting -= 1
+            self._timing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._timing = False
+                self._cond.notify_all()
+
+
+HOST_TURNS = HostTurns()  # every batch of this process: runs of one batch load another's too
+
+
 class Baselines:
     """Eager / torch.compile timings per (task, device, torch version), on disk."""
 
@@ -74,6 +124,13 @@ class Baselines:
             tmp.write_text(json.dumps(merged))
             os.replace(tmp, path)
 
+    def turn(self, baseline: bool = False) -> contextlib.AbstractContextManager[None]:
+        """The host's turn for a candidate's run (`baseline`: a baseline's timing, alone), where
+        runs share the host's cores (no persistent GPU workers)."""
+        if self.backend.persistent_worker:
+            return contextlib.nullcontext()
+        return HOST_TURNS.alone() if baseline else HOST_TURNS.run()
+
     def complete(self, task_source: str, device: str) -> bool:
         """Whether every baseline these options ask for is cached."""
         have = self.get(task_source, device)
@@ -90,7 +147,8 @@ class Baselines:
             task_lock = self.task_locks.setdefault(task_source, threading.Lock())
         with task_lock:  # one timing per task, however many of its candidates wait
             if not self.complete(task_source, device):
-                figures = runner.baseline(task_source, job_options)
+                with self.turn(baseline=True):
+                    figures = runner.baseline(task_source, job_options)
                 if figures:
                     self.put(task_source, device,
                              {k: figures[k] for k in _BASELINE_KEYS if k in figures})

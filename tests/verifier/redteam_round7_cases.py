@@ -1,0 +1,103 @@
+"""Red-team round 7: worker bodies and candidates for tests/verifier/test_redteam_round7.py.
+
+Worker bodies are the `setup` of round 5's sampling-clock worker (tests/verifier/
+test_redteam_round5.py: a real process serving the judge's windows over its FIFOs, writing one
+line per call, "<mode> <seconds>", to LOG, a file the judge never reads).
+"""
+
+from __future__ import annotations
+
+from redteam_round5_cases import COMMON
+
+# numpy's BLAS does every call's work (no aten op: no trace sees it; the run's own object is
+# loaded and never called). The ip sampler samples only calls of MIN_CALL_S or more on a cpu,
+# which it read as the runtime times the windows' MEDIAN cpu over wall. This run sleeps after
+# each call for SLEEP x its work in every window but one: the third window of the final size
+# (n >= 3), which sets the runtime. The slept windows' calls are right and slow, their cpu over
+# wall ~1/(1 + SLEEP): that is the median, so the fastest window's library call of ~0.7 ms
+# read as ~100 us on a cpu, and the run was never sampled. (It knows a window's size from the
+# harness's frame, as round 6's window attacks do; a candidate can count a window's calls by
+# the pauses between windows: the judge's fill and check.)
+SLEEPY_WINDOWS = COMMON + """
+import torch  # the harness's output check imports it at the first call: not in a window
+b = np.random.rand(280, 280)
+c = np.empty_like(b)
+for _ in range(5):  # the library's first calls (its buffers, its threads) before any window
+    np.matmul(b, b, out=c)
+sizes = []
+SLEEP = 6
+
+
+def call(x):
+    t0 = time.perf_counter()
+    n, i = sys._getframe(1).f_locals["n"], sys._getframe(1).f_locals["i"]
+    if i == 0:
+        sizes.append(n)
+    np.matmul(b, b, out=c)
+    if n >= 3 and sizes.count(n) == 3:
+        return note("lib", t0)
+    time.sleep(SLEEP * (time.perf_counter() - t0))
+    note("slept", t0)
+"""
+
+# a candidate whose model refuses the device context (it asks torch whether a mode is on the
+# torch-function stack, as `with torch.device(...)` puts one there) and builds on the host:
+# the run is made again the KernelBench way (`verifier.judge.construct`), for the reference too
+HOST_FORCING = '''import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+        if torch._C._len_torch_function_stack() > 0:
+            raise RuntimeError("built under a device context")
+
+    def forward(self, x):
+        return x * 3.0 + 1.0
+'''
+
+HONEST_SCALE = '''import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, *args):
+        super().__init__()
+
+    def forward(self, x):
+        return x * 3.0 + 1.0
+'''
+
+# a ReLU of a tensor that fits a cpu's caches: its eager time is what a neighbour's memory
+# traffic slows
+RELU_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.rand(256, 1024)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+HONEST_RELU = HONEST_SCALE.replace("return x * 3.0 + 1.0", "return torch.relu(x)")
+
+# a candidate of another task that streams memory on its own cores for LOAD_S while it is
+# built (its construction is the run's, inside the run timeout): a neighbour slot's baseline
+# timed meanwhile reads slower
+LOAD_S = 6.0
+LOADER = HONEST_SCALE.replace('''        super().__init__()
+''', f'''        super().__init__()
+        import time
+        big, end = torch.empty(1 << 24), time.monotonic() + {LOAD_S}
+        while time.monotonic() < end:
+            big.add_(1.0)
+''')
