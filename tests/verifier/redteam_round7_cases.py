@@ -7,6 +7,7 @@ line per call, "<mode> <seconds>", to LOG, a file the judge never reads).
 
 from __future__ import annotations
 
+from redteam_cases import candidate
 from redteam_round5_cases import COMMON
 
 # numpy's BLAS does every call's work (no aten op: no trace sees it; the run's own object is
@@ -40,34 +41,15 @@ def call(x):
     note("slept", t0)
 """
 
-# a candidate whose model refuses the device context (it asks torch whether a mode is on the
-# torch-function stack, as `with torch.device(...)` puts one there) and builds on the host:
-# the run is made again the KernelBench way (`verifier.judge.construct`), for the reference too
-HOST_FORCING = '''import torch
-import torch.nn as nn
+# The candidates below compute a ReLU with redteam_cases' extension (one build for all: the
+# same name and C++), each with its own __init__.
+_EXT = "honest_r7"
 
-
-class ModelNew(nn.Module):
-    def __init__(self, *args):
-        super().__init__()
-        if torch._C._len_torch_function_stack() > 0:
-            raise RuntimeError("built under a device context")
-
-    def forward(self, x):
-        return x * 3.0 + 1.0
-'''
-
-HONEST_SCALE = '''import torch
-import torch.nn as nn
-
-
-class ModelNew(nn.Module):
-    def __init__(self, *args):
-        super().__init__()
-
-    def forward(self, x):
-        return x * 3.0 + 1.0
-'''
+# a model that calls torch.set_default_device in __init__ (what a device context undoes on
+# exit, so `verifier.judge.construct` refuses it there): it builds on the host, and the run is
+# made again the KernelBench way, for the reference too
+HOST_FORCING = candidate(prelude=False, name=_EXT, init='torch.set_default_device("cpu")')
+HONEST = candidate(prelude=False, name=_EXT)
 
 # a ReLU of a tensor that fits a cpu's caches: its eager time is what a neighbour's memory
 # traffic slows
@@ -88,16 +70,12 @@ def get_init_inputs():
     return []
 '''
 
-HONEST_RELU = HONEST_SCALE.replace("return x * 3.0 + 1.0", "return torch.relu(x)")
-
 # a candidate of another task that streams memory on its own cores for LOAD_S while it is
 # built (its construction is the run's, inside the run timeout): a neighbour slot's baseline
 # timed meanwhile reads slower
-LOAD_S = 6.0
-LOADER = HONEST_SCALE.replace('''        super().__init__()
-''', f'''        super().__init__()
-        import time
-        big, end = torch.empty(1 << 24), time.monotonic() + {LOAD_S}
-        while time.monotonic() < end:
-            big.add_(1.0)
-''')
+LOAD_S = 5.0
+LOADER = candidate(prelude=False, name=_EXT, init=(
+    "import time\n"
+    f"        big, end = torch.empty(1 << 24), time.monotonic() + {LOAD_S}\n"
+    "        while time.monotonic() < end:\n"
+    "            big.add_(1.0)"))

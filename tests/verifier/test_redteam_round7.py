@@ -26,8 +26,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_round7_cases import (  # noqa: E402
-    HONEST_RELU,
-    HONEST_SCALE,
+    HONEST,
     HOST_FORCING,
     LOAD_S,
     LOADER,
@@ -36,6 +35,7 @@ from redteam_round7_cases import (  # noqa: E402
 )
 from sampled_child import end, spawn  # noqa: E402
 from test_redteam_round5 import CHILD_ENV, NEEDS_PTRACE, SPIN_C, WORKER  # noqa: E402
+from verifier_cases import RELU_TASK as SMALL_RELU  # noqa: E402
 from verifier_cases import SCALE_TASK  # noqa: E402
 
 from verifier.isolation.cpu_meter import CpuCgroup, threads_meter, threads_runnable  # noqa: E402
@@ -251,8 +251,8 @@ BUILD_CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
 
 
 def test_a_candidate_that_forces_the_hosts_construction_gains_nothing(tmp_path: Path) -> None:
-    """A model that raises under `torch.device(...)` (it sees the mode on the torch-function
-    stack) and builds on the host makes the run go again the KernelBench way for its reference
+    """A model that calls torch.set_default_device in __init__ (refused under the device
+    context, which undoes it on exit) and builds on the host makes the run go again the KernelBench way for its reference
     too: same weights on both sides (on a cpu, the same draws), the verdict of its forward as
     an honest one's, an info finding naming it, the task's cached baseline untouched (it is
     timed by a process that never ran candidate code, built its own way), and its honest
@@ -262,12 +262,12 @@ def test_a_candidate_that_forces_the_hosts_construction_gains_nothing(tmp_path: 
 
     opts = {"backend": "cpu", "build_cache_dir": str(BUILD_CACHE),
             "baseline_cache_dir": str(tmp_path / "baselines")}
-    first, rc = run_rows(tmp_path, "honest", SCALE_TASK, [("honest", HONEST_SCALE)], opts)
+    first, rc = run_rows(tmp_path, "honest", SMALL_RELU, [("honest", HONEST)], opts)
     assert rc == 0, (tmp_path / "honest.stderr").read_text()[-2000:]
     cached = {p.name: p.read_text() for p in (tmp_path / "baselines").glob("*.json")}
     assert cached
-    got, rc = run_rows(tmp_path, "forcing", SCALE_TASK,
-                       [("forcing", HOST_FORCING), ("honest", HONEST_SCALE)], opts)
+    got, rc = run_rows(tmp_path, "forcing", SMALL_RELU,
+                       [("forcing", HOST_FORCING), ("honest", HONEST)], opts)
     assert rc == 0, (tmp_path / "forcing.stderr").read_text()[-2000:]
     forcing, honest = got["forcing"], got["honest"]
     rules = [f["rule"] for f in forcing["findings"]]
@@ -346,14 +346,14 @@ def test_a_baseline_is_timed_with_the_host_to_itself(tmp_path: Path) -> None:
         work = tmp_path / name
         work.mkdir()
         o = {**opts, "baseline_cache_dir": str(work / "baselines")}
-        _batch(work, "warm", [("scale", SCALE_TASK, HONEST_SCALE)], o)  # its baseline cached
-        got = _batch(work, "load", [("loader", SCALE_TASK, LOADER),
-                                    ("relu", RELU_TASK, HONEST_RELU)], o, turns)
+        _batch(work, "warm", [("small", SMALL_RELU, HONEST)], o)  # its baseline cached
+        got = _batch(work, "load", [("loader", SMALL_RELU, LOADER),
+                                    ("relu", RELU_TASK, HONEST)], o, turns)
         status = {v["candidate_id"]: v["status"] for v in got["verdicts"]}
         assert status["relu"] in ("correct_fast", "correct_slow"), got["verdicts"]
         spans[name] = got["spans"]
-    # off: the baseline was timed while the loader ran (how much slower it read is the host's
-    # business: on this shared 2-core host, 1.0-1.5x)
+    # off: the baseline was timed while the loader ran (how much slower it reads depends on
+    # the host's caches and on when the load begins: not asserted, the overlap is)
     assert _overlap(spans["off"], "baseline", "loader") > 0.5, spans["off"]
     assert _overlap(spans["on"], "baseline", "loader") == 0.0, spans["on"]
     assert _overlap(spans["on"], "baseline", "relu") == 0.0, spans["on"]
