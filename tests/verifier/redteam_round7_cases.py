@@ -79,3 +79,43 @@ LOADER = candidate(prelude=False, name=_EXT, init=(
     f"        big, end = torch.empty(1 << 24), time.monotonic() + {LOAD_S}\n"
     "        while time.monotonic() < end:\n"
     "            big.add_(1.0)"))
+
+# --- a persistent worker's next job (benchmarks/redteam_gpu.py --round7: mode_left_behind) ---
+# computes its ReLU with numpy (no aten op: the worker's trace sees none, so its job is `ok`),
+# and leaves a torch-function mode on the stack that, once the worker runs a later job (in
+# another folder), adds 1 to every tensor any torch function returns: the harness's own calls
+# of the next job (its input draws, copies, comparisons) included
+MODE_LEFT_BEHIND = '''import os
+import torch
+from torch.overrides import TorchFunctionMode
+
+
+class _Later(TorchFunctionMode):
+    home = os.getcwd()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if os.getcwd() != self.home and isinstance(out, torch.Tensor):
+            with torch._C.DisableTorchFunction():
+                out = out + 1.0
+        return out
+
+
+_Later().__enter__()
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        import numpy as np
+        return torch.from_numpy(np.maximum(x.numpy(), 0))
+'''
+
+NUMPY_RELU = MODE_LEFT_BEHIND[MODE_LEFT_BEHIND.index("class ModelNew"):]
+NUMPY_RELU = "import torch\n\n\n" + NUMPY_RELU
+
+# an honest model built the KernelBench way because its __init__ sets the default device (a
+# host build keeps it for forward): it hands the next job that default unless the worker goes
+DEFAULT_DEVICE_SETTER = NUMPY_RELU.replace(
+    "class ModelNew(torch.nn.Module):\n",
+    "class ModelNew(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+    "        torch.set_default_device(\"cpu\")\n\n")

@@ -26,10 +26,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_round7_cases import (  # noqa: E402
+    DEFAULT_DEVICE_SETTER,
     HONEST,
     HOST_FORCING,
     LOAD_S,
     LOADER,
+    MODE_LEFT_BEHIND,
+    NUMPY_RELU,
     RELU_TASK,
     SLEEPY_WINDOWS,
 )
@@ -394,3 +397,47 @@ def test_host_turns_hold_new_runs_while_a_baseline_waits() -> None:
     for t in (r1, b, r2):
         t.join(10)
     assert order == ["r1+", "r1-", "B+", "B-", "r2+", "r2-"], order
+
+
+# --- a persistent worker: what one job leaves for the next ----------------------------------
+def _two_jobs(first: str, construct: str = "device") -> tuple[dict[str, Any], dict[str, Any]]:
+    """The payloads of `first` and then NUMPY_RELU, one job each, in one persistent worker (its
+    cpu loop: the same code a GPU worker runs), as test_gpu_worker's jobs are sent."""
+    from verifier.run.gpu_pool import GpuWorkerProcess
+
+    job = {"nonce": "j1", "backend": "cpu", "extensions": {},
+           "options": {"trials": 2, "perf_trials": 2, "perf_warmup": 1, "construct": construct}}
+    worker = GpuWorkerProcess({}, backend="cpu")
+    try:
+        a = worker.run({"job": job, "task_source": SMALL_RELU, "candidate_source": first}, 60)
+        b = worker.run({"job": {**job, "nonce": "j2", "options": {**job["options"],
+                                                                   "construct": "device"}},
+                        "task_source": SMALL_RELU, "candidate_source": NUMPY_RELU}, 60)
+    finally:
+        worker.stop()
+    assert a.payload and b.payload, (a.failure, b.failure)
+    return a.payload, b.payload
+
+
+def test_a_mode_left_on_torchs_stack_does_not_reach_the_next_job() -> None:
+    """Before: the worker's checks between jobs compared replaced functions and a few global
+    flags, not torch's mode stacks, so the mode stayed for the next job, whose honest run then
+    ended in a runtime_error (the harness's own calls returned x + 1). Now a mode left on
+    either stack is tampering: the job is a cheat and its worker is replaced, so the next job
+    runs in a clean process. GPU form: benchmarks/redteam_gpu.py --round7 (mode_left_behind)."""
+    first, second = _two_jobs(MODE_LEFT_BEHIND)
+    assert first["outcome"] == "cheat", first
+    assert "function_modes" in first["error"], first["error"]
+    assert second["outcome"] == "ok" and float(second["max_abs_diff"]) == 0.0, second
+    assert second["worker_pid"] != first["worker_pid"]
+
+
+def test_a_default_device_set_by_a_model_is_not_handed_to_the_next_job() -> None:
+    """torch.set_default_device in a model's __init__ is why a run is built the KernelBench
+    way (`verifier.judge.construct`, HOST: kept for forward); the worker then held that default
+    (and its mode) for every later job. Now such a job is not a cheat, and its worker is
+    replaced (an info finding says so)."""
+    first, second = _two_jobs(DEFAULT_DEVICE_SETTER, construct="host")
+    assert first["outcome"] == "ok", first
+    assert any(f["rule"] == "worker_replaced" for f in first["findings"]), first["findings"]
+    assert second["outcome"] == "ok" and second["worker_pid"] != first["worker_pid"], second

@@ -323,7 +323,8 @@ class GpuWorkerProcess:
             flood = self.log_size() - log_before >= FLOOD_BYTES
             # the worker is pid 1 of its own namespace: name it by the host's pid
             msg["worker_ns_pid"], msg["worker_pid"] = msg.get("worker_pid"), self.proc.pid
-            if flood or msg.get("sticky_cuda_error") or msg.get("outcome") == "cheat":
+            if flood or msg.get("sticky_cuda_error") or msg.get("outcome") == "cheat" \
+                    or msg.get("worker_leaves"):  # (it exits: a job sent now would fail)
                 self.stop()  # the next candidate gets a clean process
             timed = None
             if msg.get("outcome") == "ok":

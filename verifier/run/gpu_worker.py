@@ -90,7 +90,32 @@ def global_flags() -> dict[str, Any]:
             # the job's end and the judge's check of its slots
             "signal_handlers": signal_handlers(),
             "timers": tuple(signal.getitimer(t) != (0.0, 0.0) for t in (
-                signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF))}
+                signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)),
+            # a torch-function or dispatch mode left on its stack runs in every later job's
+            # torch calls, the harness's own included (its copies, its comparisons): a job ran
+            # after one that left `out + 1` there failed (tests/verifier/test_redteam_round7.py)
+            "function_modes": torch._C._len_torch_function_stack(),
+            "dispatch_modes": torch._C._len_torch_dispatch_stack(),
+            **carried_defaults()}
+
+
+# settings a job may change for itself (a model's torch.set_default_device in __init__, which
+# a host build keeps for forward, `verifier.judge.construct`; a kernel's TF32 switch) but must
+# not hand to the next job: the worker is replaced after it, the job is not a cheat for it
+CARRIED = ("default_device", "matmul_precision", "cuda_matmul_tf32", "cudnn_tf32",
+           "cudnn_benchmark", "fp16_reduction")
+
+
+def carried_defaults() -> dict[str, Any]:
+    """The process's torch defaults that change what a later job computes or how fast."""
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)  # set_default_device's
+    return dict(zip(CARRIED, ("none" if context is None else str(context.device),
+                              torch.get_float32_matmul_precision(), matmul.allow_tf32,
+                              torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark,
+                              matmul.allow_fp16_reduced_precision_reduction), strict=True))
 
 
 def signal_handlers() -> tuple[tuple[int, int], ...]:
@@ -131,7 +156,11 @@ def after_job(result: dict[str, Any], state: dict[str, int], flags: dict[str, An
         return True
     changed = [k for k, v in watched_state().items() if state.get(k, v) != v]
     now = global_flags()
-    changed += [f"torch global state {k}" for k in flags if now[k] != flags[k]]
+    carried = [k for k in CARRIED if now[k] != flags[k]]
+    if "default_device" in carried:  # torch.set_default_device pushes its mode: its own
+        now["function_modes"] -= 1
+    changed += [f"torch global state {k}" for k in flags
+                if k not in CARRIED and now[k] != flags[k]]
     if threading.active_count() > max(threads, int(result.get("harness_threads") or 0)):
         changed.append("Python threads left running")
     if changed:
@@ -140,6 +169,11 @@ def after_job(result: dict[str, Any], state: dict[str, int], flags: dict[str, An
                                        "line": None, "message": f"{name} changed during the run"})
         result.update(outcome="cheat", error="the candidate changed the harness's process: "
                       + ", ".join(changed[:5]))
+        return True
+    if carried:  # the next job gets a process with torch's defaults as they were
+        result["findings"].append({"rule": "worker_replaced", "severity": "info", "line": None,
+                                   "message": "the run changed torch's process defaults ("
+                                   + ", ".join(carried) + "): its worker was replaced"})
         return True
     if torch.cuda.is_initialized():
         torch.cuda.empty_cache()
@@ -250,6 +284,7 @@ def main(argv: list[str]) -> int:
         if job_free and free_bytes(base) < job_free:  # the next job gets a fresh tmpfs
             leave = True
         result["worker_pid"], result["worker_device"] = os.getpid(), ident
+        result["worker_leaves"] = leave  # the parent stops it: no next job races its exit
         out.write(json.dumps(result, default=str) + "\n")
         out.flush()
         if leave:
