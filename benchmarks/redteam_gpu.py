@@ -4,6 +4,8 @@
         --out benchmarks/results/redteam_cuda.md
     python -m benchmarks.redteam_gpu --backend cuda --round6 \
         --out benchmarks/results/redteam_round6_cuda.md
+    python -m benchmarks.redteam_gpu --backend cuda --round7 \
+        --out benchmarks/results/redteam_round7_cuda.md
 
 Runs tests/verifier/redteam_cases.py's attacks (each a correct ReLU trying one escape, with a
 CUDA kernel on cuda) through a separate verifier process (`--transport direct`: a batch driver;
@@ -56,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--round6", action="store_true",
                     help="only round 6's window attacks (skipped calls, batched windows), "
                          "static checks off, against an honest kernel on two task sizes")
+    ap.add_argument("--round7", action="store_true",
+                    help="only round 7's persistent-worker attacks (a torch mode left on the "
+                         "stack, a default device set in __init__), static checks off")
     ap.add_argument("--persistent", action="store_true",
                     help="cpu: run candidates in the persistent worker (the cuda path's code)")
     ap.add_argument("--case-limit", type=float, default=240.0,
@@ -65,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.round6:
         return _round6(a.backend, a.out)
+    if a.round7:
+        return _round7(a.backend, a.out, a.persistent)
     start = time.monotonic()
     # last resort: if this process itself blocks, its stacks are printed before the limit
     faulthandler.dump_traceback_later(a.wall_limit + 60, exit=True)
@@ -176,6 +183,61 @@ def _round6(backend: str, out: Path) -> int:
         lines.append("")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+def _round7(backend: str, out: Path, persistent: bool = False) -> int:
+    """Round 7's attacks on what a job leaves in a persistent GPU worker (tests/verifier/
+    redteam_round7_cases.py), static checks off, one GPU so every job shares a worker: a
+    correct ReLU that leaves a torch-function mode adding 1 to every later job's tensors
+    (held: it is a cheat and the honest job after it is correct), and one whose __init__ sets
+    the default device to the GPU (built the KernelBench way; held: the honest job after it is
+    correct and its worker was replaced). cpu: `--persistent` runs the GPU's worker loop."""
+    import verifier.api as api
+    import verifier.stages as stages
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    cases, r7 = _load("redteam_cases"), _load("redteam_round7_cases")
+    from verifier_cases import relu_task
+
+    stages.check_python = lambda *a, **k: []  # the run-time defences on their own
+    stages.check_cpp = lambda *a, **k: []
+    if backend == "cpu" and persistent:
+        from verifier.backends.cpu import CpuBackend
+
+        CpuBackend.persistent_worker = True  # the GPU's loop, on this host's cpu
+    shared = backend == "cuda" or persistent  # one worker for every job: what one leaves
+    device = "cuda" if backend == "cuda" else backend
+    rows = [("mode_left_behind", cases.candidate(r7.MODE_EXTRA, name="r7_ext", prelude=False)),
+            ("honest_after_mode", cases.candidate(name="r7_ext", prelude=False)),
+            ("host_forcing", cases.candidate(name="r7_ext", prelude=False,
+                                             init=f'torch.set_default_device("{device}")')),
+            ("honest_after_host", cases.candidate(name="r7_ext", prelude=False))]
+    cache = Path(tempfile.mkdtemp(prefix="ks-r7-"))
+    task = relu_task(16, 1024)
+    reqs = [VerifyRequest(name, "relu", task, cases.for_backend(code, backend), backend)
+            for name, code in rows]
+    got = {v.candidate_id: v for v in api.verify_batch(
+        reqs, VerifyOptions(backend=backend, gpus=1, workers=1,
+                            build_cache_dir=str(cache / "builds"),
+                            baseline_cache_dir=str(cache / "baselines")))}
+    rules = {n: [f["rule"] for f in got[n].findings] for n, _ in rows}
+    held = {"mode_left_behind": got["mode_left_behind"].status == "cheat" or not shared,
+            "honest_after_mode": got["honest_after_mode"].status.startswith("correct"),
+            "host_forcing": "host_construction" in rules["host_forcing"],
+            "honest_after_host": got["honest_after_host"].status.startswith("correct")}
+    lines = [f"# Red-team round 7 persistent-worker attacks, backend {backend}", "",
+             f"host {platform.node()}, command: python -m benchmarks.redteam_gpu --backend "
+             f"{backend} --round7 --out {out}", "",
+             "| row | status | findings | result | error |", "| --- | --- | --- | --- | --- |"]
+    for name, _ in rows:
+        v = got[name]
+        lines.append(f"| {name} | {v.status} | {', '.join(rules[name])} | "
+                     f"{'held' if held[name] else 'GOT THROUGH'} | "
+                     f"{(v.error or '')[:100].replace('|', '/')} |")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

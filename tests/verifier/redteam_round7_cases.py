@@ -119,3 +119,8 @@ DEFAULT_DEVICE_SETTER = NUMPY_RELU.replace(
     "class ModelNew(torch.nn.Module):\n",
     "class ModelNew(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
     "        torch.set_default_device(\"cpu\")\n\n")
+
+# the same mode as module-level code of a compiled candidate (benchmarks/redteam_gpu.py
+# --round7: `redteam_cases.candidate(extra=MODE_EXTRA)`, its ReLU in its own kernel)
+MODE_EXTRA = MODE_LEFT_BEHIND[MODE_LEFT_BEHIND.index("import os"):
+                              MODE_LEFT_BEHIND.index("class ModelNew")]
