@@ -124,3 +124,56 @@ DEFAULT_DEVICE_SETTER = NUMPY_RELU.replace(
 # --round7: `redteam_cases.candidate(extra=MODE_EXTRA)`, its ReLU in its own kernel)
 MODE_EXTRA = MODE_LEFT_BEHIND[MODE_LEFT_BEHIND.index("import os"):
                               MODE_LEFT_BEHIND.index("class ModelNew")]
+
+# --- the window's slots written after "d", ahead of the judge's reads (test_redteam_round7) ---
+# A worker of its own loop (any process of a run may speak the clock's protocol): for SCALE_TASK
+# (1 + 3 x) it writes the window's last slot (the judge reads it first), answers "d", and only
+# then writes the other slots, in order, in one pass, racing the judge's reads of the slots it
+# checks (drawn after "d": 48 draws for a deep check of a window past 49 calls, read in order).
+# Its windows are made faster than every window before them (a wait before "d" that shrinks
+# 30% a window), so each is deep-checked. "honest": every slot written before "d".
+RACE_WORKER = """
+import json, os, sys, time
+import torch
+from verifier.judge.arena import Arena, views
+from verifier.judge.clock_serve import open_worker_pipes, read_line
+
+spec = json.load(open(sys.argv[1]))
+mode = sys.argv[2]
+arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
+ins = [views(arena, lay)[0] for lay in spec["sets"]]  # a set: a list of tensors
+outs = [views(arena, lay) for lay in spec["outs"]]  # an output: the tensor
+# the sets, and the slots, lie one after another: one tensor each over all of them
+every_in = torch.stack(ins).view(-1)[:0].set_(ins[0].untyped_storage(), ins[0].storage_offset(),
+                                               (len(ins), *ins[0].shape))
+every_out = torch.empty(0).set_(outs[0].untyped_storage(), outs[0].storage_offset(),
+                                (len(outs), *outs[0].shape))
+one = torch.ones(1)
+wfd, rfd = open_worker_pipes()
+os.write(wfd, b"t\\n")
+wait_s = 0.00006
+
+
+def put(lo, hi):  # 1 + 3 x, one pass in order over the slots lo..hi-1
+    torch.add(one, every_in[lo:hi], alpha=3.0, out=every_out[lo:hi])
+
+
+while True:
+    msg = read_line(rfd).split()
+    if msg == ["e"]:
+        break
+    n = int(msg[1])
+    used = max(1, min(n, len(ins)))
+    race = mode == "race" and used > 49  # past the judge's 48 draws of a deep check
+    t0 = time.perf_counter()
+    if n and not race:
+        put(0, used)
+    elif n:
+        put(used - 1, used)
+        wait_s *= 0.7
+        while time.perf_counter() - t0 < wait_s:
+            pass
+    os.write(wfd, b"d\\n")
+    if n and race:
+        put(0, used - 1)
+"""

@@ -441,3 +441,44 @@ def test_a_default_device_set_by_a_model_is_not_handed_to_the_next_job() -> None
     assert first["outcome"] == "ok", first
     assert any(f["rule"] == "worker_replaced" for f in first["findings"]), first["findings"]
     assert second["outcome"] == "ok" and second["worker_pid"] != first["worker_pid"], second
+
+
+# --- the judge's reads after "d": slots written behind the judge's back ----------------------
+def _raced(work: Path, mode: str, sets: int = 128) -> dict[str, Any]:
+    """The judge's clock over SCALE_TASK's windows, served by RACE_WORKER in `mode`."""
+    from redteam_round7_cases import RACE_WORKER
+
+    set_bytes = 64 * 32 * 4
+    judge = WindowJudge(SCALE_TASK, 0, TOL, 3 * set_bytes * sets, path=str(work / "arena"))
+    (work / "spec.json").write_text(json.dumps({**judge.spec, "path": str(work / "arena")}))
+    (work / "race.py").write_text(RACE_WORKER)
+    clock = JudgeClock(judge, workdir=work, wait_s=30.0)
+    try:
+        proc = subprocess.run([sys.executable, str(work / "race.py"), str(work / "spec.json"),
+                               mode], cwd=work, env={**CHILD_ENV, "PYTHONPATH": str(ROOT)},
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    finally:
+        res = clock.result()
+        judge.close()
+    return res
+
+
+def test_slots_written_after_d_are_caught_or_gain_nothing(tmp_path: Path) -> None:
+    """The judge draws its checked calls after "d", then reads their slots one at a time: a
+    worker of its own loop that answers "d" after one call and writes the other slots from
+    then on, in order, in one pass (torch.add, ~1 us a slot), races those reads. It loses here
+    (measured: caught, the first slot read still holding the last window's output, or its
+    windows no faster than an honest worker's: 2.2-2.3 vs 2.5 us a call); where it would win (a
+    judge thread preempted right after "d" on a loaded host) it gambles a cheat per window.
+    Held in each of three runs: caught, or no faster than the honest worker."""
+    (tmp_path / "honest").mkdir()
+    honest = _raced(tmp_path / "honest", "honest")
+    assert honest["failure"] == "", honest
+    honest_us = honest["figures"]["runtime_us"]
+    for i in range(3):
+        (tmp_path / f"race{i}").mkdir()
+        race = _raced(tmp_path / f"race{i}", "race")
+        held = "the output of a timed call was wrong" in race["failure"] or (
+            race["figures"] and race["figures"]["runtime_us"] >= 0.5 * honest_us)
+        assert held, (honest_us, race)
