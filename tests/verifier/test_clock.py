@@ -145,3 +145,17 @@ def test_the_judge_sizes_its_input_sets_from_its_budget(tmp_path: Path, budget: 
         assert all(not torch.equal(a, p[0]) for a, p in zip(first, judge.pristine, strict=True))
     finally:
         judge.close()
+
+
+def test_call_time_deducts_the_judges_copies_at_most_half_the_window(tmp_path: Path) -> None:
+    judge = WindowJudge(SCALE_TASK, 0, TOL, 16 << 20, path=str(tmp_path / "arena.bin"))
+    jc = JudgeClock(judge, workdir=tmp_path, wait_s=5.0)
+    try:
+        judge.copy_s = 1e-4  # 10 copies: 1 ms of a 10 ms window
+        assert jc.call_time(0.010, 10) == pytest.approx(0.0009)
+        judge.copy_s = 1.0  # a copy timed under a load spike: at most half the window goes
+        assert jc.call_time(0.010, 10) == pytest.approx(0.0005)
+        assert jc.call_time(0.004, 0) == pytest.approx(0.004)  # the round trip: nothing to copy
+    finally:
+        jc.stop()
+        judge.close()

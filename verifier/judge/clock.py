@@ -190,6 +190,12 @@ class JudgeClock:
         self.cpus = cpus
         self.meter, self.runnable = meter, runnable
 
+    def call_time(self, wall: float, n: int) -> float:
+        """A window of n calls' time per call, less the judge's own time for their n output
+        copies: at most half the window (the copy was measured when the judge was made: a load
+        spike then must not take a window's work away; a call writes its output)."""
+        return (wall - min(n * self.judge.copy_s, wall / 2)) / max(n, 1)
+
     def _read(self, deadline: float) -> str:
         """The worker's next message (one byte at a time: nothing of a later one is lost)."""
         buf = b""
@@ -249,13 +255,12 @@ class JudgeClock:
 
     def _measure(self) -> dict[str, Any]:
         round_trip = min(self._window(0) for _ in range(5))
-        copy_s = self.judge.copy_s
         n, call_s = 1, 0.0
         while True:  # calibration: more calls until a window is a quarter of the target
             wall = self._checked(n)
             if wall is None:
                 return {}
-            call_s = max(wall - min(n * copy_s, wall / 2), 1e-7) / n  # noise only adds time
+            call_s = max(self.call_time(wall, n), 1e-7 / n)  # noise only adds time
             if wall >= TARGET_S / 4 or n >= min(MAX_CALLS, self.judge.sets):
                 break
             n = min(n * (8 if wall < TARGET_S / 64 else 2), self.judge.sets)
@@ -269,16 +274,14 @@ class JudgeClock:
                 wall = self._checked(n)
                 if wall is None:
                     return {}
-                # the copy was measured when the judge was made: a load spike then must not
-                # take a window's work away (a call writes its output: its copy is at most half)
-                per_call.append((wall - min(n * copy_s, wall / 2)) / n)
+                per_call.append(self.call_time(wall, n))
             call_s = min(per_call)
             if call_s * n >= round_trip / ROUND_TRIP_SHARE or n >= self.judge.sets:
                 break
         figures = summarize(per_call)
         set_by = self.charged[-len(per_call):][per_call.index(min(per_call))]  # runtime's
         figures.update(calls=n, round_trip_us=round(round_trip * 1e6, 2),
-                       copy_us=round(copy_s * 1e6, 2), sets=self.judge.sets,
+                       copy_us=round(self.judge.copy_s * 1e6, 2), sets=self.judge.sets,
                        out_bytes=int(self.judge.out_bytes))
         figures.update({"early_stop": settled} if settled else {})
         if self.fill_cpu:  # what the run burnt while the judge filled (charged above noise)
@@ -299,7 +302,7 @@ class JudgeClock:
         wall = self._window(n)
         inside = max(0.0, meter() - at_go) if meter is not None else 0.0
         # a window faster per call than every one before it may set the runtime: all checked
-        per_call = (wall - min(n * self.judge.copy_s, wall / 2)) / max(n, 1)
+        per_call = self.call_time(wall, n)
         deep = n > 0 and per_call < self.fastest
         why = self.judge.check(n, deep=True) if deep else self.judge.check(n)
         if why:
