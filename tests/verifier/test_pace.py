@@ -136,9 +136,12 @@ def test_hang_deadlines_follow_the_steps_and_the_judges_windows() -> None:
     assert w.deadline() == start + 600.0 and w.why() == ""
     now = time.monotonic()
     w = HangWatch(Pace(eager_s=0.01), now, timeout_s=600.0)
-    w.deadline(_clock(True, (now, 4)))
-    after = w.deadline(_clock())  # the windows are over: the report, a floor from now
+    w.see(_clock(True, (now, 4)))
+    assert w.deadline(_clock()) == now + 600.0  # a read: the clock's end is seen by `see` only
+    w.see(_clock())  # the windows are over: the report, a floor from now
+    after = w.deadline(_clock())
     assert abs(after - time.monotonic() - pace.HANG_FLOOR_S) < 1.0
+    assert w.deadline(_clock()) == after and "the run's report" in w.why(_clock())
 
 
 def test_without_a_baseline_every_step_has_the_run_timeout() -> None:
