@@ -4,50 +4,26 @@ on inputs it writes right before each window; nothing the worker says is a figur
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from verifier_cases import SCALE_TASK  # noqa: E402
+from verifier_cases import SCALE_TASK, serve_in_thread  # noqa: E402
 
-from verifier.judge import clock, clock_serve
-from verifier.judge.arena import Arena, fill, views
+from verifier.judge import clock
 from verifier.judge.clock import JudgeClock, calls_for, time_windows
-from verifier.judge.clock_serve import serve_windows
 from verifier.judge.window_judge import POOL_MAX, WindowJudge
 
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)
-
-
-def _worker(workdir: Path, spec: dict[str, Any], forward: Any) -> threading.Thread:
-    """The worker's side in a thread: the arena mapped by path, the pipes in `workdir`."""
-    def target() -> None:
-        old = os.getcwd()
-        os.chdir(workdir)
-        arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
-        try:
-            sets = [views(arena, layout) for layout in spec["sets"]]
-            slots = [views(arena, layout) for layout in spec["outs"]]
-            serve_windows(clock_serve.open_worker_pipes(), forward, sets,
-                          lambda i, out: fill(slots[i], out), lambda: None)
-        except OSError:  # the judge stopped: this worker is done
-            pass
-        finally:
-            os.chdir(old)
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    return t
 
 
 def _judge_run(tmp_path: Path, forward: Any) -> dict[str, Any]:
     judge = WindowJudge(SCALE_TASK, 0, TOL, 16 << 20, path=str(tmp_path / "arena.bin"))
     spec = {**judge.spec, "path": str(tmp_path / "arena.bin")}
     jc = JudgeClock(judge, workdir=tmp_path, wait_s=20.0)
-    t = _worker(tmp_path, spec, forward)
+    t = serve_in_thread(tmp_path, spec, forward)
     t.join(timeout=60)
     result = jc.result()
     judge.close()

@@ -13,17 +13,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from verifier_cases import SCALE_TASK  # noqa: E402
+from verifier_cases import SCALE_TASK, answer_in_thread  # noqa: E402
 
 from verifier.isolation.cpu_meter import CpuCgroup, runnable
-from verifier.judge import clock, clock_serve
+from verifier.judge import clock
 from verifier.judge.arena import Arena, fill, views
 from verifier.judge.clock import JudgeClock
 from verifier.judge.window_judge import RANDOM_CHECKS, WindowJudge
@@ -192,28 +191,15 @@ def test_a_thread_that_answers_the_windows_itself_gains_nothing(tmp_path: Path) 
     judge = WindowJudge(SCALE_TASK, 0, TOL, ROW * 8, path=str(tmp_path / "arena.bin"))
     jc = JudgeClock(judge, workdir=tmp_path, wait_s=10.0)
 
-    def rogue() -> None:
-        old = os.getcwd()
-        os.chdir(tmp_path)
-        arena = Arena.attach(str(tmp_path / "arena.bin"), judge.spec["nbytes"], "cpu")
-        sets = [views(arena, layout) for layout in judge.spec["sets"]]
-        slots = [views(arena, layout) for layout in judge.spec["outs"]]
-        wfd, rfd = clock_serve.open_worker_pipes()
-        os.chdir(old)
-        os.write(wfd, b"t\n")
-        while True:
-            msg = clock_serve.read_line(rfd).split()
-            if msg == ["e"]:
-                break
-            n = int(msg[1])
-            if n:  # one output, not n calls of 2 ms
-                fill(slots[n - 1], sets[(n - 1) % len(sets)][0] * 3.0 + 1.0)
-            os.write(wfd, b"d\n")
-        os.close(wfd)
-        os.close(rfd)
+    arena = Arena.attach(str(tmp_path / "arena.bin"), judge.spec["nbytes"], "cpu")
+    sets = [views(arena, layout) for layout in judge.spec["sets"]]
+    slots = [views(arena, layout) for layout in judge.spec["outs"]]
 
-    t = threading.Thread(target=rogue, daemon=True)
-    t.start()
+    def rogue(n: int) -> None:
+        if n:  # one output, not n calls of 2 ms
+            fill(slots[n - 1], sets[(n - 1) % len(sets)][0] * 3.0 + 1.0)
+
+    t = answer_in_thread(tmp_path, rogue)
     t.join(timeout=60)
     res = jc.result()
     judge.close()
@@ -365,25 +351,12 @@ def _cores_run(tmp_path: Path, cpus: int | None) -> dict[str, Any]:
     jc = JudgeClock(_Quiet(), workdir=tmp_path, wait_s=10.0)
     jc.watch(lambda: burnt[0], cpus=cpus)
 
-    def worker() -> None:
-        old = os.getcwd()
-        os.chdir(tmp_path)
-        wfd, rfd = clock_serve.open_worker_pipes()
-        os.chdir(old)
-        os.write(wfd, b"t\n")
-        while True:
-            msg = clock_serve.read_line(rfd).split()
-            if msg == ["e"]:
-                break
-            t0 = time.perf_counter()
-            time.sleep(0.002 * int(msg[1]))
-            burnt[0] += 3 * (time.perf_counter() - t0)
-            os.write(wfd, b"d\n")
-        os.close(wfd)
-        os.close(rfd)
+    def window(n: int) -> None:
+        t0 = time.perf_counter()
+        time.sleep(0.002 * n)
+        burnt[0] += 3 * (time.perf_counter() - t0)
 
-    t = threading.Thread(target=worker, daemon=True)
-    t.start()
+    t = answer_in_thread(tmp_path, window)
     t.join(timeout=120)
     return jc.result()
 

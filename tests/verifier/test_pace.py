@@ -4,20 +4,16 @@ window settles the verdict, and a step's hang deadline scales with the reference
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import torch
-from verifier_cases import SCALE_TASK  # noqa: E402
+from verifier_cases import SCALE_TASK, serve_in_thread  # noqa: E402
 
-from verifier.judge import clock, clock_serve, pace
-from verifier.judge.arena import Arena, fill, views
+from verifier.judge import clock, pace
 from verifier.judge.clock import JudgeClock, time_windows
-from verifier.judge.clock_serve import serve_windows
 from verifier.judge.pace import Pace
 from verifier.judge.window_judge import WindowJudge
 from verifier.run.hang_watch import HangWatch
@@ -38,20 +34,7 @@ def _timed(tmp_path: Path, call_s: float, reference: Pace | None) -> tuple[dict[
         time.sleep(call_s)  # a call that truly takes call_s (the worker is a thread here)
         return x * 3.0 + 1.0
 
-    def serve() -> None:
-        old = os.getcwd()
-        os.chdir(tmp_path)
-        arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
-        try:
-            sets = [views(arena, layout) for layout in spec["sets"]]
-            slots = [views(arena, layout) for layout in spec["outs"]]
-            serve_windows(clock_serve.open_worker_pipes(), forward, sets,
-                          lambda i, out: fill(slots[i], out), lambda: None)
-        finally:
-            os.chdir(old)
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
+    t = serve_in_thread(tmp_path, spec, forward)
     t.join(timeout=60)
     result = jc.result()
     judge.close()
