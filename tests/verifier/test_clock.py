@@ -4,50 +4,26 @@ on inputs it writes right before each window; nothing the worker says is a figur
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from verifier_cases import SCALE_TASK  # noqa: E402
+from verifier_cases import SCALE_TASK, serve_in_thread  # noqa: E402
 
-from verifier.judge import clock, clock_serve
-from verifier.judge.arena import Arena, fill, views
+from verifier.judge import clock
 from verifier.judge.clock import JudgeClock, calls_for, time_windows
-from verifier.judge.clock_serve import serve_windows
 from verifier.judge.window_judge import POOL_MAX, WindowJudge
 
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)
-
-
-def _worker(workdir: Path, spec: dict[str, Any], forward: Any) -> threading.Thread:
-    """The worker's side in a thread: the arena mapped by path, the pipes in `workdir`."""
-    def target() -> None:
-        old = os.getcwd()
-        os.chdir(workdir)
-        arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
-        try:
-            sets = [views(arena, layout) for layout in spec["sets"]]
-            slots = [views(arena, layout) for layout in spec["outs"]]
-            serve_windows(clock_serve.open_worker_pipes(), forward, sets,
-                          lambda i, out: fill(slots[i], out), lambda: None)
-        except OSError:  # the judge stopped: this worker is done
-            pass
-        finally:
-            os.chdir(old)
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    return t
 
 
 def _judge_run(tmp_path: Path, forward: Any) -> dict[str, Any]:
     judge = WindowJudge(SCALE_TASK, 0, TOL, 16 << 20, path=str(tmp_path / "arena.bin"))
     spec = {**judge.spec, "path": str(tmp_path / "arena.bin")}
     jc = JudgeClock(judge, workdir=tmp_path, wait_s=20.0)
-    t = _worker(tmp_path, spec, forward)
+    t = serve_in_thread(tmp_path, spec, forward)
     t.join(timeout=60)
     result = jc.result()
     judge.close()
@@ -129,9 +105,27 @@ def test_time_windows_measures_what_a_call_takes() -> None:
     sets = [[torch.ones(4)] for _ in range(2)]
     fresh = []
     figures = time_windows(lambda x: (time.sleep(0.001), x * 2)[1], sets,
-                           lambda n: fresh.append(n), lambda: None, lambda out: None)
+                           lambda n: fresh.append(n), lambda: None, lambda i, out: None)
     assert 1000.0 <= figures["runtime_us"] < 20000.0
     assert len(fresh) >= clock.WINDOWS + 2  # fresh inputs before every window
+
+
+def test_time_windows_copies_every_call_into_its_slot_and_deducts_it() -> None:
+    """The in-process baseline pays what a worker serving the judge pays: one slot copy per
+    call (`put`), with the judge's copy time deducted (at most half a window)."""
+    sets = [[torch.full((4,), float(k))] for k in range(3)]
+    puts: list[tuple[int, float]] = []
+    figures = time_windows(lambda x: x * 2, sets, lambda n: None, lambda: None,
+                           lambda i, out: puts.append((i, float(out[0]))), pool=3)
+    calls = figures["calls"]
+    assert len(puts) >= 1 + clock.WINDOWS * calls  # the warm-up, then every timed call
+    assert all(value == 2.0 * i for i, value in puts)  # call i's output into slot i
+    assert {i for i, _ in puts} == {0, 1, 2}
+    assert clock.deducted(10.0, 4, 1.0) == 1.5
+    assert clock.deducted(10.0, 4, 5.0) == 1.25  # never more than half the window
+    slow = time_windows(lambda x: (time.sleep(0.001), x)[1], sets[:1], lambda n: None,
+                        lambda: None, lambda i, out: None, pool=1, copy_s=1.0)
+    assert 500.0 <= slow["runtime_us"] < 10000.0  # a 1 ms call, half of it deducted
 
 
 @pytest.mark.parametrize("budget", [16 << 20, 1])
@@ -144,4 +138,18 @@ def test_the_judge_sizes_its_input_sets_from_its_budget(tmp_path: Path, budget: 
         judge.fill(judge.sets)  # every window gets inputs the worker has never seen
         assert all(not torch.equal(a, p[0]) for a, p in zip(first, judge.pristine, strict=True))
     finally:
+        judge.close()
+
+
+def test_call_time_deducts_the_judges_copies_at_most_half_the_window(tmp_path: Path) -> None:
+    judge = WindowJudge(SCALE_TASK, 0, TOL, 16 << 20, path=str(tmp_path / "arena.bin"))
+    jc = JudgeClock(judge, workdir=tmp_path, wait_s=5.0)
+    try:
+        judge.copy_s = 1e-4  # 10 copies: 1 ms of a 10 ms window
+        assert jc.call_time(0.010, 10) == pytest.approx(0.0009)
+        judge.copy_s = 1.0  # a copy timed under a load spike: at most half the window goes
+        assert jc.call_time(0.010, 10) == pytest.approx(0.0005)
+        assert jc.call_time(0.004, 0) == pytest.approx(0.004)  # the round trip: nothing to copy
+    finally:
+        jc.stop()
         judge.close()

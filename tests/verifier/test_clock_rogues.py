@@ -13,16 +13,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from verifier_cases import SCALE_TASK  # noqa: E402
+from verifier_cases import SCALE_TASK, answer_in_thread  # noqa: E402
 
-from verifier.isolation.cpu_meter import CpuCgroup, threads_cpu_s, threads_meter, threads_runnable
-from verifier.judge import clock, clock_serve
+from verifier.isolation.cpu_meter import CpuCgroup, runnable
+from verifier.judge import clock
 from verifier.judge.arena import Arena, fill, views
 from verifier.judge.clock import JudgeClock
 from verifier.judge.window_judge import RANDOM_CHECKS, WindowJudge
@@ -31,6 +31,33 @@ ROOT = Path(__file__).resolve().parents[2]
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)
 ROW = 3 * 64 * 32 * 4  # one input set's cost to the budget: set, pristine copy, output slot
 CALL_S = 0.002  # what one true call costs the rogues (cpu: a busy loop)
+
+
+def _tasks(pid: int) -> list[str]:
+    """`/proc` paths of the live threads of `pid`."""
+    try:
+        return [f"/proc/{pid}/task/{tid}" for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
+def threads_cpu_s(pid: int) -> float:
+    """Seconds on a cpu of the live threads of `pid` (a thread that is gone counts 0): the
+    meter a run without a cgroup would have, which no runner uses (it misses exited threads)."""
+    total = 0
+    for task in _tasks(pid):
+        try:
+            with open(f"{task}/schedstat", "rb") as fh:
+                total += int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
+def threads_runnable(pid: int) -> Callable[[], int]:
+    """How many live threads of `pid` are runnable, read afresh at each call."""
+    return lambda: runnable(_tasks(pid))
+
 
 # The rogue worker: argv[1] the arena spec (json), argv[2] its mode.
 #  watch: a thread computes each input set's output as the judge's fill lands it (the GPU form:
@@ -144,7 +171,7 @@ def _rogue(tmp_path: Path, mode: str, metered: bool, judge_cls: type = WindowJud
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         if metered:
-            jc.watch(threads_meter([proc.pid]), runnable=threads_runnable([proc.pid]))
+            jc.watch(lambda: threads_cpu_s(proc.pid), runnable=threads_runnable(proc.pid))
         proc.wait(timeout=120)
         res = jc.result()
         assert proc.returncode == 0, f"the {mode} rogue ended with {proc.returncode}"
@@ -164,28 +191,15 @@ def test_a_thread_that_answers_the_windows_itself_gains_nothing(tmp_path: Path) 
     judge = WindowJudge(SCALE_TASK, 0, TOL, ROW * 8, path=str(tmp_path / "arena.bin"))
     jc = JudgeClock(judge, workdir=tmp_path, wait_s=10.0)
 
-    def rogue() -> None:
-        old = os.getcwd()
-        os.chdir(tmp_path)
-        arena = Arena.attach(str(tmp_path / "arena.bin"), judge.spec["nbytes"], "cpu")
-        sets = [views(arena, layout) for layout in judge.spec["sets"]]
-        slots = [views(arena, layout) for layout in judge.spec["outs"]]
-        wfd, rfd = clock_serve.open_worker_pipes()
-        os.chdir(old)
-        os.write(wfd, b"t\n")
-        while True:
-            msg = clock_serve.read_line(rfd).split()
-            if msg == ["e"]:
-                break
-            n = int(msg[1])
-            if n:  # one output, not n calls of 2 ms
-                fill(slots[n - 1], sets[(n - 1) % len(sets)][0] * 3.0 + 1.0)
-            os.write(wfd, b"d\n")
-        os.close(wfd)
-        os.close(rfd)
+    arena = Arena.attach(str(tmp_path / "arena.bin"), judge.spec["nbytes"], "cpu")
+    sets = [views(arena, layout) for layout in judge.spec["sets"]]
+    slots = [views(arena, layout) for layout in judge.spec["outs"]]
 
-    t = threading.Thread(target=rogue, daemon=True)
-    t.start()
+    def rogue(n: int) -> None:
+        if n:  # one output, not n calls of 2 ms
+            fill(slots[n - 1], sets[(n - 1) % len(sets)][0] * 3.0 + 1.0)
+
+    t = answer_in_thread(tmp_path, rogue)
     t.join(timeout=60)
     res = jc.result()
     judge.close()
@@ -276,7 +290,7 @@ def test_the_cgroup_meter_counts_a_thread_that_is_gone() -> None:
     proc = subprocess.Popen([sys.executable, "-c", BURN], stdin=subprocess.PIPE)
     try:
         (group.path / "cgroup.procs").write_text(str(proc.pid))
-        live_before = threads_cpu_s([proc.pid])
+        live_before = threads_cpu_s(proc.pid)
         assert proc.stdin is not None
         proc.stdin.write(b"go\n")
         proc.stdin.flush()
@@ -285,7 +299,7 @@ def test_the_cgroup_meter_counts_a_thread_that_is_gone() -> None:
             time.sleep(0.05)
         time.sleep(0.2)  # the thread is gone by now
         assert group.cpu_s() - before >= 0.075
-        assert threads_cpu_s([proc.pid]) - live_before < 0.04  # the fallback cannot see it
+        assert threads_cpu_s(proc.pid) - live_before < 0.04  # the fallback cannot see it
     finally:
         proc.kill()
         proc.wait()
@@ -337,25 +351,12 @@ def _cores_run(tmp_path: Path, cpus: int | None) -> dict[str, Any]:
     jc = JudgeClock(_Quiet(), workdir=tmp_path, wait_s=10.0)
     jc.watch(lambda: burnt[0], cpus=cpus)
 
-    def worker() -> None:
-        old = os.getcwd()
-        os.chdir(tmp_path)
-        wfd, rfd = clock_serve.open_worker_pipes()
-        os.chdir(old)
-        os.write(wfd, b"t\n")
-        while True:
-            msg = clock_serve.read_line(rfd).split()
-            if msg == ["e"]:
-                break
-            t0 = time.perf_counter()
-            time.sleep(0.002 * int(msg[1]))
-            burnt[0] += 3 * (time.perf_counter() - t0)
-            os.write(wfd, b"d\n")
-        os.close(wfd)
-        os.close(rfd)
+    def window(n: int) -> None:
+        t0 = time.perf_counter()
+        time.sleep(0.002 * n)
+        burnt[0] += 3 * (time.perf_counter() - t0)
 
-    t = threading.Thread(target=worker, daemon=True)
-    t.start()
+    t = answer_in_thread(tmp_path, window)
     t.join(timeout=120)
     return jc.result()
 
@@ -413,20 +414,20 @@ def test_a_spinning_thread_is_runnable_and_a_blocked_one_is_not() -> None:
                              "while True: pass"], stdin=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60  # the interpreter's start may take a while
-        while threads_runnable([spin.pid])() and time.monotonic() < deadline:
+        while threads_runnable(spin.pid)() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert threads_runnable([spin.pid])() == 0  # blocked on its stdin
+        assert threads_runnable(spin.pid)() == 0  # blocked on its stdin
         assert spin.stdin is not None
         spin.stdin.write(b"go\n")
         spin.stdin.flush()
         # it spins from now on: R at every look (running, or waiting for a cpu)
-        while threads_cpu_s([spin.pid]) < 0.05 and time.monotonic() < deadline:
+        while threads_cpu_s(spin.pid) < 0.05 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert all(threads_runnable([spin.pid])() == 1 for _ in range(20))
+        assert all(threads_runnable(spin.pid)() == 1 for _ in range(20))
     finally:
         spin.kill()
         spin.wait()
-    assert threads_runnable([spin.pid])() == 0  # gone: nothing to count
+    assert threads_runnable(spin.pid)() == 0  # gone: nothing to count
 
 
 def test_the_judge_waits_while_a_thread_of_the_run_is_runnable() -> None:

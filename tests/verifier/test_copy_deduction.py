@@ -5,17 +5,16 @@ is refused, and a copy timed under load never lowers a later candidate's runtime
 
 from __future__ import annotations
 
-import os
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from verifier_cases import serve_in_thread
 
-from verifier.judge.arena import Arena, fill, views
+from verifier.judge.arena import fill
 from verifier.judge.clock import JudgeClock
-from verifier.judge.clock_serve import RefusedOutput, open_worker_pipes, serve_windows
+from verifier.judge.clock_serve import RefusedOutput
 from verifier.judge.timed_calls import slot_filler
 from verifier.judge.window_judge import WindowJudge, fastest_copy
 
@@ -48,22 +47,7 @@ def _timed(tmp: Path, forward_of: Any, put_of: Any) -> dict[str, Any]:
     spec = {**judge.spec, "path": str(tmp / "arena.bin")}
     raised: list[BaseException] = []
 
-    def worker() -> None:
-        old = os.getcwd()
-        os.chdir(tmp)
-        arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
-        try:
-            sets = [views(arena, layout) for layout in spec["sets"]]
-            slots = [views(arena, layout) for layout in spec["outs"]]
-            serve_windows(open_worker_pipes(), forward_of(sets, slots), sets, put_of(slots),
-                          lambda: None)
-        except (OSError, ValueError) as exc:
-            raised.append(exc)
-        finally:
-            os.chdir(old)
-
-    t = threading.Thread(target=worker, daemon=True)
-    t.start()
+    t = serve_in_thread(tmp, spec, forward_of=forward_of, put_of=put_of, raised=raised)
     t.join(timeout=300)
     res = jc.result()
     judge.close()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from verifier_cases import relu_task
 
 from verifier.backends.cpu import CpuBackend
 from verifier.isolation.cpu_meter import CpuCgroup
@@ -25,22 +26,7 @@ from verifier.run.worker import run_job
 
 # 2^18 elements: the cpu task cap (pipeline.tasks.taskfile.cpu_max_numel), where the old
 # method's bias was largest (the per-call output copy into memory not in cache)
-TASK = '''import torch
-import torch.nn as nn
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x)
-
-def get_inputs():
-    return [torch.randn(512, 512)]
-
-def get_init_inputs():
-    return []
-'''
+TASK = relu_task(512, 512)
 # the worker's timing half, on the reference's forward: what a candidate whose forward is the
 # reference gets from the judge (its correctness stage would call it a fallback, so it is left out)
 SERVE_AS_CANDIDATE = """

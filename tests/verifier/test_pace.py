@@ -4,20 +4,16 @@ window settles the verdict, and a step's hang deadline scales with the reference
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import torch
-from verifier_cases import SCALE_TASK  # noqa: E402
+from verifier_cases import SCALE_TASK, serve_in_thread  # noqa: E402
 
-from verifier.judge import clock, clock_serve, pace
-from verifier.judge.arena import Arena, fill, views
+from verifier.judge import clock, pace
 from verifier.judge.clock import JudgeClock, time_windows
-from verifier.judge.clock_serve import serve_windows
 from verifier.judge.pace import Pace
 from verifier.judge.window_judge import WindowJudge
 from verifier.run.hang_watch import HangWatch
@@ -38,20 +34,7 @@ def _timed(tmp_path: Path, call_s: float, reference: Pace | None) -> tuple[dict[
         time.sleep(call_s)  # a call that truly takes call_s (the worker is a thread here)
         return x * 3.0 + 1.0
 
-    def serve() -> None:
-        old = os.getcwd()
-        os.chdir(tmp_path)
-        arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
-        try:
-            sets = [views(arena, layout) for layout in spec["sets"]]
-            slots = [views(arena, layout) for layout in spec["outs"]]
-            serve_windows(clock_serve.open_worker_pipes(), forward, sets,
-                          lambda i, out: fill(slots[i], out), lambda: None)
-        finally:
-            os.chdir(old)
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
+    t = serve_in_thread(tmp_path, spec, forward)
     t.join(timeout=60)
     result = jc.result()
     judge.close()
@@ -93,7 +76,8 @@ def test_the_reference_baseline_reuses_its_calibration_window() -> None:
         time.sleep(0.025)
         return x
 
-    figures = time_windows(ref, [[torch.ones(4)]], lambda n: None, lambda: None, lambda o: None)
+    figures = time_windows(ref, [[torch.ones(4)]], lambda n: None, lambda: None,
+                           lambda i, o: None)
     assert figures["calls"] == 1 and len(figures["windows_us"]) == clock.WINDOWS
     assert calls[0] == 1 + clock.WINDOWS  # the warm-up, then three windows of one call
 
@@ -136,9 +120,12 @@ def test_hang_deadlines_follow_the_steps_and_the_judges_windows() -> None:
     assert w.deadline() == start + 600.0 and w.why() == ""
     now = time.monotonic()
     w = HangWatch(Pace(eager_s=0.01), now, timeout_s=600.0)
-    w.deadline(_clock(True, (now, 4)))
-    after = w.deadline(_clock())  # the windows are over: the report, a floor from now
+    w.see(_clock(True, (now, 4)))
+    assert w.deadline(_clock()) == now + 600.0  # a read: the clock's end is seen by `see` only
+    w.see(_clock())  # the windows are over: the report, a floor from now
+    after = w.deadline(_clock())
     assert abs(after - time.monotonic() - pace.HANG_FLOOR_S) < 1.0
+    assert w.deadline(_clock()) == after and "the run's report" in w.why(_clock())
 
 
 def test_without_a_baseline_every_step_has_the_run_timeout() -> None:

@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +26,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from redteam_cases import attacks, honest  # noqa: E402
 from redteam_driver import run_rows  # noqa: E402
 from redteam_observer import TASK, snapshot  # noqa: E402
-from verifier_cases import SCALE_TASK  # noqa: E402
+from verifier_cases import SCALE_TASK, answer_in_thread, serve_in_thread  # noqa: E402
 
-from verifier.judge import clock, clock_serve  # noqa: E402
+from verifier.judge import clock  # noqa: E402
 from verifier.judge.arena import Arena, fill, views  # noqa: E402
 from verifier.judge.clock import JudgeClock  # noqa: E402
-from verifier.judge.clock_serve import serve_windows  # noqa: E402
 from verifier.judge.window_judge import WindowJudge  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,32 +141,11 @@ ROW = 3 * SET_BYTES  # what one input set costs the budget: the set, its pristin
 # call's output slot (the output has the input's size here)
 
 
-def _serve(workdir: Path, spec: dict[str, Any], forward: Any) -> threading.Thread:
-    """The worker's side of the windows in a thread, as verifier.run.worker serves them."""
-    def target() -> None:
-        old = os.getcwd()
-        os.chdir(workdir)
-        arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
-        try:
-            sets = [views(arena, layout) for layout in spec["sets"]]
-            slots = [views(arena, layout) for layout in spec["outs"]]
-            serve_windows(clock_serve.open_worker_pipes(), forward, sets,
-                          lambda i, out: fill(slots[i], out), lambda: None)
-        except (OSError, ValueError):  # the judge stopped, or the harness refused an output
-            pass
-        finally:
-            os.chdir(old)
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    return t
-
-
 def _timed(tmp_path: Path, forward: Any, budget: int) -> dict[str, Any]:
     judge = WindowJudge(SCALE_TASK, 0, TOL, budget, path=str(tmp_path / "arena.bin"))
     spec = {**judge.spec, "path": str(tmp_path / "arena.bin")}
     jc = JudgeClock(judge, workdir=tmp_path, wait_s=10.0)
-    t = _serve(tmp_path, spec, forward)
+    t = serve_in_thread(tmp_path, spec, forward)
     t.join(timeout=60)
     res = jc.result()
     res["sets"] = judge.sets
@@ -254,29 +231,16 @@ def test_a_slow_round_trip_never_makes_a_window_of_100k_calls(tmp_path: Path) ->
                         path=str(tmp_path / "arena.bin"))
     jc = JudgeClock(judge, workdir=tmp_path, wait_s=10.0)
 
-    def worker() -> None:  # the harness's loop, with a round trip slower than the first call
-        old = os.getcwd()
-        os.chdir(tmp_path)
-        arena = Arena.attach(str(tmp_path / "arena.bin"), judge.spec["nbytes"], "cpu")
-        sets = [views(arena, layout) for layout in judge.spec["sets"]]
-        slots = [views(arena, layout) for layout in judge.spec["outs"]]
-        wfd, rfd = clock_serve.open_worker_pipes()
-        os.chdir(old)
-        os.write(wfd, b"t\n")
-        while True:
-            msg = clock_serve.read_line(rfd).split()
-            if msg == ["e"]:
-                break
-            n = int(msg[1])
-            time.sleep(0.03 if n == 0 else 0.02)
-            for i in range(n):
-                fill(slots[i], sets[i % len(sets)][0] * 3.0 + 1.0)
-            os.write(wfd, b"d\n")
-        os.close(wfd)
-        os.close(rfd)
+    arena = Arena.attach(str(tmp_path / "arena.bin"), judge.spec["nbytes"], "cpu")
+    sets = [views(arena, layout) for layout in judge.spec["sets"]]
+    slots = [views(arena, layout) for layout in judge.spec["outs"]]
 
-    t = threading.Thread(target=worker, daemon=True)
-    t.start()
+    def window(n: int) -> None:  # the harness's loop, with a round trip slower than a call
+        time.sleep(0.03 if n == 0 else 0.02)
+        for i in range(n):
+            fill(slots[i], sets[i % len(sets)][0] * 3.0 + 1.0)
+
+    t = answer_in_thread(tmp_path, window)
     t.join(timeout=60)
     res = jc.result()
     judge.close()
@@ -317,7 +281,7 @@ def test_a_copy_time_inflated_by_load_takes_no_window_away(tmp_path: Path) -> No
     judge.copy_s = 1.0  # as a load spike at the judge's making would leave it
     spec = {**judge.spec, "path": str(tmp_path / "arena.bin")}
     jc = JudgeClock(judge, workdir=tmp_path, wait_s=10.0)
-    t = _serve(tmp_path, spec, forward)
+    t = serve_in_thread(tmp_path, spec, forward)
     t.join(timeout=60)
     res = jc.result()
     judge.close()

@@ -29,7 +29,7 @@ from redteam_cases import honest  # noqa: E402
 from redteam_driver import run_rows  # noqa: E402
 from redteam_observer import TASK, snapshot  # noqa: E402
 from redteam_round4_cases import attacks, override_pair, surrogate_candidate  # noqa: E402
-from verifier_cases import SCALE_TASK  # noqa: E402
+from verifier_cases import SCALE_TASK, serve_in_thread  # noqa: E402
 
 from verifier.checks.extract import check_candidate  # noqa: E402
 from verifier.checks.extspec import specs_from_source  # noqa: E402
@@ -351,9 +351,7 @@ def test_skipping_all_but_the_last_call_of_a_window_saves_no_time(tmp_path: Path
 
     import torch
 
-    from verifier.judge.arena import Arena, fill, views
     from verifier.judge.clock import JudgeClock
-    from verifier.judge.clock_serve import open_worker_pipes, serve_windows
     from verifier.judge.window_judge import WindowJudge
 
     seen = {"first": None, "idx": 0, "longest": 0}
@@ -379,22 +377,7 @@ def test_skipping_all_but_the_last_call_of_a_window_saves_no_time(tmp_path: Path
     spec = {**judge.spec, "path": str(tmp_path / "arena.bin")}
     jc = JudgeClock(judge, workdir=tmp_path, wait_s=10.0)
 
-    def worker() -> None:
-        old = os.getcwd()
-        os.chdir(tmp_path)
-        arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
-        try:
-            sets = [views(arena, layout) for layout in spec["sets"]]
-            slots = [views(arena, layout) for layout in spec["outs"]]
-            serve_windows(open_worker_pipes(), forward, sets,
-                          lambda i, out: fill(slots[i], out), lambda: None)
-        except (OSError, ValueError):
-            pass
-        finally:
-            os.chdir(old)
-
-    t = threading.Thread(target=worker, daemon=True)
-    t.start()
+    t = serve_in_thread(tmp_path, spec, forward)
     t.join(timeout=120)
     res = jc.result()
     figures = res.get("figures") or {}

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 from verifier.protocol import CORRECT_STATUSES
 
 CORRECT = set(CORRECT_STATUSES)
@@ -333,3 +339,61 @@ CASES: list[tuple[str, str, set[str], str]] = [
         "#include <sys/types.h>\n#define CAT(a, b) a##b\nextern \"C\" pid_t CAT(fo, rk)(void);\n"
         + _sub("  pid_t (*spawn)(void) = CAT(fo, rk);\n  for (;;) { spawn(); }\n  return x;"))),
 ]
+
+
+def serve_in_thread(workdir: Path, spec: dict[str, Any], forward: Callable[..., Any] | None = None,
+                    *, forward_of: Callable[[list, list], Callable[..., Any]] | None = None,
+                    put_of: Callable[[list], Callable[[int, Any], None]] | None = None,
+                    raised: list[BaseException] | None = None) -> threading.Thread:
+    """The worker's side of the judge's windows in a started thread, as verifier.run.worker
+    serves them: the arena mapped by `spec["path"]`, the clock's pipes in `workdir`, the calls
+    `forward` (or `forward_of(sets, slots)`), call i's output filled into slot i (or by
+    `put_of(slots)`). What ends it early (OSError: the judge stopped; ValueError: the harness
+    refused an output) is kept in `raised`."""
+    # imported here: conftest imports this module, and the judge's modules import torch
+    from verifier.judge import clock_serve
+    from verifier.judge.arena import Arena, fill, views
+
+    kept = raised if raised is not None else []
+
+    def target() -> None:
+        old = os.getcwd()
+        os.chdir(workdir)
+        arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
+        try:
+            sets = [views(arena, layout) for layout in spec["sets"]]
+            slots = [views(arena, layout) for layout in spec["outs"]]
+            call = forward_of(sets, slots) if forward_of is not None else forward
+            put = put_of(slots) if put_of is not None else (lambda i, out: fill(slots[i], out))
+            clock_serve.serve_windows(clock_serve.open_worker_pipes(), call, sets, put,
+                                      lambda: None)
+        except (OSError, ValueError) as exc:
+            kept.append(exc)
+        finally:
+            os.chdir(old)
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t
+
+
+def answer_in_thread(workdir: Path, window: Callable[[int], None]) -> threading.Thread:
+    """The clock's protocol spoken by hand in a started thread (no harness: a rogue, or a
+    worker with its own timing): "t", then `window(n)` and "d" for each "w n", until "e"."""
+    from verifier.judge import clock_serve  # as in serve_in_thread: torch only when called
+
+    def target() -> None:
+        old = os.getcwd()
+        os.chdir(workdir)
+        wfd, rfd = clock_serve.open_worker_pipes()
+        os.chdir(old)
+        os.write(wfd, b"t\n")
+        while (msg := clock_serve.read_line(rfd).split()) != ["e"]:
+            window(int(msg[1]))
+            os.write(wfd, b"d\n")
+        os.close(wfd)
+        os.close(rfd)
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t

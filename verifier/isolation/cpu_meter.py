@@ -3,9 +3,9 @@ the judge fills a window's inputs). Read from outside the run, never asked of it
 
 A run's own cgroup counts every task that was ever in it, threads and processes that have
 already exited included (cgroup v1 `cpuacct.usage`, ns; cgroup v2 `cpu.stat` usage_usec): a
-helper thread that computes while the judge fills and exits before "w" is counted too. Where no
-cgroup can be made, `threads_meter` sums the live threads of known processes (`schedstat`, ns);
-what an exited thread burnt is then lost, so it is the fallback, not the rule.
+helper thread that computes while the judge fills and exits before "w" is counted too. A sum
+over a run's live threads (`schedstat`) would lose what an exited thread burnt, so no runner
+meters that way (the tests keep one, to show what it misses).
 
 Which group: cgroup v1 (a `cpuacct` hierarchy): a cpuacct group of its own, joined beside the
 run's pids cgroup (another hierarchy). cgroup v2 (one hierarchy; a process is in exactly one
@@ -54,29 +54,6 @@ def v2_usage_s(stat: Path) -> float | None:
     return None
 
 
-def _tasks(pids: Iterable[int]) -> list[str]:
-    """`/proc` paths of the live threads of `pids`."""
-    paths = []
-    for pid in pids:
-        try:
-            paths += [f"/proc/{pid}/task/{tid}" for tid in os.listdir(f"/proc/{pid}/task")]
-        except OSError:
-            continue
-    return paths
-
-
-def threads_cpu_s(pids: Iterable[int]) -> float:
-    """Seconds on a cpu of the live threads of `pids` (a thread that is gone counts 0)."""
-    total = 0
-    for task in _tasks(pids):
-        try:
-            with open(f"{task}/schedstat", "rb") as fh:
-                total += int(fh.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / 1e9
-
-
 def runnable(tasks: Iterable[str]) -> int:
     """How many of `tasks` (`/proc` paths of threads) are running or waiting for a cpu (state
     R). A thread that spins on a loaded host may get no cpu for ms while it waits its turn:
@@ -90,12 +67,6 @@ def runnable(tasks: Iterable[str]) -> int:
             continue
         count += stat[stat.rfind(b")") + 2:][:1] == b"R"  # the name may hold ") "
     return count
-
-
-def threads_runnable(pids: Iterable[int]) -> Callable[[], int]:
-    """How many live threads of `pids` are runnable, read afresh at each call."""
-    fixed = list(pids)
-    return lambda: runnable(_tasks(fixed))
 
 
 def run_meter(cgroup: Path | None) -> Callable[[], float] | None:
@@ -112,12 +83,6 @@ def run_runnable(cgroup: Path | None) -> Callable[[], int] | None:
     """How many threads of a run's existing cgroup v2 group are runnable (`run_meter`'s)."""
     group = CpuCgroup.of_v2(cgroup) if cgroup is not None else None
     return group.runnable if group is not None else None
-
-
-def threads_meter(pids: Iterable[int]) -> Callable[[], float]:
-    """A meter of the live threads of `pids`."""
-    fixed = list(pids)
-    return lambda: threads_cpu_s(fixed)
 
 
 class CpuCgroup:

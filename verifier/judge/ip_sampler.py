@@ -265,7 +265,7 @@ class SamplingClock(JudgeClock):
                     break
                 served, windows = served + wall, windows + 1
                 if windows > 1:  # a run sees its first stop in the first: no switch before it
-                    per_call.append((wall - min(n * self.judge.copy_s, wall / 2)) / n)
+                    per_call.append(self.call_time(wall, n))
         finally:
             self.meter, self._sampling = meter, False
             sampler.stop()

@@ -61,6 +61,45 @@ def sets_for(set_bytes: int, out_bytes: int, budget_bytes: int) -> int:
     return int(max(1, min(POOL_MAX, budget_bytes // max(2 * set_bytes + out_bytes, 1))))
 
 
+def queued_copy_s(device: str, out_bytes: int, copies: int = 16) -> float:
+    """One output copy on a device as a worker makes it inside a window: one of many queued
+    copies (a synchronize after each would be charged as a copy: the worker synchronizes once
+    per window, and this is deducted once per call). Above COPY_PROBE_BYTES a copy that size,
+    scaled (a copy that large runs at the device's bandwidth, and a GB-sized task has no room
+    for two more outputs)."""
+    import torch
+
+    n = max(1, min(int(out_bytes), COPY_PROBE_BYTES))
+    src = torch.empty(n, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    _synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(copies):
+        dst.copy_(src)
+    _synchronize(device)
+    return (time.perf_counter() - t0) / copies * max(1.0, out_bytes / n)
+
+
+def output_copy_s(device: str, out_bytes: int) -> float:
+    """The copy a window's call makes of its output into its slot, as the judge deducts it
+    (the fastest of 3 timings, and of any this process made before: `fastest_copy`); for a
+    baseline timed in the judge's own process (`verifier.judge.timed_calls.time_reference`)."""
+    if device == "cpu":
+        import ctypes
+
+        import torch
+
+        src = torch.ones(max(1, int(out_bytes)), dtype=torch.uint8)
+        dst = torch.empty_like(src)
+        best = float("inf")
+        for _ in range(7):
+            t0 = time.perf_counter()
+            ctypes.memmove(dst.data_ptr(), src.data_ptr(), src.numel())
+            best = min(best, time.perf_counter() - t0)
+        return fastest_copy(device, out_bytes, best)
+    return fastest_copy(device, out_bytes, min(queued_copy_s(device, out_bytes) for _ in range(3)))
+
+
 def _synchronize(device: str) -> None:
     import torch
 
@@ -109,25 +148,10 @@ class WindowJudge:
                                    min(self._timed_copy() for _ in range(3)))
 
     def _timed_copy(self, copies: int = 16) -> float:
-        """One call's output copy into its slot, as the worker makes it inside a window: on a
-        device one of many queued copies (a synchronize after each would be charged as a
-        copy: the worker synchronizes once per window, and this is deducted once per call)."""
+        """One call's output copy into its slot, as the worker makes it inside a window."""
         if self.device == "cpu":  # one thread, as the worker's copy: torch's parallel copy
             return self._memmove_s()  # waits on a preempted helper thread under load
-        import torch
-
-        # an output's bytes, device to device; above COPY_PROBE_BYTES a copy that size, scaled
-        # (a copy that large runs at the device's bandwidth, and a GB-sized task has no room
-        # for two more outputs)
-        n = max(1, min(int(self.out_bytes), COPY_PROBE_BYTES))
-        src = torch.empty(n, dtype=torch.uint8, device=self.device)
-        dst = torch.empty_like(src)
-        _synchronize(self.device)
-        t0 = time.perf_counter()
-        for _ in range(copies):
-            dst.copy_(src)
-        _synchronize(self.device)
-        return (time.perf_counter() - t0) / copies * max(1.0, self.out_bytes / n)
+        return queued_copy_s(self.device, self.out_bytes, copies)
 
     def _memmove_s(self, tries: int = 7) -> float:
         """Fastest of `tries` single-threaded copies of the output's bytes (the output slot's

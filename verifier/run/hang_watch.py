@@ -55,28 +55,39 @@ class HangWatch:
     def _step(self, now: float, budget: float, what: str) -> None:
         self.end, self.budget, self.what = min(self.hard, now + budget), budget, what
 
-    def deadline(self, clock: Any = None) -> float:
-        """When the job must next show progress (monotonic), the judge's clock considered."""
-        if self.pace is None:
-            return self.hard
-        if clock is not None and clock.serving:
+    def see(self, clock: Any, now: float | None = None) -> None:
+        """The judge's clock as it is now (looked at before each `deadline`): once its windows
+        are over, the worker's report is the next step."""
+        if self.pace is None or clock is None:
+            return
+        if clock.serving:
             self.clock_seen = True
+        elif self.clock_seen:  # the windows are over: the worker's report is next
+            self.clock_seen = False
+            self._step(time.monotonic() if now is None else now, HANG_FLOOR_S,
+                       "the run's report after its windows")
+
+    def _current(self, clock: Any) -> tuple[float, float, str]:
+        """(deadline, budget, what) of the step the job is at, the judge's clock considered."""
+        if self.pace is not None and clock is not None and clock.serving:
             window = clock.open_window
             if window is None:  # the judge fills or checks: its time, not the worker's
-                return self.hard
+                return self.hard, self.budget, self.what
             began, calls = window
-            self.budget, self.what = self.pace.step_s(calls), f"a timed window of {calls} calls"
-            return min(self.hard, began + self.budget)
-        if self.clock_seen:  # the windows are over: the worker's report is next
-            self.clock_seen = False
-            self._step(time.monotonic(), HANG_FLOOR_S, "the run's report after its windows")
-        return self.end
+            budget = self.pace.step_s(calls)
+            return min(self.hard, began + budget), budget, f"a timed window of {calls} calls"
+        return (self.end if self.pace is not None else self.hard), self.budget, self.what
+
+    def deadline(self, clock: Any = None) -> float:
+        """When the job must next show progress (monotonic), the judge's clock considered."""
+        return self._current(clock)[0]
 
     def why(self, clock: Any = None) -> str:
         """Why the job was ended, when its step's deadline (not the run timeout) passed; ""
         when it is the run timeout."""
-        if self.pace is None or self.deadline(clock) >= self.hard:
+        end, budget, what = self._current(clock)
+        if self.pace is None or end >= self.hard:
             return ""
-        return (f"passed its hang deadline: {self.what} may take {self.budget:.1f} s, scaled to "
+        return (f"passed its hang deadline: {what} may take {budget:.1f} s, scaled to "
                 f"the reference's {self.pace.eager_s * 1e6:.0f} us a call ({HANG_FLOOR_S:g} s + "
                 f"{HANG_FACTOR:g}x a call; the run timeout is {self.timeout_s:.0f} s)")
