@@ -37,11 +37,12 @@ from redteam_round7_cases import (  # noqa: E402
     SLEEPY_WINDOWS,
 )
 from sampled_child import end, spawn  # noqa: E402
+from test_clock_rogues import threads_cpu_s, threads_runnable  # noqa: E402
 from test_redteam_round5 import CHILD_ENV, NEEDS_PTRACE, SPIN_C, WORKER  # noqa: E402
 from verifier_cases import RELU_TASK as SMALL_RELU  # noqa: E402
 from verifier_cases import SCALE_TASK  # noqa: E402
 
-from verifier.isolation.cpu_meter import CpuCgroup, threads_meter, threads_runnable  # noqa: E402
+from verifier.isolation.cpu_meter import CpuCgroup  # noqa: E402
 from verifier.judge import ip_sampler as ips  # noqa: E402
 from verifier.judge.clock import JudgeClock  # noqa: E402
 from verifier.judge.window_judge import WindowJudge  # noqa: E402
@@ -94,7 +95,7 @@ def _metered_sampled_run(work: Path, spin: Path) -> tuple[dict[str, Any], JudgeC
     clock = ips.SamplingClock(_Judge(), workdir=work, wait_s=60.0)
     with open(work / "worker.stderr", "w") as err:
         child, worker = spawn(WORKER.format(setup=setup), cwd=work, env=CHILD_ENV, stderr=err)
-    clock.watch(threads_meter([worker]), cpus=1, runnable=threads_runnable([worker]))
+    clock.watch(lambda: threads_cpu_s(worker), cpus=1, runnable=threads_runnable(worker))
     cgroup = work / "cgroup"
     cgroup.mkdir()
     (cgroup / "tasks").write_text(f"{worker}\n")
