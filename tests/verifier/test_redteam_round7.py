@@ -466,7 +466,9 @@ def _raced(work: Path, mode: str, sets: int = 128) -> dict[str, Any]:
 
 
 def test_slots_written_after_d_are_caught_or_gain_nothing(tmp_path: Path) -> None:
-    """The judge draws its checked calls after "d", then reads their slots one at a time: a
+    """(test_clock_rogues' "early" worker, which writes every slot after "d", made to race:
+    the last slot first, windows shrunk so each is deep-checked, one pass in order.)
+    The judge draws its checked calls after "d", then reads their slots one at a time: a
     worker of its own loop that answers "d" after one call and writes the other slots from
     then on, in order, in one pass (torch.add, ~1 us a slot), races those reads. It loses here
     (measured: caught, the first slot read still holding the last window's output, or its
