@@ -242,9 +242,15 @@ class WindowJudge:
         # (cpu: the slots are views of the judge's private copy, pulled above)
         seen = {k: self.slots[k] if self.device == "cpu" else clone(self.slots[k]) for k in picks}
         for k in picks:
+            # the reference runs on one draw of the set and the comparison gets a second (the
+            # reference may write its inputs): a GB-sized set is held once, as admission counts
+            # (`verifier.judge.admission.judge_bytes`; a clone beside it ran an H100 out of memory)
+            drawn = self._draw(self._set_seeds[k])
+            with decide.LOCK, torch.no_grad():
+                ref_out = self.model(*drawn)
+            del drawn
             pristine = self._draw(self._set_seeds[k])
             with decide.LOCK, torch.no_grad():
-                ref_out = self.model(*clone(pristine))
                 verdict, msg, _, _ = _judge(self.model, pristine, ref_out, seen[k], self.tol)
             del pristine, ref_out
             if verdict != "ok":
