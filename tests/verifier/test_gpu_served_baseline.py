@@ -1,0 +1,34 @@
+"""The GPU slot's eager baseline served to the judge's windows by a worker that only ever loads
+references (`verifier.run.gpu_runner.GpuRunner._served_baseline`), on the cpu loop here: the same
+code a GPU runs, with the judge in this process instead of the referee. On an H100 the
+referee's in-process method gave eager 48 us for a 64 MB ReLU that the worker path took 70-75 us
+for (the reference itself judged as a candidate: 0.65x), so every speedup was compressed."""
+
+from __future__ import annotations
+
+from verifier_cases import relu_task
+
+from verifier.protocol import VerifyOptions
+from verifier.run.gpu_runner import GpuRunner
+
+
+def test_the_baseline_is_served_by_its_own_worker_through_the_judges_clock() -> None:
+    runner = GpuRunner(VerifyOptions(backend="cpu"), {}, "cpu")
+    try:
+        runner.warm()
+        figures = runner._served_baseline(relu_task(256, 1024), {})
+        assert figures is not None, "no served baseline"
+        windows = figures["eager_windows"]
+        # the judge's clock figures (its copy deduction, its input sets), not a self-timing
+        assert figures["eager_us"] > 0 and windows["runtime_us"] == figures["eager_us"]
+        assert "copy_us" in windows and windows["sets"] >= 1 and windows["calls"] >= 1
+        # the reference ran in the timer, a process the candidates' worker is not
+        assert runner.timer is not None and runner.timer.proc is not None
+        assert runner.worker.proc is not None
+        assert runner.timer.proc.pid != runner.worker.proc.pid
+        again = runner._served_baseline(relu_task(256, 1024), {})  # the same warm timer
+        assert again is not None and runner.timer.proc.pid == runner.timer.proc.pid
+        # both timings of one forward by one method agree within load's reach
+        assert 0.2 < again["eager_us"] / figures["eager_us"] < 5.0
+    finally:
+        runner.close()
