@@ -152,7 +152,8 @@ def time_reference(ref: Any, make_inputs: Callable[[int], list[Any]],
     with torch.no_grad(), OpNames():
         eager = time_windows(ref, sets, refresh, synchronize, put, pool, copy_s)
         figures = {"eager_us": eager["runtime_us"], "eager_iqr_us": eager["iqr_us"],
-                   "eager_windows": {**eager, "sets": pool,
+                   "eager_windows": {**eager, "sets": pool, "set_bytes": plan(sets[0])[1],
+                                     "out_bytes": plan(slots[0])[1],
                                      "own_copy_us": round(copy_s * 1e6, 4)}}
         if torch_compile:
             compiled = time_windows(torch.compile(ref), sets, refresh, synchronize, put, pool,

@@ -43,7 +43,8 @@ METHOD = "judge-slot-windows-2"  # how baselines are timed: a new method never r
 # cpu: the reference served to the judge's windows as a candidate is (runners.SandboxRunner)
 METHODS = {"cpu": "judge-served-windows-2", "cuda": "judge-served-windows-3",
            "musa": "judge-served-windows-3"}  # gpu: served by a reference-only worker
-_BASELINE_KEYS = ("eager_us", "eager_iqr_us", "compiled_us")
+_BASELINE_KEYS = ("eager_us", "eager_iqr_us", "compiled_us", "method")  # method: gpu, how eager
+# was timed (`verifier.run.gpu_runner.GpuRunner.baseline`: "served" or "referee")
 
 
 def default_cache_dir() -> Path:
