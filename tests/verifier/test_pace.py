@@ -76,8 +76,7 @@ def test_the_reference_baseline_reuses_its_calibration_window() -> None:
         time.sleep(0.025)
         return x
 
-    figures = time_windows(ref, [[torch.ones(4)]], lambda n: None, lambda: None,
-                           lambda i, o: None)
+    figures = time_windows(ref, [[torch.ones(4)]], lambda n: None, lambda: None, lambda o: None)
     assert figures["calls"] == 1 and len(figures["windows_us"]) == clock.WINDOWS
     assert calls[0] == 1 + clock.WINDOWS  # the warm-up, then three windows of one call
 

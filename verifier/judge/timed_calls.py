@@ -127,7 +127,7 @@ def time_reference(ref: Any, make_inputs: Callable[[int], list[Any]],
     from verifier.judge.arena import fill, plan
     from verifier.judge.clock import time_windows
     from verifier.judge.tensors import clone
-    from verifier.judge.window_judge import output_copy_s, sets_for
+    from verifier.judge.window_judge import sets_for
 
     draws = [10_000]
     sample = make_inputs(draws[0])
@@ -142,21 +142,15 @@ def time_reference(ref: Any, make_inputs: Callable[[int], list[Any]],
         sets.clear()  # the last window's sets go first: a GB-sized set is held once
         sets.extend(make_inputs(draws[0] + i) for i in range(max(1, min(n, pool))))
 
-    # one output slot per input set, each call's output copied into its own and the copy's
-    # time deducted, as a worker serving the judge's windows (`verifier.judge.clock_serve`)
-    slots = [clone(first) for _ in range(pool)]
+    scratch = clone(first)
     del first
-    device = next((str(x.device) for x in sets[0] if isinstance(x, torch.Tensor)), "cpu")
-    copy_s = output_copy_s(device, plan(slots[0])[1])
-    put = lambda i, out: fill(slots[i], out)  # noqa: E731
+    keep = lambda out: fill(scratch, out)  # noqa: E731 - the output copied once
     with torch.no_grad(), OpNames():
-        eager = time_windows(ref, sets, refresh, synchronize, put, pool, copy_s)
+        eager = time_windows(ref, sets, refresh, synchronize, keep, pool)
         figures = {"eager_us": eager["runtime_us"], "eager_iqr_us": eager["iqr_us"],
                    "eager_windows": {**eager, "sets": pool, "set_bytes": plan(sets[0])[1],
-                                     "out_bytes": plan(slots[0])[1],
-                                     "own_copy_us": round(copy_s * 1e6, 4)}}
+                                     "out_bytes": plan(scratch)[1]}}
         if torch_compile:
-            compiled = time_windows(torch.compile(ref), sets, refresh, synchronize, put, pool,
-                                    copy_s)
+            compiled = time_windows(torch.compile(ref), sets, refresh, synchronize, keep, pool)
             figures.update(compiled_us=compiled["runtime_us"], compiled_windows=compiled)
     return figures

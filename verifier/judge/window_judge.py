@@ -80,26 +80,6 @@ def queued_copy_s(device: str, out_bytes: int, copies: int = 16) -> float:
     return (time.perf_counter() - t0) / copies * max(1.0, out_bytes / n)
 
 
-def output_copy_s(device: str, out_bytes: int) -> float:
-    """The copy a window's call makes of its output into its slot, as the judge deducts it
-    (the fastest of 3 timings, and of any this process made before: `fastest_copy`); for a
-    baseline timed in the judge's own process (`verifier.judge.timed_calls.time_reference`)."""
-    if device == "cpu":
-        import ctypes
-
-        import torch
-
-        src = torch.ones(max(1, int(out_bytes)), dtype=torch.uint8)
-        dst = torch.empty_like(src)
-        best = float("inf")
-        for _ in range(7):
-            t0 = time.perf_counter()
-            ctypes.memmove(dst.data_ptr(), src.data_ptr(), src.numel())
-            best = min(best, time.perf_counter() - t0)
-        return fastest_copy(device, out_bytes, best)
-    return fastest_copy(device, out_bytes, min(queued_copy_s(device, out_bytes) for _ in range(3)))
-
-
 def _synchronize(device: str) -> None:
     import torch
 

@@ -38,8 +38,7 @@ from verifier.backends import Backend
 from verifier.protocol import VerifyOptions
 from verifier.run.batch_stats import BatchStats
 
-METHOD = "judge-slot-windows-2"  # how baselines are timed: a new method never reads old
-# entries (2: every call copied into its slot, the copy deducted, as a candidate's calls)
+METHOD = "judge-windows-1"  # how baselines are timed: a new method never reads old entries
 # cpu: the reference served to the judge's windows as a candidate is (runners.SandboxRunner)
 METHODS = {"cpu": "judge-served-windows-2", "cuda": "judge-served-windows-3",
            "musa": "judge-served-windows-3"}  # gpu: served by a reference-only worker
