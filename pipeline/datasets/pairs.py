@@ -24,6 +24,7 @@ import hashlib
 import re
 from collections import Counter, defaultdict
 
+from pipeline.datasets.retime import timing_held
 from schemas import Candidate, Verdict
 from verifier.protocol import CORRECT_STATUSES
 
@@ -197,3 +198,18 @@ def unstable_timings(cands: list[Candidate], verdicts: dict[str, Verdict]) -> se
         if lo > hi:  # no runtime lies within every timing's spread
             out.update(cid for cid, _ in group)
     return out
+
+
+def programs_not_held(cands: list[Candidate], verdicts: dict[str, Verdict],
+                      min_speedup: float) -> set[str]:
+    """Ids whose program (task, normalised code) has a timing no speed label may rest on: one
+    that did not repeat (`unstable_timings`), or a re-timing of any of its ids below
+    `min_speedup` (`retime.timing_held`). A repair turn that restores a template kernel is the
+    same program under another id: its one timing that held does not outvote the template's
+    re-timing that fell below the gate."""
+    unstable = unstable_timings(cands, verdicts)
+    weak = {(c.task_id, normalise_code(c.code)) for c in cands
+            if c.candidate_id in unstable or (c.candidate_id in verdicts
+                                               and not timing_held(verdicts[c.candidate_id],
+                                                                   min_speedup))}
+    return {c.candidate_id for c in cands if (c.task_id, normalise_code(c.code)) in weak}

@@ -27,6 +27,7 @@ from pipeline.datasets.pairs import (
     mutant_kind,
     normalise_code,
     pair_similarity_limit,
+    programs_not_held,
     unstable_timings,
 )
 from pipeline.datasets.retime import timing_held
@@ -336,7 +337,7 @@ def _preference_rows(tasks: dict[str, Task], all_cands: list[Candidate],
     """
     pairs_per_task = cfg.publish.preference_pairs_per_task
     min_speedup = cfg.select.min_speedup
-    unstable = unstable_timings(all_cands, verdicts)
+    unstable = programs_not_held(all_cands, verdicts, min_speedup)  # either side's label
     owner = mutant_configs(all_cands, verdicts)
     groups: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
     for c in all_cands:

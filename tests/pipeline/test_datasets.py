@@ -16,6 +16,7 @@ from pipeline.datasets.pairs import (
     mutant_configs,
     normalise_code,
     pair_similarity_limit,
+    programs_not_held,
     unstable_timings,
 )
 from pipeline.datasets.rows import CONFIGS, assign_splits, build_datasets
@@ -544,6 +545,28 @@ def test_a_timing_that_did_not_repeat_labels_nothing() -> None:
         == {fast.candidate_id, again.candidate_id}
     assert _prefs(tasks, cands + [again], verdicts + [redo]) == []
     assert len(_prefs(tasks, cands, verdicts)) == 1  # the same pool, timed once, makes its pair
+
+
+def test_a_program_retimed_below_the_gate_is_no_chosen_side_under_another_id() -> None:
+    """The default build's audit (timing_repeats) found chosen sides that were a repair turn
+    restoring a template kernel: the repair's one timing held, the template's re-timing fell
+    below the gate. The program's every timing decides, not the id's."""
+    from dataclasses import replace
+
+    from pipeline.datasets.retime import retime_finding
+
+    tasks, cands, verdicts = _pair_pool(2.0, 1.0)
+    fast = cands[0]
+    again = candidate(tasks[0], "repair:fix", fast.code + "\n", parent=cands[1], turn=1)
+    redo = verdict(again, "correct_fast", 2.0, 3.0)  # the same runtime: not unstable
+    low = verdict(fast, "correct_slow", 0.9)
+    held = [redo, *verdicts[1:]]
+    assert len(_prefs(tasks, cands + [again], [verdicts[0], *held])) == 1
+    retimed = replace(verdicts[0], findings=[*verdicts[0].findings, retime_finding(low)])
+    vmap = {v.candidate_id: v for v in [retimed, *held]}
+    assert programs_not_held(cands + [again], vmap, 1.0) == {fast.candidate_id,
+                                                             again.candidate_id}
+    assert _prefs(tasks, cands + [again], [retimed, *held]) == []
 
 
 def test_rft_preference_and_review_each_have_validation_rows() -> None:

@@ -16,7 +16,7 @@ from verifier.judge.arena import fill
 from verifier.judge.clock import JudgeClock
 from verifier.judge.clock_serve import RefusedOutput
 from verifier.judge.timed_calls import slot_filler
-from verifier.judge.window_judge import WindowJudge, fastest_copy
+from verifier.judge.window_judge import WindowJudge, cold_copy_s, fastest_copy
 
 # A copy-bound op on 4 MB: the output's copy into its slot costs about what the call does.
 TASK = '''import torch
@@ -137,3 +137,30 @@ def test_a_copy_timed_under_load_never_raises_the_deduction() -> None:
     assert fastest_copy("cpu", key_bytes, 9e-3) == 2e-3  # slower now: load, not the copy
     assert fastest_copy("cpu", key_bytes, 1e-3) == 1e-3
     assert fastest_copy("cuda:0", key_bytes, 5e-3) == 5e-3  # per device
+
+
+def test_the_cold_copy_is_per_copy_and_not_below_an_in_cache_copy() -> None:
+    """The deducted copy goes into as many distinct destinations as a window has slots (8 MB
+    here: out of a 2 MB L2), so it costs more than a copy into one hot buffer (1.5-2.3x on the
+    loaded 2-core host), and it is a time per copy, not per pass over the slots."""
+    size, slots = 256 << 10, 32
+    hot, cold = [], []
+    for _ in range(5):  # interleaved: a load spike hits both
+        hot.append(cold_copy_s(size, 1))
+        cold.append(cold_copy_s(size, slots))
+    assert min(cold) >= 1.15 * min(hot), (hot, cold)
+    assert min(cold) <= 16 * min(hot), (hot, cold)  # a pass of 32 copies would be 32x
+
+
+def test_the_judge_deducts_a_copy_timed_over_its_own_slot_count(tmp_path: Path) -> None:
+    judge = WindowJudge(TASK, 0, TOL, SET * 3 * 6, path=str(tmp_path / "arena.bin"))
+    try:
+        assert judge.sets == 6 and judge.out_bytes == SET
+        # the judge's copy is the fastest seen for (cpu, its output bytes, its slots) ...
+        assert fastest_copy("cpu", SET, 10.0, judge.sets) == judge.copy_s < 10.0
+        # ... and a judge with another slot count does not share it
+        assert fastest_copy("cpu", SET, 10.0, judge.sets + 1) == 10.0
+        # a 4 MB copy into 6 cold slots: at least memory speed (under 50 GB/s), not a no-op
+        assert SET / 50e9 < judge.copy_s < 0.5, judge.copy_s
+    finally:
+        judge.close()

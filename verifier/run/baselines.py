@@ -39,9 +39,11 @@ from verifier.protocol import VerifyOptions
 from verifier.run.batch_stats import BatchStats
 
 METHOD = "judge-windows-1"  # how baselines are timed: a new method never reads old entries
-# cpu: the reference served to the judge's windows as a candidate is (runners.SandboxRunner)
-METHODS = {"cpu": "judge-served-windows-2", "cuda": "judge-served-windows-3",
-           "musa": "judge-served-windows-3"}  # gpu: served by a reference-only worker
+# cpu: the reference served to the judge's windows as a candidate is (runners.SandboxRunner);
+# 3: the deducted copy is timed into as many cold slots as the window has (window_judge)
+# gpu: served by a reference-only worker (`verifier.run.gpu_runner.GpuRunner.baseline`)
+METHODS = {"cpu": "judge-served-windows-3", "cuda": "judge-served-windows-3",
+           "musa": "judge-served-windows-3"}
 _BASELINE_KEYS = ("eager_us", "eager_iqr_us", "compiled_us", "method")  # method: gpu, how eager
 # was timed (`verifier.run.gpu_runner.GpuRunner.baseline`: "served" or "referee")
 
