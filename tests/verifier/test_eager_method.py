@@ -110,7 +110,8 @@ def test_the_baseline_cache_holds_the_served_figures_and_is_keyed_by_method(
     runner = _runner(tmp_path)
     cache = Baselines(runner.opts, runner.backend)
     got = cache.ensure(TASK, runner, {"trials": 2, "seed": 0})
-    assert set(got) == {"eager_us", "eager_iqr_us"} and got["eager_us"] > 0
+    assert set(got) == {"eager_us", "eager_iqr_us", "eager_timings_us"} and got["eager_us"] > 0
+    assert len(got["eager_timings_us"]) == 2 and got["eager_us"] == min(got["eager_timings_us"])
     assert cache.complete(TASK, runner.backend.baseline_key())
     files = list((tmp_path / "bl").glob("*.json"))
     assert len(files) == 1  # written here, by the trusted parent, not by the child
@@ -146,3 +147,21 @@ def test_a_reference_no_judge_can_build_is_timed_by_its_child(
     base = _runner(tmp_path).baseline(TASK, {"trials": 2, "seed": 0})
     assert base is not None and base["eager_us"] > 0
     assert "copy_us" not in base["eager_windows"]  # the child's own figures, not a judge's
+
+
+def test_a_baseline_timed_under_a_burst_of_load_keeps_its_faster_timing(tmp_path: Path) -> None:
+    """Load only slows a timing: of a baseline's two timings the faster is kept, with its
+    spread, and both eagers are recorded (a default build cached eagers 2-8x slow, timed while
+    compiles loaded both cores, and labelled its kernels 4.6-9.4x)."""
+    runner = _runner(tmp_path)
+    timings = iter([{"eager_us": 900.0, "eager_iqr_us": 400.0},
+                    {"eager_us": 150.0, "eager_iqr_us": 3.0}])
+
+    class Loaded:  # the runner's baseline under a burst of load, then quiet
+        def baseline(self, task_source: str, job_options: dict) -> dict:
+            return next(timings)
+
+    cache = Baselines(runner.opts, runner.backend)
+    got = cache.ensure(TASK, Loaded(), {"trials": 2, "seed": 0})
+    assert got["eager_us"] == 150.0 and got["eager_iqr_us"] == 3.0
+    assert got["eager_timings_us"] == [900.0, 150.0]

@@ -44,8 +44,11 @@ METHOD = "judge-windows-1"  # how baselines are timed: a new method never reads 
 # gpu: served by a reference-only worker (`verifier.run.gpu_runner.GpuRunner.baseline`)
 METHODS = {"cpu": "judge-served-windows-3", "cuda": "judge-served-windows-3",
            "musa": "judge-served-windows-3"}
-_BASELINE_KEYS = ("eager_us", "eager_iqr_us", "compiled_us", "method")  # method: gpu, how eager
-# was timed (`verifier.run.gpu_runner.GpuRunner.baseline`: "served" or "referee")
+TIMINGS = {"cpu": 2}  # timings of a baseline, the fastest kept (`Baselines._timed`)
+TIMING_GAP_S = 0.5
+# what the cache keeps; method (gpu): how eager was timed (`verifier.run.gpu_runner.GpuRunner.
+# baseline`: "served" or "referee"); eager_timings_us: every timing's eager (`Baselines._timed`)
+_BASELINE_KEYS = ("eager_us", "eager_iqr_us", "compiled_us", "method", "eager_timings_us")
 
 
 def default_cache_dir() -> Path:
@@ -151,12 +154,39 @@ class Baselines:
             task_lock = self.task_locks.setdefault(task_source, threading.Lock())
         with task_lock:  # one timing per task, however many of its candidates wait
             if not self.complete(task_source, device):
-                with self.turn(baseline=True):
-                    figures = runner.baseline(task_source, job_options)
+                figures = self._timed(task_source, runner, job_options)
                 if figures:
                     self.put(task_source, device,
                              {k: figures[k] for k in _BASELINE_KEYS if k in figures})
             return self.get(task_source, device)
+
+    def _timed(self, task_source: str, runner: Any, job_options: dict[str, Any]
+               ) -> dict[str, Any] | None:
+        """The baselines timed `TIMINGS[backend]` times, each in its own turn, the fastest
+        kept (load only slows a timing; a default cpu build cached eagers 2-8x slow, timed
+        while compiles loaded both cores: 644 vs 135 us, 1869 vs 231, and labelled kernels
+        4.6-9.4x that were 1.2-2.9x), with every timing's eager in `eager_timings_us`."""
+        best: dict[str, Any] | None = None
+        seen: list[float] = []
+        for i in range(TIMINGS.get(self.backend.name, 1)):
+            if i:
+                time.sleep(TIMING_GAP_S)  # a burst of load is less likely to span both
+            with self.turn(baseline=True):
+                figures = runner.baseline(task_source, job_options)
+            if not figures or "eager_us" not in figures:
+                break
+            seen.append(float(figures["eager_us"]))
+            if best is None:
+                best = figures
+                continue
+            for key, spread in (("eager_us", "eager_iqr_us"), ("compiled_us", None)):
+                if key in figures and figures[key] < best.get(key, float("inf")):
+                    best[key] = figures[key]
+                    if spread and spread in figures:
+                        best[spread] = figures[spread]
+        if best is not None:
+            best["eager_timings_us"] = seen
+        return best
 
 
 def prefetch(task_sources: list[str], backend: Backend, opts: VerifyOptions,
