@@ -132,7 +132,8 @@ CPU_STRATEGIES = ("simd", "omp", "simd_fastmath")
 CPU_CFLAGS = {
     "omp": ["-O3", "-fopenmp"],
     "simd": ["-O3", "-march=native", "-fno-math-errno", "-fopenmp"],
-    "simd_fastmath": ["-O3", "-march=native", "-ffast-math", "-fopenmp"],
+    "simd_fastmath": ["-O3", "-march=native", "-ffast-math", "-fno-finite-math-only",
+                      "-fopenmp"],
 }
 
 FAMILY_ORDER = ("matmul", "conv", "conv_transpose", "attention", "norm", "softmax", "pooling",
