@@ -166,3 +166,50 @@ def test_a_reference_that_writes_its_inputs_is_checked_on_a_fresh_draw(tmp_path:
     late = got["late"]
     assert late["status"] not in ("correct_fast", "correct_slow"), late
     assert "the output of a timed call was wrong" in late["error"], late  # by the check
+
+
+# --- a run that loads its neighbours' timed windows (a GRPO group's siblings) ---------------
+SPIN_S = 12.0
+# a ReLU whose model, while built, asks torch for 16 threads (OpenMP; named
+# so the static check, which refuses Python threads and set_num_threads, misses it) and streams memory with them for SPIN_S: on the cores its run is granted
+SPINNER = candidate(prelude=False, name=_EXT, init=(
+    "import time\n"
+    "        getattr(torch, 'set_num_' + 'threads')(16)\n"
+    f"        big, end = torch.empty(1 << 25), time.monotonic() + {SPIN_S}\n"
+    "        while time.monotonic() < end:\n"
+    "            big.add_(1.0)"))
+
+
+def test_a_run_spinning_threads_does_not_slow_its_neighbours_windows(tmp_path: Path) -> None:
+    """Two slots: one runs a candidate (of another task) that asks torch for 16 threads
+    and streams memory with them while its model is built; the other an honest ReLU of a task whose data fits the
+    caches, timed meanwhile. Each run is pinned to the cpus it was granted
+    (`verifier.isolation.cpu_bound`: affinity, and seccomp refuses widening it), so the threads
+    share the spinner's own core; what reaches the neighbour is the memory system. Measured
+    against the same batch with an honest neighbour instead of the spinner, the fastest of two
+    batches each, on this 2-core host loaded by other sessions: neighbour 928 / 1013 us beside
+    the spinner, 757 / 2085 us beside an honest run (1.2x, inside the load's own spread). Had
+    the 16 threads shared the neighbour's core it would read several times slower: the bound
+    asserted is 2.5x. (The static check, which refuses Python threads and set_num_threads,
+    misses `getattr(torch, "set_num_" + "threads")`; the cores granted are the bound.)"""
+    from redteam_round7_cases import HONEST, RELU_TASK
+    from test_redteam_round7 import BUILD_CACHE as B7
+    from test_redteam_round7 import _batch, _overlap
+    from verifier_cases import RELU_TASK as SMALL_RELU
+
+    opts = {"backend": "cpu", "workers": 2, "build_cache_dir": str(B7),
+            "baseline_cache_dir": str(tmp_path / "baselines")}
+    _batch(tmp_path, "warm", [("a", SMALL_RELU, HONEST), ("b", RELU_TASK, HONEST)], opts)
+    runtimes: dict[str, list[float]] = {"spin": [], "quiet": []}
+    for rnd in range(2):
+        for name, code in (("spin", SPINNER), ("quiet", HONEST)):
+            got = _batch(tmp_path, f"{name}{rnd}", [(name, SMALL_RELU, code),
+                                                    ("relu", RELU_TASK, HONEST)], opts)
+            v = {x["candidate_id"]: x for x in got["verdicts"]}
+            assert v["relu"]["status"] in ("correct_fast", "correct_slow"), v["relu"]
+            if name == "spin":
+                assert _overlap(got["spans"], "spin", "relu") > 1.0, got["spans"]
+            runtimes[name].append(float(v["relu"]["runtime_us"]))
+    print("round8 neighbour runtime_us", runtimes)
+    ratio = min(runtimes["spin"]) / min(runtimes["quiet"])
+    assert ratio < 2.5, (ratio, runtimes)
