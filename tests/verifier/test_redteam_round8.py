@@ -180,18 +180,33 @@ SPINNER = candidate(prelude=False, name=_EXT, init=(
     "            big.add_(1.0)"))
 
 
+# what the spinner's threads are bound by: its run's cpus, which it cannot widen (it says so in its
+# error if it could)
+AFFINITY_PROBE = candidate(prelude=False, name=_EXT, init=(
+    "import os\n"
+    "        try:\n"
+    "            os.sched_setaffinity(0, range(os.cpu_count()))\n"
+    "            widened = 'widened'\n"
+    "        except OSError as exc:\n"
+    "            widened = type(exc).__name__\n"
+    "        raise RuntimeError(f'probe cpus={len(os.sched_getaffinity(0))} {widened}')"))
+
+
 def test_a_run_spinning_threads_does_not_slow_its_neighbours_windows(tmp_path: Path) -> None:
-    """Two slots: one runs a candidate (of another task) that asks torch for 16 threads
-    and streams memory with them while its model is built; the other an honest ReLU of a task whose data fits the
-    caches, timed meanwhile. Each run is pinned to the cpus it was granted
-    (`verifier.isolation.cpu_bound`: affinity, and seccomp refuses widening it), so the threads
-    share the spinner's own core; what reaches the neighbour is the memory system. Measured
-    against the same batch with an honest neighbour instead of the spinner, the fastest of two
-    batches each, on this 2-core host loaded by other sessions: neighbour 928 / 1013 us beside
-    the spinner, 757 / 2085 us beside an honest run (1.2x, inside the load's own spread). Had
-    the 16 threads shared the neighbour's core it would read several times slower: the bound
-    asserted is 2.5x. (The static check, which refuses Python threads and set_num_threads,
-    misses `getattr(torch, "set_num_" + "threads")`; the cores granted are the bound.)"""
+    """Two slots: one runs a candidate (of another task) that asks torch for 16 threads and
+    streams memory with them while its model is built (SPINNER); the other an honest ReLU of a
+    task whose data fits the caches, timed meanwhile. Each run is pinned to the cpus it was
+    granted (`verifier.isolation.cpu_bound`: affinity, and seccomp refuses widening it), so
+    the threads share the spinner's own core; what reaches the neighbour is the memory system.
+    Measured (the neighbour's runtime, two batches each, this 2-core host loaded by other
+    sessions): beside the spinner 928 / 1013 us, beside an honest run 757 / 2085 us; a second
+    time 1524 / 1212 us against 5027 / 26175 us: the load's own spread is far larger than any
+    effect, so the speed is not asserted (it flakes either way). Asserted: the spinner's
+    threads run in the same batch as the neighbour, both pass, and a run of its slot is held
+    to one cpu it cannot widen. (The static check, which refuses Python threads and
+    set_num_threads, misses `getattr(torch, "set_num_" + "threads")`: the cpus granted are
+    the bound, not the static check.)"""
+    from redteam_driver import run_rows
     from redteam_round7_cases import HONEST, RELU_TASK
     from test_redteam_round7 import BUILD_CACHE as B7
     from test_redteam_round7 import _batch, _overlap
@@ -200,16 +215,16 @@ def test_a_run_spinning_threads_does_not_slow_its_neighbours_windows(tmp_path: P
     opts = {"backend": "cpu", "workers": 2, "build_cache_dir": str(B7),
             "baseline_cache_dir": str(tmp_path / "baselines")}
     _batch(tmp_path, "warm", [("a", SMALL_RELU, HONEST), ("b", RELU_TASK, HONEST)], opts)
-    runtimes: dict[str, list[float]] = {"spin": [], "quiet": []}
-    for rnd in range(2):
-        for name, code in (("spin", SPINNER), ("quiet", HONEST)):
-            got = _batch(tmp_path, f"{name}{rnd}", [(name, SMALL_RELU, code),
-                                                    ("relu", RELU_TASK, HONEST)], opts)
-            v = {x["candidate_id"]: x for x in got["verdicts"]}
-            assert v["relu"]["status"] in ("correct_fast", "correct_slow"), v["relu"]
-            if name == "spin":
-                assert _overlap(got["spans"], "spin", "relu") > 1.0, got["spans"]
-            runtimes[name].append(float(v["relu"]["runtime_us"]))
-    print("round8 neighbour runtime_us", runtimes)
-    ratio = min(runtimes["spin"]) / min(runtimes["quiet"])
-    assert ratio < 2.5, (ratio, runtimes)
+    got = _batch(tmp_path, "spin", [("spin", SMALL_RELU, SPINNER), ("relu", RELU_TASK, HONEST)],
+                 opts)
+    v = {x["candidate_id"]: x for x in got["verdicts"]}
+    assert v["spin"]["status"] in ("correct_fast", "correct_slow"), v["spin"]  # static missed
+    assert v["relu"]["status"] in ("correct_fast", "correct_slow"), v["relu"]
+    assert _overlap(got["spans"], "spin", "relu") > 1.0, got["spans"]
+    # (the static check refuses the probe: the runtime bound is what is asked about here)
+    got, rc = run_rows(tmp_path, "probe", RELU_TASK, [("probe", AFFINITY_PROBE),
+                                                     ("relu", HONEST)], opts, static=False)
+    assert rc == 0, (tmp_path / "probe.stderr").read_text()[-2000:]
+    assert got["relu"]["status"] in ("correct_fast", "correct_slow"), got["relu"]
+    err = got["probe"]["error"]
+    assert "probe cpus=1 PermissionError" in err, got["probe"]
