@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_cases import candidate  # noqa: E402
 from redteam_round7_cases import NUMPY_RELU  # noqa: E402
@@ -73,6 +75,49 @@ def test_memory_a_job_leaves_held_does_not_reach_the_next_job() -> None:
     assert not [f for f in honest0["findings"] if f["rule"] == "worker_replaced"], honest0
     assert honest["outcome"] == "ok" and not honest["failure"], honest
     assert honest["worker_pid"] != hogger["worker_pid"] == honest0["worker_pid"]
+
+
+# a ReLU whose model, when the harness drops it, leaves a cycle with a finalizer that, each time
+# the collector runs it, counts and leaves another: candidate code that runs inside every later
+# job of the worker (a sibling's, its timed windows included) whenever a collection comes
+HAUNT = NUMPY_RELU.replace("class ModelNew(torch.nn.Module):\n", '''class _Ghost:
+    def __init__(self):
+        self.me = self
+
+    def __del__(self):
+        import sys
+        sys._haunts = getattr(sys, "_haunts", 0) + 1
+        _Ghost()
+
+
+class ModelNew(torch.nn.Module):
+    def __del__(self):
+        _Ghost()
+
+''')
+ASK = NUMPY_RELU.replace("        import numpy as np\n", "        import sys\n        raise Runtime"
+                         "Error(f'haunts={getattr(sys, \"_haunts\", 0)}')\n")
+
+
+@pytest.mark.xfail(strict=True, reason="open: a self-renewing cyclic finalizer left by one job "
+                   "runs in every later job of its persistent worker (7 times by the 3rd job "
+                   "after it, measured here): it could sleep in a sibling's timed windows. "
+                   "Fix to make: collect at the next job's arrival (after the parent's check) "
+                   "and, where a second collection still finds garbage, replace the worker "
+                   "before the job (the parent re-sends it to a spare)")
+def test_a_finalizer_left_by_one_job_does_not_run_in_the_next() -> None:
+    """The next jobs in the worker (honest runs of siblings) ask how often the finalizer ran.
+    Before and now: 0 in the first job after it, 7 by the third; no finding, the same
+    worker."""
+    worker = GpuWorkerProcess({}, backend="cpu", host_memory_mb=5000)
+    try:
+        haunt, *later = _jobs(worker, relu_task(1024, 1024 * 16), [HAUNT, ASK, NUMPY_RELU, ASK])
+    finally:
+        worker.stop()
+    assert haunt["outcome"] == "ok", haunt
+    for p in later[::2]:
+        assert "haunts=" in p["error"], p
+        assert p["worker_pid"] != haunt["worker_pid"] or "haunts=0" in p["error"], p
 
 
 # --- the served baseline's worker: what a candidate of the same slot reaches ----------------
