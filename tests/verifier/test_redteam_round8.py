@@ -102,9 +102,11 @@ ASK = NUMPY_RELU.replace("        import numpy as np\n", "        import sys\n  
 @pytest.mark.xfail(strict=True, reason="open: a self-renewing cyclic finalizer left by one job "
                    "runs in every later job of its persistent worker (7 times by the 3rd job "
                    "after it, measured here): it could sleep in a sibling's timed windows. "
-                   "Fix to make: collect at the next job's arrival (after the parent's check) "
-                   "and, where a second collection still finds garbage, replace the worker "
-                   "before the job (the parent re-sends it to a spare)")
+                   "It could also frame a sibling (patch the harness during its job: the "
+                   "sibling's hygiene check calls that a cheat). Fix to make: the parent, its "
+                   "trials' check done, asks the worker to collect (gc.collect twice) and to "
+                   "run its hygiene checks again, charged to the job that left the garbage; "
+                   "garbage that renews itself ends that worker before the next job")
 def test_a_finalizer_left_by_one_job_does_not_run_in_the_next() -> None:
     """The next jobs in the worker (honest runs of siblings) ask how often the finalizer ran.
     Before and now: 0 in the first job after it, 7 by the third; no finding, the same
