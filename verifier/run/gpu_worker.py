@@ -242,6 +242,50 @@ def _strays_end_it(result: dict[str, Any]) -> bool:
     return bool(strays)
 
 
+# memory a job may leave held in the worker beyond what it held when ready (host: resident;
+# device: allocated) before the worker is replaced: a model's __del__ or a module global that
+# kept 2.5 GB alive made the next job of the same worker, an honest sibling, die of its memory
+# bound (tests/verifier/test_redteam_round8.py); on a GPU, device memory it keeps is memory the
+# next job's trials and the reference-only timer beside it lack
+HELD_SLACK_BYTES = 1 << 30
+
+
+def held_memory(keep: Any = None) -> tuple[int, int]:
+    """This process's resident host bytes and allocated device bytes, less those of the tensors
+    in `keep` (the last job's raw outputs, held on purpose)."""
+    import torch
+
+    with open("/proc/self/statm") as f:
+        host = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    device = torch.cuda.memory_allocated() if torch.cuda.is_initialized() else 0
+    stack = [keep]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, torch.Tensor):
+            n = x.untyped_storage().nbytes()
+            host, device = (host - n, device) if x.device.type == "cpu" else (host, device - n)
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+    return host, device
+
+
+def _memory_ends_it(result: dict[str, Any], ready: tuple[int, int], keep: Any) -> bool:
+    """Whether the job left memory held beyond `HELD_SLACK_BYTES` (then its worker goes: not a
+    cheat, an info finding; the next job gets a fresh process)."""
+    now = held_memory(keep)
+    over = [f"{name} {(b - a) >> 20} MB" for name, a, b in zip(("host", "device"), ready, now,
+                                                               strict=True)
+            if b - a > HELD_SLACK_BYTES]
+    if over:
+        result.setdefault("findings", []).append({
+            "rule": "worker_replaced", "severity": "info", "line": None,
+            "message": "the run left memory held in its worker (" + ", ".join(over)
+                       + " more than when it was ready): its worker was replaced"})
+    return bool(over)
+
+
 def main(argv: list[str]) -> int:
     """Serve jobs from stdin until EOF; results go to the fd named in argv[0]."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks on demand (hang reports)
@@ -251,6 +295,7 @@ def main(argv: list[str]) -> int:
     backend = _warm_up(argv[1] if len(argv) > 1 else "cuda")
     state, flags, threads = watched_state(), global_flags(), threading.active_count()
     ident = device_ident(backend)
+    ready = held_memory()
     out.write(json.dumps({"ready": True, "pid": os.getpid(), "device": backend.device_name(),
                           "worker_device": ident}) + "\n")
 
@@ -280,6 +325,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.flush()
         leave = after_job(result, state, flags, threads)
         leave = _strays_end_it(result) or leave
+        leave = leave or _memory_ends_it(result, ready, held[1])
         threads = max(threads, int(result.get("harness_threads") or 0))  # torch.compile's
         if job_free and free_bytes(base) < job_free:  # the next job gets a fresh tmpfs
             leave = True
