@@ -296,7 +296,9 @@ CASES: list[tuple[str, str, set[str], str]] = [
             "o[i] = in[i] > 0.f ? in[i] : 0.f;",
             "o[i] = i > 0 && in[i - 1] > 0.f ? in[i - 1] : 0.f;"))),
     ("incorrect_bounds_stride", "linear", {"incorrect"}, linear_candidate(off=" + 1")),
-    ("incorrect_race", "relu", {"incorrect"}, relu_candidate(
+    # a race shows by chance: in the trials (`incorrect`), or only in a timed window, which
+    # the judge cannot tell from a kernel that misbehaves only when timed (`cheat`; CI met it)
+    ("incorrect_race", "relu", {"incorrect", "cheat"}, relu_candidate(
         "#include <omp.h>\n" + _sub(
             "  auto out = torch::empty_like(x);\n"
             "  const float* in = x.data_ptr<float>(); float* o = out.data_ptr<float>();\n"
