@@ -444,8 +444,19 @@ def test_a_default_device_set_by_a_model_is_not_handed_to_the_next_job() -> None
 
 
 # --- the judge's reads after "d": slots written behind the judge's back ----------------------
+def _process_cpu_s(pid: int) -> float:
+    """Seconds on a cpu of process `pid`, exited threads included (its process cpu clock, the
+    kernel's `MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)`): where no meter cgroup can be made."""
+    try:
+        return time.clock_gettime(((~pid) << 3) | 2)
+    except OSError:  # gone
+        return 0.0
+
+
 def _raced(work: Path, mode: str, sets: int = 128) -> dict[str, Any]:
-    """The judge's clock over SCALE_TASK's windows, served by RACE_WORKER in `mode`."""
+    """The judge's clock over SCALE_TASK's windows, served by RACE_WORKER in `mode`, metered
+    as a runner meters a run: its cpu time (the run's cgroup where one can be made, else its
+    process cpu clock), one cpu given (`JudgeClock.watch`)."""
     from redteam_round7_cases import RACE_WORKER
 
     set_bytes = 64 * 32 * 4
@@ -453,14 +464,27 @@ def _raced(work: Path, mode: str, sets: int = 128) -> dict[str, Any]:
     (work / "spec.json").write_text(json.dumps({**judge.spec, "path": str(work / "arena")}))
     (work / "race.py").write_text(RACE_WORKER)
     clock = JudgeClock(judge, workdir=work, wait_s=30.0)
+    group = CpuCgroup.make()
+    pid = [0]
+    if group is not None:
+        clock.watch(group.cpu_s, cpus=1, runnable=group.runnable)
+    else:  # read only after the worker said "t": by then its pid is known
+        clock.watch(lambda: _process_cpu_s(pid[0]), cpus=1, runnable=lambda: threads_runnable(
+            pid[0])())
     try:
-        proc = subprocess.run([sys.executable, str(work / "race.py"), str(work / "spec.json"),
-                               mode], cwd=work, env={**CHILD_ENV, "PYTHONPATH": str(ROOT)},
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        proc = subprocess.Popen([sys.executable, str(work / "race.py"), str(work / "spec.json"),
+                                 mode], cwd=work, env={**CHILD_ENV, "PYTHONPATH": str(ROOT)},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        pid[0] = proc.pid
+        if group is not None:  # before its first window: the worker imports torch first
+            (group.path / "cgroup.procs").write_text(str(proc.pid))
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
     finally:
         res = clock.result()
         judge.close()
+        if group is not None:
+            group.remove()
     return res
 
 
@@ -469,11 +493,13 @@ def test_slots_written_after_d_are_caught_or_gain_nothing(tmp_path: Path) -> Non
     the last slot first, windows shrunk so each is deep-checked, one pass in order.)
     The judge draws its checked calls after "d", then reads their slots one at a time: a
     worker of its own loop that answers "d" after one call and writes the other slots from
-    then on, in order, in one pass (torch.add, ~1 us a slot), races those reads. It loses here
-    (measured: caught, the first slot read still holding the last window's output, or its
-    windows no faster than an honest worker's: 2.2-2.3 vs 2.5 us a call); where it would win (a
-    judge thread preempted right after "d" on a loaded host) it gambles a cheat per window.
-    Held in each of three runs: caught, or no faster than the honest worker."""
+    then on, in order, in one pass (torch.add, ~1 us a slot), races those reads. Unmetered it
+    won on a loaded host (CI: 1.56 us a call against the honest worker's 3.70: the judge's
+    thread woke after "d" only once every slot was written). Metered, as every runner meters
+    a run, the judge reads the run's cpu time as "d" is in, before any slot: whatever it wrote
+    after "d" and before the judge woke is in the window (one cpu given), and what it writes
+    later loses the race to the judge's reads. Held in each of three runs: caught, or no
+    faster than the honest worker."""
     (tmp_path / "honest").mkdir()
     honest = _raced(tmp_path / "honest", "honest")
     assert honest["failure"] == "", honest

@@ -39,7 +39,7 @@ def unmetered(why: str) -> None:
     if why not in _said:
         _said.add(why)
         print(f"kernelsynth verifier: runs are not cpu-metered ({why}): cpu time a run burns "
-              "while the judge fills its inputs is not charged", file=sys.stderr)
+              "while the judge fills its inputs, or after it answers a window, is not charged", file=sys.stderr)
 
 
 def v2_usage_s(stat: Path) -> float | None:

@@ -28,8 +28,10 @@ harness's loop: a window is believed for what the judge checks and measures itse
   `NOISE_SHARE` of the window), is added to the window's time. Charged, not a cheat: cpu seconds are at least the wall seconds the work would have taken inside the window (on any
   number of threads), so the attack gains nothing, and an honest run that was not quiet in
   time (a loaded host) is slowed a little instead of called a cheat. Cpu time inside the
-  window (an honest multi-threaded kernel's) is never charged; work after "d" gains nothing
-  (the checked slots are read at once), so it is not charged either.
+  window (an honest multi-threaded kernel's) is never charged. Work after "d" is: the meter is
+  read as "d" is in, before any slot, so slots written after "d" while the judge's thread
+  waited for a cpu are in the window's cpu time (with `cpus`), and later ones lose the race to
+  its reads (unmetered, a loaded host lets such a worker win: tests/verifier/test_redteam_round7).
 - A window's inputs do not exist before the fill; a window has no more calls than input sets (a
   repeated set would let a cache answer without the work), and a timed call's output is a plain
   tensor (a lazy subclass would do the work only when copied).
