@@ -6,10 +6,16 @@ for (the reference itself judged as a candidate: 0.65x), so every speedup was co
 
 from __future__ import annotations
 
+from typing import Any
+
 from verifier_cases import relu_task
 
+from verifier.backends.cpu import CpuBackend
+from verifier.isolation.sandbox import SpawnLauncher
 from verifier.protocol import VerifyOptions
+from verifier.run.baselines import serve_baselines
 from verifier.run.gpu_runner import GpuRunner
+from verifier.run.runners import CPU_ARENA_BYTES, SandboxRunner
 
 
 def test_the_baseline_is_served_by_its_own_worker_through_the_judges_clock() -> None:
@@ -32,3 +38,28 @@ def test_the_baseline_is_served_by_its_own_worker_through_the_judges_clock() -> 
         assert 0.2 < again["eager_us"] / figures["eager_us"] < 5.0
     finally:
         runner.close()
+
+
+def test_both_slots_loop_believes_only_its_own_jobs_payload(tmp_path) -> None:
+    """`serve_baselines`, the loop both slots time a baseline with (`SandboxRunner.baseline`,
+    `GpuRunner._served_baseline`): a real sandboxed child serves eager; an outcome replayed for
+    a later job (a payload with the earlier job's nonce) is not believed, and the loop stops
+    at that forward without figures from it."""
+    runner = SandboxRunner(SpawnLauncher(), CpuBackend(), VerifyOptions(
+        backend="cpu", run_timeout_s=60.0, trials=2, baseline_cache_dir=str(tmp_path)),
+        {}, threads=1)
+    task = relu_task(64, 256)
+    seen: list[tuple[str, Any]] = []
+
+    def replaying(item: Any, job: dict[str, Any]) -> Any:
+        out = runner.run(item, job) if not seen else seen[0][1]
+        seen.append((job["nonce"], out))
+        return out
+
+    job = {"backend": "cpu", "options": {"trials": 2, "seed": 0},
+           "arena_budget": CPU_ARENA_BYTES}
+    figures = serve_baselines(task, ["eager"], job, replaying)
+    assert figures is not None and figures["eager_us"] > 0, figures
+    assert figures["eager_windows"]["runtime_us"] == figures["eager_us"]
+    assert serve_baselines(task, ["eager", "eager"], job, replaying) is None
+    assert len(seen) == 2 and seen[0][0] != seen[1][0]  # one job each: the replay ended it

@@ -28,15 +28,21 @@ import hashlib
 import json
 import os
 import queue
+import secrets
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from verifier.backends import Backend
+from verifier.judge.clock import NO_JUDGE
+from verifier.judge.inputs import trial_input_seed
 from verifier.protocol import VerifyOptions
 from verifier.run.batch_stats import BatchStats
+from verifier.run.gpu_pool import RunOutcome
 
 METHOD = "judge-windows-1"  # how baselines are timed: a new method never reads old entries
 # cpu: the reference served to the judge's windows as a candidate is (runners.SandboxRunner);
@@ -64,6 +70,41 @@ def baseline_path(opts: VerifyOptions, backend: Backend, task_source: str, devic
     base = Path(opts.baseline_cache_dir) if opts.baseline_cache_dir else (
         default_cache_dir() / "baselines")
     return base / f"{key[:24]}.json"
+
+
+def baseline_forwards(backend: Backend, job_options: dict[str, Any]) -> list[str]:
+    """The forwards a baseline serves to the judge's windows: eager, then its torch.compile
+    where the job asks for it and the backend has one."""
+    return ["eager"] + (["compiled"] if job_options.get("torch_compile_baseline")
+                        and backend.torch_compile_supported() else [])
+
+
+def serve_baselines(task_source: str, forwards: list[str], job: dict[str, Any],
+                    run: Callable[[Any, dict[str, Any]], RunOutcome]) -> dict[str, Any] | None:
+    """The reference's baselines, one baseline-only job per forward (`job` plus a fresh nonce and
+    input seed) run by `run(item, job)` in a process that never runs candidate code, each timed
+    by the judge's clock as a candidate's forward is; None when eager was not timed. A forward
+    "" (the child times itself), or a reference no judge here can serve (`NO_JUDGE`, the child
+    timed it), answers the child's own figures. The first forward that fails ends the loop."""
+    item = SimpleNamespace(built={}, specs=[], code="", req=SimpleNamespace(
+        task_source=task_source, task_id="baseline"))
+    figures: dict[str, Any] = {}
+    for forward in forwards:
+        this = {**job, "nonce": secrets.token_hex(16), "input_seed": trial_input_seed(),
+                "baseline_only": True, "baseline_forward": forward}
+        out = run(item, this)
+        p, timed = out.payload or {}, out.clock or {}
+        ok = p.get("nonce") == this["nonce"] and p.get("outcome") == "baseline"
+        if ok and (not forward or (timed.get("judge_error") == NO_JUDGE and "eager_us" in p)):
+            return p
+        got = timed.get("figures") or {}
+        if not ok or not got or timed.get("failure") or timed.get("judge_error"):
+            why = timed.get("failure") or timed.get("judge_error") or out.failure or "no windows"
+            print(f"kernelsynth verifier: no served {forward} baseline: {why}", file=sys.stderr)
+            break
+        figures.update({f"{forward}_us": got["runtime_us"], f"{forward}_iqr_us": got["iqr_us"],
+                        f"{forward}_windows": got})
+    return figures if "eager_us" in figures else None
 
 
 class HostTurns:

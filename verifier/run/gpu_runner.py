@@ -6,7 +6,6 @@ sandboxed slot does (`verifier.run.runners`)."""
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import sys
 import threading
@@ -14,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from verifier.backends import get_backend
 from verifier.compile.builder import ArtefactMismatch, verify_artefact
 from verifier.judge.construct import DEVICE, HostOnly
 from verifier.judge.pace import Pace
@@ -21,6 +21,7 @@ from verifier.judge.referee import Referee, RemoteJudge, RemoteTrials
 from verifier.judge.trial_judge import DoesNotFit
 from verifier.judge.window_judge import WindowJudge
 from verifier.protocol import VerifyOptions
+from verifier.run.baselines import baseline_forwards, default_cache_dir, serve_baselines
 from verifier.run.gpu_pool import GpuWorkerProcess, RunOutcome
 from verifier.run.runners import CPU_ARENA_BYTES, cpu_peaks
 
@@ -265,17 +266,9 @@ class GpuRunner:
         the same deduction. (On an H100 the in-process method gave eager 48 us for a 64 MB
         ReLU that the worker path, honest float4 kernel or the reference itself, took 70-75 us
         for: every speedup was 0.65x what it is.) None when the timer cannot serve them."""
-        from types import SimpleNamespace
-
-        from verifier.judge.inputs import trial_input_seed
-
-        item = SimpleNamespace(built={}, specs=[], code="", req=SimpleNamespace(
-            task_source=task_source, task_id="baseline"))
-        from verifier.backends import get_backend
-
-        forwards = ["eager"] + (["compiled"] if job_options.get("torch_compile_baseline")
-                                and get_backend(self.backend).torch_compile_supported() else [])
-        figures: dict[str, Any] = {}
+        forwards = baseline_forwards(get_backend(self.backend), job_options)
+        job = {"backend": self.backend, "options": job_options, "extensions": {},
+               "device_sources": []}
         with self.lock:
             if self.timer is None:
                 self.timer = GpuWorkerProcess(self.env, self.backend,
@@ -288,38 +281,25 @@ class GpuRunner:
                           file=sys.stderr)
                     self.timer.stop()
                     return None
-            for forward in forwards:
-                judge, fd = self._judge(item, GPU_ARENA_BYTES)
-                job = {"nonce": secrets.token_hex(16), "backend": self.backend,
-                       "input_seed": trial_input_seed(), "options": job_options,
-                       "baseline_only": True, "baseline_forward": forward, "arena": judge.spec,
-                       "extensions": {}, "device_sources": []}
-                try:
-                    out = self.timer.run({"job": job, "task_source": task_source,
-                                          "candidate_source": ""},
-                                         min(self.opts.run_timeout_s, SERVED_TIMEOUT_S), judge, fd)
-                finally:
-                    os.close(fd)
-                    self._release_judge(judge)
-                p, timed = out.payload or {}, out.clock or {}
-                got = timed.get("figures") or {}
-                if (p.get("nonce") != job["nonce"] or p.get("outcome") != "baseline" or not got
-                        or timed.get("failure") or timed.get("judge_error")):
-                    print(f"kernelsynth verifier: no served {forward} baseline: "
-                          f"{timed.get('failure') or timed.get('judge_error') or out.failure}",
-                          file=sys.stderr)
-                    break
-                figures.update({f"{forward}_us": got["runtime_us"],
-                                f"{forward}_iqr_us": got["iqr_us"], f"{forward}_windows": got})
-        return figures if "eager_us" in figures else None
+            return serve_baselines(task_source, forwards, job, self._serve_one)
+
+    def _serve_one(self, item: Any, job: dict[str, Any]) -> RunOutcome:
+        """One baseline job on the timer, served to a fresh window judge (lock held)."""
+        assert self.timer is not None
+        judge, fd = self._judge(item, GPU_ARENA_BYTES)
+        try:
+            return self.timer.run({"job": {**job, "arena": judge.spec},
+                                   "task_source": item.req.task_source, "candidate_source": ""},
+                                  min(self.opts.run_timeout_s, SERVED_TIMEOUT_S), judge, fd)
+        finally:
+            os.close(fd)
+            self._release_judge(judge)
 
     def peaks(self) -> dict[str, Any] | None:
         """The GPU's peaks for the physics floor, measured once by the referee (cached)."""
         if self.referee is None:
             return cpu_peaks()
         if self.device_peaks is None:
-            from verifier.run.baselines import default_cache_dir
-
             try:
                 self.device_peaks = self.referee.request(
                     "peaks", {"cache_dir": str(default_cache_dir())})["peaks"]

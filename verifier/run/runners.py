@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from verifier.backends import Backend
@@ -19,14 +17,14 @@ from verifier.compile.builder import ArtefactMismatch, copy_for_worker
 from verifier.isolation.cpu_bound import CpuGrants
 from verifier.isolation.cpu_meter import CpuCgroup
 from verifier.isolation.sandbox import Launcher, SandboxLimits
-from verifier.judge.clock import NO_JUDGE, JudgeClock, no_judge
+from verifier.judge.clock import JudgeClock, no_judge
 from verifier.judge.construct import DEVICE
 from verifier.judge.decide import load_outputs
-from verifier.judge.inputs import trial_input_seed
 from verifier.judge.ip_sampler import SamplingClock
 from verifier.judge.pace import Pace
 from verifier.judge.window_judge import WindowJudge
 from verifier.protocol import VerifyOptions
+from verifier.run.baselines import baseline_forwards, default_cache_dir, serve_baselines
 from verifier.run.gpu_pool import RunOutcome
 
 FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
@@ -43,7 +41,6 @@ def cpu_peaks() -> dict[str, Any] | None:
     """This host's cpu peaks (measured once per host and torch, cached on disk)."""
     if "cpu" not in _PEAKS:
         from verifier.judge.floor import device_peaks
-        from verifier.run.baselines import default_cache_dir
 
         try:
             _PEAKS["cpu"] = device_peaks("cpu", default_cache_dir())
@@ -174,34 +171,11 @@ class SandboxRunner:
         as its forward, so a baseline is timed by the candidates' own method (issue 28: timed
         in-process, on inputs hot in its cache and one output copy per window, eager was ~2x
         faster than the same forward judged as a candidate); elsewhere the child times it."""
-        forwards = [""]
-        if self.backend.name == "cpu":
-            forwards = ["eager"] + (["compiled"] if job_options.get("torch_compile_baseline")
-                                    and self.backend.torch_compile_supported() else [])
-        item = SimpleNamespace(built={}, specs=[], code="", req=SimpleNamespace(
-            task_source=task_source, task_id="baseline"))
-        figures: dict[str, Any] = {}
-        for forward in forwards:
-            job = {"nonce": secrets.token_hex(16), "backend": self.backend.name,
-                   "input_seed": trial_input_seed(), "options": job_options,
-                   "baseline_only": True, "arena_budget": CPU_ARENA_BYTES,
-                   "baseline_forward": forward}
-            out = self.run(item, job)
-            p = out.payload
-            if not (p and p.get("nonce") == job["nonce"] and p.get("outcome") == "baseline"):
-                break
-            timed = out.clock or {}
-            if not forward or (timed.get("judge_error") == NO_JUDGE and "eager_us" in p):
-                return p  # no judge here (a reference built only on the host): self-timed
-            got = timed.get("figures") or {}
-            if not got or timed.get("failure") or timed.get("judge_error"):
-                print(f"kernelsynth verifier: no {forward} baseline: "
-                      f"{timed.get('failure') or timed.get('judge_error') or 'no windows'}",
-                      file=sys.stderr)
-                break
-            figures.update({f"{forward}_us": got["runtime_us"], f"{forward}_iqr_us": got["iqr_us"],
-                            f"{forward}_windows": got})
-        return figures if "eager_us" in figures else None
+        forwards = (baseline_forwards(self.backend, job_options) if self.backend.name == "cpu"
+                    else [""])
+        job = {"backend": self.backend.name, "options": job_options,
+               "arena_budget": CPU_ARENA_BYTES}
+        return serve_baselines(task_source, forwards, job, self.run)
 
     def peaks(self) -> dict[str, Any] | None:
         """The device's peaks for the physics floor, measured here (cpu: this trusted process)."""
