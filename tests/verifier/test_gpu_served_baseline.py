@@ -12,7 +12,9 @@ from verifier_cases import relu_task
 
 from verifier.backends.cpu import CpuBackend
 from verifier.isolation.sandbox import SpawnLauncher
+from verifier.judge.referee import Referee
 from verifier.protocol import VerifyOptions
+from verifier.run import gpu_runner
 from verifier.run.baselines import serve_baselines
 from verifier.run.gpu_runner import GpuRunner
 from verifier.run.runners import CPU_ARENA_BYTES, SandboxRunner
@@ -63,3 +65,39 @@ def test_both_slots_loop_believes_only_its_own_jobs_payload(tmp_path) -> None:
     assert figures["eager_windows"]["runtime_us"] == figures["eager_us"]
     assert serve_baselines(task, ["eager", "eager"], job, replaying) is None
     assert len(seen) == 2 and seen[0][0] != seen[1][0]  # one job each: the replay ended it
+
+
+def test_the_gpu_slot_picks_its_method_by_a_size_probe_that_times_nothing(monkeypatch) -> None:
+    """A GPU slot learns a task's sizes from its referee's `sizes` (one reference call, nothing
+    timed), not by timing eager in the referee first: a small task's eager is served by the
+    timer and the referee's `baseline` never runs; a task past `SERVED_MAX_BYTES` is timed by
+    the referee's own method. (The cpu loop's slot with a referee process beside it, as a GPU
+    slot has.)"""
+    runner = GpuRunner(VerifyOptions(backend="cpu"), {}, "cpu")
+    runner.referee = referee = Referee({}, "cpu")
+    ops: list[str] = []
+    request = referee.request
+
+    def recorded(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        ops.append(op)
+        return request(op, args)
+
+    monkeypatch.setattr(referee, "request", recorded)
+    task = relu_task(256, 1024)
+    try:
+        runner.warm()
+        got = referee.request("sizes", {"task_source": task, "seed": 0})["sizes"]
+        assert got == {"set_bytes": 256 * 1024 * 4, "out_bytes": 256 * 1024 * 4}
+        ops.clear()
+        served = runner.baseline(task, {})
+        assert served is not None and served["method"] == "served", served
+        assert served["eager_us"] > 0 and served["eager_windows"]["runtime_us"] > 0
+        assert ops[0] == "sizes" and "baseline" not in ops, ops  # eager timed once: served
+        assert set(served) == {"eager_us", "eager_iqr_us", "eager_windows", "method"}
+        monkeypatch.setattr(gpu_runner, "SERVED_MAX_BYTES", 2 * 256 * 1024 * 4 - 1)
+        ops.clear()
+        own = runner.baseline(task, {})
+        assert own is not None and own["method"] == "referee" and own["eager_us"] > 0, own
+        assert ops == ["sizes", "baseline"] and runner.served_failures == 0
+    finally:
+        runner.close()

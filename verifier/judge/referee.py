@@ -9,7 +9,8 @@ over a socket (SCM_RIGHTS) and on to the worker, and after the run the worker's 
 and the inputs compared on the device, answered with a few figures. `prepare` / `fill` /
 `check` / `release`: the timed windows' judge (`verifier.judge.window_judge`) on a second arena,
 fresh inputs written before each window, the window's output slot and inputs checked after it.
-`baseline`: the reference's eager (and torch.compile) timings, by the judge's window method.
+`baseline`: the reference's eager (and torch.compile) timings, by the judge's window method;
+`sizes`: one input set's and one output's bytes (one call of the reference, nothing timed).
 `peaks`: the device's peaks for the physics floor (`verifier.judge.floor`), measured once and cached.
 Only task code runs here; `decide.DEVICE` is the GPU.
 
@@ -182,6 +183,8 @@ def _answer(msg: dict[str, Any], fds: socket.socket | None = None) -> dict[str, 
         return {"ok": True}
     if op == "baseline":
         return baseline(args)
+    if op == "sizes":
+        return sizes(args)
     if op == "peaks":
         from verifier.judge.floor import device_peaks
 
@@ -281,25 +284,43 @@ def _budget(asked: int) -> int:
     return min(asked, free // 4)
 
 
-def baseline(args: dict[str, Any]) -> dict[str, Any]:
-    """The reference's baselines timed here, in a process that never runs candidate code."""
-    from verifier.backends import get_backend
+def _reference(args: dict[str, Any]) -> tuple[Any, Any]:
+    """The task's reference module (timings and sizes only: its weights need not match
+    anyone's) and its input draw by index."""
     from verifier.judge import decide
     from verifier.judge.construct import HOST, HostOnly
-    from verifier.judge.timed_calls import time_reference
 
-    try:  # timings only: the weights need not match anyone's
+    try:
         model, get_inputs = decide.reference(args["task_source"], int(args["seed"]))
     except HostOnly:
         model, get_inputs = decide.reference(args["task_source"], int(args["seed"]), HOST)
+    return model, lambda k: decide.make_inputs(get_inputs, k)
+
+
+def baseline(args: dict[str, Any]) -> dict[str, Any]:
+    """The reference's baselines timed here, in a process that never runs candidate code."""
+    from verifier.backends import get_backend
+    from verifier.judge.timed_calls import time_reference
+
+    model, make_inputs = _reference(args)
     backend = get_backend(args["backend"])
-    figures = time_reference(model, lambda k: decide.make_inputs(get_inputs, k),
-                             backend.synchronize,
+    figures = time_reference(model, make_inputs, backend.synchronize,
                              bool(args.get("torch_compile")) and backend.torch_compile_supported(),
                              _budget(int(args.get("budget_bytes") or 8 << 30)))
     del model
     _empty_cache()
     return {"ok": True, "figures": figures}
+
+
+def sizes(args: dict[str, Any]) -> dict[str, Any]:
+    """One input set's and one output's bytes of the task's reference, nothing timed."""
+    from verifier.judge.timed_calls import reference_sizes
+
+    model, make_inputs = _reference(args)
+    got = reference_sizes(model, make_inputs)
+    del model
+    _empty_cache()
+    return {"ok": True, "sizes": got}
 
 
 def main(argv: list[str]) -> int:

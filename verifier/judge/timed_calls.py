@@ -116,6 +116,20 @@ def baselines(res: Any, job: dict[str, Any], backend: Any, ref: Any,
         res.finish("task_error", f"timing the reference failed: {type(exc).__name__}: {exc}")
 
 
+def reference_sizes(ref: Any, make_inputs: Callable[[int], list[Any]]) -> dict[str, int]:
+    """One input set's bytes and one output's, as the judge's arena lays them out (`plan`): the
+    reference called once, nothing timed (what a GPU slot needs to choose how a baseline is
+    timed, `verifier.run.gpu_runner.GpuRunner.baseline`)."""
+    import torch
+
+    from verifier.judge.arena import plan
+
+    sample = make_inputs(10_000)
+    with torch.no_grad():
+        out = ref(*sample)
+    return {"set_bytes": plan(sample)[1], "out_bytes": plan(out)[1]}
+
+
 def time_reference(ref: Any, make_inputs: Callable[[int], list[Any]],
                    synchronize: Callable[[], None], torch_compile: bool = False,
                    budget_bytes: int = 16 << 20) -> dict[str, Any]:

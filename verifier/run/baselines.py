@@ -2,17 +2,19 @@
 device), and measured ahead of the candidates while they compile.
 
 Only processes that never ran candidate code time a baseline or write this cache: a fresh
-sandboxed child that loads nothing but the reference (cpu), or the GPU's referee; the timing is
-the candidates' method: on cpu the child serves the judge's windows with the reference as its
-forward (`verifier.judge.timed_calls.serve_baseline`), on a GPU the referee times them in its own
-process (`verifier.judge.timed_calls.time_reference`).
+sandboxed child that loads nothing but the reference (cpu), or on a GPU a worker that only ever
+loads references, or the referee; the timing is the candidates' method: the child or the worker
+serves the judge's windows with the reference as its forward (`serve_baselines`,
+`verifier.judge.timed_calls.serve_baseline`); on a GPU, for a task whose input set and output
+pass `verifier.run.gpu_runner.SERVED_MAX_BYTES`, the referee times them in its own process
+(`verifier.judge.timed_calls.time_reference`).
 
 On a host that runs candidates beside each other (cpu: the sandboxed children of the batch's
 slots), a baseline is timed with the host to itself (`HostTurns`): timed while another slot ran
 a candidate that streamed memory on its own cores, eager came out slower, and that figure was
 cached for every later candidate of the task (a candidate could raise every speedup of a task
 by loading the host while its baseline was timed; tests/verifier/test_redteam_round7.py).
-GPU slots time their baselines in the referee on their own device: no turns there.
+GPU slots time their baselines on their own device: no turns there.
 
 The cache key is the task source, backend, device model, torch version, timing trials and
 seed, so a re-run on the same kind of device never times a reference twice. `prefetch` sends

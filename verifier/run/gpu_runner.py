@@ -228,9 +228,11 @@ class GpuRunner:
     def baseline(self, task_source: str, job_options: dict[str, Any]) -> dict[str, Any] | None:
         """The reference's baselines, timed by the candidates' very method: on a GPU a worker
         that only ever loads references serves the referee's windows with the reference as its
-        forward (`_served_baseline`); where that worker cannot run, the referee times it
-        in-process (`verifier.judge.timed_calls.time_reference`; the cpu loop: this process).
-        None when they cannot be timed."""
+        forward (`_served_baseline`), for a task whose input set and output are at most
+        `SERVED_MAX_BYTES` (the referee's `sizes`: one call, nothing timed); where that worker
+        cannot run, or above it, the referee times it in-process
+        (`verifier.judge.timed_calls.time_reference`; the cpu loop: this process). None when
+        they cannot be timed."""
         args = {"task_source": task_source, "seed": self.opts.seed, "backend": self.backend,
                 "torch_compile": bool(job_options.get("torch_compile_baseline")),
                 "budget_bytes": GPU_ARENA_BYTES if self.referee is not None else CPU_ARENA_BYTES}
@@ -239,25 +241,35 @@ class GpuRunner:
                 from verifier.judge.referee import baseline
 
                 return baseline(args)["figures"]
-            own = self.referee.request("baseline", args)["figures"]
-            sizes = own.get("eager_windows") or {}
-            if (self.served_failures >= SERVED_FAILURES_MAX
-                    or sizes.get("set_bytes", 0) + sizes.get("out_bytes", 0) > SERVED_MAX_BYTES):
-                return {**own, "method": "referee"}
-            try:
-                served = self._served_baseline(task_source, job_options)
-            except Exception as exc:  # noqa: BLE001 - the referee's own method still times it
-                print(f"kernelsynth verifier: no served baseline: {type(exc).__name__}: {exc}",
-                      file=sys.stderr)
-                served = None
-            if served is None:
-                self.served_failures += 1
-                return {**own, "method": "referee"}
-            return {**served, "method": "served", "referee_eager_us": own.get("eager_us")}
+            served = self._served_if_small(task_source, job_options, args)
+            if served is not None:
+                return {**served, "method": "served"}
+            return {**self.referee.request("baseline", args)["figures"], "method": "referee"}
         except Exception as exc:  # noqa: BLE001 - an untimeable reference: no baseline
             print(f"kernelsynth verifier: no baseline for a task: {type(exc).__name__}: {exc}",
                   file=sys.stderr)
             return None
+
+    def _served_if_small(self, task_source: str, job_options: dict[str, Any],
+                         args: dict[str, Any]) -> dict[str, Any] | None:
+        """The served baseline (`_served_baseline`) of a task whose input set and output are at
+        most `SERVED_MAX_BYTES` (the referee's `sizes`); None where the referee's method stands:
+        a larger task, a failed served one (counted), or after `SERVED_FAILURES_MAX` of them."""
+        assert self.referee is not None
+        if self.served_failures >= SERVED_FAILURES_MAX:
+            return None
+        sizes = self.referee.request("sizes", args)["sizes"]
+        if sizes["set_bytes"] + sizes["out_bytes"] > SERVED_MAX_BYTES:
+            return None
+        try:
+            served = self._served_baseline(task_source, job_options)
+        except Exception as exc:  # noqa: BLE001 - the referee's own method still times it
+            print(f"kernelsynth verifier: no served baseline: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            served = None
+        if served is None:
+            self.served_failures += 1
+        return served
 
     def _served_baseline(self, task_source: str, job_options: dict[str, Any]
                          ) -> dict[str, Any] | None:
