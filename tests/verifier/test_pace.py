@@ -119,12 +119,15 @@ def test_hang_deadlines_follow_the_steps_and_the_judges_windows() -> None:
     assert w.deadline() == start + 600.0 and w.why() == ""
     now = time.monotonic()
     w = HangWatch(Pace(eager_s=0.01), now, timeout_s=600.0)
-    w.see(_clock(True, (now, 4)))
-    assert w.deadline(_clock()) == now + 600.0  # a read: the clock's end is seen by `see` only
-    w.see(_clock())  # the windows are over: the report, a floor from now
-    after = w.deadline(_clock())
+    assert w.deadline(_clock(True, (now, 4))) == now + Pace(0.01).step_s(4)
+    after = w.deadline(_clock())  # the windows are over: the report, a floor from now
     assert abs(after - time.monotonic() - pace.HANG_FLOOR_S) < 1.0
     assert w.deadline(_clock()) == after and "the run's report" in w.why(_clock())
+    # the caller hands over the clock, nothing else: `why` alone sees the windows end too
+    w = HangWatch(Pace(eager_s=0.01), now, timeout_s=600.0)
+    assert "a timed window of 4 calls" in w.why(_clock(True, (now - 60.0, 4)), now=now)
+    assert w.deadline(_clock(), now=now + 3.0) == now + 3.0 + pace.HANG_FLOOR_S
+    assert "the run's report" in w.why(_clock(), now=now + 9.0)
 
 
 def test_without_a_baseline_every_step_has_the_run_timeout() -> None:

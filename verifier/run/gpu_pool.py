@@ -210,8 +210,6 @@ class GpuWorkerProcess:
         deadline = time.monotonic() + timeout_s
         watch, clock = self.watch, self.clock
         while b"\n" not in self.buf:  # a job's step may end sooner (`verifier.run.hang_watch`)
-            if watch is not None:
-                watch.see(clock)
             left = min(deadline, watch.deadline(clock) if watch else deadline) - time.monotonic()
             if left <= 0:
                 return None
@@ -310,8 +308,6 @@ class GpuWorkerProcess:
                     except subprocess.TimeoutExpired:
                         closed = " (it closed its result pipe and did not exit)"
                 timed_out = self.proc.poll() is None
-                if self.watch is not None:
-                    self.watch.see(clock)
                 hung = self.watch.why(clock) if self.watch and timed_out else ""
                 failure = (hung or f"timed out after {timeout_s:.0f}s{closed}" if timed_out
                            else self.describe_exit())

@@ -55,9 +55,9 @@ class HangWatch:
     def _step(self, now: float, budget: float, what: str) -> None:
         self.end, self.budget, self.what = min(self.hard, now + budget), budget, what
 
-    def see(self, clock: Any, now: float | None = None) -> None:
-        """The judge's clock as it is now (looked at before each `deadline`): once its windows
-        are over, the worker's report is the next step."""
+    def _see(self, clock: Any, now: float | None) -> None:
+        """Take in the judge's clock as it is now: once its windows are over, the worker's report
+        is the next step (seen by whichever of `deadline` and `why` is asked first)."""
         if self.pace is None or clock is None:
             return
         if clock.serving:
@@ -67,8 +67,10 @@ class HangWatch:
             self._step(time.monotonic() if now is None else now, HANG_FLOOR_S,
                        "the run's report after its windows")
 
-    def _current(self, clock: Any) -> tuple[float, float, str]:
-        """(deadline, budget, what) of the step the job is at, the judge's clock considered."""
+    def _current(self, clock: Any, now: float | None) -> tuple[float, float, str]:
+        """(deadline, budget, what) of the step the job is at, the judge's clock as it is now
+        taken in first."""
+        self._see(clock, now)
         if self.pace is not None and clock is not None and clock.serving:
             window = clock.open_window
             if window is None:  # the judge fills or checks: its time, not the worker's
@@ -78,14 +80,15 @@ class HangWatch:
             return min(self.hard, began + budget), budget, f"a timed window of {calls} calls"
         return (self.end if self.pace is not None else self.hard), self.budget, self.what
 
-    def deadline(self, clock: Any = None) -> float:
-        """When the job must next show progress (monotonic), the judge's clock considered."""
-        return self._current(clock)[0]
+    def deadline(self, clock: Any = None, now: float | None = None) -> float:
+        """When the job must next show progress (monotonic), the judge's clock (the job's, as
+        it is at `now`) considered."""
+        return self._current(clock, now)[0]
 
-    def why(self, clock: Any = None) -> str:
+    def why(self, clock: Any = None, now: float | None = None) -> str:
         """Why the job was ended, when its step's deadline (not the run timeout) passed; ""
-        when it is the run timeout."""
-        end, budget, what = self._current(clock)
+        when it is the run timeout. `clock`: as for `deadline`."""
+        end, budget, what = self._current(clock, now)
         if self.pace is None or end >= self.hard:
             return ""
         return (f"passed its hang deadline: {what} may take {budget:.1f} s, scaled to "
