@@ -46,6 +46,7 @@ from verifier.judge.clock import JudgeClock, no_judge
 from verifier.judge.clock_serve import FDS_ENV
 from verifier.judge.pace import Pace
 from verifier.run.hang_watch import HangWatch
+from verifier.run.settle import charge_settled
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session
@@ -288,20 +289,7 @@ class GpuWorkerProcess:
         why = self._send(b'{"settle": true}\n', began + SETTLE_S)
         reply = None if why else self._read(SETTLE_S)
         out.wall_s += time.monotonic() - began
-        p = out.payload
-        found = p.setdefault("findings", [])
-        if reply is None or not reply.get("settled"):
-            self.stop()
-            found.append({"rule": "worker_replaced", "severity": "warning", "line": None,
-                          "message": "the worker did not settle after the run ("
-                          + (why or f"no reply within {SETTLE_S:g} s") + "): it was replaced"})
-            return out
-        found.extend(f for f in reply.get("findings") or () if isinstance(f, dict))
-        if reply.get("outcome") != "ok":
-            p.update(outcome=str(reply.get("outcome")), error=str(reply.get("error") or ""))
-            if reply.get("sticky_cuda_error"):
-                p["sticky_cuda_error"] = reply["sticky_cuda_error"]
-        if reply.get("worker_leaves") or reply.get("outcome") != "ok":
+        if charge_settled(out.payload, reply, why or f"no reply within {SETTLE_S:g} s"):
             self.stop()
         return out
 

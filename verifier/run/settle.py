@@ -77,3 +77,21 @@ def leftover_code(armed_before: dict[Any, str]) -> list[str]:
         left.append("weakref.finalize callbacks armed (" + ", ".join(sorted(set(armed))[:3])
                     + ")")
     return left
+
+
+def charge_settled(payload: dict[str, Any], reply: dict[str, Any] | None, why: str) -> bool:
+    """Add what the worker found as it settled (its reply, None when there was none: `why`)
+    to the payload of the job that left it; True when the worker must go."""
+    found = payload.setdefault("findings", [])
+    if reply is None or not reply.get("settled"):
+        found.append({"rule": "worker_replaced", "severity": "warning", "line": None,
+                      "message": f"the worker did not settle after the run ({why}): it was "
+                      "replaced"})
+        return True
+    found.extend(f for f in reply.get("findings") or () if isinstance(f, dict))
+    if reply.get("outcome") != "ok":
+        payload.update(outcome=str(reply.get("outcome")), error=str(reply.get("error") or ""))
+        if reply.get("sticky_cuda_error"):
+            payload["sticky_cuda_error"] = reply["sticky_cuda_error"]
+        return True
+    return bool(reply.get("worker_leaves"))
