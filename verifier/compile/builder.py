@@ -141,7 +141,10 @@ class Builder:
             return self._wait_for_pch(d, lock)
         os.close(fd)
         try:
-            (d / "ks_pch.h").write_text(LIGHT_HOST_HEADERS if light else FULL_HOST_HEADERS)
+            # whole or not at all: a builder that took a stale lock may be compiling from it
+            part = d / f"ks_pch.h.{os.getpid()}"
+            part.write_text(LIGHT_HOST_HEADERS if light else FULL_HOST_HEADERS)
+            os.replace(part, d / "ks_pch.h")
             tmp = d / f"tmp{os.getpid()}.gch"
             if self.ctx.backend.compile_pch(d / "ks_pch.h", tmp, cflags, log, self.ctx.timeout_s):
                 os.replace(tmp, d / "ks_pch.h.gch")
