@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from verifier.compile.build_reads import compiler_search_dirs, nvcc_host_compiler, unallowed_reads
+from verifier.compile.build_reads import (
+    UNKNOWN_READ,
+    compiler_search_dirs,
+    nvcc_host_compiler,
+    unallowed_reads,
+)
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -111,3 +116,29 @@ def test_a_header_the_candidate_names_that_does_not_exist_is_the_compilers_error
     # and a compile that died without a word is unknown too
     assert unallowed_reads(log[:1], [dep], [str(out)], [], "g++") == [
         "(unknown: the compiler left no complete record of what it read)"]
+    # unless the build failed: then the compiler's words are its error (they can quote only
+    # what its sandbox shows it), but a cut output still proves nothing
+    assert unallowed_reads(moved, [dep], [str(out)], [], "g++", failed=True) == []
+    assert unallowed_reads([log[0], "x" * 200_000], [dep], [str(out)], [], "g++",
+                           failed=True) == [UNKNOWN_READ]
+
+
+@needs_gxx
+def test_a_build_that_fails_with_no_dependency_list_reports_the_compilers_error(
+        tmp_path: Path) -> None:
+    """A real build whose compile stops at a file its flags name before any source (as a
+    precompiled header removed under it did: `-include ks_pch.h`) writes no -MD list. Before:
+    the build read "the compiler left no complete record of what it read"; now the build
+    fails with the compiler's own error, the file named."""
+    from verifier.backends import get_backend
+    from verifier.checks.extspec import ExtensionSpec
+    from verifier.compile.builder import REFUSED, BuildContext, Builder
+
+    builder = Builder(BuildContext(get_backend("cpu"), tmp_path, use_pch=False,
+                                   check_import=False))
+    spec = ExtensionSpec("gone", ["int gone_f() { return 1; }"], functions=["gone_f"],
+                         extra_cflags=["-include", "ks_pch_gone.h"])
+    (res,) = builder.build([spec]).values()
+    assert not res.ok
+    assert "ks_pch_gone.h: No such file or directory" in res.log, res.log[-2000:]
+    assert REFUSED not in res.log and "no complete record" not in res.log, res.log[-2000:]

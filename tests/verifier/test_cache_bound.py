@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from verifier.api import verify_batch
 from verifier.backends import get_backend
 from verifier.checks.extspec import ExtensionSpec
 from verifier.compile.builder import BuildContext, Builder
-from verifier.compile.cache_bound import LEASES, build_lease, entries, oldest_lease, trim
+from verifier.compile.cache_bound import LEASES, build_lease, entries, hold, oldest_lease, trim
 from verifier.protocol import VerifyOptions, VerifyRequest
 
 DAY = 86400.0
@@ -98,3 +100,71 @@ def test_verify_batch_bounds_its_cache(tmp_path: Path) -> None:
                  VerifyOptions(backend="cpu", build_cache_dir=str(cache), build_cache_max_gb=0,
                                fork_server=False))
     assert stale.exists()  # 0: no bound
+
+
+# a process that holds a precompiled header as a compile does (`Builder.held_pch`), says so,
+# waits for a line, then compiles a unit on that header with the real g++
+_COMPILER = """
+import subprocess, sys
+from pathlib import Path
+from verifier.compile.cache_bound import hold
+pch, unit = Path(sys.argv[1]), Path(sys.argv[2])
+with hold(pch) as there:
+    print(there, flush=True)
+    sys.stdin.readline()
+    proc = subprocess.run(["g++", "-c", str(unit), "-I", str(pch), "-include", "ks_pch.h",
+                           "-Winvalid-pch", "-o", str(unit.with_suffix(".o"))],
+                          capture_output=True, text=True)
+print(proc.returncode, proc.stderr.strip().replace("\\n", " | "), flush=True)
+"""
+_TRIM = """
+import sys
+from pathlib import Path
+from verifier.compile.cache_bound import trim
+print([str(p) for p in trim([Path(sys.argv[1])], 0, grace_s=0)])
+"""
+
+
+def test_a_trim_in_another_process_never_removes_a_header_a_compile_holds(
+        tmp_path: Path) -> None:
+    """Two real processes on one cache: a compile holds its precompiled header (a real g++
+    PCH) and, once it holds it, another process trims the cache to 0 bytes with no grace and
+    no lease; the compile then runs on the header. Before: the trim removed the header's
+    folder and the compile failed on `-include ks_pch.h` ("No such file or directory"), which
+    writes no -MD list, so the build read as "the compiler left no complete record" (a CPU
+    conformance test met it while a build ran beside the suite). The steps are ordered by the
+    processes' own lines, not by sleeps."""
+    cache = tmp_path / "cache"
+    pch = cache / "cpu-000000000000" / "pch" / "p"
+    pch.mkdir(parents=True)
+    (pch / "ks_pch.h").write_text("#include <cstddef>\ninline int ks_one() { return 1; }\n")
+    made = subprocess.run(["g++", "-x", "c++-header", str(pch / "ks_pch.h"), "-o",
+                           str(pch / "ks_pch.h.gch")], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    other = _entry(cache / "cpu-000000000000" / "builds" / "m", 100, DAY)
+    for p in (pch, pch / "ks_pch.h", pch / "ks_pch.h.gch"):
+        os.utime(p, (time.time() - DAY,) * 2)
+    unit = tmp_path / "unit.cpp"
+    unit.write_text("int two() { return ks_one() + 1; }\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    compiler = subprocess.Popen([sys.executable, "-c", _COMPILER, str(pch), str(unit)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                env=env)
+    try:
+        assert compiler.stdout.readline().strip() == "True"  # it holds the header now
+        trimmed = subprocess.run([sys.executable, "-c", _TRIM, str(cache)], capture_output=True,
+                                 text=True, env=env, timeout=120)
+        assert trimmed.returncode == 0, trimmed.stderr
+        assert trimmed.stdout.strip() == repr([str(other)])  # it ran: the rest went
+        compiler.stdin.write("go\n")
+        compiler.stdin.flush()
+        rc, _, why = compiler.stdout.readline().strip().partition(" ")
+        assert rc == "0", why
+    finally:
+        if compiler.poll() is None:
+            compiler.kill()
+        compiler.wait()
+    assert (pch / "ks_pch.h.gch").is_file()
+    assert trim([cache], 0, grace_s=0) == [pch]  # its compile ended: it may go now
+    with hold(pch) as there:  # and one that comes for it finds it gone
+        assert there is False

@@ -13,8 +13,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_cases import candidate  # noqa: E402
 from redteam_round7_cases import NUMPY_RELU  # noqa: E402
@@ -99,27 +97,84 @@ ASK = NUMPY_RELU.replace("        import numpy as np\n", "        import sys\n  
                          "Error(f'haunts={getattr(sys, \"_haunts\", 0)}')\n")
 
 
-@pytest.mark.xfail(strict=True, reason="open: a self-renewing cyclic finalizer left by one job "
-                   "runs in every later job of its persistent worker (7 times by the 3rd job "
-                   "after it, measured here): it could sleep in a sibling's timed windows. "
-                   "It could also frame a sibling (patch the harness during its job: the "
-                   "sibling's hygiene check calls that a cheat). Fix to make: the parent, its "
-                   "trials' check done, asks the worker to collect (gc.collect twice) and to "
-                   "run its hygiene checks again, charged to the job that left the garbage; "
-                   "garbage that renews itself ends that worker before the next job")
 def test_a_finalizer_left_by_one_job_does_not_run_in_the_next() -> None:
     """The next jobs in the worker (honest runs of siblings) ask how often the finalizer ran.
-    Before and now: 0 in the first job after it, 7 by the third; no finding, the same
-    worker."""
+    Before: 0 in the first job after it, 7 by the third, no finding, the same worker (measured
+    here): candidate code in every later job, which could sleep in a sibling's timed windows.
+    Now, once the parent has checked a job's trials, the worker collects its garbage and checks
+    itself again (`verifier.run.gpu_worker._settle`): garbage still renewing itself after
+    `RENEW_ROUNDS` collections ends the worker, a warning finding on the job that left it."""
     worker = GpuWorkerProcess({}, backend="cpu", host_memory_mb=5000)
     try:
         haunt, *later = _jobs(worker, relu_task(1024, 1024 * 16), [HAUNT, ASK, NUMPY_RELU, ASK])
     finally:
         worker.stop()
     assert haunt["outcome"] == "ok", haunt
+    msgs = [f["message"] for f in haunt["findings"] if f["rule"] == "worker_replaced"]
+    assert msgs and "finalizers leave more" in msgs[0], haunt["findings"]
     for p in later[::2]:
-        assert "haunts=" in p["error"], p
-        assert p["worker_pid"] != haunt["worker_pid"] or "haunts=0" in p["error"], p
+        assert "haunts=0" in p["error"] and p["worker_pid"] != haunt["worker_pid"], p
+    assert later[1]["outcome"] == "ok" and later[1]["worker_pid"] == later[0]["worker_pid"]
+
+
+def _leaves(code: str) -> str:
+    """NUMPY_RELU whose model, when the harness drops it, runs `code` (its __del__)."""
+    body = "".join(f"        {ln}\n" for ln in code.strip().splitlines())
+    return NUMPY_RELU.replace("class ModelNew(torch.nn.Module):\n",
+                              f"class ModelNew(torch.nn.Module):\n    def __del__(self):\n"
+                              f"{body}\n")
+
+
+# a cycle whose finalizer, run once by some later collection, patches the harness: were it to
+# run in a sibling's job, that sibling's hygiene check would call the sibling a cheat
+FRAMER = NUMPY_RELU.replace("class ModelNew(torch.nn.Module):\n", '''class _Framer:
+    def __init__(self):
+        self.me = self
+
+    def __del__(self):
+        torch.allclose = lambda *a, **k: True
+
+
+class ModelNew(torch.nn.Module):
+    def __del__(self):
+        _Framer()
+
+''')
+# one finalizer, once: cyclic garbage with a __del__ that touches nothing of the harness
+ONE_SHOT = FRAMER.replace("torch.allclose = lambda *a, **k: True",
+                          "import sys\n        sys._haunts = getattr(sys, '_haunts', 0) + 1")
+CALLBACK = _leaves("import gc\ngc.callbacks.append(lambda phase, info: None)")
+ARMED = _leaves("import sys, weakref\nsys._keep = type('Keep', (), {})()\n"
+                "weakref.finalize(sys._keep, print, 'later')")
+
+
+def test_what_a_job_leaves_to_run_later_is_charged_to_it() -> None:
+    """Variants of code left to run in later jobs, each followed by an honest sibling in the
+    same worker. A cyclic finalizer that patches the harness runs when the worker settles,
+    charged to its job (a cheat), never in the sibling's; a `gc.callbacks` entry is tampering
+    (a cheat: it runs at every collection); a `weakref.finalize` armed on a live object ends
+    the worker (a warning: it runs when that object dies, perhaps in a sibling's run). Cyclic
+    garbage whose finalizer runs once and touches nothing is not held against its job: the
+    worker stays, and the sibling after it sees the finalizer ran before it began."""
+    sources = [FRAMER, NUMPY_RELU, CALLBACK, NUMPY_RELU, ARMED, NUMPY_RELU, ONE_SHOT, ASK]
+    worker = GpuWorkerProcess({}, backend="cpu", host_memory_mb=5000)
+    try:
+        got = _jobs(worker, relu_task(256, 1024), sources)
+    finally:
+        worker.stop()
+    framer, after_framer, callback, after_callback, armed, after_armed, one_shot, ask = got
+    assert framer["outcome"] == "cheat" and "torch.allclose" in framer["error"], framer
+    assert callback["outcome"] == "cheat" and "gc_callbacks" in callback["error"], callback
+    assert armed["outcome"] == "ok", armed
+    msgs = [f["message"] for f in armed["findings"] if f["rule"] == "worker_replaced"]
+    assert msgs and "weakref.finalize" in msgs[0] and "print" in msgs[0], armed["findings"]
+    for before, sibling in ((framer, after_framer), (callback, after_callback),
+                            (armed, after_armed)):
+        assert sibling["outcome"] == "ok" and not sibling["failure"], sibling
+        assert sibling["worker_pid"] != before["worker_pid"], (before, sibling)
+    assert one_shot["outcome"] == "ok", one_shot
+    assert not [f for f in one_shot["findings"] if f["rule"] == "worker_replaced"], one_shot
+    assert ask["worker_pid"] == one_shot["worker_pid"] and "haunts=1" in ask["error"], ask
 
 
 # --- the served baseline's worker: what a candidate of the same slot reaches ----------------

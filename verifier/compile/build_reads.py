@@ -78,13 +78,19 @@ def outside(paths: list[str], roots: list[str], cwd: str) -> list[str]:
     return list(dict.fromkeys(bad))
 
 
+UNKNOWN_READ = "(unknown: the compiler left no complete record of what it read)"
+
+
 def unallowed_reads(log: list[str], deps: list[Path], allowed: list[str],
-                    excluded: list[str], host_compiler: str) -> list[str]:
+                    excluded: list[str], host_compiler: str, failed: bool = False) -> list[str]:
     """Files a build's compiles read (their `-MD` lists `deps`) outside the allowlist: the
     include folders its commands (`$ ` lines of `log`) pass, except `excluded` (a candidate's
     extra_include_paths), the compilers' folders and toolkits, the host compiler's system
     include folders, and `allowed` (the unit's folder, the PCH). A compile that left no list,
-    or whose output was cut (a flood could hide what it read), counts as an unknown read."""
+    or whose output was cut (a flood could hide what it read), counts as an unknown read,
+    unless the build `failed` (a fatal error writes no list): then its error is what the
+    candidate needs, and it can quote nothing but what its sandbox shows it, the toolchain's
+    trees and its command's own folders (`verifier.isolation.build_sandbox`)."""
     cmds = [shlex.split(ln[2:]) for ln in log if ln.startswith("$ ")]
     own = {_real(p) for p in excluded}
     roots = list(allowed)
@@ -108,8 +114,8 @@ def unallowed_reads(log: list[str], deps: list[Path], allowed: list[str],
     if len(ran) < len(deps) and any("timed out" in ln for ln in log):
         return []  # killed before it said anything: only the timeout is reported
     if any(len(ln) >= 200_000 for ln in log) or (
-            len(ran) < len(deps) and not missing_own_header(log, allowed)):
-        return ["(unknown: the compiler left no complete record of what it read)"]
+            len(ran) < len(deps) and not failed and not missing_own_header(log, allowed)):
+        return [UNKNOWN_READ]
     read = [p for d in ran for p in read_dependencies(str(d))]
     cwd = os.getcwd()
     # nvcc's list also names the units' own `#line` files (`<key>/cuda0`, ks_bindings.cpp),

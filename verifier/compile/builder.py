@@ -19,6 +19,7 @@ the entry wherever they sit in its file; `candidate_log` maps them to one candid
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -49,7 +50,7 @@ from verifier.compile.build_records import (  # noqa: F401 - re-exported: caller
     flags_key,
     toolchain_key,
 )
-from verifier.compile.cache_bound import touch
+from verifier.compile.cache_bound import hold_made, touch
 from verifier.compile.host_headers import (
     FULL_HOST_HEADERS,
     LIGHT_HOST_HEADERS,
@@ -140,7 +141,10 @@ class Builder:
             return self._wait_for_pch(d, lock)
         os.close(fd)
         try:
-            (d / "ks_pch.h").write_text(LIGHT_HOST_HEADERS if light else FULL_HOST_HEADERS)
+            # whole or not at all: a builder that took a stale lock may be compiling from it
+            part = d / f"ks_pch.h.{os.getpid()}"
+            part.write_text(LIGHT_HOST_HEADERS if light else FULL_HOST_HEADERS)
+            os.replace(part, d / "ks_pch.h")
             tmp = d / f"tmp{os.getpid()}.gch"
             if self.ctx.backend.compile_pch(d / "ks_pch.h", tmp, cflags, log, self.ctx.timeout_s):
                 os.replace(tmp, d / "ks_pch.h.gch")
@@ -149,6 +153,12 @@ class Builder:
             return None
         finally:
             lock.unlink(missing_ok=True)
+
+    def held_pch(self, cflags: list[str], n_specs: int, log: list[str],
+                 light: bool = False) -> contextlib.AbstractContextManager[Path | None]:
+        """`pch_dir`'s folder, held while the compile that includes it runs: another process's
+        trim cannot remove it meanwhile (`verifier.compile.cache_bound.hold`)."""
+        return hold_made(lambda: self.pch_dir(cflags, n_specs, log, light), "ks_pch.h.gch")
 
     def _wait_for_pch(self, d: Path, lock: Path) -> Path | None:
         """The PCH another builder is making, once it is there (None if that build fails)."""
@@ -343,7 +353,7 @@ class Builder:
         if ok and n > 1:  # one object for many: nobody's code may run when it is loaded
             ok, log = no_load_code(objs, log)
         read = unallowed_reads(log, deps, [str(out_dir), str(self.root / "pch")],
-                               first.extra_include_paths, be.host_compiler())
+                               first.extra_include_paths, be.host_compiler(), failed=not ok)
         for d in deps:
             d.unlink(missing_ok=True)
         if read:  # none of the compiler's output: it may quote the file
@@ -375,9 +385,9 @@ class Builder:
             lsrc.write_text(light)
             deps.append(lsrc.with_suffix(".d"))
             trial: list[str] = []
-            ok = be.compile_unit(BuildUnit(lsrc, "host"), obj, [*flags, "-MD", "-MF",
-                                 str(deps[-1])], self.pch_dir(cflags, n, trial, light=True),
-                                 trial, self.ctx.timeout_s)
+            with self.held_pch(cflags, n, trial, light=True) as pch:
+                ok = be.compile_unit(BuildUnit(lsrc, "host"), obj, [*flags, "-MD", "-MF",
+                                     str(deps[-1])], pch, trial, self.ctx.timeout_s)
             lsrc.unlink(missing_ok=True)
             text = "\n".join(trial)
             if ok or "timed out" in text or not may_need_full_header(text):
@@ -386,8 +396,9 @@ class Builder:
             log.extend(c for c in trial if c.startswith("$ "))  # its reads are checked too
             log.append("(light host headers failed on a torch name; building as written)")
         deps.append(src.with_suffix(".d"))
-        return be.compile_unit(BuildUnit(src, "host"), obj, [*flags, "-MD", "-MF", str(deps[-1])],
-                               self.pch_dir(cflags, n, log), log, self.ctx.timeout_s)
+        with self.held_pch(cflags, n, log) as pch:
+            return be.compile_unit(BuildUnit(src, "host"), obj, [*flags, "-MD", "-MF",
+                                   str(deps[-1])], pch, log, self.ctx.timeout_s)
 
     def _check_import(self, so: Path, module: str) -> tuple[bool, str]:
         """Import the object in a sandbox: undefined symbols and crashing initializers fail here."""

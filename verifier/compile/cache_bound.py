@@ -8,6 +8,10 @@ the build folders (`<root>/builds/*`: shared objects), the precompiled headers (
 time it uses one, so an entry's newest mtime (or atime, where the mount keeps it) is its last
 use.
 
+A compile that uses an entry (a precompiled header) holds it (`hold`: a shared flock on the
+entry) while it runs; `trim` removes an entry only under an exclusive one it gets at once, so it
+never removes what a live compile holds, and one that comes while the entry goes sees it gone.
+
 A build marks itself with a lease (`build_lease`: a file under `<cache>/.leases` it holds an
 exclusive flock on; a lease whose owner died is unlocked and removed). `trim` never removes an
 entry used since the oldest live lease began, nor one used in the last `grace_s` seconds (users
@@ -21,7 +25,7 @@ import itertools
 import os
 import shutil
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +66,43 @@ def build_lease(cache_dir: Path) -> Iterator[None]:
         (leases / name).unlink(missing_ok=True)
         tmp.unlink(missing_ok=True)
         os.close(fd)
+
+
+@contextmanager
+def hold(entry: Path) -> Iterator[bool]:
+    """While held, `trim` leaves `entry` where it is; yields whether it is still there (False:
+    gone, or removed while this waited for it)."""
+    try:
+        fd = os.open(entry, os.O_RDONLY)
+    except OSError:
+        yield False
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a trim moves it out of sight
+        try:
+            here, held = os.stat(entry), os.fstat(fd)
+            there = (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
+        except OSError:
+            there = False
+        yield there
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def hold_made(find: Callable[[], Path | None], ready: str) -> Iterator[Path | None]:
+    """The entry `find` returns (made or waited for again when it went before it was held),
+    held while in use, once its file `ready` is there; None when there is none."""
+    for _ in range(2):
+        entry = find()
+        if entry is None:
+            break
+        with hold(entry) as there:
+            if there and (entry / ready).is_file():
+                touch(entry)
+                yield entry
+                return
+    yield None
 
 
 def oldest_lease(cache_dir: Path) -> float | None:
@@ -133,12 +174,21 @@ def _in_use(e: Entry, since: float | None, now: float, grace_s: float) -> bool:
 
 def _remove(path: Path) -> bool:
     """Out of the builder's sight at once (rename), then deleted; a root left empty goes too.
-    False when it was gone already."""
+    False when it was gone already or a compile holds it."""
     trash = path.parent.parent / f".trash-{os.getpid()}-{next(_seq)}"
     try:
-        os.replace(path, trash)
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.replace(path, trash)
+    except BlockingIOError:  # a compile holds it (`hold`)
+        return False
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(fd)  # a compile that waited for it now finds it gone
     if trash.is_dir():
         shutil.rmtree(trash, ignore_errors=True)
     else:

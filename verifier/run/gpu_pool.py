@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from verifier.judge.clock import JudgeClock, no_judge
 from verifier.judge.clock_serve import FDS_ENV
 from verifier.judge.pace import Pace
 from verifier.run.hang_watch import HangWatch
+from verifier.run.settle import charge_settled
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session
@@ -58,6 +60,7 @@ DISK_MB = 2 * JOB_DISK_MB
 WRITABLE = "/tmp/w"  # the worker's caches and job directories (in the tmpfs) when isolated
 _announced: set[str] = set()
 EXIT_GRACE_S = 10.0
+SETTLE_S = 30.0  # for the worker to collect a job's garbage (its finalizers run) and check
 REAP_S = 30.0  # a killed worker not reaped by then is left behind (state D in the GPU driver)  # from the worker's pipe closing to its exit status being there
 # torch.compile baselines compile in the worker itself: inductor's default pool of compile
 # subprocesses kept running beside the timed kernels (H100: 100-200 us kernels timed with a
@@ -240,12 +243,15 @@ class GpuWorkerProcess:
             return 0
 
     def run(self, message: dict[str, Any], timeout_s: float, judge: Any = None,
-            arena_fd: int = -1, trials_fd: int = -1, pace: Pace | None = None) -> RunOutcome:
+            arena_fd: int = -1, trials_fd: int = -1, pace: Pace | None = None,
+            check: Callable[[RunOutcome], RunOutcome] | None = None) -> RunOutcome:
         """Send one job ({"job", "task_source", "candidate_source"}) and wait for its result;
         `judge` (with the descriptor of its arena, sent to the worker with the job) times the
         job's windows (`verifier.judge.clock`); `trials_fd`: the trials' arena
         (`verifier.judge.trial_judge`), sent with the job too; `pace`: the reference's, for
-        the clock's settled verdicts and the job's hang deadlines (`verifier.judge.pace`)."""
+        the clock's settled verdicts and the job's hang deadlines (`verifier.judge.pace`);
+        `check`: the judge's check of the trials' slots, made before the worker settles
+        (`settle`), which runs what the job left to run later."""
         if not self.alive():
             self.stop()
             if not self.start():
@@ -264,11 +270,26 @@ class GpuWorkerProcess:
         self.watch = HangWatch(pace, start, timeout_s)
         self.arena_fd, self.trials_fd = arena_fd, trials_fd
         try:
-            return self._exchange(message, start, deadline, timeout_s, log_before, clock)
+            out = self._exchange(message, start, deadline, timeout_s, log_before, clock)
         finally:
             if clock is not None:
                 clock.stop()
             self.clock, self.watch, self.arena_fd, self.trials_fd = None, None, -1, -1
+        return self.settle(check(out) if check is not None else out)
+
+    def settle(self, out: RunOutcome) -> RunOutcome:
+        """Ask the worker to let the job go and collect its garbage, then check itself again
+        (`verifier.run.gpu_worker._settle`): what its finalizers do is charged to this job, not
+        to the next one (tests/verifier/test_redteam_round8.py)."""
+        if out.payload is None or not self.alive():
+            return out
+        began = time.monotonic()
+        why = self._send(b'{"settle": true}\n', began + SETTLE_S)
+        reply = None if why else self._read(SETTLE_S)
+        out.wall_s += time.monotonic() - began
+        if charge_settled(out.payload, reply, why or f"no reply within {SETTLE_S:g} s"):
+            self.stop()
+        return out
 
     def _exchange(self, message: dict[str, Any], start: float, deadline: float,
                   timeout_s: float, log_before: int, clock: JudgeClock | None) -> RunOutcome:

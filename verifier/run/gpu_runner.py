@@ -159,8 +159,9 @@ class GpuRunner:
                     except RuntimeError as exc:  # the verifier's fault, not the candidate's
                         return RunOutcome(None, failure=f"the verifier's referee failed: {exc}")
                     job = {**job, "arena": judge.spec, "trials_arena": trials.spec}
-                out = self._run_locked(item, job, built, judge, *fds, pace=pace)
-                return self._judged_here(out, trials)
+                # the trials are checked before the worker settles (`GpuWorkerProcess.settle`)
+                return self._run_locked(item, job, built, judge, *fds, pace=pace,
+                                        check=lambda out: self._judged_here(out, trials))
             finally:
                 for fd in fds:
                     if fd >= 0:
@@ -353,8 +354,8 @@ class GpuRunner:
         return out
 
     def _run_locked(self, item: Any, job: dict[str, Any], built: list, judge: Any = None,
-                    arena_fd: int = -1, trials_fd: int = -1, pace: Pace | None = None
-                    ) -> RunOutcome:
+                    arena_fd: int = -1, trials_fd: int = -1, pace: Pace | None = None,
+                    check: Any = None) -> RunOutcome:
         """One job on the current worker (lock held): start it if gone, stage the objects."""
         if not self.worker.alive():  # objects are staged in a started worker's directory
             self.worker.stop()
@@ -370,14 +371,14 @@ class GpuRunner:
             return self.worker.run({"job": {**job, "extensions": entries},
                                     "task_source": item.req.task_source,
                                     "candidate_source": item.code}, self.opts.run_timeout_s,
-                                   judge, arena_fd, trials_fd, pace)
+                                   judge, arena_fd, trials_fd, pace, check)
         staged = None
         try:
             entries, staged = self.worker.stage(built)
             return self.worker.run({"job": {**job, "extensions": entries},
                                     "task_source": item.req.task_source,
                                     "candidate_source": item.code}, self.opts.run_timeout_s,
-                                   judge, arena_fd, trials_fd, pace)
+                                   judge, arena_fd, trials_fd, pace, check)
         except (ArtefactMismatch, OSError) as exc:  # the worker is not trusted further
             self.worker.stop()
             return RunOutcome(None, "correctness", False, f"verifier build cache: {exc}",

@@ -19,7 +19,9 @@ KS_JOB_DISK_MB free there ends the worker after its result. Between jobs it chec
 candidate: no CUDA error left in the context, no replaced torch/time functions (a wide snapshot
 of their attributes), no changed global torch state, no leftover threads. A job that leaves any
 of these behind is a `cheat` (tampering) or a `runtime_error` (sticky CUDA error), and the
-worker exits after reporting it, so the parent starts a clean one for the next candidate.
+worker exits after reporting it, so the parent starts a clean one for the next candidate. The
+same checks run again once the parent has checked the trials and the job's garbage is collected
+(`_settle`, `verifier.run.settle`): what its finalizers do is charged to it, not to the next.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ import tempfile
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from verifier.run.settle import armed_finalizers, gc_callbacks, leftover_code
 
 # Modules whose public attributes a candidate must leave alone (compared by identity per job).
 _WATCHED = ("torch", "torch.nn.functional", "torch.Tensor", "torch.cuda", "torch.nn.Module",
@@ -96,6 +100,8 @@ def global_flags() -> dict[str, Any]:
             # after one that left `out + 1` there failed (tests/verifier/test_redteam_round7.py)
             "function_modes": torch._C._len_torch_function_stack(),
             "dispatch_modes": torch._C._len_torch_dispatch_stack(),
+            # called at every collection, a later job's included (`verifier.run.settle`)
+            "gc_callbacks": gc_callbacks(),
             **carried_defaults()}
 
 
@@ -292,6 +298,29 @@ def _memory_ends_it(result: dict[str, Any], ready: tuple[int, int], keep: Any) -
     return bool(over)
 
 
+def _settle(held: list[Any], state: dict[str, int], flags: dict[str, Any], threads: int,
+            ready: tuple[int, int], armed: dict[Any, str]) -> dict[str, Any]:
+    """Between jobs, once the parent has checked the last job's trials: what that job left is
+    let go and its garbage collected (its finalizers run now, charged to it), then the checks
+    run again (`verifier.run.settle`); the report for that job, as a result's fields."""
+    held.clear()
+    report: dict[str, Any] = {"settled": True, "outcome": "ok", "findings": []}
+    left = leftover_code(armed)
+    leave = after_job(report, state, flags, threads)
+    if report["outcome"] != "ok":
+        report["error"] += " (found after the run, once its garbage was collected)"
+    leave = _strays_end_it(report) or leave
+    leave = leave or _memory_ends_it(report, ready, None)
+    if left:
+        report["findings"].append({"rule": "worker_replaced", "severity": "warning",
+                                   "line": None, "message": "the run left code to run in later "
+                                   "jobs: " + "; ".join(left) + ": its worker was replaced"})
+    report["worker_leaves"] = leave = leave or bool(left)
+    if not leave:  # what lives on is no later collection's work: each one scans its job's only
+        gc.freeze()
+    return report
+
+
 def main(argv: list[str]) -> int:
     """Serve jobs from stdin until EOF; results go to the fd named in argv[0]."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks on demand (hang reports)
@@ -301,7 +330,9 @@ def main(argv: list[str]) -> int:
     backend = _warm_up(argv[1] if len(argv) > 1 else "cuda")
     state, flags, threads = watched_state(), global_flags(), threading.active_count()
     ident = device_ident(backend)
-    ready = held_memory()
+    gc.collect()
+    gc.freeze()  # the harness's objects: no collection between or in jobs scans them again
+    ready, armed = held_memory(), armed_finalizers()
     out.write(json.dumps({"ready": True, "pid": os.getpid(), "device": backend.device_name(),
                           "worker_device": ident}) + "\n")
 
@@ -318,13 +349,18 @@ def main(argv: list[str]) -> int:
     held: list[Any] = []  # the last job's result, alive until the next job comes
     for line in sys.stdin:
         msg = json.loads(line)
-        gc.enable()  # the parent judged the last job's trials before it sent this job
+        if msg.get("settle"):  # the parent judged the last job's trials
+            report = _settle(held, state, flags, threads, ready, armed)
+            out.write(json.dumps(report, default=str) + "\n")
+            if report["worker_leaves"]:
+                return 3
+            continue
+        gc.enable()
         held.clear()
         result = _run_one(msg, sock, base, progress, step)
         # no cyclic garbage collected (finalizers are candidate code) from the job's end until
-        # the judge has checked its trials' slots: collection resumes when the next job
-        # arrives, which the parent sends after its check (a full collection here would cost
-        # ~50 ms a job)
+        # the judge has checked its trials' slots: then the parent asks the worker to settle
+        # (`_settle`), and collection resumes when the next job arrives
         gc.disable()
         held[:] = [result, result.pop("raw_outputs", None)]  # seeded trials: not sent, not used
         sys.stdout.flush()

@@ -1,0 +1,97 @@
+"""What one job of a persistent worker leaves to run later, found before the next job comes.
+
+Candidate code can outlive its run without a thread: a finalizer of its cyclic garbage runs
+whenever the collector next runs (in a sibling's job, its timed windows included, unless the
+garbage is collected first), and one that leaves another such object behind runs in every later
+job; a `weakref.finalize` runs when some object dies, perhaps in a later job; a `gc.callbacks`
+entry runs at every collection. Such code could sleep in a sibling's windows or change the
+harness while a sibling runs (its hygiene check would then call the sibling a cheat). So
+between jobs, once the parent has checked the last job's trials, the worker collects its
+garbage (its finalizers run then, charged to that job) and its checks run again
+(`verifier.run.gpu_worker`). `atexit` handlers run only as the worker exits, after its last
+result: no sibling's run is left for them to reach.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import weakref
+from typing import Any
+
+# collections in a row that may still find garbage (a finalizer's own garbage, then that of
+# its finalizers) before the garbage counts as renewing itself
+RENEW_ROUNDS = 4
+
+# torch's own `weakref.finalize` registrations (a `torch.library.Library` each of its imports
+# defines; dynamo's guards on compiled code): an honest job that imports or compiles leaves them
+TORCH_FINALIZERS = ("torch.library", "torch._library", "torch._dynamo", "torch._inductor",
+                    "torch._subclasses", "torch.fx")
+
+
+def collect_left_garbage() -> tuple[int, bool]:
+    """Collect until nothing is found, at most RENEW_ROUNDS times: (objects found, whether
+    the garbage was still renewing itself at the end)."""
+    found = 0
+    for _ in range(RENEW_ROUNDS):
+        n = gc.collect()
+        found += n
+        if n == 0:
+            return found, False
+    return found, True
+
+
+def _function_of(func: Any) -> Any:
+    while isinstance(func, functools.partial):
+        func = func.func
+    return getattr(func, "__func__", func)  # a bound method's function
+
+
+def armed_finalizers() -> dict[Any, str]:
+    """Live `weakref.finalize` registrations other than torch's own: {the finalizer: its
+    function's name} (held, so a later one cannot take a dead one's identity)."""
+    out = {}
+    for fin, info in list(weakref.finalize._registry.items()):  # type: ignore[attr-defined]
+        func = _function_of(info.func)
+        module = str(getattr(func, "__module__", "") or "")
+        if not module.startswith(TORCH_FINALIZERS):
+            out[fin] = f"{module}.{getattr(func, '__qualname__', type(func).__name__)}"
+    return out
+
+
+def gc_callbacks() -> tuple[int, ...]:
+    """Identity of every function the collector calls at each collection."""
+    return tuple(id(c) for c in gc.callbacks)
+
+
+def leftover_code(armed_before: dict[Any, str]) -> list[str]:
+    """What the last job left to run in a later one, its garbage collected (its finalizers
+    have run): garbage that renews itself, `weakref.finalize` callbacks it armed."""
+    _, renewing = collect_left_garbage()
+    left = []
+    if renewing:
+        left.append(f"cyclic garbage whose finalizers leave more ({RENEW_ROUNDS} collections "
+                    "in a row found some)")
+    armed = [name for key, name in armed_finalizers().items() if key not in armed_before]
+    if armed:
+        left.append("weakref.finalize callbacks armed (" + ", ".join(sorted(set(armed))[:3])
+                    + ")")
+    return left
+
+
+def charge_settled(payload: dict[str, Any], reply: dict[str, Any] | None, why: str) -> bool:
+    """Add what the worker found as it settled (its reply, None when there was none: `why`)
+    to the payload of the job that left it; True when the worker must go."""
+    found = payload.setdefault("findings", [])
+    if reply is None or not reply.get("settled"):
+        found.append({"rule": "worker_replaced", "severity": "warning", "line": None,
+                      "message": f"the worker did not settle after the run ({why}): it was "
+                      "replaced"})
+        return True
+    found.extend(f for f in reply.get("findings") or () if isinstance(f, dict))
+    if reply.get("outcome") != "ok":
+        payload.update(outcome=str(reply.get("outcome")), error=str(reply.get("error") or ""))
+        if reply.get("sticky_cuda_error"):
+            payload["sticky_cuda_error"] = reply["sticky_cuda_error"]
+        return True
+    return bool(reply.get("worker_leaves"))
