@@ -61,8 +61,11 @@ def watched_state() -> dict[str, int]:
     from verifier.run.tamper import resolve
 
     state = {}
-    for owner in _WATCHED:
-        obj = resolve(owner)
+    # every harness module loaded, not only the named ones: a job that rebinds a function the
+    # harness looks up at call time (`verifier.checks.fallback.judge_ops`) frames every later
+    # job of the worker (tests/verifier/test_redteam_round9.py)
+    for owner in _WATCHED + tuple(sorted(n for n in sys.modules if n.startswith("verifier."))):
+        obj = sys.modules.get(owner) or resolve(owner)
         if obj is None:
             continue
         for name in dir(obj):
@@ -292,14 +295,32 @@ def _memory_ends_it(result: dict[str, Any], ready: tuple[int, int], keep: Any) -
     return bool(over)
 
 
+def _residue_ends_it(result: dict[str, Any], residue: dict[str, int]) -> bool:
+    """Whether the job left a hook or a changed module that later jobs would run or import
+    (then its worker goes: an info finding; a harness function rebound is a cheat, `after_job`)."""
+    from verifier.run.tamper import left_in_process
+
+    left = left_in_process(residue)
+    if left:
+        result.setdefault("findings", []).append({
+            "rule": "worker_replaced", "severity": "info", "line": None,
+            "message": "the run left " + ", ".join(left[:8]) + " changed in its worker: "
+                       "its worker was replaced"})
+    return bool(left)
+
+
 def main(argv: list[str]) -> int:
     """Serve jobs from stdin until EOF; results go to the fd named in argv[0]."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks on demand (hang reports)
     out = os.fdopen(int(argv[0]), "w", buffering=1)
     os.set_inheritable(out.fileno(), False)
     sock = socket.socket(fileno=os.dup(out.fileno()))
+    from verifier.run.tamper import process_state, refuse_audit_hooks
+
+    refuse_audit_hooks()  # before any job: a hook added by one would run in all later ones
     backend = _warm_up(argv[1] if len(argv) > 1 else "cuda")
     state, flags, threads = watched_state(), global_flags(), threading.active_count()
+    residue = process_state()
     ident = device_ident(backend)
     ready = held_memory()
     out.write(json.dumps({"ready": True, "pid": os.getpid(), "device": backend.device_name(),
@@ -332,6 +353,7 @@ def main(argv: list[str]) -> int:
         leave = after_job(result, state, flags, threads)
         leave = _strays_end_it(result) or leave
         leave = leave or _memory_ends_it(result, ready, held[1])
+        leave = leave or _residue_ends_it(result, residue)
         threads = max(threads, int(result.get("harness_threads") or 0))  # torch.compile's
         if job_free and free_bytes(base) < job_free:  # the next job gets a fresh tmpfs
             leave = True

@@ -69,3 +69,54 @@ def check_tamper(res: Any, guard: dict[str, Any], threads_before: int) -> None:
     if threading.active_count() > threads_before:
         res.finding("extra_thread", "the candidate started Python threads")
         res.finish("cheat", "the candidate started threads that outlive forward")
+
+
+def process_state() -> dict[str, int]:
+    """What code left by one job could run or answer through in a later job of the same
+    process, by identity: the hooks the interpreter calls on its own (profile, trace, import,
+    collection, unraisable and excepthooks), the import machinery, and every loaded module and
+    its public callables (`numpy.maximum` rebound made an honest sibling's numpy ReLU
+    "incorrect"; tests/verifier/test_redteam_round9.py). Audit hooks cannot be listed: the
+    persistent worker refuses new ones (`refuse_audit_hooks`)."""
+    import builtins
+    import gc
+
+    state = {"sys.profile": id(sys.getprofile()), "sys.trace": id(sys.gettrace()),
+             "threading.profile": id(threading.getprofile()),
+             "threading.trace": id(threading.gettrace()),
+             "builtins.__import__": id(builtins.__import__), "sys.excepthook": id(sys.excepthook),
+             "sys.unraisablehook": id(sys.unraisablehook),
+             "threading.excepthook": id(threading.excepthook),
+             "gc.callbacks": hash(tuple(map(id, gc.callbacks))),
+             "sys.meta_path": hash(tuple(map(id, sys.meta_path))),
+             "sys.path_hooks": hash(tuple(map(id, sys.path_hooks)))}
+    for name, module in list(sys.modules.items()):
+        state[name] = id(module)
+        try:
+            names = list(vars(module).items())
+        except TypeError:  # not a module (an object placed in sys.modules)
+            continue
+        state.update((f"{name}.{k}", id(v)) for k, v in names
+                     if not k.startswith("_") and callable(v))
+    return state
+
+
+# rebound by the harness itself for each job (`verifier.checks.extspec.install_shim`)
+PER_JOB = ("torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline")
+
+
+def left_in_process(before: dict[str, int]) -> list[str]:
+    """What of `before` (`process_state`) a job changed or removed: modules it only added are
+    its own (a later job that imports them gets them as they are: a lazily loaded library)."""
+    now = process_state()
+    return [k for k, v in before.items() if now.get(k) != v and k not in PER_JOB]
+
+
+def refuse_audit_hooks() -> None:
+    """Install an audit hook that refuses every later one: a hook cannot be removed or listed,
+    and would run candidate code at every audited event of every later job."""
+    def refuse(event: str, _args: tuple[Any, ...]) -> None:
+        if event == "sys.addaudithook":
+            raise RuntimeError("audit hooks are refused in this process")  # the add is dropped
+
+    sys.addaudithook(refuse)
