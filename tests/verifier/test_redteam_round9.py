@@ -145,3 +145,35 @@ def test_an_audit_hook_a_job_adds_never_runs() -> None:
     for p in (ask1, ask2):
         assert p["outcome"] == "runtime_error" and "audits=0" in p.get("error", ""), p
     assert auditor["worker_pid"] == ask1["worker_pid"] == ask2["worker_pid"]
+
+
+# a thread the interpreter does not list: a Python callback run by libc's pthread_create (no
+# `threading` record, so the "Python threads left running" check never counts it); it counts
+# its wake-ups where a later job can ask
+NATIVE = _leaving("""
+import ctypes, sys, time
+CB = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+def body(_):
+    while True:
+        time.sleep(0.02)
+        sys._native = getattr(sys, "_native", 0) + 1
+sys._native_cb = CB(body)
+tid = ctypes.c_ulong()
+ctypes.CDLL(None).pthread_create(ctypes.byref(tid), None, sys._native_cb, None)
+""")
+ASK_NATIVE = NUMPY_RELU.replace("        import numpy as np\n", "        import sys\n        raise "
+                                "RuntimeError(f'native={getattr(sys, \"_native\", 0)}')\n")
+
+
+def test_a_native_thread_a_job_leaves_does_not_run_in_the_next_job() -> None:
+    """A job's model starts, as it is dropped, a thread through ctypes' `pthread_create` that
+    runs Python code forever: `threading` does not list it. Before: no finding, the same
+    worker, and the next two jobs counted its wake-ups (4, then 8): candidate code running in
+    siblings' jobs, free to rebind a harness function after its own job's checks (framing
+    the sibling whose check then sees it) or to sleep in their windows. Now the worker counts
+    its threads (/proc/self/task) against when it was ready: more, its worker is replaced."""
+    leaver, ask = _jobs([NATIVE, ASK_NATIVE])
+    assert leaver["outcome"] == "ok", leaver
+    assert any("native threads" in m for m in _said(leaver, "worker_replaced")), leaver
+    assert ask["outcome"] == "runtime_error" and "native=0" in ask.get("error", ""), ask
+    assert ask["worker_pid"] != leaver["worker_pid"]

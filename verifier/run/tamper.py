@@ -4,6 +4,7 @@ a cheat)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Any
@@ -71,13 +72,18 @@ def check_tamper(res: Any, guard: dict[str, Any], threads_before: int) -> None:
         res.finish("cheat", "the candidate started threads that outlive forward")
 
 
+# threads of the process the interpreter does not list (a ctypes `pthread_create` of a Python
+# callback, a detached C++ thread): more than when ready, one may run in a later job
+OS_THREADS = "native threads"
+
+
 def process_state() -> dict[str, int]:
     """What code left by one job could run or answer through in a later job of the same
     process, by identity: the hooks the interpreter calls on its own (profile, trace, import,
     collection, unraisable and excepthooks), the import machinery, and every loaded module and
     its public callables (`numpy.maximum` rebound made an honest sibling's numpy ReLU
-    "incorrect"; tests/verifier/test_redteam_round9.py). Audit hooks cannot be listed: the
-    persistent worker refuses new ones (`refuse_audit_hooks`)."""
+    "incorrect"; tests/verifier/test_redteam_round9.py), and its threads. Audit hooks cannot
+    be listed: the persistent worker refuses new ones (`refuse_audit_hooks`)."""
     import builtins
     import gc
 
@@ -89,7 +95,8 @@ def process_state() -> dict[str, int]:
              "threading.excepthook": id(threading.excepthook),
              "gc.callbacks": hash(tuple(map(id, gc.callbacks))),
              "sys.meta_path": hash(tuple(map(id, sys.meta_path))),
-             "sys.path_hooks": hash(tuple(map(id, sys.path_hooks)))}
+             "sys.path_hooks": hash(tuple(map(id, sys.path_hooks))),
+             OS_THREADS: len(os.listdir("/proc/self/task"))}
     for name, module in list(sys.modules.items()):
         state[name] = id(module)
         try:
@@ -109,7 +116,8 @@ def left_in_process(before: dict[str, int]) -> list[str]:
     """What of `before` (`process_state`) a job changed or removed: modules it only added are
     its own (a later job that imports them gets them as they are: a lazily loaded library)."""
     now = process_state()
-    return [k for k, v in before.items() if now.get(k) != v and k not in PER_JOB]
+    return [k for k, v in before.items() if k not in PER_JOB
+            and (now[k] > v if k == OS_THREADS else now.get(k) != v)]
 
 
 def refuse_audit_hooks() -> None:
