@@ -177,3 +177,54 @@ def test_a_native_thread_a_job_leaves_does_not_run_in_the_next_job() -> None:
     assert any("native threads" in m for m in _said(leaver, "worker_replaced")), leaver
     assert ask["outcome"] == "runtime_error" and "native=0" in ask.get("error", ""), ask
     assert ask["worker_pid"] != leaver["worker_pid"]
+
+
+# a kernel for torch's own aten::relu on cpu, registered from Python and kept alive: every later
+# job's torch.relu is the leaver's (the identity), the worker's own reference included
+OVERRIDE = _leaving("""
+import sys, torch
+lib = torch.library.Library("aten", "IMPL")
+lib.impl("relu", lambda x: x.clone(), "CPU")
+sys._kept_library = lib
+""")
+
+
+def test_a_kernel_registered_for_torchs_op_is_not_handed_to_the_next_job() -> None:
+    """A job registers (as its model is dropped) a Python kernel for aten::relu on cpu that
+    returns its input. Before: no finding, the same worker, and every later job of the task
+    there, honest numpy ReLUs, came out "incorrect" (expected -0.53, got 0: the worker's
+    reference ran the leaver's relu). Now the worker compares torch.library's Python
+    registrations with those it had when ready: changed, its worker is replaced.
+    Open: a C++ extension's TORCH_LIBRARY_IMPL(aten, CPU) is not among them (the static rules
+    see it in the source; at run time, hashing every op's `torch._C._dispatch_dump` costs
+    0.16 s a job here)."""
+    leaver, honest = _jobs([OVERRIDE, NUMPY_RELU])
+    assert leaver["outcome"] == "ok", leaver
+    assert any("torch.library registrations" in m for m in _said(leaver, "worker_replaced")), \
+        leaver
+    assert honest["outcome"] == "ok" and not honest["failure"], honest
+    assert honest["worker_pid"] != leaver["worker_pid"]
+
+
+# torch's switches of which kernels run: oneDNN off (every later job's convolutions and matmuls
+# on torch's slower paths), the flash attention backend off (a GPU's attention likewise)
+SWITCHER = _leaving("""
+import torch
+torch.backends.mkldnn.enabled = False
+torch.backends.cuda.enable_flash_sdp(False)
+""")
+ASK_SWITCH = NUMPY_RELU.replace("        import numpy as np\n", "        raise RuntimeError(f'"
+                                "onednn={torch.backends.mkldnn.enabled}')\n")
+
+
+def test_kernel_switches_a_job_turns_off_are_not_handed_to_the_next_job() -> None:
+    """A job turns oneDNN and flash attention off as its model is dropped. Before: no finding,
+    the same worker, and the next job ran with oneDNN off ("onednn=False": its convolutions
+    slower, its speedup lowered by its sibling). Now the worker compares those switches
+    (`verifier.run.tamper.SWITCHES`) with when it was ready: changed, it is replaced."""
+    leaver, ask = _jobs([SWITCHER, ASK_SWITCH])
+    assert leaver["outcome"] == "ok", leaver
+    said = " ".join(_said(leaver, "worker_replaced"))
+    assert "mkldnn.enabled" in said and "flash_sdp_enabled" in said, leaver["findings"]
+    assert ask["outcome"] == "runtime_error" and "onednn=True" in ask.get("error", ""), ask
+    assert ask["worker_pid"] != leaver["worker_pid"]

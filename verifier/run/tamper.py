@@ -96,7 +96,11 @@ def process_state() -> dict[str, int]:
              "gc.callbacks": hash(tuple(map(id, gc.callbacks))),
              "sys.meta_path": hash(tuple(map(id, sys.meta_path))),
              "sys.path_hooks": hash(tuple(map(id, sys.path_hooks))),
-             OS_THREADS: len(os.listdir("/proc/self/task"))}
+             OS_THREADS: len(os.listdir("/proc/self/task")),
+             # kernels registered from Python (`torch.library.Library(...).impl`): one for
+             # aten::relu on cpu made every later job's reference wrong ("incorrect")
+             "torch.library registrations": hash(frozenset(_py_kernels())),
+             **{k: hash(str(v)) for k, v in torch_switches().items()}}
     for name, module in list(sys.modules.items()):
         state[name] = id(module)
         try:
@@ -106,6 +110,38 @@ def process_state() -> dict[str, int]:
         state.update((f"{name}.{k}", id(v)) for k, v in names
                      if not k.startswith("_") and callable(v))
     return state
+
+
+# torch's switches of which kernels run and how (beside `gpu_worker.global_flags`): oneDNN off
+# gave every later job's convolutions and matmuls torch's slower paths; the attention
+# backends, the BLAS and linear-algebra libraries likewise on a GPU
+SWITCHES = ("mkldnn.enabled", "mkldnn.deterministic", "cudnn.deterministic",
+            "cuda.matmul.allow_bf16_reduced_precision_reduction", "cuda.flash_sdp_enabled()",
+            "cuda.mem_efficient_sdp_enabled()", "cuda.math_sdp_enabled()",
+            "cuda.cudnn_sdp_enabled()", "cuda.preferred_linalg_library()",
+            "cuda.preferred_blas_library()", "opt_einsum.enabled", "opt_einsum.strategy",
+            "mha.get_fastpath_enabled()")
+
+
+def torch_switches() -> dict[str, Any]:
+    """The values of `SWITCHES` this torch has (torch.backends.<name>)."""
+    backends = getattr(sys.modules.get("torch"), "backends", None)
+    got: dict[str, Any] = {}
+    for name in SWITCHES:
+        obj: Any = backends
+        try:
+            for part in name.removesuffix("()").split("."):
+                obj = getattr(obj, part)
+            got[f"torch.backends.{name}"] = obj() if name.endswith("()") else obj
+        except (AttributeError, RuntimeError, AssertionError):  # not in this torch or build
+            continue
+    return got
+
+
+def _py_kernels() -> set[str]:
+    """The (op, dispatch key) kernels registered through torch.library from Python."""
+    lib = sys.modules.get("torch.library")
+    return set(getattr(lib, "_impls", ()))
 
 
 # rebound by the harness itself for each job (`verifier.checks.extspec.install_shim`)
