@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_round7_cases import NUMPY_RELU  # noqa: E402
 from verifier_cases import relu_task  # noqa: E402
@@ -57,6 +59,22 @@ def _jobs(sources: list[str]) -> list[dict[str, Any]]:
     return got
 
 
+@pytest.fixture(scope="module")
+def chain() -> dict[str, list[dict[str, Any]]]:
+    """Every attack of this file and the jobs that ask after it, in one worker's sequence (a
+    leaver ends its worker, its probe starts the next one, the next leaver runs beside it):
+    seven worker starts, not fourteen."""
+    runs = {"framer": [NUMPY_RELU, FRAMER, NUMPY_RELU, NUMPY_RELU], "hooks": [HOOKS, NUMPY_RELU],
+            "native": [NATIVE, ASK_NATIVE], "override": [OVERRIDE, NUMPY_RELU],
+            "switches": [SWITCHER, ASK_SWITCH], "placer": [PLACER, ASK_MODULE],
+            "auditor": [AUDITOR, ASK, ASK]}
+    got = _jobs([src for srcs in runs.values() for src in srcs])
+    out, i = {}, 0
+    for name, srcs in runs.items():
+        out[name], i = got[i:i + len(srcs)], i + len(srcs)
+    return out
+
+
 def _said(payload: dict[str, Any], rule: str) -> list[str]:
     return [f["message"] for f in payload.get("findings", []) if f["rule"] == rule]
 
@@ -70,14 +88,14 @@ f.judge_ops = lambda ops, policy, own: ([], "forward computes with torch ops: at
 """)
 
 
-def test_a_harness_function_rebound_for_the_next_job_is_the_rebinders_cheat() -> None:
+def test_a_harness_function_rebound_for_the_next_job_is_the_rebinders_cheat(chain: dict[str, list[dict[str, Any]]]) -> None:
     """A job rebinds `verifier.checks.fallback.judge_ops` (a module the hygiene check did not
     watch) as its model is dropped. Before: it passed ("ok", no finding) and the next job in
     its worker, an honest sibling's numpy ReLU, was called a cheat ("forward computes with
     torch ops"), the same worker. Now every loaded `verifier.*` module's public functions are
     watched: the rebinding job is the cheat, its worker goes, the sibling passes. Two honest
     jobs in a row share their worker (no finding: the check does not replace honest workers)."""
-    honest0, framer, honest1, honest2 = _jobs([NUMPY_RELU, FRAMER, NUMPY_RELU, NUMPY_RELU])
+    honest0, framer, honest1, honest2 = chain["framer"]
     assert honest0["outcome"] == "ok" and not _said(honest0, "worker_replaced"), honest0
     assert framer["outcome"] == "cheat", framer
     assert any("verifier.checks.fallback.judge_ops" in m
@@ -107,7 +125,7 @@ numpy.maximum = lambda a, b: a
 """)
 
 
-def test_hooks_and_modules_a_job_leaves_are_not_handed_to_the_next_job() -> None:
+def test_hooks_and_modules_a_job_leaves_are_not_handed_to_the_next_job(chain: dict[str, list[dict[str, Any]]]) -> None:
     """A job leaves a profile hook, an import finder, a rebound `builtins.__import__`, a
     collection callback and `numpy.maximum` rebound to return its first argument. Before: none
     was seen (no finding, the same worker), and the next job, an honest numpy ReLU, came out
@@ -115,7 +133,7 @@ def test_hooks_and_modules_a_job_leaves_are_not_handed_to_the_next_job() -> None
     candidate code in it unseen. Now the worker compares them (and every loaded module and its
     public callables, by identity) with what it held when ready: the job passes (what it left
     is not its answer), an info finding names each, its worker is replaced."""
-    leaver, honest = _jobs([HOOKS, NUMPY_RELU])
+    leaver, honest = chain["hooks"]
     assert leaver["outcome"] == "ok", leaver
     said = " ".join(_said(leaver, "worker_replaced"))
     for name in ("sys.profile", "sys.meta_path", "builtins.__import__", "gc.callbacks",
@@ -135,12 +153,12 @@ ASK = NUMPY_RELU.replace("        import numpy as np\n", "        import sys\n  
                          "Error(f'audits={getattr(sys, \"_audits\", 0)}')\n")
 
 
-def test_an_audit_hook_a_job_adds_never_runs() -> None:
+def test_an_audit_hook_a_job_adds_never_runs(chain: dict[str, list[dict[str, Any]]]) -> None:
     """An audit hook cannot be removed or listed: one a job adds runs at every audited event
     (imports, opens, compiles) of every later job. Before: the next two jobs of its worker
     counted 2127 and 4286 calls of it. Now the worker installs, before any job, a hook that
     refuses every later one: the later jobs (same worker) count none."""
-    auditor, ask1, ask2 = _jobs([AUDITOR, ASK, ASK])
+    auditor, ask1, ask2 = chain["auditor"]
     assert auditor["outcome"] == "ok", auditor
     for p in (ask1, ask2):
         assert p["outcome"] == "runtime_error" and "audits=0" in p.get("error", ""), p
@@ -165,14 +183,14 @@ ASK_NATIVE = NUMPY_RELU.replace("        import numpy as np\n", "        import 
                                 "RuntimeError(f'native={getattr(sys, \"_native\", 0)}')\n")
 
 
-def test_a_native_thread_a_job_leaves_does_not_run_in_the_next_job() -> None:
+def test_a_native_thread_a_job_leaves_does_not_run_in_the_next_job(chain: dict[str, list[dict[str, Any]]]) -> None:
     """A job's model starts, as it is dropped, a thread through ctypes' `pthread_create` that
     runs Python code forever: `threading` does not list it. Before: no finding, the same
     worker, and the next two jobs counted its wake-ups (4, then 8): candidate code running in
     siblings' jobs, free to rebind a harness function after its own job's checks (framing
     the sibling whose check then sees it) or to sleep in their windows. Now the worker counts
     its threads (/proc/self/task) against when it was ready: more, its worker is replaced."""
-    leaver, ask = _jobs([NATIVE, ASK_NATIVE])
+    leaver, ask = chain["native"]
     assert leaver["outcome"] == "ok", leaver
     assert any("native threads" in m for m in _said(leaver, "worker_replaced")), leaver
     assert ask["outcome"] == "runtime_error" and "native=0" in ask.get("error", ""), ask
@@ -189,7 +207,7 @@ sys._kept_library = lib
 """)
 
 
-def test_a_kernel_registered_for_torchs_op_is_not_handed_to_the_next_job() -> None:
+def test_a_kernel_registered_for_torchs_op_is_not_handed_to_the_next_job(chain: dict[str, list[dict[str, Any]]]) -> None:
     """A job registers (as its model is dropped) a Python kernel for aten::relu on cpu that
     returns its input. Before: no finding, the same worker, and every later job of the task
     there, honest numpy ReLUs, came out "incorrect" (expected -0.53, got 0: the worker's
@@ -198,7 +216,7 @@ def test_a_kernel_registered_for_torchs_op_is_not_handed_to_the_next_job() -> No
     Open: a C++ extension's TORCH_LIBRARY_IMPL(aten, CPU) is not among them (the static rules
     see it in the source; at run time, hashing every op's `torch._C._dispatch_dump` costs
     0.16 s a job here)."""
-    leaver, honest = _jobs([OVERRIDE, NUMPY_RELU])
+    leaver, honest = chain["override"]
     assert leaver["outcome"] == "ok", leaver
     assert any("torch.library registrations" in m for m in _said(leaver, "worker_replaced")), \
         leaver
@@ -217,14 +235,39 @@ ASK_SWITCH = NUMPY_RELU.replace("        import numpy as np\n", "        raise R
                                 "onednn={torch.backends.mkldnn.enabled}')\n")
 
 
-def test_kernel_switches_a_job_turns_off_are_not_handed_to_the_next_job() -> None:
+def test_kernel_switches_a_job_turns_off_are_not_handed_to_the_next_job(chain: dict[str, list[dict[str, Any]]]) -> None:
     """A job turns oneDNN and flash attention off as its model is dropped. Before: no finding,
     the same worker, and the next job ran with oneDNN off ("onednn=False": its convolutions
     slower, its speedup lowered by its sibling). Now the worker compares those switches
     (`verifier.run.tamper.SWITCHES`) with when it was ready: changed, it is replaced."""
-    leaver, ask = _jobs([SWITCHER, ASK_SWITCH])
+    leaver, ask = chain["switches"]
     assert leaver["outcome"] == "ok", leaver
     said = " ".join(_said(leaver, "worker_replaced"))
     assert "mkldnn.enabled" in said and "flash_sdp_enabled" in said, leaver["findings"]
     assert ask["outcome"] == "runtime_error" and "onednn=True" in ask.get("error", ""), ask
     assert ask["worker_pid"] != leaver["worker_pid"]
+
+
+# a module placed in sys.modules under the name of one a later job imports (not loaded when the
+# worker was ready): that job's `import tabnanny` gets the placer's module
+PLACER = _leaving("""
+import sys, types
+sys.modules["tabnanny"] = types.ModuleType("tabnanny")
+""")
+ASK_MODULE = NUMPY_RELU.replace("        import numpy as np\n", "        import tabnanny\n        raise "
+                                "RuntimeError(f'file={getattr(tabnanny, \"__file__\", None)}')\n")
+
+
+def test_a_module_placed_for_a_later_import_is_not_handed_to_the_next_job(chain: dict[str, list[dict[str, Any]]]) -> None:
+    """A job places a module of its own in sys.modules as `tabnanny` (not imported when the
+    worker was ready). Before: no finding, the same worker, and the next job's `import
+    tabnanny` got it (file=None). Now a module a job added that the import system did not load
+    from a file replaces the worker: the next job imports the real one.
+    Open: a module built from the real one's spec (`importlib.util.module_from_spec`) and
+    changed before it is placed passes as imported (the fix: drop every module a job added)."""
+    placer, ask = chain["placer"]
+    assert placer["outcome"] == "ok", placer
+    assert any("tabnanny (not imported from a file)" in m
+               for m in _said(placer, "worker_replaced")), placer["findings"]
+    assert ask["outcome"] == "runtime_error" and "tabnanny.py" in ask.get("error", ""), ask
+    assert ask["worker_pid"] != placer["worker_pid"]

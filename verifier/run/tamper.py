@@ -149,11 +149,28 @@ PER_JOB = ("torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inl
 
 
 def left_in_process(before: dict[str, int]) -> list[str]:
-    """What of `before` (`process_state`) a job changed or removed: modules it only added are
-    its own (a later job that imports them gets them as they are: a lazily loaded library)."""
+    """What of `before` (`process_state`) a job changed or removed, and the modules it added
+    that the import system did not load from a file: a real module a job imported stays for
+    later jobs as a lazily loaded library does; one placed in sys.modules under a name a later
+    job imports (`colorsys` below, `triton` on a GPU) would be the placer's code in it."""
     now = process_state()
-    return [k for k, v in before.items() if k not in PER_JOB
-            and (now[k] > v if k == OS_THREADS else now.get(k) != v)]
+    changed = [k for k, v in before.items() if k not in PER_JOB
+               and (now[k] > v if k == OS_THREADS else now.get(k) != v)]
+    return changed + [f"{name} (not imported from a file)" for name, m in list(
+        sys.modules.items()) if name not in before and not _imported(m)]
+
+
+def _imported(module: Any) -> bool:
+    """Whether `module` is what the import system loads: a spec whose origin is a file that
+    exists, a built-in or frozen module, or a namespace package (a module made in code and
+    placed in sys.modules has no spec)."""
+    spec = getattr(module, "__spec__", None)
+    origin = getattr(spec, "origin", None)
+    if spec is None or not isinstance(module, type(sys)):
+        return False
+    if origin is None:
+        return bool(getattr(spec, "submodule_search_locations", None))
+    return origin in ("built-in", "frozen") or os.path.isfile(origin)
 
 
 def refuse_audit_hooks() -> None:
