@@ -63,11 +63,11 @@ def _jobs(sources: list[str]) -> list[dict[str, Any]]:
 def chain() -> dict[str, list[dict[str, Any]]]:
     """Every attack of this file and the jobs that ask after it, in one worker's sequence (a
     leaver ends its worker, its probe starts the next one, the next leaver runs beside it):
-    seven worker starts, not fourteen."""
+    seven worker starts, not fifteen."""
     runs = {"framer": [NUMPY_RELU, FRAMER, NUMPY_RELU, NUMPY_RELU], "hooks": [HOOKS, NUMPY_RELU],
             "native": [NATIVE, ASK_NATIVE], "override": [OVERRIDE, NUMPY_RELU],
             "switches": [SWITCHER, ASK_SWITCH], "placer": [PLACER, ASK_MODULE],
-            "auditor": [AUDITOR, ASK, ASK]}
+            "cacher": [CACHER, ASK_CACHE], "auditor": [AUDITOR, ASK, ASK]}
     got = _jobs([src for srcs in runs.values() for src in srcs])
     out, i = {}, 0
     for name, srcs in runs.items():
@@ -111,8 +111,9 @@ def test_a_harness_function_rebound_for_the_next_job_is_the_rebinders_cheat(chai
 # later job of the process: a profiler called at every Python call, an import finder and an
 # import function consulted at every import, a callback at every collection, numpy's maximum
 HOOKS = _leaving("""
-import builtins, gc, sys
+import builtins, gc, os, sys
 import numpy
+os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
 sys.setprofile(lambda *a: None)
 class Finder:
     def find_spec(self, *a, **k):
@@ -127,7 +128,8 @@ numpy.maximum = lambda a, b: a
 
 def test_hooks_and_modules_a_job_leaves_are_not_handed_to_the_next_job(chain: dict[str, list[dict[str, Any]]]) -> None:
     """A job leaves a profile hook, an import finder, a rebound `builtins.__import__`, a
-    collection callback and `numpy.maximum` rebound to return its first argument. Before: none
+    collection callback, `numpy.maximum` rebound to return its first argument and an
+    environment variable a library reads at use (inductor's caches off). Before: none
     was seen (no finding, the same worker), and the next job, an honest numpy ReLU, came out
     "incorrect" (half its elements wrong: numpy's maximum was the leaver's); the hooks ran
     candidate code in it unseen. Now the worker compares them (and every loaded module and its
@@ -137,7 +139,7 @@ def test_hooks_and_modules_a_job_leaves_are_not_handed_to_the_next_job(chain: di
     assert leaver["outcome"] == "ok", leaver
     said = " ".join(_said(leaver, "worker_replaced"))
     for name in ("sys.profile", "sys.meta_path", "builtins.__import__", "gc.callbacks",
-                 "numpy.maximum"):
+                 "numpy.maximum", "os.environ"):
         assert name in said, (name, leaver["findings"])
     assert honest["outcome"] == "ok" and not honest["failure"], honest
     assert honest["worker_pid"] != leaver["worker_pid"]
@@ -271,3 +273,34 @@ def test_a_module_placed_for_a_later_import_is_not_handed_to_the_next_job(chain:
                for m in _said(placer, "worker_replaced")), placer["findings"]
     assert ask["outcome"] == "runtime_error" and "tabnanny.py" in ask.get("error", ""), ask
     assert ask["worker_pid"] != placer["worker_pid"]
+
+
+# a file left in the worker's compile caches (inductor's, triton's: where a later job's
+# torch.compile or triton kernel looks for a compiled entry to load instead of compiling)
+CACHER = _leaving("""
+import os
+for var in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "XDG_CACHE_HOME"):
+    os.makedirs(os.environ[var], exist_ok=True)
+    with open(os.path.join(os.environ[var], "left-by-a-job"), "w") as f:
+        f.write("x")
+""")
+ASK_CACHE = NUMPY_RELU.replace("        import numpy as np\n", "        import os\n        raise "
+                               "RuntimeError('left=' + ','.join(v for v in ('TORCHINDUCTOR_CACHE_DIR"
+                               "', 'TRITON_CACHE_DIR', 'XDG_CACHE_HOME') if os.path.exists("
+                               "os.path.join(os.environ[v], 'left-by-a-job'))))\n")
+
+
+def test_a_file_left_in_the_compile_caches_is_not_seen_by_the_next_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """The worker's compile caches (inductor's, triton's, XDG's) were one directory for all
+    its jobs: a job could place or alter an entry there that a sibling's torch.compile or
+    triton kernel then loads instead of compiling its own (a sibling compiling the same graph
+    or kernel source: GRPO siblings often write near-identical code). Before: the next job saw
+    every file the leaver wrote ("left=TORCHINDUCTOR_CACHE_DIR,TRITON_CACHE_DIR,
+    XDG_CACHE_HOME"), the same worker. Now each job's caches are in its own directory, removed
+    when it ends. (CUDA's JIT cache is fixed at the driver's start: open, the verifier's
+    builds carry the GPU's own code, so it JITs nothing.)"""
+    leaver, ask = chain["cacher"]
+    assert leaver["outcome"] == "ok", leaver
+    assert ask["outcome"] == "runtime_error" and "left=\n" not in ask.get("error", ""), ask
+    assert ask.get("error", "").rstrip().endswith("left="), ask

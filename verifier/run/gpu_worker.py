@@ -209,6 +209,9 @@ def _warm_up(backend_name: str) -> Any:
     return backend
 
 
+JOB_CACHES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "XDG_CACHE_HOME")  # read at use
+
+
 def _run_one(msg: dict[str, Any], sock: socket.socket, base: str,
              progress: Callable[[str], None], step: Callable[[str], None]) -> dict[str, Any]:
     """One job in a fresh folder under `base`, with the judge's arenas it was sent (their
@@ -227,9 +230,18 @@ def _run_one(msg: dict[str, Any], sock: socket.socket, base: str,
         job["trials_fd"] = trials_fd
     jobdir = tempfile.mkdtemp(prefix="job-", dir=base)  # nothing left for the next job
     os.chdir(jobdir)
+    # the compile caches too: one directory for all jobs let a job place an entry a sibling's
+    # torch.compile or triton kernel would load (tests/verifier/test_redteam_round9.py)
+    kept = {var: os.environ.get(var) for var in JOB_CACHES}
+    os.environ.update({var: os.path.join(jobdir, ".cache", var.lower()) for var in JOB_CACHES})
     try:
         return run_job(job, msg["task_source"], msg["candidate_source"], progress, step)
     finally:
+        for var, v in kept.items():  # as when ready (a change elsewhere: `process_state`)
+            if v is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = v
         os.chdir(base)
         shutil.rmtree(jobdir, ignore_errors=True)
         for fd in (arena_fd, trials_fd):  # mapped while the job ran; unmapped by then

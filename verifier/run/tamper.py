@@ -100,6 +100,7 @@ def process_state() -> dict[str, int]:
              # kernels registered from Python (`torch.library.Library(...).impl`): one for
              # aten::relu on cpu made every later job's reference wrong ("incorrect")
              "torch.library registrations": hash(frozenset(_py_kernels())),
+             "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
              **{k: hash(str(v)) for k, v in torch_switches().items()}}
     for name, module in list(sys.modules.items()):
         state[name] = id(module)
