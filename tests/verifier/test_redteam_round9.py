@@ -85,6 +85,12 @@ FRAMER = _leaving("""
 import sys
 f = sys.modules["verifier.checks.fallback"]
 f.judge_ops = lambda ops, policy, own: ([], "forward computes with torch ops: aten.relu")
+# as well: a harness class's method, a private function of the worker's loop
+result = sys.modules["verifier.run.job_result"].JobResult
+finish = result.finish
+result.finish = lambda self, outcome, error="": finish(self, outcome, error)
+w = sys.modules["verifier.run.worker"]
+w._trials = (lambda trials: lambda *a, **k: trials(*a, **k))(w._trials)
 """)
 
 
@@ -92,14 +98,19 @@ def test_a_harness_function_rebound_for_the_next_job_is_the_rebinders_cheat(chai
     """A job rebinds `verifier.checks.fallback.judge_ops` (a module the hygiene check did not
     watch) as its model is dropped. Before: it passed ("ok", no finding) and the next job in
     its worker, an honest sibling's numpy ReLU, was called a cheat ("forward computes with
-    torch ops"), the same worker. Now every loaded `verifier.*` module's public functions are
-    watched: the rebinding job is the cheat, its worker goes, the sibling passes. Two honest
+    torch ops"), the same worker; `JobResult.finish` rebound (a method of a harness class)
+    made the next job's "ok" a cheat the same way. Now every loaded `verifier.*` module's
+    functions (private ones too: the worker's loop calls `_trials` by its module's name) and its
+    classes' methods are watched: the rebinding job is the cheat, its worker goes, the sibling
+    passes. Two honest
     jobs in a row share their worker (no finding: the check does not replace honest workers)."""
     honest0, framer, honest1, honest2 = chain["framer"]
     assert honest0["outcome"] == "ok" and not _said(honest0, "worker_replaced"), honest0
     assert framer["outcome"] == "cheat", framer
-    assert any("verifier.checks.fallback.judge_ops" in m
-               for m in _said(framer, "patched_function")), framer["findings"]
+    said = " ".join(_said(framer, "patched_function"))
+    for name in ("verifier.checks.fallback.judge_ops", "verifier.run.job_result.JobResult.finish",
+                 "verifier.run.worker._trials"):
+        assert name in said, (name, framer["findings"])
     assert framer["worker_pid"] == honest0["worker_pid"]
     for p in (honest1, honest2):
         assert p["outcome"] == "ok" and not p["failure"], p

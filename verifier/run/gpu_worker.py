@@ -56,20 +56,20 @@ _WARMUP_CANDIDATE = _WARMUP_TASK.replace("class Model(", "class ModelNew(")
 
 
 def watched_state() -> dict[str, int]:
-    """Identity of every public function/class of the watched modules (and `__call__`/`__eq__`);
-    data attributes are left out, torch updates some of them itself."""
+    """Identity of every public function/class of the watched modules (and `__call__`/`__eq__`;
+    the harness's private ones too); data attributes are left out, torch updates some itself."""
     from verifier.run.tamper import resolve
 
     state = {}
-    # every harness module loaded, not only the named ones: a job that rebinds a function the
-    # harness looks up at call time (`verifier.checks.fallback.judge_ops`) frames every later
-    # job of the worker (tests/verifier/test_redteam_round9.py)
+    # every harness module loaded, not only the named ones, and its classes' methods: a job that
+    # rebinds a function the harness looks up at call time (`verifier.checks.fallback.judge_ops`,
+    # `JobResult.finish`) frames every later job of the worker (tests/verifier/test_redteam_round9)
     for owner in _WATCHED + tuple(sorted(n for n in sys.modules if n.startswith("verifier."))):
-        obj = sys.modules.get(owner) or resolve(owner)
+        obj, harness = sys.modules.get(owner) or resolve(owner), owner.startswith("verifier.")
         if obj is None:
             continue
         for name in dir(obj):
-            if name.startswith("_") and name not in ("__call__", "__eq__"):
+            if name.startswith("_") and name not in ("__call__", "__eq__") and not harness:
                 continue
             try:
                 value = getattr(obj, name)
@@ -77,6 +77,9 @@ def watched_state() -> dict[str, int]:
                 continue
             if callable(value):
                 state[f"{owner}.{name}"] = id(value)
+            if isinstance(value, type) and value.__module__ == owner:  # its own class: methods
+                state.update((f"{owner}.{name}.{k}", id(v)) for k, v in vars(value).items()
+                             if callable(v) or isinstance(v, staticmethod | classmethod | property))
     return state
 
 
