@@ -58,7 +58,7 @@ _WARMUP_CANDIDATE = _WARMUP_TASK.replace("class Model(", "class ModelNew(")
 def watched_state() -> dict[str, int]:
     """Identity of every public function/class of the watched modules (and `__call__`/`__eq__`;
     the harness's private ones too); data attributes are left out, torch updates some itself."""
-    from verifier.run.tamper import resolve
+    from verifier.run.tamper import identity, resolve
 
     state = {}
     # every harness module loaded, not only the named ones, and its classes' methods: a job that
@@ -76,9 +76,9 @@ def watched_state() -> dict[str, int]:
             except Exception:  # properties that raise: not something a candidate can swap
                 continue
             if callable(value):
-                state[f"{owner}.{name}"] = id(value)
+                state[f"{owner}.{name}"] = identity(value)
             if isinstance(value, type) and value.__module__ == owner:  # its own class: methods
-                state.update((f"{owner}.{name}.{k}", id(v)) for k, v in vars(value).items()
+                state.update((f"{owner}.{name}.{k}", identity(v)) for k, v in vars(value).items()
                              if callable(v) or isinstance(v, staticmethod | classmethod | property))
     return state
 

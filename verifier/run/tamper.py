@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import types
 from typing import Any
 
 # Functions the harness relies on; a candidate that replaces any of them is tampering.
@@ -72,6 +73,17 @@ def check_tamper(res: Any, guard: dict[str, Any], threads_before: int) -> None:
         res.finish("cheat", "the candidate started threads that outlive forward")
 
 
+def identity(fn: Any) -> int:
+    """`fn`'s identity and, for a Python function, its code's and defaults' (a function keeps
+    its identity when `fn.__code__` is assigned: a harness function so rewritten in one job
+    framed the next, tests/verifier/test_redteam_round9.py)."""
+    if isinstance(fn, types.MethodType):
+        return hash((id(fn), identity(fn.__func__)))
+    if not isinstance(fn, types.FunctionType):  # not read through `getattr`: an object that
+        return id(fn)  # answers any name (unittest.mock.call) answers a new one each time
+    return hash((id(fn), id(fn.__code__), id(fn.__defaults__), id(fn.__kwdefaults__)))
+
+
 # threads of the process the interpreter does not list (a ctypes `pthread_create` of a Python
 # callback, a detached C++ thread): more than when ready, one may run in a later job
 OS_THREADS = "native threads"
@@ -108,7 +120,7 @@ def process_state() -> dict[str, int]:
             names = list(vars(module).items())
         except TypeError:  # not a module (an object placed in sys.modules)
             continue
-        state.update((f"{name}.{k}", id(v)) for k, v in names
+        state.update((f"{name}.{k}", identity(v)) for k, v in names
                      if not k.startswith("_") and callable(v))
     return state
 
