@@ -91,6 +91,8 @@ finish = result.finish
 result.finish = lambda self, outcome, error="": finish(self, outcome, error)
 w = sys.modules["verifier.run.worker"]
 w._trials = (lambda trials: lambda *a, **k: trials(*a, **k))(w._trials)
+# a constant the checks read (what counts as data movement, not compute)
+sys.modules["verifier.checks.fallback"].DATA_MOVEMENT = frozenset()
 # and one rewritten in place: the function object (its identity) stays
 same = sys.modules["verifier.judge.tensors"].same
 same.__code__ = (lambda a, b: not isinstance(a, tuple) and a is b).__code__
@@ -104,8 +106,9 @@ def test_a_harness_function_rebound_for_the_next_job_is_the_rebinders_cheat(chai
     torch ops"), the same worker; `JobResult.finish` rebound (a method of a harness class)
     made the next job's "ok" a cheat the same way, and so did `judge_ops.__code__` assigned (the
     function's identity unchanged). Now every loaded `verifier.*` module's
-    functions (private ones too: the worker's loop calls `_trials` by its module's name) and its
-    classes' methods are watched, by identity and code: the rebinding job is the cheat, its worker goes, the sibling
+    globals (private functions too: the worker's loop calls `_trials` by its module's name;
+    constants such as `fallback.DATA_MOVEMENT`) and its classes' methods are watched, by
+    identity and code: the rebinding job is the cheat, its worker goes, the sibling
     passes. Two honest
     jobs in a row share their worker (no finding: the check does not replace honest workers)."""
     honest0, framer, honest1, honest2 = chain["framer"]
@@ -113,7 +116,8 @@ def test_a_harness_function_rebound_for_the_next_job_is_the_rebinders_cheat(chai
     assert framer["outcome"] == "cheat", framer
     said = " ".join(_said(framer, "patched_function"))
     for name in ("verifier.checks.fallback.judge_ops", "verifier.run.job_result.JobResult.finish",
-                 "verifier.run.worker._trials", "verifier.judge.tensors.same"):
+                 "verifier.run.worker._trials", "verifier.judge.tensors.same",
+                 "verifier.checks.fallback.DATA_MOVEMENT"):
         assert name in said, (name, framer["findings"])
     assert framer["worker_pid"] == honest0["worker_pid"]
     for p in (honest1, honest2):

@@ -57,7 +57,7 @@ _WARMUP_CANDIDATE = _WARMUP_TASK.replace("class Model(", "class ModelNew(")
 
 def watched_state() -> dict[str, int]:
     """Identity of every public function/class of the watched modules (and `__call__`/`__eq__`;
-    the harness's private ones too); data attributes are left out, torch updates some itself."""
+    of the harness's modules every global); data attributes are left out, torch updates some."""
     from verifier.run.tamper import identity, resolve
 
     state = {}
@@ -75,7 +75,7 @@ def watched_state() -> dict[str, int]:
                 value = getattr(obj, name)
             except Exception:  # properties that raise: not something a candidate can swap
                 continue
-            if callable(value):
+            if callable(value) or harness:  # (the harness never rebinds its module globals)
                 state[f"{owner}.{name}"] = identity(value)
             if isinstance(value, type) and value.__module__ == owner:  # its own class: methods
                 state.update((f"{owner}.{name}.{k}", identity(v)) for k, v in vars(value).items()
