@@ -3,16 +3,20 @@ gpu_worker`; its cpu loop here) leaves in the process for the next jobs, honest 
 
 The hygiene checks after a job compared the public functions of a few named modules (torch,
 time, threading, five harness modules), torch's global flags, signal handlers and timers, and
-threads. Everything else a job rebinds or installs stayed for every later job of the worker:
-a harness function the worker looks up at call time, the interpreter's hooks (profile, import,
-collection, import machinery, audit), and any other loaded module (numpy). Each is candidate
-code that runs inside a sibling's job: it can frame the sibling (a "cheat" verdict), fail it
-("incorrect"), or sleep in its timed windows; under a group-relative reward, a policy gains by
-lowering its siblings. Each test gives what the attack did before the fix (measured here).
+Python threads. Everything else a job rebinds or installs stayed for every later job of the
+worker: a harness function, method or constant the worker looks up at call time (or one
+rewritten in place through `__code__`), the interpreter's hooks (profile, import, collection,
+import machinery, audit), any other loaded module (numpy), a module placed for a later import,
+a native thread, a kernel registered for torch's own op, torch's kernel switches, the
+environment, and files in the compile caches. Each is candidate code (or its answer) inside a
+sibling's job: it can frame the sibling (a "cheat" verdict), fail it ("incorrect"), or slow
+it; under a group-relative reward a policy gains by lowering its siblings. Each test gives
+what the attack did before the fix (measured here).
 
 Each attack is left by a model's `__del__` (it runs as the harness drops the model, after the
 job's own checks), bypassing the static rules (`import sys`, `sys.modules` are what a candidate
-compiled as an extension reaches anyway), as round 8 did.
+compiled as an extension reaches anyway), as round 8 did. All run as one worker sequence
+(`chain`): no timing is asserted, only verdicts, findings and which worker ran a job.
 """
 
 from __future__ import annotations
