@@ -39,7 +39,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from verifier.run.settle import armed_finalizers, gc_callbacks, leftover_code
+from verifier.run.settle import (
+    armed_finalizers,
+    free_bytes,
+    gc_callbacks,
+    leftover_code,
+    strays_end_it,
+)
+from verifier.run.tamper import process_state, refuse_audit_hooks, residue_ends_it
 
 # Modules whose public attributes a candidate must leave alone (compared by identity per job).
 _WATCHED = ("torch", "torch.nn.functional", "torch.Tensor", "torch.cuda", "torch.nn.Module",
@@ -60,24 +67,30 @@ _WARMUP_CANDIDATE = _WARMUP_TASK.replace("class Model(", "class ModelNew(")
 
 
 def watched_state() -> dict[str, int]:
-    """Identity of every public function/class of the watched modules (and `__call__`/`__eq__`);
-    data attributes are left out, torch updates some of them itself."""
-    from verifier.run.tamper import resolve
+    """Identity of every public function/class of the watched modules (and `__call__`/`__eq__`;
+    of the harness's modules every global); data attributes are left out, torch updates some."""
+    from verifier.run.tamper import identity, resolve
 
     state = {}
-    for owner in _WATCHED:
-        obj = resolve(owner)
+    # every harness module loaded, not only the named ones, and its classes' methods: a job that
+    # rebinds a function the harness looks up at call time (`verifier.checks.fallback.judge_ops`,
+    # `JobResult.finish`) frames every later job of the worker (tests/verifier/test_redteam_round9)
+    for owner in _WATCHED + tuple(sorted(n for n in sys.modules if n.startswith("verifier."))):
+        obj, harness = sys.modules.get(owner) or resolve(owner), owner.startswith("verifier.")
         if obj is None:
             continue
         for name in dir(obj):
-            if name.startswith("_") and name not in ("__call__", "__eq__"):
+            if name.startswith("_") and name not in ("__call__", "__eq__") and not harness:
                 continue
             try:
                 value = getattr(obj, name)
             except Exception:  # properties that raise: not something a candidate can swap
                 continue
-            if callable(value):
-                state[f"{owner}.{name}"] = id(value)
+            if callable(value) or harness:  # (the harness never rebinds its module globals)
+                state[f"{owner}.{name}"] = identity(value)
+            if isinstance(value, type) and value.__module__ == owner:  # its own class: methods
+                state.update((f"{owner}.{name}.{k}", identity(v)) for k, v in vars(value).items()
+                             if callable(v) or isinstance(v, staticmethod | classmethod | property))
     return state
 
 
@@ -212,6 +225,9 @@ def _warm_up(backend_name: str) -> Any:
     return backend
 
 
+JOB_CACHES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "XDG_CACHE_HOME")  # read at use
+
+
 def _run_one(msg: dict[str, Any], sock: socket.socket, base: str,
              progress: Callable[[str], None], step: Callable[[str], None]) -> dict[str, Any]:
     """One job in a fresh folder under `base`, with the judge's arenas it was sent (their
@@ -230,26 +246,23 @@ def _run_one(msg: dict[str, Any], sock: socket.socket, base: str,
         job["trials_fd"] = trials_fd
     jobdir = tempfile.mkdtemp(prefix="job-", dir=base)  # nothing left for the next job
     os.chdir(jobdir)
+    # the compile caches too: one directory for all jobs let a job place an entry a sibling's
+    # torch.compile or triton kernel would load (tests/verifier/test_redteam_round9.py)
+    kept = {var: os.environ.get(var) for var in JOB_CACHES}
+    os.environ.update({var: os.path.join(jobdir, ".cache", var.lower()) for var in JOB_CACHES})
     try:
         return run_job(job, msg["task_source"], msg["candidate_source"], progress, step)
     finally:
+        for var, v in kept.items():  # as when ready (a change elsewhere: `process_state`)
+            if v is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = v
         os.chdir(base)
         shutil.rmtree(jobdir, ignore_errors=True)
         for fd in (arena_fd, trials_fd):  # mapped while the job ran; unmapped by then
             if fd >= 0:
                 os.close(fd)
-
-
-def _strays_end_it(result: dict[str, Any]) -> bool:
-    """Whether processes the candidate started outlived its run (then the result says so)."""
-    strays = stray_processes()
-    if strays:
-        result.setdefault("findings", []).append({
-            "rule": "stray_process", "severity": "error", "line": None,
-            "message": f"processes {strays[:5]} started by the candidate outlived its run"})
-        result.update(outcome="cheat", error="processes started by the candidate outlived "
-                      f"its run ({len(strays)}); the worker ends with them")
-    return bool(strays)
 
 
 # memory a job may leave held in the worker beyond what it held when ready (host: resident;
@@ -299,7 +312,8 @@ def _memory_ends_it(result: dict[str, Any], ready: tuple[int, int], keep: Any) -
 
 
 def _settle(held: list[Any], state: dict[str, int], flags: dict[str, Any], threads: int,
-            ready: tuple[int, int], armed: dict[Any, str]) -> dict[str, Any]:
+            ready: tuple[int, int], armed: dict[Any, str], residue: dict[str, int]
+            ) -> dict[str, Any]:
     """Between jobs, once the parent has checked the last job's trials: what that job left is
     let go and its garbage collected (its finalizers run now, charged to it), then the checks
     run again (`verifier.run.settle`); the report for that job, as a result's fields."""
@@ -309,8 +323,8 @@ def _settle(held: list[Any], state: dict[str, int], flags: dict[str, Any], threa
     leave = after_job(report, state, flags, threads)
     if report["outcome"] != "ok":
         report["error"] += " (found after the run, once its garbage was collected)"
-    leave = _strays_end_it(report) or leave
-    leave = leave or _memory_ends_it(report, ready, None)
+    leave = strays_end_it(report) or leave
+    leave = leave or _memory_ends_it(report, ready, None) or residue_ends_it(report, residue)
     if left:
         report["findings"].append({"rule": "worker_replaced", "severity": "warning",
                                    "line": None, "message": "the run left code to run in later "
@@ -327,8 +341,10 @@ def main(argv: list[str]) -> int:
     out = os.fdopen(int(argv[0]), "w", buffering=1)
     os.set_inheritable(out.fileno(), False)
     sock = socket.socket(fileno=os.dup(out.fileno()))
+    refuse_audit_hooks()  # before any job: a hook added by one would run in all later ones
     backend = _warm_up(argv[1] if len(argv) > 1 else "cuda")
     state, flags, threads = watched_state(), global_flags(), threading.active_count()
+    residue = process_state()
     ident = device_ident(backend)
     gc.collect()
     gc.freeze()  # the harness's objects: no collection between or in jobs scans them again
@@ -350,7 +366,7 @@ def main(argv: list[str]) -> int:
     for line in sys.stdin:
         msg = json.loads(line)
         if msg.get("settle"):  # the parent judged the last job's trials
-            report = _settle(held, state, flags, threads, ready, armed)
+            report = _settle(held, state, flags, threads, ready, armed, residue)
             out.write(json.dumps(report, default=str) + "\n")
             if report["worker_leaves"]:
                 return 3
@@ -366,8 +382,9 @@ def main(argv: list[str]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         leave = after_job(result, state, flags, threads)
-        leave = _strays_end_it(result) or leave
+        leave = strays_end_it(result) or leave
         leave = leave or _memory_ends_it(result, ready, held[1])
+        leave = leave or residue_ends_it(result, residue)
         threads = max(threads, int(result.get("harness_threads") or 0))  # torch.compile's
         if job_free and free_bytes(base) < job_free:  # the next job gets a fresh tmpfs
             leave = True
@@ -378,24 +395,6 @@ def main(argv: list[str]) -> int:
         if leave:
             return 3
     return 0
-
-
-def free_bytes(path: str) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
-def stray_processes() -> list[int]:
-    """Other processes of this worker's pid namespace (it is pid 1 there when sandboxed:
-    `verifier.isolation.isolate`), zombies reaped first; [] when it is not pid 1."""
-    if os.getpid() != 1:
-        return []
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0] > 0:
-            pass
-    except ChildProcessError:
-        pass
-    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != 1]
 
 
 def device_ident(backend: Any) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
 import weakref
 from typing import Any
 
@@ -95,3 +96,34 @@ def charge_settled(payload: dict[str, Any], reply: dict[str, Any] | None, why: s
             payload["sticky_cuda_error"] = reply["sticky_cuda_error"]
         return True
     return bool(reply.get("worker_leaves"))
+
+
+def strays_end_it(result: dict[str, Any]) -> bool:
+    """Whether processes the candidate started outlived its run (then the result says so)."""
+    strays = stray_processes()
+    if strays:
+        result.setdefault("findings", []).append({
+            "rule": "stray_process", "severity": "error", "line": None,
+            "message": f"processes {strays[:5]} started by the candidate outlived its run"})
+        result.update(outcome="cheat", error="processes started by the candidate outlived "
+                      f"its run ({len(strays)}); the worker ends with them")
+    return bool(strays)
+
+
+def free_bytes(path: str) -> int:
+    """Bytes free to an unprivileged writer on the filesystem of `path`."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def stray_processes() -> list[int]:
+    """Other processes of this worker's pid namespace (it is pid 1 there when sandboxed:
+    `verifier.isolation.isolate`), zombies reaped first; [] when it is not pid 1."""
+    if os.getpid() != 1:
+        return []
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != 1]

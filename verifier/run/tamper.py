@@ -4,8 +4,10 @@ a cheat)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
+import types
 from typing import Any
 
 # Functions the harness relies on; a candidate that replaces any of them is tampering.
@@ -69,3 +71,138 @@ def check_tamper(res: Any, guard: dict[str, Any], threads_before: int) -> None:
     if threading.active_count() > threads_before:
         res.finding("extra_thread", "the candidate started Python threads")
         res.finish("cheat", "the candidate started threads that outlive forward")
+
+
+def identity(fn: Any) -> int:
+    """`fn`'s identity and, for a Python function, its code's and defaults' (a function keeps
+    its identity when `fn.__code__` is assigned: a harness function so rewritten in one job
+    framed the next, tests/verifier/test_redteam_round9.py)."""
+    if isinstance(fn, types.MethodType):
+        return hash((id(fn), identity(fn.__func__)))
+    if not isinstance(fn, types.FunctionType):  # not read through `getattr`: an object that
+        return id(fn)  # answers any name (unittest.mock.call) answers a new one each time
+    return hash((id(fn), id(fn.__code__), id(fn.__defaults__), id(fn.__kwdefaults__)))
+
+
+# threads of the process the interpreter does not list (a ctypes `pthread_create` of a Python
+# callback, a detached C++ thread): more than when ready, one may run in a later job
+OS_THREADS = "native threads"
+
+
+def process_state() -> dict[str, int]:
+    """What code left by one job could run or answer through in a later job of the same
+    process, by identity: the hooks the interpreter calls on its own (profile, trace, import,
+    collection, unraisable and excepthooks), the import machinery, and every loaded module and
+    its public callables (`numpy.maximum` rebound made an honest sibling's numpy ReLU
+    "incorrect"; tests/verifier/test_redteam_round9.py), and its threads. Audit hooks cannot
+    be listed: the persistent worker refuses new ones (`refuse_audit_hooks`)."""
+    import builtins
+    import gc
+
+    state = {"sys.profile": id(sys.getprofile()), "sys.trace": id(sys.gettrace()),
+             "threading.profile": id(threading.getprofile()),
+             "threading.trace": id(threading.gettrace()),
+             "builtins.__import__": id(builtins.__import__), "sys.excepthook": id(sys.excepthook),
+             "sys.unraisablehook": id(sys.unraisablehook),
+             "threading.excepthook": id(threading.excepthook),
+             "gc.callbacks": hash(tuple(map(id, gc.callbacks))),
+             "sys.meta_path": hash(tuple(map(id, sys.meta_path))),
+             "sys.path_hooks": hash(tuple(map(id, sys.path_hooks))),
+             OS_THREADS: len(os.listdir("/proc/self/task")),
+             # kernels registered from Python (`torch.library.Library(...).impl`): one for
+             # aten::relu on cpu made every later job's reference wrong ("incorrect")
+             "torch.library registrations": hash(frozenset(_py_kernels())),
+             "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
+             **{k: hash(str(v)) for k, v in torch_switches().items()}}
+    for name, module in list(sys.modules.items()):
+        state[name] = id(module)
+        try:
+            names = list(vars(module).items())
+        except TypeError:  # not a module (an object placed in sys.modules)
+            continue
+        state.update((f"{name}.{k}", identity(v)) for k, v in names
+                     if not k.startswith("_") and callable(v))
+    return state
+
+
+# torch's switches of which kernels run and how (beside `gpu_worker.global_flags`): oneDNN off
+# gave every later job's convolutions and matmuls torch's slower paths; the attention
+# backends, the BLAS and linear-algebra libraries likewise on a GPU
+SWITCHES = ("mkldnn.enabled", "mkldnn.deterministic", "cudnn.deterministic",
+            "cuda.matmul.allow_bf16_reduced_precision_reduction", "cuda.flash_sdp_enabled()",
+            "cuda.mem_efficient_sdp_enabled()", "cuda.math_sdp_enabled()",
+            "cuda.cudnn_sdp_enabled()", "cuda.preferred_linalg_library()",
+            "cuda.preferred_blas_library()", "opt_einsum.enabled", "opt_einsum.strategy",
+            "mha.get_fastpath_enabled()")
+
+
+def torch_switches() -> dict[str, Any]:
+    """The values of `SWITCHES` this torch has (torch.backends.<name>)."""
+    backends = getattr(sys.modules.get("torch"), "backends", None)
+    got: dict[str, Any] = {}
+    for name in SWITCHES:
+        obj: Any = backends
+        try:
+            for part in name.removesuffix("()").split("."):
+                obj = getattr(obj, part)
+            got[f"torch.backends.{name}"] = obj() if name.endswith("()") else obj
+        except (AttributeError, RuntimeError, AssertionError):  # not in this torch or build
+            continue
+    return got
+
+
+def _py_kernels() -> set[str]:
+    """The (op, dispatch key) kernels registered through torch.library from Python."""
+    lib = sys.modules.get("torch.library")
+    return set(getattr(lib, "_impls", ()))
+
+
+# rebound by the harness itself for each job (`verifier.checks.extspec.install_shim`)
+PER_JOB = ("torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inline")
+
+
+def left_in_process(before: dict[str, int]) -> list[str]:
+    """What of `before` (`process_state`) a job changed or removed, and the modules it added
+    that the import system did not load from a file: a real module a job imported stays for
+    later jobs as a lazily loaded library does; one placed in sys.modules under a name a later
+    job imports (`colorsys` below, `triton` on a GPU) would be the placer's code in it."""
+    now = process_state()
+    changed = [k for k, v in before.items() if k not in PER_JOB
+               and (now[k] > v if k == OS_THREADS else now.get(k) != v)]
+    return changed + [f"{name} (not imported from a file)" for name, m in list(
+        sys.modules.items()) if name not in before and not _imported(m)]
+
+
+def _imported(module: Any) -> bool:
+    """Whether `module` is what the import system loads: a spec whose origin is a file that
+    exists, a built-in or frozen module, or a namespace package (a module made in code and
+    placed in sys.modules has no spec)."""
+    spec = getattr(module, "__spec__", None)
+    origin = getattr(spec, "origin", None)
+    if spec is None or not isinstance(module, type(sys)):
+        return False
+    if origin is None:
+        return bool(getattr(spec, "submodule_search_locations", None))
+    return origin in ("built-in", "frozen") or os.path.isfile(origin)
+
+
+def refuse_audit_hooks() -> None:
+    """Install an audit hook that refuses every later one: a hook cannot be removed or listed,
+    and would run candidate code at every audited event of every later job."""
+    def refuse(event: str, _args: tuple[Any, ...]) -> None:
+        if event == "sys.addaudithook":
+            raise RuntimeError("audit hooks are refused in this process")  # the add is dropped
+
+    sys.addaudithook(refuse)
+
+
+def residue_ends_it(result: dict[str, Any], residue: dict[str, int]) -> bool:
+    """Whether the job left a hook or a changed module that later jobs would run or import
+    (then its worker goes: an info finding; a harness function rebound is a cheat, `after_job`)."""
+    left = left_in_process(residue)
+    if left:
+        result.setdefault("findings", []).append({
+            "rule": "worker_replaced", "severity": "info", "line": None,
+            "message": "the run left " + ", ".join(left[:8]) + " changed in its worker: "
+                       "its worker was replaced"})
+    return bool(left)
