@@ -134,7 +134,7 @@ def test_a_harness_function_rebound_for_the_next_job_is_the_rebinders_cheat(chai
 # later job of the process: a profiler called at every Python call, an import finder and an
 # import function consulted at every import, a callback at every collection, numpy's maximum
 HOOKS = _leaving("""
-import builtins, gc, os, sys
+import builtins, os, sys
 import numpy
 os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
 sys.setprofile(lambda *a: None)
@@ -144,7 +144,6 @@ class Finder:
 sys.meta_path.insert(0, Finder())
 imp = builtins.__import__
 builtins.__import__ = lambda *a, **k: imp(*a, **k)
-gc.callbacks.append(lambda *a: None)
 numpy.maximum = lambda a, b: a
 """)
 
@@ -157,12 +156,13 @@ def test_hooks_and_modules_a_job_leaves_are_not_handed_to_the_next_job(chain: di
     "incorrect" (half its elements wrong: numpy's maximum was the leaver's); the hooks ran
     candidate code in it unseen. Now the worker compares them (and every loaded module and its
     public callables, by identity) with what it held when ready: the job passes (what it left
-    is not its answer), an info finding names each, its worker is replaced."""
+    is not its answer), an info finding names each, its worker is replaced. (A collection
+    callback left behind is a cheat: tests/verifier/test_redteam_round8.py.)"""
     leaver, honest = chain["hooks"]
     assert leaver["outcome"] == "ok", leaver
     said = " ".join(_said(leaver, "worker_replaced"))
-    for name in ("sys.profile", "sys.meta_path", "builtins.__import__", "gc.callbacks",
-                 "numpy.maximum", "os.environ"):
+    for name in ("sys.profile", "sys.meta_path", "builtins.__import__", "numpy.maximum",
+                 "os.environ"):
         assert name in said, (name, leaver["findings"])
     assert honest["outcome"] == "ok" and not honest["failure"], honest
     assert honest["worker_pid"] != leaver["worker_pid"]
