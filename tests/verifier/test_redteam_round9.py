@@ -132,7 +132,7 @@ def test_a_harness_function_rebound_for_the_next_job_is_the_rebinders_cheat(chai
 
 # the interpreter's hooks and a third-party module, each of which runs (or answers) for every
 # later job of the process: a profiler called at every Python call, an import finder and an
-# import function consulted at every import, a callback at every collection, numpy's maximum
+# import function consulted at every import, numpy's maximum
 HOOKS = _leaving("""
 import builtins, os, sys
 import numpy
