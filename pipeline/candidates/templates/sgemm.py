@@ -1,0 +1,272 @@
+"""fp32 GEMMs that compete with cuBLAS: a 128x128 register-blocked SGEMM and a 3xTF32 tensor-core
+GEMM, both for fp32 operands read through arbitrary strides (the matmul lowering's contract).
+
+Torch's fp32 matmul does not use TF32, and the verifier compares fp32 outputs at atol = rtol =
+1e-4, with an fp64 second opinion that accepts an output only when its error is 8x smaller than
+that of inputs rounded to a 10-bit mantissa (`verifier/judge/device_compare.py`). Plain TF32 is
+that rounding, so it fails; 3xTF32 splits each operand into a TF32 "big" part and a TF32 "small"
+remainder and sums big*big + big*small + small*big on the tensor cores (the small*small term is
+below fp32's rounding), which is fp32-accurate at about a third of the tensor cores' TF32 rate.
+
+Each template is a device part (kernels, no torch) and the shared host launcher, so the tests can
+run the very device text on the CPU (tests/pipeline/candidates/test_template_sgemm.py: threads
+as std::threads, `__syncthreads` as a barrier, the two PTX primitives emulated).
+"""
+
+from __future__ import annotations
+
+THREADS = 256
+
+# Operand tiles: a ROWS x BK slice of an operand whose (row, k) element sits at
+# P[row * sr + k * sk]; A is (m, k) and B is read as (n, k), so both land k-major in shared
+# memory (S[k * LD + row]). Consecutive threads walk the operand's contiguous dimension, so a
+# row-major A, a row-major B and a transposed nn.Linear weight all load coalesced.
+FETCH = r"""
+template <int ROWS, int BK, int PER>
+__device__ __forceinline__ void K_fetch(const float* __restrict__ P, int64_t sr, int64_t sk,
+        int64_t r0, int64_t k0, int64_t R, int64_t KD, float (&reg)[PER]) {
+    #pragma unroll
+    for (int l = 0; l < PER; ++l) {
+        const int e = (int)threadIdx.x + l * 256;
+        const int r = sk == 1 ? e / BK : e % ROWS, k = sk == 1 ? e % BK : e / ROWS;
+        const int64_t gr = r0 + r, gk = k0 + k;
+        reg[l] = (gr < R && gk < KD) ? P[gr * sr + gk * sk] : 0.f;
+    }
+}
+
+template <int ROWS, int BK, int LD, int PER>
+__device__ __forceinline__ void K_stash(float* S, int64_t sk, const float (&reg)[PER]) {
+    #pragma unroll
+    for (int l = 0; l < PER; ++l) {
+        const int e = (int)threadIdx.x + l * 256;
+        const int r = sk == 1 ? e / BK : e % ROWS, k = sk == 1 ? e % BK : e / ROWS;
+        S[k * LD + r] = reg[l];
+    }
+}
+"""
+
+SGEMM128 = r"""
+// 128x128 output tile per 256-thread block, BK = 8; shared memory is double-buffered and fed
+// through registers (the next K slice is fetched from global memory while this one is
+// multiplied, one barrier per slice). Each thread owns an 8x8 micro-tile as four 4x4 quadrants
+// 64 apart, read from shared memory as float4: 16 loads feed 64 FMAs per k.
+__global__ void __launch_bounds__(256) K_kernel(const float* __restrict__ A,
+        const float* __restrict__ B, const C_T* __restrict__ bias, C_T* __restrict__ C,
+        int64_t M, int64_t N, int64_t K, int64_t sab, int64_t sam, int64_t sak, int64_t sbb,
+        int64_t sbk, int64_t sbn, int64_t scb, int64_t scm, int64_t scn, float alpha,
+        float beta) {
+    constexpr int BM = 128, BK = 8, LD = BM + 4, PER = BM * BK / 256;
+    __shared__ __align__(16) float As[2][BK * LD];
+    __shared__ __align__(16) float Bs[2][BK * LD];
+    const int64_t bt = blockIdx.z;
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int64_t row0 = (int64_t)blockIdx.y * BM, col0 = (int64_t)blockIdx.x * BM;
+    A += bt * sab; B += bt * sbb;
+    float ra[PER], rb[PER];
+    K_fetch<BM, BK, PER>(A, sam, sak, row0, 0, M, K, ra);
+    K_fetch<BM, BK, PER>(B, sbn, sbk, col0, 0, N, K, rb);
+    K_stash<BM, BK, LD, PER>(As[0], sak, ra);
+    K_stash<BM, BK, LD, PER>(Bs[0], sbk, rb);
+    __syncthreads();
+    float acc[8][8] = {};
+    int buf = 0;
+    for (int64_t k0 = 0; k0 < K; k0 += BK) {
+        const bool more = k0 + BK < K;
+        if (more) {
+            K_fetch<BM, BK, PER>(A, sam, sak, row0, k0 + BK, M, K, ra);
+            K_fetch<BM, BK, PER>(B, sbn, sbk, col0, k0 + BK, N, K, rb);
+        }
+        const float* as = As[buf];
+        const float* bs = Bs[buf];
+        #pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            const float4 a0 = *reinterpret_cast<const float4*>(as + k * LD + ty * 4);
+            const float4 a1 = *reinterpret_cast<const float4*>(as + k * LD + 64 + ty * 4);
+            const float4 b0 = *reinterpret_cast<const float4*>(bs + k * LD + tx * 4);
+            const float4 b1 = *reinterpret_cast<const float4*>(bs + k * LD + 64 + tx * 4);
+            const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+            const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+            #pragma unroll
+            for (int i = 0; i < 8; ++i)
+                #pragma unroll
+                for (int j = 0; j < 8; ++j) acc[i][j] += a[i] * b[j];
+        }
+        if (more) {  // the other buffer was last read before the previous barrier
+            K_stash<BM, BK, LD, PER>(As[buf ^ 1], sak, ra);
+            K_stash<BM, BK, LD, PER>(Bs[buf ^ 1], sbk, rb);
+        }
+        __syncthreads();
+        buf ^= 1;
+    }
+    #pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const int64_t r = row0 + (i / 4) * 64 + ty * 4 + i % 4;
+        if (r >= M) continue;
+        #pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int64_t c = col0 + (j / 4) * 64 + tx * 4 + j % 4;
+            if (c >= N) continue;
+            float v = alpha * acc[i][j];
+            if (bias) v += beta * (float)bias[bt * scb + r * scm + c * scn];
+            C[(bt * M + r) * N + c] = (C_T)v;
+        }
+    }
+}
+"""
+
+# The two PTX primitives of the 3xTF32 kernel (sm_80+): round to TF32 (nearest, ties away) and
+# one m16n8k8 TF32 MMA with fp32 accumulation. The CPU test emulates exactly these two.
+TF32_PRIMS = r"""
+__device__ __forceinline__ uint32_t K_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void K_mma(float (&d)[4], const uint32_t (&a)[4],
+                                      const uint32_t (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+"""
+
+TF32X3 = r"""
+__device__ __forceinline__ void K_split(float x, uint32_t& big, uint32_t& small) {
+    big = K_tf32(x);
+    small = K_tf32(x - __uint_as_float(big));  // exact in fp32: x minus its own rounding
+}
+
+// TBMxTBM output tile per 256-thread block (8 warps as 2 x 4, each a (TBM/2)x(TBM/4) warp
+// tile of m16n8k8 MMAs), BK = 16, double-buffered shared memory fed through registers. Rows
+// are padded by 8 floats so a fragment's 32 reads (k = t and t + 4, row = g) hit 32 banks.
+// 3xTF32: acc += a_small*b_big + a_big*b_small + a_big*b_big, small terms first.
+__global__ void __launch_bounds__(256) K_kernel(const float* __restrict__ A,
+        const float* __restrict__ B, const C_T* __restrict__ bias, C_T* __restrict__ C,
+        int64_t M, int64_t N, int64_t K, int64_t sab, int64_t sam, int64_t sak, int64_t sbb,
+        int64_t sbk, int64_t sbn, int64_t scb, int64_t scm, int64_t scn, float alpha,
+        float beta) {
+    constexpr int BM = TBM, BK = 16, LD = BM + 8, PER = BM * BK / 256, MI = BM / 32,
+                  NI = BM / 32;
+    __shared__ __align__(16) float As[2][BK * LD];
+    __shared__ __align__(16) float Bs[2][BK * LD];
+    const int64_t bt = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+    const int wm = (warp / 4) * (BM / 2), wn = (warp % 4) * (BM / 4);
+    const int64_t row0 = (int64_t)blockIdx.y * BM, col0 = (int64_t)blockIdx.x * BM;
+    A += bt * sab; B += bt * sbb;
+    float ra[PER], rb[PER];
+    K_fetch<BM, BK, PER>(A, sam, sak, row0, 0, M, K, ra);
+    K_fetch<BM, BK, PER>(B, sbn, sbk, col0, 0, N, K, rb);
+    K_stash<BM, BK, LD, PER>(As[0], sak, ra);
+    K_stash<BM, BK, LD, PER>(Bs[0], sbk, rb);
+    __syncthreads();
+    float acc[MI][NI][4] = {};
+    int buf = 0;
+    for (int64_t k0 = 0; k0 < K; k0 += BK) {
+        const bool more = k0 + BK < K;
+        if (more) {
+            K_fetch<BM, BK, PER>(A, sam, sak, row0, k0 + BK, M, K, ra);
+            K_fetch<BM, BK, PER>(B, sbn, sbk, col0, k0 + BK, N, K, rb);
+        }
+        const float* as = As[buf];
+        const float* bs = Bs[buf];
+        #pragma unroll
+        for (int kk = 0; kk < BK; kk += 8) {
+            uint32_t ab[MI][4], am[MI][4], bb[NI][2], bm[NI][2];
+            #pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {  // a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
+                const int r = wm + mi * 16 + g;
+                K_split(as[(kk + t) * LD + r], ab[mi][0], am[mi][0]);
+                K_split(as[(kk + t) * LD + r + 8], ab[mi][1], am[mi][1]);
+                K_split(as[(kk + t + 4) * LD + r], ab[mi][2], am[mi][2]);
+                K_split(as[(kk + t + 4) * LD + r + 8], ab[mi][3], am[mi][3]);
+            }
+            #pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {  // b0 (k = t, n = g), b1 (k = t+4, n = g)
+                const int c = wn + ni * 8 + g;
+                K_split(bs[(kk + t) * LD + c], bb[ni][0], bm[ni][0]);
+                K_split(bs[(kk + t + 4) * LD + c], bb[ni][1], bm[ni][1]);
+            }
+            #pragma unroll
+            for (int mi = 0; mi < MI; ++mi)
+                #pragma unroll
+                for (int ni = 0; ni < NI; ++ni) {
+                    K_mma(acc[mi][ni], am[mi], bb[ni]);
+                    K_mma(acc[mi][ni], ab[mi], bm[ni]);
+                    K_mma(acc[mi][ni], ab[mi], bb[ni]);
+                }
+        }
+        if (more) {  // the other buffer was last read before the previous barrier
+            K_stash<BM, BK, LD, PER>(As[buf ^ 1], sak, ra);
+            K_stash<BM, BK, LD, PER>(Bs[buf ^ 1], sbk, rb);
+        }
+        __syncthreads();
+        buf ^= 1;
+    }
+    #pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+        #pragma unroll
+        for (int ni = 0; ni < NI; ++ni)
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) {  // c q: row g + 8 * (q / 2), column 2t + q % 2
+                const int64_t r = row0 + wm + mi * 16 + g + (q / 2) * 8;
+                const int64_t c = col0 + wn + ni * 8 + t * 2 + q % 2;
+                if (r >= M || c >= N) continue;
+                float v = alpha * acc[mi][ni][q];
+                if (bias) v += beta * (float)bias[bt * scb + r * scm + c * scn];
+                C[(bt * M + r) * N + c] = (C_T)v;
+            }
+}
+"""
+
+HOST = r"""
+void NAME(torch::Tensor a, torch::Tensor b, torch::Tensor bias, torch::Tensor c, bool has_bias,
+          int64_t batch, int64_t M, int64_t N, int64_t K, int64_t sab, int64_t sam, int64_t sak,
+          int64_t sbb, int64_t sbk, int64_t sbn, int64_t scb, int64_t scm, int64_t scn,
+          double alpha, double beta) {
+    dim3 grid((unsigned int)((N + TILE - 1) / TILE), (unsigned int)((M + TILE - 1) / TILE),
+              (unsigned int)batch);
+    K_kernel<<<grid, 256, 0, KS_STREAM>>>((const float*)a.data_ptr(), (const float*)b.data_ptr(),
+        has_bias ? (const C_T*)bias.data_ptr() : nullptr, (C_T*)c.data_ptr(), M, N, K, sab, sam,
+        sak, sbb, sbk, sbn, scb, scm, scn, (float)alpha, (float)beta);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+"""
+
+# Below this many outputs a 128-wide tile leaves most of an H100's 132 SMs idle.
+BIG = 1 << 20
+
+
+def device_text(kind: str, tile: int) -> str:
+    """The device part of `kind` ("sgemm128" or "tf32x3") at `tile` (prefix K_, C_T open)."""
+    if kind == "sgemm128":
+        return FETCH + SGEMM128
+    if kind == "tf32x3":
+        return TF32_PRIMS + FETCH + TF32X3.replace("TBM", str(tile))
+    raise ValueError(f"unknown fp32 GEMM kind {kind!r}")
+
+
+def choose(variant: int, dtypes: tuple[str, str, str], outputs: int) -> tuple[str, int] | None:
+    """(kind, tile) of this variant's fp32 GEMM, or None to keep the older templates."""
+    if dtypes != ("float32", "float32", "float32") or outputs < 4096:
+        return None
+    if variant % 3 == 2:
+        return "tf32x3", 128 if outputs >= BIG else 64
+    if variant % 3 == 0 and outputs >= BIG:
+        return "sgemm128", 128
+    return None
+
+
+def template(kind: str, tile: int) -> tuple[str, str, str]:
+    """(CUDA text with K_/C_T/NAME open, how it works for the reasoning, variant name)."""
+    src = device_text(kind, tile) + HOST.replace("TILE", str(tile))
+    if kind == "sgemm128":
+        return src, ("128x128 block tiles, BK=8, double-buffered shared memory fed through "
+                     "registers, and an 8x8 register micro-tile per thread read as float4, so "
+                     "16 shared loads feed 64 FMAs per k"), "sgemm128_reg8x8"
+    return src, (f"tensor cores in fp32 accuracy (3xTF32): each operand is split into a TF32 "
+                 "part and a TF32 remainder and mma.sync m16n8k8 sums big*big + big*small + "
+                 f"small*big; {tile}x{tile} block tiles of 8 warps, BK=16, double-buffered "
+                 "shared memory padded against bank conflicts"), f"tf32x3_{tile}"
