@@ -1,9 +1,9 @@
 """The fp32 GEMM templates (pipeline/candidates/templates/sgemm.py): chosen for large fp32 GEMMs,
 compiled by nvcc, and their very device text run on the CPU against torch.
 
-No GPU here, so the CPU run is the differential test of the tiling: each CUDA block runs as 256
-std::threads with `__syncthreads` as a std::barrier and `__shared__` as a static array (blocks
-one after another), and the two PTX primitives of the 3xTF32 kernel are emulated (round to TF32,
+No GPU here, so the CPU run is the differential test of the tiling (fake_cuda.py: each CUDA
+block as 256 std::threads, `__syncthreads` a std::barrier), and the two PTX primitives of the
+3xTF32 kernel are emulated (round to TF32,
 nearest with ties away; the m16n8k8 MMA from the PTX ISA's fragment layout, each lane's
 registers exchanged through per-warp scratch between two barriers). Ragged sizes, transposed
 operands, a broadcast batch and a bias are compared with torch at the verifier's fp32
@@ -22,6 +22,7 @@ import torch
 
 from pipeline.candidates.templates import TaskView, sgemm, template_kernels
 from pipeline.candidates.templates.selfcheck import cuda_translation_unit, nvcc_compile
+from tests.pipeline.candidates.fake_cuda import build
 
 HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 
@@ -36,30 +37,6 @@ def get_inputs():
     return [torch.randn(1024, 1024)]
 def get_init_inputs():
     return []
-"""
-
-FAKE_CUDA = r"""
-#include <barrier>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <thread>
-#include <vector>
-struct dim3 { unsigned x = 0, y = 0, z = 0; };
-struct alignas(16) float4 { float x, y, z, w; };
-static thread_local dim3 threadIdx, blockIdx;
-static std::barrier<>* ks_bar = nullptr;
-static void __syncthreads() { ks_bar->arrive_and_wait(); }
-static uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-static float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
-#define __launch_bounds__(n)
-#define __shared__ static
-#define __align__(n) __attribute__((aligned(n)))
 """
 
 EMULATED_PRIMS = r"""
@@ -92,7 +69,7 @@ __device__ __forceinline__ void K_mma(float (&d)[4], const uint32_t (&a)[4],
 
 def _harness_source() -> str:
     """The fake-CUDA prelude, the three device texts under their own prefixes, and a main."""
-    parts = [FAKE_CUDA]
+    parts = []
     for i, (kind, tile) in enumerate(KINDS):
         text = sgemm.device_text(kind, tile)
         if kind == "tf32x3":
@@ -109,18 +86,11 @@ KINDS = (("sgemm128", 128), ("tf32x3", 64), ("tf32x3", 128))
 
 def _main_source() -> str:
     calls = "\n".join(
-        f"        case {i}: k{i}_kernel(A.data(), B.data(), lenc ? bias.data() : nullptr, "
+        f"            case {i}: k{i}_kernel(A.data(), B.data(), lenc ? bias.data() : nullptr, "
         "C.data(), M, N, K, v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], alpha, "
         "beta); break;" for i in range(len(KINDS)))
     tiles = ", ".join(str(t) for _, t in KINDS)
     return r"""
-static std::vector<float> slurp(const char* path, size_t n) {
-    std::vector<float> v(n);
-    FILE* f = std::fopen(path, "rb");
-    if (n && (!f || std::fread(v.data(), 4, n, f) != n)) { std::fprintf(stderr, "read %s\n", path); std::exit(2); }
-    if (f) std::fclose(f);
-    return v;
-}
 int main(int argc, char** argv) {
     // kind M N K batch sab sam sak sbb sbk sbn scb scm scn alpha beta lenA lenB lenBias a b bias out
     if (argc != 24) { std::fprintf(stderr, "argc %d\n", argc); return 2; }
@@ -129,30 +99,21 @@ int main(int argc, char** argv) {
     const int kind = std::atoi(argv[1]);
     const int64_t M = v[0], N = v[1], K = v[2], batch = v[3];
     const float alpha = (float)std::atof(argv[15]), beta = (float)std::atof(argv[16]);
-    const int64_t lena = std::atoll(argv[17]), lenb = std::atoll(argv[18]), lenc = std::atoll(argv[19]);
-    std::vector<float> A = slurp(argv[20], lena), B = slurp(argv[21], lenb), bias = slurp(argv[22], lenc);
+    const int64_t lena = std::atoll(argv[17]), lenb = std::atoll(argv[18]);
+    const int64_t lenc = std::atoll(argv[19]);
+    std::vector<float> A = ks_slurp(argv[20], lena), B = ks_slurp(argv[21], lenb);
+    std::vector<float> bias = ks_slurp(argv[22], lenc);
     std::vector<float> C(batch * M * N, -12345.f);
     const int tiles[] = {TILES};
     const int64_t tile = tiles[kind];
-    for (unsigned z = 0; z < (unsigned)batch; ++z)
-      for (unsigned y = 0; y < (unsigned)((M + tile - 1) / tile); ++y)
-        for (unsigned x = 0; x < (unsigned)((N + tile - 1) / tile); ++x) {
-          std::barrier<> bar(256);
-          ks_bar = &bar;
-          std::vector<std::thread> threads;
-          for (unsigned t = 0; t < 256; ++t)
-            threads.emplace_back([&, t, x, y, z] {
-              threadIdx = dim3{t, 0, 0};
-              blockIdx = dim3{x, y, z};
-              switch (kind) {
+    const dim3 grid{(unsigned)((N + tile - 1) / tile), (unsigned)((M + tile - 1) / tile),
+                    (unsigned)batch};
+    ks_launch(grid, 256, [&] {
+        switch (kind) {
 CALLS
-              }
-            });
-          for (auto& th : threads) th.join();
         }
-    FILE* f = std::fopen(argv[23], "wb");
-    std::fwrite(C.data(), 4, C.size(), f);
-    std::fclose(f);
+    });
+    ks_spill(argv[23], C);
     return 0;
 }
 """.replace("TILES", tiles).replace("CALLS", calls)
@@ -160,16 +121,7 @@ CALLS
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory) -> Path:
-    if shutil.which("g++") is None:
-        pytest.skip("g++ not installed")
-    tmp = tmp_path_factory.mktemp("sgemm")
-    src = tmp / "harness.cpp"
-    src.write_text(_harness_source())
-    exe = tmp / "harness"
-    proc = subprocess.run(["g++", "-std=c++20", "-O2", "-pthread", str(src), "-o", str(exe)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, "\n".join(ln for ln in proc.stderr.splitlines() if "error" in ln)[:4000]
-    return exe
+    return build(tmp_path_factory.mktemp("sgemm"), _harness_source())
 
 
 def _run(exe: Path, tmp: Path, kind: int, a: torch.Tensor, b: torch.Tensor,
@@ -262,7 +214,7 @@ def test_small_or_non_fp32_gemms_keep_the_older_templates() -> None:
 def test_fp32_gemm_templates_compile_with_nvcc(tmp_path) -> None:
     ks = template_kernels(TaskView("lin", "big_linear", LINEAR, LINEAR), "cuda", 3)
     codes = [ks[0].code, ks[2].code]
-    small = LINEAR.replace("1024, 1024)", "96, 80)").replace("randn(1024, 1024)", "randn(64, 96)")
+    small = LINEAR.replace("randn(1024, 1024)", "randn(64, 96)").replace("(1024, 1024)", "(96, 80)")
     tf64 = template_kernels(TaskView("s", "small_linear", small, small), "cuda", 3)[2]
     assert "tf32x3_64" in tf64.variant
     codes.append(tf64.code)
