@@ -67,6 +67,8 @@ def _variant_name(backend: str, params: dict, strategy: str = "") -> str:
                 parts.append(mode + str(it["threads"]))
             elif fam == "softmax":
                 parts.append("sm_" + it["mode"])
+            elif fam == "conv" and it.get("igemm"):
+                parts.append(it["igemm"])
             elif fam == "conv":
                 parts.append(("smemfilter" if it["shared_filter"] else "direct") + str(it["threads"]))
             elif fam == "scan":

@@ -15,6 +15,8 @@ as std::threads, `__syncthreads` as a barrier, the two PTX primitives emulated).
 
 from __future__ import annotations
 
+import re
+
 THREADS = 256
 
 # Operand tiles: a ROWS x BK slice of an operand whose (row, k) element sits at
@@ -50,31 +52,23 @@ SGEMM128 = r"""
 // through registers (the next K slice is fetched from global memory while this one is
 // multiplied, one barrier per slice). Each thread owns an 8x8 micro-tile as four 4x4 quadrants
 // 64 apart, read from shared memory as float4: 16 loads feed 64 FMAs per k.
-__global__ void __launch_bounds__(256) K_kernel(const float* __restrict__ A,
-        const float* __restrict__ B, const C_T* __restrict__ bias, C_T* __restrict__ C,
-        int64_t M, int64_t N, int64_t K, int64_t sab, int64_t sam, int64_t sak, int64_t sbb,
-        int64_t sbk, int64_t sbn, int64_t scb, int64_t scm, int64_t scn, float alpha,
-        float beta) {
+__global__ void __launch_bounds__(256) K_kernel(@ARGS@) {
     constexpr int BM = 128, BK = 8, LD = BM + 4, PER = BM * BK / 256;
     __shared__ __align__(16) float As[2][BK * LD];
     __shared__ __align__(16) float Bs[2][BK * LD];
-    const int64_t bt = blockIdx.z;
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     const int64_t row0 = (int64_t)blockIdx.y * BM, col0 = (int64_t)blockIdx.x * BM;
-    A += bt * sab; B += bt * sbb;
+    @SETUP@
     float ra[PER], rb[PER];
-    K_fetch<BM, BK, PER>(A, sam, sak, row0, 0, M, K, ra);
-    K_fetch<BM, BK, PER>(B, sbn, sbk, col0, 0, N, K, rb);
-    K_stash<BM, BK, LD, PER>(As[0], sak, ra);
-    K_stash<BM, BK, LD, PER>(Bs[0], sbk, rb);
+    @FETCH(0)@
+    @STASH(0)@
     __syncthreads();
     float acc[8][8] = {};
     int buf = 0;
     for (int64_t k0 = 0; k0 < K; k0 += BK) {
         const bool more = k0 + BK < K;
         if (more) {
-            K_fetch<BM, BK, PER>(A, sam, sak, row0, k0 + BK, M, K, ra);
-            K_fetch<BM, BK, PER>(B, sbn, sbk, col0, k0 + BK, N, K, rb);
+            @FETCH(k0 + BK)@
         }
         const float* as = As[buf];
         const float* bs = Bs[buf];
@@ -92,8 +86,7 @@ __global__ void __launch_bounds__(256) K_kernel(const float* __restrict__ A,
                 for (int j = 0; j < 8; ++j) acc[i][j] += a[i] * b[j];
         }
         if (more) {  // the other buffer was last read before the previous barrier
-            K_stash<BM, BK, LD, PER>(As[buf ^ 1], sak, ra);
-            K_stash<BM, BK, LD, PER>(Bs[buf ^ 1], sbk, rb);
+            @STASH(buf ^ 1)@
         }
         __syncthreads();
         buf ^= 1;
@@ -101,14 +94,11 @@ __global__ void __launch_bounds__(256) K_kernel(const float* __restrict__ A,
     #pragma unroll
     for (int i = 0; i < 8; ++i) {
         const int64_t r = row0 + (i / 4) * 64 + ty * 4 + i % 4;
-        if (r >= M) continue;
         #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const int64_t c = col0 + (j / 4) * 64 + tx * 4 + j % 4;
-            if (c >= N) continue;
-            float v = alpha * acc[i][j];
-            if (bias) v += beta * (float)bias[bt * scb + r * scm + c * scn];
-            C[(bt * M + r) * N + c] = (C_T)v;
+            const float a = acc[i][j];
+            @STORE@
         }
     }
 }
@@ -142,33 +132,25 @@ __device__ __forceinline__ void K_split(float x, uint32_t& big, uint32_t& small)
 // tile of m16n8k8 MMAs), BK = 16, double-buffered shared memory fed through registers. Rows
 // are padded by 8 floats so a fragment's 32 reads (k = t and t + 4, row = g) hit 32 banks.
 // 3xTF32: acc += a_small*b_big + a_big*b_small + a_big*b_big, small terms first.
-__global__ void __launch_bounds__(256) K_kernel(const float* __restrict__ A,
-        const float* __restrict__ B, const C_T* __restrict__ bias, C_T* __restrict__ C,
-        int64_t M, int64_t N, int64_t K, int64_t sab, int64_t sam, int64_t sak, int64_t sbb,
-        int64_t sbk, int64_t sbn, int64_t scb, int64_t scm, int64_t scn, float alpha,
-        float beta) {
+__global__ void __launch_bounds__(256) K_kernel(@ARGS@) {
     constexpr int BM = TBM, BK = 16, LD = BM + 8, PER = BM * BK / 256, MI = BM / 32,
                   NI = BM / 32;
     __shared__ __align__(16) float As[2][BK * LD];
     __shared__ __align__(16) float Bs[2][BK * LD];
-    const int64_t bt = blockIdx.z;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int wm = (warp / 4) * (BM / 2), wn = (warp % 4) * (BM / 4);
     const int64_t row0 = (int64_t)blockIdx.y * BM, col0 = (int64_t)blockIdx.x * BM;
-    A += bt * sab; B += bt * sbb;
+    @SETUP@
     float ra[PER], rb[PER];
-    K_fetch<BM, BK, PER>(A, sam, sak, row0, 0, M, K, ra);
-    K_fetch<BM, BK, PER>(B, sbn, sbk, col0, 0, N, K, rb);
-    K_stash<BM, BK, LD, PER>(As[0], sak, ra);
-    K_stash<BM, BK, LD, PER>(Bs[0], sbk, rb);
+    @FETCH(0)@
+    @STASH(0)@
     __syncthreads();
     float acc[MI][NI][4] = {};
     int buf = 0;
     for (int64_t k0 = 0; k0 < K; k0 += BK) {
         const bool more = k0 + BK < K;
         if (more) {
-            K_fetch<BM, BK, PER>(A, sam, sak, row0, k0 + BK, M, K, ra);
-            K_fetch<BM, BK, PER>(B, sbn, sbk, col0, k0 + BK, N, K, rb);
+            @FETCH(k0 + BK)@
         }
         const float* as = As[buf];
         const float* bs = Bs[buf];
@@ -199,8 +181,7 @@ __global__ void __launch_bounds__(256) K_kernel(const float* __restrict__ A,
                 }
         }
         if (more) {  // the other buffer was last read before the previous barrier
-            K_stash<BM, BK, LD, PER>(As[buf ^ 1], sak, ra);
-            K_stash<BM, BK, LD, PER>(Bs[buf ^ 1], sbk, rb);
+            @STASH(buf ^ 1)@
         }
         __syncthreads();
         buf ^= 1;
@@ -213,13 +194,40 @@ __global__ void __launch_bounds__(256) K_kernel(const float* __restrict__ A,
             for (int q = 0; q < 4; ++q) {  // c q: row g + 8 * (q / 2), column 2t + q % 2
                 const int64_t r = row0 + wm + mi * 16 + g + (q / 2) * 8;
                 const int64_t c = col0 + wn + ni * 8 + t * 2 + q % 2;
-                if (r >= M || c >= N) continue;
-                float v = alpha * acc[mi][ni][q];
-                if (bias) v += beta * (float)bias[bt * scb + r * scm + c * scn];
-                C[(bt * M + r) * N + c] = (C_T)v;
+                const float a = acc[mi][ni][q];
+                @STORE@
             }
 }
 """
+
+# The GEMM's pieces of the shared kernel text (conv_gemm.py has the convolution's).
+GEMM = {
+    "ARGS": ("const float* __restrict__ A, const float* __restrict__ B, "
+             "const C_T* __restrict__ bias, C_T* __restrict__ C, int64_t M, int64_t N, int64_t K, "
+             "int64_t sab, int64_t sam, int64_t sak, int64_t sbb, int64_t sbk, int64_t sbn, "
+             "int64_t scb, int64_t scm, int64_t scn, float alpha, float beta"),
+    "SETUP": "const int64_t bt = blockIdx.z;\n    A += bt * sab; B += bt * sbb;",
+    "FETCH": ("K_fetch<BM, BK, PER>(A, sam, sak, row0, @K@, M, K, ra);\n"
+              "            K_fetch<BM, BK, PER>(B, sbn, sbk, col0, @K@, N, K, rb);"),
+    "STASH": ("K_stash<BM, BK, LD, PER>(As[@B@], sak, ra);\n"
+              "            K_stash<BM, BK, LD, PER>(Bs[@B@], sbk, rb);"),
+    "STORE": ("if (r < M && c < N) {\n"
+              "                float v = alpha * a;\n"
+              "                if (bias) v += beta * (float)bias[bt * scb + r * scm + c * scn];\n"
+              "                C[(bt * M + r) * N + c] = (C_T)v;\n"
+              "            }"),
+}
+
+
+def fill(text: str, pieces: dict[str, str]) -> str:
+    """`text` with its @ARGS@/@SETUP@/@FETCH(k)@/@STASH(buf)@/@STORE@ slots filled."""
+    text = text.replace("@ARGS@", pieces["ARGS"]).replace("@SETUP@", pieces["SETUP"])
+    text = text.replace("@STORE@", pieces["STORE"])
+    text = re.sub(r"@FETCH\(([^@]*)\)@", lambda m: pieces["FETCH"].replace("@K@", m.group(1)),
+                  text)
+    return re.sub(r"@STASH\(([^@]*)\)@", lambda m: pieces["STASH"].replace("@B@", m.group(1)),
+                  text)
+
 
 HOST = r"""
 void NAME(torch::Tensor a, torch::Tensor b, torch::Tensor bias, torch::Tensor c, bool has_bias,
@@ -239,12 +247,13 @@ void NAME(torch::Tensor a, torch::Tensor b, torch::Tensor bias, torch::Tensor c,
 BIG = 1 << 20
 
 
-def device_text(kind: str, tile: int) -> str:
-    """The device part of `kind` ("sgemm128" or "tf32x3") at `tile` (prefix K_, C_T open)."""
+def device_text(kind: str, tile: int, pieces: dict[str, str] | None = None) -> str:
+    """The device part of `kind` ("sgemm128" or "tf32x3") at `tile` (prefix K_, C_T open), its
+    slots filled with `pieces` (the GEMM's by default)."""
     if kind == "sgemm128":
-        return FETCH + SGEMM128
+        return FETCH + fill(SGEMM128, pieces or GEMM)
     if kind == "tf32x3":
-        return TF32_PRIMS + FETCH + TF32X3.replace("TBM", str(tile))
+        return TF32_PRIMS + FETCH + fill(TF32X3.replace("TBM", str(tile)), pieces or GEMM)
     raise ValueError(f"unknown fp32 GEMM kind {kind!r}")
 
 

@@ -93,6 +93,37 @@ static void ks_spill(const char* path, const std::vector<float>& v) {
 }
 """
 
+# The 3xTF32 kernel's two PTX primitives: round to TF32 (nearest, ties away from zero) and the
+# m16n8k8 MMA after the PTX ISA's fragment layout, lanes' registers exchanged through per-warp
+# scratch between two block barriers (every thread of the block issues the same MMAs).
+TF32_EMULATION = r"""
+static float ks_frag_a[8][32][4], ks_frag_b[8][32][2];
+__device__ __forceinline__ uint32_t K_tf32(float x) {
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;  // half an ulp of a 10-bit mantissa
+    return u & 0xffffe000u;
+}
+__device__ __forceinline__ void K_mma(float (&d)[4], const uint32_t (&a)[4],
+                                      const uint32_t (&b)[2]) {
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    for (int i = 0; i < 4; ++i) ks_frag_a[w][lane][i] = __uint_as_float(a[i] & 0xffffe000u);
+    for (int i = 0; i < 2; ++i) ks_frag_b[w][lane][i] = __uint_as_float(b[i] & 0xffffe000u);
+    __syncthreads();
+    const int g = lane / 4, t = lane % 4;
+    for (int q = 0; q < 4; ++q) {
+        const int row = g + (q / 2) * 8, col = t * 2 + q % 2;
+        double s = 0.0;
+        for (int k = 0; k < 8; ++k) {
+            const float av = ks_frag_a[w][(row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)];
+            const float bv = ks_frag_b[w][col * 4 + k % 4][k >= 4];
+            s += (double)av * (double)bv;
+        }
+        d[q] += (float)s;
+    }
+    __syncthreads();
+}
+"""
+
 
 def build(tmp: Path, body: str) -> Path:
     """Compile PRELUDE + `body` (device text and a main) with g++; the executable's path."""

@@ -22,7 +22,7 @@ import torch
 
 from pipeline.candidates.templates import TaskView, sgemm, template_kernels
 from pipeline.candidates.templates.selfcheck import cuda_translation_unit, nvcc_compile
-from tests.pipeline.candidates.fake_cuda import build
+from tests.pipeline.candidates.fake_cuda import TF32_EMULATION, build
 
 HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 
@@ -39,33 +39,6 @@ def get_init_inputs():
     return []
 """
 
-EMULATED_PRIMS = r"""
-static float ks_frag_a[8][32][4], ks_frag_b[8][32][2];
-__device__ __forceinline__ uint32_t K_tf32(float x) {
-    uint32_t u = __float_as_uint(x);
-    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;  // half an ulp of a 10-bit mantissa
-    return u & 0xffffe000u;
-}
-__device__ __forceinline__ void K_mma(float (&d)[4], const uint32_t (&a)[4],
-                                      const uint32_t (&b)[2]) {
-    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-    for (int i = 0; i < 4; ++i) ks_frag_a[w][lane][i] = __uint_as_float(a[i] & 0xffffe000u);
-    for (int i = 0; i < 2; ++i) ks_frag_b[w][lane][i] = __uint_as_float(b[i] & 0xffffe000u);
-    __syncthreads();
-    const int g = lane / 4, t = lane % 4;
-    for (int q = 0; q < 4; ++q) {
-        const int row = g + (q / 2) * 8, col = t * 2 + q % 2;
-        double s = 0.0;
-        for (int k = 0; k < 8; ++k) {
-            const float av = ks_frag_a[w][(row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)];
-            const float bv = ks_frag_b[w][col * 4 + k % 4][k >= 4];
-            s += (double)av * (double)bv;
-        }
-        d[q] += (float)s;
-    }
-    __syncthreads();
-}
-"""
 
 def _harness_source() -> str:
     """The fake-CUDA prelude, the three device texts under their own prefixes, and a main."""
@@ -74,7 +47,7 @@ def _harness_source() -> str:
         text = sgemm.device_text(kind, tile)
         if kind == "tf32x3":
             assert sgemm.TF32_PRIMS in text
-            text = text.replace(sgemm.TF32_PRIMS, EMULATED_PRIMS)
+            text = text.replace(sgemm.TF32_PRIMS, TF32_EMULATION)
         parts.append(text.replace("K_", f"k{i}_").replace("C_T", "float")
                      .replace("ks_frag_", f"ks{i}_frag_"))
     parts.append(_main_source())
