@@ -9,8 +9,9 @@ remainder and sums big*big + big*small + small*big on the tensor cores (the smal
 below fp32's rounding), which is fp32-accurate at about a third of the tensor cores' TF32 rate.
 
 Each template is a device part (kernels, no torch) and the shared host launcher, so the tests can
-run the very device text on the CPU (tests/pipeline/candidates/test_template_sgemm.py: threads
-as std::threads, `__syncthreads` as a barrier, the two PTX primitives emulated).
+run the very device text on the CPU (tests/pipeline/candidates/fake_cuda.py: threads as
+std::threads, `__syncthreads` as a barrier, WMMA's TF32 fragments emulated). No inline PTX:
+the verifier's static check refuses inline assembly in a candidate.
 """
 
 from __future__ import annotations
@@ -104,40 +105,34 @@ __global__ void __launch_bounds__(256) K_kernel(@ARGS@) {
 }
 """
 
-# The two PTX primitives of the 3xTF32 kernel (sm_80+): round to TF32 (nearest, ties away) and
-# one m16n8k8 TF32 MMA with fp32 accumulation. The CPU test emulates exactly these two.
-TF32_PRIMS = r"""
-__device__ __forceinline__ uint32_t K_tf32(float x) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
-}
-
-__device__ __forceinline__ void K_mma(float (&d)[4], const uint32_t (&a)[4],
-                                      const uint32_t (&b)[2]) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-"""
-
 TF32X3 = r"""
-__device__ __forceinline__ void K_split(float x, uint32_t& big, uint32_t& small) {
-    big = K_tf32(x);
-    small = K_tf32(x - __uint_as_float(big));  // exact in fp32: x minus its own rounding
+// 3xTF32 on WMMA fragments (no inline PTX, which the verifier's static check refuses): a fragment
+// of raw fp32 values becomes its TF32 rounding ("big") and the TF32 rounding of the remainder
+// ("small"); element-wise, so the fragment's lane layout never matters.
+template <class Frag>
+__device__ __forceinline__ void K_split(Frag& big, Frag& small) {
+    #pragma unroll
+    for (int i = 0; i < big.num_elements; ++i) {
+        const float x = big.x[i];
+        big.x[i] = nvcuda::wmma::__float_to_tf32(x);
+        small.x[i] = nvcuda::wmma::__float_to_tf32(x - big.x[i]);  // exact in fp32
+    }
 }
 
-// TBMxTBM output tile per 256-thread block (8 warps as 2 x 4, each a (TBM/2)x(TBM/4) warp
-// tile of m16n8k8 MMAs), BK = 16, double-buffered shared memory fed through registers. Rows
-// are padded by 8 floats so a fragment's 32 reads (k = t and t + 4, row = g) hit 32 banks.
-// 3xTF32: acc += a_small*b_big + a_big*b_small + a_big*b_big, small terms first.
+// TBMxTBM output tile per 256-thread block (8 warps as 2 x 4, each a (TBM/2)x(TBM/4) warp tile
+// of 16x16x8 TF32 fragments), BK = 16, double-buffered shared memory fed through registers;
+// rows padded by 8 floats (32-byte aligned fragment pointers). Per fragment pair:
+// acc += a_small*b_big + a_big*b_small + a_big*b_big (small terms first; small*small is below
+// fp32 rounding). The accumulators leave through a per-warp 16x16 staging tile, so the store
+// sees (row, column) and can add the bias and fuse an epilogue.
 __global__ void __launch_bounds__(256) K_kernel(@ARGS@) {
+    using namespace nvcuda;
     constexpr int BM = TBM, BK = 16, LD = BM + 8, PER = BM * BK / 256, MI = BM / 32,
-                  NI = BM / 32;
-    __shared__ __align__(16) float As[2][BK * LD];
-    __shared__ __align__(16) float Bs[2][BK * LD];
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+                  NI = BM / 64;
+    __shared__ __align__(32) float As[2][BK * LD];
+    __shared__ __align__(32) float Bs[2][BK * LD];
+    __shared__ __align__(32) float stage[8][16 * 16];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wm = (warp / 4) * (BM / 2), wn = (warp % 4) * (BM / 4);
     const int64_t row0 = (int64_t)blockIdx.y * BM, col0 = (int64_t)blockIdx.x * BM;
     @SETUP@
@@ -145,7 +140,11 @@ __global__ void __launch_bounds__(256) K_kernel(@ARGS@) {
     @FETCH(0)@
     @STASH(0)@
     __syncthreads();
-    float acc[MI][NI][4] = {};
+    wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[MI][NI];
+    #pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+        #pragma unroll
+        for (int ni = 0; ni < NI; ++ni) wmma::fill_fragment(acc[mi][ni], 0.f);
     int buf = 0;
     for (int64_t k0 = 0; k0 < K; k0 += BK) {
         const bool more = k0 + BK < K;
@@ -156,28 +155,28 @@ __global__ void __launch_bounds__(256) K_kernel(@ARGS@) {
         const float* bs = Bs[buf];
         #pragma unroll
         for (int kk = 0; kk < BK; kk += 8) {
-            uint32_t ab[MI][4], am[MI][4], bb[NI][2], bm[NI][2];
+            // shared tiles are k-major: A (m x k) is column-major there, B (k x n) row-major
+            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major>
+                ab[MI], am[MI];
+            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major>
+                bb[NI], bm[NI];
             #pragma unroll
-            for (int mi = 0; mi < MI; ++mi) {  // a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)
-                const int r = wm + mi * 16 + g;
-                K_split(as[(kk + t) * LD + r], ab[mi][0], am[mi][0]);
-                K_split(as[(kk + t) * LD + r + 8], ab[mi][1], am[mi][1]);
-                K_split(as[(kk + t + 4) * LD + r], ab[mi][2], am[mi][2]);
-                K_split(as[(kk + t + 4) * LD + r + 8], ab[mi][3], am[mi][3]);
+            for (int mi = 0; mi < MI; ++mi) {
+                wmma::load_matrix_sync(ab[mi], as + kk * LD + wm + mi * 16, LD);
+                K_split(ab[mi], am[mi]);
             }
             #pragma unroll
-            for (int ni = 0; ni < NI; ++ni) {  // b0 (k = t, n = g), b1 (k = t+4, n = g)
-                const int c = wn + ni * 8 + g;
-                K_split(bs[(kk + t) * LD + c], bb[ni][0], bm[ni][0]);
-                K_split(bs[(kk + t + 4) * LD + c], bb[ni][1], bm[ni][1]);
+            for (int ni = 0; ni < NI; ++ni) {
+                wmma::load_matrix_sync(bb[ni], bs + kk * LD + wn + ni * 16, LD);
+                K_split(bb[ni], bm[ni]);
             }
             #pragma unroll
             for (int mi = 0; mi < MI; ++mi)
                 #pragma unroll
                 for (int ni = 0; ni < NI; ++ni) {
-                    K_mma(acc[mi][ni], am[mi], bb[ni]);
-                    K_mma(acc[mi][ni], ab[mi], bm[ni]);
-                    K_mma(acc[mi][ni], ab[mi], bb[ni]);
+                    wmma::mma_sync(acc[mi][ni], am[mi], bb[ni], acc[mi][ni]);
+                    wmma::mma_sync(acc[mi][ni], ab[mi], bm[ni], acc[mi][ni]);
+                    wmma::mma_sync(acc[mi][ni], ab[mi], bb[ni], acc[mi][ni]);
                 }
         }
         if (more) {  // the other buffer was last read before the previous barrier
@@ -186,17 +185,23 @@ __global__ void __launch_bounds__(256) K_kernel(@ARGS@) {
         __syncthreads();
         buf ^= 1;
     }
+    float* st = stage[warp];
     #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
         #pragma unroll
-        for (int ni = 0; ni < NI; ++ni)
+        for (int ni = 0; ni < NI; ++ni) {
+            wmma::store_matrix_sync(st, acc[mi][ni], 16, wmma::mem_row_major);
+            __syncwarp();
             #pragma unroll
-            for (int q = 0; q < 4; ++q) {  // c q: row g + 8 * (q / 2), column 2t + q % 2
-                const int64_t r = row0 + wm + mi * 16 + g + (q / 2) * 8;
-                const int64_t c = col0 + wn + ni * 8 + t * 2 + q % 2;
-                const float a = acc[mi][ni][q];
+            for (int i = 0; i < 8; ++i) {
+                const int e = lane + 32 * i;
+                const int64_t r = row0 + wm + mi * 16 + e / 16;
+                const int64_t c = col0 + wn + ni * 16 + e % 16;
+                const float a = st[e];
                 @STORE@
             }
+            __syncwarp();  // the staging tile is rewritten by the next fragment
+        }
 }
 """
 
@@ -253,7 +258,7 @@ def device_text(kind: str, tile: int, pieces: dict[str, str] | None = None) -> s
     if kind == "sgemm128":
         return FETCH + fill(SGEMM128, pieces or GEMM)
     if kind == "tf32x3":
-        return TF32_PRIMS + FETCH + fill(TF32X3.replace("TBM", str(tile)), pieces or GEMM)
+        return FETCH + fill(TF32X3.replace("TBM", str(tile)), pieces or GEMM)
     raise ValueError(f"unknown fp32 GEMM kind {kind!r}")
 
 
@@ -275,7 +280,7 @@ def template(kind: str, tile: int) -> tuple[str, str, str]:
         return src, ("128x128 block tiles, BK=8, double-buffered shared memory fed through "
                      "registers, and an 8x8 register micro-tile per thread read as float4, so "
                      "16 shared loads feed 64 FMAs per k"), "sgemm128_reg8x8"
-    return src, (f"tensor cores in fp32 accuracy (3xTF32): each operand is split into a TF32 "
-                 "part and a TF32 remainder and mma.sync m16n8k8 sums big*big + big*small + "
+    return src, (f"tensor cores in fp32 accuracy (3xTF32): each operand fragment is split into "
+                 "a TF32 part and a TF32 remainder and WMMA 16x16x8 sums big*big + big*small + "
                  f"small*big; {tile}x{tile} block tiles of 8 warps, BK=16, double-buffered "
                  "shared memory padded against bank conflicts"), f"tf32x3_{tile}"

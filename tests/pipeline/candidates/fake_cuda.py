@@ -2,8 +2,9 @@
 
 Each block runs as `blockDim.x` std::threads (blocks one after another): `__shared__` is a static
 array (one block at a time uses it), `__syncthreads` a std::barrier over the block, and
-`__shfl_down_sync` an exchange through per-warp scratch between two barriers of that warp's 32
-threads. `ks_launch(grid, threads, body)` runs `body` once per thread of every block.
+`__shfl_down_sync` / `__shfl_xor_sync` an exchange through per-warp scratch between two
+barriers of that warp's 32 threads; WMMA's TF32 fragments are emulated (below).
+`ks_launch(grid, threads, body)` runs `body` once per thread of every block.
 """
 
 from __future__ import annotations
@@ -42,6 +43,73 @@ template <class T> T __shfl_down_sync(unsigned, T v, int off) {
     ks_warp_bar[w]->arrive_and_wait();
     return r;
 }
+template <class T> T __shfl_xor_sync(unsigned, T v, int mask) {
+    static T scratch[32][32];
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    scratch[w][lane] = v;
+    ks_warp_bar[w]->arrive_and_wait();
+    const T r = scratch[w][lane ^ mask];
+    ks_warp_bar[w]->arrive_and_wait();
+    return r;
+}
+static void __syncwarp() { ks_warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
+// WMMA's TF32 fragments: each thread holds the whole tile (row-major), which the API's contract
+// allows (a fragment's lane layout is unspecified; element-wise code is layout-agnostic); the
+// MMA uses only the 10-bit mantissa of its inputs, as the hardware does; lane 0 stores.
+namespace nvcuda { namespace wmma {
+struct matrix_a {}; struct matrix_b {}; struct accumulator {};
+struct row_major {}; struct col_major {};
+namespace precision { struct tf32 {}; }
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K, class T, class L = void> struct fragment;
+template <int M, int N, int K, class L> struct fragment<matrix_a, M, N, K, precision::tf32, L> {
+    static constexpr int num_elements = M * K, rows = M, cols = K; float x[M * K]; };
+template <int M, int N, int K, class L> struct fragment<matrix_b, M, N, K, precision::tf32, L> {
+    static constexpr int num_elements = K * N, rows = K, cols = N; float x[K * N]; };
+template <int M, int N, int K> struct fragment<accumulator, M, N, K, float, void> {
+    static constexpr int num_elements = M * N; float x[M * N]; };
+inline float __float_to_tf32(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;  // nearest, ties away from zero
+    return __uint_as_float(u & 0xffffe000u);
+}
+template <class F> void ks_load(F& f, const float* p, unsigned ldm, bool col) {
+    for (int r = 0; r < F::rows; ++r)
+        for (int c = 0; c < F::cols; ++c) f.x[r * F::cols + c] = col ? p[c * ldm + r] : p[r * ldm + c];
+}
+template <class Use, int M, int N, int K>
+void load_matrix_sync(fragment<Use, M, N, K, precision::tf32, row_major>& f, const float* p,
+                      unsigned ldm) { ks_load(f, p, ldm, false); }
+template <class Use, int M, int N, int K>
+void load_matrix_sync(fragment<Use, M, N, K, precision::tf32, col_major>& f, const float* p,
+                      unsigned ldm) { ks_load(f, p, ldm, true); }
+template <int M, int N, int K>
+void fill_fragment(fragment<accumulator, M, N, K, float, void>& f, float v) {
+    for (float& e : f.x) e = v;
+}
+template <int M, int N, int K, class LA, class LB>
+void mma_sync(fragment<accumulator, M, N, K, float, void>& d,
+              const fragment<matrix_a, M, N, K, precision::tf32, LA>& a,
+              const fragment<matrix_b, M, N, K, precision::tf32, LB>& b,
+              const fragment<accumulator, M, N, K, float, void>& c) {
+    for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) {
+            double s = 0.0;
+            for (int k = 0; k < K; ++k)
+                s += (double)__uint_as_float(__float_as_uint(a.x[m * K + k]) & 0xffffe000u)
+                     * (double)__uint_as_float(__float_as_uint(b.x[k * N + n]) & 0xffffe000u);
+            d.x[m * N + n] = c.x[m * N + n] + (float)s;
+        }
+}
+template <int M, int N, int K>
+void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float, void>& f,
+                       unsigned ldm, layout_t layout) {
+    if (threadIdx.x % 32 != 0) return;
+    for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n)
+            (layout == mem_row_major ? p[m * ldm + n] : p[n * ldm + m]) = f.x[m * N + n];
+}
+} }  // namespace nvcuda::wmma
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -92,38 +160,6 @@ static void ks_spill(const char* path, const std::vector<float>& v) {
     std::fclose(f);
 }
 """
-
-# The 3xTF32 kernel's two PTX primitives: round to TF32 (nearest, ties away from zero) and the
-# m16n8k8 MMA after the PTX ISA's fragment layout, lanes' registers exchanged through per-warp
-# scratch between two block barriers (every thread of the block issues the same MMAs).
-TF32_EMULATION = r"""
-static float ks_frag_a[8][32][4], ks_frag_b[8][32][2];
-__device__ __forceinline__ uint32_t K_tf32(float x) {
-    uint32_t u = __float_as_uint(x);
-    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;  // half an ulp of a 10-bit mantissa
-    return u & 0xffffe000u;
-}
-__device__ __forceinline__ void K_mma(float (&d)[4], const uint32_t (&a)[4],
-                                      const uint32_t (&b)[2]) {
-    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
-    for (int i = 0; i < 4; ++i) ks_frag_a[w][lane][i] = __uint_as_float(a[i] & 0xffffe000u);
-    for (int i = 0; i < 2; ++i) ks_frag_b[w][lane][i] = __uint_as_float(b[i] & 0xffffe000u);
-    __syncthreads();
-    const int g = lane / 4, t = lane % 4;
-    for (int q = 0; q < 4; ++q) {
-        const int row = g + (q / 2) * 8, col = t * 2 + q % 2;
-        double s = 0.0;
-        for (int k = 0; k < 8; ++k) {
-            const float av = ks_frag_a[w][(row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)];
-            const float bv = ks_frag_b[w][col * 4 + k % 4][k >= 4];
-            s += (double)av * (double)bv;
-        }
-        d[q] += (float)s;
-    }
-    __syncthreads();
-}
-"""
-
 
 def build(tmp: Path, body: str) -> Path:
     """Compile PRELUDE + `body` (device text and a main) with g++; the executable's path."""

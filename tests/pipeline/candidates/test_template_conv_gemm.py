@@ -15,9 +15,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.candidates.templates import TaskView, conv_gemm, sgemm, template_kernels
+from pipeline.candidates.templates import TaskView, conv_gemm, template_kernels
 from pipeline.candidates.templates.selfcheck import cuda_translation_unit, nvcc_compile
-from tests.pipeline.candidates.fake_cuda import TF32_EMULATION, build
+from tests.pipeline.candidates.fake_cuda import build
 
 KINDS = (("sgemm128", 128), ("tf32x3", 64), ("tf32x3", 128))
 
@@ -78,12 +78,8 @@ def _harness_source() -> str:
     parts = []
     for i, (kind, tile) in enumerate(KINDS):
         text = conv_gemm.device_text(kind, tile)
-        if kind == "tf32x3":
-            assert sgemm.TF32_PRIMS in text
-            text = text.replace(sgemm.TF32_PRIMS, TF32_EMULATION)
         # one geometry struct for all three (the same text under each prefix)
         text = text.replace("K_", f"k{i}_").replace("C_T", "float")
-        text = text.replace("ks_frag_", f"ks{i}_frag_")
         parts.append(text)
     geo = "using K_CG_T = k0_CG;\n"
     body = "\n".join(parts) + geo + _main()

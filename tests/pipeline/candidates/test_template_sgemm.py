@@ -2,16 +2,15 @@
 compiled by nvcc, and their very device text run on the CPU against torch.
 
 No GPU here, so the CPU run is the differential test of the tiling (fake_cuda.py: each CUDA
-block as 256 std::threads, `__syncthreads` a std::barrier), and the two PTX primitives of the
-3xTF32 kernel are emulated (round to TF32,
-nearest with ties away; the m16n8k8 MMA from the PTX ISA's fragment layout, each lane's
-registers exchanged through per-warp scratch between two barriers). Ragged sizes, transposed
+block as 256 std::threads, `__syncthreads` a std::barrier, WMMA's TF32 fragments emulated with
+TF32 rounding, nearest with ties away). Ragged sizes, transposed
 operands, a broadcast batch and a bias are compared with torch at the verifier's fp32
 tolerance (atol = rtol = 1e-4).
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import shutil
 import subprocess
@@ -22,7 +21,9 @@ import torch
 
 from pipeline.candidates.templates import TaskView, sgemm, template_kernels
 from pipeline.candidates.templates.selfcheck import cuda_translation_unit, nvcc_compile
-from tests.pipeline.candidates.fake_cuda import TF32_EMULATION, build
+from tests.pipeline.candidates.fake_cuda import build
+from verifier.checks.extspec import specs_from_source
+from verifier.checks.static import check_cpp, check_python
 
 HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 
@@ -45,11 +46,7 @@ def _harness_source() -> str:
     parts = []
     for i, (kind, tile) in enumerate(KINDS):
         text = sgemm.device_text(kind, tile)
-        if kind == "tf32x3":
-            assert sgemm.TF32_PRIMS in text
-            text = text.replace(sgemm.TF32_PRIMS, TF32_EMULATION)
-        parts.append(text.replace("K_", f"k{i}_").replace("C_T", "float")
-                     .replace("ks_frag_", f"ks{i}_frag_"))
+        parts.append(text.replace("K_", f"k{i}_").replace("C_T", "float"))
     parts.append(_main_source())
     return "\n".join(parts)
 
@@ -171,7 +168,11 @@ def test_large_fp32_linear_gets_sgemm128_tile64_and_tf32x3() -> None:
     names = [k.variant for k in ks]
     assert [("sgemm128" in n, "tile64" in n, "tf32x3_128" in n) for n in names] == [
         (True, False, False), (False, True, False), (False, False, True)], names
-    assert "mma.sync.aligned.m16n8k8" in ks[2].code and "float4" in ks[0].code
+    assert "wmma::mma_sync" in ks[2].code and "float4" in ks[0].code
+    for k in ks:  # the verifier's static checks pass (inline assembly, for one, is refused)
+        findings = check_python(ast.parse(k.code), LINEAR)
+        findings += check_cpp(specs_from_source(k.code), k.code, LINEAR)
+        assert not findings, (k.variant, findings)
     # the ReLU rides in the GEMM's store (one extension call in forward)
     assert all(k.code.count("_ext.") == 1 and "_epi(v)" in k.code for k in ks)
 
