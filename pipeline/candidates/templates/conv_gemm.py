@@ -1,10 +1,12 @@
-"""Convolution as an implicit GEMM on the fp32 GEMM kernels of sgemm.py (CUDA, fp32, not transposed).
+"""Convolution as an implicit GEMM on the fp32 GEMM kernels of sgemm.py (CUDA, fp32).
 
 Per group: C (out-channels of the group x output positions) = W (cog x cig*Kd*Kh*Kw, the weight
 as stored) @ X', where X' (k, p) is gathered from the input on the fly (im2col without the
 buffer): k decodes to (ci, kd, kh, kw), p to (n, od, oh, ow), and a position outside the padded
 input reads 0. Consecutive threads gather consecutive output positions (neighbouring `ow`), so
-the gather coalesces for stride 1. The store writes NCDHW directly, with the bias (and any fused
+the gather coalesces for stride 1. A transposed convolution is the same GEMM: its weight
+(Ci, Co/groups, k...) read as (co, (ci, k...)), and an input position enters where
+(o + pad - k * dil) divides by the stride. The store writes NCDHW directly, with the bias (and any fused
 elementwise epilogue) applied in registers. Direct loops do a multiply-add per load; here each
 value in shared memory feeds 8 (SGEMM) or 16-32 (3xTF32 tensor cores) multiply-adds.
 """
@@ -38,17 +40,43 @@ __device__ __forceinline__ void K_gather(const float* __restrict__ x, const K_CG
             const int kw = u % geo.Kw; u /= geo.Kw;
             const int kh = u % geo.Kh; u /= geo.Kh;
             const int kd = u % geo.Kd; const int ci = u / geo.Kd;
-            const int id = od * geo.sd - geo.pd + kd * geo.dd;
-            const int ih = oh * geo.sh - geo.ph + kh * geo.dh;
-            const int iw = ow * geo.sw - geo.pw + kw * geo.dw;
-            if (id >= 0 && id < geo.Di && ih >= 0 && ih < geo.Hi && iw >= 0 && iw < geo.Wi)
+@INDEX@
+            if (hit && id >= 0 && id < geo.Di && ih >= 0 && ih < geo.Hi && iw >= 0
+                && iw < geo.Wi)
                 v = x[(((int64_t)(n * geo.Ci + grp * geo.cig + ci) * geo.Di + id) * geo.Hi + ih)
                       * geo.Wi + iw];
         }
         reg[l] = v;
     }
 }
+
+// The transposed weight (Ci, Co/groups, Kd, Kh, Kw) read as A (co of the group, k = (ci, kdhw)):
+// k fastest, as K_stash lays out a k-contiguous operand.
+template <int ROWS, int BK, int PER>
+__device__ __forceinline__ void K_wfetch(const float* __restrict__ w, const K_CG& geo, int grp,
+        int64_t r0, int64_t k0, float (&reg)[PER]) {
+    const int kdhw = geo.Kd * geo.Kh * geo.Kw;
+    #pragma unroll
+    for (int l = 0; l < PER; ++l) {
+        const int e = (int)threadIdx.x + l * 256;
+        const int r = (int)r0 + e / BK, k = (int)k0 + e % BK;
+        reg[l] = (r < geo.cog && k < geo.KK)
+            ? w[((int64_t)(grp * geo.cig + k / kdhw) * geo.cog + r) * kdhw + k % kdhw] : 0.f;
+    }
+}
 """
+
+# Where output position (od, oh, ow) reads the input for kernel tap (kd, kh, kw).
+INDEX = r"""            const int id = od * geo.sd - geo.pd + kd * geo.dd;
+            const int ih = oh * geo.sh - geo.ph + kh * geo.dh;
+            const int iw = ow * geo.sw - geo.pw + kw * geo.dw;
+            const bool hit = true;"""
+# transposed: output o takes input (o + pad - k * dil) / stride where that divides exactly
+INDEX_T = r"""            const int td = od + geo.pd - kd * geo.dd, th = oh + geo.ph - kh * geo.dh;
+            const int tw = ow + geo.pw - kw * geo.dw;
+            const bool hit = td >= 0 && th >= 0 && tw >= 0 && td % geo.sd == 0
+                             && th % geo.sh == 0 && tw % geo.sw == 0;
+            const int id = td / geo.sd, ih = th / geo.sh, iw = tw / geo.sw;"""
 
 PIECES = {
     "ARGS": ("const float* __restrict__ x, const float* __restrict__ w, "
@@ -67,6 +95,12 @@ PIECES = {
               "                out[(n * geo.Co + co) * geo.S + (c - n * geo.S)] = (C_T)v;\n"
               "            }"),
 }
+
+# Transposed: the same GEMM with the transposed weight's A and the stride-divisibility gather.
+PIECES_T = dict(PIECES, SETUP="const int grp = blockIdx.z;\n"
+                "    const int64_t M = geo.cog, K = geo.KK;",
+                FETCH="K_wfetch<BM, BK, PER>(w, geo, grp, row0, @K@, ra);\n"
+                "            K_gather<BM, BK, PER>(x, geo, grp, col0, @K@, rb);")
 
 HOST = r"""
 void NAME(torch::Tensor x, torch::Tensor w, torch::Tensor bias, torch::Tensor out, bool has_bias,
@@ -92,29 +126,34 @@ MIN_COG = 16
 
 
 def choose(variant: int, dtypes: tuple[str, str], transposed: bool, cog: int,
-           outputs: int) -> tuple[str, int] | None:
-    """(kind, tile) of this variant's implicit GEMM, or None to keep the direct templates."""
-    if transposed or dtypes != ("float32", "float32") or cog < MIN_COG:
+           outputs: int) -> tuple[str, int, bool] | None:
+    """(kind, tile, transposed) of this variant's implicit GEMM, or None to keep the direct
+    templates."""
+    if dtypes != ("float32", "float32") or cog < MIN_COG:
         return None
     tile = 128 if cog > 64 and outputs >= sgemm.BIG else 64
     if variant % 3 == 2:
-        return "tf32x3", tile
+        return "tf32x3", tile, transposed
     if variant % 3 == 0 and outputs >= sgemm.BIG:
-        return "sgemm128", 128
+        return "sgemm128", 128, transposed
     return None
 
 
-def device_text(kind: str, tile: int) -> str:
-    """The device part (prefix K_, C_T open): geometry, gather and the GEMM kernel."""
-    return GEOM + sgemm.device_text(kind, tile, PIECES)
+def device_text(kind: str, tile: int, transposed: bool = False) -> str:
+    """The device part (prefix K_, C_T open): geometry, gathers and the GEMM kernel."""
+    geom = GEOM if transposed else GEOM[:GEOM.index("// The transposed weight")]
+    geom = geom.replace("@INDEX@", INDEX_T if transposed else INDEX)
+    return geom + sgemm.device_text(kind, tile, PIECES_T if transposed else PIECES)
 
 
-def template(kind: str, tile: int) -> tuple[str, str, str]:
+def template(kind: str, tile: int, transposed: bool = False) -> tuple[str, str, str]:
     """(CUDA text with K_/C_T/NAME open, how it works for the reasoning, variant name)."""
-    src = device_text(kind, tile) + HOST.replace("TILE", str(tile))
+    src = device_text(kind, tile, transposed) + HOST.replace("TILE", str(tile))
     core = ("128x128 SGEMM tiles with an 8x8 register micro-tile per thread" if kind == "sgemm128"
             else f"3xTF32 tensor-core tiles of {tile}x{tile} (mma.sync m16n8k8, fp32-accurate)")
-    how = ("an implicit GEMM per group: the weight as stored is the A operand, the input patches "
+    weight = ("the transposed weight read as (out-channel, in-channel x kernel)" if transposed
+              else "the weight as stored")
+    how = (f"an implicit GEMM per group: {weight} is the A operand, the input patches "
            "are gathered into shared memory on the fly (no im2col buffer), with " + core
            + ", double-buffered shared memory, and the NCDHW store with the bias in registers")
     return src, how, f"igemm_{kind}_{tile}"
