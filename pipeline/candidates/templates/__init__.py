@@ -62,9 +62,13 @@ def _variant_name(backend: str, params: dict, strategy: str = "") -> str:
             elif fam == "elementwise":
                 parts.append(("vec4" if it["vectorized"] else "scalar") + f"{it['threads']}")
             elif fam == "reduction":
-                parts.append(("block" if it["block_per_output"] else "thread") + str(it["threads"]))
+                mode = ("split" if it.get("split") else "block" if it["block_per_output"]
+                        else "thread")
+                parts.append(mode + str(it["threads"]))
             elif fam == "softmax":
                 parts.append("sm_" + it["mode"])
+            elif fam == "conv" and it.get("igemm"):
+                parts.append(it["igemm"])
             elif fam == "conv":
                 parts.append(("smemfilter" if it["shared_filter"] else "direct") + str(it["threads"]))
             elif fam == "scan":

@@ -5,7 +5,8 @@ depthwise, pointwise, dilated and asymmetric convolutions. The per-output dot pr
 function shared by the CUDA kernel and the CPU loop. Transposed convolution gathers instead of
 scattering: an output position takes input `(o + pad - k * dil) / stride` when that divides
 exactly, so no atomics are needed. CUDA variants: one thread per output (grid-stride), or one
-block column per (batch, out-channel) with that channel's filter cached in shared memory.
+block column per (batch, out-channel) with that channel's filter cached in shared memory; fp32
+convolutions with >= 16 out-channels per group also run as an implicit GEMM (conv_gemm.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from pipeline.candidates.templates import epilogue
+from pipeline.candidates.templates import conv_gemm, epilogue
 from pipeline.candidates.templates.analysis import Node, NoTemplate
 from pipeline.candidates.templates.program import Builder, ctype, numel
 
@@ -187,7 +188,12 @@ def lower_conv(b: Builder, node: Node) -> None:
     use_shared = (b.cuda and not transposed and b.variant % 2 == 1 and smem_bytes <= 32768)
     threads = (256, 128, 256, 512)[b.variant % 4]
     geom_src = "#define TRANSPOSED " + ("1" if transposed else "0") + _GEOM + "#undef TRANSPOSED\n"
-    if b.cuda:
+    fast = b.cuda and conv_gemm.choose(b.variant, (xm["dtype"], wm["dtype"]), transposed,
+                                       co // groups, numel(out_shape))
+    if fast:
+        src, igemm_how, igemm_name = conv_gemm.template(*fast)
+        use_shared = False
+    elif b.cuda:
         if use_shared:
             launch = (f"dim3 grid((unsigned int)((g.Do * g.Ho * g.Wo + {threads - 1}) / {threads}),"
                       f" (unsigned int)g.Co, (unsigned int)g.N);\n    K_kernel<<<grid, {threads}, "
@@ -204,11 +210,11 @@ def lower_conv(b: Builder, node: Node) -> None:
         src = geom_src + kern + _CUDA_HOST.replace("@LAUNCH@", launch)
     else:
         src = geom_src + _CPU_HOST
-    src = src.replace("K_", f"{k}_").replace("X_T", x_t).replace("W_T", w_t)
+    src = src.replace("K_", f"{k}_").replace("X_T", x_t).replace("W_T", w_t).replace("C_T", x_t)
     src, fused_root, fused_note = epilogue.apply(b, node, src, k)
     names = "N, Ci, Co, Di, Hi, Wi, Do, Ho, Wo, Kd, Kh, Kw, stride d/h/w, padding d/h/w, " \
             "dilation d/h/w, groups"
-    if "g.N" not in src:  # only the shared-filter launch reads the batch: no field for it
+    if "g.N" not in src and not fast:  # only the shared-filter launch reads the batch: no field for it
         src = src.replace("int64_t N, Ci,", "int64_t Ci,")
         geom, names = geom[1:], names.removeprefix("N, ")
         init = textwrap.fill(", ".join(f"d[{i}]" for i in range(len(geom))), width=84,
@@ -228,8 +234,11 @@ def lower_conv(b: Builder, node: Node) -> None:
            "in shared memory" if use_shared else
            (f"one thread per output element in a {threads}-thread grid-stride loop" if b.cuda
             else "an OpenMP loop over output elements"))
+    if fast:
+        how = igemm_how
     note = (f"{nsp}-D {kind} {xm['shape']} * {wm['shape']} -> {out_shape}"
-            f"{' (' + ', '.join(extra) + ')' if extra else ''}: direct computation, "
+            f"{' (' + ', '.join(extra) + ')' if extra else ''}: "
+            f"{'computed' if fast else 'direct computation'}, "
             + ("each output gathers the inputs whose stride-aligned positions reach it (no "
                "atomics); " if transposed else "")
             + f"{how}; fp32 accumulation over {per} products per output{fused_note}.")
@@ -242,6 +251,7 @@ def lower_conv(b: Builder, node: Node) -> None:
         b.env[fused_root] = out
     b.params.setdefault("conv", []).append({"transposed": transposed, "shared_filter": use_shared,
                                             "threads": threads, "products": per,
+                                            "igemm": igemm_name if fast else "",
                                             "outputs": numel(out_shape)})
 
 

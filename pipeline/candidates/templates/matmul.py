@@ -4,13 +4,14 @@ C[b] = alpha * A[b] @ B[b] + beta * bias, every operand addressed through its ow
 transposed weight (`linear` traces to `addmm(bias, x, w.t())`) or a broadcast batch needs no copy.
 CUDA variants: (0) 16x16 shared-memory tiles, one output per thread; (1) 64x64 block tiles with a
 4x4 register micro-tile per thread (each shared value feeds 4 FMAs); (2) tensor cores through
-WMMA 16x16x16 fragments for fp16/bf16 inputs with fp32 accumulation. CPU: OpenMP over rows with
-an i-k-j loop so the inner loop streams a row of B.
+WMMA 16x16x16 fragments for fp16/bf16 inputs with fp32 accumulation. fp32 GEMMs (sgemm.py):
+(0) a 128x128 SGEMM with 8x8 register micro-tiles when large, (2) 3xTF32 tensor cores. CPU:
+OpenMP over rows with an i-k-j loop so the inner loop streams a row of B.
 """
 
 from __future__ import annotations
 
-from pipeline.candidates.templates import epilogue
+from pipeline.candidates.templates import epilogue, sgemm
 from pipeline.candidates.templates.analysis import Node, NoTemplate
 from pipeline.candidates.templates.program import Builder, ctype
 
@@ -351,6 +352,8 @@ def lower_matmul(b: Builder, node: Node) -> None:
                           "order when B's rows are contiguous, k-contiguous dot products when B "
                           "is a transposed weight, so the innermost loop never strides")
         variant = "cpu_ikj"
+    elif fast := sgemm.choose(b.variant, (am["dtype"], bm["dtype"], out_dtype), batch * m * n):
+        tpl, how, variant = sgemm.template(*fast)
     elif half and b.variant % 3 != 1:
         frag = "__half" if am["dtype"] == "float16" else "__nv_bfloat16"
         tpl = _WMMA.replace("FRAG_T", frag)

@@ -28,20 +28,33 @@ __device__ __forceinline__ K_acc K_block_sum(K_acc v, K_acc* shared) {
     return v;  // every thread holds the block total
 }
 
+// Calls f on this thread's share of group g's L values. Whole chunks of S contiguous values
+// are walked chunk by chunk: no 64-bit division per element (tens of instructions each on a
+// GPU); short chunks (S < 32, e.g. batch norm of (N, C)) would idle most threads that way.
+template <class F>
+__device__ __forceinline__ void K_visit(const IN_T* __restrict__ x, int64_t g, int64_t L,
+                                        int64_t S, int64_t T, F f) {
+    if (S >= 32 && L % S == 0) {
+        for (int64_t c = 0; c < L / S; ++c) {
+            const IN_T* __restrict__ xc = x + c * T + g * S;
+            for (int64_t j = threadIdx.x; j < S; j += blockDim.x) f((K_acc)xc[j]);
+        }
+    } else {
+        for (int64_t j = threadIdx.x; j < L; j += blockDim.x)
+            f((K_acc)x[(j / S) * T + g * S + (j % S)]);
+    }
+}
+
 __global__ void K_stats(const IN_T* __restrict__ x, float* __restrict__ mean,
                         float* __restrict__ rstd, int64_t groups, int64_t L, int64_t S,
                         int64_t T, double eps) {
     __shared__ K_acc shared[32];
     for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
         K_acc s = 0;
-        for (int64_t j = threadIdx.x; j < L; j += blockDim.x)
-            s += (K_acc)x[(j / S) * T + g * S + (j % S)];
+        K_visit(x, g, L, S, T, [&](K_acc v) { s += v; });
         const K_acc mu = K_block_sum(s, shared) / (K_acc)L;
         K_acc q = 0;
-        for (int64_t j = threadIdx.x; j < L; j += blockDim.x) {
-            const K_acc d = (K_acc)x[(j / S) * T + g * S + (j % S)] - mu;
-            q += d * d;
-        }
+        K_visit(x, g, L, S, T, [&](K_acc v) { q += (v - mu) * (v - mu); });
         const K_acc var = K_block_sum(q, shared) / (K_acc)L;
         if (threadIdx.x == 0) {
             mean[g] = (float)mu;
@@ -61,9 +74,14 @@ __global__ void K_apply(const IN_T* __restrict__ x, const W_T* __restrict__ w,
                         const W_T* __restrict__ b, const float* __restrict__ mean,
                         const float* __restrict__ rstd, OUT_T* __restrict__ out, int64_t n,
                         int64_t gdiv, int64_t gmod, int64_t cdiv, int64_t cmod) {
+    // 32-bit division is a few times cheaper; every operand must fit
+    const bool narrow = (n | gdiv | gmod | cdiv | cmod) <= (int64_t)UINT32_MAX;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
          e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t g = (e / gdiv) % gmod, c = (e / cdiv) % cmod;
+        const int64_t g = narrow ? (int64_t)(((uint32_t)e / (uint32_t)gdiv) % (uint32_t)gmod)
+                                 : (e / gdiv) % gmod;
+        const int64_t c = narrow ? (int64_t)(((uint32_t)e / (uint32_t)cdiv) % (uint32_t)cmod)
+                                 : (e / cdiv) % cmod;
         float y = ((float)x[e] - mean[g]) * rstd[g];
         if (w) y = y * (float)w[c];
         if (b) y = y + (float)b[c];

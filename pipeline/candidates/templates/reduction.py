@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from pipeline.candidates.templates import reduction_split
 from pipeline.candidates.templates.analysis import Node, NoTemplate, refs
 from pipeline.candidates.templates.program import Builder, acc_type, ctype, numel
 from pipeline.candidates.templates.symbolic import Dim, Scalar
@@ -217,7 +218,8 @@ def lower_reduction(b: Builder, node: Node) -> None:
     out_t = ctype(out_meta["dtype"]) if has_val else "float"
     init, mapx, comb, fin = _ops(kind, p, acc)
     nout = outer * inner
-    block_mode = b.cuda and (inner == 1 or nout < 2048 or b.variant % 3 == 2)
+    split = b.cuda and reduction_split.wanted(nout, r, has_idx)
+    block_mode = b.cuda and (inner == 1 or nout < 2048 or b.variant % 3 == 2 or split)
     threads = (256, 512, 128)[b.variant % 3] if block_mode else (256, 128, 512)[b.variant % 3]
     kname = f"red{len(b.kernels)}"
     combine_fn = f"""
@@ -232,7 +234,9 @@ HD void {kname}_combine(acc_t& v, int64_t& vi, acc_t ov, int64_t oi) {{
     out_param = ", ".join([f"{out_t}* __restrict__ out"] * has_val
                           + ["int64_t* __restrict__ idx"] * has_idx)
     src_ptr = f"const {in_t}* base = in + (o / inner) * R * inner + (o % inner);"
-    if b.cuda and block_mode:
+    if split:
+        body, how = reduction_split.source(kname, in_t, out_t, init, mapx, fin, src_ptr, threads)
+    elif b.cuda and block_mode:
         body = f"""
 __global__ void {kname}_kernel(const {in_t}* __restrict__ in, {out_param},
                               int64_t outer, int64_t R, int64_t inner) {{
@@ -295,7 +299,9 @@ __global__ void {kname}_kernel(const {in_t}* __restrict__ in, {out_param},
     out_ptr = "\n    ".join([f"{out_t}* __restrict__ out = ({out_t}*)out_.data_ptr();"] * has_val
                              + ["int64_t* __restrict__ idx = (int64_t*)idx_.data_ptr();"]
                              * has_idx)
-    if b.cuda:
+    if split:
+        src = combine_fn + body
+    elif b.cuda:
         host = f"""
 void NAME(torch::Tensor x, torch::Tensor{" out" * has_val}, torch::Tensor{" idx" * has_idx},
           int64_t outer, int64_t R, int64_t inner) {{
@@ -373,7 +379,7 @@ void NAME(torch::Tensor x, torch::Tensor{" out_" * has_val}, torch::Tensor{" idx
     else:
         b.env[node.name] = idxs if has_idx else vals
     b.params.setdefault("reduction", []).append(
-        {"kind": kind, "block_per_output": block_mode, "threads": threads})
+        {"kind": kind, "block_per_output": block_mode, "threads": threads, "split": split})
 
 
 def lower_var(b: Builder, node: Node) -> None:
