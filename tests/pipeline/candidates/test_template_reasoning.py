@@ -11,8 +11,10 @@ from pipeline.candidates.templates.analysis import trace_sources
 from sources.seed import seed_files
 from verifier.judge.variants import rewrite_literals, shrink
 
-GPU_WORDS = re.compile(r"\b(threads?|warps?|coalesc\w*|shared memory|blocks?|grid|launch\w*|"
-                       r"__syncthreads|__shfl\w*)\b", re.I)
+# words only a GPU kernel's account has ("thread" and "block" are CPU words too: OpenMP threads,
+# a per-thread buffer, cache blocking)
+GPU_WORDS = re.compile(r"\b(warps?|coalesc\w*|shared memory|thread ?blocks?|threads? per block|"
+                       r"threadIdx|blockIdx|grid|launch\w*|__syncthreads|__shfl\w*|CUDA)\b", re.I)
 
 
 def _build(names: set[str] | None = None) -> dict[str, dict[str, object]]:
