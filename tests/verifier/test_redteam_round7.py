@@ -498,15 +498,18 @@ def test_slots_written_after_d_are_caught_or_gain_nothing(tmp_path: Path) -> Non
     thread woke after "d" only once every slot was written). Metered, as every runner meters
     a run, the judge reads the run's cpu time as "d" is in, before any slot: whatever it wrote
     after "d" and before the judge woke is in the window (one cpu given), and what it writes
-    later loses the race to the judge's reads. Held in each of three runs: caught, or no
-    faster than the honest worker."""
-    (tmp_path / "honest").mkdir()
-    honest = _raced(tmp_path / "honest", "honest")
-    assert honest["failure"] == "", honest
-    honest_us = honest["figures"]["runtime_us"]
-    for i in range(3):
+    later loses the race to the judge's reads. Held in each of three runs: caught, or not
+    twice as fast as the fastest of three honest runs interleaved with them (one honest run
+    alone, slowed by a load spike, once made 4.1 us of 2.5: the race's 2.0 looked a gain)."""
+    honest_us, races = float("inf"), []
+    for i in range(3):  # interleaved: a load spike slows one honest run, not its fastest
+        (tmp_path / f"honest{i}").mkdir()
+        honest = _raced(tmp_path / f"honest{i}", "honest")
+        assert honest["failure"] == "", honest
+        honest_us = min(honest_us, honest["figures"]["runtime_us"])
         (tmp_path / f"race{i}").mkdir()
-        race = _raced(tmp_path / f"race{i}", "race")
+        races.append(_raced(tmp_path / f"race{i}", "race"))
+    for race in races:
         held = "the output of a timed call was wrong" in race["failure"] or (
             race["figures"] and race["figures"]["runtime_us"] >= 0.5 * honest_us)
         assert held, (honest_us, race)
