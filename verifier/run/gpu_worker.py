@@ -69,14 +69,15 @@ _WARMUP_CANDIDATE = _WARMUP_TASK.replace("class Model(", "class ModelNew(")
 def watched_state() -> dict[str, int]:
     """Identity of every public function/class of the watched modules (and `__call__`/`__eq__`;
     of the harness's modules every global); data attributes are left out, torch updates some."""
-    from verifier.run.tamper import identity, resolve
+    from verifier.run.tamper import harness_modules, identity, resolve
 
     state = {}
     # every harness module loaded, not only the named ones, and its classes' methods: a job that
     # rebinds a function the harness looks up at call time (`verifier.checks.fallback.judge_ops`,
     # `JobResult.finish`) frames every later job of the worker (tests/verifier/test_redteam_round9)
-    for owner in _WATCHED + tuple(sorted(n for n in sys.modules if n.startswith("verifier."))):
-        obj, harness = sys.modules.get(owner) or resolve(owner), owner.startswith("verifier.")
+    for owner in _WATCHED + harness_modules():  # `__main__` too: the worker's own loop
+        obj, harness = sys.modules.get(owner) or resolve(owner), owner.startswith(("verifier.",
+                                                                                  "__main__"))
         if obj is None:
             continue
         for name in dir(obj):
