@@ -212,3 +212,36 @@ def test_a_finalizer_that_sleeps_through_the_settle_ends_its_worker(
     assert any("did not settle" in m for m in _said(sleeper, "worker_replaced")), sleeper
     assert honest["outcome"] == "ok", honest
     assert honest["worker_pid"] != sleeper["worker_pid"]
+
+
+def test_a_result_line_without_end_does_not_grow_the_parents_memory(monkeypatch) -> None:
+    """A candidate that writes on the worker's result socket without a newline made the parent
+    append every chunk to one buffer (and search it again for a newline: quadratic). Now a
+    line past `MAX_LINE_BYTES` ends the worker (as its end of file does), with the buffer
+    bounded; a line within it is read as before."""
+    import socket
+    import threading
+
+    from verifier.run import gpu_pool
+
+    monkeypatch.setattr(gpu_pool, "MAX_LINE_BYTES", 1 << 20)
+    ours, theirs = socket.socketpair()
+    worker = gpu_pool.GpuWorkerProcess.__new__(gpu_pool.GpuWorkerProcess)
+    worker.sock, worker.buf, worker.eof = ours, b"", False
+    worker.watch = worker.clock = worker.proc = None
+    try:
+        theirs.sendall(b'{"outcome": "ok"}\n')
+        assert worker._read(10.0) == {"outcome": "ok"}
+        def send() -> None:
+            try:
+                theirs.sendall(b"x" * (8 << 20))
+            except OSError:  # the reader stopped reading and closed: the end this test wants
+                return
+
+        flood = threading.Thread(target=send, daemon=True)
+        flood.start()
+        assert worker._read(30.0) is None
+        assert worker.eof and len(worker.buf) <= (1 << 20) + (1 << 20)  # one chunk past the bound
+    finally:
+        ours.close()
+        theirs.close()

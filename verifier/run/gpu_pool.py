@@ -60,6 +60,7 @@ DISK_MB = 2 * JOB_DISK_MB
 WRITABLE = "/tmp/w"  # the worker's caches and job directories (in the tmpfs) when isolated
 _announced: set[str] = set()
 EXIT_GRACE_S = 10.0
+MAX_LINE_BYTES = 64 << 20  # a result line's bound (honest ones: KBs); past it, a flood
 SETTLE_S = 30.0  # for the worker to collect a job's garbage (its finalizers run) and check
 REAP_S = 30.0  # a killed worker not reaped by then is left behind (state D in the GPU driver)  # from the worker's pipe closing to its exit status being there
 # torch.compile baselines compile in the worker itself: inductor's default pool of compile
@@ -97,6 +98,7 @@ class RunOutcome:
     # why the task's reference cannot be built under the device context (`verifier.judge.construct`):
     # no run was made, and the parent runs the job again with the host's construction
     host_only: str = ""
+
 
 
 class GpuWorkerProcess:
@@ -228,6 +230,9 @@ class GpuWorkerProcess:
                     self.eof = True
                     return None
                 self.buf += chunk
+                if len(self.buf) > MAX_LINE_BYTES:  # no newline: the worker's end, not our memory
+                    self.eof = True
+                    return None
             elif self.proc is None or self.proc.poll() is not None:
                 return None
         line, self.buf = self.buf.split(b"\n", 1)
