@@ -3,14 +3,10 @@ reference (one shared C++ build), CUDA sources compiling with nvcc, NoTemplate r
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
-import torch
 
 from pipeline.candidates.templates import (
     NoTemplate,
@@ -21,10 +17,9 @@ from pipeline.candidates.templates import (
 from pipeline.candidates.templates.analysis import trace_sources
 from pipeline.candidates.templates.selfcheck import (
     check_cpu_candidates,
-    cuda_translation_unit,
-    nvcc_compile,
 )
 from sources.seed import seed_families, seed_files
+from tests.pipeline.candidates.nvcc_once import assert_nvcc_compiles
 
 HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
 
@@ -262,16 +257,4 @@ def get_init_inputs():
     wmma = template_kernels(TaskView("h", "half_mm", half, half), "cuda", 1)[0]
     assert "wmma::mma_sync" in wmma.code
     codes.append(wmma.code)
-    # a translation unit this nvcc and these torch headers compiled before is not compiled
-    # again (~70 s here); any change to a template's code changes the key
-    nvcc_id = subprocess.run([shutil.which("nvcc") or "nvcc", "--version"], capture_output=True,
-                             text=True).stdout
-    key = hashlib.sha256("\0".join([cuda_translation_unit(codes), nvcc_id,
-                                    torch.__version__]).encode()).hexdigest()[:24]
-    marker = Path.home() / ".cache" / "kernelsynth-tests" / "nvcc-templates" / f"{key}.ok"
-    if marker.is_file():
-        return
-    ok, log = nvcc_compile(codes, tmp_path)
-    assert ok, log
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("compiled\n")
+    assert_nvcc_compiles(codes, tmp_path)

@@ -6,7 +6,6 @@ kernels, groups, 1-D and 3-D, with and without bias, at the verifier's fp32 tole
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.candidates.templates import TaskView, conv_gemm, template_kernels
-from pipeline.candidates.templates.selfcheck import cuda_translation_unit, nvcc_compile
 from tests.pipeline.candidates.fake_cuda import build
+from tests.pipeline.candidates.nvcc_once import assert_nvcc_compiles
 
 KINDS = (("sgemm128", 128), ("tf32x3", 64), ("tf32x3", 128))
 # harness kernels: each kind direct (index i) and transposed (index len(KINDS) + i)
@@ -200,14 +199,4 @@ def test_implicit_gemm_convolutions_compile_with_nvcc(tmp_path) -> None:
     tr = template_kernels(TaskView("t", "small_tconv", tsrc, tsrc), "cuda", 3)[2]
     assert "igemm_tf32x3_64" in tr.variant and "_wfetch" in tr.code
     codes = [ks[0].code, ks[2].code, tf64.code, tr.code]
-    nvcc_id = subprocess.run([shutil.which("nvcc") or "nvcc", "--version"], capture_output=True,
-                             text=True).stdout
-    key = hashlib.sha256("\0".join([cuda_translation_unit(codes), nvcc_id,
-                                    torch.__version__]).encode()).hexdigest()[:24]
-    marker = Path.home() / ".cache" / "kernelsynth-tests" / "nvcc-templates" / f"{key}.ok"
-    if marker.is_file():
-        return
-    ok, log = nvcc_compile(codes, tmp_path)
-    assert ok, log
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("compiled\n")
+    assert_nvcc_compiles(codes, tmp_path)

@@ -5,7 +5,6 @@ CPU (fake_cuda.py) against torch for several split counts S, chunk ends not divi
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import subprocess
@@ -15,8 +14,8 @@ import pytest
 import torch
 
 from pipeline.candidates.templates import TaskView, reduction_split, template_kernels
-from pipeline.candidates.templates.selfcheck import cuda_translation_unit, nvcc_compile
 from tests.pipeline.candidates.fake_cuda import build
+from tests.pipeline.candidates.nvcc_once import assert_nvcc_compiles
 
 HEAD = "import torch\nimport torch.nn as nn\n\n"
 TASKS = {
@@ -119,14 +118,4 @@ def test_split_reductions_compile_with_nvcc(tmp_path) -> None:
     for name, (expr, shape) in TASKS.items():
         src = _task(expr, shape)
         codes.append(template_kernels(TaskView(name, name, src, src), "cuda", 1)[0].code)
-    nvcc_id = subprocess.run([shutil.which("nvcc") or "nvcc", "--version"], capture_output=True,
-                             text=True).stdout
-    key = hashlib.sha256("\0".join([cuda_translation_unit(codes), nvcc_id,
-                                    torch.__version__]).encode()).hexdigest()[:24]
-    marker = Path.home() / ".cache" / "kernelsynth-tests" / "nvcc-templates" / f"{key}.ok"
-    if marker.is_file():
-        return
-    ok, log = nvcc_compile(codes, tmp_path)
-    assert ok, log
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("compiled\n")
+    assert_nvcc_compiles(codes, tmp_path)

@@ -11,7 +11,6 @@ tolerance (atol = rtol = 1e-4).
 from __future__ import annotations
 
 import ast
-import hashlib
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,8 +19,8 @@ import pytest
 import torch
 
 from pipeline.candidates.templates import TaskView, sgemm, template_kernels
-from pipeline.candidates.templates.selfcheck import cuda_translation_unit, nvcc_compile
 from tests.pipeline.candidates.fake_cuda import build
+from tests.pipeline.candidates.nvcc_once import assert_nvcc_compiles
 from verifier.checks.extspec import specs_from_source
 from verifier.checks.static import check_cpp, check_python
 
@@ -192,14 +191,4 @@ def test_fp32_gemm_templates_compile_with_nvcc(tmp_path) -> None:
     tf64 = template_kernels(TaskView("s", "small_linear", small, small), "cuda", 3)[2]
     assert "tf32x3_64" in tf64.variant
     codes.append(tf64.code)
-    nvcc_id = subprocess.run([shutil.which("nvcc") or "nvcc", "--version"], capture_output=True,
-                             text=True).stdout
-    key = hashlib.sha256("\0".join([cuda_translation_unit(codes), nvcc_id,
-                                    torch.__version__]).encode()).hexdigest()[:24]
-    marker = Path.home() / ".cache" / "kernelsynth-tests" / "nvcc-templates" / f"{key}.ok"
-    if marker.is_file():
-        return
-    ok, log = nvcc_compile(codes, tmp_path)
-    assert ok, log
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text("compiled\n")
+    assert_nvcc_compiles(codes, tmp_path)
