@@ -7,6 +7,8 @@ line per call, "<mode> <seconds>", to LOG, a file the judge never reads).
 
 from __future__ import annotations
 
+import os
+
 from redteam_cases import candidate
 from redteam_round5_cases import COMMON
 
@@ -107,8 +109,14 @@ _Later().__enter__()
 class ModelNew(torch.nn.Module):
     def forward(self, x):
         import numpy as np
+        if x.is_cuda:  # on a GPU worker (WORKER_BACKEND=cuda): the same numpy ReLU via the host
+            return torch.from_numpy(np.maximum(x.cpu().numpy(), 0)).to(x.device)
         return torch.from_numpy(np.maximum(x.numpy(), 0))
 '''
+
+# the backend of the persistent-worker rounds (8, 9, 9b): cpu here; `KS_REDTEAM_WORKER_BACKEND=
+# cuda` runs the same jobs in a CUDA worker on a GPU host (the GPU form of those rounds)
+WORKER_BACKEND = os.environ.get("KS_REDTEAM_WORKER_BACKEND", "cpu")
 
 NUMPY_RELU = MODE_LEFT_BEHIND[MODE_LEFT_BEHIND.index("class ModelNew"):]
 NUMPY_RELU = "import torch\n\n\n" + NUMPY_RELU

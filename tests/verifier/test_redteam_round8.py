@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_cases import candidate  # noqa: E402
-from redteam_round7_cases import NUMPY_RELU  # noqa: E402
+from redteam_round7_cases import NUMPY_RELU, WORKER_BACKEND  # noqa: E402
 from verifier_cases import relu_task  # noqa: E402
 
 from verifier.protocol import VerifyOptions  # noqa: E402
@@ -37,7 +37,7 @@ HOGGER = NUMPY_RELU.replace(
 
 def _jobs(worker: GpuWorkerProcess, task: str, sources: list[str]) -> list[dict]:
     """One job per source in `worker` (restarted when a job ends it), their payloads."""
-    job = {"backend": "cpu", "extensions": {},
+    job = {"backend": WORKER_BACKEND, "extensions": {},
            "options": {"trials": 2, "perf_trials": 2, "perf_warmup": 1, "construct": "device"}}
     got = []
     for i, src in enumerate(sources):
@@ -60,7 +60,7 @@ def test_memory_a_job_leaves_held_does_not_reach_the_next_job() -> None:
     that leaves more than `HELD_SLACK_BYTES` (host resident or device allocated, beyond the
     worker's when ready and the raw outputs it holds on purpose) has its worker replaced: an
     info finding, not a cheat."""
-    worker = GpuWorkerProcess({}, backend="cpu", host_memory_mb=4000)
+    worker = GpuWorkerProcess({}, backend=WORKER_BACKEND, host_memory_mb=4000)
     try:
         honest0, hogger, honest = _jobs(worker, relu_task(1024, 1024 * 16),
                                         [NUMPY_RELU, HOGGER, NUMPY_RELU])
@@ -104,7 +104,7 @@ def test_a_finalizer_left_by_one_job_does_not_run_in_the_next() -> None:
     Now, once the parent has checked a job's trials, the worker collects its garbage and checks
     itself again (`verifier.run.gpu_worker._settle`): garbage still renewing itself after
     `RENEW_ROUNDS` collections ends the worker, a warning finding on the job that left it."""
-    worker = GpuWorkerProcess({}, backend="cpu", host_memory_mb=5000)
+    worker = GpuWorkerProcess({}, backend=WORKER_BACKEND, host_memory_mb=5000)
     try:
         haunt, *later = _jobs(worker, relu_task(1024, 1024 * 16), [HAUNT, ASK, NUMPY_RELU, ASK])
     finally:
@@ -157,7 +157,7 @@ def test_what_a_job_leaves_to_run_later_is_charged_to_it() -> None:
     garbage whose finalizer runs once and touches nothing is not held against its job: the
     worker stays, and the sibling after it sees the finalizer ran before it began."""
     sources = [FRAMER, NUMPY_RELU, CALLBACK, NUMPY_RELU, ARMED, NUMPY_RELU, ONE_SHOT, ASK]
-    worker = GpuWorkerProcess({}, backend="cpu", host_memory_mb=5000)
+    worker = GpuWorkerProcess({}, backend=WORKER_BACKEND, host_memory_mb=5000)
     try:
         got = _jobs(worker, relu_task(256, 1024), sources)
     finally:

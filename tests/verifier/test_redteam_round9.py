@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from redteam_round7_cases import NUMPY_RELU  # noqa: E402
+from redteam_round7_cases import NUMPY_RELU, WORKER_BACKEND  # noqa: E402
 from verifier_cases import relu_task  # noqa: E402
 
 from verifier.run.gpu_pool import GpuWorkerProcess  # noqa: E402
@@ -47,9 +47,9 @@ def _leaving(code: str) -> str:
 def _jobs(sources: list[str]) -> list[dict[str, Any]]:
     """One job per source in one persistent cpu worker (restarted when a job ends it): their
     payloads, with the pid of the worker that ran each."""
-    job = {"backend": "cpu", "extensions": {},
+    job = {"backend": WORKER_BACKEND, "extensions": {},
            "options": {"trials": 2, "perf_trials": 2, "perf_warmup": 1, "construct": "device"}}
-    worker = GpuWorkerProcess({}, backend="cpu", host_memory_mb=4000)
+    worker = GpuWorkerProcess({}, backend=WORKER_BACKEND, host_memory_mb=4000)
     got = []
     try:
         for i, src in enumerate(sources):
