@@ -22,11 +22,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from verifier.backends import Backend, BackendUnavailable, get_backend, select_backend
+from verifier.backends import (
+    Backend,
+    BackendUnavailable,
+    compile_cpus,
+    get_backend,
+    select_backend,
+)
 from verifier.checks.extspec import ExtensionSpec
 from verifier.compile.builder import BuildContext, Builder, BuildResult, candidate_log, flags_key
 from verifier.compile.cache_bound import build_lease, trim
 from verifier.compile.compile_plan import compile_all
+from verifier.isolation.cpu_bound import compile_cores
 from verifier.isolation.sandbox import SpawnLauncher
 from verifier.isolation.stale_cgroups import reap_stale_cgroups
 from verifier.judge.construct import HOST
@@ -184,9 +191,11 @@ def _verify_group(items: list[Item], backend: Backend, opts: VerifyOptions,
                if isinstance(r, GpuRunner)]
     for t in warmers:  # GPU workers start (torch, CUDA, profiler) while candidates compile
         t.start()
-    try:
-        _build_and_run(pending, items, backend, opts, cache, lock, slots,
-                       (launcher, collect_launcher), finish, stats, lanes)
+    gpu_lanes = sum(isinstance(r, GpuRunner) for r in runners)
+    try:  # the compilers keep off the cores the GPU lanes' launches and clocks need
+        with compile_cpus(compile_cores(gpu_lanes) if gpu_lanes else None):
+            _build_and_run(pending, items, backend, opts, cache, lock, slots,
+                           (launcher, collect_launcher), finish, stats, lanes)
     finally:
         for t in warmers:
             t.join()

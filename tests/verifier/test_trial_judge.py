@@ -110,7 +110,7 @@ def test_the_judge_sees_what_the_worker_sees_not_what_it_kept() -> None:
     io.keep(0, 0, torch.relu(x[0]))
     io.keep(0, 1, torch.relu(x[0]))  # trial 1's output replayed for trial 2's inputs
     ok, why, _ = judge.check(io.report()["trial_report"], None)
-    assert not ok and why.startswith("trial 2, checked by the verifier itself"), why
+    assert not ok and why.startswith(decide.CACHED_RESULT) and "trial 2" in why, why
     io.close()
     judge.close()
 
@@ -195,4 +195,49 @@ def test_a_job_keeps_only_its_own_reference_models_cached() -> None:
     assert any(k[0] == TUPLE_TASK for k in decide._MODELS)
     judge = TrialJudge(_args(variants=[SIZES_VARIANT]), 1 << 30, 16 << 20)
     assert {k[0] for k in decide._MODELS} == {RELU_TASK, SIZES_VARIANT["source"]}
+    judge.close()
+
+
+def test_an_earlier_trials_output_returned_again_is_a_cached_result() -> None:
+    """A result cache (its first output kept and returned for every later input: the GPU
+    conformance cases cuda_result_cache and cuda_graph_legacy_stream) is a cheat named as
+    such, as the worker's own comparison named it, not an `incorrect` kernel; a kernel that
+    is merely wrong on a later trial, or writes nothing at all, stays `incorrect`."""
+    kept: list[torch.Tensor] = []
+
+    def cache(x: torch.Tensor) -> torch.Tensor:
+        if not kept:
+            kept.append(torch.relu(x))
+        return kept[0]
+
+    judge = TrialJudge(_args(), 1 << 30, 16 << 20)
+    io = _worker(judge, cache)
+    ok, why, _ = judge.check(io.report()["trial_report"], None)
+    assert not ok and why.startswith(decide.CACHED_RESULT) and "trial 2" in why, why
+
+    class Out:  # what the parent's check reads: the judge compared, the worker claimed nothing
+        judge_compared, referee = True, staticmethod(lambda op, args: (ok, why))
+
+    job = {"input_seed": 4242, "options": {}}
+    opts = type("O", (), {"seed": 0, "trials": 3, "atol_fp32": 1e-4, "rtol_fp32": 1e-4,
+                          "atol_low": 1e-2, "rtol_low": 1e-2})()
+    assert decide.parent_check(Out(), RELU_TASK, opts, job, [], {})[0] == "cheat"
+    io.close()
+    judge.close()
+
+    calls = iter(range(10))
+    judge = TrialJudge(_args(), 1 << 30, 16 << 20)  # right once, then wrong on new inputs
+    io = _worker(judge, lambda x: torch.relu(x) if next(calls) == 0 else torch.relu(x) + 1.0)
+    ok, why, _ = judge.check(io.report()["trial_report"], None)
+    assert not ok and why.startswith("trial 2, checked by the verifier itself"), why
+    io.close()
+    judge.close()
+
+    judge = TrialJudge(_args(), 1 << 30, 16 << 20)  # writes nothing: fails its first trial
+    io = _worker(judge, lambda x: torch.zeros_like(x))
+    ok, why, _ = judge.check(io.report()["trial_report"], None)
+    assert not ok and why.startswith("trial 1, checked by the verifier itself"), why
+    Out.referee = staticmethod(lambda op, args: (ok, why))
+    assert decide.parent_check(Out(), RELU_TASK, opts, job, [], {})[0] == "incorrect"
+    io.close()
     judge.close()

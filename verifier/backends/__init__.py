@@ -307,11 +307,28 @@ def compile_priority(level: int) -> Iterator[None]:
         _PRIORITY.level = before
 
 
+_COMPILE_CPUS: list[list[int] | None] = [None]  # the cpus compilers may use (`compile_cpus`)
+
+
+@contextmanager
+def compile_cpus(cpus: list[int] | None) -> Iterator[None]:
+    """Compilers started inside the block run on `cpus` only (None: any): a GPU batch keeps
+    its timing lanes' cores free of them (`verifier.isolation.cpu_bound.compile_cores`)."""
+    before, _COMPILE_CPUS[0] = _COMPILE_CPUS[0], cpus
+    try:
+        yield
+    finally:
+        _COMPILE_CPUS[0] = before
+
+
 def niced(cmd: list[str], level: int | None = None) -> list[str]:
-    """`cmd` prefixed with `nice -n LEVEL` where nice exists and LEVEL > 0."""
+    """`cmd` prefixed with `nice -n LEVEL` where nice exists and LEVEL > 0, and with
+    `taskset -c CPUS` inside a `compile_cpus` block (where taskset exists)."""
     level = COMPILE_NICE if level is None else level
     nice = shutil.which("nice") if level > 0 else None
-    return [nice, "-n", str(level), *cmd] if nice else list(cmd)
+    cpus, taskset = _COMPILE_CPUS[0], shutil.which("taskset")
+    pinned = ([taskset, "-c", ",".join(map(str, cpus))] if cpus and taskset else []) + list(cmd)
+    return [nice, "-n", str(level), *pinned] if nice else pinned
 
 
 @functools.cache

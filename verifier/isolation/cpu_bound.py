@@ -88,3 +88,28 @@ def bind_cpus(cpus: list[int]) -> str:
                           0) != 0):
         return f"the run may widen its cpus (seccomp: {os.strerror(ctypes.get_errno())})"
     return ""
+
+
+# A GPU's launch-bound timings are host work: a call of a small kernel is its launch, and a
+# worker thread that waits for a cpu behind a batch's compilers is a slower call. On an H100
+# node a 4 MB ReLU timed at 24-29 us in a quiet stretch of a batch and at 47 us while 16
+# compilers shared the node's 16 cores (benchmarks/results/redteam_cuda.md, session 16).
+TIMING_CORES_PER_LANE, TIMING_CORES_MIN_HOST = 2, 8  # a lane: its worker and its referee
+
+
+def compile_cores(lanes: int, cpus: list[int] | None = None) -> list[int] | None:
+    """The cpus a batch's compilers may use while `lanes` GPU lanes time candidates: all but
+    one for the batch's own judge threads and `TIMING_CORES_PER_LANE` a lane, so each
+    lane's worker and referee find a cpu no compiler holds; None (no partition) on a host of
+    fewer than `TIMING_CORES_MIN_HOST` cpus, or where the cores left would be under half.
+    `KS_TIMING_CORES` overrides the number kept (0: none kept, the compilers use every cpu)."""
+    cpus = sorted(os.sched_getaffinity(0)) if cpus is None else sorted(cpus)
+    keep = 1 + TIMING_CORES_PER_LANE * max(0, lanes)
+    override = os.environ.get("KS_TIMING_CORES", "").strip()
+    if override:
+        keep = int(override)
+    elif len(cpus) < TIMING_CORES_MIN_HOST or keep > len(cpus) // 2:
+        return None
+    if keep <= 0 or keep >= len(cpus):
+        return None
+    return cpus[keep:]

@@ -155,6 +155,9 @@ def check_run(task_source: str, seed: int, input_seed: int, trials: int,
     return ok, why
 
 
+CACHED_RESULT = "the output did not change with new inputs (cached result)"
+
+
 def parent_check(out: Any, task_source: str, opts: Any, job: dict[str, Any],
                  variants: list[dict], payload: dict[str, Any]) -> tuple[str, str]:
     """The parent's judgement of a run the worker called ok: ("ok" | "cheat" | "runtime_error",
@@ -171,6 +174,8 @@ def parent_check(out: Any, task_source: str, opts: Any, job: dict[str, Any],
         return "runtime_error", f"the verifier's referee failed: {exc}"
     if ok:
         return "ok", ""
+    if CACHED_RESULT in why:  # the judge saw an earlier call's output returned for new inputs
+        return "cheat", why
     if getattr(out, "judge_compared", False):  # the worker never compared: no claim was false
         return "incorrect", why
     return "cheat", "the worker reported success, but " + why

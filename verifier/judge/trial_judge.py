@@ -202,9 +202,24 @@ class TrialJudge:
                            f"{len(block.cases)}")
         for t, (k, case, vals) in enumerate(zip(block.seeds, block.cases, values, strict=True)):
             why = self._check_case(block, k, case, vals, worst)
+            if why and self._repeats(block, values, t):  # every earlier trial passed
+                return False, (f"{prefix}{decide.CACHED_RESULT}: trial {t + 1}'s output is an "
+                               "earlier trial's, bit for bit, on other inputs")
             if why:
                 return False, f"{prefix}trial {t + 1}, checked by the verifier itself: {why}"
         return True, ""
+
+    def _repeats(self, block: _Block, values: list[Any], t: int) -> bool:
+        """Trial t's output equal to an earlier trial's, which passed on its own inputs: a
+        result kept from an earlier call (a kernel that writes nothing fails its first trial)."""
+        from verifier.judge.trial_io import rebuild
+
+        try:
+            now = rebuild(views(self.arena, block.cases[t]["out"]), values[t])
+            return any(same(now, rebuild(views(self.arena, block.cases[e]["out"]), values[e]))
+                       for e in range(t))
+        except (ValueError, TypeError):  # a malformed report: the trial's own failure stands
+            return False
 
     def _check_case(self, block: _Block, k: int, case: dict[str, Any], vals: Any,
                     worst: dict[str, float]) -> str:
