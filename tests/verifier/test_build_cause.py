@@ -19,8 +19,8 @@ import pytest
 from verifier.backends import get_backend
 from verifier.checks.extspec import ExtensionSpec
 from verifier.compile.build_cause import environment_cause
-from verifier.compile.builder import REFUSED, BuildContext, Builder, BuildResult
 from verifier.compile.build_reads import UNKNOWN_READ
+from verifier.compile.builder import REFUSED, BuildContext, Builder, BuildResult
 from verifier.isolation.build_sandbox import BuildSandboxError
 
 HONEST = ExtensionSpec("e", ["int twice(int x) { return 2 * x; }"], functions=["twice"])

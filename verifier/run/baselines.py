@@ -67,7 +67,9 @@ TIMING_GAP_S = 0.5
 _BASELINE_KEYS = ("eager_us", "eager_iqr_us", "compiled_us", "method", "eager_timings_us")
 # in figures timed while compilers of this process ran (every timing of them): never cached
 BESIDE_COMPILES = "beside_compiles"
-QUIET_WAIT_S = 600.0  # how long a re-timing waits for this process's compilers to end
+# how long a re-timing waits for this process's compilers to end (another batch's, where
+# batches share a process); past it, it is timed anyway and cached only if no compiler ran
+QUIET_WAIT_S = 120.0
 
 
 def default_cache_dir() -> Path:
