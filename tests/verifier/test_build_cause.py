@@ -174,6 +174,7 @@ def test_the_candidate_s_own_failures(log: str) -> None:
 @pytest.mark.parametrize("log", [
     "g++: fatal error: Killed signal terminated program cc1plus\ncompilation terminated.",
     "compiler killed by signal 9",
+    "cuda_sources[0]:3:1: error: x\nnvcc error   : 'cudafe++' died due to signal 9 (Kill signal)",
     "compiler timed out after 600s",
     "<command-line>: fatal error: ks_pch.h: No such file or directory",
     "cpp_sources[0]:1:10: fatal error: torch/extension.h: No such file or directory",

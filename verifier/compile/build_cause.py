@@ -25,8 +25,8 @@ OWN_ERROR = re.compile(r"^(?:cpp|cuda)_sources\[\d+\]:\d+:\d+: (?:fatal )?error\
 OWN_IMPORT = re.compile(r"undefined symbol|calls a library's compute by name|"
                         r"static initializers misbehave")
 ENVIRONMENT = re.compile(
-    r"timed out|killed by signal|Killed signal|signal terminated program|internal compiler "
-    r"error|No such file or directory|cannot open shared object|No space left on device|"
+    r"timed out|killed by signal|Killed signal|signal terminated program|died due to signal|"
+    r"internal compiler error|No such file or directory|cannot open shared object|No space left on device|"
     r"Disk quota exceeded|Cannot allocate memory|out of memory|memory exhausted|"
     r"std::bad_alloc|cannot run |cannot execute|Input/output error|Too many open files|"
     r"Resource temporarily unavailable|Permission denied|Read-only file system|"
