@@ -314,11 +314,17 @@ class _Landings:
             for it in mine:
                 if base.get("eager_us"):
                     it.verdict.status = judge_speed(it.verdict, self.opts, base)
-                if base.get(BESIDE_COMPILES):
-                    it.verdict.findings.append({
-                        "rule": "baseline_beside_compiles", "severity": "info", "line": None,
-                        "message": "the task's baseline was timed while compilers ran"})
-                self.finish(it)
+                self._finish_held(it, loaded=not base.get("eager_us")
+                                  or bool(base.get(BESIDE_COMPILES)))
+
+    def _finish_held(self, it: Item, loaded: bool) -> None:
+        """Write a held verdict; `loaded`: its speedup is still from a baseline timed while
+        compilers ran (said in an info finding)."""
+        if loaded:
+            it.verdict.findings.append({
+                "rule": "baseline_beside_compiles", "severity": "info", "line": None,
+                "message": "the task's baseline was timed while compilers ran"})
+        self.finish(it)
 
     def after_build(self, chunk_results: dict[str, BuildResult]) -> None:
         """Specs that are final: every candidate they complete ends or goes to a slot."""
@@ -364,7 +370,7 @@ class _Landings:
         with self.lock:  # a batch that failed before `settle`: as judged, never unwritten
             held, self.held = self.held, []
         for it in held:
-            self.finish(it)
+            self._finish_held(it, loaded=True)
         self.stop_prefetch.set()
         if self.prefetcher is not None:
             self.prefetcher.join()

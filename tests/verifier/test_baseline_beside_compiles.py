@@ -127,6 +127,35 @@ def test_a_batch_re_judges_a_verdict_whose_baseline_was_timed_beside_a_compile(
     assert v.eager_us == quiet
     assert v.speedup == speedup_of(quiet, v.runtime_us)
     assert v.reward == reward_of(v)[0]
+    assert not any(f["rule"] == "baseline_beside_compiles" for f in v.findings)
     assert v.status == ("correct_fast" if v.speedup > opts.fast_threshold else "correct_slow")
     on_disk = json.loads(cached.read_text())
     assert on_disk["eager_us"] == quiet and BESIDE_COMPILES not in on_disk
+
+
+def test_a_held_verdict_is_written_even_when_its_baseline_cannot_be_timed_again(
+        tmp_path: Path, monkeypatch) -> None:
+    """The re-timing fails (the reference's process dies): the verdict keeps the figure timed
+    beside the compile, says so in an info finding, and nothing is cached."""
+    opts = VerifyOptions(backend="cpu", workers=1, build_cache_dir=str(BUILDS),
+                         baseline_cache_dir=str(tmp_path / "baselines"))
+    backend = get_backend("cpu")
+    real = SandboxRunner.baseline
+    calls: list[float] = []
+
+    def timed(self: SandboxRunner, task_source: str, job_options: dict[str, Any]) -> Any:
+        if len(calls) >= 2:
+            raise RuntimeError("the reference's process died")
+        load = threading.Thread(target=_compile, args=(tmp_path,))
+        load.start()
+        figures = real(self, task_source, job_options)
+        load.join()
+        calls.append(figures["eager_us"])
+        return figures
+
+    monkeypatch.setattr(SandboxRunner, "baseline", timed)
+    (v,) = verify_batch([VerifyRequest("c", "t", RELU_TASK, relu_ok(), "cpu")], opts)
+    assert v.status in CORRECT_STATUSES, (v.status, v.error)
+    assert v.eager_us == min(calls) and v.speedup == speedup_of(min(calls), v.runtime_us)
+    assert any(f["rule"] == "baseline_beside_compiles" for f in v.findings)
+    assert not baseline_path(opts, backend, RELU_TASK, backend.baseline_key()).exists()
