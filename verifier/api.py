@@ -37,9 +37,10 @@ from verifier.isolation.cpu_bound import compile_cores
 from verifier.isolation.sandbox import SpawnLauncher
 from verifier.isolation.stale_cgroups import reap_stale_cgroups
 from verifier.judge.construct import HOST
+from verifier.judge.performance import judge_speed
 from verifier.judge.reward import finalize
-from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
-from verifier.run.baselines import Baselines, default_cache_dir, prefetch
+from verifier.protocol import CORRECT_STATUSES, VerdictData, VerifyOptions, VerifyRequest
+from verifier.run.baselines import BESIDE_COMPILES, Baselines, default_cache_dir, prefetch
 from verifier.run.batch_stats import BatchStats
 from verifier.run.forkserver import ForkServer, ForkServerError
 from verifier.run.gpu_runner import GpuRunner
@@ -246,6 +247,7 @@ def _build_and_run(pending: list[Item], items: list[Item], backend: Backend,
         for r in records:
             stats.add("compile", r.start, r.end, r.worker)
         run.wait()
+        run.settle()
     finally:
         run.close()
 
@@ -264,6 +266,7 @@ class _Landings:
         self.baselines = Baselines(opts, backend)
         self.futures: list[Any] = []
         self.stop_prefetch, self.prefetcher = threading.Event(), None
+        self.held: list[Item] = []  # verdicts whose baseline was timed beside compiles
 
     def prefetch(self, tasks: list[str]) -> None:
         """GPU workers idle until a build lands: the tasks' baselines meanwhile."""
@@ -294,6 +297,42 @@ class _Landings:
             stats.count("referee s", float(it.timing["referee_s"]))
         if it.timing.get("construct") == HOST:  # `verifier.judge.construct`'s second run
             stats.count("runs built on the host")
+        if it.provisional_base and it.verdict.status in CORRECT_STATUSES:
+            with self.lock:  # its speedup waits for a quiet baseline (`settle`)
+                self.held.append(it)
+            return
+        self.finish(it)
+
+    def settle(self) -> None:
+        """The held verdicts, re-judged and written: their tasks' baselines timed again now that
+        the batch's compiles and runs are over (`verifier.run.baselines.Baselines.retime`)."""
+        job_options = {k: getattr(self.opts, k) for k in JOB_OPTIONS}
+        with self.lock:
+            held, self.held = self.held, []
+        for task in dict.fromkeys(it.req.task_source for it in held):
+            mine = [it for it in held if it.req.task_source == task]
+            base: dict[str, Any] = {}
+            runner = self.slots.get()
+            try:
+                base = self.baselines.retime(task, runner, job_options)
+                self.stats.count("baselines re-timed after the compiles")
+            except Exception as exc:  # the verdicts keep the first figure; never unwritten
+                print(f"kernelsynth verifier: baseline not re-timed: {exc}", file=sys.stderr)
+            finally:
+                self.slots.put(runner)
+            for it in mine:
+                if base.get("eager_us"):
+                    it.verdict.status = judge_speed(it.verdict, self.opts, base)
+                self._finish_held(it, loaded=not base.get("eager_us")
+                                  or bool(base.get(BESIDE_COMPILES)))
+
+    def _finish_held(self, it: Item, loaded: bool) -> None:
+        """Write a held verdict; `loaded`: its speedup is still from a baseline timed while
+        compilers ran (said in an info finding)."""
+        if loaded:
+            it.verdict.findings.append({
+                "rule": "baseline_beside_compiles", "severity": "info", "line": None,
+                "message": "the task's baseline was timed while compilers ran"})
         self.finish(it)
 
     def after_build(self, chunk_results: dict[str, BuildResult]) -> None:
@@ -337,6 +376,10 @@ class _Landings:
 
     def close(self) -> None:
         self.exec_pool.shutdown(wait=True)
+        with self.lock:  # a batch that failed before `settle`: as judged, never unwritten
+            held, self.held = self.held, []
+        for it in held:
+            self._finish_held(it, loaded=True)
         self.stop_prefetch.set()
         if self.prefetcher is not None:
             self.prefetcher.join()

@@ -26,7 +26,7 @@ from verifier.judge.pace import Pace
 from verifier.judge.performance import judge_performance
 from verifier.judge.reward import record_share
 from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
-from verifier.run.baselines import Baselines
+from verifier.run.baselines import BESIDE_COMPILES, Baselines
 from verifier.run.gpu_runner import GpuRunner
 from verifier.run.runners import FLOOD_BYTES, SandboxRunner
 
@@ -43,6 +43,9 @@ class Item:
     done: bool = False
     t0: float = field(default_factory=time.monotonic)
     timing: dict[str, Any] = field(default_factory=dict)  # collect/compile/exec seconds
+    # its task's baseline was timed beside compiles: re-judged from a quiet one before it is
+    # written (`verifier.run.baselines.Baselines.retime`)
+    provisional_base: bool = False
 
     def stop(self, status: str, stage: str, error: str = "") -> None:
         """The candidate's way ends here, with this status at this stage."""
@@ -100,6 +103,7 @@ def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baseli
     job_options = {k: getattr(opts, k) for k in JOB_OPTIONS}
     # timed in a process that never ran candidate code, before this candidate runs
     base = baselines.ensure(item.req.task_source, runner, job_options)
+    item.provisional_base = bool(base.get(BESIDE_COMPILES))
     job = {"nonce": secrets.token_hex(16), "backend": backend.name,
            "input_seed": trial_input_seed(),  # every model of the run built on the device
            "options": {**job_options, "construct": DEVICE}}

@@ -50,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verifier.backends.tool_load import TOOL_LOAD
+
 
 class BackendUnavailable(RuntimeError):
     """A backend was requested explicitly but cannot run here; the message says what it needs."""
@@ -365,8 +367,9 @@ def run_tool(cmd: list[str], log: list[str], timeout_s: float, nice: int | None 
             build_argv,  # host trees hidden from the compiler
         )
 
-        proc = subprocess.run(niced(build_argv(cmd), nice), capture_output=True, text=True,
-                              timeout=timeout_s, errors="replace")
+        with TOOL_LOAD.running():  # a baseline timed meanwhile is re-timed (run.baselines)
+            proc = subprocess.run(niced(build_argv(cmd), nice), capture_output=True, text=True,
+                                  timeout=timeout_s, errors="replace")
     except subprocess.TimeoutExpired:
         log.append(f"compiler timed out after {timeout_s:.0f}s")
         return False
@@ -376,6 +379,8 @@ def run_tool(cmd: list[str], log: list[str], timeout_s: float, nice: int | None 
     out = (proc.stdout + proc.stderr).strip()
     if out:
         log.append(out[-200_000:])
+    if proc.returncode < 0:  # the kernel's OOM killer, a signal from outside: never cached
+        log.append(f"compiler killed by signal {-proc.returncode}")
     return proc.returncode == 0
 
 

@@ -303,10 +303,12 @@ _DEFINE_LINE = re.compile(r"^#define ([A-Za-z_]\w*)", re.MULTILINE)
 def macro_baseline(cmd: list[str], prefix: str, timeout_s: float = 300.0) -> frozenset[str]:
     """Names of the macros defined after `prefix` (the unit's headers) under compiler `cmd`
     (argv up to the input, which is read from stdin), from the compiler's own `-dM` output."""
+    from verifier.backends.tool_load import TOOL_LOAD
     from verifier.isolation.build_sandbox import build_argv
 
-    proc = subprocess.run(build_argv([*cmd, "-E", "-dM", "-"]), input=prefix, text=True,
-                          capture_output=True, timeout=timeout_s, errors="replace")
+    with TOOL_LOAD.running():  # a compiler on the host's cores (`verifier.run.baselines`)
+        proc = subprocess.run(build_argv([*cmd, "-E", "-dM", "-"]), input=prefix, text=True,
+                              capture_output=True, timeout=timeout_s, errors="replace")
     if proc.returncode != 0:
         raise RuntimeError(f"the compiler could not list the headers' macros: "
                            f"{proc.stderr.strip()[-300:]}")

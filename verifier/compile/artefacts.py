@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from verifier.compile.build_records import BuildResult
 
 
-# Cache events (an artefact that no longer matches its hash), for the caller's report.
+# Cache events (an artefact that no longer matches its hash, a failure the environment caused
+# and so not cached: `verifier.compile.build_cause`), for the caller's report.
 CACHE_EVENTS: list[str] = []
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from verifier.backends import Backend
 from verifier.checks.extspec import ExtensionSpec
+from verifier.compile.build_cause import environment_cause
 from verifier.compile.unit_sources import includes_of
 from verifier.isolation.sandbox import Launcher, SpawnLauncher
 
@@ -46,6 +47,12 @@ class BuildResult:
     def refused(self) -> bool:
         """The build was refused for what it reads: a static_reject, not a compile error."""
         return self.log.startswith(REFUSED)
+
+    @property
+    def environmental(self) -> str:
+        """Why this failure is the environment's, not the spec's text ("" when it is the spec's
+        own, or a success): such a failure is never cached (`verifier.compile.build_cause`)."""
+        return "" if self.ok else environment_cause(self.log, self.refused)
 
     def to_entry(self) -> dict:
         return {"module": self.module, "path": self.path, "mode": self.mode}

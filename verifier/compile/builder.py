@@ -1,20 +1,20 @@
 """Batch builds: many candidates' extensions compiled as one translation unit, cached by content.
 
 Each batchable spec's sources are wrapped in `namespace ks_<key>` with their `#include` lines
-hoisted to the top and `#line` directives naming the spec's own sources (`<key>/cpp0`), and
-one PYBIND11_MODULE binds `k<key>__<fn>` for every spec. Host units include a gcc precompiled header of
+hoisted to the top and `#line` directives naming the spec's own sources (`<key>/cpp0`), and one
+PYBIND11_MODULE binds `k<key>__<fn>` for every spec. Host units include a gcc precompiled header of
 `torch/extension.h` built once per (backend, torch version, flags). When a batch fails, the specs
-named in the errors are rebuilt alone and the rest rebuilt together (bisection when no spec is
-named; `Builder.build_unit` returns those rebuilds, `verifier.compile.compile_plan` runs them on any
-free compile worker), so one bad candidate fails only itself; a failure is final (and cached)
-only for a spec built alone. No candidate's preprocessor state reaches another: a unit holds a
-spec only when `verifier.compile.batch_guard` finds every directive of it, read as the compiler reads
-it (`verifier.checks.preprocess`), neutralised (its macros undefined after it); other specs are built
-alone. A build whose `-MD` list names a file outside the allowlist is refused with no compiler
-output (`REFUSED`); compilers run in `verifier.isolation.build_sandbox`. Results are cached per spec key
-in `<cache>/index/`, so a re-run or a later batch never compiles a spec twice. A spec's log names
-lines of its own sources (`cpp_sources[0]:12`), since every candidate with those sources shares
-the entry wherever they sit in its file; `candidate_log` maps them to one candidate's lines.
+named in the errors are rebuilt alone and the rest rebuilt together (bisection when none is;
+`verifier.compile.compile_plan` runs the rebuilds `Builder.build_unit` returns on any free compile
+worker), so one bad candidate fails only itself; a failure is final only for a spec built alone,
+and cached only when its cause is the spec's text (`build_cause`). No candidate's preprocessor
+state reaches another: a unit holds a spec only when `verifier.compile.batch_guard` finds every
+directive of it, read as the compiler reads it (`verifier.checks.preprocess`), neutralised (its
+macros undefined after it); other specs are built alone. A build whose `-MD` list names a file
+outside the allowlist is refused with no compiler output (`REFUSED`); compilers run in
+`verifier.isolation.build_sandbox`. Results are cached per spec key in `<cache>/index/`, so a
+re-run or a later batch never compiles a spec twice. A spec's log names its own sources' lines
+(`cpp_sources[0]:12`: an entry is shared wherever they sit in a file); `candidate_log` maps them.
 """
 
 from __future__ import annotations
@@ -94,8 +94,8 @@ class Builder:
             res = BuildResult(**data)
         except (OSError, ValueError, TypeError):
             return None
-        if not res.ok and "unit_log" not in data:  # a log mapped to another candidate's lines
-            return None
+        if not res.ok and ("unit_log" not in data or res.environmental):  # built again: a log
+            return None  # mapped to another candidate's lines, or not its doing (older rules)
         if res.ok and not Path(res.path).is_file():
             return None
         if res.ok and not verify_artefact(res):
@@ -109,6 +109,8 @@ class Builder:
         return res
 
     def _store(self, res: BuildResult) -> None:
+        if res.environmental:  # not the spec's doing: the next build of it may well succeed
+            return record_event(f"{res.key} not cached: {res.environmental}")
         if res.ok and not res.sha256:  # the digest taken when the object was linked
             side = Path(f"{res.path}.sha256")
             res.sha256 = side.read_text().strip() if side.is_file() else file_sha256(res.path)

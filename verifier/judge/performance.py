@@ -43,11 +43,18 @@ def judge_performance(v: VerdictData, opts: VerifyOptions, clock: dict[str, Any]
         v.findings.append({"rule": "physics_floor", "message": why, "line": None,
                            "severity": "error"})
         return "cheat", why
+    return judge_speed(v, opts, base), ""
+
+
+def judge_speed(v: VerdictData, opts: VerifyOptions, base: dict[str, Any]) -> str:
+    """The status of a correct, timed run (`correct_fast`/`correct_slow`) from its runtime and
+    the task's baselines; fills the verdict's baselines and speedups. Also for a verdict whose
+    baseline is timed again (`verifier.run.baselines.Baselines.retime`)."""
     v.eager_us, v.compiled_us = base.get("eager_us"), base.get("compiled_us")
     v.speedup = speedup_of(v.eager_us, v.runtime_us)
     v.speedup_compiled = speedup_of(v.compiled_us, v.runtime_us)
     v.faster = v.speedup is not None and v.speedup > opts.fast_threshold
-    return ("correct_fast" if v.faster else "correct_slow"), ""
+    return "correct_fast" if v.faster else "correct_slow"
 
 
 def _floor(v: VerdictData, peaks: dict[str, Any] | None, figures: dict[str, Any],

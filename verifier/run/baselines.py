@@ -16,6 +16,13 @@ cached for every later candidate of the task (a candidate could raise every spee
 by loading the host while its baseline was timed; tests/verifier/test_redteam_round7.py).
 GPU slots time their baselines on their own device: no turns there.
 
+Compilers share the host too: a candidate that compiles slowly loads the cores while a landed
+candidate's task baseline is timed (cpu), and that inflated eager would be cached and inflate
+every later speedup of the task. A cpu baseline whose every timing overlapped a compiler of this
+process (`verifier.backends.tool_load`) is marked `BESIDE_COMPILES` and kept in memory, never
+cached; the batch re-times it once its compiles are over (`Baselines.retime`) and re-judges the
+verdicts that used it before they are written (`verifier.api`); only a quiet figure is cached.
+
 The cache key is the task source, backend, device model, torch version, timing trials and
 seed, so a re-run on the same kind of device never times a reference twice. `prefetch` sends
 one baseline-only job per task that has no cached entry to the execution slots as soon as they
@@ -40,6 +47,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from verifier.backends import Backend
+from verifier.backends.tool_load import TOOL_LOAD
 from verifier.judge.clock import NO_JUDGE
 from verifier.judge.inputs import trial_input_seed
 from verifier.protocol import VerifyOptions
@@ -57,6 +65,11 @@ TIMING_GAP_S = 0.5
 # what the cache keeps; method (gpu): how eager was timed (`verifier.run.gpu_runner.GpuRunner.
 # baseline`: "served" or "referee"); eager_timings_us: every timing's eager (`Baselines._timed`)
 _BASELINE_KEYS = ("eager_us", "eager_iqr_us", "compiled_us", "method", "eager_timings_us")
+# in figures timed while compilers of this process ran (every timing of them): never cached
+BESIDE_COMPILES = "beside_compiles"
+# how long a re-timing waits for this process's compilers to end (another batch's, where
+# batches share a process); past it, it is timed anyway and cached only if no compiler ran
+QUIET_WAIT_S = 120.0
 
 
 def default_cache_dir() -> Path:
@@ -157,6 +170,17 @@ class Baselines:
         self.opts, self.backend = opts, backend
         self.lock = threading.Lock()
         self.task_locks: dict[str, threading.Lock] = {}
+        self.provisional: dict[str, dict[str, Any]] = {}  # task -> figures beside compiles
+
+    @property
+    def watches_compiles(self) -> bool:
+        """Whether a timing beside this process's compilers is marked: where the reference is
+        timed on the host's cores (no persistent GPU workers)."""
+        return not self.backend.persistent_worker
+
+    def _task_lock(self, task_source: str) -> threading.Lock:
+        with self.lock:
+            return self.task_locks.setdefault(task_source, threading.Lock())
 
     def get(self, task_source: str, device: str) -> dict[str, Any]:
         try:
@@ -193,15 +217,38 @@ class Baselines:
         (`runner.baseline`, never a process that ran candidate code) and cached; {} when the
         reference cannot be timed."""
         device = self.backend.baseline_key()
-        with self.lock:
-            task_lock = self.task_locks.setdefault(task_source, threading.Lock())
-        with task_lock:  # one timing per task, however many of its candidates wait
+        with self._task_lock(task_source):  # one timing per task, however many candidates wait
             if not self.complete(task_source, device):
+                if task_source in self.provisional:  # timed again when the compiles are over
+                    return _kept(self.provisional[task_source])
                 figures = self._timed(task_source, runner, job_options)
+                if figures and figures.get(BESIDE_COMPILES):
+                    self.provisional[task_source] = figures
+                    return _kept(figures)
                 if figures:
-                    self.put(task_source, device,
-                             {k: figures[k] for k in _BASELINE_KEYS if k in figures})
+                    self.put(task_source, device, _kept(figures))
             return self.get(task_source, device)
+
+    def retime(self, task_source: str, runner: Any, job_options: dict[str, Any],
+               quiet_wait_s: float = QUIET_WAIT_S) -> dict[str, Any]:
+        """A baseline `ensure` answered `BESIDE_COMPILES`, timed again once no compiler of this
+        process runs (waiting at most `quiet_wait_s`): a quiet figure is cached and answered;
+        one that compilers overlapped again gives the faster of both, still marked, not cached."""
+        device = self.backend.baseline_key()
+        with self._task_lock(task_source):
+            old = self.provisional.get(task_source)
+            if old is None or self.complete(task_source, device):
+                self.provisional.pop(task_source, None)
+                return self.get(task_source, device)
+            TOOL_LOAD.wait_quiet(quiet_wait_s)
+            figures = self._timed(task_source, runner, job_options)
+            if figures and not figures.get(BESIDE_COMPILES):
+                del self.provisional[task_source]
+                self.put(task_source, device, _kept(figures))
+                return self.get(task_source, device)
+            if figures:
+                _take_faster(old, figures)
+            return _kept(old)
 
     def _timed(self, task_source: str, runner: Any, job_options: dict[str, Any]
                ) -> dict[str, Any] | None:
@@ -211,25 +258,42 @@ class Baselines:
         4.6-9.4x that were 1.2-2.9x), with every timing's eager in `eager_timings_us`."""
         best: dict[str, Any] | None = None
         seen: list[float] = []
+        beside = self.watches_compiles
         for i in range(TIMINGS.get(self.backend.name, 1)):
             if i:
                 time.sleep(TIMING_GAP_S)  # a burst of load is less likely to span both
             with self.turn(baseline=True):
+                mark = TOOL_LOAD.mark()
                 figures = runner.baseline(task_source, job_options)
+                loaded = TOOL_LOAD.ran_since(mark)
             if not figures or "eager_us" not in figures:
                 break
+            beside = beside and loaded  # one quiet timing bounds the fastest: load only slows
             seen.append(float(figures["eager_us"]))
             if best is None:
                 best = figures
                 continue
-            for key, spread in (("eager_us", "eager_iqr_us"), ("compiled_us", None)):
-                if key in figures and figures[key] < best.get(key, float("inf")):
-                    best[key] = figures[key]
-                    if spread and spread in figures:
-                        best[spread] = figures[spread]
+            _take_faster(best, figures)
         if best is not None:
             best["eager_timings_us"] = seen
+            best.pop(BESIDE_COMPILES, None)
+            if beside:
+                best[BESIDE_COMPILES] = True
         return best
+
+
+def _take_faster(best: dict[str, Any], figures: dict[str, Any]) -> None:
+    """Into `best`, each baseline of `figures` that is faster (with its spread)."""
+    for key, spread in (("eager_us", "eager_iqr_us"), ("compiled_us", None)):
+        if key in figures and figures[key] < best.get(key, float("inf")):
+            best[key] = figures[key]
+            if spread and spread in figures:
+                best[spread] = figures[spread]
+
+
+def _kept(figures: dict[str, Any]) -> dict[str, Any]:
+    """What a caller (and the cache, which never sees `BESIDE_COMPILES`) keeps of figures."""
+    return {k: figures[k] for k in (*_BASELINE_KEYS, BESIDE_COMPILES) if k in figures}
 
 
 def prefetch(task_sources: list[str], backend: Backend, opts: VerifyOptions,

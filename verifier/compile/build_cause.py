@@ -1,0 +1,51 @@
+"""Whose doing a failed build is: a failure is cached under its spec's key only when its cause is
+in the spec's own text, so an honest candidate's verdict never depends on what the host was doing
+when it was first built (issue 28).
+
+A failure is the spec's own when the build refused what the spec reads or passes (a static
+refusal), when the compiler's diagnostics name an error at the spec's own source lines, or when
+the built object's import failed on what the object is (an undefined symbol, a library called by
+name, static initializers that misbehave in a way load cannot cause). Anything else, and anything
+that names the environment anywhere in its log (a compiler killed by a signal or the kernel's
+OOM killer, a timeout, a missing or unreadable toolchain or precompiled-header file, a full disk,
+the sandbox failing to start) is built again the next time: at worst a candidate's own failure
+costs one more compile, never another candidate its verdict.
+"""
+
+from __future__ import annotations
+
+import re
+
+from verifier.compile.build_reads import UNKNOWN_READ
+
+# a diagnostic at the spec's own lines, as `Builder._spec_log` names them (gcc's form; the cuda
+# backend rewrites nvcc's `file(12): error` to it)
+OWN_ERROR = re.compile(r"^(?:cpp|cuda)_sources\[\d+\]:\d+:\d+: (?:fatal )?error\b", re.M)
+# what the object is, found when it was imported (`verifier.compile.loadcheck`)
+OWN_IMPORT = re.compile(r"undefined symbol|calls a library's compute by name|"
+                        r"static initializers misbehave")
+ENVIRONMENT = re.compile(
+    r"timed out|killed by signal|Killed signal|signal terminated program|died due to signal|"
+    r"internal compiler error|No such file or directory|cannot open shared object|No space left on device|"
+    r"Disk quota exceeded|Cannot allocate memory|out of memory|memory exhausted|"
+    r"std::bad_alloc|cannot run |cannot execute|Input/output error|Too many open files|"
+    r"Resource temporarily unavailable|Permission denied|Read-only file system|"
+    r"Segmentation fault|Bus error|ks_pch|\.gch\b|precompiled header|\[build sandbox\]|"
+    r"^build error:|worker died|worker exited|its import took", re.I | re.M)
+
+
+def environment_cause(log: str, refused: bool = False) -> str:
+    """Why a failed build with this log (its spec's part, `Builder._spec_log`) is not its spec's
+    own doing (the first line that names the environment, or that no line names the spec's
+    text); "" when it is (a refusal, an error at its own lines, an import that failed on what
+    the object is)."""
+    if refused:  # the builder's own words (no compiler output), unless it could not tell
+        return "" if UNKNOWN_READ not in log else UNKNOWN_READ
+    env = ENVIRONMENT.search(log)
+    if env:
+        start = log.rfind("\n", 0, env.start()) + 1
+        end = log.find("\n", env.end())
+        return log[start:end if end >= 0 else len(log)].strip()[:300]
+    if OWN_ERROR.search(log) or OWN_IMPORT.search(log):
+        return ""
+    return "no error at the spec's own lines"
