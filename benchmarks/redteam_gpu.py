@@ -119,8 +119,11 @@ def main(argv: list[str] | None = None) -> int:
             held, why = obs.judge(name, r, ctx)
             held_all += held
             v = r["verdicts"].get(name, {})
-            rows.append(f"| {name} | {v.get('status', '-')} | {'held' if held else 'GOT THROUGH'}"
+            rows.append(f"| {name} | {v.get('status', '-')} | {v.get('runtime_us')} | "
+                        f"{v.get('eager_us')} | {'held' if held else 'GOT THROUGH'}"
                         f" | {why.replace('|', '/').replace(chr(10), ' ')[:160]} |")
+        honest = [f"{h} {v.get('status')} at {v.get('runtime_us')} us (eager {v.get('eager_us')})"
+                  for h, v in r["verdicts"].items() if h.startswith("honest")]
         honest_ok, honest_why = obs.honest_held(r)
         bounds = sorted({ln.strip() for log in Path(ctx["base"]).glob("verifier-*.log")
                          for ln in log.read_text(errors="replace").splitlines()
@@ -130,9 +133,10 @@ def main(argv: list[str] | None = None) -> int:
                  f"{held_all}/{len(rows)} attacks held; honest candidates "
                  f"{'unchanged' if honest_ok else 'CHANGED: ' + honest_why}; "
                  f"attack batch {r['wall']:.0f} s, suite {time.monotonic() - t0:.0f} s, "
-                 f"driver exit {r['rc']}", "", *[f"- {b}" for b in bounds], "",
-                 *(["hangs:", *hangs, ""] if hangs else []),
-                 "| attack | status | result | detail |", "| --- | --- | --- | --- |", *rows, ""]
+                 f"driver exit {r['rc']}", "", f"honest runs: {'; '.join(honest)}", "",
+                 *[f"- {b}" for b in bounds], "", *(["hangs:", *hangs, ""] if hangs else []),
+                 "| attack | status | runtime us | eager us | result | detail |",
+                 "| --- | --- | --- | --- | --- | --- |", *rows, ""]
         write([])
         print(f"{label}: {held_all}/{len(rows)} held, {len(r['hangs'])} hangs", flush=True)
     faulthandler.cancel_dump_traceback_later()
