@@ -372,6 +372,8 @@ def main(argv: list[str]) -> int:
             if report["worker_leaves"]:
                 return 3
             continue
+        # the parent takes no line of this job before this one (`verifier.run.outcome`)
+        out.write(json.dumps({"started": msg["job"].get("nonce")}) + "\n")
         gc.enable()
         held.clear()
         result = _run_one(msg, sock, base, progress, step)
