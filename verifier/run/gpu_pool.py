@@ -15,7 +15,9 @@ windows', `verifier.judge.window_judge`) go to the worker over that socket befor
 nothing of output size comes back; the parent-clocked timing windows (`verifier.judge.clock`)
 run over two more pipes the worker inherits. A worker that exceeds a job's timeout, dies, floods its output or
 reports a broken CUDA context is killed and replaced before the next job; only the job in
-flight is affected.
+flight is affected. The worker says {"started": nonce} as it takes a job; a line out of that
+protocol is tampering, and a failure it reports after earlier jobs is made again in a fresh
+worker by its runner (`verifier.run.outcome`).
 """
 
 from __future__ import annotations
