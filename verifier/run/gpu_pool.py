@@ -272,7 +272,8 @@ class GpuWorkerProcess:
         reply = None if why else self._read(SETTLE_S)
         out.wall_s += time.monotonic() - began
         odd = unexpected_line(reply, "settle", nonce) or (
-            f"more after the settle reply ({self.buf[:80]!r})" if self.buf.strip() else "")
+            f"more after the settle reply ({self.buf[:80]!r})"
+            if reply is not None and self.buf.strip() else "")
         if odd:
             self.stop()
             return tampered(out, odd, earlier, nonce)

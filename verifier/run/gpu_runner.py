@@ -136,6 +136,8 @@ class GpuRunner:
         self._refill()
 
     def run(self, item: Any, job: dict[str, Any], pace: Pace | None = None) -> RunOutcome:
+        """One candidate's run on this slot's worker; a failure that worker reported after
+        earlier jobs is made again in a fresh one (`verifier.run.outcome.confirmed`)."""
         built = [r for r in item.built.values() if r.ok]
         changed = [r.path for r in built if not verify_artefact(r)]
         if changed:
@@ -144,7 +146,7 @@ class GpuRunner:
                               False, 0.0)
         job = {**job, "device_sources": [src for s in item.specs
                                          for src in (*s.cuda_sources, *s.cpp_sources)]}
-        with self.lock:  # a failure its worker reported after earlier jobs: made again fresh
+        with self.lock:
             return confirmed(lambda: self._run_judged(item, job, built, pace), self._fresh)
 
     def _fresh(self) -> None:
