@@ -103,7 +103,9 @@ def markdown(report: dict[str, Any]) -> str:
                   "| statuses | " + ", ".join(f"{k} {v}" for k, v in
                                              sorted(ours["statuses"].items())) + " |",
                   f"| timing settled after one window / timeouts at a hang deadline | "
-                  f"{ours.get('settled', '?')} / {ours.get('hang_deadline', '?')} |"]
+                  f"{ours.get('settled', '?')} / {ours.get('hang_deadline', '?')} |",
+                  f"| runs confirmed in a fresh worker (failures after earlier jobs) | "
+                  f"{ours.get('confirmed_fresh', '?')} |"]
     kb = report.get("kb")
     if kb:
         ratio = (ours["per_gpu_hour"] / kb["per_gpu_hour"]) if ours and kb["per_gpu_hour"] \

@@ -169,6 +169,9 @@ def summarize(run: dict[str, Any], labels: dict[str, str], n_total: int) -> dict
             # judge-seconds saved (verifier.judge.pace): timing settled, hangs cut at a deadline
             "settled": sum("timing_settled" in str(v.get("findings", "")) for v in vs),
             "hang_deadline": sum("hang deadline" in (v.get("error") or "") for v in vs),
+            # failures a worker reported after earlier jobs, made again in a fresh one
+            # (`verifier.run.outcome.confirmed`): each cost a rerun and a worker swap
+            "confirmed_fresh": sum("confirmed_fresh" in str(v.get("findings", "")) for v in vs),
             "as_labelled": sum(expected(v["status"], labels[v["candidate_id"]]) for v in vs),
             "unexpected": [f"{v['candidate_id']}: {v['status']} ({v['error'][:100]})"
                            for v in vs if not expected(v["status"], labels[v["candidate_id"]])]}

@@ -203,6 +203,7 @@ def _verify_group(items: list[Item], backend: Backend, opts: VerifyOptions,
         for r in runners:
             r.close()
             stats.count("worker replaced by its standby", getattr(r, "swaps", 0))
+            stats.count("runs confirmed in a fresh worker", getattr(r, "confirmations", 0))
 
 
 def _build_and_run(pending: list[Item], items: list[Item], backend: Backend,

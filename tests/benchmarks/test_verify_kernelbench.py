@@ -130,9 +130,10 @@ def test_memory_deaths_statuses_and_agreement() -> None:
 def test_summary_and_markdown_of_a_partial_run() -> None:
     labels = {"a": "correct", "b": "wrong", "c": "hanging", "d": "fallback"}
     settled = dict(_v("a", "correct_slow"), findings=[{"rule": "timing_settled"}])
-    hung = dict(_v("c", "timeout"), error="correctness stage passed its hang deadline: ...")
+    hung = dict(_v("c", "timeout"), error="correctness stage passed its hang deadline: ...",
+                findings=[{"rule": "confirmed_fresh"}])
     s = summarize({"wall_s": 36.0, "cut": True, "verdicts": [settled, hung]}, labels, 4)
-    assert (s["settled"], s["hang_deadline"]) == (1, 1)
+    assert (s["settled"], s["hang_deadline"], s["confirmed_fresh"]) == (1, 1, 1)
     run = {"wall_s": 36.0, "cut": True, "verdicts": [
         _v("a", "correct_fast"), _v("b", "incorrect"), _v("d", "static_reject")]}
     s = summarize(run, labels, 4)
@@ -153,6 +154,7 @@ def test_summary_and_markdown_of_a_partial_run() -> None:
     assert "**200 per GPU-hour**" in md and "(cut at budget)" in md
     assert "**3.0x**" in md  # 300 decided per GPU-hour vs 100
     assert "| timing settled after one window / timeouts at a hang deadline | 0 / 0 |" in md
+    assert "| runs confirmed in a fresh worker (failures after earlier jobs) | 0 |" in md
     two = summarize(dict(run, gpus=2, wall_s=20.0), labels, 4)
     assert two["ran_per_gpu_hour"] == 180  # 2 ran in 40 GPU-seconds
     report["multi"] = {"gpus": 2, "both": 3, "agree": 3, "differ": [], "speedup": 1.8,

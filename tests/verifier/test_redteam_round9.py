@@ -32,6 +32,7 @@ from redteam_round7_cases import NUMPY_RELU, WORKER_BACKEND  # noqa: E402
 from verifier_cases import relu_task  # noqa: E402
 
 from verifier.run.gpu_pool import GpuWorkerProcess  # noqa: E402
+from verifier.run.outcome import RunOutcome, confirmed  # noqa: E402
 
 TASK = relu_task(256, 256)
 
@@ -44,20 +45,27 @@ def _leaving(code: str) -> str:
                               + body + "\n")
 
 
-def _jobs(sources: list[str]) -> list[dict[str, Any]]:
+def _jobs(sources: list[str], confirm: bool = False) -> list[dict[str, Any]]:
     """One job per source in one persistent cpu worker (restarted when a job ends it): their
-    payloads, with the pid of the worker that ran each."""
+    payloads, with the pid of the worker that ran each. `confirm`: each run as `GpuRunner`
+    makes it (`verifier.run.outcome.confirmed`: an outcome its worker may owe to an earlier job
+    is made again in a fresh worker; "confirmed" says why); without it, what the hygiene
+    checks alone do."""
     job = {"backend": WORKER_BACKEND, "extensions": {},
            "options": {"trials": 2, "perf_trials": 2, "perf_warmup": 1, "construct": "device"}}
     worker = GpuWorkerProcess({}, backend=WORKER_BACKEND, host_memory_mb=4000)
     got = []
     try:
         for i, src in enumerate(sources):
-            if not worker.alive():
-                assert worker.start(), worker.describe_exit()
-            out = worker.run({"job": {**job, "nonce": f"r9-{i}"}, "task_source": TASK,
-                              "candidate_source": src}, 180)
-            got.append({**(out.payload or {}), "failure": out.failure})
+            def once(i: int = i, src: str = src) -> RunOutcome:
+                if not worker.alive():
+                    assert worker.start(), worker.describe_exit()
+                return worker.run({"job": {**job, "nonce": f"r9-{i}"}, "task_source": TASK,
+                                   "candidate_source": src}, 180)
+
+            out = confirmed(once, worker.stop) if confirm else once()
+            got.append({**(out.payload or {}), "failure": out.failure,
+                        "confirmed": out.confirmed})
     finally:
         worker.stop()
     return got

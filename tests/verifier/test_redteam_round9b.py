@@ -69,6 +69,19 @@ os.write(int(sys.argv[1]), b'{"settled": true, "outcome": "ok", "findings": [], 
          b'earlier job", "findings": [], "stage": "correctness"}\\n')
 """)
 
+# the same, knowing the next job's nonce: the finalizer writes the settle reply, then reads the
+# next job from the worker's stdin (the parent sends it once it has that reply) and writes the
+# job's start line and a failing result with its nonce, as the worker's loop would
+NONCE_READER = _at_settle("""
+import json, os
+fd = int(sys.argv[1])
+os.write(fd, b'{"settled": true, "outcome": "ok", "findings": [], "worker_leaves": false}\\n')
+nonce = json.loads(sys.stdin.readline())["job"]["nonce"]
+os.write(fd, json.dumps({"started": nonce}).encode() + b"\\n" + json.dumps({
+    "nonce": nonce, "outcome": "runtime_error", "stage": "correctness", "findings": [],
+    "error": "framed by an earlier job"}).encode() + b"\\n")
+""")
+
 # the collector's settings: every later job collects at each allocation (slower, its timed
 # windows included) and keeps its garbage forever
 GC_TUNER = _leaving("""
@@ -82,10 +95,21 @@ ASK_GC = NUMPY_RELU.replace("        import numpy as np\n", "        import gc\n
 
 @pytest.fixture(scope="module")
 def chain() -> dict[str, list[dict[str, Any]]]:
-    """Every attack of this file and the honest job after it, in one worker's sequence."""
-    runs = {"main": [MAINER, NUMPY_RELU], "inject": [INJECTOR, NUMPY_RELU],
-            "gc": [GC_TUNER, ASK_GC]}
+    """Every hygiene attack of this file and the honest job after it, in one worker's sequence."""
+    runs = {"main": [MAINER, NUMPY_RELU], "gc": [GC_TUNER, ASK_GC]}
     got = _jobs([src for srcs in runs.values() for src in srcs])
+    out, i = {}, 0
+    for name, srcs in runs.items():
+        out[name], i = got[i:i + len(srcs)], i + len(srcs)
+    return out
+
+
+@pytest.fixture(scope="module")
+def forged() -> dict[str, list[dict[str, Any]]]:
+    """The forgers of the result socket and the honest jobs after them, each run as `GpuRunner`
+    runs it (`verifier.run.outcome.confirmed`), in one worker's sequence."""
+    runs = {"inject": [NUMPY_RELU, INJECTOR, NUMPY_RELU], "nonce": [NONCE_READER, NUMPY_RELU]}
+    got = _jobs([src for srcs in runs.values() for src in srcs], confirm=True)
     out, i = {}, 0
     for name, srcs in runs.items():
         out[name], i = got[i:i + len(srcs)], i + len(srcs)
@@ -106,23 +130,42 @@ def test_the_worker_loops_own_functions_rebound_do_not_reach_the_next_job(
     assert honest["worker_pid"] != rebinder["worker_pid"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a finalizer run at the settle writes, on the worker's result socket (any fd of the process "
-    "is the candidate's to write), a settle reply of its own and then a 'result' that the "
-    "parent reads as the next job's (GpuWorkerProcess._exchange_with takes any line but "
-    "progress/step as the result): an honest sibling is a cheat (a forged result, its nonce "
-    "wrong). Partial fix: the worker writes {'started': nonce} as it reads a job and the parent "
-    "drops the worker on a line before it (and reruns the job on a fresh one); a finalizer that "
-    "blocks reading the next job from stdin still learns its nonce. Full fix: a failing verdict "
-    "(not ok) from a worker that ran an earlier job is confirmed in a fresh worker"))
 def test_lines_a_settle_finalizer_writes_are_not_the_next_jobs_result(
-        chain: dict[str, list[dict[str, Any]]]) -> None:
-    """Cyclic garbage whose finalizer runs at the settle writes a settle reply ("ok", the
-    worker stays) and a result ahead of the worker's own reply. Before: the injector passed,
-    and the next job, an honest numpy ReLU, got the forged line as its result ("cheat")."""
-    injector, honest = chain["inject"]
-    assert injector["outcome"] == "ok", injector
+        forged: dict[str, list[dict[str, Any]]]) -> None:
+    """Cyclic garbage whose finalizer runs at the settle writes, on the worker's result socket
+    (any descriptor of the process is the candidate's), a settle reply ("ok", the worker stays)
+    and a result ahead of the worker's own reply. Before: the injector passed, and the next
+    job, an honest numpy ReLU, got the forged line as its result ("cheat", the same worker).
+    Now the parent holds the worker to its protocol (`verifier.run.outcome`): a line after the
+    settle reply is tampering (the worker goes; the injector's run, its worker having run an
+    earlier job, is made again in a fresh worker, where the line can only be its own: a cheat),
+    and a line before the next job's {"started": nonce} voids that run (the worker goes, the job
+    is made again in a fresh worker, no verdict charged). Which of the two sees it depends on
+    whether the two lines arrive in one read; the honest sibling passes either way."""
+    honest0, injector, honest = forged["inject"]
+    assert honest0["outcome"] == "ok" and not honest0["confirmed"], honest0
     assert honest["outcome"] == "ok", honest
+    assert honest["worker_pid"] != injector["worker_pid"]
+    charged = injector["outcome"] == "cheat" and _said(injector, "forged_result")
+    voided = "before the job's start" in honest["confirmed"]
+    assert charged or voided, (injector, honest)
+
+
+def test_a_forged_result_with_the_next_jobs_nonce_is_confirmed_in_a_fresh_worker(
+        forged: dict[str, list[dict[str, Any]]]) -> None:
+    """A finalizer run at the settle writes a settle reply, blocks reading the worker's stdin
+    until the parent sends the next job, and so learns its nonce: it writes that job's start
+    line and a failing result with the right nonce ("runtime_error", "framed by an earlier
+    job"). No protocol check can tell it from the worker's loop (it shares the process). Its
+    worker ran an earlier job, so the failure it reports is made again in a fresh worker
+    (`confirmed`): the honest sibling passes there, and its verdict says why it was run
+    again (the forged error is in that reason: the forgery was read, then confirmed away)."""
+    reader, honest = forged["nonce"]
+    assert reader["outcome"] == "ok", reader  # its forged reply stood for its settle
+    assert honest["outcome"] == "ok", honest
+    assert "framed by an earlier job" in honest["confirmed"], honest
+    assert _said(honest, "confirmed_fresh"), honest
+    assert honest["worker_pid"] != reader["worker_pid"]
 
 
 def test_collector_settings_a_job_changes_are_not_handed_to_the_next_job(

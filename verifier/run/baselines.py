@@ -52,7 +52,7 @@ from verifier.judge.clock import NO_JUDGE
 from verifier.judge.inputs import trial_input_seed
 from verifier.protocol import VerifyOptions
 from verifier.run.batch_stats import BatchStats
-from verifier.run.gpu_pool import RunOutcome
+from verifier.run.outcome import RunOutcome
 
 METHOD = "judge-windows-1"  # how baselines are timed: a new method never reads old entries
 # cpu: the reference served to the judge's windows as a candidate is (runners.SandboxRunner);

@@ -15,7 +15,9 @@ windows', `verifier.judge.window_judge`) go to the worker over that socket befor
 nothing of output size comes back; the parent-clocked timing windows (`verifier.judge.clock`)
 run over two more pipes the worker inherits. A worker that exceeds a job's timeout, dies, floods its output or
 reports a broken CUDA context is killed and replaced before the next job; only the job in
-flight is affected.
+flight is affected. The worker says {"started": nonce} as it takes a job; a line out of that
+protocol is tampering, and a failure it reports after earlier jobs is made again in a fresh
+worker by its runner (`verifier.run.outcome`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from verifier.judge.clock import JudgeClock, no_judge
 from verifier.judge.clock_serve import FDS_ENV
 from verifier.judge.pace import Pace
 from verifier.run.hang_watch import HangWatch
+from verifier.run.outcome import RunOutcome, reported_failure, tampered, unexpected_line
 from verifier.run.settle import charge_settled
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
@@ -59,46 +61,14 @@ JOB_DISK_MB = 128
 DISK_MB = 2 * JOB_DISK_MB
 WRITABLE = "/tmp/w"  # the worker's caches and job directories (in the tmpfs) when isolated
 _announced: set[str] = set()
-EXIT_GRACE_S = 10.0
+EXIT_GRACE_S = 10.0  # from the worker's pipe closing to its exit status being there
 MAX_LINE_BYTES = 64 << 20  # a result line's bound (honest ones: KBs); past it, a flood
 SETTLE_S = 30.0  # for the worker to collect a job's garbage (its finalizers run) and check
-REAP_S = 30.0  # a killed worker not reaped by then is left behind (state D in the GPU driver)  # from the worker's pipe closing to its exit status being there
+REAP_S = 30.0  # a killed worker not reaped by then is left behind (state D in the GPU driver)
 # torch.compile baselines compile in the worker itself: inductor's default pool of compile
 # subprocesses kept running beside the timed kernels (H100: 100-200 us kernels timed with a
 # repeat CV of 7-15% next to it, 1.7% without)
 _QUIET_COMPILE = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
-
-
-@dataclass
-class RunOutcome:
-    """What one job's run produced: the worker's result dict, or why there is none."""
-
-    payload: dict[str, Any] | None
-    stage: str = "correctness"  # the last stage the worker reported
-    timed_out: bool = False
-    failure: str = ""  # one line when payload is None
-    flood: bool = False
-    wall_s: float = 0.0
-    outputs: Any = None  # the raw trial outputs (a sandboxed child's `outputs.pt`)
-    rechecked: bool = False  # whether the parent judges the outputs (`verifier.judge.decide`)
-    # what the judge's clock measured of the timed windows (`verifier.judge.clock.JudgeClock.result`),
-    # for a run whose worker said ok; None otherwise
-    clock: Any = None
-    # persistent workers: the judge's answer on the trials (`verifier.judge.trial_judge`), as
-    # `verifier.judge.decide.parent_check` asks for it
-    referee: Any = None
-    # the trials ran on the judge's arena and only the judge compared them (the worker holds
-    # no reference: `verifier.run.worker._judged_trials`): a failed check is a wrong answer, not
-    # a worker that lied about one
-    judge_compared: bool = False
-    referee_s: float = 0.0  # seconds the referee's checks of this job took
-    # why the task's run cannot fit the device (`verifier.judge.admission`): no run was made, and
-    # the verdict is `does_not_fit`, not the candidate's failure
-    does_not_fit: str = ""
-    # why the task's reference cannot be built under the device context (`verifier.judge.construct`):
-    # no run was made, and the parent runs the job again with the host's construction
-    host_only: str = ""
-
 
 
 class GpuWorkerProcess:
@@ -129,6 +99,7 @@ class GpuWorkerProcess:
         self.starts = 0
         self.ready: dict[str, Any] | None = None
         self.eof = False
+        self.earlier = 0  # jobs this worker ran before the one in flight (`confirmed`)
 
     def start(self) -> bool:
         """Start the worker and wait until it is warm; False (with `ready` None) on failure."""
@@ -162,7 +133,7 @@ class GpuWorkerProcess:
             os.close(fd)
         self.clock_fds = (req_r, go_w)
         self.sock, self.buf, self.eof = mine, b"", False
-        self.starts += 1
+        self.starts, self.earlier = self.starts + 1, 0
         self.ready = self._read(STARTUP_S)
         if self.ready is None or not self.ready.get("ready"):
             self.ready = None
@@ -237,9 +208,11 @@ class GpuWorkerProcess:
                 return None
         line, self.buf = self.buf.split(b"\n", 1)
         try:
-            return json.loads(line)
+            msg = json.loads(line)
         except ValueError:
-            return None
+            msg = None
+        # not the worker's loop's: a line out of its protocol (`verifier.run.outcome`)
+        return msg if isinstance(msg, dict) else {"malformed": line[:80].decode("latin-1")}
 
     def log_size(self) -> int:
         try:
@@ -274,24 +247,36 @@ class GpuWorkerProcess:
             clock.watch(run_meter(self.cgroup), runnable=run_runnable(self.cgroup))  # v2 only
         self.watch = HangWatch(pace, start, timeout_s)
         self.arena_fd, self.trials_fd = arena_fd, trials_fd
+        nonce, earlier = message["job"].get("nonce"), self.earlier
         try:
             out = self._exchange(message, start, deadline, timeout_s, log_before, clock)
         finally:
+            self.earlier += 1
             if clock is not None:
                 clock.stop()
             self.clock, self.watch, self.arena_fd, self.trials_fd = None, None, -1, -1
-        return self.settle(check(out) if check is not None else out)
+        out = self.settle(check(out) if check is not None else out, nonce, earlier)
+        if earlier and not out.suspect:  # the worker's word, after earlier jobs' code
+            out.suspect = reported_failure(out, nonce)
+        return out
 
-    def settle(self, out: RunOutcome) -> RunOutcome:
+    def settle(self, out: RunOutcome, nonce: Any = None, earlier: int = 0) -> RunOutcome:
         """Ask the worker to let the job go and collect its garbage, then check itself again
         (`verifier.run.gpu_worker._settle`): what its finalizers do is charged to this job, not
-        to the next one (tests/verifier/test_redteam_round8.py)."""
+        to the next one (tests/verifier/test_redteam_round8.py). One reply and nothing after
+        it: another line is tampering (`verifier.run.outcome.tampered`, the worker goes)."""
         if out.payload is None or not self.alive():
             return out
         began = time.monotonic()
         why = self._send(b'{"settle": true}\n', began + SETTLE_S)
         reply = None if why else self._read(SETTLE_S)
         out.wall_s += time.monotonic() - began
+        odd = unexpected_line(reply, "settle", nonce) or (
+            f"more after the settle reply ({self.buf[:80]!r})"
+            if reply is not None and self.buf.strip() else "")
+        if odd:
+            self.stop()
+            return tampered(out, odd, earlier, nonce)
         if charge_settled(out.payload, reply, why or f"no reply within {SETTLE_S:g} s"):
             self.stop()
         return out
@@ -323,9 +308,18 @@ class GpuWorkerProcess:
             self.stop()
             return RunOutcome(None, failure=f"the GPU worker {why}", timed_out="took" in why,
                               wall_s=time.monotonic() - start)
-        stage = "correctness"
+        stage, phase, nonce = "correctness", "start", message["job"].get("nonce")
         while True:
             msg = self._read(max(0.0, deadline - time.monotonic()))
+            odd = unexpected_line(msg, phase, nonce)
+            if odd:  # not this job's line: the worker goes, the job is not judged by it
+                self.stop()
+                return tampered(RunOutcome(None, stage, failure=odd,
+                                           wall_s=time.monotonic() - start), odd,
+                                self.earlier, nonce)
+            if msg is not None and phase == "start":
+                phase = "job"
+                continue
             if msg is None:
                 closed = ""
                 if self.eof:  # the pipe closes in exit() a moment before the pid is reapable

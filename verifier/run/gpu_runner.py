@@ -22,7 +22,8 @@ from verifier.judge.trial_judge import DoesNotFit
 from verifier.judge.window_judge import WindowJudge
 from verifier.protocol import VerifyOptions
 from verifier.run.baselines import baseline_forwards, default_cache_dir, serve_baselines
-from verifier.run.gpu_pool import GpuWorkerProcess, RunOutcome
+from verifier.run.gpu_pool import GpuWorkerProcess
+from verifier.run.outcome import RunOutcome, confirmed
 from verifier.run.runners import CPU_ARENA_BYTES, cpu_peaks
 
 GPU_ARENA_BYTES = 8 << 30  # on a GPU (at most a quarter of its free memory)
@@ -73,7 +74,7 @@ class GpuRunner:
         self.jobs = 0
         self.device_peaks: dict[str, Any] | None = None
         self.threads: dict[int, threading.Thread] = {}  # spare index -> its start, oldest first
-        self.swaps = 0
+        self.swaps = self.confirmations = 0
         self.closed = False
         self.starting: set[int] = set()  # spares whose start has not ended (state_lock)
         self.state_lock = threading.Lock()  # closed/starting, between close() and a start
@@ -135,6 +136,8 @@ class GpuRunner:
         self._refill()
 
     def run(self, item: Any, job: dict[str, Any], pace: Pace | None = None) -> RunOutcome:
+        """One candidate's run on this slot's worker; a failure that worker reported after
+        earlier jobs is made again in a fresh one (`verifier.run.outcome.confirmed`)."""
         built = [r for r in item.built.values() if r.ok]
         changed = [r.path for r in built if not verify_artefact(r)]
         if changed:
@@ -144,32 +147,42 @@ class GpuRunner:
         job = {**job, "device_sources": [src for s in item.specs
                                          for src in (*s.cuda_sources, *s.cpp_sources)]}
         with self.lock:
-            self._swap_in_standby(wait=True)
-            judge, trials, fds = None, None, [-1, -1]  # the windows' and the trials' arenas
-            try:
-                if not job.get("baseline_only"):
-                    try:
-                        trials, fds[1] = self._trials(item, job)
-                        judge, fds[0] = self._judge(item, window_budget(trials),
-                                                    job["options"].get("construct", DEVICE))
-                    except DoesNotFit as exc:  # the task's, not the candidate's
-                        return RunOutcome(None, failure=str(exc), does_not_fit=str(exc))
-                    except HostOnly as exc:  # the parent runs it again the host's way
-                        return RunOutcome(None, failure=str(exc), host_only=str(exc))
-                    except RuntimeError as exc:  # the verifier's fault, not the candidate's
-                        return RunOutcome(None, failure=f"the verifier's referee failed: {exc}")
-                    job = {**job, "arena": judge.spec, "trials_arena": trials.spec}
-                # the trials are checked before the worker settles (`GpuWorkerProcess.settle`)
-                return self._run_locked(item, job, built, judge, *fds, pace=pace,
-                                        check=lambda out: self._judged_here(out, trials))
-            finally:
-                for fd in fds:
-                    if fd >= 0:
-                        os.close(fd)
-                for held in (judge, trials):
-                    if held is not None:
-                        self._release_judge(held)
-                self._swap_in_standby(wait=False)
+            return confirmed(lambda: self._run_judged(item, job, built, pace), self._fresh)
+
+    def _fresh(self) -> None:
+        """The worker goes; the next run gets a spare (or a fresh start): it ran no job."""
+        self.worker.stop()
+        self.confirmations += 1
+
+    def _run_judged(self, item: Any, job: dict[str, Any], built: list,
+                    pace: Pace | None) -> RunOutcome:
+        """One run on fresh judge's arenas (lock held)."""
+        self._swap_in_standby(wait=True)
+        judge, trials, fds = None, None, [-1, -1]  # the windows' and the trials' arenas
+        try:
+            if not job.get("baseline_only"):
+                try:
+                    trials, fds[1] = self._trials(item, job)
+                    judge, fds[0] = self._judge(item, window_budget(trials),
+                                                job["options"].get("construct", DEVICE))
+                except DoesNotFit as exc:  # the task's, not the candidate's
+                    return RunOutcome(None, failure=str(exc), does_not_fit=str(exc))
+                except HostOnly as exc:  # the parent runs it again the host's way
+                    return RunOutcome(None, failure=str(exc), host_only=str(exc))
+                except RuntimeError as exc:  # the verifier's fault, not the candidate's
+                    return RunOutcome(None, failure=f"the verifier's referee failed: {exc}")
+                job = {**job, "arena": judge.spec, "trials_arena": trials.spec}
+            # the trials are checked before the worker settles (`GpuWorkerProcess.settle`)
+            return self._run_locked(item, job, built, judge, *fds, pace=pace,
+                                    check=lambda out: self._judged_here(out, trials))
+        finally:
+            for fd in fds:
+                if fd >= 0:
+                    os.close(fd)
+            for held in (judge, trials):
+                if held is not None:
+                    self._release_judge(held)
+            self._swap_in_standby(wait=False)
 
     def _trials(self, item: Any, job: dict[str, Any]) -> tuple[Any, int]:
         """The job's trial judge (`verifier.judge.trial_judge`) and its arena's descriptor: the
@@ -380,9 +393,9 @@ class GpuRunner:
                                     "candidate_source": item.code}, self.opts.run_timeout_s,
                                    judge, arena_fd, trials_fd, pace, check)
         except (ArtefactMismatch, OSError) as exc:  # the worker is not trusted further
-            self.worker.stop()
+            self.worker.stop()  # (its directory: perhaps an earlier job's doing)
             return RunOutcome(None, "correctness", False, f"verifier build cache: {exc}",
-                              False, 0.0)
+                              False, 0.0, suspect=str(exc) if self.worker.earlier else "")
         finally:
             if staged is not None:
                 shutil.rmtree(staged, ignore_errors=True)

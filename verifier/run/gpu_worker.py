@@ -8,8 +8,8 @@ CUDA_VISIBLE_DEVICES. The checks are `verifier.run.worker.run_job`'s, the same a
 Started by `verifier.api` as `python -m verifier.run.gpu_worker RESULT_FD [BACKEND]` (default
 cuda; the tests run the same loop with `cpu`, which no GPU host needs) inside the sandbox's
 session, pids cgroup and network namespace. Reads one JSON job per stdin line ({"job",
-"task_source", "candidate_source"}); writes {"progress": stage} lines and then one result per
-job to RESULT_FD, a unix socket only this process holds (the candidate's prints go to
+"task_source", "candidate_source"}); writes {"started": nonce}, {"progress": stage} lines and
+then one result per job to RESULT_FD, a unix socket only this process holds (the candidate's prints go to
 stdout/stderr, never into results). Nothing the worker says is believed: each job's trial
 inputs and outputs live in the judge's arena on the device (`verifier.judge.trial_judge`), whose
 descriptor, with the timed windows' arena's, the parent passes over that socket (SCM_RIGHTS)
@@ -37,13 +37,16 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from verifier.run.settle import (
     armed_finalizers,
     free_bytes,
     gc_callbacks,
+    held_memory,
     leftover_code,
+    memory_ends_it,
     strays_end_it,
 )
 from verifier.run.tamper import process_state, refuse_audit_hooks, residue_ends_it
@@ -266,66 +269,38 @@ def _run_one(msg: dict[str, Any], sock: socket.socket, base: str,
                 os.close(fd)
 
 
-# memory a job may leave held in the worker beyond what it held when ready (host: resident;
-# device: allocated) before the worker is replaced: a model's __del__ or a module global that
-# kept 2.5 GB alive made the next job of the same worker, an honest sibling, die of its memory
-# bound (tests/verifier/test_redteam_round8.py); on a GPU, device memory it keeps is memory the
-# next job's trials and the reference-only timer beside it lack
-# (2 GiB: a GPU job's first matmul or convolution maps cuBLAS's or cuDNN's libraries, hundreds
-# of MB of host memory that stay; the warm-up pays those first, `_warm_up`)
-HELD_SLACK_BYTES = 2 << 30
+@dataclass
+class ReadyState:
+    """The worker as it was when ready: what each job's hygiene checks compare with."""
+
+    state: dict[str, int]  # `watched_state`: the harness's and torch's functions
+    flags: dict[str, Any]  # `global_flags`: torch's process-wide settings, hooks, modes
+    threads: int  # Python threads (torch.compile's own raise it: a result's `harness_threads`)
+    memory: tuple[int, int]  # `held_memory`: host resident and device allocated bytes
+    armed: dict[Any, str]  # `armed_finalizers`: the harness's own `weakref.finalize`s
+    residue: dict[str, int]  # `process_state`: interpreter hooks, modules, environment
 
 
-def held_memory(keep: Any = None) -> tuple[int, int]:
-    """This process's resident host bytes and allocated device bytes, less those of the tensors
-    in `keep` (the last job's raw outputs, held on purpose)."""
-    import torch
-
-    with open("/proc/self/statm") as f:
-        host = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    device = torch.cuda.memory_allocated() if torch.cuda.is_initialized() else 0
-    stack = [keep]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, torch.Tensor):
-            n = x.untyped_storage().nbytes()
-            host, device = (host - n, device) if x.device.type == "cpu" else (host, device - n)
-        elif isinstance(x, (list, tuple)):
-            stack.extend(x)
-        elif isinstance(x, dict):
-            stack.extend(x.values())
-    return host, device
+def _hygiene(result: dict[str, Any], ready: ReadyState, keep: Any = None) -> bool:
+    """What a job left in the process, compared with `ready` (after its result, and again at
+    its settle): findings and outcome into `result`; True when the worker must go. `keep`: the
+    last job's raw outputs, held on purpose."""
+    leave = after_job(result, ready.state, ready.flags, ready.threads)
+    leave = strays_end_it(result) or leave
+    return leave or memory_ends_it(result, ready.memory, keep) or residue_ends_it(result,
+                                                                                   ready.residue)
 
 
-def _memory_ends_it(result: dict[str, Any], ready: tuple[int, int], keep: Any) -> bool:
-    """Whether the job left memory held beyond `HELD_SLACK_BYTES` (then its worker goes: not a
-    cheat, an info finding; the next job gets a fresh process)."""
-    now = held_memory(keep)
-    over = [f"{name} {(b - a) >> 20} MB" for name, a, b in zip(("host", "device"), ready, now,
-                                                               strict=True)
-            if b - a > HELD_SLACK_BYTES]
-    if over:
-        result.setdefault("findings", []).append({
-            "rule": "worker_replaced", "severity": "info", "line": None,
-            "message": "the run left memory held in its worker (" + ", ".join(over)
-                       + " more than when it was ready): its worker was replaced"})
-    return bool(over)
-
-
-def _settle(held: list[Any], state: dict[str, int], flags: dict[str, Any], threads: int,
-            ready: tuple[int, int], armed: dict[Any, str], residue: dict[str, int]
-            ) -> dict[str, Any]:
+def _settle(held: list[Any], ready: ReadyState) -> dict[str, Any]:
     """Between jobs, once the parent has checked the last job's trials: what that job left is
     let go and its garbage collected (its finalizers run now, charged to it), then the checks
     run again (`verifier.run.settle`); the report for that job, as a result's fields."""
     held.clear()
     report: dict[str, Any] = {"settled": True, "outcome": "ok", "findings": []}
-    left = leftover_code(armed)
-    leave = after_job(report, state, flags, threads)
+    left = leftover_code(ready.armed)
+    leave = _hygiene(report, ready)
     if report["outcome"] != "ok":
         report["error"] += " (found after the run, once its garbage was collected)"
-    leave = strays_end_it(report) or leave
-    leave = leave or _memory_ends_it(report, ready, None) or residue_ends_it(report, residue)
     if left:
         report["findings"].append({"rule": "worker_replaced", "severity": "warning",
                                    "line": None, "message": "the run left code to run in later "
@@ -349,7 +324,8 @@ def main(argv: list[str]) -> int:
     ident = device_ident(backend)
     gc.collect()
     gc.freeze()  # the harness's objects: no collection between or in jobs scans them again
-    ready, armed = held_memory(), armed_finalizers()
+    ready = ReadyState(state=state, flags=flags, threads=threads, memory=held_memory(),
+                       armed=armed_finalizers(), residue=residue)
     out.write(json.dumps({"ready": True, "pid": os.getpid(), "device": backend.device_name(),
                           "worker_device": ident}) + "\n")
 
@@ -367,11 +343,13 @@ def main(argv: list[str]) -> int:
     for line in sys.stdin:
         msg = json.loads(line)
         if msg.get("settle"):  # the parent judged the last job's trials
-            report = _settle(held, state, flags, threads, ready, armed, residue)
+            report = _settle(held, ready)
             out.write(json.dumps(report, default=str) + "\n")
             if report["worker_leaves"]:
                 return 3
             continue
+        # the parent takes no line of this job before this one (`verifier.run.outcome`)
+        out.write(json.dumps({"started": msg["job"].get("nonce")}) + "\n")
         gc.enable()
         held.clear()
         result = _run_one(msg, sock, base, progress, step)
@@ -382,11 +360,9 @@ def main(argv: list[str]) -> int:
         held[:] = [result, result.pop("raw_outputs", None)]  # seeded trials: not sent, not used
         sys.stdout.flush()
         sys.stderr.flush()
-        leave = after_job(result, state, flags, threads)
-        leave = strays_end_it(result) or leave
-        leave = leave or _memory_ends_it(result, ready, held[1])
-        leave = leave or residue_ends_it(result, residue)
-        threads = max(threads, int(result.get("harness_threads") or 0))  # torch.compile's
+        leave = _hygiene(result, ready, held[1])
+        # torch.compile's own threads
+        ready.threads = max(ready.threads, int(result.get("harness_threads") or 0))
         if job_free and free_bytes(base) < job_free:  # the next job gets a fresh tmpfs
             leave = True
         result["worker_pid"], result["worker_device"] = os.getpid(), ident

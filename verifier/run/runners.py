@@ -25,7 +25,7 @@ from verifier.judge.pace import Pace
 from verifier.judge.window_judge import WindowJudge
 from verifier.protocol import VerifyOptions
 from verifier.run.baselines import baseline_forwards, default_cache_dir, serve_baselines
-from verifier.run.gpu_pool import RunOutcome
+from verifier.run.outcome import RunOutcome
 
 FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
 _DISK_BYTES = 128 << 20  # all files a run writes (the file-size rlimit bounds each one)

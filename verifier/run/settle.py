@@ -1,4 +1,5 @@
-"""What one job of a persistent worker leaves to run later, found before the next job comes.
+"""What one job of a persistent worker leaves to run later (or holds), found before the next
+job comes.
 
 Candidate code can outlive its run without a thread: a finalizer of its cyclic garbage runs
 whenever the collector next runs (in a sibling's job, its timed windows included, unless the
@@ -9,7 +10,8 @@ harness while a sibling runs (its hygiene check would then call the sibling a ch
 between jobs, once the parent has checked the last job's trials, the worker collects its
 garbage (its finalizers run then, charged to that job) and its checks run again
 (`verifier.run.gpu_worker`). `atexit` handlers run only as the worker exits, after its last
-result: no sibling's run is left for them to reach.
+result: no sibling's run is left for them to reach. Memory a job leaves held beyond
+`HELD_SLACK_BYTES` ends its worker too (`memory_ends_it`).
 """
 
 from __future__ import annotations
@@ -127,3 +129,50 @@ def stray_processes() -> list[int]:
     except ChildProcessError:
         pass
     return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != 1]
+
+
+# memory a job may leave held in the worker beyond what it held when ready (host: resident;
+# device: allocated) before the worker is replaced: a model's __del__ or a module global that
+# kept 2.5 GB alive made the next job of the same worker, an honest sibling, die of its memory
+# bound (tests/verifier/test_redteam_round8.py); on a GPU, device memory it keeps is memory the
+# next job's trials and the reference-only timer beside it lack
+# (2 GiB: a GPU job's first matmul or convolution maps cuBLAS's or cuDNN's libraries, hundreds
+# of MB of host memory that stay; the worker's warm-up pays those first: `verifier.run.
+# gpu_worker`)
+HELD_SLACK_BYTES = 2 << 30
+
+
+def held_memory(keep: Any = None) -> tuple[int, int]:
+    """This process's resident host bytes and allocated device bytes, less those of the tensors
+    in `keep` (the last job's raw outputs, held on purpose)."""
+    import torch
+
+    with open("/proc/self/statm") as f:
+        host = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    device = torch.cuda.memory_allocated() if torch.cuda.is_initialized() else 0
+    stack = [keep]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, torch.Tensor):
+            n = x.untyped_storage().nbytes()
+            host, device = (host - n, device) if x.device.type == "cpu" else (host, device - n)
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+    return host, device
+
+
+def memory_ends_it(result: dict[str, Any], ready: tuple[int, int], keep: Any) -> bool:
+    """Whether the job left memory held beyond `HELD_SLACK_BYTES` (then its worker goes: not a
+    cheat, an info finding; the next job gets a fresh process)."""
+    now = held_memory(keep)
+    over = [f"{name} {(b - a) >> 20} MB" for name, a, b in zip(("host", "device"), ready, now,
+                                                               strict=True)
+            if b - a > HELD_SLACK_BYTES]
+    if over:
+        result.setdefault("findings", []).append({
+            "rule": "worker_replaced", "severity": "info", "line": None,
+            "message": "the run left memory held in its worker (" + ", ".join(over)
+                       + " more than when it was ready): its worker was replaced"})
+    return bool(over)

@@ -1,0 +1,136 @@
+"""What one job's run produced (`RunOutcome`), and which outcomes a persistent worker that ran
+earlier jobs must have made again in a fresh worker before they stand.
+
+A persistent worker (`verifier.run.gpu_worker`) runs one candidate after another, and any code
+a job leaves behind that the hygiene checks miss runs in the later jobs: it can write on the
+worker's result socket (any descriptor of the process is the candidate's), read the next job
+from stdin (its nonce too), kill or stall the process. A finalizer run at the settle forged the
+next job's result (tests/verifier/test_redteam_round9b.py). So the parent holds the worker to
+its protocol (`unexpected_line`: the job's {"started": nonce} first, one result, one settle
+reply, nothing else), and an outcome whose evidence is the worker's own word or behaviour (a
+failure it reported, a result it forged, a line out of turn, its death, hang or silence at the
+settle) is made again in a fresh worker when this one ran earlier jobs (`confirmed`): a
+fresh worker has run no candidate before, so what it reports is this candidate's. What the
+trusted judge established itself (the trials' outputs it compared, the windows it timed) is
+not run again: an honest batch of passing jobs confirms nothing and keeps its worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from verifier.judge.construct import HOST_ONLY
+
+# a worker's outcomes that are no failure of the candidate: "ok" is the judge's to check, a
+# reference served to the windows is the baseline's, HOST_ONLY makes the parent run it again
+NOT_FAILED = ("ok", "baseline", HOST_ONLY)
+PROTOCOL_KEYS = ("ready", "started", "settled")  # lines only the worker's loop writes
+
+
+@dataclass
+class RunOutcome:
+    """What one job's run produced: the worker's result dict, or why there is none."""
+
+    payload: dict[str, Any] | None
+    stage: str = "correctness"  # the last stage the worker reported
+    timed_out: bool = False
+    failure: str = ""  # one line when payload is None
+    flood: bool = False
+    wall_s: float = 0.0
+    outputs: Any = None  # the raw trial outputs (a sandboxed child's `outputs.pt`)
+    rechecked: bool = False  # whether the parent judges the outputs (`verifier.judge.decide`)
+    # what the judge's clock measured of the timed windows (`verifier.judge.clock.JudgeClock.result`),
+    # for a run whose worker said ok; None otherwise
+    clock: Any = None
+    # persistent workers: the judge's answer on the trials (`verifier.judge.trial_judge`), as
+    # `verifier.judge.decide.parent_check` asks for it
+    referee: Any = None
+    # the trials ran on the judge's arena and only the judge compared them (the worker holds
+    # no reference: `verifier.run.worker._judged_trials`): a failed check is a wrong answer, not
+    # a worker that lied about one
+    judge_compared: bool = False
+    referee_s: float = 0.0  # seconds the referee's checks of this job took
+    # why the task's run cannot fit the device (`verifier.judge.admission`): no run was made, and
+    # the verdict is `does_not_fit`, not the candidate's failure
+    does_not_fit: str = ""
+    # why the task's reference cannot be built under the device context (`verifier.judge.construct`):
+    # no run was made, and the parent runs the job again with the host's construction
+    host_only: str = ""
+    # why this outcome may be an earlier job's doing (its worker ran earlier jobs): the run is
+    # made again in a fresh worker (`confirmed`); "" when it stands
+    suspect: str = ""
+    confirmed: str = ""  # the first run's `suspect`, on the fresh worker's outcome
+
+
+def unexpected_line(msg: dict[str, Any] | None, phase: str, nonce: Any) -> str:
+    """Why a line the worker wrote is not one its protocol has at `phase` ("start": the job's
+    {"started": nonce}; "job": progress, steps, then the result; "settle": the settle reply);
+    "" when it is (None, no line: the caller's timeout or end of file)."""
+    if msg is None:
+        return ""
+    if phase == "start":
+        return "" if msg.get("started") == nonce else \
+            f"a line before the job's start ({_shown(msg)})"
+    if any(k in msg for k in PROTOCOL_KEYS if not (phase == "settle" and k == "settled")):
+        return f"a line of the worker's loop out of turn ({_shown(msg)})"
+    if phase == "settle" and not msg.get("settled"):
+        return f"a line that is no settle reply while the worker settled ({_shown(msg)})"
+    return ""
+
+
+def _shown(msg: dict[str, Any]) -> str:
+    return ", ".join(sorted(str(k) for k in msg)[:6])
+
+
+def tampered(out: RunOutcome, why: str, earlier_jobs: int, nonce: Any) -> RunOutcome:
+    """A line out of the worker's protocol (`unexpected_line`; the worker is stopped): with
+    earlier jobs in its worker it may be theirs, and the run is made again (`suspect`); in a
+    fresh worker only this job's code ran, and it wrote the line: a cheat."""
+    why = f"the worker wrote a line its protocol does not have: {why}"
+    if earlier_jobs:
+        out.suspect = why
+        return out
+    out.payload = {"nonce": nonce, "outcome": "cheat", "stage": out.stage, "error": why,
+                   "worker_pid": (out.payload or {}).get("worker_pid"),
+                   "findings": [{"rule": "forged_result", "severity": "error", "line": None,
+                                 "message": why}]}
+    return out
+
+
+def reported_failure(out: RunOutcome, nonce: Any) -> str:
+    """Why `out` rests on what the worker process said or did (a failure it reported, a result
+    not the harness's, its death, hang or flood, no settle): "" when the judge's checks of its
+    "ok" decide it."""
+    p = out.payload
+    if p is None:
+        return f"the worker failed ({out.failure[:200]})"
+    if p.get("nonce") != nonce:
+        return "the result was not the harness's (its nonce)"
+    if p.get("outcome") not in NOT_FAILED:
+        return f"the worker reported {p.get('outcome')} ({str(p.get('error') or '')[:200]})"
+    if any("did not settle" in str(f.get("message")) for f in p.get("findings") or ()
+           if isinstance(f, dict) and f.get("rule") == "worker_replaced"):
+        return "the worker did not settle after the run"
+    return ""
+
+
+def confirmed(run: Callable[[], RunOutcome], fresh_worker: Callable[[], None]) -> RunOutcome:
+    """`run` the job; an outcome that may be an earlier job's doing (`suspect`) is made again
+    after `fresh_worker` put a worker that ran no job in place, and that run's outcome stands
+    (a failure confirmed, or the first run's voided); no third run."""
+    out = run()
+    if not out.suspect:
+        return out
+    fresh_worker()
+    again = run()
+    again.wall_s += out.wall_s
+    again.confirmed = out.suspect
+    note = f"run again in a fresh worker: its first worker had run earlier jobs, and {out.suspect}"
+    if again.payload is not None:
+        again.payload.setdefault("findings", []).append(
+            {"rule": "confirmed_fresh", "severity": "info", "line": None, "message": note[:600]})
+    else:
+        again.failure += f" ({note[:300]})"
+    return again
