@@ -6,6 +6,8 @@
         --out benchmarks/results/redteam_round6_cuda.md
     python -m benchmarks.redteam_gpu --backend cuda --round7 \
         --out benchmarks/results/redteam_round7_cuda.md
+    python -m benchmarks.redteam_gpu --backend cuda --round10 \
+        --out benchmarks/results/redteam_round10_cuda.md
 
 Runs tests/verifier/redteam_cases.py's attacks (each a correct ReLU trying one escape, with a
 CUDA kernel on cuda) through a separate verifier process (`--transport direct`: a batch driver;
@@ -61,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--round7", action="store_true",
                     help="only round 7's persistent-worker attacks (a torch mode left on the "
                          "stack, a default device set in __init__), static checks off")
+    ap.add_argument("--round10", action="store_true",
+                    help="only round 10's attacks on the persistent worker's settle (code a "
+                         "job leaves to run in the next), each before an honest job")
     ap.add_argument("--persistent", action="store_true",
                     help="cpu: run candidates in the persistent worker (the cuda path's code)")
     ap.add_argument("--case-limit", type=float, default=240.0,
@@ -72,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         return _round6(a.backend, a.out)
     if a.round7:
         return _round7(a.backend, a.out, a.persistent)
+    if a.round10:
+        return _round10(a.backend, a.out, a.persistent)
     start = time.monotonic()
     # last resort: if this process itself blocks, its stacks are printed before the limit
     faulthandler.dump_traceback_later(a.wall_limit + 60, exit=True)
@@ -235,6 +242,60 @@ def _round7(backend: str, out: Path, persistent: bool = False) -> int:
         v = got[name]
         lines.append(f"| {name} | {v.status} | {', '.join(rules[name])} | "
                      f"{'held' if held[name] else 'GOT THROUGH'} | "
+                     f"{(v.error or '')[:100].replace('|', '/')} |")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+def _round10(backend: str, out: Path, persistent: bool = False) -> int:
+    """Round 10's attacks (tests/verifier/redteam_round10_cases.py), static checks off, one GPU
+    so every job shares a worker: each a correct ReLU in its own kernel that leaves code to run
+    in the next job (which rebinds torch.relu there), then an honest ReLU; and one that rebinds
+    `torch.Tensor.__mul__`, then a job whose error says what `torch.ones(2) * 2` is. Held: the
+    honest job after each is correct, `* 2` doubles, and the attacker is a cheat or its worker
+    was replaced. cpu:
+    `--persistent` runs the GPU's worker loop."""
+    import verifier.api as api
+    import verifier.stages as stages
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    cases, r10 = _load("redteam_cases"), _load("redteam_round10_cases")
+    from verifier_cases import relu_task
+
+    stages.check_python = lambda *a, **k: []  # the run-time defences on their own
+    stages.check_cpp = lambda *a, **k: []
+    if backend == "cpu" and persistent:
+        from verifier.backends.cpu import CpuBackend
+
+        CpuBackend.persistent_worker = True  # the GPU's loop, on this host's cpu
+    rows = []
+    for name in r10.ARMS:
+        rows += [(name, cases.candidate(r10.extra(name), name="r10_ext", prelude=False)),
+                 (f"honest_after_{name}", cases.candidate(name="r10_ext", prelude=False))]
+    rows += [("dunder", cases.candidate(r10.DUNDER_EXTRA, name="r10_ext", prelude=False)),
+             ("ask_after_dunder", cases.candidate(name="r10_ext", prelude=False,
+                                                  init=r10.ASK_MUL))]
+    cache = Path(tempfile.mkdtemp(prefix="ks-r10-"))
+    reqs = [VerifyRequest(name, "relu", relu_task(16, 1024), cases.for_backend(code, backend),
+                          backend) for name, code in rows]
+    got = {v.candidate_id: v for v in api.verify_batch(
+        reqs, VerifyOptions(backend=backend, gpus=1, workers=1,
+                            build_cache_dir=str(cache / "builds"),
+                            baseline_cache_dir=str(cache / "baselines")))}
+    lines = [f"# Red-team round 10 persistent-worker attacks, backend {backend}", "",
+             f"host {platform.node()}, command: python -m benchmarks.redteam_gpu --backend "
+             f"{backend} --round10 --out {out}", "",
+             "| row | status | findings | result | error |", "| --- | --- | --- | --- | --- |"]
+    for name, _ in rows:
+        v = got[name]
+        rules = [f["rule"] for f in v.findings]
+        held = (v.status.startswith("correct") if name.startswith("honest") else
+                "mul=[2.0, 2.0]" in (v.error or "") if name.startswith("ask") else
+                v.status == "cheat" or "worker_replaced" in rules)
+        lines.append(f"| {name} | {v.status} | {', '.join(rules)} | "
+                     f"{'held' if held else 'GOT THROUGH'} | "
                      f"{(v.error or '')[:100].replace('|', '/')} |")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")

@@ -31,69 +31,28 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_round7_cases import NUMPY_RELU  # noqa: E402
+from redteam_round10_cases import ASK_MUL, DUNDER_EXTRA, extra  # noqa: E402
 from test_redteam_round9 import _jobs  # noqa: E402
 
 from verifier.run.settle import armed_finalizers, torch_own  # noqa: E402
 
-# what runs in the next job: a torch function rebound (the sibling "changed" it), and a mark
-# the test reads to know that it ran (the job's directory is gone by then; the tmpfs is not)
-FRAME = """
-    import os, torch
-    torch.relu = lambda x: x
-    open(os.path.join(os.environ.get("KS_WORKER_TMP", "."), "round10-{tag}"), "w").close()
-"""
+
+def _anchored(name: str) -> str:
+    """An honest numpy ReLU with the attack `name`'s module code (redteam_round10_cases)."""
+    return NUMPY_RELU.replace("class ModelNew(torch.nn.Module):\n",
+                              extra(name) + "class ModelNew(torch.nn.Module):\n")
 
 
-def _anchored(tag: str, arm: str) -> str:
-    """An honest numpy ReLU whose module code defines `later()` (FRAME) and runs `arm`, which
-    hangs something on the harness's `load_inline` shim (`anchor`) that runs `later` as it
-    dies."""
-    later = "def later(*_a):" + FRAME.format(tag=tag).rstrip() + "\n"
-    return NUMPY_RELU.replace("class ModelNew(torch.nn.Module):\n", later + """
-import sys, weakref
-class Anchor:
-    pass
-shim = sys.modules["torch.utils.cpp_extension"].load_inline
-""" + arm.strip() + "\ndel shim  # nothing of the module keeps it alive\n\n\nclass ModelNew(torch.nn.Module):\n")
-
-
-# a finalizer of the candidate's own, named as torch's
-SPOOF = _anchored("spoof", """
-later.__module__ = "torch.fx.passes"
-shim.anchor = Anchor()
-weakref.finalize(shim.anchor, later)
-""")
-
-# a real torch function that runs the source it is given
-EXEC = _anchored("exec", """
-import torch.fx.graph_module as gm
-shim.anchor = Anchor()
-src = "import os, torch\\ntorch.relu = lambda x: x\\n" + \\
-      "open(os.path.join(os.environ.get('KS_WORKER_TMP', '.'), 'round10-exec'), 'w').close()\\n"
-weakref.finalize(shim.anchor, gm._exec_with_source, src, {})
-""")
-
-# no finalizer at all: an object alive at the settle whose last reference the next job drops
-DEL = _anchored("del", """
-Anchor.__del__ = later
-shim.anchor = Anchor()
-""")
-
-
-# a finalizer named as torch's on an object that lives as long as the worker: it runs only as
-# the worker exits, but a later job that drops its object would run it (none is known since
-# the shim goes with its job): what the settle must still name
-KEPT = _anchored("kept", """
-later.__module__ = "torch.fx.passes"
-weakref.finalize(sys.modules["torch"], later)
-""")
+SPOOF, EXEC, DEL, KEPT = (_anchored(n) for n in ("spoof", "exec", "del", "kept"))
+DUNDER = NUMPY_RELU.replace("class ModelNew(", DUNDER_EXTRA + "\n\nclass ModelNew(")
+ASK = NUMPY_RELU.replace("        import numpy as np\n", f"        {ASK_MUL}\n")
 
 
 @pytest.fixture(scope="module")
 def chain() -> dict[str, list[dict[str, Any]]]:
     """Each attack and the honest job after it, in one worker's sequence."""
     runs = {"spoof": [SPOOF, NUMPY_RELU], "exec": [EXEC, NUMPY_RELU], "del": [DEL, NUMPY_RELU],
-            "kept": [KEPT, NUMPY_RELU]}
+            "kept": [KEPT, NUMPY_RELU], "dunder": [DUNDER, ASK]}
     got = _jobs([src for srcs in runs.values() for src in srcs])
     out, i = {}, 0
     for name, srcs in runs.items():
@@ -126,6 +85,20 @@ def test_a_finalizer_named_as_torchs_is_named_at_the_settle(
     assert any("weakref.finalize callbacks armed (torch.fx.passes.later)" in m for m in said), \
         attacker
     assert honest["outcome"] == "ok" and honest["worker_pid"] != attacker["worker_pid"]
+
+
+def test_an_operator_of_torchs_tensor_rebound_is_not_handed_to_the_next_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """A job rebinds `torch.Tensor.__mul__` (x * y + 1). Before (measured here): no finding,
+    the same worker, and the next job's `torch.ones(2) * 2` was [3.0, 3.0] (an honest sibling
+    that multiplies is "incorrect"): the checks compared only a module's public callables.
+    Now the attributes of the classes every job goes through (torch's Tensor, nn's modules,
+    autograd's Function) are compared too: changed, the worker is replaced."""
+    rebinder, ask = chain["dunder"]
+    said = [f["message"] for f in rebinder.get("findings", []) if f["rule"] == "worker_replaced"]
+    assert any("torch.Tensor attributes" in m for m in said), rebinder
+    assert ask["outcome"] == "runtime_error" and "mul=[2.0, 2.0]" in ask.get("error", ""), ask
+    assert ask["worker_pid"] != rebinder["worker_pid"]
 
 
 def _finalizer(func: Any, *args: Any) -> Any:

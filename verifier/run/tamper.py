@@ -125,7 +125,8 @@ def process_state() -> dict[str, int]:
              # aten::relu on cpu made every later job's reference wrong ("incorrect")
              "torch.library registrations": hash(frozenset(_py_kernels())),
              "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
-             **{k: hash(str(v)) for k, v in torch_switches().items()}}
+             **{k: hash(str(v)) for k, v in torch_switches().items()},
+             **class_attributes()}
     for name, module in list(sys.modules.items()):
         state[name] = id(module)
         try:
@@ -135,6 +136,28 @@ def process_state() -> dict[str, int]:
         state.update((f"{name}.{k}", identity(v)) for k, v in names
                      if not k.startswith("_") and callable(v))
     return state
+
+
+# the modules whose classes every job's tensors and models go through: an operator or method
+# rebound on one of them (only the module's public callables were compared), such as
+# `torch.Tensor.__mul__` or `nn.Module.__getattr__`, ran in every later job of the worker (an
+# honest sibling's `x * 2` gave 2x + 1: "incorrect"; tests/verifier/test_redteam_round10.py)
+CLASS_MODULES = ("torch._tensor", "torch.nn", "torch.autograd.function")
+
+
+def class_attributes() -> dict[str, int]:
+    """Identity of the attributes, dunders included, of every class in a module of
+    CLASS_MODULES (or a submodule): one figure per class (torch.Tensor says it is `torch`'s)."""
+    out = {}
+    under = tuple(m + "." for m in CLASS_MODULES)
+    for name, module in list(sys.modules.items()):
+        if name not in CLASS_MODULES and not name.startswith(under):
+            continue
+        for v in list(vars(module).values()):
+            key = f"{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', '')} attributes"
+            if isinstance(v, type) and key not in out:
+                out[key] = hash(frozenset((a, identity(b)) for a, b in list(vars(v).items())))
+    return out
 
 
 # torch's switches of which kernels run and how (beside `gpu_worker.global_flags`): oneDNN off
