@@ -253,8 +253,9 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
     """Round 10's attacks (tests/verifier/redteam_round10_cases.py), static checks off, one GPU
     so every job shares a worker: each a correct ReLU in its own kernel that leaves code to run
     in the next job (which rebinds torch.relu there), then an honest ReLU; and one that rebinds
-    `torch.Tensor.__mul__`, then a job whose error says what `torch.ones(2) * 2` is. Held: the
-    honest job after each is correct, `* 2` doubles, and the attacker is a cheat or its worker
+    `torch.Tensor.__mul__` (or the process's settings), then a job whose error says what
+    `torch.ones(2) * 2` is (or the settings). Held: the honest job after each is correct, the
+    asker sees torch's and the process's defaults, and the attacker is a cheat or its worker
     was replaced. cpu:
     `--persistent` runs the GPU's worker loop."""
     import verifier.api as api
@@ -276,7 +277,14 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
                  (f"honest_after_{name}", cases.candidate(name="r10_ext", prelude=False))]
     rows += [("dunder", cases.candidate(r10.DUNDER_EXTRA, name="r10_ext", prelude=False)),
              ("ask_after_dunder", cases.candidate(name="r10_ext", prelude=False,
-                                                  init=r10.ASK_MUL))]
+                                                  init=r10.ASK_MUL)),
+             ("settings", cases.candidate(r10.SETTINGS_EXTRA, name="r10_ext", prelude=False)),
+             ("ask_after_settings", cases.candidate(name="r10_ext", prelude=False,
+                                                    init=r10.ASK_SETTINGS))]
+    for name in ("umask", "stream"):
+        rows += [(name, cases.candidate(getattr(r10, f"{name.upper()}_EXTRA"), name="r10_ext",
+                                        prelude=False)),
+                 (f"honest_after_{name}", cases.candidate(name="r10_ext", prelude=False))]
     cache = Path(tempfile.mkdtemp(prefix="ks-r10-"))
     reqs = [VerifyRequest(name, "relu", relu_task(16, 1024), cases.for_backend(code, backend),
                           backend) for name, code in rows]
@@ -292,7 +300,9 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
         v = got[name]
         rules = [f["rule"] for f in v.findings]
         held = (v.status.startswith("correct") if name.startswith("honest") else
-                "mul=[2.0, 2.0]" in (v.error or "") if name.startswith("ask") else
+                "mul=[2.0, 2.0]" in (v.error or "") if name == "ask_after_dunder" else
+                "rec=1000 nofile=" in (v.error or "") and "mask=[]" in (v.error or "")
+                if name == "ask_after_settings" else
                 v.status == "cheat" or "worker_replaced" in rules)
         lines.append(f"| {name} | {v.status} | {', '.join(rules)} | "
                      f"{'held' if held else 'GOT THROUGH'} | "

@@ -66,3 +66,52 @@ torch.Tensor.__mul__ = lambda a, b: torch.mul(a, b).add(1)
 """
 # what the next job asks: its error says what `torch.ones(2) * 2` is there
 ASK_MUL = "raise RuntimeError(f'mul={(torch.ones(2) * 2).tolist()}')"
+
+
+# the process's own settings, changed for every later job of the worker: a lower priority and
+# a 0.5 s thread switch (slower windows under load), 64 descriptors, a cpu-time limit, the
+# hang report's signal blocked, a recursion limit, a thread stack size, an int digit limit
+SETTINGS_EXTRA = """
+import os, resource, signal, sys, threading
+sys.setrecursionlimit(400)
+os.nice(7)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+resource.setrlimit(resource.RLIMIT_CPU, (3000, resource.getrlimit(resource.RLIMIT_CPU)[1]))
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+sys.setswitchinterval(0.5)
+threading.stack_size(65536)
+sys.set_int_max_str_digits(640)
+"""
+ASK_SETTINGS = ("import os, resource, signal, sys, threading; raise RuntimeError("
+                "f'rec={sys.getrecursionlimit()} nofile="
+                "{resource.getrlimit(resource.RLIMIT_NOFILE)[0]} "
+                "mask={sorted(signal.pthread_sigmask(signal.SIG_BLOCK, []))} "
+                "switch={sys.getswitchinterval()} stack={threading.stack_size()}')")
+# no file or directory the next job makes is usable: the worker dies with that job
+UMASK_EXTRA = """
+import os
+os.umask(0o777)
+"""
+# the worker's stdout replaced: its `flush`, which the worker calls after every job, frames
+# the job after this one (its first flush is this job's own)
+STREAM_EXTRA = """
+import sys
+
+
+class Stream:
+    def __init__(self, inner):
+        self.inner, self.flushes = inner, 0
+
+    def write(self, text):
+        return self.inner.write(text)
+
+    def flush(self):
+        self.flushes += 1
+        if self.flushes > 1:
+            import torch
+            torch.relu = abs
+        return self.inner.flush()
+
+
+sys.stdout = Stream(sys.stdout)
+"""

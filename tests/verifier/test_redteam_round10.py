@@ -31,7 +31,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_round7_cases import NUMPY_RELU  # noqa: E402
-from redteam_round10_cases import ASK_MUL, DUNDER_EXTRA, extra  # noqa: E402
+from redteam_round10_cases import (  # noqa: E402
+    ASK_MUL,
+    ASK_SETTINGS,
+    DUNDER_EXTRA,
+    SETTINGS_EXTRA,
+    STREAM_EXTRA,
+    UMASK_EXTRA,
+    extra,
+)
 from test_redteam_round9 import _jobs  # noqa: E402
 
 from verifier.run.settle import armed_finalizers, torch_own  # noqa: E402
@@ -44,15 +52,28 @@ def _anchored(name: str) -> str:
 
 
 SPOOF, EXEC, DEL, KEPT = (_anchored(n) for n in ("spoof", "exec", "del", "kept"))
-DUNDER = NUMPY_RELU.replace("class ModelNew(", DUNDER_EXTRA + "\n\nclass ModelNew(")
-ASK = NUMPY_RELU.replace("        import numpy as np\n", f"        {ASK_MUL}\n")
+
+
+def _with(code: str) -> str:
+    """An honest numpy ReLU with `code` at module level."""
+    return NUMPY_RELU.replace("class ModelNew(", code + "\n\nclass ModelNew(")
+
+
+def _asking(code: str) -> str:
+    """A numpy ReLU whose forward runs `code` (which raises what it found) first."""
+    return NUMPY_RELU.replace("        import numpy as np\n", f"        {code}\n")
+
+
+DUNDER, ASK = _with(DUNDER_EXTRA), _asking(ASK_MUL)
 
 
 @pytest.fixture(scope="module")
 def chain() -> dict[str, list[dict[str, Any]]]:
     """Each attack and the honest job after it, in one worker's sequence."""
     runs = {"spoof": [SPOOF, NUMPY_RELU], "exec": [EXEC, NUMPY_RELU], "del": [DEL, NUMPY_RELU],
-            "kept": [KEPT, NUMPY_RELU], "dunder": [DUNDER, ASK]}
+            "kept": [KEPT, NUMPY_RELU], "dunder": [DUNDER, ASK],
+            "settings": [_with(SETTINGS_EXTRA), _asking(ASK_SETTINGS)],
+            "umask": [_with(UMASK_EXTRA), NUMPY_RELU], "stream": [_with(STREAM_EXTRA), NUMPY_RELU]}
     got = _jobs([src for srcs in runs.values() for src in srcs])
     out, i = {}, 0
     for name, srcs in runs.items():
@@ -99,6 +120,36 @@ def test_an_operator_of_torchs_tensor_rebound_is_not_handed_to_the_next_job(
     assert any("torch.Tensor attributes" in m for m in said), rebinder
     assert ask["outcome"] == "runtime_error" and "mul=[2.0, 2.0]" in ask.get("error", ""), ask
     assert ask["worker_pid"] != rebinder["worker_pid"]
+
+
+def test_the_processs_settings_a_job_changes_are_not_handed_to_the_next_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here, one worker): the setter passed with no finding and the next job
+    saw its settings: "rec=400 nice=+7 nofile=64 cpu=3000 mask=[SIGUSR1] switch=0.5 stack=65536
+    digits=640" (a lower priority and a 0.5 s thread switch slow a sibling's windows under
+    load; 64 descriptors or a cpu-time limit end it). Now they are part of the residue
+    (`tamper.process_settings`): the worker is replaced and the next job sees the defaults."""
+    setter, ask = chain["settings"]
+    said = " ".join(f["message"] for f in setter.get("findings", [])
+                    if f["rule"] == "worker_replaced")
+    for name in ("priority", "rlimits", "signal mask", "sys.getrecursionlimit()",
+                 "sys.getswitchinterval()"):
+        assert name in said, (name, setter)
+    assert ask["worker_pid"] != setter["worker_pid"]
+    assert "rec=1000 nofile=" in ask["error"] and "mask=[]" in ask["error"], ask
+    assert "nofile=64 " not in ask["error"] and "switch=0.5 " not in ask["error"], ask
+
+
+@pytest.mark.parametrize("name", ["umask", "stream"])
+def test_a_umask_or_stream_a_job_leaves_does_not_fail_the_next_job(
+        chain: dict[str, list[dict[str, Any]]], name: str) -> None:
+    """Before (measured here): a umask of 777 passed with no finding, and the worker died
+    with the next job, an honest ReLU's ("PermissionError: ... /tmp/w/job-..."); a stdout
+    whose `flush` (the worker's, after each job) rebinds torch.relu from its second call made
+    the next honest job a cheat. Now both are residue: the worker is replaced."""
+    leaver, honest = chain[name]
+    assert honest["outcome"] == "ok", honest
+    assert honest["worker_pid"] != leaver["worker_pid"]
 
 
 def _finalizer(func: Any, *args: Any) -> Any:

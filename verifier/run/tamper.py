@@ -126,7 +126,7 @@ def process_state() -> dict[str, int]:
              "torch.library registrations": hash(frozenset(_py_kernels())),
              "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
              **{k: hash(str(v)) for k, v in torch_switches().items()},
-             **class_attributes()}
+             **class_attributes(), **process_settings()}
     for name, module in list(sys.modules.items()):
         state[name] = id(module)
         try:
@@ -158,6 +158,33 @@ def class_attributes() -> dict[str, int]:
             if isinstance(v, type) and key not in out:
                 out[key] = hash(frozenset((a, identity(b)) for a, b in list(vars(v).items())))
     return out
+
+
+def process_settings() -> dict[str, int]:
+    """The process's own settings a job can change for every later job of its worker, as
+    measured (tests/verifier/test_redteam_round10.py): a umask of 777 (the next job's directory
+    unusable: the worker died with an honest sibling's job), the priority (`os.nice`: later
+    windows slower under load), resource limits (64 descriptors, a cpu-time limit), blocked
+    signals (the hang report's SIGUSR1), the recursion limit, the thread switch interval
+    (0.5 s), a thread's stack size, the int digit limit, the standard streams (their `write`
+    and `flush` run in later jobs: the worker flushes after each) and display hooks."""
+    import resource
+    import signal
+
+    with open("/proc/self/status") as f:  # os.umask can only be read by setting it
+        umask = next((ln for ln in f if ln.startswith("Umask:")), "")
+    limits = [getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")]
+    return {"umask": hash(umask), "priority": os.getpriority(os.PRIO_PROCESS, 0),
+            "rlimits": hash(tuple(resource.getrlimit(r) for r in sorted(set(limits)))),
+            "signal mask": hash(frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, []))),
+            # named as calls: "threading.stack_size" is the function's own key
+            "sys.getrecursionlimit()": sys.getrecursionlimit(),
+            "sys.getswitchinterval()": hash(sys.getswitchinterval()),
+            "threading.stack_size()": threading.stack_size(),
+            "sys.get_int_max_str_digits()": sys.get_int_max_str_digits(),
+            "sys.getdlopenflags()": sys.getdlopenflags(),
+            **{f"sys.{n} (object)": id(getattr(sys, n, None)) for n in (
+                "stdin", "stdout", "stderr", "displayhook", "breakpointhook")}}
 
 
 # torch's switches of which kernels run and how (beside `gpu_worker.global_flags`): oneDNN off
