@@ -115,3 +115,29 @@ class Stream:
 
 sys.stdout = Stream(sys.stdout)
 """
+
+
+# --- what the parent takes from the worker's result beside the verdict ---------------------
+# The worker's result is the candidate's to write (its process: frames here, PyRun from C++ as
+# redteam_cases.PYRUN_CPP does). Its diagnostics (`phase_s`, seconds per phase, for the
+# benchmarks) are read by the batch loop outside the per-candidate guard: a value that is not
+# a number ended verify_batch for every candidate of the batch.
+FORGE_EXTRA = """
+import sys
+
+
+def forge(**fields):
+    f = sys._getframe()
+    while f is not None and not hasattr(f.f_locals.get("res"), "data"):
+        f = f.f_back
+    if f is not None:
+        f.f_locals["res"].data.update(fields)
+"""
+PHASES_FORWARD = 'forge(phase_s={"load": "a while"}); return ext.relu_fwd(x)'
+# findings that are not records, then a NameError: the feedback's hint read them as records
+FINDINGS_FORWARD = "forge(findings=[1]); raise NameError(\"name 'zzz' is not defined\")"
+# 6 MB of findings (a 7 MB verdict), a generalisation check of its own, a 100 kB stage name
+BULK_FORWARD = ("forge(findings=[{'rule': 'generalised', 'severity': 'info', 'line': None, "
+                "'message': 'also correct at every size'}] + [{'rule': 'note', 'severity': "
+                "'info', 'line': None, 'message': 'A' * 3000}] * 2000, stage='S' * 100000, "
+                "kernel_names=['K' * 10000] * 100); return ext.relu_fwd(x)")

@@ -34,7 +34,11 @@ from redteam_round7_cases import NUMPY_RELU  # noqa: E402
 from redteam_round10_cases import (  # noqa: E402
     ASK_MUL,
     ASK_SETTINGS,
+    BULK_FORWARD,
     DUNDER_EXTRA,
+    FINDINGS_FORWARD,
+    FORGE_EXTRA,
+    PHASES_FORWARD,
     SETTINGS_EXTRA,
     STREAM_EXTRA,
     UMASK_EXTRA,
@@ -204,3 +208,61 @@ def test_torchs_finalizer_with_the_candidates_handle_is_not_torchs() -> None:
     info = _finalizer(torch.library._del_library, set(), set(), set(), set(),
                       [RegistrationHandle(later)], None, {})
     assert not torch_own(info)
+
+
+@pytest.mark.slow
+def test_what_a_worker_writes_beside_the_verdict_does_not_end_the_batch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Correct ReLUs whose forward writes into the harness's result (its process: frames here,
+    PyRun from C++ alike), static checks off (the run-time defences on their own), between
+    honest ones, in one batch. Before (measured here): `phase_s = {"load": "a while"}` made
+    verify_batch raise ValueError ("could not convert string to float") from the batch loop,
+    outside the per-candidate guard: no verdict for any candidate, honest ones included;
+    findings that are not records, then a NameError, raised in the feedback's hint likewise
+    (AttributeError); 2000 findings of 3 kB made a correct verdict of 7 MB, with a `generalised`
+    finding of the worker's own. Now the worker's fields are kept only in the shapes the
+    verifier reads them (`verifier.judge.worker_fields`): every verdict is there, small."""
+    import json
+
+    from redteam_cases import candidate
+    from verifier_cases import relu_task
+
+    import verifier.stages as stages
+    from verifier.api import verify_batch
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    monkeypatch.setattr(stages, "check_python", lambda *a, **k: [])
+    monkeypatch.setattr(stages, "check_cpp", lambda *a, **k: [])
+    honest = candidate(name="r10_diag", prelude=False)
+    rows = [("honest_before", honest)] + [
+        (name, candidate(FORGE_EXTRA, forward=fwd, name="r10_diag", prelude=False))
+        for name, fwd in (("phases", PHASES_FORWARD), ("findings", FINDINGS_FORWARD),
+                          ("bulk", BULK_FORWARD))] + [("honest_after", honest)]
+    reqs = [VerifyRequest(name, "relu", relu_task(16, 256), code, "cpu") for name, code in rows]
+    got = {v.candidate_id: v for v in verify_batch(reqs, VerifyOptions(
+        backend="cpu", workers=1, build_cache_dir=str(tmp_path / "builds"),
+        baseline_cache_dir=str(tmp_path / "baselines")))}
+    assert sorted(got) == sorted(name for name, _ in rows)
+    for name in ("honest_before", "honest_after", "phases"):
+        assert got[name].status.startswith("correct"), got[name]
+    assert got["findings"].status == "runtime_error", got["findings"]
+    bulk = got["bulk"]
+    assert len(json.dumps(bulk.to_dict())) < 1 << 20, len(json.dumps(bulk.to_dict()))
+    assert "generalised" not in {f["rule"] for f in bulk.findings}
+
+
+def test_the_workers_fields_are_kept_only_in_the_shapes_the_verifier_reads() -> None:
+    """The shapes `verifier.judge.worker_fields` keeps of a worker's hostile result fields."""
+    from verifier.judge import worker_fields as wf
+
+    assert not wf.diagnostic("phase_s", {"load": "a while"})
+    assert not wf.diagnostic("phase_s", {"load": True}) and wf.diagnostic("phase_s", {"a": 1.5})
+    assert not wf.diagnostic("timing_cv", float("nan")) and wf.diagnostic("timing_cv", 0.02)
+    assert not wf.diagnostic("worker_device", "x" * 5000)
+    kept = wf.findings([1, "x", {"rule": "generalised", "message": "m"},
+                        {"rule": "note", "message": "A" * 9000, "line": True}] * 100)
+    assert len(kept) == wf.MAX_FINDINGS and {f["rule"] for f in kept} == {"note"}
+    assert len(kept[0]["message"]) == wf.MAX_TEXT and kept[0]["line"] is None
+    assert wf.findings("not a list") == [] and wf.kernel_names({"a": 1}) == []
+    assert [wf.share(x) for x in ("1.0", 1.5, float("nan"), True, 0.25)] == [
+        None, None, None, None, 0.25]
