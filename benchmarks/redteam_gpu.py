@@ -256,7 +256,9 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
     `torch.Tensor.__mul__` (or the process's settings), then a job whose error says what
     `torch.ones(2) * 2` is (or the settings). Held: the honest job after each is correct, the
     asker sees torch's and the process's defaults, and the attacker is a cheat or its worker
-    was replaced. cpu:
+    was replaced. "blind" (its kernel in the trials, torch's in the timed calls, the worker's
+    trace of them blinded) is held only as a cheat: on a GPU the worker's trace and profile are
+    the only fallback checks. cpu:
     `--persistent` runs the GPU's worker loop."""
     import verifier.api as api
     import verifier.stages as stages
@@ -281,6 +283,8 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
              ("settings", cases.candidate(r10.SETTINGS_EXTRA, name="r10_ext", prelude=False)),
              ("ask_after_settings", cases.candidate(name="r10_ext", prelude=False,
                                                     init=r10.ASK_SETTINGS))]
+    rows.append(("blind", cases.candidate(r10.BLIND_EXTRA, forward=r10.BLIND_FORWARD,
+                                          name="r10_ext", prelude=False)))
     for name in ("umask", "stream"):
         rows += [(name, cases.candidate(getattr(r10, f"{name.upper()}_EXTRA"), name="r10_ext",
                                         prelude=False)),
@@ -302,7 +306,7 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
         held = (v.status.startswith("correct") if name.startswith("honest") else
                 "mul=[2.0, 2.0]" in (v.error or "") if name == "ask_after_dunder" else
                 "rec=1000 nofile=" in (v.error or "") and "mask=[]" in (v.error or "")
-                if name == "ask_after_settings" else
+                if name == "ask_after_settings" else v.status == "cheat" if name == "blind" else
                 v.status == "cheat" or "worker_replaced" in rules)
         lines.append(f"| {name} | {v.status} | {', '.join(rules)} | "
                      f"{'held' if held else 'GOT THROUGH'} | "

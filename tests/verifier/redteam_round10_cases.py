@@ -141,3 +141,33 @@ BULK_FORWARD = ("forge(findings=[{'rule': 'generalised', 'severity': 'info', 'li
                 "'message': 'also correct at every size'}] + [{'rule': 'note', 'severity': "
                 "'info', 'line': None, 'message': 'A' * 3000}] * 2000, stage='S' * 100000, "
                 "kernel_names=['K' * 10000] * 100); return ext.relu_fwd(x)")
+
+# --- the timed calls' trace, blinded ----------------------------------------------------------
+# What the timed calls ran is recorded in the worker (`verifier.judge.op_trace.OpNames`, the
+# candidate's process) and held against the trials' trace there. A run whose own kernel does
+# the trials and whose timed calls run torch's op swaps the recorder's set for a new one as the
+# windows begin: the harness reads the old one, empty. On a cpu the judge's sampler (its own
+# process) still sees the library's time; on a GPU the worker's records are all there is
+# (benchmarks/redteam_gpu.py --round10: "blind" there is a GPU hole unless it is a cheat).
+BLIND_EXTRA = """
+import gc, sys
+
+BLINDED = []
+
+
+def timing():
+    f = sys._getframe()
+    while f is not None and f.f_code.co_name != "serve_windows":
+        f = f.f_back
+    return f is not None
+
+
+def blind():
+    if not BLINDED:
+        BLINDED.append(1)
+        for o in gc.get_objects():
+            if type(o).__name__ == "OpNames":
+                o.names = set()
+"""
+BLIND_FORWARD = ("if timing():\n            blind()\n            return torch.relu(x)\n"
+                 "        return ext.relu_fwd(x)")

@@ -34,6 +34,8 @@ from redteam_round7_cases import NUMPY_RELU  # noqa: E402
 from redteam_round10_cases import (  # noqa: E402
     ASK_MUL,
     ASK_SETTINGS,
+    BLIND_EXTRA,
+    BLIND_FORWARD,
     BULK_FORWARD,
     DUNDER_EXTRA,
     FINDINGS_FORWARD,
@@ -266,3 +268,39 @@ def test_the_workers_fields_are_kept_only_in_the_shapes_the_verifier_reads() -> 
     assert wf.findings("not a list") == [] and wf.kernel_names({"a": 1}) == []
     assert [wf.share(x) for x in ("1.0", 1.5, float("nan"), True, 0.25)] == [
         None, None, None, None, 0.25]
+
+
+@pytest.mark.slow
+def test_a_blinded_trace_of_the_timed_calls_is_caught_by_the_judges_sampler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ReLU whose own kernel does the trials and whose timed calls run torch.relu, static
+    checks off. Switching alone is the worker's `timed_fallback` cheat. Swapping the worker's
+    recorder set as the windows begin (BLIND_EXTRA) hides it from that check (no
+    `timed_fallback`), and the judge's ip sampler, in its own process, still finds the
+    library's time: a cheat ("library_time", measured here: none of 19 compute samples in the
+    candidate's objects). On a GPU the worker's records are all there is: the GPU form
+    (benchmarks/redteam_gpu.py --round10, "blind") is the hole to measure there."""
+    from redteam_cases import candidate
+    from verifier_cases import relu_task
+
+    import verifier.stages as stages
+    from verifier.api import verify_batch
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    monkeypatch.setattr(stages, "check_python", lambda *a, **k: [])
+    monkeypatch.setattr(stages, "check_cpp", lambda *a, **k: [])
+    switch = BLIND_FORWARD.replace("blind()\n            ", "")
+    rows = [("honest", candidate(name="r10_diag", prelude=False)),
+            ("blind", candidate(BLIND_EXTRA, forward=BLIND_FORWARD, name="r10_diag",
+                                prelude=False)),
+            ("switch", candidate(BLIND_EXTRA, forward=switch, name="r10_diag", prelude=False))]
+    reqs = [VerifyRequest(n, "relu", relu_task(256, 4096), c, "cpu") for n, c in rows]
+    got = {v.candidate_id: v for v in verify_batch(reqs, VerifyOptions(
+        backend="cpu", workers=1, build_cache_dir=str(tmp_path / "builds"),
+        baseline_cache_dir=str(tmp_path / "baselines")))}
+    assert got["honest"].status.startswith("correct"), got["honest"]
+    assert got["switch"].status == "cheat" and "timed_fallback" in {
+        f["rule"] for f in got["switch"].findings}, got["switch"]
+    blind = got["blind"]
+    assert blind.status == "cheat" and "library" in blind.error, blind
+    assert "timed_fallback" not in {f["rule"] for f in blind.findings}  # the worker was blind
