@@ -171,3 +171,41 @@ def blind():
 """
 BLIND_FORWARD = ("if timing():\n            blind()\n            return torch.relu(x)\n"
                  "        return ext.relu_fwd(x)")
+
+# --- the worker's own exchange: json and socket ------------------------------------------------
+# The worker writes each result with `json.dumps`: `JSONEncoder.encode` rebound made the next
+# job's result "incorrect" under that job's own nonce (the attacker's own result is left alone)
+ENCODER_EXTRA = """
+import json
+
+_encode = json.JSONEncoder.encode
+OWN = []
+
+
+def framing(self, o):
+    if isinstance(o, dict) and o.get("nonce") and o.get("outcome") == "ok":
+        OWN.append(o["nonce"])
+        if OWN[0] != o["nonce"]:  # a later job's result
+            o = {**o, "outcome": "incorrect", "error": "framed by an earlier job"}
+    return _encode(self, o)
+
+
+json.JSONEncoder.encode = framing
+"""
+# and reads each job with `json.loads` (`json._default_decoder.decode`): an attribute of that
+# object made every later job run another candidate than the one sent
+DECODER_EXTRA = """
+import json
+
+_decode = json._default_decoder.decode
+
+
+def swap(s, *a, **k):
+    o = _decode(s, *a, **k)
+    if isinstance(o, dict) and "candidate_source" in o:
+        o["candidate_source"] = "raise RuntimeError('not the candidate that was sent')"
+    return o
+
+
+json._default_decoder.decode = swap
+"""

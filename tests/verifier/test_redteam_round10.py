@@ -37,7 +37,9 @@ from redteam_round10_cases import (  # noqa: E402
     BLIND_EXTRA,
     BLIND_FORWARD,
     BULK_FORWARD,
+    DECODER_EXTRA,
     DUNDER_EXTRA,
+    ENCODER_EXTRA,
     FINDINGS_FORWARD,
     FORGE_EXTRA,
     PHASES_FORWARD,
@@ -79,7 +81,9 @@ def chain() -> dict[str, list[dict[str, Any]]]:
     runs = {"spoof": [SPOOF, NUMPY_RELU], "exec": [EXEC, NUMPY_RELU], "del": [DEL, NUMPY_RELU],
             "kept": [KEPT, NUMPY_RELU], "dunder": [DUNDER, ASK],
             "settings": [_with(SETTINGS_EXTRA), _asking(ASK_SETTINGS)],
-            "umask": [_with(UMASK_EXTRA), NUMPY_RELU], "stream": [_with(STREAM_EXTRA), NUMPY_RELU]}
+            "umask": [_with(UMASK_EXTRA), NUMPY_RELU], "stream": [_with(STREAM_EXTRA), NUMPY_RELU],
+            "encoder": [_with(ENCODER_EXTRA), NUMPY_RELU],
+            "decoder": [_with(DECODER_EXTRA), NUMPY_RELU]}
     got = _jobs([src for srcs in runs.values() for src in srcs])
     out, i = {}, 0
     for name, srcs in runs.items():
@@ -156,6 +160,25 @@ def test_a_umask_or_stream_a_job_leaves_does_not_fail_the_next_job(
     leaver, honest = chain[name]
     assert honest["outcome"] == "ok", honest
     assert honest["worker_pid"] != leaver["worker_pid"]
+
+
+@pytest.mark.parametrize("name", ["encoder", "decoder"])
+def test_the_workers_json_a_job_rebinds_does_not_frame_the_next_job(
+        chain: dict[str, list[dict[str, Any]]], name: str) -> None:
+    """The worker reads each job with `json.loads` and writes each result with `json.dumps`.
+    Before (measured here, one worker): a job that rebound `json.JSONEncoder.encode` passed,
+    and the next job's result, an honest numpy ReLU's, came back "incorrect" ("framed by an
+    earlier job", under that job's nonce); one that set `json._default_decoder.decode` passed,
+    and the next job ran another candidate ("not the candidate that was sent"): only public
+    callables of a module were compared. Now every global of json and socket, private ones
+    too, and their classes' and objects' attributes, are part of the residue: the worker is
+    replaced."""
+    leaver, honest = chain[name]
+    assert leaver["outcome"] == "ok", leaver
+    assert honest["outcome"] == "ok", honest
+    assert honest["worker_pid"] != leaver["worker_pid"]
+    said = " ".join(f["message"] for f in leaver["findings"] if f["rule"] == "worker_replaced")
+    assert "(protocol)" in said, leaver
 
 
 def _finalizer(func: Any, *args: Any) -> Any:

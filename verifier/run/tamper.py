@@ -126,7 +126,7 @@ def process_state() -> dict[str, int]:
              "torch.library registrations": hash(frozenset(_py_kernels())),
              "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
              **{k: hash(str(v)) for k, v in torch_switches().items()},
-             **class_attributes(), **process_settings()}
+             **class_attributes(), **process_settings(), **protocol_state()}
     for name, module in list(sys.modules.items()):
         state[name] = id(module)
         try:
@@ -142,7 +142,7 @@ def process_state() -> dict[str, int]:
 # rebound on one of them (only the module's public callables were compared), such as
 # `torch.Tensor.__mul__` or `nn.Module.__getattr__`, ran in every later job of the worker (an
 # honest sibling's `x * 2` gave 2x + 1: "incorrect"; tests/verifier/test_redteam_round10.py)
-CLASS_MODULES = ("torch._tensor", "torch.nn", "torch.autograd.function")
+CLASS_MODULES = ("torch._tensor", "torch.nn", "torch.autograd.function", "weakref")
 
 
 def class_attributes() -> dict[str, int]:
@@ -157,6 +157,29 @@ def class_attributes() -> dict[str, int]:
             key = f"{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', '')} attributes"
             if isinstance(v, type) and key not in out:
                 out[key] = hash(frozenset((a, identity(b)) for a, b in list(vars(v).items())))
+    return out
+
+
+# what the worker's own exchange runs through: it reads each job with `json.loads` and writes
+# each result with `json.dumps` (a job that rebound `JSONDecoder.decode` swapped the next job's
+# candidate for another; one that rebound `JSONEncoder.encode` made the next job's result
+# "incorrect" under its own nonce), and takes the judge's descriptors with `socket.recv_fds`
+PROTOCOL_MODULES = ("json", "json.decoder", "json.encoder", "json.scanner", "socket")
+
+
+def protocol_state() -> dict[str, int]:
+    """Identity of every global of PROTOCOL_MODULES, private ones too (`json._default_decoder`
+    is what `json.loads` calls), and of the attributes of their classes and objects."""
+    out = {}
+    for name in PROTOCOL_MODULES:
+        module = sys.modules.get(name)
+        for k, v in list(vars(module).items()) if module is not None else ():
+            out[f"{name}.{k} (protocol)"] = identity(v)
+            held = getattr(v, "__dict__", None)
+            if isinstance(held, types.MappingProxyType | dict) and not isinstance(
+                    v, types.ModuleType | types.FunctionType | types.BuiltinFunctionType):
+                out[f"{name}.{k} (protocol) attributes"] = hash(frozenset(
+                    (a, identity(b)) for a, b in list(held.items())))
     return out
 
 
