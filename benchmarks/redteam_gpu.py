@@ -285,7 +285,7 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
                                                     init=r10.ASK_SETTINGS))]
     rows.append(("blind", cases.candidate(r10.BLIND_EXTRA, forward=r10.BLIND_FORWARD,
                                           name="r10_ext", prelude=False)))
-    for name in ("umask", "stream", "encoder", "decoder"):
+    for name in ("umask", "stream", "encoder", "decoder", "hidden_mode"):
         rows += [(name, cases.candidate(getattr(r10, f"{name.upper()}_EXTRA"), name="r10_ext",
                                         prelude=False)),
                  (f"honest_after_{name}", cases.candidate(name="r10_ext", prelude=False))]

@@ -209,3 +209,29 @@ def swap(s, *a, **k):
 
 json._default_decoder.decode = swap
 """
+
+# --- a hygiene check's own reader rebound -------------------------------------------------------
+# round 7's torch-function mode left on the stack (it adds 1 to every later job's tensors), and
+# the private counter the worker's check reads it with told one less (`torch._C` private names
+# were not compared): the next job's `torch.ones(2) * 2` was [5.0, 5.0]
+HIDDEN_MODE_EXTRA = """
+import os
+import torch
+from torch.overrides import TorchFunctionMode
+
+
+class Later(TorchFunctionMode):
+    home = os.getcwd()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if os.getcwd() != self.home and isinstance(out, torch.Tensor):
+            with torch._C.DisableTorchFunction():
+                out = out + 1.0
+        return out
+
+
+Later().__enter__()
+count = torch._C._len_torch_function_stack
+torch._C._len_torch_function_stack = lambda: count() - 1
+"""

@@ -42,6 +42,7 @@ from redteam_round10_cases import (  # noqa: E402
     ENCODER_EXTRA,
     FINDINGS_FORWARD,
     FORGE_EXTRA,
+    HIDDEN_MODE_EXTRA,
     PHASES_FORWARD,
     SETTINGS_EXTRA,
     STREAM_EXTRA,
@@ -83,7 +84,8 @@ def chain() -> dict[str, list[dict[str, Any]]]:
             "settings": [_with(SETTINGS_EXTRA), _asking(ASK_SETTINGS)],
             "umask": [_with(UMASK_EXTRA), NUMPY_RELU], "stream": [_with(STREAM_EXTRA), NUMPY_RELU],
             "encoder": [_with(ENCODER_EXTRA), NUMPY_RELU],
-            "decoder": [_with(DECODER_EXTRA), NUMPY_RELU]}
+            "decoder": [_with(DECODER_EXTRA), NUMPY_RELU],
+            "hidden_mode": [_with(HIDDEN_MODE_EXTRA), ASK]}
     got = _jobs([src for srcs in runs.values() for src in srcs])
     out, i = {}, 0
     for name, srcs in runs.items():
@@ -179,6 +181,20 @@ def test_the_workers_json_a_job_rebinds_does_not_frame_the_next_job(
     assert honest["worker_pid"] != leaver["worker_pid"]
     said = " ".join(f["message"] for f in leaver["findings"] if f["rule"] == "worker_replaced")
     assert "(protocol)" in said, leaver
+
+
+def test_a_mode_hidden_from_the_checks_reader_does_not_reach_the_next_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Round 7's torch-function mode (adds 1 to every later job's tensors) left on the stack,
+    and `torch._C._len_torch_function_stack` rebound to tell one less. Before (measured here):
+    no finding, the same worker, and the next job's `torch.ones(2) * 2` was [5.0, 5.0]. Now
+    the private globals of torch and torch._C are part of the residue: the worker is
+    replaced and the next job computes [2.0, 2.0]."""
+    leaver, ask = chain["hidden_mode"]
+    said = " ".join(f["message"] for f in leaver["findings"] if f["rule"] == "worker_replaced")
+    assert "torch._C._len_torch_function_stack (private)" in said, leaver
+    assert ask["worker_pid"] != leaver["worker_pid"]
+    assert "mul=[2.0, 2.0]" in ask["error"], ask
 
 
 def _finalizer(func: Any, *args: Any) -> Any:

@@ -126,7 +126,8 @@ def process_state() -> dict[str, int]:
              "torch.library registrations": hash(frozenset(_py_kernels())),
              "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
              **{k: hash(str(v)) for k, v in torch_switches().items()},
-             **class_attributes(), **process_settings(), **protocol_state()}
+             **class_attributes(), **process_settings(), **protocol_state(),
+             **torch_private()}
     for name, module in list(sys.modules.items()):
         state[name] = id(module)
         try:
@@ -180,6 +181,21 @@ def protocol_state() -> dict[str, int]:
                     v, types.ModuleType | types.FunctionType | types.BuiltinFunctionType):
                 out[f"{name}.{k} (protocol) attributes"] = hash(frozenset(
                     (a, identity(b)) for a, b in list(held.items())))
+    return out
+
+
+def torch_private() -> dict[str, int]:
+    """Identity of the private globals of `torch` and `torch._C` (not modules): the hygiene
+    checks read torch through them (`torch._C._len_torch_function_stack`,
+    `torch._GLOBAL_DEVICE_CONTEXT`); a job that rebound the counter to say one less hid the
+    torch-function mode it left, which added 1 to every later job's tensors
+    (tests/verifier/test_redteam_round10.py)."""
+    out = {}
+    for name in ("torch", "torch._C"):
+        module = sys.modules.get(name)
+        for k, v in list(vars(module).items()) if module is not None else ():
+            if k.startswith("_") and not isinstance(v, types.ModuleType):
+                out[f"{name}.{k} (private)"] = identity(v)
     return out
 
 
