@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 _HERE = Path(__file__).resolve().parent.parent / "tests" / "verifier"
 
@@ -285,6 +286,10 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
                                                     init=r10.ASK_SETTINGS))]
     rows.append(("blind", cases.candidate(r10.BLIND_EXTRA, forward=r10.BLIND_FORWARD,
                                           name="r10_ext", prelude=False)))
+    rows += [(f"forge_{name}", cases.candidate(r10.FORGE_EXTRA, forward=fwd, name="r10_ext",
+                                               prelude=False))
+             for name, fwd in (("phases", r10.PHASES_FORWARD), ("findings", r10.FINDINGS_FORWARD),
+                               ("bulk", r10.BULK_FORWARD))]  # held: the batch ends, small
     for name in ("umask", "stream", "encoder", "decoder", "hidden_mode"):
         rows += [(name, cases.candidate(getattr(r10, f"{name.upper()}_EXTRA"), name="r10_ext",
                                         prelude=False)),
@@ -307,14 +312,44 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
                 "mul=[2.0, 2.0]" in (v.error or "") if name == "ask_after_dunder" else
                 "rec=1000 nofile=" in (v.error or "") and "mask=[]" in (v.error or "")
                 if name == "ask_after_settings" else v.status == "cheat" if name == "blind" else
+                len(str(v.to_dict())) < 1 << 20 if name.startswith("forge_") else
                 v.status == "cheat" or "worker_replaced" in rules)
         lines.append(f"| {name} | {v.status} | {', '.join(rules)} | "
                      f"{'held' if held else 'GOT THROUGH'} | "
                      f"{(v.error or '')[:100].replace('|', '/')} |")
+    lines += _round10_share(backend, cases, r10, relu_task, cache)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def _round10_share(backend: str, cases: Any, r10: Any, relu_task: Any, cache: Path
+                   ) -> list[str]:
+    """The own-kernel share under --fallback partial: the same forward (its kernel, then
+    torch.relu) with and without writing own_share = 1.0 into the worker's result during its
+    timed calls. Held when the forged run's share is the measured one (not 1.0)."""
+    import json
+
+    import verifier.api as api
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    rows = [("share_measured", cases.candidate(r10.SHARE_EXTRA, name="r10_ext", prelude=False,
+                                               forward=r10.SHARE_HONEST_FORWARD)),
+            ("share_forged", cases.candidate(r10.SHARE_EXTRA, name="r10_ext", prelude=False,
+                                             forward=r10.SHARE_FORWARD))]
+    reqs = [VerifyRequest(name, "relu", relu_task(16, 1024), cases.for_backend(code, backend),
+                          backend) for name, code in rows]
+    got = {v.candidate_id: v for v in api.verify_batch(reqs, VerifyOptions(
+        backend=backend, gpus=1, workers=1, fallback="partial",
+        build_cache_dir=str(cache / "builds"), baseline_cache_dir=str(cache / "baselines")))}
+    share = {n: json.loads(got[n].reward_components or "{}").get("own_share") for n, _ in rows}
+    held = share["share_forged"] != 1.0 or share["share_measured"] == 1.0
+    return ["", "Own-kernel share under --fallback partial (None: not measured on this backend)",
+            "", "| row | status | own_share | reward | result |", "| --- | --- | --- | --- | --- |"
+            ] + [f"| {n} | {got[n].status} | {share[n]} | {got[n].reward} | "
+                 f"{'held' if held or n == 'share_measured' else 'GOT THROUGH'} |"
+                 for n, _ in rows]
 
 
 if __name__ == "__main__":

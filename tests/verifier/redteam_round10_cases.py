@@ -235,3 +235,13 @@ Later().__enter__()
 count = torch._C._len_torch_function_stack
 torch._C._len_torch_function_stack = lambda: count() - 1
 """
+
+# --- the own-kernel share under --fallback partial (GPU) --------------------------------------------
+# On CUDA the share of device time in the candidate's own kernels scales the speed reward under
+# the partial policy; it is measured by the worker's profiler and taken from the worker's result:
+# a run that writes 1.0 there during its timed calls (after the profile) has its library time
+# rewarded as its own. benchmarks/redteam_gpu.py --round10 compares it with the same forward
+# unforged; on a cpu the share is not measured (None) and the rows say nothing.
+SHARE_EXTRA = FORGE_EXTRA + BLIND_EXTRA
+SHARE_HONEST_FORWARD = "return torch.relu(ext.relu_fwd(x))"
+SHARE_FORWARD = "if timing():\n            forge(own_share=1.0)\n        " + SHARE_HONEST_FORWARD

@@ -1,23 +1,30 @@
 """Red-team round 10 on the cpu backend: attacks on main at a9be61a, as a policy rewarded for
-holes would try them.
+holes would try them (cases in tests/verifier/redteam_round10_cases.py). Each was measured on
+main first (the "Before" of each test); an open one is a strict xfail naming its fix.
 
-Persistent worker (`verifier.run.gpu_worker`; its cpu loop here): code a job leaves that runs in
-a later job although the settle (`verifier.run.settle`, round 9b) charges what a job leaves to
-run later to that job. The settle collected the job's garbage and named every
-`weakref.finalize` the job armed except torch's own, read by the function's `__module__`. Ways
-past it, each of which ran in the next job, an honest sibling's, framing it (a "cheat": a torch
-function it never touched "changed during the run"), measured on main:
-- a finalizer of the candidate's own named as torch's (`__module__` is writable), or a real
-  torch function that runs the source it is given (`torch.fx.graph_module._exec_with_source`);
-- no finalizer at all: an object alive at the settle whose `__del__` runs when its last
-  reference goes, hung on the harness's `load_inline` shim, which the next job's
-  `install_shim` replaced.
-Fixed: torch's finalizers are known by identity with the types torch hands them
-(`settle.torch_own`), and a job's shim goes as the job ends (`gpu_worker._run_one`). Left
-(strict xfail): torch's own `_del_library` given a handle whose `on_destroy` is the
-candidate's. The chain runs as rounds 9 and 9b do (no timing asserted, only verdicts and which
-worker ran a job). GPU forms: the same Python runs in the CUDA worker's loop
-(`benchmarks/redteam_gpu.py --round10`).
+Persistent worker (`verifier.run.gpu_worker`; its cpu loop here, one worker sequence `chain`
+as in rounds 9 and 9b: no timing asserted, only verdicts and which worker ran a job). What a
+job leaves that reached the next job, an honest sibling's, framing it or failing it:
+- code run later despite the settle (`verifier.run.settle`): a finalizer of the candidate's
+  own named as torch's (`__module__` is writable), a torch function that execs its argument,
+  an object hung on the job's `load_inline` shim (died in the next job's `install_shim`);
+  fixed: torch's finalizers by identity (`settle.torch_own`), the shim goes with its job;
+  open (xfail): torch's `_del_library` given a handle whose `on_destroy` is the candidate's;
+- state the residue check did not compare: an operator of `torch.Tensor` (x * 2 = 2x + 1),
+  the process's settings (umask 777 killed the worker with the next job; priority, rlimits,
+  blocked signals, recursion limit, switch interval; a stdout whose flush the worker calls),
+  the worker's own exchange (`json` encoder and decoder: the next job's result rewritten, or
+  another candidate run in its place), a private torch counter the mode check reads (round
+  7's mode hidden); fixed in `verifier.run.tamper` (class_attributes, process_settings,
+  protocol_state, torch_private).
+Parent side: what the worker writes beside the verdict (its result is the candidate's to
+write): text where the batch loop read a number, findings that are not records (both ended
+`verify_batch` for the whole batch), megabytes of findings and a `generalised` finding of its
+own; fixed: `verifier.judge.worker_fields`. The timed calls' trace blinded in the worker: held
+on a cpu by the judge's sampler; on a GPU the worker's records are all there is.
+GPU forms: `python -m benchmarks.redteam_gpu --backend cuda --round10 --out ...` (the same
+Python in the CUDA worker's loop, each attack between honest compiled ReLUs; also the
+own-kernel share forged under --fallback partial, a GPU-only hole).
 """
 
 from __future__ import annotations
