@@ -284,6 +284,11 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
              ("settings", cases.candidate(r10.SETTINGS_EXTRA, name="r10_ext", prelude=False)),
              ("ask_after_settings", cases.candidate(name="r10_ext", prelude=False,
                                                     init=r10.ASK_SETTINGS))]
+    for name in ("path", "spec"):
+        rows += [(name, cases.candidate(getattr(r10, f"{name.upper()}_EXTRA"), name="r10_ext",
+                                        prelude=False)),
+                 (f"ask_after_{name}", cases.candidate(name="r10_ext", prelude=False,
+                                                       init=r10.ASK_MODULE))]
     rows.append(("blind", cases.candidate(r10.BLIND_EXTRA, forward=r10.BLIND_FORWARD,
                                           name="r10_ext", prelude=False)))
     rows += [(f"forge_{name}", cases.candidate(r10.FORGE_EXTRA, forward=fwd, name="r10_ext",
@@ -312,6 +317,8 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
                 "mul=[2.0, 2.0]" in (v.error or "") if name == "ask_after_dunder" else
                 "rec=1000 nofile=" in (v.error or "") and "mask=[]" in (v.error or "")
                 if name == "ask_after_settings" else v.status == "cheat" if name == "blind" else
+                "file=" in (v.error or "") and "/tmp/w/" not in (v.error or "")
+                if name in ("ask_after_path", "ask_after_spec") else
                 len(str(v.to_dict())) < 1 << 20 if name.startswith("forge_") else
                 v.status == "cheat" or "worker_replaced" in rules)
         lines.append(f"| {name} | {v.status} | {', '.join(rules)} | "

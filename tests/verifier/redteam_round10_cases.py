@@ -245,3 +245,28 @@ torch._C._len_torch_function_stack = lambda: count() - 1
 SHARE_EXTRA = FORGE_EXTRA + BLIND_EXTRA
 SHARE_HONEST_FORWARD = "return torch.relu(ext.relu_fwd(x))"
 SHARE_FORWARD = "if timing():\n            forge(own_share=1.0)\n        " + SHARE_HONEST_FORWARD
+
+# --- modules for a later import, from the worker's own tmpfs ------------------------------------
+# (round 9 refused a module made in code; a module is "imported" when its file exists)
+# the worker's tmpfs put first on sys.path, with a module there: every later `import` of that
+# name (one no job imported yet) ran the attacker's file
+PATH_EXTRA = """
+import os, sys
+base = os.environ.get("KS_WORKER_TMP") or "."
+with open(os.path.join(base, "tabnanny.py"), "w") as f:
+    f.write("raise RuntimeError('the module an earlier job wrote')\\n")
+sys.path.insert(0, base)
+"""
+# a module loaded from a file the job wrote to the tmpfs, placed under a name a later job imports
+SPEC_EXTRA = """
+import importlib.util, os, sys
+path = os.path.join(os.environ.get("KS_WORKER_TMP") or ".", "tabnanny.py")
+with open(path, "w") as f:
+    f.write("check = 'the module an earlier job wrote'\\n")
+spec = importlib.util.spec_from_file_location("tabnanny", path)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+sys.modules["tabnanny"] = module
+"""
+# the next job's question: where its `import tabnanny` came from
+ASK_MODULE = "import tabnanny; raise RuntimeError(f'file={tabnanny.__file__}')"

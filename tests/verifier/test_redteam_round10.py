@@ -39,6 +39,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_round7_cases import NUMPY_RELU  # noqa: E402
 from redteam_round10_cases import (  # noqa: E402
+    ASK_MODULE,
     ASK_MUL,
     ASK_SETTINGS,
     BLIND_EXTRA,
@@ -50,8 +51,10 @@ from redteam_round10_cases import (  # noqa: E402
     FINDINGS_FORWARD,
     FORGE_EXTRA,
     HIDDEN_MODE_EXTRA,
+    PATH_EXTRA,
     PHASES_FORWARD,
     SETTINGS_EXTRA,
+    SPEC_EXTRA,
     STREAM_EXTRA,
     UMASK_EXTRA,
     extra,
@@ -92,7 +95,9 @@ def chain() -> dict[str, list[dict[str, Any]]]:
             "umask": [_with(UMASK_EXTRA), NUMPY_RELU], "stream": [_with(STREAM_EXTRA), NUMPY_RELU],
             "encoder": [_with(ENCODER_EXTRA), NUMPY_RELU],
             "decoder": [_with(DECODER_EXTRA), NUMPY_RELU],
-            "hidden_mode": [_with(HIDDEN_MODE_EXTRA), ASK]}
+            "hidden_mode": [_with(HIDDEN_MODE_EXTRA), ASK],
+            "path": [_with(PATH_EXTRA), _asking(ASK_MODULE)],
+            "spec": [_with(SPEC_EXTRA), _asking(ASK_MODULE)]}
     got = _jobs([src for srcs in runs.values() for src in srcs])
     out, i = {}, 0
     for name, srcs in runs.items():
@@ -202,6 +207,23 @@ def test_a_mode_hidden_from_the_checks_reader_does_not_reach_the_next_job(
     assert "torch._C._len_torch_function_stack (private)" in said, leaver
     assert ask["worker_pid"] != leaver["worker_pid"]
     assert "mul=[2.0, 2.0]" in ask["error"], ask
+
+
+@pytest.mark.parametrize("name", ["path", "spec"])
+def test_a_module_a_job_wrote_for_a_later_import_is_not_handed_to_the_next_job(
+        chain: dict[str, list[dict[str, Any]]], name: str) -> None:
+    """A job writes `tabnanny.py` to its worker's tmpfs (which outlives the job) and either
+    puts that directory first on sys.path or loads the file and places it in sys.modules.
+    Before (measured here): no finding, the same worker, and the next job's `import tabnanny`
+    ran the job's file ("the module an earlier job wrote"; file=/tmp/w/tabnanny.py): sys.path
+    was not compared, and a module counted as imported when its file existed. Now sys.path is
+    part of the residue and a module from the worker's writable directories is not imported:
+    the worker is replaced and the next job gets the standard library's."""
+    leaver, ask = chain[name]
+    said = " ".join(f["message"] for f in leaver["findings"] if f["rule"] == "worker_replaced")
+    assert ("sys.path (value)" if name == "path" else "tabnanny") in said, leaver
+    assert ask["worker_pid"] != leaver["worker_pid"]
+    assert "file=" in ask["error"] and "/tmp/w/" not in ask["error"], ask
 
 
 def _finalizer(func: Any, *args: Any) -> Any:

@@ -222,6 +222,8 @@ def process_settings() -> dict[str, int]:
             "threading.stack_size()": threading.stack_size(),
             "sys.get_int_max_str_digits()": sys.get_int_max_str_digits(),
             "sys.getdlopenflags()": sys.getdlopenflags(),
+            # a directory put first on it (the worker's tmpfs) served every later import
+            "sys.path (value)": hash(tuple(map(str, sys.path))),
             **{f"sys.{n} (object)": id(getattr(sys, n, None)) for n in (
                 "stdin", "stdout", "stderr", "displayhook", "breakpointhook")}}
 
@@ -276,15 +278,26 @@ def left_in_process(before: dict[str, int]) -> list[str]:
 
 def _imported(module: Any) -> bool:
     """Whether `module` is what the import system loads: a spec whose origin is a file that
-    exists, a built-in or frozen module, or a namespace package (a module made in code and
-    placed in sys.modules has no spec)."""
+    exists outside the worker's writable directories, a built-in or frozen module, or such a
+    namespace package (a module made in code and placed in sys.modules has no spec; one a job
+    wrote to its worker's tmpfs and loaded from there was the next job's `import tabnanny`:
+    tests/verifier/test_redteam_round10.py)."""
     spec = getattr(module, "__spec__", None)
     origin = getattr(spec, "origin", None)
     if spec is None or not isinstance(module, type(sys)):
         return False
     if origin is None:
-        return bool(getattr(spec, "submodule_search_locations", None))
-    return origin in ("built-in", "frozen") or os.path.isfile(origin)
+        places = list(getattr(spec, "submodule_search_locations", None) or ())
+        return bool(places) and not any(map(_writable, places))
+    return origin in ("built-in", "frozen") or (os.path.isfile(origin)
+                                                 and not _writable(origin))
+
+
+def _writable(path: str) -> bool:
+    """Whether `path` lies in a directory a job of this worker can write (its tmpfs, shm)."""
+    real = os.path.realpath(path)
+    return any(real == d or real.startswith(d.rstrip(os.sep) + os.sep) for d in (
+        os.path.realpath(p) for p in (os.environ.get("KS_WORKER_TMP") or "", "/dev/shm") if p))
 
 
 def refuse_audit_hooks() -> None:
