@@ -186,7 +186,8 @@ def record_measurements(v: VerdictData, p: dict[str, Any]) -> None:
     # the candidate's process: kept in the shapes the verifier reads (`verifier.judge.worker_fields`)
     v.findings.extend(worker_fields.findings(p.get("findings")))
     v.kernel_names = worker_fields.kernel_names(p.get("kernel_names"))
-    record_share(v, worker_fields.share(p.get("own_share")),
+    # measured on CUDA only (`verifier.checks.fallback.judge_kernels`): elsewhere it is a claim
+    record_share(v, worker_fields.share(p.get("own_share")) if v.backend == "cuda" else None,
                  worker_fields.count(p.get("own_calls")))
 
 

@@ -372,3 +372,39 @@ def test_a_blinded_trace_of_the_timed_calls_is_caught_by_the_judges_sampler(
     blind = got["blind"]
     assert blind.status == "cheat" and "library" in blind.error, blind
     assert "timed_fallback" not in {f["rule"] for f in blind.findings}  # the worker was blind
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "the persistent worker's loop (the GPU's; run here on the cpu) has no fallback check outside "
+    "the candidate's process: the timed calls' trace (OpNames) and the kernel profile are the "
+    "worker's, and a run that swaps the recorder's set as the windows begin runs torch's op in "
+    "the timed calls unseen (correct, timed as torch's kernel). Fix: a judge-side check, as the "
+    "cpu sandbox's ip sampler is: the judge times some trial calls through its clock as it times "
+    "the windows, and a run whose windows are much faster per call than its traced trials (past "
+    "warm-up) is a finding; or a kernel profile of a window drawn at random, read by the referee"))
+def test_a_blinded_trace_of_the_timed_calls_is_caught_in_the_persistent_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BLIND_EXTRA on the persistent worker's loop (`CpuBackend.persistent_worker`, as
+    benchmarks/redteam_gpu.py --round10 --persistent runs it): measured here, "blind" was
+    correct_slow with no finding (the cpu sandbox path's sampler calls it a cheat)."""
+    from redteam_cases import candidate
+    from verifier_cases import relu_task
+
+    import verifier.stages as stages
+    from verifier.api import verify_batch
+    from verifier.backends.cpu import CpuBackend
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    monkeypatch.setattr(stages, "check_python", lambda *a, **k: [])
+    monkeypatch.setattr(stages, "check_cpp", lambda *a, **k: [])
+    monkeypatch.setattr(CpuBackend, "persistent_worker", True)
+    rows = [("honest", candidate(name="r10_diag", prelude=False)),
+            ("blind", candidate(BLIND_EXTRA, forward=BLIND_FORWARD, name="r10_diag",
+                                prelude=False))]
+    reqs = [VerifyRequest(n, "relu", relu_task(256, 4096), c, "cpu") for n, c in rows]
+    got = {v.candidate_id: v for v in verify_batch(reqs, VerifyOptions(
+        backend="cpu", gpus=1, workers=1, build_cache_dir=str(tmp_path / "builds"),
+        baseline_cache_dir=str(tmp_path / "baselines")))}
+    assert got["honest"].status.startswith("correct"), got["honest"]
+    assert got["blind"].status == "cheat", got["blind"]
