@@ -308,7 +308,7 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
                             baseline_cache_dir=str(cache / "baselines")))}
     lines = [f"# Red-team round 10 persistent-worker attacks, backend {backend}", "",
              f"host {platform.node()}, command: python -m benchmarks.redteam_gpu --backend "
-             f"{backend} --round10 --out {out}", "",
+             f"{backend} --round10{' --persistent' if persistent else ''} --out {out}", "",
              "| row | status | findings | result | error |", "| --- | --- | --- | --- | --- |"]
     for name, _ in rows:
         v = got[name]
@@ -321,7 +321,7 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
                 if name in ("ask_after_path", "ask_after_spec") else
                 len(str(v.to_dict())) < 1 << 20 if name.startswith("forge_") else
                 v.status == "cheat" or "worker_replaced" in rules)
-        lines.append(f"| {name} | {v.status} | {', '.join(rules)} | "
+        lines.append(f"| {name} | {v.status} | {', '.join(sorted(set(rules)))} | "
                      f"{'held' if held else 'GOT THROUGH'} | "
                      f"{(v.error or '')[:100].replace('|', '/')} |")
     lines += _round10_share(backend, cases, r10, relu_task, cache)
