@@ -6,6 +6,8 @@
         --out benchmarks/results/redteam_round6_cuda.md
     python -m benchmarks.redteam_gpu --backend cuda --round7 \
         --out benchmarks/results/redteam_round7_cuda.md
+    python -m benchmarks.redteam_gpu --backend cuda --round10 \
+        --out benchmarks/results/redteam_round10_cuda.md
 
 Runs tests/verifier/redteam_cases.py's attacks (each a correct ReLU trying one escape, with a
 CUDA kernel on cuda) through a separate verifier process (`--transport direct`: a batch driver;
@@ -32,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 _HERE = Path(__file__).resolve().parent.parent / "tests" / "verifier"
 
@@ -61,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--round7", action="store_true",
                     help="only round 7's persistent-worker attacks (a torch mode left on the "
                          "stack, a default device set in __init__), static checks off")
+    ap.add_argument("--round10", action="store_true",
+                    help="only round 10's attacks on the persistent worker's settle (code a "
+                         "job leaves to run in the next), each before an honest job")
     ap.add_argument("--persistent", action="store_true",
                     help="cpu: run candidates in the persistent worker (the cuda path's code)")
     ap.add_argument("--case-limit", type=float, default=240.0,
@@ -72,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         return _round6(a.backend, a.out)
     if a.round7:
         return _round7(a.backend, a.out, a.persistent)
+    if a.round10:
+        return _round10(a.backend, a.out, a.persistent)
     start = time.monotonic()
     # last resort: if this process itself blocks, its stacks are printed before the limit
     faulthandler.dump_traceback_later(a.wall_limit + 60, exit=True)
@@ -244,6 +252,116 @@ def _round7(backend: str, out: Path, persistent: bool = False) -> int:
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def _round10(backend: str, out: Path, persistent: bool = False) -> int:
+    """Round 10's attacks (tests/verifier/redteam_round10_cases.py), static checks off, one GPU
+    so every job shares a worker: each a correct ReLU in its own kernel that leaves code to run
+    in the next job (which rebinds torch.relu there), then an honest ReLU; and one that rebinds
+    `torch.Tensor.__mul__` (or the process's settings), then a job whose error says what
+    `torch.ones(2) * 2` is (or the settings). Held: the honest job after each is correct, the
+    asker sees torch's and the process's defaults, and the attacker is a cheat or its worker
+    was replaced. "blind" (its kernel in the trials, torch's in the timed calls, the worker's
+    trace of them blinded) is held only as a cheat: on a GPU the worker's trace and profile are
+    the only fallback checks. cpu:
+    `--persistent` runs the GPU's worker loop."""
+    import verifier.api as api
+    import verifier.stages as stages
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    cases, r10 = _load("redteam_cases"), _load("redteam_round10_cases")
+    from verifier_cases import relu_task
+
+    stages.check_python = lambda *a, **k: []  # the run-time defences on their own
+    stages.check_cpp = lambda *a, **k: []
+    if backend == "cpu" and persistent:
+        from verifier.backends.cpu import CpuBackend
+
+        CpuBackend.persistent_worker = True  # the GPU's loop, on this host's cpu
+    rows = []
+    for name in r10.ARMS:
+        rows += [(name, cases.candidate(r10.extra(name), name="r10_ext", prelude=False)),
+                 (f"honest_after_{name}", cases.candidate(name="r10_ext", prelude=False))]
+    rows += [("dunder", cases.candidate(r10.DUNDER_EXTRA, name="r10_ext", prelude=False)),
+             ("ask_after_dunder", cases.candidate(name="r10_ext", prelude=False,
+                                                  init=r10.ASK_MUL)),
+             ("settings", cases.candidate(r10.SETTINGS_EXTRA, name="r10_ext", prelude=False)),
+             ("ask_after_settings", cases.candidate(name="r10_ext", prelude=False,
+                                                    init=r10.ASK_SETTINGS))]
+    for name in ("path", "spec"):
+        rows += [(name, cases.candidate(getattr(r10, f"{name.upper()}_EXTRA"), name="r10_ext",
+                                        prelude=False)),
+                 (f"ask_after_{name}", cases.candidate(name="r10_ext", prelude=False,
+                                                       init=r10.ASK_MODULE))]
+    rows.append(("blind", cases.candidate(r10.BLIND_EXTRA, forward=r10.BLIND_FORWARD,
+                                          name="r10_ext", prelude=False)))
+    rows += [(f"forge_{name}", cases.candidate(r10.FORGE_EXTRA, forward=fwd, name="r10_ext",
+                                               prelude=False))
+             for name, fwd in (("phases", r10.PHASES_FORWARD), ("findings", r10.FINDINGS_FORWARD),
+                               ("bulk", r10.BULK_FORWARD))]  # held: the batch ends, small
+    for name in ("umask", "stream", "encoder", "decoder", "hidden_mode"):
+        rows += [(name, cases.candidate(getattr(r10, f"{name.upper()}_EXTRA"), name="r10_ext",
+                                        prelude=False)),
+                 (f"honest_after_{name}", cases.candidate(name="r10_ext", prelude=False))]
+    cache = Path(tempfile.mkdtemp(prefix="ks-r10-"))
+    reqs = [VerifyRequest(name, "relu", relu_task(16, 1024), cases.for_backend(code, backend),
+                          backend) for name, code in rows]
+    got = {v.candidate_id: v for v in api.verify_batch(
+        reqs, VerifyOptions(backend=backend, gpus=1, workers=1,
+                            build_cache_dir=str(cache / "builds"),
+                            baseline_cache_dir=str(cache / "baselines")))}
+    lines = [f"# Red-team round 10 persistent-worker attacks, backend {backend}", "",
+             f"host {platform.node()}, command: python -m benchmarks.redteam_gpu --backend "
+             f"{backend} --round10{' --persistent' if persistent else ''} --out {out}", "",
+             "| row | status | findings | result | error |", "| --- | --- | --- | --- | --- |"]
+    for name, _ in rows:
+        v = got[name]
+        rules = [f["rule"] for f in v.findings]
+        held = (v.status.startswith("correct") if name.startswith("honest") else
+                "mul=[2.0, 2.0]" in (v.error or "") if name == "ask_after_dunder" else
+                "rec=1000 nofile=" in (v.error or "") and "mask=[]" in (v.error or "")
+                if name == "ask_after_settings" else v.status == "cheat" if name == "blind" else
+                "file=" in (v.error or "") and "/tmp/w/" not in (v.error or "")
+                if name in ("ask_after_path", "ask_after_spec") else
+                len(str(v.to_dict())) < 1 << 20 if name.startswith("forge_") else
+                v.status == "cheat" or "worker_replaced" in rules)
+        lines.append(f"| {name} | {v.status} | {', '.join(sorted(set(rules)))} | "
+                     f"{'held' if held else 'GOT THROUGH'} | "
+                     f"{(v.error or '')[:100].replace('|', '/')} |")
+    lines += _round10_share(backend, cases, r10, relu_task, cache)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+def _round10_share(backend: str, cases: Any, r10: Any, relu_task: Any, cache: Path
+                   ) -> list[str]:
+    """The own-kernel share under --fallback partial: the same forward (its kernel, then
+    torch.relu) with and without writing own_share = 1.0 into the worker's result during its
+    timed calls. Held when the forged run's share is the measured one (not 1.0)."""
+    import json
+
+    import verifier.api as api
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    rows = [("share_measured", cases.candidate(r10.SHARE_EXTRA, name="r10_ext", prelude=False,
+                                               forward=r10.SHARE_HONEST_FORWARD)),
+            ("share_forged", cases.candidate(r10.SHARE_EXTRA, name="r10_ext", prelude=False,
+                                             forward=r10.SHARE_FORWARD))]
+    reqs = [VerifyRequest(name, "relu", relu_task(16, 1024), cases.for_backend(code, backend),
+                          backend) for name, code in rows]
+    got = {v.candidate_id: v for v in api.verify_batch(reqs, VerifyOptions(
+        backend=backend, gpus=1, workers=1, fallback="partial",
+        build_cache_dir=str(cache / "builds"), baseline_cache_dir=str(cache / "baselines")))}
+    share = {n: json.loads(got[n].reward_components or "{}").get("own_share") for n, _ in rows}
+    forged, measured = share["share_forged"], share["share_measured"]
+    held = forged is None or forged < 0.99 or (measured is not None and measured >= 0.99)
+    return ["", "Own-kernel share under --fallback partial (None: not measured on this backend)",
+            "", "| row | status | own_share | reward | result |", "| --- | --- | --- | --- | --- |"
+            ] + [f"| {n} | {got[n].status} | {share[n]} | {got[n].reward} | "
+                 f"{'held' if held or n == 'share_measured' else 'GOT THROUGH'} |"
+                 for n, _ in rows]
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from verifier.checks.fallback import apply_policy, errors
 from verifier.checks.static import check_cpp, check_python
 from verifier.compile.builder import BuildResult
 from verifier.isolation.sandbox import Launcher, SandboxLimits
+from verifier.judge import worker_fields
 from verifier.judge.construct import DEVICE, HOST, HOST_ONLY
 from verifier.judge.construct import finding as construct_finding
 from verifier.judge.decide import parent_check
@@ -49,7 +50,8 @@ class Item:
 
     def stop(self, status: str, stage: str, error: str = "") -> None:
         """The candidate's way ends here, with this status at this stage."""
-        self.verdict.status, self.verdict.stage = status, stage
+        # the stage may be the worker's word (the candidate's process): a name, not a payload
+        self.verdict.status, self.verdict.stage = status, str(stage)[:40]
         if error:
             self.verdict.error = error[:4000]
         self.done = True
@@ -118,7 +120,7 @@ def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baseli
     if out.does_not_fit:  # the task's footprint, before the candidate ran
         return item.stop("does_not_fit", "correctness", out.does_not_fit)
     for key in TIMING_DIAGNOSTICS:  # for benchmarks (verify_batch's `timings`)
-        if p and p.get(key) is not None:
+        if p and p.get(key) is not None and worker_fields.diagnostic(key, p[key]):
             item.timing[key] = p[key]
     stage = out.stage
     if out.flood:
@@ -179,14 +181,18 @@ def run_constructed(item: Item, runner: SandboxRunner | GpuRunner, job: dict[str
 
 def record_measurements(v: VerdictData, p: dict[str, Any]) -> None:
     """Copy what the worker measured onto the verdict (also for failed candidates)."""
-    v.device = p.get("device", v.device)
-    v.trials = int(p.get("trials", 0))
+    device = p.get("device")
+    v.device = device[:200] if isinstance(device, str) else v.device
+    v.trials = worker_fields.count(p.get("trials")) or 0
     for k in ("max_abs_diff", "mean_abs_diff", "mismatch_frac"):
-        if p.get(k) is not None:
+        if worker_fields.number(p.get(k)) is not None:
             setattr(v, k, float(p[k]))
-    v.findings.extend(p.get("findings", []))
-    v.kernel_names = [str(k) for k in p.get("kernel_names", [])]
-    record_share(v, p.get("own_share"), p.get("own_calls"))
+    # the candidate's process: kept in the shapes the verifier reads (`verifier.judge.worker_fields`)
+    v.findings.extend(worker_fields.findings(p.get("findings")))
+    v.kernel_names = worker_fields.kernel_names(p.get("kernel_names"))
+    # measured on CUDA only (`verifier.checks.fallback.judge_kernels`): elsewhere it is a claim
+    record_share(v, worker_fields.share(p.get("own_share")) if v.backend == "cuda" else None,
+                 worker_fields.count(p.get("own_calls")))
 
 
 def front_stages(item: Item, policy: str = "strict", namespace: str = "isolated") -> None:

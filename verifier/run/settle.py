@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import sys
+import types
 import weakref
 from typing import Any
 
@@ -26,10 +28,19 @@ from typing import Any
 # its finalizers) before the garbage counts as renewing itself
 RENEW_ROUNDS = 4
 
-# torch's own `weakref.finalize` registrations (a `torch.library.Library` each of its imports
-# defines; dynamo's guards on compiled code): an honest job that imports or compiles leaves them
-TORCH_FINALIZERS = ("torch.library", "torch._library", "torch._dynamo", "torch._inductor",
-                    "torch._subclasses", "torch.fx")
+# torch's own `weakref.finalize` callbacks (a `torch.library.Library` each of its imports
+# defines; dynamo's guards on compiled code): an honest job that imports or compiles leaves them.
+# Each is found by identity as first seen (the worker's ready: `armed_finalizers`), with the
+# types torch hands it: a name is the candidate's to give (`__module__` is writable: its own
+# function named "torch.fx.x" ran in the next job), and other torch functions run what they
+# are given (`torch.fx.graph_module._exec_with_source`); tests/verifier/test_redteam_round10.py
+TORCH_FINALIZERS = (("torch.library", "_del_library"),
+                    ("torch._dynamo.guards", "CheckFunctionManager.invalidate"))
+TORCH_TYPES = (("torch._C", "_DispatchModule"), ("torch._library.utils", "RegistrationHandle"),
+               ("torch._dynamo.guards", "CheckFunctionManager"))
+PLAIN = (str, bytes, int, float, bool, type(None))
+CONTAINERS = (tuple, list, set, frozenset, dict)
+_FOUND: dict[tuple[str, str], Any] = {}  # the names above as first found
 
 
 def collect_left_garbage() -> tuple[int, bool]:
@@ -44,6 +55,47 @@ def collect_left_garbage() -> tuple[int, bool]:
     return found, True
 
 
+def _first_found(names: tuple[tuple[str, str], ...]) -> list[Any]:
+    """The objects at `names` (module, dotted name) in loaded modules, each as first found."""
+    for module, name in names:
+        obj: Any = sys.modules.get(module)
+        for part in name.split("."):
+            obj = getattr(obj, part, None)
+        if obj is not None:
+            _FOUND.setdefault((module, name), obj)
+    return [_FOUND[n] for n in names if n in _FOUND]
+
+
+def _torch_data(x: Any) -> bool:
+    """Whether `x` holds only builtin values (exact types, in builtin containers) and objects
+    of the types torch hands its finalizers (`TORCH_TYPES`)."""
+    kinds = _first_found(TORCH_TYPES)
+    stack = [x]
+    for _ in range(100_000):
+        if not stack:
+            return True
+        x = stack.pop()
+        if type(x) in CONTAINERS:
+            stack.extend([*x.keys(), *x.values()] if type(x) is dict else x)
+        elif type(x) not in PLAIN and not any(type(x) is k for k in kinds):
+            return False
+    return False
+
+
+def torch_own(info: Any) -> bool:
+    """Whether a `weakref.finalize` entry is torch's own: one of its functions, by identity,
+    called with torch's data (`_torch_data`)."""
+    func, args = info.func, [info.args, info.kwargs or {}]
+    while isinstance(func, functools.partial):
+        args += [func.args, func.keywords]
+        func = func.func
+    if isinstance(func, types.MethodType):
+        args.append(func.__self__)
+        func = func.__func__
+    return any(func is f for f in _first_found(TORCH_FINALIZERS)) and all(
+        map(_torch_data, args))
+
+
 def _function_of(func: Any) -> Any:
     while isinstance(func, functools.partial):
         func = func.func
@@ -53,11 +105,12 @@ def _function_of(func: Any) -> Any:
 def armed_finalizers() -> dict[Any, str]:
     """Live `weakref.finalize` registrations other than torch's own: {the finalizer: its
     function's name} (held, so a later one cannot take a dead one's identity)."""
+    _first_found(TORCH_FINALIZERS + TORCH_TYPES)  # at the worker's ready, before any job
     out = {}
     for fin, info in list(weakref.finalize._registry.items()):  # type: ignore[attr-defined]
-        func = _function_of(info.func)
-        module = str(getattr(func, "__module__", "") or "")
-        if not module.startswith(TORCH_FINALIZERS):
+        if not torch_own(info):
+            func = _function_of(info.func)
+            module = str(getattr(func, "__module__", "") or "")
             out[fin] = f"{module}.{getattr(func, '__qualname__', type(func).__name__)}"
     return out
 

@@ -125,7 +125,9 @@ def process_state() -> dict[str, int]:
              # aten::relu on cpu made every later job's reference wrong ("incorrect")
              "torch.library registrations": hash(frozenset(_py_kernels())),
              "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
-             **{k: hash(str(v)) for k, v in torch_switches().items()}}
+             **{k: hash(str(v)) for k, v in torch_switches().items()},
+             **class_attributes(), **process_settings(), **protocol_state(),
+             **torch_private()}
     for name, module in list(sys.modules.items()):
         state[name] = id(module)
         try:
@@ -135,6 +137,95 @@ def process_state() -> dict[str, int]:
         state.update((f"{name}.{k}", identity(v)) for k, v in names
                      if not k.startswith("_") and callable(v))
     return state
+
+
+# the modules whose classes every job's tensors and models go through: an operator or method
+# rebound on one of them (only the module's public callables were compared), such as
+# `torch.Tensor.__mul__` or `nn.Module.__getattr__`, ran in every later job of the worker (an
+# honest sibling's `x * 2` gave 2x + 1: "incorrect"; tests/verifier/test_redteam_round10.py)
+CLASS_MODULES = ("torch._tensor", "torch.nn", "torch.autograd.function", "weakref")
+
+
+def class_attributes() -> dict[str, int]:
+    """Identity of the attributes, dunders included, of every class in a module of
+    CLASS_MODULES (or a submodule): one figure per class (torch.Tensor says it is `torch`'s)."""
+    out = {}
+    under = tuple(m + "." for m in CLASS_MODULES)
+    for name, module in list(sys.modules.items()):
+        if name not in CLASS_MODULES and not name.startswith(under):
+            continue
+        for v in list(vars(module).values()):
+            key = f"{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', '')} attributes"
+            if isinstance(v, type) and key not in out:
+                out[key] = hash(frozenset((a, identity(b)) for a, b in list(vars(v).items())))
+    return out
+
+
+# what the worker's own exchange runs through: it reads each job with `json.loads` and writes
+# each result with `json.dumps` (a job that rebound `JSONDecoder.decode` swapped the next job's
+# candidate for another; one that rebound `JSONEncoder.encode` made the next job's result
+# "incorrect" under its own nonce), and takes the judge's descriptors with `socket.recv_fds`
+PROTOCOL_MODULES = ("json", "json.decoder", "json.encoder", "json.scanner", "socket")
+
+
+def protocol_state() -> dict[str, int]:
+    """Identity of every global of PROTOCOL_MODULES, private ones too (`json._default_decoder`
+    is what `json.loads` calls), and of the attributes of their classes and objects."""
+    out = {}
+    for name in PROTOCOL_MODULES:
+        module = sys.modules.get(name)
+        for k, v in list(vars(module).items()) if module is not None else ():
+            out[f"{name}.{k} (protocol)"] = identity(v)
+            held = getattr(v, "__dict__", None)
+            if isinstance(held, types.MappingProxyType | dict) and not isinstance(
+                    v, types.ModuleType | types.FunctionType | types.BuiltinFunctionType):
+                out[f"{name}.{k} (protocol) attributes"] = hash(frozenset(
+                    (a, identity(b)) for a, b in list(held.items())))
+    return out
+
+
+def torch_private() -> dict[str, int]:
+    """Identity of the private globals of `torch` and `torch._C` (not modules): the hygiene
+    checks read torch through them (`torch._C._len_torch_function_stack`,
+    `torch._GLOBAL_DEVICE_CONTEXT`); a job that rebound the counter to say one less hid the
+    torch-function mode it left, which added 1 to every later job's tensors
+    (tests/verifier/test_redteam_round10.py)."""
+    out = {}
+    for name in ("torch", "torch._C"):
+        module = sys.modules.get(name)
+        for k, v in list(vars(module).items()) if module is not None else ():
+            if k.startswith("_") and not isinstance(v, types.ModuleType):
+                out[f"{name}.{k} (private)"] = identity(v)
+    return out
+
+
+def process_settings() -> dict[str, int]:
+    """The process's own settings a job can change for every later job of its worker, as
+    measured (tests/verifier/test_redteam_round10.py): a umask of 777 (the next job's directory
+    unusable: the worker died with an honest sibling's job), the priority (`os.nice`: later
+    windows slower under load), resource limits (64 descriptors, a cpu-time limit), blocked
+    signals (the hang report's SIGUSR1), the recursion limit, the thread switch interval
+    (0.5 s), a thread's stack size, the int digit limit, the standard streams (their `write`
+    and `flush` run in later jobs: the worker flushes after each) and display hooks."""
+    import resource
+    import signal
+
+    with open("/proc/self/status") as f:  # os.umask can only be read by setting it
+        umask = next((ln for ln in f if ln.startswith("Umask:")), "")
+    limits = [getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")]
+    return {"umask": hash(umask), "priority": os.getpriority(os.PRIO_PROCESS, 0),
+            "rlimits": hash(tuple(resource.getrlimit(r) for r in sorted(set(limits)))),
+            "signal mask": hash(frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, []))),
+            # named as calls: "threading.stack_size" is the function's own key
+            "sys.getrecursionlimit()": sys.getrecursionlimit(),
+            "sys.getswitchinterval()": hash(sys.getswitchinterval()),
+            "threading.stack_size()": threading.stack_size(),
+            "sys.get_int_max_str_digits()": sys.get_int_max_str_digits(),
+            "sys.getdlopenflags()": sys.getdlopenflags(),
+            # a directory put first on it (the worker's tmpfs) served every later import
+            "sys.path (value)": hash(tuple(map(str, sys.path))),
+            **{f"sys.{n} (object)": id(getattr(sys, n, None)) for n in (
+                "stdin", "stdout", "stderr", "displayhook", "breakpointhook")}}
 
 
 # torch's switches of which kernels run and how (beside `gpu_worker.global_flags`): oneDNN off
@@ -187,15 +278,26 @@ def left_in_process(before: dict[str, int]) -> list[str]:
 
 def _imported(module: Any) -> bool:
     """Whether `module` is what the import system loads: a spec whose origin is a file that
-    exists, a built-in or frozen module, or a namespace package (a module made in code and
-    placed in sys.modules has no spec)."""
+    exists outside the worker's writable directories, a built-in or frozen module, or such a
+    namespace package (a module made in code and placed in sys.modules has no spec; one a job
+    wrote to its worker's tmpfs and loaded from there was the next job's `import tabnanny`:
+    tests/verifier/test_redteam_round10.py)."""
     spec = getattr(module, "__spec__", None)
     origin = getattr(spec, "origin", None)
     if spec is None or not isinstance(module, type(sys)):
         return False
     if origin is None:
-        return bool(getattr(spec, "submodule_search_locations", None))
-    return origin in ("built-in", "frozen") or os.path.isfile(origin)
+        places = list(getattr(spec, "submodule_search_locations", None) or ())
+        return bool(places) and not any(map(_writable, places))
+    return origin in ("built-in", "frozen") or (os.path.isfile(origin)
+                                                 and not _writable(origin))
+
+
+def _writable(path: str) -> bool:
+    """Whether `path` lies in a directory a job of this worker can write (its tmpfs, shm)."""
+    real = os.path.realpath(path)
+    return any(real == d or real.startswith(d.rstrip(os.sep) + os.sep) for d in (
+        os.path.realpath(p) for p in (os.environ.get("KS_WORKER_TMP") or "", "/dev/shm") if p))
 
 
 def refuse_audit_hooks() -> None:
