@@ -120,6 +120,7 @@ from collections import Counter  # noqa: E402
 from redteam_round5_cases import (  # noqa: E402
     OWN_NAMED_LIBRARY,
     PADDED,
+    PADDED_HALF,
     RENAMED_LIBRARY,
     TRACER_AWARE,
 )
@@ -230,18 +231,19 @@ def test_a_library_copied_under_another_name_is_still_library_time(
 
 
 @NEEDS_PTRACE
-@pytest.mark.xfail(strict=True, reason=(
-    "the strict rule is a share (LIBRARY_SHARE = 0.85 of compute samples, set by the honest "
-    "shares measured, up to 0.5): a fallback that spins in its own object for ~25% of the "
-    "library's time is 80% library and passes; the own code does no work of the task. Fix: "
-    "judge what the own object contributes (e.g. the calls' outputs with the library path "
-    "removed) rather than where the time goes, or tighten the share per task from the "
-    "honest templates' measured share"))
-def test_a_fallback_padded_with_its_own_spin_is_found(tmp_path: Path, spin_so: Path) -> None:
-    """Found in each of three runs (`_each_of`): at ~80% library, a run's samples go over
-    LIBRARY_SHARE by chance (1 run of 20 measured: a strict xfail that passed)."""
+@pytest.mark.parametrize("body", ["PADDED", "PADDED_HALF"])
+def test_a_fallback_padded_with_its_own_spin_is_found(tmp_path: Path, spin_so: Path,
+                                                      body: str) -> None:
+    """numpy's BLAS does the work, the own object spins for 30% (50%) of its time after it:
+    ~77% (67%) of the compute samples were library code, under the 0.85 share the rule
+    allowed (set by honest runs whose torch samples were mostly the harness's output copy).
+    With torch's copies and hooks counted as no work (verifier.judge.library_work) honest
+    runs are at most ~0.2 library, and the share is 0.5. Found in each of three runs
+    (`_each_of`)."""
+    code = {"PADDED": PADDED, "PADDED_HALF": PADDED_HALF}[body]
+
     def run(work: Path) -> None:
-        res, calls = _sampled_run(work, PADDED, spin_so)
+        res, calls = _sampled_run(work, code, spin_so)
         assert calls and {m for m, _ in calls} == {"padded"}
         assert res["failure"].startswith("library_time"), (res["failure"], res["ip_samples"])
 
