@@ -131,8 +131,12 @@ NEEDS_PTRACE = pytest.mark.skipif(bool(ips.unavailable()), reason=ips.unavailabl
 SPIN_C = "double spin(long n){double s=0;for(long i=0;i<n;i++)s+=i*0.5/(i+1.0);return s;}\n"
 CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
              "PYTHONPATH": str(ROOT)}
+# torch before the windows, as in the real worker: serve_windows imports it at its first
+# call's output check, and on a loaded host (load 10, 2 cores) that import inside the first
+# timed window outlasted the clock's 60 s wait ("did not finish a timing window in time")
 WORKER = """
 import ctypes, sys
+import torch
 from verifier.judge.clock_serve import open_worker_pipes, serve_windows
 {setup}
 serve_windows(open_worker_pipes(), call, [[0]], lambda i, out: None, lambda: None)
