@@ -37,7 +37,10 @@ softmax 512x1024 0.17-0.36 -> 0.00-0.16, row sum of squares 0.07-0.15 (no change
 256^3 0.04-0.08 -> 0.00-0.03, linear 128x512x256 0.02-0.09 -> 0.02-0.08. A fallback padded
 with its own spin (numpy's BLAS, then a spin of 30% / 50% of its time) is 0.69-0.82 library:
 the share was 0.85, set by the copies; it is 0.5, so a padded fallback must spin at least as
-long as its library works (at most half the library's speed). The round-4 fallbacks had no sample
+long as its library works (at most half the library's speed; reward <= 0.65, where it got 0.71,
+above any honest kernel slower than 0.5x). Left open: a longer pad; arithmetic inside torch's
+copy kernel (casts, a negated view's copy) is movement, as those ops are `copy` in the trace.
+The round-4 fallbacks had no sample
 at all in their own objects (29-50 compute samples, all in libtorch_cpu or numpy). Samples of a
 thread stopped inside a system call (a run woken for its next window, a write of "d") count
 for nothing. On a loaded host the judge gets ~1 sample per 4-6 ms of calls, so a task whose
