@@ -139,6 +139,8 @@ def test_rips_map_to_their_objects_and_kinds() -> None:
     ({"torch": 11, "overhead": 40}, 1e-3, "strict", False),  # too few compute samples
     ({"torch": 40, "overhead": 40}, 1e-4, "strict", False),  # calls too short to sample
     ({"torch": 40, "overhead": 40}, 1e-3, "partial", False),  # only the strict policy
+    ({"own": 30, "movement": 60, "torch": 5}, 1e-3, "strict", False),  # copies: no work
+    ({"own": 30, "torch": 35, "movement": 5}, 1e-3, "strict", True),  # 54% library arithmetic
 ])
 def test_the_decision(kinds: dict, call_s: float, policy: str, flagged: bool) -> None:
     objects = Counter({(k, f"lib{k}.so"): n for k, n in kinds.items()})

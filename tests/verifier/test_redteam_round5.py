@@ -120,6 +120,7 @@ from collections import Counter  # noqa: E402
 from redteam_round5_cases import (  # noqa: E402
     OWN_NAMED_LIBRARY,
     PADDED,
+    PADDED_HALF,
     RENAMED_LIBRARY,
     TRACER_AWARE,
 )
@@ -130,8 +131,12 @@ NEEDS_PTRACE = pytest.mark.skipif(bool(ips.unavailable()), reason=ips.unavailabl
 SPIN_C = "double spin(long n){double s=0;for(long i=0;i<n;i++)s+=i*0.5/(i+1.0);return s;}\n"
 CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
              "PYTHONPATH": str(ROOT)}
+# torch before the windows, as in the real worker: serve_windows imports it at its first
+# call's output check, and on a loaded host (load 10, 2 cores) that import inside the first
+# timed window outlasted the clock's 60 s wait ("did not finish a timing window in time")
 WORKER = """
 import ctypes, sys
+import torch
 from verifier.judge.clock_serve import open_worker_pipes, serve_windows
 {setup}
 serve_windows(open_worker_pipes(), call, [[0]], lambda i, out: None, lambda: None)
@@ -230,18 +235,19 @@ def test_a_library_copied_under_another_name_is_still_library_time(
 
 
 @NEEDS_PTRACE
-@pytest.mark.xfail(strict=True, reason=(
-    "the strict rule is a share (LIBRARY_SHARE = 0.85 of compute samples, set by the honest "
-    "shares measured, up to 0.5): a fallback that spins in its own object for ~25% of the "
-    "library's time is 80% library and passes; the own code does no work of the task. Fix: "
-    "judge what the own object contributes (e.g. the calls' outputs with the library path "
-    "removed) rather than where the time goes, or tighten the share per task from the "
-    "honest templates' measured share"))
-def test_a_fallback_padded_with_its_own_spin_is_found(tmp_path: Path, spin_so: Path) -> None:
-    """Found in each of three runs (`_each_of`): at ~80% library, a run's samples go over
-    LIBRARY_SHARE by chance (1 run of 20 measured: a strict xfail that passed)."""
+@pytest.mark.parametrize("body", ["PADDED", "PADDED_HALF"])
+def test_a_fallback_padded_with_its_own_spin_is_found(tmp_path: Path, spin_so: Path,
+                                                      body: str) -> None:
+    """numpy's BLAS does the work, the own object spins for 30% (50%) of its time after it:
+    ~77% (67%) of the compute samples were library code, under the 0.85 share the rule
+    allowed (set by honest runs whose torch samples were mostly the harness's output copy).
+    With torch's copies and hooks counted as no work (verifier.judge.library_work) honest
+    runs are at most ~0.2 library, and the share is 0.5. Found in each of three runs
+    (`_each_of`)."""
+    code = {"PADDED": PADDED, "PADDED_HALF": PADDED_HALF}[body]
+
     def run(work: Path) -> None:
-        res, calls = _sampled_run(work, PADDED, spin_so)
+        res, calls = _sampled_run(work, code, spin_so)
         assert calls and {m for m, _ in calls} == {"padded"}
         assert res["failure"].startswith("library_time"), (res["failure"], res["ip_samples"])
 

@@ -22,16 +22,25 @@ judge copied into the run's directory), `torch` (torch's libraries: aten kernels
 libgomp), `library` (numpy, openblas, mkl, any other .so under site-packages, and any object
 from where a run can write: a library copied under a neutral name into its folder), `overhead`
 (interpreter, libc, the dynamic loader, vdso: the system's trees and the interpreter's prefix),
-`anon` (executable anonymous memory: code made at run time). Under the strict fallback policy, with calls long enough to sample (`MIN_CALL_S`)
-and enough samples (`MIN_SAMPLES`), `decide` finds a cheat when library compute (torch +
-library + anon) holds more than `LIBRARY_SHARE` of the samples, or when the candidate loaded
-extension objects and not one sample landed in them (the extension never computed). An honest
-kernel still spends time in torch (its output's allocation, dispatch, and the harness's copy of
-each output into the judge's slot). Measured (cpu backend, 2 loaded cores, strict policy), the
-library share of compute samples of honest kernels: the red-team honest ReLU 0.03-0.22; CPU
-templates (pipeline.candidates.templates, simd/omp) for matmul 256^3 0.00-0.02, linear
-128x512x256 0.02-0.07, tanh(2x+1) 0.42-0.50, row sum of squares 0.05-0.11, softmax 0.30-0.40
-(libm/libmvec, which own kernels call, count as overhead); the round-4 fallbacks had no sample
+`anon` (executable anonymous memory: code made at run time), `movement` (torch's copy and fill
+kernels, `verifier.judge.library_work`: they count for nothing, as copy ops do in the dispatcher
+trace). Under the strict fallback policy, with calls long enough to sample (`MIN_CALL_S`) and
+enough samples (`MIN_SAMPLES`), `decide` finds a cheat when library compute (torch + library +
+anon) holds more than `LIBRARY_SHARE` of the compute samples (those and own), or when the
+candidate loaded extension objects and not one sample landed in them (the extension never
+computed). An honest kernel still spends time in torch (its output's allocation, dispatch, the
+harness's copy of each output into the judge's slot). Measured (cpu backend, 2 loaded cores,
+strict policy), the library share of compute samples of honest CPU templates
+(pipeline.candidates.templates, simd/omp/fast-math) with copies counted as library, then as
+movement: ReLU 2048x1024 0.36-0.55 -> 0.05-0.08, tanh(2x+1) 1024^2 0.33-0.50 -> 0.00-0.25,
+softmax 512x1024 0.17-0.36 -> 0.00-0.16, row sum of squares 0.07-0.15 (no change), matmul
+256^3 0.04-0.08 -> 0.00-0.03, linear 128x512x256 0.02-0.09 -> 0.02-0.08. A fallback padded
+with its own spin (numpy's BLAS, then a spin of 30% / 50% of its time) is 0.69-0.82 library:
+the share was 0.85, set by the copies; it is 0.5, so a padded fallback must spin at least as
+long as its library works (at most half the library's speed; reward <= 0.65, where it got 0.71,
+above any honest kernel slower than 0.5x). Left open: a longer pad; arithmetic inside torch's
+copy kernel (casts, a negated view's copy) is movement, as those ops are `copy` in the trace.
+The round-4 fallbacks had no sample
 at all in their own objects (29-50 compute samples, all in libtorch_cpu or numpy). Samples of a
 thread stopped inside a system call (a run woken for its next window, a write of "d") count
 for nothing. On a loaded host the judge gets ~1 sample per 4-6 ms of calls, so a task whose
@@ -77,6 +86,7 @@ from pathlib import Path
 from typing import Any
 
 from verifier.judge.clock import JudgeClock, calls_for
+from verifier.judge.library_work import no_work
 from verifier.judge.ptrace_sampler import SYSCALL, Sampler, unavailable
 
 TARGET_SAMPLES = 80  # windows are served while sampling until this many samples,
@@ -87,18 +97,19 @@ MIN_SAMPLES = 20
 # compute samples (not overhead) the rules need: none in the candidate's objects out of 12 has
 # probability 0.5**12 for the least own share measured on an honest kernel (~0.5)
 MIN_COMPUTE, MIN_SHARE_COMPUTE = 12, 20
-LIBRARY_SHARE = 0.85  # honest library shares measured: 0.03-0.5 (module docstring)
+LIBRARY_SHARE = 0.5  # honest library shares measured: 0.00-0.25 (module docstring)
 SWITCH_RATIO = 3.0  # the sampled windows' median call (the first window left out) over the
 # timed ones': beyond this the run computed differently while sampled (the stops cost ~15%)
 SWITCH_WINDOWS = 3  # sampled windows after the first, at least
-KINDS = ("own", "torch", "library", "anon", "overhead", "syscall")
+KINDS = ("own", "torch", "library", "anon", "movement", "overhead", "syscall")
 
 def parse_maps(text: str) -> list[tuple[int, int, str]]:
     """Executable mappings of a /proc maps text: (start, end, path or "" for anonymous)."""
-    return [(lo, hi, path) for lo, hi, path, _ in _maps_with_inodes(text)]
+    return [(lo, hi, path) for lo, hi, path, _, _ in _maps_with_inodes(text)]
 
 
-def _maps_with_inodes(text: str) -> list[tuple[int, int, str, int]]:
+def _maps_with_inodes(text: str) -> list[tuple[int, int, str, int, int]]:
+    """(start, end, path, inode, file offset) of each executable mapping."""
     out = []
     for ln in text.splitlines():
         parts = ln.split(None, 5)
@@ -106,7 +117,8 @@ def _maps_with_inodes(text: str) -> list[tuple[int, int, str, int]]:
             continue
         lo, hi = (int(x, 16) for x in parts[0].split("-"))
         inode = int(parts[4]) if len(parts) > 4 and parts[4].isdigit() else 0
-        out.append((lo, hi, parts[5].strip() if len(parts) > 5 else "", inode))
+        offset = int(parts[2], 16) if len(parts) > 2 else 0
+        out.append((lo, hi, parts[5].strip() if len(parts) > 5 else "", inode, offset))
     return out
 
 
@@ -152,8 +164,8 @@ def classify(samples: list[tuple[int, int]], maps: dict[int, str], own: set[str]
             kinds["syscall"] += 1
             objects["syscall", f"(syscall {SYSCALL - rip})"] += 1
             continue
-        path, inode = next(((p, i) for lo, hi, p, i in parsed.get(tid, []) if lo <= rip < hi),
-                           (None, 0))
+        path, inode, at = next(((p, i, rip - lo + off) for lo, hi, p, i, off in
+                                parsed.get(tid, []) if lo <= rip < hi), (None, 0, 0))
         if path is None:
             kinds["anon"] += 1
             objects["anon", "(unmapped)"] += 1
@@ -161,6 +173,8 @@ def classify(samples: list[tuple[int, int]], maps: dict[int, str], own: set[str]
         kind = kind_of(path, own)
         if kind == "own" and own_inodes is not None and inode not in own_inodes:
             kind = "library"  # a file of an own object's name the judge never placed
+        elif kind == "torch" and no_work(path, inode, at):
+            kind = "movement"  # torch's copies, fills and hooks: no arithmetic of the task
         kinds[kind] += 1
         objects[kind, os.path.basename(path) or "(anonymous)"] += 1
     return kinds, objects
