@@ -76,6 +76,7 @@ from pathlib import Path
 from typing import Any
 
 from verifier.judge.clock_serve import GO, REQ
+from verifier.judge.stepped import can_step, stepped_window
 
 WINDOWS = 3
 TARGET_S = 0.02  # a window is at least this long (timer and scheduler noise well under 1%)
@@ -165,10 +166,15 @@ class JudgeClock:
 
     def __init__(self, judge: Any, workdir: Path | None = None,
                  fds: tuple[int, int] | None = None, wait_s: float = WAIT_S,
-                 meter: Callable[[], float] | None = None) -> None:
+                 meter: Callable[[], float] | None = None, stepped: bool = False) -> None:
         """FIFOs made in `workdir`, or `fds` (read, write): a persistent worker's pipes, kept
-        open across jobs (what an earlier job left in them is drained first)."""
+        open across jobs (what an earlier job left in them is drained first). `stepped`: each
+        call's set published after the call before it (`verifier.judge.stepped`), where the
+        judge can (a cpu judge's)."""
         self.judge, self.wait_s, self.meter, self.runnable = judge, wait_s, meter, None
+        self.stepped = stepped and can_step(judge)
+        if self.stepped:
+            judge.stepped = True
         self.fill_cpu: list[float] = []  # the run's cpu time during each window's fill
         self.charged: list[float] = []  # what each window was charged for its fill
         self.cpus: int | None = None  # the cores the run is given (`watch`); None: not bounded
@@ -211,7 +217,7 @@ class JudgeClock:
         spike then must not take a window's work away; a call writes its output)."""
         return deducted(wall, n, self.judge.copy_s)
 
-    def _read(self, deadline: float) -> str:
+    def read_message(self, deadline: float) -> str:
         """The worker's next message (one byte at a time: nothing of a later one is lost)."""
         buf = b""
         while not buf.endswith(b"\n"):
@@ -232,13 +238,15 @@ class JudgeClock:
         return buf.decode(errors="replace").strip()
 
     def _window(self, n: int) -> float:
+        if self.stepped and n > 1:  # no call sees a later call's set (a batch of them)
+            return stepped_window(self, n)
         # the clock starts before the order goes out and stops after the answer is in: a
         # thread switch in this process only ever lengthens a window, never shortens it
         self.open_window = (time.monotonic(), n)
         t0 = time.perf_counter()
         os.write(self.wfd, f"w {n}\n".encode())
         try:
-            msg = self._read(t0 + self.wait_s)
+            msg = self.read_message(t0 + self.wait_s)
         finally:
             t1, self.open_window = time.perf_counter(), None
         if msg != "d":
@@ -248,7 +256,8 @@ class JudgeClock:
     def _drive(self) -> None:
         started = False
         try:
-            msg = self._read(time.perf_counter() + 1e9)  # a run that fails first sends nothing
+            # a run that fails first sends nothing
+            msg = self.read_message(time.perf_counter() + 1e9)
             if msg != "t":
                 raise ValueError(f"unexpected clock message {msg[:40]!r}")
             started = self.serving = True

@@ -51,7 +51,9 @@ def _plain(out: Any) -> bool:
 def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[list[Any]],
                   put: Callable[[int, Any], None], synchronize: Callable[[], None]) -> None:
     """Serve the judge's windows until it says "e": n calls over `sets`, `put(i, out)` each
-    call's output into its slot, synchronize, "d"."""
+    call's output into its slot, synchronize, "d". A stepped window ("s n",
+    `verifier.judge.stepped`): after each call but the last, "c", and the next call once the
+    judge says "g" (its set is in the arena only then)."""
     wfd, rfd = pipes
     try:
         os.write(wfd, b"t\n")
@@ -59,8 +61,13 @@ def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[l
             msg = read_line(rfd).split()
             if msg == ["e"]:
                 return
-            n = int(msg[1])
+            n, stepped = int(msg[1]), msg[0] == "s"
             for i in range(n):
+                if stepped and i:
+                    synchronize()
+                    os.write(wfd, b"c\n")
+                    if read_line(rfd) != "g\n":
+                        raise ValueError("the judge broke off a stepped window")
                 out = call(*sets[i % len(sets)])
                 if not _plain(out):  # its work could wait for the copy the judge checks
                     raise RefusedOutput("a timed call returned a tensor subclass "
