@@ -76,7 +76,7 @@ from pathlib import Path
 from typing import Any
 
 from verifier.judge.clock_serve import GO, REQ
-from verifier.judge.stepped import can_step, stepped_window
+from verifier.judge.stepped import can_step, metered, step_floor_s, stepped_window
 
 WINDOWS = 3
 TARGET_S = 0.02  # a window is at least this long (timer and scheduler noise well under 1%)
@@ -173,8 +173,10 @@ class JudgeClock:
         judge can (a cpu judge's)."""
         self.judge, self.wait_s, self.meter, self.runnable = judge, wait_s, meter, None
         self.stepped = stepped and can_step(judge)
+        self.step_s = 0.0  # deducted per step of a stepped window (`stepped.step_floor_s`)
         if self.stepped:
             judge.stepped = True
+            self.step_s = step_floor_s(judge.set_bytes)  # (`watch` may leave the write out)
         self.fill_cpu: list[float] = []  # the run's cpu time during each window's fill
         self.charged: list[float] = []  # what each window was charged for its fill
         self.cpus: int | None = None  # the cores the run is given (`watch`); None: not bounded
@@ -210,15 +212,19 @@ class JudgeClock:
         was given (OpenMP `num_threads(8)` where OMP_NUM_THREADS=1 asked one) gains nothing."""
         self.cpus = cpus
         self.meter, self.runnable = meter, runnable
+        if self.stepped:  # a step's write of the next set is in the window only unmetered
+            self.step_s = step_floor_s(0 if metered(self) else self.judge.set_bytes)
 
     def call_time(self, wall: float, n: int) -> float:
         """A window of n calls' time per call, less the judge's own time for their n output
-        copies: at most half the window (the copy was measured when the judge was made: a load
-        spike then must not take a window's work away; a call writes its output)."""
-        return deducted(wall, n, self.judge.copy_s)
+        copies and, stepped, its n-1 steps' floor: at most half the window (both measured when
+        the judge was made: a load spike then must not take a window's work away)."""
+        step = self.step_s * (n - 1) / n if self.stepped and n > 1 else 0.0
+        return deducted(wall, n, self.judge.copy_s + step)
 
-    def read_message(self, deadline: float) -> str:
-        """The worker's next message (one byte at a time: nothing of a later one is lost)."""
+    def read_message(self, deadline: float, size: int = 1) -> str:
+        """The worker's next message (one byte at a time, or `size` bytes where every message
+        it may send is that long: nothing of a later one is lost)."""
         buf = b""
         while not buf.endswith(b"\n"):
             left = deadline - time.perf_counter()
@@ -227,7 +233,7 @@ class JudgeClock:
             if not select.select([self.rfd], [], [], min(left, 0.1))[0]:
                 continue
             try:
-                chunk = os.read(self.rfd, 1)
+                chunk = os.read(self.rfd, max(1, size - len(buf)))
             except BlockingIOError:
                 continue
             if not chunk:
@@ -306,6 +312,7 @@ class JudgeClock:
         set_by = self.charged[-len(per_call):][per_call.index(min(per_call))]  # runtime's
         figures.update(calls=n, round_trip_us=round(round_trip * 1e6, 2),
                        copy_us=round(self.judge.copy_s * 1e6, 2), sets=self.judge.sets,
+                       step_us=round(self.step_s * 1e6, 2),
                        out_bytes=int(self.judge.out_bytes))
         figures.update({"early_stop": settled} if settled else {})
         if len(self.window_cores) >= len(per_call):  # the runtime's window's cpu over wall

@@ -139,7 +139,7 @@ class WindowJudge:
             ref_out = self.model(*clone(sample))
         _, set_bytes = plan(sample)
         _, out_bytes = plan(ref_out)
-        self.out_bytes = out_bytes
+        self.out_bytes, self.set_bytes = out_bytes, set_bytes
         self.sets = sets_for(set_bytes, out_bytes, budget_bytes)
         layouts, end, self._set_spans = [], 0, []
         for _ in range(self.sets):
