@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +178,130 @@ def test_a_stepped_fill_publishes_the_first_set_only(tmp_path: Path) -> None:
     finally:
         arena.close()
         judge.close()
+
+
+def test_the_step_floor_is_a_trusted_round_trip_and_the_sets_write(tmp_path: Path) -> None:
+    """What a stepped window deducts per step: a spinning echo's round trip (the same for every
+    size) plus the judge's write of a set, the latter only where the write stays in the
+    window; a metered clock (cpu time beyond its cores charged) leaves it out."""
+    from verifier.judge.stepped import step_floor_s
+
+    echo, big = step_floor_s(0), step_floor_s(1 << 20)
+    assert 0 < echo < big < 0.05, (echo, big)
+    assert step_floor_s(0) == echo  # measured once: the fastest this process saw
+    judge = _judge(tmp_path)
+    jc = JudgeClock(judge, workdir=tmp_path, wait_s=1.0, stepped=True)
+    try:
+        assert jc.step_s == step_floor_s(judge.set_bytes) > echo
+        jc.watch(lambda: 0.0, cpus=1)
+        assert jc.step_s == echo
+        # a window's deduction: its n-1 steps and n copies, at most half of it
+        want = (1.0 - min(4 * judge.copy_s + 3 * echo, 0.5)) / 4
+        assert jc.call_time(1.0, 4) == pytest.approx(want, rel=1e-12)
+    finally:
+        jc.stop()
+        judge.close()
+
+
+# A worker with a thread that watches the arena's sets: each set whose first value changed has
+# landed; it computes that set's output (BUSY_S of cpu) into its slot at once. The main thread
+# speaks the stepped protocol and only waits for the watcher's outputs: with the judge's write
+# of the next set left out of the window, the watcher's work during that write is free unless
+# the run's cpu time beyond its one core is charged.
+WATCHER = r'''
+import json, os, sys, threading, time
+from verifier.judge.arena import Arena, fill, views
+from verifier.judge.clock_serve import open_worker_pipes, read_line
+spec, busy = json.loads(sys.argv[1]), float(sys.argv[2])
+arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
+sets = [views(arena, lay) for lay in spec["sets"]]
+slots = [views(arena, lay) for lay in spec["outs"]]
+seen = [float(s[0][0, 0]) for s in sets]
+done = set()
+
+
+def watch():
+    while True:
+        for i, s in enumerate(sets):
+            v = float(s[0][0, 0])
+            if v != seen[i]:
+                t = time.thread_time()  # the work: `busy` of cpu, however loaded
+                while time.thread_time() - t < busy:
+                    pass
+                fill(slots[i], s[0] * 3.0 + 1.0)
+                seen[i] = v
+                done.add(i)
+        time.sleep(0.0001)
+
+
+threading.Thread(target=watch, daemon=True).start()
+wfd, rfd = open_worker_pipes()
+os.write(wfd, b"t\n")
+while (msg := read_line(rfd).split()) != ["e"]:
+    n = int(msg[1])
+    for i in range(n):
+        if i:
+            os.write(wfd, b"c\n")
+            assert read_line(rfd) == "g\n"
+        while i not in done:
+            time.sleep(0.0001)
+        done.discard(i)
+    os.write(wfd, b"d\n")
+sys.stdout.flush()
+os._exit(0)
+'''
+
+
+class _SlowPublish(WindowJudge):
+    """A judge whose write of a set takes PUBLISH_S (as a large set's does): time a watcher
+    could compute in."""
+
+    def publish(self, k: int) -> None:
+        super().publish(k)
+        time.sleep(PUBLISH_S)
+
+
+PUBLISH_S = 0.03  # the watcher's BATCH_S of cpu fits in it on a loaded host too
+
+
+def _watched(tmp_path: Path, cpus: int | None) -> tuple[dict[str, Any], JudgeClock]:
+    """The WATCHER worker's stepped windows, its cpu time metered (`cpus`: its cores)."""
+    from test_clock_rogues import threads_cpu_s, threads_runnable
+
+    judge = _SlowPublish(SCALE_TASK, 0, TOL, 3 * SET_BYTES * 16, path=str(tmp_path / "arena"))
+    jc = JudgeClock(judge, workdir=tmp_path, wait_s=30.0, stepped=True)
+    spec = {**judge.spec, "path": str(tmp_path / "arena")}
+    proc = subprocess.Popen([sys.executable, "-c", WATCHER, json.dumps(spec), str(BATCH_S)],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        jc.watch(lambda: threads_cpu_s(proc.pid), cpus=cpus,
+                 runnable=threads_runnable(proc.pid))
+        proc.wait(timeout=120)
+        res = jc.result()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        judge.close()
+    assert proc.returncode == 0 and res["failure"] == "", res
+    assert res["figures"]["calls"] > 1 and jc.stepped, res  # stepped windows set the runtime
+    return res, jc
+
+
+def test_a_watcher_computing_while_a_step_writes_its_set_is_charged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge leaves its write of the next set out of a stepped window only where the run's
+    cpu time beyond its cores is charged. Off (the write left out, nothing charged): the
+    watcher's BATCH_S of cpu per set, done while the judge wrote it, is free. On: it is charged
+    to the window (the runtime is a call's at least, however loaded: cpu seconds are at least
+    the wall seconds the work would have taken)."""
+    from verifier.judge import stepped
+
+    (tmp_path / "off").mkdir()
+    with monkeypatch.context() as patch:
+        patch.setattr(stepped, "metered", lambda clock: True)
+        off, _ = _watched(tmp_path / "off", cpus=None)
+    assert off["figures"]["runtime_us"] < 0.75 * BATCH_S * 1e6, off["figures"]
+    (tmp_path / "on").mkdir()
+    on, _ = _watched(tmp_path / "on", cpus=1)
+    assert on["figures"]["runtime_us"] >= 0.75 * BATCH_S * 1e6, on["figures"]

@@ -58,10 +58,11 @@ half a window, which the physics floor then weighs); an honest kernel's figure i
 
 A window faster per call than every one before it has all its calls checked (`deep`): the one
 that sets the runtime cannot have skipped calls the random draw missed (on a GPU: as far as
-`window_judge.DEEP_CLONE_BYTES` allows). Open: all of a window's sets are published at "w", so
-a first call can compute every set's output in one batch (one dispatch or launch for all) and
-the later calls answer from it; the window then times the batch (tests/verifier/
-test_redteam_round6.py names the fix).
+`window_judge.DEEP_CLONE_BYTES` allows). A window whose sets are all published at "w" lets a
+first call compute every set's output in one batch and the later calls answer from it (the
+window then times the batch): the cpu runner's clock is `stepped` (`verifier.judge.stepped`:
+"s n", each call's set published once the call before it wrote its slot, read then); a device
+judge's windows are not (open there; the device form of the gate is in that module).
 """
 
 from __future__ import annotations

@@ -26,20 +26,27 @@ charged it); unmetered, the write stays in the window (cold, it is most of a ste
 KB set 15-22 us). Per call the clock deducts `step_floor_s`, the least a step costs besides the
 call: a round trip with a trusted echo that spins on its pipe (no worker answers faster), and
 the write where it stays in the window, the fastest this process measured (a step timed under
-load never lowers a later runtime). An honest worker, blocked on "g", pays its own wake-up per call
-beyond that (a few us idle, more under load); the reference pays the same, its baseline served
-through the same stepped windows in a candidate-free child
-(`verifier.run.runners.SandboxRunner.baseline`), and load only adds time.
+load never lowers a later runtime). What stays is an honest worker's price: blocked on "g", it
+pays its own wake-up and a set just written by another core, per call. Measured on the shared
+2-core VM (benchmarks/stepped_windows.py, metered, fastest of 5 runs, us per call unstepped ->
+stepped): relu 16x64 6.9 -> 14.5, 16x1024 17.2 -> 25.8, 512x512 218 -> 345; with three more
+busy loops 7.1 -> 13.1, 18.4 -> 27.3, 234 -> 309. The reference pays the same (its baseline is
+served through the same stepped windows in a candidate-free child,
+`verifier.run.runners.SandboxRunner.baseline`), so a speedup of a task whose call is a few us
+is pulled toward 1; load only adds time, and nothing is a cheat for it.
 
 On a GPU the referee's judge publishes a window's sets with one burst of device copies and is a
 process away from the clock (`verifier.judge.referee.RemoteJudge`): a round trip to the
-referee per call costs far more than a small kernel, so the device windows stay unstepped and
-this hole stays open there (tests: benchmarks/redteam_gpu.py --round6, batched_launch). What
-would carry it over is the same gate on the device, with no host in the loop: the referee
-enqueues on its own stream, per call, `cuStreamWaitValue32` on a flag the worker's harness
-writes after its call's copy into the slot (`cuStreamWriteValue32` on the worker's stream), then
-the slot's clone and the next set's copy from its staging, then a write of the flag the
-harness's stream waits on before the next call: microseconds per call, ordered by the device.
+referee per call (a socket message, a host wake-up, a device copy) costs more than a small
+kernel's launch, so the device windows stay unstepped and this hole stays open there (tests:
+benchmarks/redteam_gpu.py --round6, batched_launch). What would carry it over is the same gate
+on the device, with no host in the loop: two flag words in the shared arena; per call the
+harness enqueues on its stream `cuStreamWaitValue32(published >= k)`, the call, its copy into
+slot k, `cuStreamWriteValue32(done = k)`; the referee enqueues on its own stream
+`cuStreamWaitValue32(done >= k)`, the clone of slot k (the snapshot), the copy of set k+1 from
+its staging, `cuStreamWriteValue32(published = k + 1)`. The device orders it all (microseconds
+a step, no host wake-up); a kernel that writes `done` early leaves slot k unwritten when it is
+cloned; one that watches set k+1 land overlaps only that copy, which stays in the window.
 """
 
 from __future__ import annotations
