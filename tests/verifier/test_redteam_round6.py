@@ -96,6 +96,14 @@ def _serve(tmp_path: Path, forward: Any, sets: int = 32, task: str = SCALE_TASK,
     return res, judge
 
 
+def _long_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows of 0.2 s: a loaded host that stretched a one-call window past the usual 20 ms
+    target would leave the runtime to windows of one call (nothing to skip or to batch)."""
+    from verifier.judge import clock
+
+    monkeypatch.setattr(clock, "TARGET_S", 0.2)
+
+
 def _unlucky(judge_cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
     """The judge's draw that misses the skipped calls (one window in four draws so): the last
     call and two odd ones."""
@@ -117,6 +125,7 @@ def test_skipping_calls_in_one_window_is_caught_when_the_draw_misses_them(
     """Defence off (every window checked by its random draw alone), the unlucky draw lets the
     skipping windows through (with two random checks: one window in four). On: the window faster than every
     one before it has all its calls checked, so the skip is a cheat whatever the draw."""
+    _long_windows(monkeypatch)
     _unlucky(WindowJudge, monkeypatch)
     real_check = WindowJudge.check
     monkeypatch.setattr(WindowJudge, "check", lambda self, n, deep=False: real_check(self, n))
@@ -197,13 +206,15 @@ class _Batcher:
         return self.rows[i % len(self.rows)]
 
 
-def test_a_window_batched_in_its_first_call_is_timed_as_its_calls(tmp_path: Path) -> None:
+def test_a_window_batched_in_its_first_call_is_timed_as_its_calls(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Defence off (every set of a window published at "w"), the first call batches the
     window's sets and the runtime is the batch's time over n calls. On (stepped windows,
     `verifier.judge.stepped`: each call's set published once the call before it wrote its
     slot), the first call's batch holds one fresh set and stale ones: its rows are wrong, a
     cheat; a batcher that waited could only batch one set. GPU form (still open there):
     benchmarks/redteam_gpu.py --round6 (batched_launch)."""
+    _long_windows(monkeypatch)
     (tmp_path / "off").mkdir()
     batcher = _Batcher()
     off, _ = _serve(tmp_path / "off", batcher, sets=64)

@@ -90,6 +90,7 @@ def test_a_worker_that_says_done_before_its_call_and_batches_later_is_caught(
     """Defence off (the slots read only after "d", as an unstepped window's): the deferrer's n
     round trips and one batch pass, at a fraction of a call per call. On: each slot is read as
     its call says it is written; the deferred ones were empty then: a cheat."""
+    _long_windows(monkeypatch)
     (tmp_path / "off").mkdir()
     with monkeypatch.context() as patch:  # the slots read only at the check, after "d"
         patch.setattr(WindowJudge, "snapshot", lambda self, k: None)
@@ -102,6 +103,12 @@ def test_a_worker_that_says_done_before_its_call_and_batches_later_is_caught(
     on = _run(tmp_path / "on", DEFERRER, call_s=BATCH_S)
     assert "the output of a timed call was wrong" in on["failure"], on
     assert on["figures"] == {}
+
+
+def _long_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows of 0.2 s: a one-call window a loaded host stretches past the usual 20 ms target
+    would leave the runtime to windows of one call, which are never stepped."""
+    monkeypatch.setattr(clock_mod, "TARGET_S", 0.2)
 
 
 HONEST = r'''
@@ -192,7 +199,7 @@ def test_the_step_floor_is_a_trusted_round_trip_and_the_sets_write(tmp_path: Pat
     judge = _judge(tmp_path)
     jc = JudgeClock(judge, workdir=tmp_path, wait_s=1.0, stepped=True)
     try:
-        assert jc.step_s == step_floor_s(judge.set_bytes) > echo
+        assert jc.step_s >= step_floor_s(judge.set_bytes) > echo  # (fastest: only lower)
         jc.watch(lambda: 0.0, cpus=1)
         assert jc.step_s == echo
         # a window's deduction: its n-1 steps and n copies, at most half of it
@@ -297,6 +304,7 @@ def test_a_watcher_computing_while_a_step_writes_its_set_is_charged(
     the wall seconds the work would have taken)."""
     from verifier.judge import stepped
 
+    _long_windows(monkeypatch)
     (tmp_path / "off").mkdir()
     with monkeypatch.context() as patch:
         patch.setattr(stepped, "metered", lambda clock: True)
