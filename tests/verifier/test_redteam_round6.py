@@ -64,11 +64,13 @@ class _Skipper:
 
 
 def _serve(tmp_path: Path, forward: Any, sets: int = 32, task: str = SCALE_TASK,
-           set_bytes: int = SET_BYTES) -> tuple[dict[str, Any], WindowJudge]:
-    """The judge's windows over `sets` input sets of `task`, served by `forward` in a thread."""
+           set_bytes: int = SET_BYTES, stepped: bool = False
+           ) -> tuple[dict[str, Any], WindowJudge]:
+    """The judge's windows over `sets` input sets of `task`, served by `forward` in a thread
+    (`stepped`: each call's set published after the call before it, as the cpu runner's)."""
     judge = WindowJudge(task, 0, TOL, 3 * set_bytes * sets, path=str(tmp_path / "arena"))
     spec = {**judge.spec, "path": str(tmp_path / "arena")}
-    jc = JudgeClock(judge, workdir=tmp_path, wait_s=30.0)
+    jc = JudgeClock(judge, workdir=tmp_path, wait_s=30.0, stepped=stepped)
 
     def worker() -> None:
         arena = Arena.attach(spec["path"], spec["nbytes"], "cpu")
@@ -94,6 +96,14 @@ def _serve(tmp_path: Path, forward: Any, sets: int = 32, task: str = SCALE_TASK,
     return res, judge
 
 
+def _long_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows of 0.2 s: a loaded host that stretched a one-call window past the usual 20 ms
+    target would leave the runtime to windows of one call (nothing to skip or to batch)."""
+    from verifier.judge import clock
+
+    monkeypatch.setattr(clock, "TARGET_S", 0.2)
+
+
 def _unlucky(judge_cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
     """The judge's draw that misses the skipped calls (one window in four draws so): the last
     call and two odd ones."""
@@ -115,6 +125,7 @@ def test_skipping_calls_in_one_window_is_caught_when_the_draw_misses_them(
     """Defence off (every window checked by its random draw alone), the unlucky draw lets the
     skipping windows through (with two random checks: one window in four). On: the window faster than every
     one before it has all its calls checked, so the skip is a cheat whatever the draw."""
+    _long_windows(monkeypatch)
     _unlucky(WindowJudge, monkeypatch)
     real_check = WindowJudge.check
     monkeypatch.setattr(WindowJudge, "check", lambda self, n, deep=False: real_check(self, n))
@@ -175,48 +186,49 @@ class _Batcher:
     window will use, pays the per-call cost once for the batch and keeps the rows; each later
     call answers its row (a plain tensor, copied into its slot by the harness as any output).
     Every output is right and fresh, so no check of the judge's fails; the window's time is one
-    call's cost over n (on a GPU: one launch for every set of the window)."""
+    call's cost over n (on a GPU: one launch for every set of the window). A window of one call
+    it answers at once (nothing to batch: the judge's calibration then grows n)."""
 
     def __init__(self) -> None:
         self.rows: tuple[torch.Tensor, ...] = ()
         self.batched = 0  # windows answered from a batch
-        self.alone_s: list[float] = []  # what a call alone took (the windows of one call)
+        self.windows = 0  # windows of more than one call
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         frame = sys._getframe(1)  # serve_windows: the window's sets, n and this call's index
         n, i, sets = frame.f_locals["n"], frame.f_locals["i"], frame.f_locals["sets"]
-        if n < 2:  # a window of one call: nothing to batch
-            t0 = time.perf_counter()
-            out = _call(x)
-            self.alone_s.append(time.perf_counter() - t0)
-            return out
+        if n < 2:
+            return x * 3.0 + 1.0
+        self.windows += i == 0
         if i == 0:
             self.rows = _call(torch.stack([s[0] for s in sets[:min(n, len(sets))]])).unbind(0)
             self.batched += 1
         return self.rows[i % len(self.rows)]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "batched windows: a window publishes all of its input sets at \"w\" (JudgeClock._checked, "
-    "WindowJudge.fill), so the first call can compute every set's output in one batch (one "
-    "dispatch on a cpu, one launch on a GPU) and the later calls answer their rows; every "
-    "output is right, and the runtime is the batch's time over n: a task whose call is mostly "
-    "per-call cost (KernelBench's small level-1 ops on a GPU) claims up to n times (n up to "
-    "256). A latency probe (one-call windows, the call alone less the round trip) tells it "
-    "on an idle cpu but calls honest runs batched under load (a pipe wake-up of ms is in the "
-    "call alone: measured here) and cannot be used on a GPU (a call alone pays its launch and "
-    "synchronize). Fix: publish each call's set only after the call before it has written its "
-    "slot (the judge in the loop per call over shared memory, with the slot's snapshot at "
-    "that moment checked), or time each call's own kernels from the referee (CUPTI activity)"))
-def test_a_window_batched_in_its_first_call_is_timed_as_its_calls(tmp_path: Path) -> None:
-    """GPU form: benchmarks/redteam_gpu.py --round6 (batched_launch)."""
+def test_a_window_batched_in_its_first_call_is_timed_as_its_calls(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defence off (every set of a window published at "w"), the first call batches the
+    window's sets and the runtime is the batch's time over n calls. On (stepped windows,
+    `verifier.judge.stepped`: each call's set published once the call before it wrote its
+    slot), the first call's batch holds one fresh set and stale ones: its rows are wrong, a
+    cheat; a batcher that waited could only batch one set. GPU form (still open there):
+    benchmarks/redteam_gpu.py --round6 (batched_launch)."""
+    _long_windows(monkeypatch)
+    (tmp_path / "off").mkdir()
     batcher = _Batcher()
-    res, _ = _serve(tmp_path, batcher, sets=64)
-    assert batcher.batched and batcher.alone_s, (batcher.batched, res)  # it did batch
-    alone_us = sorted(batcher.alone_s)[len(batcher.alone_s) // 2] * 1e6
-    held = res["failure"] != "" or res["figures"]["runtime_us"] >= 0.8 * alone_us
-    assert held, (f"runtime {res['figures']['runtime_us']:.0f} us per call, a call alone "
-                  f"{alone_us:.0f} us: the batch's time over {res['figures']['calls']} calls")
+    off, _ = _serve(tmp_path / "off", batcher, sets=64)
+    # every window of more than one call was answered from one batch, and passed the judge's
+    # checks: its time is one call's cost over n (by construction: no timing asserted, a
+    # loaded host shrinks n and blurs it, never the mechanism)
+    assert off["failure"] == "" and off["figures"]["calls"] >= 2, off
+    assert batcher.batched == batcher.windows, (batcher.batched, batcher.windows)
+    (tmp_path / "on").mkdir()
+    batcher = _Batcher()
+    on, _ = _serve(tmp_path / "on", batcher, sets=64, stepped=True)
+    assert batcher.batched, on
+    assert "the output of a timed call was wrong" in on["failure"], on
+    assert on["figures"] == {}
 
 
 # --- the reward service: a connection past the bound, dribbling its head --------------------

@@ -58,10 +58,11 @@ half a window, which the physics floor then weighs); an honest kernel's figure i
 
 A window faster per call than every one before it has all its calls checked (`deep`): the one
 that sets the runtime cannot have skipped calls the random draw missed (on a GPU: as far as
-`window_judge.DEEP_CLONE_BYTES` allows). Open: all of a window's sets are published at "w", so
-a first call can compute every set's output in one batch (one dispatch or launch for all) and
-the later calls answer from it; the window then times the batch (tests/verifier/
-test_redteam_round6.py names the fix).
+`window_judge.DEEP_CLONE_BYTES` allows). A window whose sets are all published at "w" lets a
+first call compute every set's output in one batch and the later calls answer from it (the
+window then times the batch): the cpu runner's clock is `stepped` (`verifier.judge.stepped`:
+"s n", each call's set published once the call before it wrote its slot, read then); a device
+judge's windows are not (open there; the device form of the gate is in that module).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from verifier.judge.clock_serve import GO, REQ
+from verifier.judge.stepped import can_step, metered, step_floor_s, stepped_window
 
 WINDOWS = 3
 TARGET_S = 0.02  # a window is at least this long (timer and scheduler noise well under 1%)
@@ -165,10 +167,17 @@ class JudgeClock:
 
     def __init__(self, judge: Any, workdir: Path | None = None,
                  fds: tuple[int, int] | None = None, wait_s: float = WAIT_S,
-                 meter: Callable[[], float] | None = None) -> None:
+                 meter: Callable[[], float] | None = None, stepped: bool = False) -> None:
         """FIFOs made in `workdir`, or `fds` (read, write): a persistent worker's pipes, kept
-        open across jobs (what an earlier job left in them is drained first)."""
+        open across jobs (what an earlier job left in them is drained first). `stepped`: each
+        call's set published after the call before it (`verifier.judge.stepped`), where the
+        judge can (a cpu judge's)."""
         self.judge, self.wait_s, self.meter, self.runnable = judge, wait_s, meter, None
+        self.stepped = stepped and can_step(judge)
+        self.step_s = 0.0  # deducted per step of a stepped window (`stepped.step_floor_s`)
+        if self.stepped:
+            judge.stepped = True
+            self.step_s = step_floor_s(judge.set_bytes)  # (`watch` may leave the write out)
         self.fill_cpu: list[float] = []  # the run's cpu time during each window's fill
         self.charged: list[float] = []  # what each window was charged for its fill
         self.cpus: int | None = None  # the cores the run is given (`watch`); None: not bounded
@@ -204,15 +213,19 @@ class JudgeClock:
         was given (OpenMP `num_threads(8)` where OMP_NUM_THREADS=1 asked one) gains nothing."""
         self.cpus = cpus
         self.meter, self.runnable = meter, runnable
+        if self.stepped:  # a step's write of the next set is in the window only unmetered
+            self.step_s = step_floor_s(0 if metered(self) else self.judge.set_bytes)
 
     def call_time(self, wall: float, n: int) -> float:
         """A window of n calls' time per call, less the judge's own time for their n output
-        copies: at most half the window (the copy was measured when the judge was made: a load
-        spike then must not take a window's work away; a call writes its output)."""
-        return deducted(wall, n, self.judge.copy_s)
+        copies and, stepped, its n-1 steps' floor: at most half the window (both measured when
+        the judge was made: a load spike then must not take a window's work away)."""
+        step = self.step_s * (n - 1) / n if self.stepped and n > 1 else 0.0
+        return deducted(wall, n, self.judge.copy_s + step)
 
-    def _read(self, deadline: float) -> str:
-        """The worker's next message (one byte at a time: nothing of a later one is lost)."""
+    def read_message(self, deadline: float, size: int = 1) -> str:
+        """The worker's next message (one byte at a time, or `size` bytes where every message
+        it may send is that long: nothing of a later one is lost)."""
         buf = b""
         while not buf.endswith(b"\n"):
             left = deadline - time.perf_counter()
@@ -221,7 +234,7 @@ class JudgeClock:
             if not select.select([self.rfd], [], [], min(left, 0.1))[0]:
                 continue
             try:
-                chunk = os.read(self.rfd, 1)
+                chunk = os.read(self.rfd, max(1, size - len(buf)))
             except BlockingIOError:
                 continue
             if not chunk:
@@ -232,13 +245,15 @@ class JudgeClock:
         return buf.decode(errors="replace").strip()
 
     def _window(self, n: int) -> float:
+        if self.stepped and n > 1:  # no call sees a later call's set (a batch of them)
+            return stepped_window(self, n)
         # the clock starts before the order goes out and stops after the answer is in: a
         # thread switch in this process only ever lengthens a window, never shortens it
         self.open_window = (time.monotonic(), n)
         t0 = time.perf_counter()
         os.write(self.wfd, f"w {n}\n".encode())
         try:
-            msg = self._read(t0 + self.wait_s)
+            msg = self.read_message(t0 + self.wait_s)
         finally:
             t1, self.open_window = time.perf_counter(), None
         if msg != "d":
@@ -248,7 +263,8 @@ class JudgeClock:
     def _drive(self) -> None:
         started = False
         try:
-            msg = self._read(time.perf_counter() + 1e9)  # a run that fails first sends nothing
+            # a run that fails first sends nothing
+            msg = self.read_message(time.perf_counter() + 1e9)
             if msg != "t":
                 raise ValueError(f"unexpected clock message {msg[:40]!r}")
             started = self.serving = True
@@ -297,6 +313,7 @@ class JudgeClock:
         set_by = self.charged[-len(per_call):][per_call.index(min(per_call))]  # runtime's
         figures.update(calls=n, round_trip_us=round(round_trip * 1e6, 2),
                        copy_us=round(self.judge.copy_s * 1e6, 2), sets=self.judge.sets,
+                       step_us=round(self.step_s * 1e6, 2),
                        out_bytes=int(self.judge.out_bytes))
         figures.update({"early_stop": settled} if settled else {})
         if len(self.window_cores) >= len(per_call):  # the runtime's window's cpu over wall

@@ -13,11 +13,12 @@ REQ, GO = "clock.req", "clock.go"
 FDS_ENV = "KS_CLOCK_FDS"  # a persistent worker's inherited pipe ends: "<req write>,<go read>"
 
 
-def read_line(fd: int) -> str:
-    """One line from a clock pipe (OSError once the judge closed it)."""
+def read_line(fd: int, size: int = 1) -> str:
+    """One line from a clock pipe (OSError once the judge closed it): one byte at a time, or
+    `size` bytes where every line the judge may send then is that long."""
     buf = b""
     while not buf.endswith(b"\n"):
-        chunk = os.read(fd, 1)
+        chunk = os.read(fd, max(1, size - len(buf)))
         if not chunk:
             raise OSError("the verifier's clock pipe closed")
         buf += chunk
@@ -51,7 +52,9 @@ def _plain(out: Any) -> bool:
 def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[list[Any]],
                   put: Callable[[int, Any], None], synchronize: Callable[[], None]) -> None:
     """Serve the judge's windows until it says "e": n calls over `sets`, `put(i, out)` each
-    call's output into its slot, synchronize, "d"."""
+    call's output into its slot, synchronize, "d". A stepped window ("s n",
+    `verifier.judge.stepped`): after each call but the last, "c", and the next call once the
+    judge says "g" (its set is in the arena only then)."""
     wfd, rfd = pipes
     try:
         os.write(wfd, b"t\n")
@@ -59,8 +62,16 @@ def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[l
             msg = read_line(rfd).split()
             if msg == ["e"]:
                 return
-            n = int(msg[1])
+            n, stepped = int(msg[1]), msg[0] == "s"
             for i in range(n):
+                if stepped and i:
+                    synchronize()
+                    os.write(wfd, b"c\n")
+                    go = read_line(rfd, 2)  # "g", or "e": the judge gave up the window
+                    if go == "e\n":
+                        return
+                    if go != "g\n":
+                        raise ValueError(f"unexpected clock message {go[:40]!r}")
                 out = call(*sets[i % len(sets)])
                 if not _plain(out):  # its work could wait for the copy the judge checks
                     raise RefusedOutput("a timed call returned a tensor subclass "

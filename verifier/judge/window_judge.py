@@ -139,12 +139,14 @@ class WindowJudge:
             ref_out = self.model(*clone(sample))
         _, set_bytes = plan(sample)
         _, out_bytes = plan(ref_out)
-        self.out_bytes = out_bytes
+        self.out_bytes, self.set_bytes = out_bytes, set_bytes
         self.sets = sets_for(set_bytes, out_bytes, budget_bytes)
-        layouts, end = [], 0
+        layouts, end, self._set_spans = [], 0, []
         for _ in range(self.sets):
-            layout, end = plan(sample, end)
+            layout, nxt = plan(sample, end)
             layouts.append(layout)
+            self._set_spans.append((end, nxt))  # what `publish` writes of it
+            end = nxt
         self._sets_end = end  # the input sets; one output slot per call follows
         out_layouts, self._out_spans = [], []
         for _ in range(self.sets):
@@ -161,6 +163,8 @@ class WindowJudge:
         self.spec = {"nbytes": self.arena.nbytes, "sets": layouts, "outs": out_layouts}
         self._set_seeds: list[int] = []  # each set's inputs of the last window, as seeds
         self.checked: list[int] = []  # the calls the last check compared (tests read it)
+        self.stepped = False  # a window's sets published one per call (`verifier.judge.stepped`)
+        self._snapped: set[int] = set()  # the calls whose slots `snapshot` read in this window
         self.copy_s = fastest_copy(self.device, self.out_bytes,
                                    min(self._timed_copy() for _ in range(3)),
                                    self.sets if self.device == "cpu" else 1)
@@ -207,8 +211,22 @@ class WindowJudge:
         for target, inputs in zip(self.views, drawn, strict=False):
             fill(target, inputs)
         del drawn
-        self.arena.push(0, self._sets_end)  # cpu: into the file the worker maps
+        self._snapped = set()
+        if self.stepped:  # the first set now, each later one after the call before it
+            self.publish(0)
+        else:
+            self.arena.push(0, self._sets_end)  # cpu: into the file the worker maps
         _synchronize(self.device)
+
+    def snapshot(self, k: int) -> None:
+        """Call k's slot read now (a stepped window: as the call said it was written, before
+        the next set exists), never again in this window."""
+        self.arena.pull(*self._out_spans[k])
+        self._snapped.add(k)
+
+    def publish(self, k: int) -> None:
+        """Set k of the window into the arena (cpu: the file the worker maps)."""
+        self.arena.push(*self._set_spans[k])
 
     @property
     def pristine(self) -> list[Any]:
@@ -246,7 +264,8 @@ class WindowJudge:
         picks = self.checked = self.picks(n, deep)
         try:  # cpu: what the worker left, read once, now (nothing it writes later counts):
             for k in picks:  # the checked outputs first, then the inputs
-                self.arena.pull(*self._out_spans[k])
+                if k not in self._snapped:  # (a stepped window's: read as each call ended)
+                    self.arena.pull(*self._out_spans[k])
             self.arena.pull(0, self._sets_end)
         except OSError as exc:
             return f"the timed calls' arena is unreadable: {exc}"

@@ -143,7 +143,8 @@ class SandboxRunner:
     def _judge(self, item: Any, job: dict[str, Any], workdir: Path
                ) -> tuple[WindowJudge | None, JudgeClock | None]:
         """The verifier's own judge of this run's timed windows (cpu: this process), and its
-        clock; a baseline served to the windows (`baseline_forward`) gets a plain clock: the
+        clock (stepped windows: `verifier.judge.stepped`); a baseline served to the windows
+        (`baseline_forward`) gets a plain clock: the
         reference's calls are library code by definition (no ip sampling), the rest as a
         candidate's (the same fills, checks, cpu meter and copy deduction)."""
         if self.backend.name != "cpu" or (job.get("baseline_only")
@@ -160,9 +161,10 @@ class SandboxRunner:
                   f"{type(exc).__name__}: {exc}", file=sys.stderr)
             return None, None
         if job.get("baseline_only"):
-            return judge, JudgeClock(judge, workdir=workdir, wait_s=opts.run_timeout_s)
+            return judge, JudgeClock(judge, workdir=workdir, wait_s=opts.run_timeout_s,
+                                     stepped=True)
         return judge, SamplingClock(judge, policy=opts.fallback, workdir=workdir,
-                                    wait_s=opts.run_timeout_s)
+                                    wait_s=opts.run_timeout_s, stepped=True)
 
     def baseline(self, task_source: str, job_options: dict[str, Any]) -> dict[str, Any] | None:
         """The reference's baselines, each in a fresh sandboxed child that loads nothing but
