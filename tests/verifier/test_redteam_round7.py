@@ -453,17 +453,18 @@ def _process_cpu_s(pid: int) -> float:
         return 0.0
 
 
-def _raced(work: Path, mode: str, sets: int = 128) -> dict[str, Any]:
+def _raced(work: Path, mode: str, sets: int = 128, stepped: bool = False) -> dict[str, Any]:
     """The judge's clock over SCALE_TASK's windows, served by RACE_WORKER in `mode`, metered
     as a runner meters a run: its cpu time (the run's cgroup where one can be made, else its
-    process cpu clock), one cpu given (`JudgeClock.watch`)."""
+    process cpu clock), one cpu given (`JudgeClock.watch`); `stepped`: as the cpu runner's
+    judge times its windows (`verifier.judge.stepped`)."""
     from redteam_round7_cases import RACE_WORKER
 
     set_bytes = 64 * 32 * 4
     judge = WindowJudge(SCALE_TASK, 0, TOL, 3 * set_bytes * sets, path=str(work / "arena"))
     (work / "spec.json").write_text(json.dumps({**judge.spec, "path": str(work / "arena")}))
     (work / "race.py").write_text(RACE_WORKER)
-    clock = JudgeClock(judge, workdir=work, wait_s=30.0)
+    clock = JudgeClock(judge, workdir=work, wait_s=30.0, stepped=stepped)
     group = CpuCgroup.make()
     pid = [0]
     if group is not None:
@@ -488,28 +489,23 @@ def _raced(work: Path, mode: str, sets: int = 128) -> dict[str, Any]:
     return res
 
 
-def test_slots_written_after_d_are_caught_or_gain_nothing(tmp_path: Path) -> None:
+def test_slots_written_after_d_are_caught_by_the_stepped_judge(tmp_path: Path) -> None:
     """(test_clock_rogues' "early" worker, which writes every slot after "d", made to race:
     the last slot first, windows shrunk so each is deep-checked, one pass in order.)
-    The judge draws its checked calls after "d", then reads their slots one at a time: a
-    worker of its own loop that answers "d" after one call and writes the other slots from
-    then on, in order, in one pass (torch.add, ~1 us a slot), races those reads. Unmetered it
-    won on a loaded host (CI: 1.56 us a call against the honest worker's 3.70: the judge's
-    thread woke after "d" only once every slot was written). Metered, as every runner meters
-    a run, the judge reads the run's cpu time as "d" is in, before any slot: whatever it wrote
-    after "d" and before the judge woke is in the window (one cpu given), and what it writes
-    later loses the race to the judge's reads. Held in each of three runs: caught, or not
-    twice as fast as the fastest of three honest runs interleaved with them (one honest run
-    alone, slowed by a load spike, once made 4.1 us of 2.5: the race's 2.0 looked a gain)."""
-    honest_us, races = float("inf"), []
-    for i in range(3):  # interleaved: a load spike slows one honest run, not its fastest
+    An unstepped judge draws its checked calls after "d", then reads their slots one at a
+    time: a worker of its own loop that answers "d" after one call and writes the other slots
+    from then on, in order, in one pass (torch.add, ~1 us a slot), races those reads. Metering
+    the run's cpu time as "d" is in charges what it wrote before the judge woke, but not what
+    it writes while the judge reads: on a quiet 2-core host the writer stays ahead of the
+    reader (CI, session 16: 1.93 us a call against the honest worker's 4.12). So the cpu
+    runner's judge is stepped (`verifier.judge.stepped`): it reads each call's slot as the call
+    says it is written, before the next call's set exists, so a slot written after "d" was
+    read empty (GPU judges are unstepped: see the module docstring there). Held in each of
+    three runs: caught, while the honest worker of the same loop is timed."""
+    for i in range(3):
         (tmp_path / f"honest{i}").mkdir()
-        honest = _raced(tmp_path / f"honest{i}", "honest")
-        assert honest["failure"] == "", honest
-        honest_us = min(honest_us, honest["figures"]["runtime_us"])
+        honest = _raced(tmp_path / f"honest{i}", "honest", stepped=True)
+        assert honest["failure"] == "" and honest["figures"]["runtime_us"] > 0, honest
         (tmp_path / f"race{i}").mkdir()
-        races.append(_raced(tmp_path / f"race{i}", "race"))
-    for race in races:
-        held = "the output of a timed call was wrong" in race["failure"] or (
-            race["figures"] and race["figures"]["runtime_us"] >= 0.5 * honest_us)
-        assert held, (honest_us, race)
+        race = _raced(tmp_path / f"race{i}", "race", stepped=True)
+        assert "the output of a timed call was wrong" in race["failure"], race
