@@ -62,10 +62,11 @@ def _runner(tmp_path: Path) -> SandboxRunner:
 def _as_candidate(tmp_path: Path) -> dict[str, Any]:
     """The judge's figures of the reference's forward served as a candidate's is, wired as
     `SandboxRunner.run` wires a candidate: this process judges (`WindowJudge`, the sampling
-    clock, the run's cpu meter), a sandboxed child pinned to its granted cpu serves."""
+    clock, stepped as the runner's is, the run's cpu meter), a sandboxed child pinned to its
+    granted cpu serves."""
     run = Path(tempfile.mkdtemp(dir=tmp_path))
     judge = WindowJudge(TASK, 0, TOL, CPU_ARENA_BYTES, path=str(run / ARENA_FILE))
-    clock = SamplingClock(judge, policy="partial", workdir=run, wait_s=60.0)
+    clock = SamplingClock(judge, policy="partial", workdir=run, wait_s=60.0, stepped=True)
     meter = CpuCgroup.make()
     if meter is not None:
         clock.watch(meter.cpu_s, cpus=1, runnable=meter.runnable)
