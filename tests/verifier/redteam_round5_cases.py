@@ -9,6 +9,8 @@ hold against the judge's verdict. SPIN is the run's own object (a loop of known 
 
 from __future__ import annotations
 
+from sampler_cases import pad_to
+
 COMMON = """
 import json, resource, shutil, time
 import numpy as np
@@ -67,24 +69,8 @@ def call(x):
 """
 
 # numpy's BLAS does the work; the own object spins for 30% of that time after it, so its
-# share of the compute samples is ~23%: under the 85% library share the rule allowed. Each
-# cost is the median cpu time of 21 calls (the mean wall time of the first 20, warm-up and a
-# loaded host's stalls included, made the spin as long as the library's work: a 50% share).
-PADDED = COMMON + """
-
-
-def median_s(f):
-    took = []
-    for _ in range(21):
-        t0 = time.thread_time()
-        f()
-        took.append(time.thread_time() - t0)
-    return sorted(took)[10]
-
-
-lib_s = median_s(lambda: a @ a)
-pad = max(1000, int(100000 * 0.3 * lib_s / median_s(lambda: lib.spin(100000))))
-
+# share of the compute samples is ~23%: under the 85% library share the rule allowed.
+PADDED_CALL = """
 
 def call(x):
     t0 = time.perf_counter()
@@ -92,10 +78,10 @@ def call(x):
     lib.spin(pad)
     note("padded", t0)
 """
+PADDED = COMMON + pad_to("lambda: a @ a", 0.3) + PADDED_CALL
 
 # The same, its own object spinning for half the library's time: ~33% of the compute samples.
-PADDED_HALF = PADDED.replace("0.3 * lib_s", "0.5 * lib_s")
-assert PADDED_HALF != PADDED
+PADDED_HALF = COMMON + pad_to("lambda: a @ a", 0.5) + PADDED_CALL
 
 # The same copy, under the file name of the run's own object (in a folder of its own): the
 # sampler knew its own objects by name only, so the library's samples were the candidate's.

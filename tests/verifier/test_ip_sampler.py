@@ -6,7 +6,6 @@ real worker process that speaks the clock's protocol."""
 from __future__ import annotations
 
 import ctypes
-import os
 import subprocess
 import sys
 import textwrap
@@ -23,20 +22,12 @@ from verifier.judge import ptrace_sampler as pts
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sampled_child import end, spawn, tasks_of, wait_busy  # noqa: E402  (no child of its own)
-
-NEEDS_PTRACE = pytest.mark.skipif(bool(ips.unavailable()), reason=ips.unavailable() or "ok")
-SPIN_C = "double spin(long n){double s=0;for(long i=0;i<n;i++)s+=i*0.5/(i+1.0);return s;}\n"
-CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+from sampler_cases import CHILD_ENV, NEEDS_PTRACE, WORKER, NoCheckJudge, build_spin  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def spin_so(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("spin")
-    (d / "spin.c").write_text(SPIN_C)
-    so = d / "libks_spin.so"
-    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(so), str(d / "spin.c")],
-                   check=True)
-    return so
+    return build_spin(tmp_path_factory.mktemp("spin"), "libks_spin.so")
 
 
 def _spin_code(so: Path, n: str = "10**12") -> str:
@@ -156,30 +147,9 @@ def test_without_own_objects_only_the_share_rule_applies() -> None:
 
 
 # --- the sampling clock, driving a real worker process over the clock's FIFOs --------------
-class _Judge:
-    """A judge with nothing to check: this test is about where the calls' time goes."""
-
-    copy_s, sets, out_bytes = 0.0, 4, 0
-
-    def fill(self, n: int) -> None:
-        return None
-
-    def check(self, n: int, deep: bool = False) -> str:
-        return ""
-
-
-WORKER = """
-import ctypes, sys
-from verifier.judge.clock_serve import open_worker_pipes, serve_windows
-{setup}
-serve_windows(open_worker_pipes(), call, [[0]], lambda i, out: None, lambda: None)
-"""
-
-
 def _clock_run(tmp_path: Path, setup: str, own: set[str]) -> dict:
-    clock = ips.SamplingClock(_Judge(), workdir=tmp_path, wait_s=30.0)
-    child, worker = spawn(WORKER.format(setup=setup), cwd=tmp_path,
-                          env={**CHILD_ENV, "PYTHONPATH": str(Path(__file__).parents[2])})
+    clock = ips.SamplingClock(NoCheckJudge(), workdir=tmp_path, wait_s=30.0)
+    child, worker = spawn(WORKER.format(setup=setup), cwd=tmp_path, env=CHILD_ENV)
     clock.own = own
     clock.tasks = lambda: tasks_of(worker)
     try:
@@ -235,7 +205,7 @@ def test_the_sampling_clock_leaves_a_run_computing_in_its_object_alone(
 def test_no_ptrace_means_no_sampling_and_one_line(tmp_path: Path, capsys: pytest.CaptureFixture,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ips, "unavailable", lambda: "ip sampling needs CAP_SYS_PTRACE (test)")
-    clock = ips.SamplingClock(_Judge(), workdir=tmp_path, wait_s=1.0)
+    clock = ips.SamplingClock(NoCheckJudge(), workdir=tmp_path, wait_s=1.0)
     clock.sample_tasks(tmp_path, {"x.so"})
     assert clock.tasks is None
     assert capsys.readouterr().err.count("\n") == 1

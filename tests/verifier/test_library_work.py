@@ -21,11 +21,14 @@ from verifier.judge.library_work import is_movement, no_work, torch_lib
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sampled_child import end, spawn, tasks_of  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-NEEDS_PTRACE = pytest.mark.skipif(bool(ips.unavailable()), reason=ips.unavailable() or "ok")
-CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-             "PYTHONPATH": str(ROOT)}
+from sampler_cases import (  # noqa: E402
+    CHILD_ENV,
+    NEEDS_PTRACE,
+    WORKER,
+    NoCheckJudge,
+    build_spin,
+    pad_to,
+)
 
 
 def _mapping(addr: int) -> tuple[str, int, int]:
@@ -99,63 +102,31 @@ def test_only_torchs_own_copy_kernels_count_for_nothing(tmp_path: Path) -> None:
     assert not no_work(str(elsewhere), inode, copy_at)
 
 
-WORKER = """
-import ctypes, time
-import torch
-from verifier.judge.clock_serve import open_worker_pipes, serve_windows
+# the call: `work`, then the run's own object spinning for 30% of its cpu time
+SETUP = """
+import time
 torch.set_num_threads(1)
 lib = ctypes.CDLL({spin!r})
 lib.spin.argtypes, lib.spin.restype = [ctypes.c_long], ctypes.c_double
 src, dst = torch.randn(1024, 1024), torch.empty(1024, 1024)
 work = {work}
-
-
-def median_s(f):
-    took = []
-    for _ in range(21):
-        t0 = time.thread_time()
-        f()
-        took.append(time.thread_time() - t0)
-    return sorted(took)[10]
-
-
-pad = max(1000, int(100000 * 0.3 * median_s(work) / median_s(lambda: lib.spin(100000))))
-
+""" + pad_to("work", 0.3) + """
 
 def call(x):
     work()
     lib.spin(pad)
-
-
-serve_windows(open_worker_pipes(), call, [[0]], lambda i, out: None, lambda: None)
 """
-
-
-class _Judge:
-    copy_s, sets, out_bytes = 0.0, 4, 0
-
-    def fill(self, n: int) -> None:
-        return None
-
-    def check(self, n: int, deep: bool = False) -> str:
-        return ""
 
 
 @pytest.fixture(scope="module")
 def spin_so(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("spinlw")
-    (d / "spin.c").write_text(
-        "double spin(long n){double s=0;for(long i=0;i<n;i++)s+=i*0.5/(i+1.0);return s;}\n")
-    so = d / "libks_ownlw.so"
-    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(so), str(d / "spin.c")],
-                   check=True)
-    return so
+    return build_spin(tmp_path_factory.mktemp("spinlw"), "libks_ownlw.so")
 
 
 def _sampled(tmp_path: Path, work: str, spin: Path) -> dict:
-    clock = ips.SamplingClock(_Judge(), workdir=tmp_path, wait_s=60.0)
-    child, worker = spawn(WORKER.format(spin=str(spin), work=work), cwd=tmp_path,
-                          env=CHILD_ENV)
+    clock = ips.SamplingClock(NoCheckJudge(), workdir=tmp_path, wait_s=60.0)
+    setup = SETUP.format(spin=str(spin), work=work)
+    child, worker = spawn(WORKER.format(setup=setup), cwd=tmp_path, env=CHILD_ENV)
     clock.own = {spin.name}
     clock.tasks = lambda: tasks_of(worker)
     try:

@@ -25,17 +25,15 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from verifier.protocol import VerifyOptions, VerifyRequest
 from verifier.reward.server import RewardServer, RewardService, ServiceLimits
 
-ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_observer import TASK  # noqa: E402
-from sampled_child import end, spawn, tasks_of  # noqa: E402
+from sampled_child import spawn, tasks_of  # noqa: E402
 
 
 # --- reward service: a head sent a byte at a time -------------------------------------------
@@ -124,67 +122,21 @@ from redteam_round5_cases import (  # noqa: E402
     RENAMED_LIBRARY,
     TRACER_AWARE,
 )
+from sampler_cases import (  # noqa: E402
+    CHILD_ENV,
+    NEEDS_PTRACE,
+    NoCheckJudge,
+    build_spin,
+    median,
+    sampled_run,
+)
 
 from verifier.judge import ip_sampler as ips  # noqa: E402
-
-NEEDS_PTRACE = pytest.mark.skipif(bool(ips.unavailable()), reason=ips.unavailable() or "ok")
-SPIN_C = "double spin(long n){double s=0;for(long i=0;i<n;i++)s+=i*0.5/(i+1.0);return s;}\n"
-CHILD_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-             "PYTHONPATH": str(ROOT)}
-# torch before the windows, as in the real worker: serve_windows imports it at its first
-# call's output check, and on a loaded host (load 10, 2 cores) that import inside the first
-# timed window outlasted the clock's 60 s wait ("did not finish a timing window in time")
-WORKER = """
-import ctypes, sys
-import torch
-from verifier.judge.clock_serve import open_worker_pipes, serve_windows
-{setup}
-serve_windows(open_worker_pipes(), call, [[0]], lambda i, out: None, lambda: None)
-"""
-
-
-class _Judge:
-    """A judge with nothing to check: these attacks are about where the calls' time goes."""
-
-    copy_s, sets, out_bytes = 0.0, 4, 0
-
-    def fill(self, n: int) -> None:
-        return None
-
-    def check(self, n: int, deep: bool = False) -> str:
-        return ""
 
 
 @pytest.fixture(scope="module")
 def spin_so(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("spin5")
-    (d / "spin.c").write_text(SPIN_C)
-    so = d / "libks_own5.so"
-    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(so), str(d / "spin.c")],
-                   check=True)
-    return so
-
-
-def _sampled_run(tmp_path: Path, body: str, spin: Path, own_n: int = 0
-                 ) -> tuple[dict[str, Any], list[tuple[str, float]]]:
-    """The sampling clock's result for a worker running `body`, and the worker's own log."""
-    log = tmp_path / "calls.log"
-    setup = body.format(log=str(log), spin=str(spin), own_n=own_n)
-    clock = ips.SamplingClock(_Judge(), workdir=tmp_path, wait_s=60.0)
-    with open(tmp_path / "worker.stderr", "w") as err:
-        child, worker = spawn(WORKER.format(setup=setup), cwd=tmp_path, env=CHILD_ENV,
-                              stderr=err)
-    cgroup = tmp_path / "cgroup"  # what the runner hands over: a task list, the objects
-    cgroup.mkdir()
-    (cgroup / "tasks").write_text(f"{worker}\n")  # one thread (OPENBLAS_NUM_THREADS=1)
-    clock.sample_tasks(cgroup, {str(spin)})
-    try:
-        rc = child.wait(timeout=180)
-    finally:
-        end(child, worker)
-    assert rc == 0 and log.exists(), (rc, (tmp_path / "worker.stderr").read_text()[-2000:])
-    calls = [(ln.split()[0], float(ln.split()[1])) for ln in log.read_text().splitlines()]
-    return clock.result(), calls
+    return build_spin(tmp_path_factory.mktemp("spin5"), "libks_own5.so")
 
 
 def _each_of(run: Callable[[Path], None], tmp_path: Path, tries: int = 3) -> None:
@@ -196,10 +148,6 @@ def _each_of(run: Callable[[Path], None], tmp_path: Path, tries: int = 3) -> Non
         run(tmp_path / f"run{i}")
 
 
-def _median(xs: list[float]) -> float:
-    return sorted(xs)[len(xs) // 2]
-
-
 @NEEDS_PTRACE
 def test_a_run_that_watches_for_the_sampler_is_found_or_timed_as_its_own_code(
         tmp_path: Path, spin_so: Path) -> None:
@@ -208,15 +156,15 @@ def test_a_run_that_watches_for_the_sampler_is_found_or_timed_as_its_own_code(
     getrusage(RUSAGE_THREAD).ru_nvcsw) knows every later window is sampled and computes in its
     own object only then; the timed windows ran numpy's BLAS. The sampled windows' calls are
     then far slower than the timed ones (ip_sampler.SWITCH_RATIO): the runtime is theirs."""
-    res, calls = _sampled_run(tmp_path, TRACER_AWARE, spin_so, own_n=3_000_000)
-    lib_s = _median([s for m, s in calls if m == "lib"])
+    res, calls = sampled_run(tmp_path, TRACER_AWARE, spin_so, own_n=3_000_000)
+    lib_s = median([s for m, s in calls if m == "lib"])
     own = [s for m, s in calls if m == "own"]
     assert own, f"the worker never saw the sampler: {Counter(m for m, _ in calls)}"
     # held: a finding, or a runtime of the code the samples saw (its own, slower object)
     held = res["failure"].startswith("library_time") or \
-        res["figures"]["runtime_us"] * 1e-6 >= 0.7 * _median(own)
+        res["figures"]["runtime_us"] * 1e-6 >= 0.7 * median(own)
     assert held, (f"no finding; runtime {res['figures']['runtime_us']:.0f} us = the library "
-                  f"calls' ({lib_s * 1e6:.0f} us), own calls {_median(own) * 1e6:.0f} us; "
+                  f"calls' ({lib_s * 1e6:.0f} us), own calls {median(own) * 1e6:.0f} us; "
                   f"samples {res['ip_samples'].get('kinds')}")
 
 
@@ -227,7 +175,7 @@ def test_a_library_copied_under_another_name_is_still_library_time(
     """A BLAS copied into the run's folder under a neutral name, or under its own object's
     file name: neither is the object the judge placed."""
     code = {"RENAMED_LIBRARY": RENAMED_LIBRARY, "OWN_NAMED_LIBRARY": OWN_NAMED_LIBRARY}[body]
-    res, calls = _sampled_run(tmp_path, code, spin_so)
+    res, calls = sampled_run(tmp_path, code, spin_so)
     assert calls and {m for m, _ in calls} == {"lib"}  # every call ran the copied BLAS
     kinds = res["ip_samples"].get("kinds", {})
     assert res["failure"].startswith("library_time"), (res["failure"], res["ip_samples"])
@@ -247,7 +195,7 @@ def test_a_fallback_padded_with_its_own_spin_is_found(tmp_path: Path, spin_so: P
     code = {"PADDED": PADDED, "PADDED_HALF": PADDED_HALF}[body]
 
     def run(work: Path) -> None:
-        res, calls = _sampled_run(work, code, spin_so)
+        res, calls = sampled_run(work, code, spin_so)
         assert calls and {m for m, _ in calls} == {"padded"}
         assert res["failure"].startswith("library_time"), (res["failure"], res["ip_samples"])
 
@@ -276,7 +224,7 @@ def test_a_run_without_extensions_leaves_no_open_pipes_in_the_judge(tmp_path: Pa
     for i in range(5):
         work = tmp_path / f"run{i}"
         work.mkdir()
-        clock = ips.SamplingClock(_Judge(), workdir=work, wait_s=1.0)
+        clock = ips.SamplingClock(NoCheckJudge(), workdir=work, wait_s=1.0)
         clock.sample_tasks(work, set())  # a cgroup folder (no tasks file) and no objects
         clock.result()
     assert len(os.listdir("/proc/self/fd")) == before

@@ -420,18 +420,13 @@ def test_bodies_are_parsed_a_few_at_a_time(monkeypatch: pytest.MonkeyPatch) -> N
 
 # --- the ip sampler's switch rule on an honest run (round 5's watcher is held by it) ----------
 from redteam_round5_cases import COMMON  # noqa: E402
-from test_redteam_round5 import NEEDS_PTRACE, SPIN_C, _sampled_run  # noqa: E402
+from sampler_cases import NEEDS_PTRACE, build_spin, sampled_run  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def spin6(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run's own object: round 5's spin loop, built here."""
-    d = tmp_path_factory.mktemp("spin6")
-    (d / "spin.c").write_text(SPIN_C)
-    so = d / "libks_own6.so"
-    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(so), str(d / "spin.c")],
-                   check=True)
-    return so
+    return build_spin(tmp_path_factory.mktemp("spin6"), "libks_own6.so")
 
 HONEST_OWN = COMMON + """
 
@@ -450,6 +445,6 @@ def test_an_honest_run_sampled_is_not_called_switched(tmp_path: Path, spin6: Pat
     (round 5's watcher, whose sampled calls ran its own object 15x slower, does not). Its own
     object runs ~3x as long as its BLAS call: with 100k spins (~150 us to the BLAS's ~285 us)
     it was 67% library, a fallback under ip_sampler.LIBRARY_SHARE since round 5's padding."""
-    res, calls = _sampled_run(tmp_path, HONEST_OWN, spin6, own_n=600_000)
+    res, calls = sampled_run(tmp_path, HONEST_OWN, spin6, own_n=600_000)
     assert res["failure"] == "" and "switched" not in res["figures"], res
     assert res["ip_samples"]["sampled_call_us"] > 0, res["ip_samples"]

@@ -37,8 +37,16 @@ from redteam_round7_cases import (  # noqa: E402
     SLEEPY_WINDOWS,
 )
 from sampled_child import end, spawn  # noqa: E402
+from sampler_cases import (  # noqa: E402
+    CHILD_ENV,
+    NEEDS_PTRACE,
+    WORKER,
+    NoCheckJudge,
+    build_spin,
+    median,
+    sampled_run,
+)
 from test_clock_rogues import threads_cpu_s, threads_runnable  # noqa: E402
-from test_redteam_round5 import CHILD_ENV, NEEDS_PTRACE, SPIN_C, WORKER  # noqa: E402
 from verifier_cases import RELU_TASK as SMALL_RELU  # noqa: E402
 from verifier_cases import SCALE_TASK  # noqa: E402
 
@@ -50,12 +58,10 @@ from verifier.judge.window_judge import WindowJudge  # noqa: E402
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)
 
 
-class _Judge:
+class _Judge(NoCheckJudge):
     """A judge with nothing to check (these attacks are about where the calls' time goes);
     `fill_s`: how long its fill takes, `marker`: a file it touches as its fill begins (where a
     worker would see the arena's inputs land)."""
-
-    copy_s, sets, out_bytes = 0.0, 4, 0
 
     def __init__(self, fill_s: float = 0.0, marker: Path | None = None) -> None:
         self.fill_s, self.marker, self.fills = fill_s, marker, 0
@@ -66,23 +72,11 @@ class _Judge:
             self.marker.write_text(str(self.fills))
         time.sleep(self.fill_s)
 
-    def check(self, n: int, deep: bool = False) -> str:
-        return ""
-
 
 @pytest.fixture(scope="module")
 def spin7(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The run's own object: round 5's spin loop, built here."""
-    d = tmp_path_factory.mktemp("spin7")
-    (d / "spin.c").write_text(SPIN_C)
-    so = d / "libks_own7.so"
-    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(so), str(d / "spin.c")],
-                   check=True)
-    return so
-
-
-def _median(xs: list[float]) -> float:
-    return sorted(xs)[len(xs) // 2]
+    return build_spin(tmp_path_factory.mktemp("spin7"), "libks_own7.so")
 
 
 # --- the ip sampler's gate: calibration windows slept through --------------------------------
@@ -90,23 +84,13 @@ def _metered_sampled_run(work: Path, spin: Path) -> tuple[dict[str, Any], JudgeC
                                                           list[tuple[str, float]]]:
     """The sampling clock's result for SLEEPY_WINDOWS, its worker metered by its threads' cpu
     time (as a run's cgroup meters it), and the worker's own log."""
-    log = work / "calls.log"
-    setup = SLEEPY_WINDOWS.format(log=str(log), spin=str(spin), own_n=0)
     clock = ips.SamplingClock(_Judge(), workdir=work, wait_s=60.0)
-    with open(work / "worker.stderr", "w") as err:
-        child, worker = spawn(WORKER.format(setup=setup), cwd=work, env=CHILD_ENV, stderr=err)
-    clock.watch(lambda: threads_cpu_s(worker), cpus=1, runnable=threads_runnable(worker))
-    cgroup = work / "cgroup"
-    cgroup.mkdir()
-    (cgroup / "tasks").write_text(f"{worker}\n")
-    clock.sample_tasks(cgroup, {str(spin)})
-    try:
-        rc = child.wait(timeout=180)
-    finally:
-        end(child, worker)
-    assert rc == 0 and log.exists(), (rc, (work / "worker.stderr").read_text()[-2000:])
-    calls = [(ln.split()[0], float(ln.split()[1])) for ln in log.read_text().splitlines()]
-    return clock.result(), clock, calls
+
+    def meter(worker: int) -> None:
+        clock.watch(lambda: threads_cpu_s(worker), cpus=1, runnable=threads_runnable(worker))
+
+    res, calls = sampled_run(work, SLEEPY_WINDOWS, spin, clock=clock, started=meter)
+    return res, clock, calls
 
 
 @NEEDS_PTRACE
@@ -128,7 +112,7 @@ def test_windows_slept_through_do_not_hide_a_library_call_from_the_sampler(
         runtime_s = res["figures"]["runtime_us"] * 1e-6
         # off: the median rule read the library call as too short to sample (on a quiet
         # host; under load the call itself takes longer, so this is not asserted: CI's -x)
-        old_gate = runtime_s * min(1.0, _median(clock.window_cores)) < ips.MIN_CALL_S
+        old_gate = runtime_s * min(1.0, median(clock.window_cores)) < ips.MIN_CALL_S
         # on: sampled (the window that set the runtime ran at about one core)
         assert "skipped" not in res["ip_samples"], (res["ip_samples"], clock.window_cores)
         held.append((res["failure"], old_gate))
@@ -242,11 +226,11 @@ def test_a_helper_that_naps_across_the_quiet_check_is_charged_for_the_fill(
         group.remove()
     assert rc == 0, (tmp_path / "worker.stderr").read_text()[-2000:]
     bursts = [float(s) for s in (tmp_path / "bursts.log").read_text().split()]
-    assert len(bursts) >= 3 and _median(bursts) >= 0.01, bursts  # it did compute in the fills
+    assert len(bursts) >= 3 and median(bursts) >= 0.01, bursts  # it did compute in the fills
     assert res["failure"] == "", res
     fig = res["figures"]
-    assert fig["fill_charged_us"] >= 0.5 * _median(bursts) * 1e6, fig
-    assert fig["runtime_us"] * fig["calls"] >= 0.5 * _median(bursts) * 1e6, fig
+    assert fig["fill_charged_us"] >= 0.5 * median(bursts) * 1e6, fig
+    assert fig["runtime_us"] * fig["calls"] >= 0.5 * median(bursts) * 1e6, fig
 
 
 # --- models built on the device: a candidate that forces the host's way ----------------------
