@@ -18,7 +18,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from redteam_cases import honest  # noqa: E402
 from redteam_driver import run_rows  # noqa: E402
 from redteam_observer import TASK, snapshot  # noqa: E402
 from redteam_round4_cases import attacks, override_pair, surrogate_candidate  # noqa: E402
+from service_cases import get_health, recording_server  # noqa: E402
 from verifier_cases import SCALE_TASK, serve_in_thread  # noqa: E402
 
 from verifier.checks.extract import check_candidate  # noqa: E402
@@ -177,19 +177,10 @@ SERVICE_BODIES = {
 
 @pytest.fixture(scope="module")
 def service() -> Any:
-    from verifier.reward.server import RewardServer, RewardService, ServiceLimits
+    from verifier.reward.server import ServiceLimits
 
-    calls: list[int] = []
-
-    def verify(reqs: list[VerifyRequest], opts: VerifyOptions) -> list:  # never reached
-        calls.append(len(reqs))
-        return []
-
-    limits = ServiceLimits(max_concurrency=1, timeout_s=30, max_body_bytes=1 << 20,
-                           read_timeout_s=5)
-    srv = RewardServer("127.0.0.1", 0, RewardService(VerifyOptions(backend="cpu"), limits,
-                                                     verify))
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv, calls = recording_server(ServiceLimits(max_concurrency=1, timeout_s=30,
+                                                max_body_bytes=1 << 20, read_timeout_s=5))
     yield srv, calls
     srv.shutdown()
     srv.server_close()
@@ -202,18 +193,8 @@ def test_hostile_bodies_get_a_400_with_the_reason(service: Any, name: str) -> No
     assert answer.startswith(b"HTTP/1.1 400"), answer[:300]
     assert b'"error"' in answer
     assert calls == []  # nothing was verified
-    health = _raw_get_health(srv.url)  # and the server still answers
+    health = get_health(srv.url)  # and the server still answers
     assert b'"status": "ok"' in health
-
-
-def _raw_get_health(url: str) -> bytes:
-    host, port = url.rsplit("/", 1)[1].split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        got = b""
-        while chunk := s.recv(1 << 16):
-            got += chunk
-        return got
 
 
 # --- end to end --------------------------------------------------------------------------------

@@ -28,28 +28,15 @@ from pathlib import Path
 
 import pytest
 
-from verifier.protocol import VerifyOptions, VerifyRequest
-from verifier.reward.server import RewardServer, RewardService, ServiceLimits
+from verifier.reward.server import ServiceLimits
 
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_observer import TASK  # noqa: E402
 from sampled_child import spawn, tasks_of  # noqa: E402
+from service_cases import exchange, get_health, recording_server  # noqa: E402
 
 
 # --- reward service: a head sent a byte at a time -------------------------------------------
-def _service(limits: ServiceLimits) -> tuple[RewardServer, list[int]]:
-    calls: list[int] = []
-
-    def verify(reqs: list[VerifyRequest], opts: VerifyOptions) -> list:
-        calls.append(len(reqs))
-        return []
-
-    srv = RewardServer("127.0.0.1", 0, RewardService(VerifyOptions(backend="cpu"), limits,
-                                                     verify))
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv, calls
-
-
 def _dribble(url: str, stop: threading.Event, every_s: float) -> None:
     """A client that sends its request head one byte every `every_s` (each read of the server
     gets its byte well within the read timeout) and never finishes it."""
@@ -66,22 +53,12 @@ def _dribble(url: str, stop: threading.Event, every_s: float) -> None:
         return
 
 
-def _health(url: str) -> bytes:
-    host, port = url.rsplit("/", 1)[1].split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        got = b""
-        while chunk := s.recv(1 << 16):
-            got += chunk
-        return got
-
-
 def test_heads_sent_a_byte_at_a_time_do_not_hold_the_connections() -> None:
     """Slowloris on the head: the read timeout bounded each recv, not the head, so clients
     that dribble a byte every half read-timeout held every connection slot for as long as
     they liked and the service answered everyone else 503."""
-    srv, calls = _service(ServiceLimits(max_concurrency=1, timeout_s=30, read_timeout_s=1.0,
-                                        max_connections=3))
+    srv, calls = recording_server(ServiceLimits(max_concurrency=1, timeout_s=30,
+                                                read_timeout_s=1.0, max_connections=3))
     stop = threading.Event()
     clients = [threading.Thread(target=_dribble, args=(srv.url, stop, 0.4), daemon=True)
                for _ in range(3)]
@@ -89,7 +66,7 @@ def test_heads_sent_a_byte_at_a_time_do_not_hold_the_connections() -> None:
         for c in clients:
             c.start()
         time.sleep(2.5)  # over twice the read timeout: every dribbled head is overdue
-        answer = _health(srv.url)
+        answer = get_health(srv.url)
         assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
         assert b'"status": "ok"' in answer and calls == []
     finally:
@@ -262,18 +239,13 @@ def test_a_body_of_many_small_items_is_refused_before_its_items_are_parsed() -> 
     """The item bound was checked after every item's task source was parsed (in the handler's
     thread, holding the GIL): 30000 items of a 600-byte task (9 MB, under the body limit)
     took the server ~3 s of parsing per request before its 413; now the count comes first."""
-    srv, calls = _service(ServiceLimits(max_concurrency=1, timeout_s=30, max_items=64,
-                                        max_body_bytes=32 << 20))
+    srv, calls = recording_server(ServiceLimits(max_concurrency=1, timeout_s=30, max_items=64,
+                                                max_body_bytes=32 << 20))
     body = json.dumps({"items": [{"task_source": TASK, "response": "x"}] * 30000}).encode()
-    host, port = srv.url.rsplit("/", 1)[1].split(":")
     try:
         t0 = time.monotonic()
-        with socket.create_connection((host, int(port)), timeout=30) as s:
-            s.sendall(b"POST /verify HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
-            answer = b""
-            while chunk := s.recv(1 << 16):
-                answer += chunk
+        answer = exchange(srv.url, b"POST /verify HTTP/1.1\r\nHost: x\r\nConnection: close"
+                          b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         parsed_s = time.monotonic() - t0
         assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
         assert b"30000 items; this service takes at most 64" in answer and calls == []

@@ -363,7 +363,8 @@ def test_bodies_are_parsed_a_few_at_a_time(monkeypatch: pytest.MonkeyPatch) -> N
     made ~10 GB at once. The parses take PARSE_SLOTS at a time (the bodies are read without
     one: a slow body holds no slot). Off (a slot per connection), all 12 parse together."""
     import json
-    import socket
+
+    from service_cases import exchange
 
     import verifier.reward.server as server
     from verifier.protocol import VerifyOptions
@@ -390,17 +391,11 @@ def test_bodies_are_parsed_a_few_at_a_time(monkeypatch: pytest.MonkeyPatch) -> N
             lambda reqs, opts: []))
         srv.parse_slots = threading.BoundedSemaphore(slots)
         threading.Thread(target=srv.serve_forever, daemon=True).start()
-        host, port = srv.url.rsplit("/", 1)[1].split(":")
         answers: list[bytes] = []
 
-        def post(host: str = host, port: str = port, answers: list[bytes] = answers) -> None:
-            with socket.create_connection((host, int(port)), timeout=30) as s:
-                s.sendall(b"POST /verify HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                          b"Content-Length: %d\r\n\r\n" % len(body) + body)
-                got = b""
-                while chunk := s.recv(1 << 16):
-                    got += chunk
-                answers.append(got)
+        def post(url: str = srv.url, answers: list[bytes] = answers) -> None:
+            answers.append(exchange(url, b"POST /verify HTTP/1.1\r\nHost: x\r\nConnection: "
+                                    b"close\r\nContent-Length: %d\r\n\r\n" % len(body) + body))
 
         most[0] = 0
         clients = [threading.Thread(target=post) for _ in range(12)]
