@@ -12,14 +12,15 @@ import pytest
 from verifier.isolation.isolate import RUN_UID_BASE, isolate, run_uid
 
 
-def _in_isolated_child(workdir: Path, uid: int, probe) -> dict:
-    """Fork, isolate, run `probe()` (a dict) and return it through a pipe."""
+def _in_isolated_child(workdir: Path, uid: int, probe, devices: bool = False) -> dict:
+    """Fork, isolate (with the GPU worker's private /dev where `devices`), run `probe()` (a
+    dict) and return it through a pipe."""
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.close(rfd)
-            cwd, note = isolate(str(workdir), 16, True, uid)
+            cwd, note = isolate(str(workdir), 16, True, uid, devices=devices)
             os.chdir(cwd)
             out = {"note": note, **probe()}
         except BaseException as exc:  # reported to the test, which fails on it
@@ -136,27 +137,7 @@ def test_private_dev_in_a_sandboxed_child(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(iso, "DEV_ROOT", str(dev))
     work = tmp_path / "work"
     work.mkdir()
-
-    def probe() -> dict:
-        return _dev_probe()
-
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(rfd)
-            cwd, note = iso.isolate(str(work), 16, True, run_uid(99), devices=True)
-            out = {"note": note, **probe()}
-        except BaseException as exc:
-            out = {"error": f"{type(exc).__name__}: {exc}"}
-        os.write(wfd, json.dumps(out).encode())
-        os._exit(0)
-    os.close(wfd)
-    data = b""
-    while chunk := os.read(rfd, 65536):
-        data += chunk
-    os.waitpid(pid, 0)
-    r = json.loads(data)
+    r = _in_isolated_child(work, run_uid(99), _dev_probe, devices=True)
     assert "error" not in r and not r["note"], r
     assert "nvidia0" in r["listing"] and "sda" not in r["listing"], r["listing"]
     assert {"null", "urandom", "fd", "shm"} <= set(r["listing"])
