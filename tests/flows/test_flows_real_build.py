@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import yaml
@@ -40,6 +41,26 @@ def _git_repo(root: Path) -> Path:
     return root
 
 
+def toy_build_config(root: Path, **sections: Any) -> Path:
+    """ks.yaml (under `root`) of a tiny real build on the cpu backend: the toy repository made
+    at `root`/repo, ingested over file://; `sections`: more sections of the config."""
+    repo = _git_repo(root / "repo")
+    manifest = root / "repos.yaml"
+    manifest.write_text(yaml.safe_dump({"repos": [{"url": repo.as_uri(), "ref": "main",
+                                                   "license": "MIT"}]}))
+    cfg = root / "ks.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "sources": {"seed_corpus": False, "transformers_sample": 0, "nnsmith": {"count": 0},
+                    "manifest": str(manifest)},
+        "generate": {"backend": "cpu", "variants_per_task": 1},
+        "verify": {"backend": "cpu", "trials": 2, "perf_trials": 3, "perf_warmup": 1,
+                   "build_cache_dir": str(BUILD_CACHE)},
+        "repair": {"turns": 1},
+        **sections,
+    }))
+    return cfg
+
+
 def _build(ws: Path, cfg: Path, api: str) -> dict:
     proc = subprocess.run([str(VENV_BIN / "kernelsynth"), "build", "--workspace", str(ws),
                            "--config", str(cfg), "--json"], env=child_env(api),
@@ -50,22 +71,9 @@ def _build(ws: Path, cfg: Path, api: str) -> dict:
 
 def test_kernelsynth_build_runs_the_real_pipeline_then_skips_when_nothing_is_new(
         prefect_api: str, tmp_path: Path) -> None:
-    repo = _git_repo(tmp_path / "repo")
-    manifest = tmp_path / "repos.yaml"
-    manifest.write_text(yaml.safe_dump({"repos": [{"url": repo.as_uri(), "ref": "main",
-                                                   "license": "MIT"}]}))
-    cfg = tmp_path / "ks.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "sources": {"seed_corpus": False, "transformers_sample": 0, "nnsmith": {"count": 0},
-                    "manifest": str(manifest)},
-        "generate": {"backend": "cpu", "variants_per_task": 1},
-        "verify": {"backend": "cpu", "trials": 2, "perf_trials": 3, "perf_warmup": 1,
-                   "build_cache_dir": str(BUILD_CACHE)},
-        "repair": {"turns": 1},
-        # three tiny tasks from a toy repository: no kernel need beat eager to be an sft row
-        # here (the default gate, min_speedup 1.0, is the default build's)
-        "select": {"min_speedup": 0.0},
-    }))
+    # three tiny tasks from a toy repository: no kernel need beat eager to be an sft row here
+    # (the default gate, min_speedup 1.0, is the default build's)
+    cfg = toy_build_config(tmp_path, select={"min_speedup": 0.0})
     ws = tmp_path / "ws"
     first = _build(ws, cfg, prefect_api)
     f = first["funnel"]

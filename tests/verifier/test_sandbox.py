@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from verifier.isolation.cgroups import pids_cgroup_root
-from verifier.isolation.sandbox import SandboxLimits, run_sandboxed
+sys.path.insert(0, str(Path(__file__).parent))
+from verifier_cases import tmp_venv  # noqa: E402
+
+from verifier.isolation.cgroups import pids_cgroup_root  # noqa: E402
+from verifier.isolation.sandbox import SandboxLimits, run_sandboxed  # noqa: E402
 
 ROOT = Path(__file__).parents[2]
 
@@ -90,23 +93,10 @@ def test_fork_bomb_is_contained_and_cleaned_up() -> None:
 
 
 # --- an interpreter in a virtualenv under /tmp (issue 28, item 6) ------------------------------
-def _tmp_venv(root: Path) -> Path:
-    """A venv under /tmp (pytest's tmp_path) whose site-packages reach this one's through a
-    .pth, as `python -m venv` + `pip install` would have it: bin/python links to the base."""
-    import sysconfig
-
-    assert str(root).startswith("/tmp/"), root
-    venv = root / "venv"
-    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    (site / "ks_parent.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return venv
-
-
 def test_a_spawned_child_runs_from_a_venv_under_tmp(tmp_path: Path) -> None:
     """The private /tmp keeps the venv (read-only): the child starts with the venv's packages.
     Before, the venv was hidden and the child was the base interpreter without torch."""
-    venv = _tmp_venv(tmp_path)
+    venv = tmp_venv(tmp_path)
     code = ("import sys\nfrom verifier.isolation.sandbox import run_sandboxed\n"
             "r = run_sandboxed([sys.executable, '-c', \"import json, sys, torch, os; "
             "open('result.json', 'w').write(json.dumps({'prefix': sys.prefix, "
@@ -127,7 +117,7 @@ def test_the_verifier_from_a_venv_under_tmp_gives_an_honest_verdict(tmp_path: Pa
 
     from verifier.protocol import CORRECT_STATUSES
 
-    venv = _tmp_venv(tmp_path)
+    venv = tmp_venv(tmp_path)
     (tmp_path / "task.py").write_text(RELU_TASK)
     (tmp_path / "cand.md").write_text("```python\n" + relu_ok() + "```\n")
     p = subprocess.run([str(venv / "bin" / "python"), "-m", "verifier", "--task",

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import sysconfig
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -399,3 +402,14 @@ def answer_in_thread(workdir: Path, window: Callable[[int], None]) -> threading.
     t = threading.Thread(target=target, daemon=True)
     t.start()
     return t
+
+
+def tmp_venv(root: Path) -> Path:
+    """A venv under /tmp (pytest's tmp_path) whose site-packages reach this one's through a
+    .pth, as `python -m venv` + `pip install` would have it: bin/python links to the base."""
+    assert str(root).startswith("/tmp/"), root
+    venv = root / "venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "ks_parent.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv
