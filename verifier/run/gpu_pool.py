@@ -153,14 +153,10 @@ class GpuWorkerProcess:
         return RUN_DIR if self.limits.isolate else str(self.workdir)
 
     def private_caches(self) -> dict[str, str]:
-        """Caches (inductor, triton) in the worker's own directory: home is hidden. The driver's
-        PTX JIT cache is off: it is read once per process, so every job of a worker would share
-        it, and an entry one job wrote would be the code a later job's PTX loads."""
+        """Caches (inductor, triton, CUDA's JIT) in the worker's own directory: home is hidden."""
         d = WRITABLE if self.limits.isolate else str(self.workdir)
-        return {"HOME": d, "KS_WORKER_TMP": d, "KS_JOB_DISK_MB": str(JOB_DISK_MB),
-                "XDG_CACHE_HOME": f"{d}/.cache", "TRITON_CACHE_DIR": f"{d}/.triton",
-                "TORCHINDUCTOR_CACHE_DIR": f"{d}/.inductor", "CUDA_CACHE_PATH": f"{d}/.nv",
-                "CUDA_CACHE_DISABLE": "1"}
+        return {"HOME": d, "KS_WORKER_TMP": d, "KS_JOB_DISK_MB": str(JOB_DISK_MB), "XDG_CACHE_HOME": f"{d}/.cache", "TRITON_CACHE_DIR": f"{d}/.triton",
+                "TORCHINDUCTOR_CACHE_DIR": f"{d}/.inductor", "CUDA_CACHE_PATH": f"{d}/.nv"}
 
     def stage(self, artefacts: list[Any]) -> tuple[dict[str, dict], Path]:
         """Copy a job's verified objects (`verifier.compile.builder.BuildResult`s) into the worker's
