@@ -49,6 +49,8 @@ HOST_FAILURE_LOGS = {
                   "compilation terminated.",
     "header_missing": ("cpp_sources[0]:1:10: fatal error: cub/cub.cuh: No such file or "
                        "directory\ncompilation terminated."),
+    "header_unreadable": ("cpp_sources[0]:1:10: fatal error: torch/extension.h: Permission "
+                          "denied\ncompilation terminated."),
     "compiler_crash": ("cpp_sources[0]:9:1: internal compiler error: Segmentation fault\n"
                        "0x7f3a libc.so.6"),
     "timed_out": "build error: the compiler timed out after 600 s",

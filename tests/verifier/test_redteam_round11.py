@@ -22,9 +22,20 @@ open one is a strict xfail naming its fix.
   any job can write; the driver loads an entry by the hash of the PTX it JITs, so a job could
   place machine code for a sibling's PTX. Fixed: CUDA_CACHE_DISABLE=1 for every sandboxed child
   (`verifier.isolation.sandbox.scrubbed_env`); the wiring is tested here (no GPU).
-- The compile-core partition's override (`KS_TIMING_CORES`): no candidate or request reaches
-  it (the parent's environment; requests carry only sources and a timeout); a value that is no
-  number ended verify_batch with int()'s words. Fixed: an error naming the variable.
+- The compile-core partition (`compile_cores`): the build stage runs candidate code too (its
+  module, to collect computed load_inline calls; its object's static initializers, in the load
+  check), and it ran on every cpu, the timing lanes' too, and was not counted as load for the
+  cpu baselines. Fixed: both on the compilers' cpus and counted (`backends.candidate_tool`).
+  Its override `KS_TIMING_CORES` is reached by no candidate or request (the parent's
+  environment; requests carry sources and a timeout); a value that is no number ended
+  verify_batch with int()'s words. Fixed: an error naming the variable.
+- The fresh-worker confirmation (`verifier.run.outcome`): a failure the judge established is
+  voided by the candidate's own word (a line out of turn, a forged "did not settle" finding) in
+  a worker that ran earlier jobs; with the windows' early end telling a cheat it was caught,
+  a re-roll. Open (xfail, unit level): the fix is named there.
+GPU forms: the CUDA JIT cache and the partition are GPU-host matters tested here by their
+wiring (no GPU here); on an H100 host, `KS_REDTEAM_WORKER_BACKEND=cuda pytest -k persistent_worker
+tests/verifier/test_redteam_round11.py` runs the JIT-cache job in a CUDA worker.
 """
 
 from __future__ import annotations
@@ -287,6 +298,58 @@ def test_only_an_output_that_varies_is_evidence_of_a_kept_result() -> None:
     assert not varies(torch.tensor([7.0])) and not varies((3, None, torch.ones(4)))
     assert varies(torch.tensor([1.0, 2.0])) and varies((torch.ones(2), torch.arange(3)))
     assert varies(torch.tensor([float("nan"), float("nan")]))  # NaN != NaN: not a constant
+
+
+# --- the fresh-worker confirmation -------------------------------------------------------------
+def _judged_wrong(nonce: str) -> Any:
+    """A run of a persistent worker as `GpuRunner._judged_here` leaves it when the judge found
+    its trials wrong: the worker said ok, the judge compared and answers not ok."""
+    from verifier.run.outcome import RunOutcome
+
+    out = RunOutcome({"nonce": nonce, "outcome": "ok", "findings": []}, rechecked=True,
+                     judge_compared=True)
+    out.referee = lambda op, args: (False, "trial 1, checked by the verifier itself: output 0: "
+                                    "differs beyond atol")
+    return out
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a failure the trusted judge established (trials it compared, a window check it failed) is "
+    "voided by the candidate's own word in a worker that ran earlier jobs: a line out of the "
+    "worker's protocol (`outcome.tampered`) or a forged 'did not settle' finding in its result "
+    "or settle reply (`outcome.reported_failure` reads the payload's findings, which are the "
+    "worker's) makes the run suspect, and the fresh worker's run stands. A window cheat learns "
+    "it was caught (the clock ends the windows with 'e' right after a failed check: "
+    "`JudgeClock._drive`) and re-rolls only then: caught with probability q, it passes with "
+    "1 - q^2. Fix: the parent records the settle's failure itself (a RunOutcome field, not a "
+    "finding it searches), and a failure the judge established stands unless the first worker "
+    "was found with an earlier job's residue (its hygiene findings, the parent's own); and the "
+    "clock serves the planned windows after a failed check, so the worker cannot tell"))
+@pytest.mark.parametrize("word", ["line", "finding"])
+def test_a_judged_failure_is_not_voided_by_the_candidates_word(word: str) -> None:
+    """Before (main): the judged-wrong run, with a {"settled": true} line written during the job
+    (`tampered`, after 2 earlier jobs) or a "worker_replaced ... did not settle" finding the
+    candidate added to its result, was made again in a fresh worker, whose passing run stood."""
+    from verifier.run.outcome import RunOutcome, confirmed, reported_failure, tampered
+
+    runs = iter([_judged_wrong("n1"), RunOutcome({"nonce": "n1", "outcome": "ok",
+                                                  "findings": []})])
+
+    def run() -> Any:
+        out = next(runs)
+        if out.referee is None:  # the fresh worker's run: the candidate behaves there
+            return out
+        if word == "line":
+            return tampered(out, "a line of the worker's loop out of turn (settled)", 2, "n1")
+        out.payload["findings"].append({"rule": "worker_replaced", "severity": "warning",
+                                        "line": None, "message": "the worker did not settle "
+                                        "after the run (forged): it was replaced"})
+        out.suspect = reported_failure(out, "n1")
+        return out
+
+    got = confirmed(run, lambda: None)
+    assert got.referee is not None and not got.referee("run", {})[0], (got.payload,
+                                                                       got.confirmed)
 
 
 # --- CUDA's JIT cache -------------------------------------------------------------------------

@@ -38,8 +38,10 @@ ENVIRONMENT = re.compile(
 # candidate writes `#error No space left on device` and its failure is never cached (built
 # again on every request) and blamed on the host (tests/verifier/test_redteam_round11.py).
 OWN_LINE = re.compile(r"^(?:cpp|cuda)_sources\[\d+\][:(]")
-OWN_LINE_ENVIRONMENT = re.compile(r"^(?:cpp|cuda)_sources\[\d+\][:(][\d:)]*\s*(?:internal "
-                                  r"compiler error|fatal error: [^:\s]+: No such file or directory)")
+OWN_LINE_ENVIRONMENT = re.compile(
+    r"^(?:cpp|cuda)_sources\[\d+\][:(][\d:)]*\s*(?:internal compiler error|fatal error: [^:\s]+: "
+    r"(?:No such file or directory|Permission denied|Input/output error|Too many open files|"
+    r"Cannot allocate memory|No space left on device))")  # an include the host failed to read
 SYMBOL = re.compile(r"(undefined symbol: )\S+")
 
 
