@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from verifier.backends import Backend
+from verifier.backends import Backend, candidate_tool
 from verifier.checks.extract import FormatError, check_candidate, extract_code
 from verifier.checks.extspec import ExtensionSpec, specs_from_source
 from verifier.checks.fallback import apply_policy, errors
@@ -64,11 +64,12 @@ def collect_specs(item: Item, opts: VerifyOptions, launcher: Launcher) -> None:
         item.specs = specs
         return
     t0 = time.monotonic()
-    res = launcher.run_module("verifier.run.collect",
-                              limits=SandboxLimits(timeout_s=min(opts.run_timeout_s, 60.0),
-                                                   memory_mb=opts.memory_limit_mb),
-                              input_files={"candidate.py": item.code,
-                                           "task.py": item.req.task_source})
+    with candidate_tool() as cpus:  # the candidate's module-level code, off the timing cores
+        res = launcher.run_module("verifier.run.collect",
+                                  limits=SandboxLimits(timeout_s=min(opts.run_timeout_s, 60.0),
+                                                       memory_mb=opts.memory_limit_mb, cpus=cpus),
+                                  input_files={"candidate.py": item.code,
+                                               "task.py": item.req.task_source})
     item.timing["collect_s"] = time.monotonic() - t0
     if res.timed_out:
         item.stop("timeout", "compile", "running the candidate module (to find its load_inline "

@@ -323,6 +323,13 @@ def compile_cpus(cpus: list[int] | None) -> Iterator[None]:
         _COMPILE_CPUS[0] = before
 
 
+@contextmanager
+def candidate_tool() -> Iterator[list[int]]:
+    """Candidate code of the build stage (collect, load check): counted, on the compilers' cpus."""
+    with TOOL_LOAD.running():
+        yield list(_COMPILE_CPUS[0] or [])
+
+
 def niced(cmd: list[str], level: int | None = None) -> list[str]:
     """`cmd` prefixed with `nice -n LEVEL` where nice exists and LEVEL > 0, and with
     `taskset -c CPUS` inside a `compile_cpus` block (where taskset exists)."""

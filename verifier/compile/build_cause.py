@@ -32,6 +32,17 @@ ENVIRONMENT = re.compile(
     r"Resource temporarily unavailable|Permission denied|Read-only file system|"
     r"Segmentation fault|Bus error|ks_pch|\.gch\b|precompiled header|\[build sandbox\]|"
     r"^build error:|worker died|worker exited|its import took", re.I | re.M)
+# A diagnostic at the spec's own lines quotes the spec's text (an `#error`, a static_assert's
+# message, its names): there only the compiler's own words name the environment (a crash of
+# the compiler, an include not found); a name an import failed on is the spec's too. Else a
+# candidate writes `#error No space left on device` and its failure is never cached (built
+# again on every request) and blamed on the host (tests/verifier/test_redteam_round11.py).
+OWN_LINE = re.compile(r"^(?:cpp|cuda)_sources\[\d+\][:(]")
+OWN_LINE_ENVIRONMENT = re.compile(
+    r"^(?:cpp|cuda)_sources\[\d+\][:(][\d:)]*\s*(?:internal compiler error|fatal error: [^:\s]+: "
+    r"(?:No such file or directory|Permission denied|Input/output error|Too many open files|"
+    r"Cannot allocate memory|No space left on device))")  # an include the host failed to read
+SYMBOL = re.compile(r"(undefined symbol: )\S+")
 
 
 def environment_cause(log: str, refused: bool = False) -> str:
@@ -41,11 +52,11 @@ def environment_cause(log: str, refused: bool = False) -> str:
     the object is)."""
     if refused:  # the builder's own words (no compiler output), unless it could not tell
         return "" if UNKNOWN_READ not in log else UNKNOWN_READ
-    env = ENVIRONMENT.search(log)
-    if env:
-        start = log.rfind("\n", 0, env.start()) + 1
-        end = log.find("\n", env.end())
-        return log[start:end if end >= 0 else len(log)].strip()[:300]
+    for line in log.splitlines():
+        if OWN_LINE.match(line) and not OWN_LINE_ENVIRONMENT.match(line):
+            continue  # the spec's own text
+        if ENVIRONMENT.search(SYMBOL.sub(r"\1", line)):
+            return line.strip()[:300]
     if OWN_ERROR.search(log) or OWN_IMPORT.search(log):
         return ""
     return "no error at the spec's own lines"

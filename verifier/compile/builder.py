@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from verifier.backends import BuildUnit
+from verifier.backends import BuildUnit, candidate_tool
 from verifier.checks.extspec import ExtensionSpec
 from verifier.compile.artefacts import (  # noqa: F401 - re-exported: callers import them from here
     CACHE_EVENTS,
@@ -405,10 +405,10 @@ class Builder:
     def _check_import(self, so: Path, module: str) -> tuple[bool, str]:
         """Import the object in a sandbox: undefined symbols and crashing initializers fail here."""
         job = json.dumps({"module": module, "path": so.name})
-        res = self.ctx.launcher.run_module(
-            "verifier.compile.loadcheck", limits=SandboxLimits(timeout_s=120,
-                                                       memory_mb=self.ctx.load_memory_mb),
-            input_files={so.name: so.read_bytes(), "loadcheck.json": job})
+        with candidate_tool() as cpus:  # its static initializers are the candidate's code
+            res = self.ctx.launcher.run_module("verifier.compile.loadcheck", limits=SandboxLimits(
+                timeout_s=120, memory_mb=self.ctx.load_memory_mb, cpus=cpus),
+                input_files={so.name: so.read_bytes(), "loadcheck.json": job})
         if res.payload and res.payload.get("ok"):
             return True, ""
         return False, "import of the built extension failed: " + (

@@ -107,6 +107,9 @@ def compile_cores(lanes: int, cpus: list[int] | None = None) -> list[int] | None
     keep = 1 + TIMING_CORES_PER_LANE * max(0, lanes)
     override = os.environ.get("KS_TIMING_CORES", "").strip()
     if override:
+        if not override.lstrip("-").isdigit():
+            raise ValueError(f"KS_TIMING_CORES={override!r}: not a whole number of cpus to keep "
+                             "for the timing lanes")
         keep = int(override)
     elif len(cpus) < TIMING_CORES_MIN_HOST or keep > len(cpus) // 2:
         return None

@@ -140,6 +140,12 @@ def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # (torch.compile's cache folders, torch.fx's symbolic tracing) reads these first
     env["USER"] = env["LOGNAME"] = "kssandbox"
     env.update(extra or {})
+    # CUDA's JIT cache (CUDA_CACHE_PATH) holds machine code under a hash of the PTX it was made
+    # from, and a run can write it: a persistent worker's one cache for all its jobs would load
+    # an entry one job placed for a sibling's PTX (the driver reads the variable once, at its
+    # start, so no per-job folder is possible). The verifier's builds carry the GPU's own code
+    # (no JIT): off costs nothing (tests/verifier/test_redteam_round11.py)
+    env["CUDA_CACHE_DISABLE"] = "1"
     return env
 
 
@@ -354,8 +360,13 @@ class EnvironmentFailure(RuntimeError):
 
 # How a child fails when the interpreter or the sandbox is broken (the interpreter hidden by
 # the private /tmp, the verifier or torch not importable, the fork server down), whatever it ran.
+MISSING = re.compile(r"No module named '(torch|verifier|pipeline|numpy)[.']")
 ENVIRONMENTAL = re.compile(r"FileNotFoundError|PermissionError|\[sandbox\]|fork server|"
-                           r"No module named '(torch|verifier|pipeline|numpy)[.']")
+                           + MISSING.pattern)
+# an exception raised with the candidate's code on the stack (`verifier.judge.failure`): a
+# broken interpreter or sandbox fails before that code is loaded, so a PermissionError raised
+# there is the candidate's own (tests/verifier/test_redteam_round11.py)
+CANDIDATE_CODE = re.compile(r"candidate\.py line \d+: ")
 
 
 def common_failure(reasons: list[str], least: int = 3) -> str | None:
@@ -363,6 +374,8 @@ def common_failure(reasons: list[str], least: int = 3) -> str | None:
     failures, else None: no item's own fault gives every item that same message."""
     if len(reasons) < least or not all(reasons):
         return None
+    if any(CANDIDATE_CODE.search(r) and not MISSING.search(r) for r in reasons):
+        return None  # its code ran: its own words, unless the install lacks what it imports
     first = reasons[0]
     same = all(r == first for r in reasons)
     return first if same and ENVIRONMENTAL.search(first) else None

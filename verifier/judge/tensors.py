@@ -40,6 +40,20 @@ def same(a: Any, b: Any) -> bool:
     return True
 
 
+def varies(out: Any) -> bool:
+    """Whether any tensor of a forward's outputs holds two different values. A constant output
+    seen again on new inputs is a kernel that ignores them, as a merely wrong one does (a flag
+    left False, a fill of zeros): no evidence of a kept result (`decide.CACHED_RESULT`)."""
+    import torch
+
+    for x in flatten(out):
+        if isinstance(x, torch.Tensor) and x.numel() > 1:
+            flat = x.detach().reshape(-1)
+            if bool((flat != flat[0]).any()):
+                return True
+    return False
+
+
 def to_device(obj: Any, device: str) -> Any:
     """`obj` with every tensor moved to `device`, containers rebuilt."""
     import torch

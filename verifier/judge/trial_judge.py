@@ -21,7 +21,7 @@ from verifier.judge import decide
 from verifier.judge.admission import Admission, Footprint, admit
 from verifier.judge.arena import Arena, fill, plan, views
 from verifier.judge.construct import DEVICE
-from verifier.judge.tensors import clone, same
+from verifier.judge.tensors import clone, same, varies
 
 POISON = 0xFF  # slot bytes before the worker writes: NaN in every float type
 
@@ -211,12 +211,13 @@ class TrialJudge:
 
     def _repeats(self, block: _Block, values: list[Any], t: int) -> bool:
         """Trial t's output equal to an earlier trial's, which passed on its own inputs: a
-        result kept from an earlier call (a kernel that writes nothing fails its first trial)."""
+        result kept from an earlier call (a kernel that writes nothing fails its first trial; a
+        constant output is no evidence: `tensors.varies`)."""
         from verifier.judge.trial_io import rebuild
 
         try:
             now = rebuild(views(self.arena, block.cases[t]["out"]), values[t])
-            return any(same(now, rebuild(views(self.arena, block.cases[e]["out"]), values[e]))
+            return varies(now) and any(same(now, rebuild(views(self.arena, block.cases[e]["out"]), values[e]))
                        for e in range(t))
         except (ValueError, TypeError):  # a malformed report: the trial's own failure stands
             return False

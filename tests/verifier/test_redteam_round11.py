@@ -1,0 +1,445 @@
+"""Red-team round 11 on the cpu backend: attacks on main at 258f195 on what changed lately and
+was never attacked, as a policy rewarded for holes would try them (cases in tests/verifier/
+redteam_round11_cases.py). Each was measured on main first (the "Before" of each test); an
+open one is a strict xfail naming its fix.
+
+- Whose doing a failed build is (`verifier.compile.build_cause`): the whole log was searched
+  for words of the environment, the candidate's own diagnostics too, so an `#error No space left
+  on device`, a static_assert's message, a `#warning`, or a function named `ks_pch` made the
+  candidate's own failure the host's: never cached, built again on every request that sends it,
+  and the host blamed. Fixed: a diagnostic at the spec's own lines counts only in the compiler's
+  own words (its crash, an include not found), a symbol an import failed on not at all. Open
+  (xfail): a static initializer that writes the host's words on the load check's stderr.
+- A batch that fails alike (`verifier.isolation.sandbox.common_failure`, the pipeline's verify
+  stage): three candidates raising the same PermissionError stopped `kernelsynth build` as "the
+  environment is broken". Fixed: a failure that names the candidate's own code is its own.
+  Open (xfail): an extension that prints the broken interpreter's words and ends its process.
+- The cached-result cheat (`verifier.judge.trial_judge`, `decide.CACHED_RESULT`): an honest
+  kernel whose wrong output is a constant (a flag left False) repeated a passing trial's output
+  and was called a cheat (reward 0.0, not 0.2; a `cheat` label in the datasets). Fixed: only an
+  output that varies is evidence of a kept result (`verifier.judge.tensors.varies`).
+- CUDA's JIT cache (CUDA_CACHE_PATH): one folder for every job of a persistent worker, which
+  any job can write; the driver loads an entry by the hash of the PTX it JITs, so a job could
+  place machine code for a sibling's PTX. Fixed: CUDA_CACHE_DISABLE=1 for every sandboxed child
+  (`verifier.isolation.sandbox.scrubbed_env`); the wiring is tested here (no GPU).
+- The compile-core partition (`compile_cores`): the build stage runs candidate code too (its
+  module, to collect computed load_inline calls; its object's static initializers, in the load
+  check), and it ran on every cpu, the timing lanes' too, and was not counted as load for the
+  cpu baselines. Fixed: both on the compilers' cpus and counted (`backends.candidate_tool`).
+  Its override `KS_TIMING_CORES` is reached by no candidate or request (the parent's
+  environment; requests carry sources and a timeout); a value that is no number ended
+  verify_batch with int()'s words. Fixed: an error naming the variable.
+- The fresh-worker confirmation (`verifier.run.outcome`): a failure the judge established is
+  voided by the candidate's own word (a line out of turn, a forged "did not settle" finding) in
+  a worker that ran earlier jobs; with the windows' early end telling a cheat it was caught,
+  a re-roll. Open (xfail, unit level): the fix is named there.
+GPU forms: the CUDA JIT cache and the partition are GPU-host matters tested here by their
+wiring (no GPU here); on an H100 host, `KS_REDTEAM_WORKER_BACKEND=cuda pytest -k persistent_worker
+tests/verifier/test_redteam_round11.py` runs the JIT-cache job in a CUDA worker.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from redteam_round11_cases import (  # noqa: E402
+    CPUS_MODULE,
+    CPUS_STATIC,
+    DIE_CPP,
+    FLAG_TASK,
+    FORGED_IMPORT,
+    HOST_FAILURE_LOGS,
+    OWN_FAILURE_LOGS,
+    OWN_FAILURES,
+    RAISE_FORWARD,
+)
+
+from verifier.compile.build_cause import environment_cause  # noqa: E402
+from verifier.isolation.sandbox import common_failure, scrubbed_env  # noqa: E402
+from verifier.judge import decide  # noqa: E402
+from verifier.judge.tensors import varies  # noqa: E402
+
+
+# --- whose doing a failed build is --------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(OWN_FAILURE_LOGS))
+def test_a_candidates_own_build_failure_is_not_the_hosts(name: str) -> None:
+    """Before (main at 258f195, each built on the cpu backend here): `environment_cause` named
+    the candidate's own line ("cpp_sources[0]:2:2: error: #error No space left on device", the
+    static_assert's message, the `#warning`, the undefined `..6ks_pchEi`), so the failure was
+    not cached ("[build cache] ... not cached: ...") and each request built it again. Now the
+    spec's own diagnostics count only in the compiler's own words: the failure is its own."""
+    assert environment_cause(OWN_FAILURE_LOGS[name]) == "", OWN_FAILURE_LOGS[name]
+
+
+@pytest.mark.parametrize("name", sorted(HOST_FAILURE_LOGS))
+def test_what_the_host_does_to_a_build_is_still_the_hosts(name: str) -> None:
+    """The other side of the fix: a trimmed precompiled header, a compiler the OOM killer
+    ended, a header not (yet) installed, a compiler that crashed, a timeout stay environmental
+    (never cached), the first two as tests/verifier/test_build_cause.py makes them for real."""
+    assert environment_cause(HOST_FAILURE_LOGS[name]), HOST_FAILURE_LOGS[name]
+
+
+def test_an_error_directive_naming_the_host_is_cached_as_the_candidates(tmp_path: Path) -> None:
+    """End to end, one real compile: the `#error No space left on device` candidate. Before:
+    not cached ("[build cache] 6e464d1e9f8d600f not cached: cpp_sources[0]:2:2: error: #error No
+    space left on device"), so its second build compiled again. Now its second build is the
+    cached failure; an honest spec in the same cache still builds and imports (independent
+    check: the attack left nothing for the next candidate)."""
+    from verifier.backends import get_backend
+    from verifier.checks.extspec import ExtensionSpec
+    from verifier.compile.builder import BuildContext, Builder
+
+    spec = ExtensionSpec("e", [OWN_FAILURES["error_directive"]], functions=["twice"])
+    honest = ExtensionSpec("e", ["int twice(int x) { return 2 * x; }"], functions=["twice"])
+
+    def builder() -> Builder:
+        return Builder(BuildContext(get_backend("cpu"), tmp_path, check_import=False))
+
+    first = builder().build([spec])[spec.key]
+    assert not first.ok and "#error No space left on device" in first.log, first.log[-2000:]
+    assert first.environmental == "", first.environmental
+    again = builder().build([spec])[spec.key]
+    assert not again.ok and again.cached and again.log == first.log
+    ok = builder().build([honest])[honest.key]
+    assert ok.ok and not ok.cached, ok.log[-2000:]
+    assert "No space left" not in ok.log
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the load check's child is the candidate's process: a static initializer that writes "
+    "'OSError: [Errno 28] No space left on device' (or any words of its own: 'cpus=2' was 'no "
+    "error at the spec's own lines') on its stderr and exits makes the import failure "
+    "environmental (never cached; the builder keeps the child's last error line). Fix: "
+    "the builder names where an import failure's words came from (the child's stderr vs the "
+    "sandbox's own `describe_failure`), and build_cause reads environment words only in the "
+    "sandbox's (a child killed by a signal, a timeout, no memory for the sandbox itself)"))
+def test_a_static_initializer_that_prints_the_hosts_words_is_the_candidates() -> None:
+    """Before (measured on main, built for real: FORGED_IMPORT): "import of the built extension
+    failed: OSError: [Errno 28] No space left on device", not cached. The log line as the
+    builder keeps it is judged here (no compile)."""
+    assert "std::_Exit(1)" in FORGED_IMPORT
+    log = "import of the built extension failed: OSError: [Errno 28] No space left on device"
+    assert environment_cause(log) == ""
+
+
+# --- a batch that fails alike -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def alike(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One batch: three candidates that raise a PermissionError in forward, three whose
+    extension prints a hidden interpreter's FileNotFoundError and exits, an honest one last."""
+    from redteam_cases import candidate
+    from verifier_cases import relu_task
+
+    from verifier.api import verify_batch
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    base = tmp_path_factory.mktemp("alike")
+    rows = [(f"raise{i}", candidate(forward=RAISE_FORWARD.format(i=i), name="r11_alike",
+                                    prelude=False)) for i in range(3)]
+    rows += [(f"die{i}", candidate(forward=f"return ext.relu_fwd(x)  # {i}", cpp=DIE_CPP,
+                                   name="r11_die", prelude=False)) for i in range(3)]
+    rows += [("honest", candidate(name="r11_alike", prelude=False))]
+    reqs = [VerifyRequest(n, "relu", relu_task(4, 8), c, "cpu") for n, c in rows]
+    got = verify_batch(reqs, VerifyOptions(backend="cpu", workers=1,
+                                           build_cache_dir=str(base / "builds"),
+                                           baseline_cache_dir=str(base / "baselines")))
+    return {v.candidate_id: v for v in got}
+
+
+def _reasons(verdicts: list[Any]) -> list[str]:
+    """What the pipeline's verify stage hands `common_failure` (pipeline/stages/verify.py)."""
+    return [v.error if v.status == "runtime_error" else "" for v in verdicts]
+
+
+def test_candidates_that_raise_the_sandboxs_errors_do_not_stop_the_run(
+        alike: dict[str, Any]) -> None:
+    """Three candidates whose forward raises `PermissionError(13, "Permission denied", ...)`.
+    Before (measured here on main): each verdict "candidate.py line 29: PermissionError: [Errno
+    13] Permission denied: '/opt/weights.bin'" (the same line in each), and `common_failure`
+    returned it: the pipeline's verify stage raised EnvironmentFailure ("every one of 3
+    candidates (cpu) failed the same way, so the environment is broken") and `kernelsynth
+    build` stopped. Now a failure that names the candidate's code is the candidate's. The
+    independent check: the pipeline's own stage keeps their verdicts."""
+    raised = [alike[f"raise{i}"] for i in range(3)]
+    for v in raised:
+        assert v.status == "runtime_error" and "candidate.py line" in v.error, v
+        assert "PermissionError" in v.error
+    assert common_failure(_reasons(raised)) is None
+    assert alike["honest"].status.startswith("correct"), alike["honest"]
+    _stage_keeps(raised)
+
+
+def _stage_keeps(verdicts: list[Any]) -> None:
+    """The pipeline's verify stage given these verdicts keeps them (raises nothing)."""
+    import pipeline.stages.verify as verify_mod
+    from pipeline.config import VerifyConfig
+    from schemas import Candidate, Task
+
+    tasks = {f"t{i}": Task(task_id=f"t{i}", name=f"t{i}", source="x", cpu_source="x")
+             for i in range(len(verdicts))}
+    cands = [Candidate(f"c{i}", f"t{i}", "cpu", "test", f"code {i}")
+             for i in range(len(verdicts))]
+
+    def replay(reqs: list[Any], opts: Any, progress: Any = None) -> list[Any]:
+        from dataclasses import replace
+        return [replace(v, candidate_id=r.candidate_id, task_id=r.task_id)
+                for r, v in zip(reqs, verdicts, strict=True)]
+
+    saved = verify_mod.verify_batch
+    verify_mod.verify_batch = replay
+    try:
+        kept, _ = verify_mod.verify_with_rejections(tasks, cands, VerifyConfig(backend="cpu"),
+                                                    Path("/nonexistent-cache"))
+    finally:
+        verify_mod.verify_batch = saved
+    assert [v.status for v in kept] == [v.status for v in verdicts]
+
+
+def test_an_install_without_what_candidates_import_still_stops_the_run() -> None:
+    """The other side of the fix: candidates whose `import numpy` fails in their own code
+    because the sandbox hides the install are still the environment's; one candidate's own
+    PermissionError among broken-sandbox failures makes the batch no common failure."""
+    hidden = "candidate.py line 3: ModuleNotFoundError: No module named 'numpy'"
+    assert common_failure([hidden] * 3) == hidden
+    broken = "worker exited with code 1: FileNotFoundError: [Errno 2] /tmp/venv/bin/python"
+    assert common_failure([broken] * 3) == broken
+    own = "candidate.py line 9: PermissionError: [Errno 13] Permission denied: '/opt/w.bin'"
+    assert common_failure([own] * 3) is None and common_failure([broken, broken, own]) is None
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "an extension that prints 'FileNotFoundError: ... /tmp/venv/bin/python' on stderr and ends "
+    "its process gives every verdict of its batch the error a hidden interpreter gives ('worker "
+    "exited with code 1: FileNotFoundError: ...'), and common_failure stops the pipeline's verify "
+    "stage. Fix: the parent tells a run that reached the candidate's code from one that never "
+    "started (a byte the worker writes on a pipe of the parent's once its interpreter, torch and "
+    "the verifier are up, before the candidate loads; its stderr is the candidate's to write), "
+    "and common_failure counts only runs that never reached it; or the verify stage runs a "
+    "trusted control (the reference as a candidate) before it calls the environment broken"))
+def test_an_extension_that_dies_with_the_interpreters_words_does_not_stop_the_run(
+        alike: dict[str, Any]) -> None:
+    """Before (measured here on main): each "worker exited with code 1: FileNotFoundError:
+    [Errno 2] No such file or directory: '/tmp/venv/bin/python'", word for word the error of
+    tests/pipeline/candidates/test_verify_environment.py's broken interpreter."""
+    died = [alike[f"die{i}"] for i in range(3)]
+    for v in died:
+        assert v.status == "runtime_error" and "/tmp/venv/bin/python" in v.error, v
+    assert common_failure(_reasons(died)) is None
+
+
+# --- the cached-result cheat ------------------------------------------------------------------
+def _flag_judge(input_seed: int) -> Any:
+    from verifier.judge.trial_judge import TrialJudge
+
+    return TrialJudge({"task_source": FLAG_TASK, "seed": 0, "input_seed": input_seed,
+                       "trials": 3, "tol": (1e-4, 1e-4, 1e-2, 1e-2), "variants": []},
+                      1 << 30, 16 << 20)
+
+
+def _judged(input_seed: int, model: Any) -> tuple[bool, str, list[Any]]:
+    """FLAG_TASK's trials judged with `model` as the worker's forward: (ok, why, the
+    reference's outputs of each trial)."""
+    from verifier.judge.trial_io import ArenaTrials
+
+    judge = _flag_judge(input_seed)
+    io = ArenaTrials(judge.spec, os.dup(judge.arena.fd), "cpu")
+    refs = []
+    try:
+        for t in range(len(judge.spec["blocks"][0])):
+            x = io.inputs(0, t)
+            refs.append((x[0] > 1.5).any(dim=1))
+            io.keep(0, t, model(*x))
+        ok, why, _ = judge.check(io.report()["trial_report"], None)
+    finally:
+        io.close()
+        judge.close()
+    return ok, why, refs
+
+
+def test_a_wrong_kernel_with_a_constant_output_is_incorrect_not_a_cheat() -> None:
+    """A per-row flag (FLAG_TASK) whose kernel never sets it (all False: a wrong threshold, a
+    reduction that drops its rows), on input seeds where the first trial's right answer is all
+    False and the second's is not. Before (main): "the output did not change with new inputs
+    (cached result): trial 2's output is an earlier trial's, bit for bit" and the parent's
+    `cheat` (reward 0.0, a cheat in the datasets). Now `incorrect` (reward 0.2, as any wrong
+    kernel); a kept result that varies is still the cheat (independent check, the same judge)."""
+    def never(x: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(x.shape[0], dtype=torch.bool)
+
+    seed = next(s for s in range(4000, 4400)
+                if (lambda refs: not refs[0].any() and refs[1].any())(_judged(s, never)[2]))
+    ok, why, _ = _judged(seed, never)
+    assert not ok and decide.CACHED_RESULT not in why and "trial 2" in why, why
+    kept: list[torch.Tensor] = []
+
+    def cache(x: torch.Tensor) -> torch.Tensor:
+        if not kept:  # the first trial's right answer, kept (it varies)
+            kept.append(torch.tensor([True, False]))
+        return kept[0]
+
+    varying = next(s for s in range(4000, 4400)
+                   if (lambda refs: torch.equal(refs[0], torch.tensor([True, False]))
+                       and not torch.equal(refs[1], refs[0]))(_judged(s, never)[2]))
+    ok, why, _ = _judged(varying, cache)
+    assert not ok and why.startswith(decide.CACHED_RESULT), why
+
+
+def test_only_an_output_that_varies_is_evidence_of_a_kept_result() -> None:
+    """`varies` (the rule of the judge's and the worker's comparisons): a tensor of two values
+    anywhere in the outputs; a constant, a one-element output or plain values are not."""
+    assert not varies(torch.zeros(5, dtype=torch.bool)) and not varies(torch.full((3, 3), 2.0))
+    assert not varies(torch.tensor([7.0])) and not varies((3, None, torch.ones(4)))
+    assert varies(torch.tensor([1.0, 2.0])) and varies((torch.ones(2), torch.arange(3)))
+    assert varies(torch.tensor([float("nan"), float("nan")]))  # NaN != NaN: not a constant
+
+
+# --- the fresh-worker confirmation -------------------------------------------------------------
+def _judged_wrong(nonce: str) -> Any:
+    """A run of a persistent worker as `GpuRunner._judged_here` leaves it when the judge found
+    its trials wrong: the worker said ok, the judge compared and answers not ok."""
+    from verifier.run.outcome import RunOutcome
+
+    out = RunOutcome({"nonce": nonce, "outcome": "ok", "findings": []}, rechecked=True,
+                     judge_compared=True)
+    out.referee = lambda op, args: (False, "trial 1, checked by the verifier itself: output 0: "
+                                    "differs beyond atol")
+    return out
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a failure the trusted judge established (trials it compared, a window check it failed) is "
+    "voided by the candidate's own word in a worker that ran earlier jobs: a line out of the "
+    "worker's protocol (`outcome.tampered`) or a forged 'did not settle' finding in its result "
+    "or settle reply (`outcome.reported_failure` reads the payload's findings, which are the "
+    "worker's) makes the run suspect, and the fresh worker's run stands. A window cheat learns "
+    "it was caught (the clock ends the windows with 'e' right after a failed check: "
+    "`JudgeClock._drive`) and re-rolls only then: caught with probability q, it passes with "
+    "1 - q^2. Fix: the parent records the settle's failure itself (a RunOutcome field, not a "
+    "finding it searches), and a failure the judge established stands unless the first worker "
+    "was found with an earlier job's residue (its hygiene findings, the parent's own); and the "
+    "clock serves the planned windows after a failed check, so the worker cannot tell"))
+@pytest.mark.parametrize("word", ["line", "finding"])
+def test_a_judged_failure_is_not_voided_by_the_candidates_word(word: str) -> None:
+    """Before (main): the judged-wrong run, with a {"settled": true} line written during the job
+    (`tampered`, after 2 earlier jobs) or a "worker_replaced ... did not settle" finding the
+    candidate added to its result, was made again in a fresh worker, whose passing run stood."""
+    from verifier.run.outcome import RunOutcome, confirmed, reported_failure, tampered
+
+    runs = iter([_judged_wrong("n1"), RunOutcome({"nonce": "n1", "outcome": "ok",
+                                                  "findings": []})])
+
+    def run() -> Any:
+        out = next(runs)
+        if out.referee is None:  # the fresh worker's run: the candidate behaves there
+            return out
+        if word == "line":
+            return tampered(out, "a line of the worker's loop out of turn (settled)", 2, "n1")
+        out.payload["findings"].append({"rule": "worker_replaced", "severity": "warning",
+                                        "line": None, "message": "the worker did not settle "
+                                        "after the run (forged): it was replaced"})
+        out.suspect = reported_failure(out, "n1")
+        return out
+
+    got = confirmed(run, lambda: None)
+    assert got.referee is not None and not got.referee("run", {})[0], (got.payload,
+                                                                       got.confirmed)
+
+
+# --- CUDA's JIT cache -------------------------------------------------------------------------
+ASK_CUDA_CACHE = ("import os; raise RuntimeError('disable=' + str(os.environ.get("
+                  "'CUDA_CACHE_DISABLE')) + ' path=' + str(os.environ.get('CUDA_CACHE_PATH')))")
+
+
+def test_cudas_jit_cache_is_off_in_every_job_of_a_persistent_worker() -> None:
+    """Before (main, measured here in the persistent worker's cpu loop): two jobs of one worker
+    saw "disable=None path=/tmp/w/.nv": one JIT cache for every job, writable by each (the
+    driver reads CUDA_CACHE_PATH once, at its start, so a per-job folder cannot be had). A job
+    that JITs PTX (code=compute_XX only, or a PTX string loaded by the driver) would load the
+    machine code an earlier job placed under its PTX's hash. Now every job sees
+    CUDA_CACHE_DISABLE=1 (the verifier's builds carry the GPU's own code: nothing is JITed)."""
+    from redteam_round7_cases import NUMPY_RELU
+    from test_redteam_round9 import _jobs
+
+    ask = NUMPY_RELU.replace("        import numpy as np\n", f"        {ASK_CUDA_CACHE}\n")
+    got = _jobs([ask, ask])
+    for payload in got:
+        assert payload["outcome"] == "runtime_error", payload
+        assert "disable=1 " in payload["error"], payload["error"]
+    assert got[0]["worker_pid"] == got[1]["worker_pid"]  # one worker: the driver's one start
+
+
+def test_no_caller_turns_cudas_jit_cache_back_on() -> None:
+    """The sandbox's environment sets it last: a caller's extra variables (a worker's private
+    caches with CUDA_CACHE_PATH, an operator's CUDA_CACHE_DISABLE=0) do not undo it."""
+    env = scrubbed_env({"CUDA_CACHE_PATH": "/tmp/w/.nv", "CUDA_CACHE_DISABLE": "0"})
+    assert env["CUDA_CACHE_DISABLE"] == "1" and env["CUDA_CACHE_PATH"] == "/tmp/w/.nv"
+
+
+def test_a_sandboxed_run_sees_cudas_jit_cache_off(tmp_path: Path) -> None:
+    """The sandboxed children (the cpu runner's, the non-persistent CUDA worker's) as they
+    run: their environment says the cache is off."""
+    from verifier.isolation.sandbox import SandboxLimits, run_sandboxed
+
+    res = run_sandboxed([sys.executable, "-c", "import os, json; open('result.json', 'w')"
+                         ".write(json.dumps({'v': os.environ.get('CUDA_CACHE_DISABLE')}))"],
+                        limits=SandboxLimits(timeout_s=60), workdir=tmp_path / "run")
+    assert res.payload == {"v": "1"}, res.describe_failure()
+
+
+# --- the compile-core partition ----------------------------------------------------------------
+def test_the_build_stages_candidate_code_runs_on_the_compilers_cpus_and_counts_as_load(
+        tmp_path: Path) -> None:
+    """A GPU batch keeps its timing lanes' cores free of compilers (`compile_cpus(compile_cores(
+    lanes))`, taskset on every compiler). The build stage runs candidate code too: its module,
+    to collect computed load_inline calls (up to 60 s), and its object's static initializers in
+    the load check (up to 120 s, threads of its own). Before (main, here inside
+    `compile_cpus([first cpu])` on 2 cpus): the collected module ran on "cpus_0_1" and the
+    static initializers on "cpus=2", every core, the lanes' too (a module that spins 60 s slows
+    every sibling's launch-bound timing: 24-29 us -> 47 us with compilers on an H100 node's
+    cores, cpu_bound.py); neither counted as a tool in `TOOL_LOAD`, so a cpu baseline timed
+    beside it was cached as quiet. Now both run on the compilers' cpus (pinned, seccomp) and
+    count as a compiler: a cpu baseline timed beside them is re-timed, not cached."""
+    from verifier.backends import compile_cpus, get_backend
+    from verifier.backends.tool_load import TOOL_LOAD
+    from verifier.checks.extspec import ExtensionSpec
+    from verifier.compile.builder import BuildContext, Builder
+    from verifier.isolation.sandbox import SpawnLauncher
+    from verifier.protocol import VerdictData, VerifyOptions, VerifyRequest
+    from verifier.stages import Item, collect_specs
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one cpu: no partition to leave")
+    req = VerifyRequest("c", "t", FLAG_TASK, CPUS_MODULE, "cpu")
+    item = Item(req, VerdictData("c", "t", "runtime_error", "extract", "cpu"), code=CPUS_MODULE)
+    spec = ExtensionSpec("e", [CPUS_STATIC], functions=["twice"])
+    with compile_cpus(cpus[:1]):
+        mark = TOOL_LOAD.mark()
+        collect_specs(item, VerifyOptions(backend="cpu"), SpawnLauncher())
+        counted = TOOL_LOAD.ran_since(mark)
+        built = Builder(BuildContext(get_backend("cpu"), tmp_path, check_import=True)).build(
+            [spec])[spec.key]
+    assert not item.done and [s.name for s in item.specs] == [f"cpus_{cpus[0]}"], item.specs
+    assert counted
+    assert not built.ok and built.log.endswith("cpus=1"), built.log[-2000:]
+
+
+# --- the compile-core partition's override ----------------------------------------------------
+def test_a_malformed_timing_cores_override_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`KS_TIMING_CORES` is read in the verifying process only (no request field reaches it; a
+    candidate's process has its own environment). Before: "four" ended verify_batch of a GPU
+    batch with "invalid literal for int() with base 10: 'four'". Now the error names it."""
+    from verifier.isolation.cpu_bound import compile_cores
+
+    monkeypatch.setenv("KS_TIMING_CORES", "four")
+    with pytest.raises(ValueError, match="KS_TIMING_CORES='four'"):
+        compile_cores(1, list(range(16)))
+    monkeypatch.setenv("KS_TIMING_CORES", "3")
+    assert compile_cores(1, list(range(16))) == list(range(3, 16))
