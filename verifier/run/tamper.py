@@ -124,6 +124,7 @@ def process_state() -> dict[str, int]:
              # kernels registered from Python (`torch.library.Library(...).impl`): one for
              # aten::relu on cpu made every later job's reference wrong ("incorrect")
              "torch.library registrations": hash(frozenset(_py_kernels())),
+             "logging handlers": hash(logging_hooks()), "sys.monitoring": monitoring(),
              "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
              **{k: hash(str(v)) for k, v in torch_switches().items()},
              **class_attributes(), **process_settings(), **protocol_state(),
@@ -255,9 +256,38 @@ def torch_switches() -> dict[str, Any]:
 
 
 def _py_kernels() -> set[str]:
-    """The (op, dispatch key) kernels registered through torch.library from Python."""
-    lib = sys.modules.get("torch.library")
-    return set(getattr(lib, "_impls", ()))
+    """The (op, dispatch key) kernels registered through torch.library from Python, the ops it
+    defined, and torch's custom-op tables by identity (an entry of `OPDEF_TO_LIB` is destroyed
+    by a later `custom_op` of its name: one a job left ran its handles in the next job's)."""
+    lib, ops = sys.modules.get("torch.library"), sys.modules.get("torch._library.custom_ops")
+    tables = [getattr(ops, n, None) for n in ("OPDEF_TO_LIB", "OPDEFS")]
+    return set(getattr(lib, "_impls", ())) | {f"def {d}" for d in getattr(lib, "_defs", ())} | {
+        f"{name} {id(v)}" for t in tables if t is not None for name, v in list(t.items())}
+
+
+def logging_hooks() -> tuple[Any, ...]:
+    """Identity of what `logging` calls as any logger logs: every logger's handlers and filters
+    (and theirs, and the handlers' formatters), the logger and record classes (a handler a job
+    put on torch's logger ran in the next job that logged: test_redteam_later_code)."""
+    logging = sys.modules.get("logging")
+    if logging is None:
+        return ()
+    loggers = [("", logging.getLogger())] + sorted(
+        (n, lg) for n, lg in list(logging.Logger.manager.loggerDict.items())
+        if isinstance(lg, logging.Logger) and (lg.handlers or lg.filters))
+    return (id(logging.getLoggerClass()), id(logging.getLogRecordFactory())) + tuple(
+        (name, tuple(map(id, lg.filters)), tuple(
+            (id(h), id(getattr(h, "formatter", None)), tuple(map(id, getattr(h, "filters", ()))))
+            for h in lg.handlers)) for name, lg in loggers)
+
+
+def monitoring() -> int:
+    """The tools of `sys.monitoring` (3.12) and the events each asked for (a freed tool's
+    events stay set in 3.12): its callbacks run in every later job's Python code."""
+    mon = getattr(sys, "monitoring", None)
+    if mon is None:
+        return 0
+    return hash(tuple((mon.get_tool(t), mon.get_events(t)) for t in range(6)))
 
 
 # rebound by the harness itself for each job (`verifier.checks.extspec.install_shim`)
