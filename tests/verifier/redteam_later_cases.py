@@ -2,21 +2,23 @@
 verifier/test_redteam_later_code.py (round 10's open finalizer, and further variants).
 
 Each attack is planted as the harness drops the attacker's model (`test_redteam_round9.
-_leaving`: after the job's own checks) and defines `later()`, which rebinds `torch.relu`:
-whatever job it runs in "changed" a watched torch function, a cheat. What makes it run later:
-- death (an object alive at the settle that a later job releases): the anchor is the random
-  generator of `tempfile`'s names, which the next job's harness replaces as it makes the job's
-  folder. On it: torch's own `_del_library` finalizer given a handle whose `on_destroy` is
-  `later` (round 10's xfail), a `weakref.ref` callback, or a `__del__` of the job's own class;
+_leaving`: after the job's own checks) or as its worker settles it (`test_redteam_round9b.
+_at_settle`), and defines `later()`, which rebinds `torch.relu`: whatever job it runs in
+"changed" a watched torch function, a cheat. What makes it run later:
+- death (an object alive after the settle that a later job releases): the anchor is held by
+  the settle's message in the worker's loop, dropped as the next job's message is read. On
+  it: torch's own `_del_library` finalizer given a handle whose `on_destroy` is `later`
+  (round 10's xfail), a `weakref.ref` callback, or a `__del__` of the job's own class;
 - a registry a later job reads: a `logging` handler on torch's logger (a later job's torch
   logs through it), an entry of torch's custom-op table (`OPDEF_TO_LIB`: a later job's
-  `torch.library.custom_op` of that name destroys the old entry's library first).
+  `torch.library.custom_op` of that name destroys the old entry's library first), a key of
+  the job's own str class in `sys.modules` (its `__eq__` runs as a later job imports).
 """
 
 from __future__ import annotations
 
 LATER = """
-import functools, re, sys, weakref
+import functools, weakref  # (not sys: `_at_settle`'s own, which it reads first)
 import torch
 
 
@@ -26,13 +28,20 @@ def later(*_a):
 
 """
 
-# the anchor: the random generator of `tempfile`'s name sequence, marked as another process's,
-# so the next job's first temporary name (its harness makes the job's folder with one) draws a
-# new generator and drops this one
+# the anchor: the message of the settle in the worker's own loop (`gpu_worker.main`'s `msg`),
+# which lives until the loop reads the next job's: what it holds dies as the next job begins
 ANCHOR = """
-import random, tempfile
-names = tempfile._get_candidate_names()
-names._rng_pid = None
+f = sys._getframe()
+while f is not None and f.f_code.co_name != "main":
+    f = f.f_back
+msg = f.f_locals["msg"]
+f.f_locals.clear()  # the frame's snapshot of its locals: it would hold the message on
+
+
+class Anchor:
+    pass
+
+
 """
 
 DEATHS = {
@@ -40,26 +49,25 @@ DEATHS = {
     # type whose `on_destroy` is the job's
     "handle": ANCHOR + """
 from torch._library.utils import RegistrationHandle
-names._rng = random.Random()
-weakref.finalize(names._rng, torch.library._del_library, set(), set(), set(), set(),
+msg["ks"] = Anchor()
+weakref.finalize(msg["ks"], torch.library._del_library, set(), set(), set(), set(),
                  [RegistrationHandle(functools.partial(later))], None, {})
 """,
     # a weak reference's callback (no finalizer registry: the reference is kept elsewhere)
     "ref": ANCHOR + """
-names._rng = random.Random()
-names.kept = weakref.ref(names._rng, later)
+msg["ks"] = Anchor()
+sys.modules["weakref"].ks_kept = weakref.ref(msg["ks"], later)
 """,
     # no callback at all: a `__del__` of the job's own class
     "del": ANCHOR + """
-class Rng(random.Random):
-    __del__ = later
-names._rng = Rng()
+Anchor.__del__ = later
+msg["ks"] = Anchor()
 """,
 }
 
 
 def death(name: str) -> str:
-    """The code the attacker's model runs as it is dropped, for the death `name`."""
+    """The code the attacker runs as its worker settles it, for the death `name`."""
     return LATER + DEATHS[name]
 
 
@@ -89,6 +97,29 @@ from torch._library.utils import RegistrationHandle
 lib = torch.library.Library("ks_ops", "FRAGMENT")
 lib._registration_handles.append(RegistrationHandle(later))
 custom_ops.OPDEF_TO_LIB["ks_ops::relu"] = lib
+"""
+
+# a key of the job's own str class in sys.modules, of the hash of "numpy" and ahead of it: its
+# `__eq__` runs at every lookup of "numpy" there (any `import numpy`), from the next job's on
+SHADOW = LATER + """
+import os, sys
+home = os.getcwd()
+
+
+class Name(str):
+    def __hash__(self):
+        return hash("numpy")
+
+    def __eq__(self, other):
+        here = os.getcwd()
+        if here != home and os.path.basename(here).startswith("job-"):
+            later()
+        return False
+
+
+numpy = sys.modules.pop("numpy")
+sys.modules[Name("ks_numpy")] = numpy
+sys.modules["numpy"] = numpy
 """
 
 # an honest ReLU as a custom op (numpy inside), and one defined through a `Library`: two of

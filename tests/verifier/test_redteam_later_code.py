@@ -28,23 +28,25 @@ from redteam_later_cases import (  # noqa: E402
     LIBRARY_RELU,
     LOGGER,
     OPDEF,
+    SHADOW,
     death,
 )
 from redteam_round7_cases import NUMPY_RELU  # noqa: E402
 from test_redteam_round9 import _jobs, _leaving, _said  # noqa: E402
+from test_redteam_round9b import _at_settle  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # the next job's `tempfile` names are drawn by a generator of the job's own class: no object
-# dies, its method is called (`tempfile._name_sequence.rng.choice`)
+# dies, its method is called (`tempfile._name_sequence.rng.choices`)
 RNG = LATER + """
 import random, tempfile
 
 
 class Rng(random.Random):
-    def choice(self, seq):
+    def choices(self, *a, **k):
         later()
-        return random.Random.choice(self, seq)
+        return random.Random.choices(self, *a, **k)
 
 
 tempfile._get_candidate_names()._rng = Rng()
@@ -60,9 +62,9 @@ def _asking(code: str) -> str:
 def chain() -> dict[str, list[dict[str, Any]]]:
     """Each attack and the honest jobs after it, in one worker's sequence (a job that ends its
     worker starts the next one)."""
-    runs = {"handle": [_leaving(death("handle")), NUMPY_RELU, NUMPY_RELU],
-            "ref": [_leaving(death("ref")), NUMPY_RELU],
-            "del": [_leaving(death("del")), NUMPY_RELU],
+    runs = {"handle": [_at_settle(death("handle")), NUMPY_RELU, NUMPY_RELU],
+            "ref": [_at_settle(death("ref")), NUMPY_RELU],
+            "del": [_at_settle(death("del")), NUMPY_RELU], "shadow": [_leaving(SHADOW), NUMPY_RELU],
             "log": [_leaving(LOGGER), _asking(ASK_LOG)], "opdef": [_leaving(OPDEF), CUSTOM_OP_RELU],
             "custom_ops": [CUSTOM_OP_RELU, CUSTOM_OP_RELU, LIBRARY_RELU, LIBRARY_RELU, NUMPY_RELU],
             "rng": [_leaving(RNG), NUMPY_RELU]}
@@ -76,14 +78,15 @@ def chain() -> dict[str, list[dict[str, Any]]]:
 @pytest.mark.parametrize("name", ["handle", "ref", "del"])
 def test_what_a_job_left_to_die_later_does_not_run_in_a_later_job(
         chain: dict[str, list[dict[str, Any]]], name: str) -> None:
-    """The job's model, as it is dropped, hangs code on `tempfile`'s name generator and marks
-    it as another process's, so the next job's harness replaces it as it makes that job's
-    folder: torch's `_del_library` finalizer with a handle whose `on_destroy` is the job's
-    (round 10's xfail), a `weakref.ref` callback, a `__del__` of the job's own class. Before
-    (main, measured): each attacker passed with no finding, and the next job, an honest
-    numpy ReLU, was a cheat in the same worker ("torch.relu changed during the run"). Now at
-    the settle every finalizer is detached and what would run code as it dies is held for the
-    worker's life (`verifier.run.disarm`): the code never runs, and the worker stays."""
+    """As its worker settles it, the job hangs code on the settle's message in the worker's own
+    loop, which dies as the loop reads the next job's: torch's `_del_library` finalizer with a
+    handle whose `on_destroy` is the job's (round 10's xfail), a `weakref.ref` callback, a
+    `__del__` of the job's own class. Before (main at 258f195, measured): each attacker passed
+    with no finding, and the next job, an honest numpy ReLU, was a cheat in the same worker
+    ("torch.relu changed during the run"). Now at the settle every finalizer is detached and
+    what would run code as it dies is held for the worker's life (`verifier.run.disarm`): the
+    code never runs, and the worker stays.
+    """
     attacker, *honest = chain[name]
     assert attacker["outcome"] == "ok", attacker
     for job in honest:
@@ -93,10 +96,10 @@ def test_what_a_job_left_to_die_later_does_not_run_in_a_later_job(
 
 def test_a_logging_handler_a_job_left_does_not_run_in_a_later_job(
         chain: dict[str, list[dict[str, Any]]]) -> None:
-    """A job adds a handler to torch's logger. Before (main, measured): no finding, the same
-    worker, and the next job, which logs a warning through `torch.fx`'s logger, was a cheat
-    (the handler rebound torch.relu there). Now every logger's handlers and filters are part
-    of the residue: the worker is replaced, the next job runs its own code only."""
+    """A job adds a handler to torch's logger. Before (main at 258f195, measured): no finding,
+    the same worker, and the next job, which logs a warning through `torch.fx`'s logger, was
+    a cheat (the handler rebound torch.relu there). Now every logger's handlers and filters
+    are part of the residue: the worker is replaced, the next job runs its own code only."""
     leaver, ask = chain["log"]
     assert any("logging handlers" in m for m in _said(leaver, "worker_replaced")), leaver
     assert ask["worker_pid"] != leaver["worker_pid"]
@@ -106,13 +109,25 @@ def test_a_logging_handler_a_job_left_does_not_run_in_a_later_job(
 def test_an_entry_of_torchs_custom_op_table_a_job_left_is_not_handed_on(
         chain: dict[str, list[dict[str, Any]]]) -> None:
     """A job puts a real `Library` (torch's finalizer, no kernel registered) with a handle whose
-    `on_destroy` is its own under "ks_ops::relu" in torch's custom-op table. Before (main,
-    measured): no finding, and the next job, an honest ReLU that defines that op with
+    `on_destroy` is its own under "ks_ops::relu" in torch's custom-op table. Before (main at
+    258f195, measured): no finding, and the next job, an honest ReLU that defines that op with
     `torch.library.custom_op` (which destroys the old entry's library), was a cheat. Now
     torch's custom-op tables (and the ops torch.library defined) are part of the residue."""
     leaver, honest = chain["opdef"]
     said = " ".join(_said(leaver, "worker_replaced"))
     assert "torch.library registrations" in said, leaver
+    assert honest["outcome"] == "ok" and honest["worker_pid"] != leaver["worker_pid"], honest
+
+
+def test_a_key_of_the_jobs_own_str_class_in_sys_modules_is_not_handed_on(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """A job puts a key of its own str class, of the hash of "numpy", ahead of "numpy" in
+    sys.modules (its value numpy itself, a module imported from a file). Before (main at
+    258f195, measured): no finding, the same worker, and the next job, an honest numpy ReLU,
+    was a cheat: its `import numpy` ran the key's `__eq__`. Now keys of no exact str in
+    sys.modules and in every module's namespace are part of the residue."""
+    leaver, honest = chain["shadow"]
+    assert any("keys of no str" in m for m in _said(leaver, "worker_replaced")), leaver
     assert honest["outcome"] == "ok" and honest["worker_pid"] != leaver["worker_pid"], honest
 
 
@@ -128,18 +143,19 @@ def test_honest_custom_ops_pass_in_consecutive_jobs(
         assert any("torch.library registrations" in m for m in _said(job, "worker_replaced"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an attribute of an object of the standard library that the harness calls each job "
-    "(`tempfile._name_sequence._rng`, drawn from as the next job's folder is made) is not part "
-    "of the residue: only modules' globals and some classes' attributes are. Fix: make the job's "
-    "folder without `tempfile` (a name from the job's nonce) and compare the attributes of the "
-    "private objects of the modules the harness calls between jobs; GpuRunner's fresh-worker "
-    "rerun of a failing verdict (`verifier.run.outcome.confirmed`) already voids the cheat"))
 def test_a_name_generator_a_job_left_does_not_run_in_a_later_job(
         chain: dict[str, list[dict[str, Any]]]) -> None:
-    """Measured here: the attacker passes and the next honest job is a cheat, same worker."""
+    """A job sets the generator `tempfile` draws names from (the worker's loop makes each
+    job's folder with `mkdtemp`) to one of its own class. Before (main at 258f195, measured):
+    no finding,
+    the same worker, and the next job, an honest numpy ReLU, was a cheat (the generator's
+    `choices` rebound torch.relu as the next job's folder was named). Now the globals of
+    tempfile and shutil, and their objects' attributes, are part of the residue
+    (`tamper.protocol_state`): the worker is replaced."""
     attacker, honest = chain["rng"]
-    assert honest["outcome"] == "ok", honest
+    said = " ".join(_said(attacker, "worker_replaced"))
+    assert "tempfile._name_sequence (protocol) attributes" in said, attacker
+    assert honest["outcome"] == "ok" and honest["worker_pid"] != attacker["worker_pid"], honest
 
 
 FROZEN = """

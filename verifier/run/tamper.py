@@ -129,14 +129,22 @@ def process_state() -> dict[str, int]:
              **{k: hash(str(v)) for k, v in torch_switches().items()},
              **class_attributes(), **process_settings(), **protocol_state(),
              **torch_private()}
+    # keys of no exact str in sys.modules or a module's namespace: a job's own str class there
+    # runs its `__eq__` at every later lookup of a name of equal hash (`import numpy` in the
+    # next job ran it: tests/verifier/test_redteam_later_code.py)
+    odd = [id(k) for k in list(sys.modules) if type(k) is not str]
     for name, module in list(sys.modules.items()):
+        if type(name) is not str:
+            continue
         state[name] = id(module)
         try:
             names = list(vars(module).items())
         except TypeError:  # not a module (an object placed in sys.modules)
             continue
+        odd.extend(id(k) for k, _ in names if type(k) is not str)
         state.update((f"{name}.{k}", identity(v)) for k, v in names
-                     if not k.startswith("_") and callable(v))
+                     if type(k) is str and not k.startswith("_") and callable(v))
+    state["keys of no str"] = hash(frozenset(odd))
     return state
 
 
@@ -165,13 +173,20 @@ def class_attributes() -> dict[str, int]:
 # what the worker's own exchange runs through: it reads each job with `json.loads` and writes
 # each result with `json.dumps` (a job that rebound `JSONDecoder.decode` swapped the next job's
 # candidate for another; one that rebound `JSONEncoder.encode` made the next job's result
-# "incorrect" under its own nonce), and takes the judge's descriptors with `socket.recv_fds`
-PROTOCOL_MODULES = ("json", "json.decoder", "json.encoder", "json.scanner", "socket")
+# "incorrect" under its own nonce), and takes the judge's descriptors with `socket.recv_fds`;
+# it makes each job's folder with `tempfile.mkdtemp` and removes it with `shutil.rmtree` (a job
+# that set the generator of tempfile's names to its own ran in the next job's mkdtemp)
+PROTOCOL_MODULES = ("json", "json.decoder", "json.encoder", "json.scanner", "socket",
+                    "tempfile", "shutil")
 
 
 def protocol_state() -> dict[str, int]:
     """Identity of every global of PROTOCOL_MODULES, private ones too (`json._default_decoder`
     is what `json.loads` calls), and of the attributes of their classes and objects."""
+    tmp = sys.modules.get("tempfile")
+    if tmp is not None:  # tempfile's lazy state, made as ready: the first job's draw is no change
+        next(tmp._get_candidate_names())
+        tmp.gettempdir()
     out = {}
     for name in PROTOCOL_MODULES:
         module = sys.modules.get(name)
