@@ -313,10 +313,12 @@ def test_torchs_finalizer_with_the_candidates_code_never_runs_after_the_settle()
     """This file's xfail (torch's finalizer given a handle the candidate made), in every form:
     `torch.library._del_library` (by identity) with real `RegistrationHandle`s whose
     `on_destroy` is the job's function, a partial of it or a bound method, armed directly or
-    through a partial, or a handle's `destroy` itself, on objects torch holds. Before (main at 258f195, measured): the settle named only the last
-    (its function is no torch finalizer: that worker would have gone) and all nine ran as
-    the objects died. Now every finalizer is detached at the settle, whatever its function
-    (`verifier.run.disarm`): none runs, the registry is empty, the last is still named."""
+    through a partial, or a handle's `destroy` itself, on objects torch holds. Before (main
+    at 258f195, measured): the settle named only the last (its function is no torch
+    finalizer: that worker would have gone) and all nine ran as the objects died. Now every
+    finalizer is detached at the settle, whatever its function (`verifier.run.disarm`): none
+    runs, the registry is empty, the last is still named. In a worker, on an object that dies
+    in the next job: tests/verifier/test_redteam_later_code.py."""
     out = subprocess.run([sys.executable, "-c", DETACHED], capture_output=True, text=True,
                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
                          timeout=300)

@@ -6,8 +6,9 @@ whenever the collector next runs (in a sibling's job, its timed windows included
 garbage is collected first), and one that leaves another such object behind runs in every later
 job; a `weakref.finalize`, a weak reference's callback or a `__del__` runs when some object
 dies, perhaps in a later job (at the settle those are detached or their objects held:
-`verifier.run.disarm`); a `gc.callbacks` entry runs at every collection. Such code could sleep in a sibling's windows or change the
-harness while a sibling runs (its hygiene check would then call the sibling a cheat). So
+`verifier.run.disarm`); a `gc.callbacks` entry runs at every collection. Such code could
+sleep in a sibling's windows or change the harness while a sibling runs (its hygiene check
+would then call the sibling a cheat). So
 between jobs, once the parent has checked the last job's trials, the worker collects its
 garbage (its finalizers run then, charged to that job) and its checks run again
 (`verifier.run.gpu_worker`). `atexit` handlers run only as the worker exits, after its last
