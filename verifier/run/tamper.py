@@ -4,6 +4,7 @@ a cheat)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -186,7 +187,8 @@ def protocol_state() -> dict[str, int]:
     tmp = sys.modules.get("tempfile")
     if tmp is not None:  # tempfile's lazy state, made as ready: the first job's draw is no change
         next(tmp._get_candidate_names())
-        tmp.gettempdir()
+        with contextlib.suppress(OSError):  # no writable temporary directory: stays unset
+            tmp.gettempdir()
     out = {}
     for name in PROTOCOL_MODULES:
         module = sys.modules.get(name)
