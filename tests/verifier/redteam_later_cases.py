@@ -12,7 +12,8 @@ _at_settle`), and defines `later()`, which rebinds `torch.relu`: whatever job it
 - a registry a later job reads: a `logging` handler on torch's logger (a later job's torch
   logs through it), an entry of torch's custom-op table (`OPDEF_TO_LIB`: a later job's
   `torch.library.custom_op` of that name destroys the old entry's library first), a key of
-  the job's own str class in `sys.modules` (its `__eq__` runs as a later job imports).
+  the job's own str class in `sys.modules` (its `__eq__` runs as a later job imports);
+- no later job: an `atexit` handler (it runs as the worker exits, after its last reply).
 """
 
 from __future__ import annotations
@@ -97,6 +98,13 @@ from torch._library.utils import RegistrationHandle
 lib = torch.library.Library("ks_ops", "FRAGMENT")
 lib._registration_handles.append(RegistrationHandle(later))
 custom_ops.OPDEF_TO_LIB["ks_ops::relu"] = lib
+"""
+
+# an exit handler: the interpreter runs it only as the worker exits, after its last reply (the
+# parent kills a worker that leaves as it reads that reply)
+EXITER = LATER + """
+import atexit
+atexit.register(later)
 """
 
 # a key of the job's own str class in sys.modules, of the hash of "numpy" and ahead of it: its

@@ -6,9 +6,12 @@ finalizer function given torch's handle type whose `on_destroy` is the candidate
 the settle as torch's, with no object known that dies in a later job. Each attack below
 rebinds `torch.relu` wherever it runs, so the job it runs in is called a cheat; each was
 measured on main at 258f195 first (the "Before" of each test), one worker sequence per attack
-(`/tmp` script, `test_redteam_round9._jobs`). Here they run as one sequence (`chain`); without
-`confirmed` (GpuRunner's fresh-worker rerun of a failing verdict), to see what the settle and
-the residue checks alone do.
+(`test_redteam_round9._jobs`). Here they run as one sequence (`chain`); without `confirmed`
+(GpuRunner's fresh-worker rerun of a failing verdict), to see what the settle and the residue
+checks alone do. Fixed: death-triggered code is detached or held (`verifier.run.disarm`), the
+registries are residue (`verifier.run.tamper`: logging's hooks, torch's custom-op tables, keys
+of no str, tempfile and shutil as the loop's modules, sys.monitoring on 3.12). Open (strict
+xfail): objects the job froze itself escape the settle's scan.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from redteam_later_cases import (  # noqa: E402
     ASK_LOG,
     CUSTOM_OP_RELU,
+    EXITER,
     LATER,
     LIBRARY_RELU,
     LOGGER,
@@ -67,7 +71,7 @@ def chain() -> dict[str, list[dict[str, Any]]]:
             "del": [_at_settle(death("del")), NUMPY_RELU], "shadow": [_leaving(SHADOW), NUMPY_RELU],
             "log": [_leaving(LOGGER), _asking(ASK_LOG)], "opdef": [_leaving(OPDEF), CUSTOM_OP_RELU],
             "custom_ops": [CUSTOM_OP_RELU, CUSTOM_OP_RELU, LIBRARY_RELU, LIBRARY_RELU, NUMPY_RELU],
-            "rng": [_leaving(RNG), NUMPY_RELU]}
+            "rng": [_leaving(RNG), NUMPY_RELU], "exit": [_leaving(EXITER), NUMPY_RELU, NUMPY_RELU]}
     got = _jobs([src for srcs in runs.values() for src in srcs])
     out, i = {}, 0
     for name, srcs in runs.items():
@@ -129,6 +133,16 @@ def test_a_key_of_the_jobs_own_str_class_in_sys_modules_is_not_handed_on(
     leaver, honest = chain["shadow"]
     assert any("keys of no str" in m for m in _said(leaver, "worker_replaced")), leaver
     assert honest["outcome"] == "ok" and honest["worker_pid"] != leaver["worker_pid"], honest
+
+
+def test_an_exit_handler_a_job_left_runs_in_no_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """`atexit.register(later)`: it runs only as the worker exits, after its last reply, so no
+    later job of the worker meets it (main at 258f195, measured: the same); the worker is not
+    replaced for it."""
+    leaver, *honest = chain["exit"]
+    for job in [leaver, *honest]:
+        assert job["outcome"] == "ok" and job["worker_pid"] == leaver["worker_pid"], job
 
 
 def test_honest_custom_ops_pass_in_consecutive_jobs(
