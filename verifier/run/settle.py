@@ -26,7 +26,7 @@ import types
 import weakref
 from typing import Any
 
-from verifier.run.disarm import detach_all, pin_mortal
+from verifier.run.disarm import detach_all, note_frozen, pin_mortal
 
 # collections in a row that may still find garbage (a finalizer's own garbage, then that of
 # its finalizers) before the garbage counts as renewing itself
@@ -117,6 +117,7 @@ def armed_finalizers() -> dict[Any, str]:
     """Live `weakref.finalize` registrations other than torch's own: {the finalizer: its
     function's name} (held, so a later one cannot take a dead one's identity)."""
     _first_found(TORCH_FINALIZERS + TORCH_TYPES)  # at the worker's ready, before any job
+    note_frozen(freeze=False)  # (the worker froze its objects just before)
     registry = weakref.finalize._registry  # type: ignore[attr-defined]
     return {fin: _named(info) for fin, info in list(registry.items()) if not torch_own(info)}
 
@@ -140,6 +141,7 @@ def leftover_code(armed_before: dict[Any, str]) -> list[str]:
     armed = [_named(info) for fin, info in detach_all()
              if fin not in armed_before and not torch_own(info)]
     pin_mortal()
+    note_frozen()  # what lives on is no later collection's work, nor a later scan's
     if armed:
         left.append("weakref.finalize callbacks armed (" + ", ".join(sorted(set(armed))[:3])
                     + ")")
