@@ -9,7 +9,9 @@ job leaves that reached the next job, an honest sibling's, framing it or failing
   own named as torch's (`__module__` is writable), a torch function that execs its argument,
   an object hung on the job's `load_inline` shim (died in the next job's `install_shim`);
   fixed: torch's finalizers by identity (`settle.torch_own`), the shim goes with its job;
-  open (xfail): torch's `_del_library` given a handle whose `on_destroy` is the candidate's;
+  torch's `_del_library` given a handle whose `on_destroy` is the candidate's (open here):
+  every finalizer is detached at the settle (`verifier.run.disarm`; more of this kind in
+  tests/verifier/test_redteam_later_code.py);
 - state the residue check did not compare: an operator of `torch.Tensor` (x * 2 = 2x + 1),
   the process's settings (umask 777 killed the worker with the next job; priority, rlimits,
   blocked signals, recursion limit, switch interval; a stdout whose flush the worker calls),
@@ -29,6 +31,7 @@ own-kernel share forged under --fallback partial, a GPU-only hole).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import weakref
 from pathlib import Path
@@ -62,6 +65,8 @@ from redteam_round10_cases import (  # noqa: E402
 from test_redteam_round9 import _jobs  # noqa: E402
 
 from verifier.run.settle import armed_finalizers, torch_own  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _anchored(name: str) -> str:
@@ -257,27 +262,70 @@ def test_torchs_own_finalizers_are_still_torchs() -> None:
     assert not torch_own(_finalizer(later))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "torch's own finalizer function (`torch.library._del_library`, by identity) given a real "
-    "`torch._library.utils.RegistrationHandle` whose `on_destroy` is the candidate's function "
-    "passes as torch's (settle.torch_own checks the handle's type, not what it calls): armed on "
-    "an object that dies in a later job, it runs the candidate's code there. No anchor that "
-    "dies in a later job is known since the shim goes with its job (the chain above), so it "
-    "has no effect today. Fix: detach (`fin.detach()`) every finalizer a job armed at its "
-    "settle whatever its function (a Library a job keeps alive then never deregisters: its "
-    "registrations are residue already), or, for every framing of this kind, confirm a "
-    "failing verdict of a worker that ran an earlier job in a fresh worker"))
-def test_torchs_finalizer_with_the_candidates_handle_is_not_torchs() -> None:
-    """The settle must not take a handle the candidate made for torch's own."""
-    import torch
-    from torch._library.utils import RegistrationHandle
+# in a process of its own (the settle detaches every finalizer and pins what it finds there):
+# torch's finalizer function with the candidate's code in every place its data can hold it
+DETACHED = """
+import functools, gc, sys, weakref
+import torch
+from torch._library.utils import RegistrationHandle
+from verifier.run.settle import armed_finalizers, leftover_code
 
-    def later() -> None:
-        pass
+gc.collect()
+gc.freeze()
+before = armed_finalizers()
+ran = []
 
-    info = _finalizer(torch.library._del_library, set(), set(), set(), set(),
-                      [RegistrationHandle(later)], None, {})
-    assert not torch_own(info)
+
+def later(*_a):
+    ran.append(1)
+
+
+class Job:
+    def method(self):
+        later()
+
+
+class Anchor:
+    pass
+
+
+kept = []
+for on_destroy in (later, functools.partial(later), Job().method):
+    anchor = Anchor()
+    torch.library._keep_alive.append(anchor)  # an object torch holds
+    weakref.finalize(anchor, torch.library._del_library, set(), set(), set(), set(),
+                     [RegistrationHandle(on_destroy)], None, {})
+    weakref.finalize(anchor, functools.partial(torch.library._del_library, set(), set()),
+                     set(), set(), [RegistrationHandle(on_destroy)], None, {})
+    weakref.finalize(anchor, RegistrationHandle(on_destroy).destroy)
+    kept.append(anchor)
+left = leftover_code(before)
+for anchor in kept:
+    torch.library._keep_alive.remove(anchor)
+del anchor
+kept.clear()
+gc.collect()
+print(len(ran), len(weakref.finalize._registry), left)
+"""
+
+
+def test_torchs_finalizer_with_the_candidates_code_never_runs_after_the_settle() -> None:
+    """This file's xfail (torch's finalizer given a handle the candidate made), in every form:
+    `torch.library._del_library` (by identity) with real `RegistrationHandle`s whose
+    `on_destroy` is the job's function, a partial of it or a bound method, armed directly or
+    through a partial, or a handle's `destroy` itself, on objects torch holds. Before (main
+    at 258f195, measured): the settle named only the last (its function is no torch
+    finalizer: that worker would have gone) and all nine ran as the objects died. Now every
+    finalizer is detached at the settle, whatever its function (`verifier.run.disarm`): none
+    runs, the registry is empty, the last is still named. In a worker, on an object that dies
+    in the next job: tests/verifier/test_redteam_later_code.py."""
+    out = subprocess.run([sys.executable, "-c", DETACHED], capture_output=True, text=True,
+                         cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ran, registry, left = out.stdout.strip().splitlines()[-1].split(" ", 2)
+    assert (ran, registry) == ("0", "0"), out.stdout
+    assert "RegistrationHandle.destroy" in left, left
 
 
 @pytest.mark.slow

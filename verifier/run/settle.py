@@ -4,9 +4,11 @@ job comes.
 Candidate code can outlive its run without a thread: a finalizer of its cyclic garbage runs
 whenever the collector next runs (in a sibling's job, its timed windows included, unless the
 garbage is collected first), and one that leaves another such object behind runs in every later
-job; a `weakref.finalize` runs when some object dies, perhaps in a later job; a `gc.callbacks`
-entry runs at every collection. Such code could sleep in a sibling's windows or change the
-harness while a sibling runs (its hygiene check would then call the sibling a cheat). So
+job; a `weakref.finalize`, a weak reference's callback or a `__del__` runs when some object
+dies, perhaps in a later job (at the settle those are detached or their objects held:
+`verifier.run.disarm`); a `gc.callbacks` entry runs at every collection. Such code could
+sleep in a sibling's windows or change the harness while a sibling runs (its hygiene check
+would then call the sibling a cheat). So
 between jobs, once the parent has checked the last job's trials, the worker collects its
 garbage (its finalizers run then, charged to that job) and its checks run again
 (`verifier.run.gpu_worker`). `atexit` handlers run only as the worker exits, after its last
@@ -23,6 +25,8 @@ import sys
 import types
 import weakref
 from typing import Any
+
+from verifier.run.disarm import detach_all, note_frozen, pin_mortal
 
 # collections in a row that may still find garbage (a finalizer's own garbage, then that of
 # its finalizers) before the garbage counts as renewing itself
@@ -102,17 +106,20 @@ def _function_of(func: Any) -> Any:
     return getattr(func, "__func__", func)  # a bound method's function
 
 
+def _named(info: Any) -> str:
+    """A finalizer's function as its module and name say (the candidate's to give)."""
+    func = _function_of(info.func)
+    module = str(getattr(func, "__module__", "") or "")
+    return f"{module}.{getattr(func, '__qualname__', type(func).__name__)}"
+
+
 def armed_finalizers() -> dict[Any, str]:
     """Live `weakref.finalize` registrations other than torch's own: {the finalizer: its
     function's name} (held, so a later one cannot take a dead one's identity)."""
     _first_found(TORCH_FINALIZERS + TORCH_TYPES)  # at the worker's ready, before any job
-    out = {}
-    for fin, info in list(weakref.finalize._registry.items()):  # type: ignore[attr-defined]
-        if not torch_own(info):
-            func = _function_of(info.func)
-            module = str(getattr(func, "__module__", "") or "")
-            out[fin] = f"{module}.{getattr(func, '__qualname__', type(func).__name__)}"
-    return out
+    note_frozen(freeze=False)  # (the worker froze its objects just before)
+    registry = weakref.finalize._registry  # type: ignore[attr-defined]
+    return {fin: _named(info) for fin, info in list(registry.items()) if not torch_own(info)}
 
 
 def gc_callbacks() -> tuple[int, ...]:
@@ -122,13 +129,19 @@ def gc_callbacks() -> tuple[int, ...]:
 
 def leftover_code(armed_before: dict[Any, str]) -> list[str]:
     """What the last job left to run in a later one, its garbage collected (its finalizers
-    have run): garbage that renews itself, `weakref.finalize` callbacks it armed."""
+    have run): garbage that renews itself, `weakref.finalize` callbacks it armed other than
+    torch's. Then every finalizer is detached, torch's too, and what the job left alive that
+    would run code as it dies is held for the worker's life (`verifier.run.disarm`)."""
     _, renewing = collect_left_garbage()
     left = []
     if renewing:
         left.append(f"cyclic garbage whose finalizers leave more ({RENEW_ROUNDS} collections "
                     "in a row found some)")
-    armed = [name for key, name in armed_finalizers().items() if key not in armed_before]
+    _first_found(TORCH_FINALIZERS + TORCH_TYPES)
+    armed = [_named(info) for fin, info in detach_all()
+             if fin not in armed_before and not torch_own(info)]
+    pin_mortal()
+    note_frozen()  # what lives on is no later collection's work, nor a later scan's
     if armed:
         left.append("weakref.finalize callbacks armed (" + ", ".join(sorted(set(armed))[:3])
                     + ")")

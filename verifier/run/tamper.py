@@ -4,6 +4,7 @@ a cheat)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -124,18 +125,27 @@ def process_state() -> dict[str, int]:
              # kernels registered from Python (`torch.library.Library(...).impl`): one for
              # aten::relu on cpu made every later job's reference wrong ("incorrect")
              "torch.library registrations": hash(frozenset(_py_kernels())),
+             "logging handlers": hash(logging_hooks()), "sys.monitoring": monitoring(),
              "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
              **{k: hash(str(v)) for k, v in torch_switches().items()},
              **class_attributes(), **process_settings(), **protocol_state(),
              **torch_private()}
+    # keys of no exact str in sys.modules or a module's namespace: a job's own str class there
+    # runs its `__eq__` at every later lookup of a name of equal hash (`import numpy` in the
+    # next job ran it: tests/verifier/test_redteam_later_code.py)
+    odd = [id(k) for k in list(sys.modules) if type(k) is not str]
     for name, module in list(sys.modules.items()):
+        if type(name) is not str:
+            continue
         state[name] = id(module)
         try:
             names = list(vars(module).items())
         except TypeError:  # not a module (an object placed in sys.modules)
             continue
+        odd.extend(id(k) for k, _ in names if type(k) is not str)
         state.update((f"{name}.{k}", identity(v)) for k, v in names
-                     if not k.startswith("_") and callable(v))
+                     if type(k) is str and not k.startswith("_") and callable(v))
+    state["keys of no str"] = hash(frozenset(odd))
     return state
 
 
@@ -164,13 +174,21 @@ def class_attributes() -> dict[str, int]:
 # what the worker's own exchange runs through: it reads each job with `json.loads` and writes
 # each result with `json.dumps` (a job that rebound `JSONDecoder.decode` swapped the next job's
 # candidate for another; one that rebound `JSONEncoder.encode` made the next job's result
-# "incorrect" under its own nonce), and takes the judge's descriptors with `socket.recv_fds`
-PROTOCOL_MODULES = ("json", "json.decoder", "json.encoder", "json.scanner", "socket")
+# "incorrect" under its own nonce), and takes the judge's descriptors with `socket.recv_fds`;
+# it makes each job's folder with `tempfile.mkdtemp` and removes it with `shutil.rmtree` (a job
+# that set the generator of tempfile's names to its own ran in the next job's mkdtemp)
+PROTOCOL_MODULES = ("json", "json.decoder", "json.encoder", "json.scanner", "socket",
+                    "tempfile", "shutil")
 
 
 def protocol_state() -> dict[str, int]:
     """Identity of every global of PROTOCOL_MODULES, private ones too (`json._default_decoder`
     is what `json.loads` calls), and of the attributes of their classes and objects."""
+    tmp = sys.modules.get("tempfile")
+    if tmp is not None:  # tempfile's lazy state, made as ready: the first job's draw is no change
+        next(tmp._get_candidate_names())
+        with contextlib.suppress(OSError):  # no writable temporary directory: stays unset
+            tmp.gettempdir()
     out = {}
     for name in PROTOCOL_MODULES:
         module = sys.modules.get(name)
@@ -255,9 +273,38 @@ def torch_switches() -> dict[str, Any]:
 
 
 def _py_kernels() -> set[str]:
-    """The (op, dispatch key) kernels registered through torch.library from Python."""
-    lib = sys.modules.get("torch.library")
-    return set(getattr(lib, "_impls", ()))
+    """The (op, dispatch key) kernels registered through torch.library from Python, the ops it
+    defined, and torch's custom-op tables by identity (an entry of `OPDEF_TO_LIB` is destroyed
+    by a later `custom_op` of its name: one a job left ran its handles in the next job's)."""
+    lib, ops = sys.modules.get("torch.library"), sys.modules.get("torch._library.custom_ops")
+    tables = [getattr(ops, n, None) for n in ("OPDEF_TO_LIB", "OPDEFS")]
+    return set(getattr(lib, "_impls", ())) | {f"def {d}" for d in getattr(lib, "_defs", ())} | {
+        f"{name} {id(v)}" for t in tables if t is not None for name, v in list(t.items())}
+
+
+def logging_hooks() -> tuple[Any, ...]:
+    """Identity of what `logging` calls as any logger logs: every logger's handlers and filters
+    (and theirs, and the handlers' formatters), the logger and record classes (a handler a job
+    put on torch's logger ran in the next job that logged: test_redteam_later_code)."""
+    logging = sys.modules.get("logging")
+    if logging is None:
+        return ()
+    loggers = [("", logging.getLogger())] + sorted(
+        (n, lg) for n, lg in list(logging.Logger.manager.loggerDict.items())
+        if isinstance(lg, logging.Logger) and (lg.handlers or lg.filters))
+    return (id(logging.getLoggerClass()), id(logging.getLogRecordFactory())) + tuple(
+        (name, tuple(map(id, lg.filters)), tuple(
+            (id(h), id(getattr(h, "formatter", None)), tuple(map(id, getattr(h, "filters", ()))))
+            for h in lg.handlers)) for name, lg in loggers)
+
+
+def monitoring() -> int:
+    """The tools of `sys.monitoring` (3.12) and the events each asked for (a freed tool's
+    events stay set in 3.12): its callbacks run in every later job's Python code."""
+    mon = getattr(sys, "monitoring", None)
+    if mon is None:
+        return 0
+    return hash(tuple((mon.get_tool(t), mon.get_events(t)) for t in range(6)))
 
 
 # rebound by the harness itself for each job (`verifier.checks.extspec.install_shim`)
