@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from verifier.isolation.started import reach_candidate
 from verifier.judge.construct import DEVICE, HOST_ONLY, HostOnly, build_any, build_checked
 from verifier.judge.failure import candidate_traceback
 from verifier.judge.inputs import draw_inputs
@@ -108,6 +109,7 @@ def _run(res: JobResult, job: dict[str, Any], task_src: str, cand_src: str) -> N
     res.data["harness_threads"] = threads_before
 
     res.progress("correctness")
+    reach_candidate()  # the parent's pipe: what the run says from here may be the candidate's
     cand, new = _load_candidate(res, cand_src, ref_ns, opts, init_inputs, device, seed)
     res.data["construct"] = construct
     mark("candidate_load")
