@@ -8,12 +8,17 @@ open one is a strict xfail naming its fix.
   on device`, a static_assert's message, a `#warning`, or a function named `ks_pch` made the
   candidate's own failure the host's: never cached, built again on every request that sends it,
   and the host blamed. Fixed: a diagnostic at the spec's own lines counts only in the compiler's
-  own words (its crash, an include not found), a symbol an import failed on not at all. Open
-  (xfail): a static initializer that writes the host's words on the load check's stderr.
+  own words (its crash, an include not found), a symbol an import failed on not at all; and a
+  static initializer that writes the host's words (or the sandbox's) on the load check's
+  stderr: the child writes a byte on the builder's pipe before the object loads
+  (`verifier.isolation.started`), and its words after are the spec's
+  (`verifier.compile.object_import`).
 - A batch that fails alike (`verifier.isolation.sandbox.common_failure`, the pipeline's verify
   stage): three candidates raising the same PermissionError stopped `kernelsynth build` as "the
-  environment is broken". Fixed: a failure that names the candidate's own code is its own.
-  Open (xfail): an extension that prints the broken interpreter's words and ends its process.
+  environment is broken". Fixed: a failure that names the candidate's own code is its own; and
+  an extension that prints the broken interpreter's (or the sandbox's) words and ends its
+  process: the worker writes a byte on the parent's pipe before the candidate's module runs,
+  and `common_failure` counts only runs that never reached it.
 - The cached-result cheat (`verifier.judge.trial_judge`, `decide.CACHED_RESULT`): an honest
   kernel whose wrong output is a constant (a flag left False) repeated a passing trial's output
   and was called a cheat (reward 0.0, not 0.2; a `cheat` label in the datasets). Fixed: only an

@@ -7,7 +7,8 @@ PYBIND11_MODULE binds `k<key>__<fn>` for every spec. Host units include a gcc pr
 named in the errors are rebuilt alone and the rest rebuilt together (bisection when none is;
 `verifier.compile.compile_plan` runs the rebuilds `Builder.build_unit` returns on any free compile
 worker), so one bad candidate fails only itself; a failure is final only for a spec built alone,
-and cached only when its cause is the spec's text (`build_cause`). No candidate's preprocessor
+and cached only when its cause is the spec's text (`build_cause`; the load check's words by who
+said them: `verifier.compile.object_import`). No candidate's preprocessor
 state reaches another: a unit holds a spec only when `verifier.compile.batch_guard` finds every
 directive of it, read as the compiler reads it (`verifier.checks.preprocess`), neutralised (its
 macros undefined after it); other specs are built alone. A build whose `-MD` list names a file
