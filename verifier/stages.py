@@ -16,7 +16,7 @@ from verifier.checks.extspec import ExtensionSpec, specs_from_source
 from verifier.checks.fallback import apply_policy, errors
 from verifier.checks.static import check_cpp, check_python
 from verifier.compile.builder import BuildResult
-from verifier.isolation.sandbox import Launcher, SandboxLimits
+from verifier.isolation.sandbox import Launcher, SandboxLimits, candidates_words
 from verifier.judge import worker_fields
 from verifier.judge.construct import DEVICE, HOST, HOST_ONLY
 from verifier.judge.construct import finding as construct_finding
@@ -82,8 +82,9 @@ def collect_specs(item: Item, opts: VerifyOptions, launcher: Launcher) -> None:
     item.specs = [ExtensionSpec.from_dict(d) for d in res.payload.get("specs", [])]
     if res.payload.get("error") and not item.specs:
         line = res.payload.get("line")
-        item.stop("runtime_error", "compile",
-                  (f"candidate.py line {line}: " if line else "") + res.payload["error"])
+        said = (f"candidate.py line {line}: " if line else "") + str(res.payload["error"])
+        # the run reached the candidate's module: its result file may be the candidate's words
+        item.stop("runtime_error", "compile", candidates_words(said) if res.started else said)
 
 
 # the options a worker's job carries

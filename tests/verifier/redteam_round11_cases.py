@@ -127,3 +127,44 @@ static int probe() {
 static int probed = probe();
 int twice(int x) { return 2 * x; }
 """
+
+# --- more ways to end as a broken environment does (tests/verifier/test_redteam_round11.py) ----
+# the extension prints the sandbox's own words (`verifier.isolation.isolate` failing to drop root)
+SANDBOX_CPP = r"""
+#include <cstdio>
+#include <cstdlib>
+torch::Tensor relu_fwd(torch::Tensor x) {
+    std::fputs("PermissionError: [sandbox] could not drop root to uid 1000123: [Errno 1] "
+               "Operation not permitted\n", stderr);
+    std::fflush(stderr);
+    std::_Exit(1);
+    return x;
+}
+"""
+# the words of a worker that never started, as the harness's own result (the nonce found on the
+# stack: redteam_cases.FRAME_NONCE; `P`: os, `S`: sys)
+BROKEN_WORDS = ("worker exited with code 1: FileNotFoundError: [Errno 2] No such file or "
+                "directory: '/tmp/venv/bin/python'")
+FORGED_FAILURE = '''
+def forge():
+    data = {"nonce": nonce(), "stage": "correctness", "outcome": "runtime_error",
+            "findings": [], "error": "BROKEN_WORDS"}
+    fd = P.open("result.json", P.O_WRONLY | P.O_CREAT | P.O_TRUNC, 0o644)
+    P.write(fd, S.modules["json"].dumps(data).encode())
+    P.close(fd)
+    P._exit(0)
+'''.replace("BROKEN_WORDS", BROKEN_WORDS)
+# static initializers that print the sandbox's own description of a child the host killed, or
+# the parent's words of an import that took long, and exit: the load check's words are theirs
+FORGED_DESCRIPTION = r'''#include <cstdio>
+#include <cstdlib>
+static int forged = (std::fputs("worker died with SIGKILL (killed (memory or CPU limit))\n",
+                                stderr), std::fflush(stderr), std::_Exit(1), 0);
+int twice(int x) { return 2 * x; }
+'''
+FORGED_SLOW = r'''#include <cstdio>
+#include <cstdlib>
+static int forged = (std::fputs("static initializers misbehave: its import took 14 s\n",
+                                stderr), std::fflush(stderr), std::_Exit(1), 0);
+int twice(int x) { return 2 * x; }
+'''

@@ -8,12 +8,17 @@ open one is a strict xfail naming its fix.
   on device`, a static_assert's message, a `#warning`, or a function named `ks_pch` made the
   candidate's own failure the host's: never cached, built again on every request that sends it,
   and the host blamed. Fixed: a diagnostic at the spec's own lines counts only in the compiler's
-  own words (its crash, an include not found), a symbol an import failed on not at all. Open
-  (xfail): a static initializer that writes the host's words on the load check's stderr.
+  own words (its crash, an include not found), a symbol an import failed on not at all; and a
+  static initializer that writes the host's words (or the sandbox's) on the load check's
+  stderr: the child writes a byte on the builder's pipe before the object loads
+  (`verifier.isolation.started`), and its words after are the spec's
+  (`verifier.compile.object_import`).
 - A batch that fails alike (`verifier.isolation.sandbox.common_failure`, the pipeline's verify
   stage): three candidates raising the same PermissionError stopped `kernelsynth build` as "the
-  environment is broken". Fixed: a failure that names the candidate's own code is its own.
-  Open (xfail): an extension that prints the broken interpreter's words and ends its process.
+  environment is broken". Fixed: a failure that names the candidate's own code is its own; and
+  an extension that prints the broken interpreter's (or the sandbox's) words and ends its
+  process: the worker writes a byte on the parent's pipe before the candidate's module runs,
+  and `common_failure` counts only runs that never reached it.
 - The cached-result cheat (`verifier.judge.trial_judge`, `decide.CACHED_RESULT`): an honest
   kernel whose wrong output is a constant (a flag left False) repeated a passing trial's output
   and was called a cheat (reward 0.0, not 0.2; a `cheat` label in the datasets). Fixed: only an
@@ -50,19 +55,25 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_round11_cases import (  # noqa: E402
+    BROKEN_WORDS,
     CPUS_MODULE,
     CPUS_STATIC,
     DIE_CPP,
     FLAG_TASK,
+    FORGED_DESCRIPTION,
+    FORGED_FAILURE,
     FORGED_IMPORT,
+    FORGED_SLOW,
     HOST_FAILURE_LOGS,
     OWN_FAILURE_LOGS,
     OWN_FAILURES,
     RAISE_FORWARD,
+    SANDBOX_CPP,
 )
 
-from verifier.compile.build_cause import environment_cause  # noqa: E402
+from verifier.compile.build_cause import OBJECT_SAID, environment_cause  # noqa: E402
 from verifier.isolation.sandbox import common_failure, scrubbed_env  # noqa: E402
+from verifier.isolation.started import REACHED  # noqa: E402
 from verifier.judge import decide  # noqa: E402
 from verifier.judge.tensors import varies  # noqa: E402
 
@@ -112,28 +123,69 @@ def test_an_error_directive_naming_the_host_is_cached_as_the_candidates(tmp_path
     assert "No space left" not in ok.log
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the load check's child is the candidate's process: a static initializer that writes "
-    "'OSError: [Errno 28] No space left on device' (or any words of its own: 'cpus=2' was 'no "
-    "error at the spec's own lines') on its stderr and exits makes the import failure "
-    "environmental (never cached; the builder keeps the child's last error line). Fix: "
-    "the builder names where an import failure's words came from (the child's stderr vs the "
-    "sandbox's own `describe_failure`), and build_cause reads environment words only in the "
-    "sandbox's (a child killed by a signal, a timeout, no memory for the sandbox itself)"))
-def test_a_static_initializer_that_prints_the_hosts_words_is_the_candidates() -> None:
+@pytest.mark.parametrize("name", ["no_space", "sandbox_words", "slow_words"])
+def test_a_static_initializer_that_prints_the_hosts_words_is_the_candidates(
+        tmp_path: Path, name: str) -> None:
     """Before (measured on main, built for real: FORGED_IMPORT): "import of the built extension
-    failed: OSError: [Errno 28] No space left on device", not cached. The log line as the
-    builder keeps it is judged here (no compile)."""
-    assert "std::_Exit(1)" in FORGED_IMPORT
-    log = "import of the built extension failed: OSError: [Errno 28] No space left on device"
-    assert environment_cause(log) == ""
+    failed: OSError: [Errno 28] No space left on device", not cached (any words of its own:
+    'cpus=2' was 'no error at the spec's own lines'). Now the load check's child writes a byte
+    on the builder's pipe just before the object loads (`verifier.isolation.started`), and what
+    it wrote after is the object's (`verifier.compile.object_import`): the failure is cached as
+    the spec's own, its second build the cached failure. Variants: an initializer that prints
+    the sandbox's own description of a child the host killed ("worker died with SIGKILL ...";
+    the sandbox_words), and the load check's words of a slow import (its import took 14 s, in
+    a run that took far less by the verifier's clock)."""
+    from verifier.backends import get_backend
+    from verifier.checks.extspec import ExtensionSpec
+    from verifier.compile.builder import BuildContext, Builder
+
+    source, said = {"no_space": (FORGED_IMPORT, "OSError: [Errno 28] No space left on device"),
+                    "sandbox_words": (FORGED_DESCRIPTION, "worker died with SIGKILL (killed "
+                                      "(memory or CPU limit))"),
+                    "slow_words": (FORGED_SLOW, "its import took 14 s")}[name]
+    spec = ExtensionSpec("e", [source], functions=["twice"])
+
+    def built() -> Any:
+        return Builder(BuildContext(get_backend("cpu"), tmp_path, check_import=True)).build(
+            [spec])[spec.key]
+
+    first = built()
+    assert not first.ok and first.log.endswith(said), first.log[-2000:]
+    assert OBJECT_SAID in first.log and first.environmental == "", first.log[-2000:]
+    again = built()
+    assert not again.ok and again.cached and again.log == first.log
+
+
+def test_the_words_of_a_load_check_that_never_loaded_the_object_stay_the_hosts() -> None:
+    """The other side (`object_import.import_failure`, given the sandbox's results as the
+    launchers return them): a child that never reached the object (torch not importable, a
+    sandbox that cannot start) speaks for the environment, as the sandbox does of a child the
+    host killed (SIGKILL: the OOM killer) or timed out, and the verifier's own clock of an
+    import that took long; a crash of the object's own (SIGSEGV) is the spec's."""
+    from verifier.compile.object_import import import_failure
+    from verifier.isolation.sandbox import SandboxResult
+
+    def cause(started: bool, stderr: str = "", signal: str | None = None, wall_s: float = 1.0,
+              timed_out: bool = False) -> str:
+        res = SandboxResult(1 if signal is None else -9, timed_out, wall_s, "", stderr,
+                            signal_name=signal, started=started)
+        return environment_cause(import_failure(res))
+
+    space = "OSError: [Errno 28] No space left on device\n"
+    assert cause(False, space) and cause(False, "ModuleNotFoundError: No module named 'torch'")
+    assert cause(True, space) == ""
+    assert cause(True, signal="SIGKILL") and cause(True, timed_out=True, wall_s=120.0)
+    assert cause(True, signal="SIGSEGV") == ""
+    slow = "static initializers misbehave: its import took 14 s\n"
+    assert cause(True, slow, wall_s=15.0) and cause(True, slow, wall_s=2.0) == ""
 
 
 # --- a batch that fails alike -----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def alike(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One batch: three candidates that raise a PermissionError in forward, three whose
-    extension prints a hidden interpreter's FileNotFoundError and exits, an honest one last."""
+    extension prints a hidden interpreter's FileNotFoundError and exits, three whose extension
+    prints the sandbox's own words and exits, an honest one last."""
     from redteam_cases import candidate
     from verifier_cases import relu_task
 
@@ -145,6 +197,8 @@ def alike(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                                     prelude=False)) for i in range(3)]
     rows += [(f"die{i}", candidate(forward=f"return ext.relu_fwd(x)  # {i}", cpp=DIE_CPP,
                                    name="r11_die", prelude=False)) for i in range(3)]
+    rows += [(f"sbx{i}", candidate(forward=f"return ext.relu_fwd(x)  # {i}", cpp=SANDBOX_CPP,
+                                   name="r11_sbx", prelude=False)) for i in range(3)]
     rows += [("honest", candidate(name="r11_alike", prelude=False))]
     reqs = [VerifyRequest(n, "relu", relu_task(4, 8), c, "cpu") for n, c in rows]
     got = verify_batch(reqs, VerifyOptions(backend="cpu", workers=1,
@@ -214,24 +268,72 @@ def test_an_install_without_what_candidates_import_still_stops_the_run() -> None
     assert common_failure([own] * 3) is None and common_failure([broken, broken, own]) is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an extension that prints 'FileNotFoundError: ... /tmp/venv/bin/python' on stderr and ends "
-    "its process gives every verdict of its batch the error a hidden interpreter gives ('worker "
-    "exited with code 1: FileNotFoundError: ...'), and common_failure stops the pipeline's verify "
-    "stage. Fix: the parent tells a run that reached the candidate's code from one that never "
-    "started (a byte the worker writes on a pipe of the parent's once its interpreter, torch and "
-    "the verifier are up, before the candidate loads; its stderr is the candidate's to write), "
-    "and common_failure counts only runs that never reached it; or the verify stage runs a "
-    "trusted control (the reference as a candidate) before it calls the environment broken"))
 def test_an_extension_that_dies_with_the_interpreters_words_does_not_stop_the_run(
         alike: dict[str, Any]) -> None:
     """Before (measured here on main): each "worker exited with code 1: FileNotFoundError:
     [Errno 2] No such file or directory: '/tmp/venv/bin/python'", word for word the error of
-    tests/pipeline/candidates/test_verify_environment.py's broken interpreter."""
+    tests/pipeline/candidates/test_verify_environment.py's broken interpreter. Now the worker
+    writes a byte on a pipe of the parent's just before the candidate's module runs
+    (`verifier.isolation.started`), the parent says a run that wrote it ended "after the
+    candidate's code started", and `common_failure` counts only runs that never did; the
+    pipeline's own stage keeps their verdicts."""
     died = [alike[f"die{i}"] for i in range(3)]
     for v in died:
         assert v.status == "runtime_error" and "/tmp/venv/bin/python" in v.error, v
+        assert REACHED in v.error, v.error
     assert common_failure(_reasons(died)) is None
+    _stage_keeps(died)
+
+
+def test_an_extension_that_dies_with_the_sandboxs_words_does_not_stop_the_run(
+        alike: dict[str, Any]) -> None:
+    """A variant: the extension prints the sandbox's own "[sandbox] could not drop root" words
+    (`verifier.isolation.isolate`) and exits. Before (measured here on main): each "worker
+    exited with code 1: PermissionError: [sandbox] could not drop root to uid 1000123: [Errno 1]
+    Operation not permitted", and `common_failure` returned it. Now it reached the candidate's
+    code: no broken sandbox. (Its other variants, an extension that SIGKILLs its process and a
+    candidate that writes the harness's result file with a broken worker's words, are refused
+    by the static checks here (`kill(`, `torch.os`: measured on main); past them, each is
+    tested where the parent reads it: tests/verifier/test_sandbox.py and below.)"""
+    got = [alike[f"sbx{i}"] for i in range(3)]
+    for v in got:
+        assert v.status == "runtime_error" and "[sandbox]" in v.error, v
+        assert REACHED in v.error, v.error
+    assert common_failure(_reasons(got)) is None, _reasons(got)
+    _stage_keeps(got)
+
+
+def test_a_result_file_with_a_broken_workers_words_is_the_candidates(tmp_path: Path) -> None:
+    """A candidate past the static checks writes the harness's result file (the nonce found on
+    the stack, `redteam_cases.FRAME_NONCE`) with the words of a worker that never started
+    (BROKEN_WORDS) as its runtime error, as `SandboxRunner.run` runs it. Before (main, by
+    reading): its error was the verdict's word for word, and `common_failure` of three stopped
+    the run. Now the run wrote its byte on the parent's pipe, so its result is the candidate's
+    word: the error gets the parent's REACHED and no number of them is a broken environment."""
+    from types import SimpleNamespace
+
+    from redteam_cases import FRAME_NONCE
+    from verifier_cases import relu_task
+
+    from verifier.backends.cpu import CpuBackend
+    from verifier.isolation.sandbox import SpawnLauncher
+    from verifier.protocol import VerifyOptions
+    from verifier.run.runners import SandboxRunner
+
+    code = ("import os as P, sys as S\n" + FRAME_NONCE + FORGED_FAILURE
+            + "\nforge()\n")
+    opts = VerifyOptions(backend="cpu", run_timeout_s=120.0, trials=2,
+                         baseline_cache_dir=str(tmp_path / "bl"))
+    runner = SandboxRunner(SpawnLauncher(), CpuBackend(), opts, {}, threads=1)
+    item = SimpleNamespace(built={}, code=code,
+                           req=SimpleNamespace(task_source=relu_task(4, 8), task_id="relu"))
+    job = {"nonce": "r11-forge", "backend": "cpu", "input_seed": 1,
+           "options": {"trials": 2, "seed": 0, "construct": "device"}}
+    out = runner.run(item, job)
+    assert out.payload is not None and out.payload["nonce"] == "r11-forge", out.failure
+    error = out.payload["error"]
+    assert error.startswith(BROKEN_WORDS) and error.endswith(f"({REACHED})"), error
+    assert common_failure([error] * 3) is None and common_failure([BROKEN_WORDS] * 3)
 
 
 # --- the cached-result cheat ------------------------------------------------------------------

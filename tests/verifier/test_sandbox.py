@@ -139,3 +139,63 @@ def test_an_environment_that_fails_every_item_alike_is_named() -> None:
     assert common_failure([broken] * 2) is None  # too few to tell
     assert common_failure([broken, broken, "worker died with SIGSEGV"]) is None
     assert common_failure(["worker died with SIGSEGV"] * 5) is None  # candidates' own crash
+
+
+# a candidate's module that ends its process with the words of a hidden interpreter
+DIES_AS_BROKEN = ("import os, sys\n"
+                  "sys.stderr.write(\"FileNotFoundError: [Errno 2] No such file or directory: "
+                  "'/tmp/venv/bin/python'\\n\")\nsys.stderr.flush()\nos._exit(1)\n")
+# one that ends it with a signal (its own SIGKILL is ignored: the run is pid 1 of its namespace)
+CRASHES = "import ctypes\nctypes.string_at(0)\n"
+
+
+@pytest.mark.parametrize("launcher", ["spawn", "fork"])
+def test_the_parent_knows_whether_a_run_reached_the_candidates_code(launcher: str) -> None:
+    """The collect entry (`verifier.run.collect`) writes its byte on the parent's pipe just
+    before the candidate's module runs (`verifier.isolation.started`), on either launcher: a
+    module that prints a hidden interpreter's words and exits, or crashes (SIGSEGV), is said to
+    have ended after the candidate's code started, and no number of them is a broken
+    environment; a run whose entry fails before (its input missing, as an interpreter or
+    verifier that cannot start fails) still is, word for word."""
+    from verifier.isolation.sandbox import SpawnLauncher, common_failure
+    from verifier.isolation.started import REACHED
+    from verifier.run.forkserver import ForkServer
+
+    server = ForkServer(preload=("verifier.run.collect",)) if launcher == "fork" else None
+    run = (server or SpawnLauncher()).run_module
+    try:
+        limits = SandboxLimits(timeout_s=120)
+        reached = [run("verifier.run.collect", limits=limits,
+                       input_files={"candidate.py": DIES_AS_BROKEN}) for _ in range(3)]
+        killed = run("verifier.run.collect", limits=limits,
+                     input_files={"candidate.py": CRASHES})
+        never = [run("verifier.run.collect", limits=limits) for _ in range(3)]
+    finally:
+        if server is not None:
+            server.close()
+    said = [r.describe_failure() for r in reached]
+    assert all(r.started and r.payload is None for r in reached), said
+    assert all(REACHED in s and "/tmp/venv/bin/python" in s for s in said), said
+    assert common_failure(said) is None
+    assert killed.started and killed.signal_name == "SIGSEGV", killed.describe_failure()
+    assert killed.describe_failure().endswith(REACHED)
+    assert common_failure([killed.describe_failure()] * 3) is None
+    broken = [r.describe_failure() for r in never]
+    assert not any(r.started for r in never) and REACHED not in broken[0], broken
+    assert "FileNotFoundError" in broken[0] and common_failure(broken) == broken[0], broken
+
+
+def test_what_a_run_that_reached_the_candidate_wrote_is_not_the_environments() -> None:
+    """A result file written in the candidate's process (`candidates_words`): a never-started
+    worker's words get the parent's REACHED; its own traceback and a module the install lacks
+    keep their words (the latter still stops a run: the sandbox hides the install)."""
+    from verifier.isolation.sandbox import candidates_words, common_failure
+    from verifier.isolation.started import REACHED
+
+    broken = "worker exited with code 1: FileNotFoundError: [Errno 2] /tmp/venv/bin/python"
+    assert candidates_words(broken).endswith(f"({REACHED})")
+    assert common_failure([candidates_words(broken)] * 3) is None
+    own = "candidate.py line 9: PermissionError: [Errno 13] Permission denied: '/w.bin'"
+    missing = "candidate.py line 3: ModuleNotFoundError: No module named 'numpy'"
+    assert candidates_words(own) == own and candidates_words(missing) == missing
+    assert common_failure([candidates_words(missing)] * 3) == missing

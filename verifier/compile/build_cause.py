@@ -21,9 +21,16 @@ from verifier.compile.build_reads import UNKNOWN_READ
 # a diagnostic at the spec's own lines, as `Builder._spec_log` names them (gcc's form; the cuda
 # backend rewrites nvcc's `file(12): error` to it)
 OWN_ERROR = re.compile(r"^(?:cpp|cuda)_sources\[\d+\]:\d+:\d+: (?:fatal )?error\b", re.M)
+# the load check's lines (`verifier.compile.object_import`): the first's words are the
+# interpreter's or the sandbox's (before the object loaded) or the sandbox's own description of
+# how the child ended; after OBJECT_SAID come the words of a process the object's static
+# initializers shared: the spec's own, whatever they name (an initializer that prints
+# "No space left on device" and exits: tests/verifier/test_redteam_round11.py)
+IMPORT_FAILED = "import of the built extension failed: "
+OBJECT_SAID = "import of the built extension failed, in the words of its process: "
 # what the object is, found when it was imported (`verifier.compile.loadcheck`)
 OWN_IMPORT = re.compile(r"undefined symbol|calls a library's compute by name|"
-                        r"static initializers misbehave")
+                        r"static initializers misbehave|" + re.escape(OBJECT_SAID))
 ENVIRONMENT = re.compile(
     r"timed out|killed by signal|Killed signal|signal terminated program|died due to signal|"
     r"internal compiler error|No such file or directory|cannot open shared object|No space left on device|"
@@ -55,6 +62,8 @@ def environment_cause(log: str, refused: bool = False) -> str:
     for line in log.splitlines():
         if OWN_LINE.match(line) and not OWN_LINE_ENVIRONMENT.match(line):
             continue  # the spec's own text
+        if line.startswith(OBJECT_SAID):
+            continue  # its static initializers' words
         if ENVIRONMENT.search(SYMBOL.sub(r"\1", line)):
             return line.strip()[:300]
     if OWN_ERROR.search(log) or OWN_IMPORT.search(log):

@@ -7,7 +7,8 @@ PYBIND11_MODULE binds `k<key>__<fn>` for every spec. Host units include a gcc pr
 named in the errors are rebuilt alone and the rest rebuilt together (bisection when none is;
 `verifier.compile.compile_plan` runs the rebuilds `Builder.build_unit` returns on any free compile
 worker), so one bad candidate fails only itself; a failure is final only for a spec built alone,
-and cached only when its cause is the spec's text (`build_cause`). No candidate's preprocessor
+and cached only when its cause is the spec's text (`build_cause`; the load check's words by who
+said them: `verifier.compile.object_import`). No candidate's preprocessor
 state reaches another: a unit holds a spec only when `verifier.compile.batch_guard` finds every
 directive of it, read as the compiler reads it (`verifier.checks.preprocess`), neutralised (its
 macros undefined after it); other specs are built alone. A build whose `-MD` list names a file
@@ -29,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from verifier.backends import BuildUnit, candidate_tool
+from verifier.backends import BuildUnit
 from verifier.checks.extspec import ExtensionSpec
 from verifier.compile.artefacts import (  # noqa: F401 - re-exported: callers import them from here
     CACHE_EVENTS,
@@ -59,6 +60,7 @@ from verifier.compile.host_headers import (
 )
 from verifier.compile.landing import Landing
 from verifier.compile.load_code import no_load_code
+from verifier.compile.object_import import check_import
 from verifier.compile.unit_sources import (  # noqa: F401 - re-exported: callers import them from here
     CAND_FILE,
     batch_sources,
@@ -69,7 +71,6 @@ from verifier.compile.unit_sources import (  # noqa: F401 - re-exported: callers
     spec_scans,
 )
 from verifier.isolation.build_sandbox import SANDBOX_FAILED, BuildSandboxError
-from verifier.isolation.sandbox import SandboxLimits
 
 
 def _hash(*parts: str) -> str:
@@ -403,18 +404,5 @@ class Builder:
                                    str(deps[-1])], pch, log, self.ctx.timeout_s)
 
     def _check_import(self, so: Path, module: str) -> tuple[bool, str]:
-        """Import the object in a sandbox: undefined symbols and crashing initializers fail here."""
-        job = json.dumps({"module": module, "path": so.name})
-        with candidate_tool() as cpus:  # its static initializers are the candidate's code
-            res = self.ctx.launcher.run_module("verifier.compile.loadcheck", limits=SandboxLimits(
-                timeout_s=120, memory_mb=self.ctx.load_memory_mb, cpus=cpus),
-                input_files={so.name: so.read_bytes(), "loadcheck.json": job})
-        if res.payload and res.payload.get("ok"):
-            return True, ""
-        return False, "import of the built extension failed: " + (
-            _last_error(res.stderr) or res.describe_failure())
-
-
-def _last_error(text: str) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
+        """The load check of a built object (`verifier.compile.object_import`)."""
+        return check_import(self.ctx, so, module)

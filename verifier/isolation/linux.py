@@ -1,12 +1,13 @@
 """The Linux calls both sandboxes make (the runs', `verifier.isolation.isolate`, and the compiler's,
-`verifier.isolation.build_sandbox`): namespace and mount flags, mount(2), and the outer process that ends
-as the namespace's pid 1 ended."""
+`verifier.isolation.build_sandbox`, the fork server's children): namespace and mount flags, mount(2), a
+network namespace of one's own, and the outer process that ends as the namespace's pid 1 ended."""
 
 from __future__ import annotations
 
 import ctypes
 import os
 import signal
+from pathlib import Path
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
 CLONE_NEWNET, CLONE_NEWIPC = 0x40000000, 0x08000000
@@ -42,3 +43,19 @@ def wait_and_mirror(pid: int) -> None:
             signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def unshare_network() -> bool:
+    """Move the calling (single-threaded) process into a new, empty network namespace."""
+    if libc.unshare(CLONE_NEWNET) == 0:
+        return True
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+        return False
+    try:  # map ourselves to root inside the namespace, as `unshare -r` does
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+    except OSError:
+        return True  # the namespace exists; only the id mapping failed
+    return True

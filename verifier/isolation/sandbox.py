@@ -39,6 +39,7 @@ from verifier.isolation.cgroups import (
     make_pids_cgroup,
 )
 from verifier.isolation.cpu_bound import bind_cpus
+from verifier.isolation.started import REACHED, STARTED_FD_ENV, reached, started_pipe
 
 # Variables a child may inherit; everything else (tokens, credentials, proxies) is dropped.
 _ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_HOME", "CUDA_PATH",
@@ -76,6 +77,9 @@ class SandboxResult:
     payload: dict | None = None
     signal_name: str | None = None
     extra: dict = field(default_factory=dict)
+    # the child wrote its byte on the parent's pipe (`verifier.isolation.started`): it reached
+    # the candidate's code, and what it said after is the candidate's to say
+    started: bool = False
 
     @property
     def crashed(self) -> bool:
@@ -85,13 +89,15 @@ class SandboxResult:
         """One line on why the child gave no result."""
         if self.timed_out:
             return f"timed out after {self.wall_s:.1f}s"
+        after = f" {REACHED}" if self.started else ""
         if self.signal_name:
             hint = {"SIGSEGV": "segmentation fault", "SIGABRT": "abort",
                     "SIGKILL": "killed (memory or CPU limit)", "SIGXCPU": "CPU time limit",
                     "SIGXFSZ": "output/file size limit", "SIGBUS": "bus error"}
-            return f"worker died with {self.signal_name} ({hint.get(self.signal_name, 'signal')})"
+            return (f"worker died with {self.signal_name} "
+                    f"({hint.get(self.signal_name, 'signal')}){after}")
         tail = _last_line(self.stderr) or _last_line(self.stdout)
-        return f"worker exited with code {self.returncode}" + (f": {tail}" if tail else "")
+        return f"worker exited with code {self.returncode}{after}" + (f": {tail}" if tail else "")
 
 
 def _last_line(text: str) -> str:
@@ -246,12 +252,18 @@ def run_sandboxed(
     cgroup = run_cgroup(limits)
     cmd = sandboxed_argv(list(argv), limits, cgroup)
     killed = 0
+    read_fd, write_fd = started_pipe()
+    started = False
     try:
         with open(cwd / ".stdout", "wb") as so, open(cwd / ".stderr", "wb") as se:
-            proc = subprocess.Popen(
-                cmd, cwd=cwd, env=scrubbed_env(env), stdin=subprocess.DEVNULL, stdout=so,
-                stderr=se, start_new_session=True, close_fds=True,
-            )
+            try:
+                proc = subprocess.Popen(
+                    cmd, cwd=cwd, env=scrubbed_env({**(env or {}),
+                                                    STARTED_FD_ENV: str(write_fd)}),
+                    stdin=subprocess.DEVNULL, stdout=so, stderr=se, start_new_session=True,
+                    close_fds=True, pass_fds=(write_fd,))
+            finally:  # the child's alone: only it can write the byte
+                os.close(write_fd)
             try:
                 proc.wait(timeout=limits.timeout_s)
             except subprocess.TimeoutExpired:
@@ -260,10 +272,12 @@ def run_sandboxed(
                 kill_group(proc.pid)
                 proc.wait()
     finally:
+        started = reached(read_fd)
         if cgroup is not None:
             killed = end_run_cgroup(cgroup, limits)
     result = collect_result(cwd, proc.returncode, timed_out, time.monotonic() - start,
                             {"leftover_killed": killed, "pids_cgroup": cgroup is not None})
+    result.started = started
     if own_dir and not keep_workdir:
         shutil.rmtree(cwd, ignore_errors=True)
     return result
@@ -371,11 +385,23 @@ CANDIDATE_CODE = re.compile(r"candidate\.py line \d+: ")
 
 def common_failure(reasons: list[str], least: int = 3) -> str | None:
     """The one environmental reason (`ENVIRONMENTAL`) shared by all of at least `least`
-    failures, else None: no item's own fault gives every item that same message."""
-    if len(reasons) < least or not all(reasons):
-        return None
+    failures of runs that never reached the candidate's code (`REACHED`), else None: no item's
+    own fault gives every item that same message."""
+    if len(reasons) < least or not all(reasons) or any(REACHED in r for r in reasons):
+        return None  # a run that reached the candidate's code: what it said may be its own
     if any(CANDIDATE_CODE.search(r) and not MISSING.search(r) for r in reasons):
         return None  # its code ran: its own words, unless the install lacks what it imports
     first = reasons[0]
     same = all(r == first for r in reasons)
     return first if same and ENVIRONMENTAL.search(first) else None
+
+
+def candidates_words(text: str) -> str:
+    """`text` (a result a run that reached the candidate's code wrote: its process is the
+    candidate's) with the parent's `REACHED` where it would read as the environment's; a
+    module the install lacks stays the environment's (`MISSING`), the candidate's own
+    traceback its own (`CANDIDATE_CODE`)."""
+    if (REACHED in text or not ENVIRONMENTAL.search(text) or MISSING.search(text)
+            or CANDIDATE_CODE.search(text)):
+        return text
+    return f"{text} ({REACHED})"

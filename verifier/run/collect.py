@@ -17,6 +17,8 @@ import traceback
 import types
 from pathlib import Path
 
+from verifier.isolation.started import reach_candidate
+
 
 def main() -> None:
     code = Path("candidate.py").read_text(encoding="utf-8")
@@ -40,6 +42,7 @@ def main() -> None:
     module = types.ModuleType("candidate")
     module.__file__ = "candidate.py"
     error, line = "", None
+    reach_candidate()  # the parent's pipe: what the run says from here may be the candidate's
     try:
         # discovery only: the reference's names, so a kernelbench-mode candidate's module runs
         # here; the worker gives the candidate the namespace its options say

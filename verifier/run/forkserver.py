@@ -17,13 +17,13 @@ bad fork"; when it is, `cuda_fork_safe` is False and device runs must be spawned
 
 Protocol (one JSON object per line): the server prints {"ready": ...} once, then answers each
 request {"id", "entry", "workdir", "limits", "env", "cgroup"} with {"id", "returncode",
-"timed_out", "wall_s", "netns"} when the child exits or its timeout kills it.
+"timed_out", "wall_s", "started"} when the child exits or its timeout kills it ("started": the
+child's byte on the server's pipe, `verifier.isolation.started`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import selectors
@@ -40,6 +40,7 @@ from typing import Any
 
 from verifier.isolation.cgroups import join_cgroup, join_meter
 from verifier.isolation.isolate import isolate, run_uid
+from verifier.isolation.linux import PR_SET_PDEATHSIG, libc, unshare_network
 from verifier.isolation.sandbox import (
     SandboxLimits,
     SandboxResult,
@@ -51,13 +52,11 @@ from verifier.isolation.sandbox import (
     run_cgroup,
     scrubbed_env,
 )
+from verifier.isolation.started import STARTED_FD_ENV, reached, started_pipe
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 # Entry modules the server imports ahead (their module-level imports are stdlib only).
 DEFAULT_PRELOAD = ("verifier.run.worker", "verifier.run.collect", "verifier.compile.loadcheck")
-_CLONE_NEWNET = 0x40000000
-_CLONE_NEWUSER = 0x10000000
-_PR_SET_PDEATHSIG = 1
 
 
 class ForkServerError(RuntimeError):
@@ -67,34 +66,14 @@ class ForkServerError(RuntimeError):
 # --- server side -------------------------------------------------------------------------------
 
 
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def unshare_network() -> bool:
-    """Move the calling (single-threaded) process into a new, empty network namespace."""
-    libc = _libc()
-    if libc.unshare(_CLONE_NEWNET) == 0:
-        return True
-    uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
-        return False
-    try:  # map ourselves to root inside the namespace, as `unshare -r` does
-        Path("/proc/self/setgroups").write_text("deny")
-        Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
-        Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
-    except OSError:
-        return True  # the namespace exists; only the id mapping failed
-    return True
-
-
-def _child(req: dict[str, Any]) -> None:
-    """In the forked child: enter the sandbox, run the entry module, never return."""
+def _child(req: dict[str, Any], started_fd: int) -> None:
+    """In the forked child: enter the sandbox, run the entry module, never return
+    (`started_fd`: the write end of the server's pipe, `verifier.isolation.started`)."""
     code = 1
     try:
         os.setsid()
         join_cgroup(Path(req["cgroup"]) if req.get("cgroup") else None)
-        _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the server's death ends the run
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the server's death ends the run
         limits = SandboxLimits(**req["limits"])
         join_meter(limits.cpu_cgroup)  # the judge's cpu meter
         workdir, note = req["workdir"], "isolation off"
@@ -105,17 +84,18 @@ def _child(req: dict[str, Any]) -> None:
         null = os.open(os.devnull, os.O_RDONLY)
         out = os.open(".stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         err = os.open(".stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        for fd, target in ((null, 0), (out, 1), (err, 2)):
+        for fd, target in ((null, 0), (out, 1), (err, 2), (started_fd, 3)):
             os.dup2(fd, target)
-            os.close(fd)
-        os.closerange(3, 1 << 16)  # the server's pipes: a candidate must not answer for it
+            if fd != target:
+                os.close(fd)
+        os.closerange(4, 1 << 16)  # the server's pipes: a candidate must not answer for it
         apply_limits(limits)
         if note:
             os.write(2, f"[sandbox] {note}\n".encode())
         if not limits.isolate and limits.isolate_network and not unshare_network():
             os.write(2, b"[forkserver] no network namespace could be created\n")
         os.environ.clear()
-        os.environ.update(req["env"])
+        os.environ.update({**req["env"], STARTED_FD_ENV: "3"})
         sys.argv = [req["entry"]]
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -139,8 +119,8 @@ def _child(req: dict[str, Any]) -> None:
 
 
 class _Running:
-    def __init__(self, req: dict[str, Any], pid: int, pidfd: int | None) -> None:
-        self.req, self.pid, self.pidfd = req, pid, pidfd
+    def __init__(self, req: dict[str, Any], pid: int, pidfd: int | None, started: int) -> None:
+        self.req, self.pid, self.pidfd, self.started = req, pid, pidfd, started
         self.start = time.monotonic()
         self.deadline = self.start + float(req["limits"].get("timeout_s", 60.0))
 
@@ -221,7 +201,8 @@ def serve(preload: list[str]) -> int:
                 sel.unregister(r.pidfd)
                 os.close(r.pidfd)
             send({"id": r.req["id"], "returncode": os.waitstatus_to_exitcode(status),
-                  "timed_out": timed_out, "wall_s": time.monotonic() - r.start})
+                  "timed_out": timed_out, "wall_s": time.monotonic() - r.start,
+                  "started": reached(r.started)})
     return 0
 
 
@@ -229,15 +210,17 @@ def _start(req: dict[str, Any], running: dict[int, _Running], sel: selectors.Bas
            ) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
+    read_fd, write_fd = started_pipe()
     pid = os.fork()
     if pid == 0:
-        _child(req)
+        _child(req, write_fd)
+    os.close(write_fd)
     try:
         pidfd: int | None = os.pidfd_open(pid)
         sel.register(pidfd, selectors.EVENT_READ, pid)
     except (AttributeError, OSError):  # old kernel: poll with waitpid instead
         pidfd = None
-    running[pid] = _Running(req, pid, pidfd)
+    running[pid] = _Running(req, pid, pidfd, read_fd)
 
 
 # --- client side -------------------------------------------------------------------------------
@@ -362,6 +345,7 @@ class ForkServer:
         else:
             result = collect_result(cwd, reply["returncode"], bool(reply["timed_out"]),
                                     float(reply["wall_s"]), extra)
+            result.started = bool(reply.get("started"))
         if own_dir and not keep_workdir:
             shutil.rmtree(cwd, ignore_errors=True)
         return result

@@ -16,7 +16,7 @@ from verifier.backends import Backend
 from verifier.compile.builder import ArtefactMismatch, copy_for_worker
 from verifier.isolation.cpu_bound import CpuGrants
 from verifier.isolation.cpu_meter import CpuCgroup
-from verifier.isolation.sandbox import Launcher, SandboxLimits
+from verifier.isolation.sandbox import Launcher, SandboxLimits, candidates_words
 from verifier.judge.clock import JudgeClock, no_judge
 from verifier.judge.construct import DEVICE
 from verifier.judge.decide import load_outputs
@@ -125,17 +125,20 @@ class SandboxRunner:
             written = sum(f.stat().st_size for f in workdir.rglob("*") if f.is_file()
                           and not f.is_symlink() and f.name != ARENA_FILE  # the judge's
                           and not _placed(f, placed))
+            over = ""  # the parent's own words (a candidate can print these too)
             if written > _DISK_BYTES and res.payload is not None:
                 res.payload = None
-                res.stderr += (f"\nthe run wrote {written >> 20} MB to its directory (limit "
-                               f"{_DISK_BYTES >> 20} MB in all)")
+                over = (f"the run wrote {written >> 20} MB to its directory (limit "
+                        f"{_DISK_BYTES >> 20} MB in all)")
+                res.stderr += f"\n{over}"
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        failure = "" if res.payload is not None else res.describe_failure()
-        if "MB to its directory" in res.stderr and res.payload is None:
-            failure = res.stderr.strip().splitlines()[-1]
-        if res.payload is None and "fork server" in res.stderr:
+        failure = over or ("" if res.payload is not None else res.describe_failure())
+        if res.payload is None and "fork server" in res.stderr and not res.started:
             failure = "the verifier's fork server stopped answering (" + failure + ")"
+        if res.started and isinstance((res.payload or {}).get("error"), str):
+            # written in the candidate's process: its words, never the environment's
+            res.payload["error"] = candidates_words(res.payload["error"])
         # references on this host's cpu match cpu runs; device backends: the worker's checks
         return RunOutcome(res.payload, stage, res.timed_out, failure, flood, res.wall_s,
                           outputs, self.backend.name == "cpu", clock_data)

@@ -5,8 +5,10 @@ The same checks run in two lifecycles:
 - **sandboxed child** (cpu, musa): `python -m verifier.run.worker`, forked by `verifier.run.forkserver`
   or spawned by `verifier.isolation.sandbox`. It reads `job.json`, `task.py` and `candidate.py` from its
   working directory and deletes the job and the task before the candidate runs (the candidate
-  cannot read the reference or the result nonce from disk), writes `progress.json` after each
-  stage and `result.json` at the end, and exits without running the candidate's finalizers.
+  cannot read the reference or the result nonce from disk), writes a byte on the parent's pipe
+  just before the candidate's module runs (`verifier.isolation.started`: what the run says after
+  is the candidate's to say), `progress.json` after each stage and `result.json` at the end, and
+  exits without running the candidate's finalizers.
 - **persistent GPU worker** (cuda): `verifier.run.gpu_worker` keeps one process per GPU (CUDA and
   profiler start-up cost ~6 s per process) and calls `run_job` for each job, with hygiene
   checks between jobs.
@@ -37,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from verifier.isolation.started import reach_candidate
 from verifier.judge.construct import DEVICE, HOST_ONLY, HostOnly, build_any, build_checked
 from verifier.judge.failure import candidate_traceback
 from verifier.judge.inputs import draw_inputs
@@ -108,6 +111,7 @@ def _run(res: JobResult, job: dict[str, Any], task_src: str, cand_src: str) -> N
     res.data["harness_threads"] = threads_before
 
     res.progress("correctness")
+    reach_candidate()  # the parent's pipe: what the run says from here may be the candidate's
     cand, new = _load_candidate(res, cand_src, ref_ns, opts, init_inputs, device, seed)
     res.data["construct"] = construct
     mark("candidate_load")
