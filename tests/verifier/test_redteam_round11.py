@@ -37,7 +37,9 @@ open one is a strict xfail naming its fix.
 - The fresh-worker confirmation (`verifier.run.outcome`): a failure the judge established is
   voided by the candidate's own word (a line out of turn, a forged "did not settle" finding) in
   a worker that ran earlier jobs; with the windows' early end telling a cheat it was caught,
-  a re-roll. Open (xfail, unit level): the fix is named there.
+  a re-roll. Fixed: the judge's failure stands (unit level here; end to end on the cpu
+  persistent loop in tests/verifier/test_reroll.py), and the clock serves the planned windows
+  after a failed one.
 GPU forms: the CUDA JIT cache and the partition are GPU-host matters tested here by their
 wiring (no GPU here); on an H100 host, `KS_REDTEAM_WORKER_BACKEND=cuda pytest -k persistent_worker
 tests/verifier/test_redteam_round11.py` runs the JIT-cache job in a CUDA worker.
@@ -415,23 +417,14 @@ def _judged_wrong(nonce: str) -> Any:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a failure the trusted judge established (trials it compared, a window check it failed) is "
-    "voided by the candidate's own word in a worker that ran earlier jobs: a line out of the "
-    "worker's protocol (`outcome.tampered`) or a forged 'did not settle' finding in its result "
-    "or settle reply (`outcome.reported_failure` reads the payload's findings, which are the "
-    "worker's) makes the run suspect, and the fresh worker's run stands. A window cheat learns "
-    "it was caught (the clock ends the windows with 'e' right after a failed check: "
-    "`JudgeClock._drive`) and re-rolls only then: caught with probability q, it passes with "
-    "1 - q^2. Fix: the parent records the settle's failure itself (a RunOutcome field, not a "
-    "finding it searches), and a failure the judge established stands unless the first worker "
-    "was found with an earlier job's residue (its hygiene findings, the parent's own); and the "
-    "clock serves the planned windows after a failed check, so the worker cannot tell"))
 @pytest.mark.parametrize("word", ["line", "finding"])
 def test_a_judged_failure_is_not_voided_by_the_candidates_word(word: str) -> None:
-    """Before (main): the judged-wrong run, with a {"settled": true} line written during the job
-    (`tampered`, after 2 earlier jobs) or a "worker_replaced ... did not settle" finding the
-    candidate added to its result, was made again in a fresh worker, whose passing run stood."""
+    """Before (main at 258f195): the judged-wrong run, with a {"settled": true} line written
+    during the job (`tampered`, after 2 earlier jobs) or a "worker_replaced ... did not settle"
+    finding the candidate added to its result, was made again in a fresh worker, whose passing
+    run stood. Now a failure the judge established stands (`outcome.judged_failure`; only the
+    parent's own evidence of an earlier job's residue would void it), and the settle's failure is
+    the parent's record (`RunOutcome.unsettled`), not a finding searched in the payload."""
     from verifier.run.outcome import RunOutcome, confirmed, reported_failure, tampered
 
     runs = iter([_judged_wrong("n1"), RunOutcome({"nonce": "n1", "outcome": "ok",

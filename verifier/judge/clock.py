@@ -18,6 +18,8 @@ harness's loop: a window is believed for what the judge checks and measures itse
   last, and `window_judge.RANDOM_CHECKS` others: a secret the worker cannot know while it runs),
   reads those slots at once and compares them with its own reference on its pristine inputs; a
   window that skipped calls or answers "d" before its outputs are written fails as a cheat.
+  The windows planned go on after a failed one as after any (`failed_check`): a worker told
+  at once that it was caught voided that run and re-rolled (`verifier.run.outcome`).
 - Work done outside the window is charged to it. A window's inputs exist only from the judge's
   fill on; a worker that computes while the judge fills (a thread watching the inputs land)
   burns cpu time there that an honest worker, blocked on the pipe, does not. Where the judge
@@ -189,6 +191,7 @@ class JudgeClock:
         self.serving = False  # from "t" to "e"; (monotonic start, calls) of a window in flight:
         self.open_window: tuple[float, int] | None = None  # for `verifier.run.hang_watch`
         self.failure = ""  # why the windows do not stand (the worker's doing)
+        self.failed_check = ""  # the first window whose outputs or inputs failed the checks
         self.judge_error = ""  # why the judge could not time them (not the worker's doing)
         self.owns_fifos = fds is None  # (not `own`: ip_sampler names its objects so)
         if fds is None:
@@ -289,8 +292,6 @@ class JudgeClock:
         n, call_s = 1, 0.0
         while True:  # calibration: more calls until a window is a quarter of the target
             wall = self._checked(n)
-            if wall is None:
-                return {}
             call_s = max(self.call_time(wall, n), 1e-7 / n)  # noise only adds time
             if wall >= TARGET_S / 4 or n >= min(MAX_CALLS, self.judge.sets):
                 break
@@ -303,8 +304,6 @@ class JudgeClock:
             per_call, n = (per_call if want == n else []), want
             while len(per_call) < WINDOWS:
                 wall = self._checked(n)
-                if wall is None:
-                    return {}
                 per_call.append(self.call_time(wall, n))
             call_s = min(per_call)
             if call_s * n >= round_trip / ROUND_TRIP_SHARE or n >= self.judge.sets:
@@ -324,10 +323,10 @@ class JudgeClock:
             figures["window_cores"] = round(max(self.window_cores), 3)  # cpu over wall
         return figures
 
-    def _checked(self, n: int) -> float | None:
+    def _checked(self, n: int) -> float:
         """One window of n calls on fresh inputs: its wall time, plus the run's cpu time
-        during the fill above noise; or None (and the failure) when the judge's checks of its
-        outputs and inputs fail."""
+        during the fill above noise; the first window whose outputs or inputs fail the judge's
+        checks is the windows' failure (`failed_check`), and the plan goes on as if it passed."""
         meter = self.meter
         before = _quiet(meter, self.runnable) if meter is not None else 0.0
         self.judge.fill(n)
@@ -339,10 +338,8 @@ class JudgeClock:
         per_call = self.call_time(wall, n)
         deep = n > 0 and per_call < self.fastest
         why = self.judge.check(n, deep=True) if deep else self.judge.check(n)
-        if why:
-            self.failure = why
-            return None
-        if deep:
+        self.failed_check = self.failed_check or why
+        if deep and not why:
             self.fastest = per_call
         if meter is not None:
             self.fill_cpu.append(burnt)
@@ -354,9 +351,10 @@ class JudgeClock:
 
     def result(self) -> dict[str, Any]:
         """What the judge measured once the windows are over: {"figures", "failure" (the
-        worker's doing), "judge_error" (the verifier's)}."""
+        worker's doing), "judge_error" (the verifier's), "failed_check" (its checks')}."""
         figures = self.stop()
-        return {"figures": figures, "failure": self.failure, "judge_error": self.judge_error}
+        return {"figures": {} if self.failed_check else figures, "judge_error": self.judge_error,
+                "failure": self.failed_check or self.failure, "failed_check": self.failed_check}
 
     def stop(self) -> dict[str, Any]:
         """The figures once the windows are over (or abandoned: the worker is gone)."""

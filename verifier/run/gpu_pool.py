@@ -47,8 +47,7 @@ from verifier.judge.clock import JudgeClock, no_judge
 from verifier.judge.clock_serve import FDS_ENV
 from verifier.judge.pace import Pace
 from verifier.run.hang_watch import HangWatch
-from verifier.run.outcome import RunOutcome, reported_failure, tampered, unexpected_line
-from verifier.run.settle import charge_settled
+from verifier.run.outcome import RunOutcome, run_ended, settle_charged, tampered, unexpected_line
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session
@@ -256,9 +255,7 @@ class GpuWorkerProcess:
                 clock.stop()
             self.clock, self.watch, self.arena_fd, self.trials_fd = None, None, -1, -1
         out = self.settle(check(out) if check is not None else out, nonce, earlier)
-        if earlier and not out.suspect:  # the worker's word, after earlier jobs' code
-            out.suspect = reported_failure(out, nonce)
-        return out
+        return run_ended(out, clock, nonce, earlier)  # the worker's word, the clock's checks
 
     def settle(self, out: RunOutcome, nonce: Any = None, earlier: int = 0) -> RunOutcome:
         """Ask the worker to let the job go and collect its garbage, then check itself again
@@ -277,7 +274,7 @@ class GpuWorkerProcess:
         if odd:
             self.stop()
             return tampered(out, odd, earlier, nonce)
-        if charge_settled(out.payload, reply, why or f"no reply within {SETTLE_S:g} s"):
+        if settle_charged(out, reply, why or f"no reply within {SETTLE_S:g} s"):
             self.stop()
         return out
 

@@ -11,8 +11,13 @@ reply, nothing else), and an outcome whose evidence is the worker's own word or 
 failure it reported, a result it forged, a line out of turn, its death, hang or silence at the
 settle) is made again in a fresh worker when this one ran earlier jobs (`confirmed`): a
 fresh worker has run no candidate before, so what it reports is this candidate's. What the
-trusted judge established itself (the trials' outputs it compared, the windows it timed) is
-not run again: an honest batch of passing jobs confirms nothing and keeps its worker.
+trusted judge established itself (the trials' outputs it compared, a timed window whose checks
+failed: `judged_failure`) is not run again, and the worker's word does not void it: the word is
+this candidate's as much as an earlier job's, and a candidate that voided its caught runs would
+have a second draw at every check (a re-roll: tests/verifier/test_redteam_round11.py). Only the
+parent's own evidence that the worker held an earlier job's residue (`residue`: a line before
+this job's start, written before any of its code ran) would void it. An honest batch of passing
+jobs confirms nothing and keeps its worker.
 """
 
 from __future__ import annotations
@@ -22,11 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from verifier.judge.construct import HOST_ONLY
+from verifier.run.settle import charge_settled
 
 # a worker's outcomes that are no failure of the candidate: "ok" is the judge's to check, a
 # reference served to the windows is the baseline's, HOST_ONLY makes the parent run it again
 NOT_FAILED = ("ok", "baseline", HOST_ONLY)
 PROTOCOL_KEYS = ("ready", "started", "settled")  # lines only the worker's loop writes
+BEFORE_START = "a line before the job's start"  # (no code of the job had run yet)
+WINDOWS_FAILED = "the timed calls failed the verifier's checks"  # as `verifier.judge.performance`
 
 
 @dataclass
@@ -42,7 +50,7 @@ class RunOutcome:
     outputs: Any = None  # the raw trial outputs (a sandboxed child's `outputs.pt`)
     rechecked: bool = False  # whether the parent judges the outputs (`verifier.judge.decide`)
     # what the judge's clock measured of the timed windows (`verifier.judge.clock.JudgeClock.result`),
-    # for a run whose worker said ok; None otherwise
+    # for a run whose worker said ok (or whose window failed the judge's checks); None otherwise
     clock: Any = None
     # persistent workers: the judge's answer on the trials (`verifier.judge.trial_judge`), as
     # `verifier.judge.decide.parent_check` asks for it
@@ -62,6 +70,12 @@ class RunOutcome:
     # made again in a fresh worker (`confirmed`); "" when it stands
     suspect: str = ""
     confirmed: str = ""  # the first run's `suspect`, on the fresh worker's outcome
+    # why the worker did not settle after the run, as the parent saw it (`settle_charged`): no
+    # finding in the payload says so, the payload's findings are the worker's
+    unsettled: str = ""
+    # the parent's own evidence that the worker held an earlier job's residue before this job's
+    # code ran (`tampered`: a line before the job's start)
+    residue: str = ""
 
 
 def unexpected_line(msg: dict[str, Any] | None, phase: str, nonce: Any) -> str:
@@ -71,8 +85,7 @@ def unexpected_line(msg: dict[str, Any] | None, phase: str, nonce: Any) -> str:
     if msg is None:
         return ""
     if phase == "start":
-        return "" if msg.get("started") == nonce else \
-            f"a line before the job's start ({_shown(msg)})"
+        return "" if msg.get("started") == nonce else f"{BEFORE_START} ({_shown(msg)})"
     if any(k in msg for k in PROTOCOL_KEYS if not (phase == "settle" and k == "settled")):
         return f"a line of the worker's loop out of turn ({_shown(msg)})"
     if phase == "settle" and not msg.get("settled"):
@@ -86,11 +99,14 @@ def _shown(msg: dict[str, Any]) -> str:
 
 def tampered(out: RunOutcome, why: str, earlier_jobs: int, nonce: Any) -> RunOutcome:
     """A line out of the worker's protocol (`unexpected_line`; the worker is stopped): with
-    earlier jobs in its worker it may be theirs, and the run is made again (`suspect`); in a
-    fresh worker only this job's code ran, and it wrote the line: a cheat."""
+    earlier jobs in its worker it may be theirs, and the run is made again (`suspect`; a line
+    before the job's start is theirs: `residue`); in a fresh worker only this job's code ran,
+    and it wrote the line: a cheat."""
+    residue = why.startswith(BEFORE_START)
     why = f"the worker wrote a line its protocol does not have: {why}"
     if earlier_jobs:
         out.suspect = why
+        out.residue = why if residue else ""
         return out
     out.payload = {"nonce": nonce, "outcome": "cheat", "stage": out.stage, "error": why,
                    "worker_pid": (out.payload or {}).get("worker_pid"),
@@ -99,10 +115,19 @@ def tampered(out: RunOutcome, why: str, earlier_jobs: int, nonce: Any) -> RunOut
     return out
 
 
+def settle_charged(out: RunOutcome, reply: dict[str, Any] | None, why: str) -> bool:
+    """What the worker found as it settled (its reply; None when there was none: `why`) charged
+    to the job (`verifier.run.settle.charge_settled`), and a settle that did not come recorded
+    by the parent itself (`unsettled`); True when the worker must go."""
+    if reply is None or not reply.get("settled"):
+        out.unsettled = f"the worker did not settle after the run ({why})"
+    return charge_settled(out.payload or {}, reply, why)
+
+
 def reported_failure(out: RunOutcome, nonce: Any) -> str:
     """Why `out` rests on what the worker process said or did (a failure it reported, a result
-    not the harness's, its death, hang or flood, no settle): "" when the judge's checks of its
-    "ok" decide it."""
+    not the harness's, its death, hang or flood, no settle as the parent saw it: `unsettled`):
+    "" when the judge's checks of its "ok" decide it."""
     p = out.payload
     if p is None:
         return f"the worker failed ({out.failure[:200]})"
@@ -110,27 +135,71 @@ def reported_failure(out: RunOutcome, nonce: Any) -> str:
         return "the result was not the harness's (its nonce)"
     if p.get("outcome") not in NOT_FAILED:
         return f"the worker reported {p.get('outcome')} ({str(p.get('error') or '')[:200]})"
-    if any("did not settle" in str(f.get("message")) for f in p.get("findings") or ()
-           if isinstance(f, dict) and f.get("rule") == "worker_replaced"):
-        return "the worker did not settle after the run"
-    return ""
+    return out.unsettled
+
+
+def judged_failure(out: RunOutcome) -> str:
+    """Why the trusted judge itself failed this run ("" when it did not): a timed window whose
+    outputs or inputs failed its checks (the clock's `failed_check`), or trials it compared
+    (`judge_compared`) and found wrong; its answer as `GpuRunner._judged_here` recorded it."""
+    failed = out.clock.get("failed_check") if isinstance(out.clock, dict) else ""
+    if failed:
+        return f"a timed window failed the judge's checks ({str(failed)[:200]})"
+    if not out.judge_compared or out.referee is None:
+        return ""
+    try:
+        ok, why = out.referee("run", {})  # the answer already made (no argument is read)
+    except RuntimeError:  # the referee itself failed: nothing was established
+        return ""
+    return "" if ok else f"the judge compared its trials ({str(why)[:200]})"
+
+
+def run_ended(out: RunOutcome, clock: Any, nonce: Any, earlier: int) -> RunOutcome:
+    """A persistent worker's run as it ended (`GpuWorkerProcess.run`): with earlier jobs in its
+    worker, an outcome that rests on the worker's word is `suspect`; a window that failed the
+    judge's checks before the run ended without an "ok" (a death, hang, line out of turn or a
+    failure the worker reported after it) is the verdict: the run's end is the worker's word."""
+    if earlier and not out.suspect:
+        out.suspect = reported_failure(out, nonce)
+    timed = clock.result() if clock is not None and out.clock is None else None
+    failed = str((timed or {}).get("failed_check") or "")
+    if failed:
+        p = out.payload if out.payload is not None and out.payload.get("nonce") == nonce else {}
+        out.clock, out.timed_out = timed, False
+        out.payload = {**p, "nonce": nonce, "outcome": "cheat", "stage": "performance",
+                       "error": f"{WINDOWS_FAILED}: {failed}",
+                       "findings": [*(p.get("findings") or ()), {
+                           "rule": "judge_clock", "severity": "error", "line": None,
+                           "message": failed}]}
+    return out
+
+
+def _note(out: RunOutcome, rule: str, note: str) -> None:
+    if out.payload is not None:
+        out.payload.setdefault("findings", []).append(
+            {"rule": rule, "severity": "info", "line": None, "message": note[:600]})
+    else:
+        out.failure += f" ({note[:300]})"
 
 
 def confirmed(run: Callable[[], RunOutcome], fresh_worker: Callable[[], None]) -> RunOutcome:
     """`run` the job; an outcome that may be an earlier job's doing (`suspect`) is made again
     after `fresh_worker` put a worker that ran no job in place, and that run's outcome stands
-    (a failure confirmed, or the first run's voided); no third run."""
+    (a failure confirmed, or the first run's voided); no third run. A failure the judge
+    established (`judged_failure`) stands as it is, unless the parent found an earlier job's
+    `residue` in the worker."""
     out = run()
+    judged = judged_failure(out) if out.suspect and not out.residue else ""
+    if judged:
+        _note(out, "judged_failure_stands", f"not run again in a fresh worker: {judged}; what "
+              f"its worker said or did after earlier jobs does not void it ({out.suspect})")
+        out.suspect = ""
     if not out.suspect:
         return out
     fresh_worker()
     again = run()
     again.wall_s += out.wall_s
     again.confirmed = out.suspect
-    note = f"run again in a fresh worker: its first worker had run earlier jobs, and {out.suspect}"
-    if again.payload is not None:
-        again.payload.setdefault("findings", []).append(
-            {"rule": "confirmed_fresh", "severity": "info", "line": None, "message": note[:600]})
-    else:
-        again.failure += f" ({note[:300]})"
+    _note(again, "confirmed_fresh", "run again in a fresh worker: its first worker had run "
+          f"earlier jobs, and {out.suspect}")
     return again
