@@ -339,7 +339,7 @@ class JudgeClock:
         deep = n > 0 and per_call < self.fastest
         why = self.judge.check(n, deep=True) if deep else self.judge.check(n)
         self.failed_check = self.failed_check or why
-        if deep and not why:
+        if deep:  # (as after a passing window: the later windows' checks are as deep)
             self.fastest = per_call
         if meter is not None:
             self.fill_cpu.append(burnt)
