@@ -42,6 +42,7 @@ from verifier.run.outcome import (  # noqa: E402
     run_ended,
     settle_charged,
     tampered,
+    window_failed,
 )
 
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)
@@ -227,6 +228,14 @@ def test_a_run_that_ends_after_a_failed_window_is_the_judges_failure() -> None:
     again = RunOutcome({"nonce": "n1", "outcome": "ok", "findings": []})
     runs = iter([honest, again])
     assert confirmed(lambda: next(runs), lambda: None) is again and again.confirmed
+    # a sandboxed run (`SandboxRunner`, no earlier jobs) whose worker reported a failure after
+    # the failed window: the judge's failure is the verdict; an "ok" keeps its clock's result
+    raised = window_failed(RunOutcome({"nonce": "n1", "outcome": "runtime_error", "error": "x",
+                                       "findings": []}), _Ended(WRONG).result(), "n1")
+    assert raised.payload is not None and raised.payload["outcome"] == "cheat", raised
+    timed = {"figures": {}, "failure": WRONG, "judge_error": "", "failed_check": WRONG}
+    ok = RunOutcome({"nonce": "n1", "outcome": "ok"}, clock=timed)
+    assert window_failed(ok, timed, "n1").payload == {"nonce": "n1", "outcome": "ok"}
 
 
 # --- end to end: the persistent worker's cpu loop -------------------------------------------

@@ -154,15 +154,11 @@ def judged_failure(out: RunOutcome) -> str:
     return "" if ok else f"the judge compared its trials ({str(why)[:200]})"
 
 
-def run_ended(out: RunOutcome, clock: Any, nonce: Any, earlier: int) -> RunOutcome:
-    """A persistent worker's run as it ended (`GpuWorkerProcess.run`): with earlier jobs in its
-    worker, an outcome that rests on the worker's word is `suspect`; a window that failed the
-    judge's checks before the run ended without an "ok" (a death, hang, line out of turn or a
-    failure the worker reported after it) is the verdict: the run's end is the worker's word."""
-    if earlier and not out.suspect:
-        out.suspect = reported_failure(out, nonce)
-    timed = clock.result() if clock is not None and out.clock is None else None
-    failed = str((timed or {}).get("failed_check") or "")
+def window_failed(out: RunOutcome, timed: dict[str, Any] | None, nonce: Any) -> RunOutcome:
+    """A run whose timed window failed the judge's checks (`timed`: its clock's result) and that
+    then ended without an "ok" (a death, hang, line out of turn, or a failure the worker
+    reported: the windows go on after a failed one): that failure is its verdict, a cheat."""
+    failed = str((timed or {}).get("failed_check") or "") if out.clock is None else ""
     if failed:
         p = out.payload if out.payload is not None and out.payload.get("nonce") == nonce else {}
         out.clock, out.timed_out = timed, False
@@ -172,6 +168,16 @@ def run_ended(out: RunOutcome, clock: Any, nonce: Any, earlier: int) -> RunOutco
                            "rule": "judge_clock", "severity": "error", "line": None,
                            "message": failed}]}
     return out
+
+
+def run_ended(out: RunOutcome, clock: Any, nonce: Any, earlier: int) -> RunOutcome:
+    """A persistent worker's run as it ended (`GpuWorkerProcess.run`): with earlier jobs in its
+    worker, an outcome that rests on the worker's word is `suspect`; a window that failed the
+    judge's checks before it ended is the verdict all the same (`window_failed`)."""
+    if earlier and not out.suspect:
+        out.suspect = reported_failure(out, nonce)
+    timed = clock.result() if clock is not None and out.clock is None else None
+    return window_failed(out, timed, nonce)
 
 
 def _note(out: RunOutcome, rule: str, note: str) -> None:

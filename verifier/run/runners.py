@@ -25,7 +25,7 @@ from verifier.judge.pace import Pace
 from verifier.judge.window_judge import WindowJudge
 from verifier.protocol import VerifyOptions
 from verifier.run.baselines import baseline_forwards, default_cache_dir, serve_baselines
-from verifier.run.outcome import RunOutcome
+from verifier.run.outcome import RunOutcome, window_failed
 
 FLOOD_BYTES = 16 << 20  # stdout+stderr beyond this is a flood (the file limit stops it at 64 MB)
 _DISK_BYTES = 128 << 20  # all files a run writes (the file-size rlimit bounds each one)
@@ -140,8 +140,9 @@ class SandboxRunner:
             # written in the candidate's process: its words, never the environment's
             res.payload["error"] = candidates_words(res.payload["error"])
         # references on this host's cpu match cpu runs; device backends: the worker's checks
-        return RunOutcome(res.payload, stage, res.timed_out, failure, flood, res.wall_s,
-                          outputs, self.backend.name == "cpu", clock_data)
+        out = RunOutcome(res.payload, stage, res.timed_out, failure, flood, res.wall_s,
+                         outputs, self.backend.name == "cpu", clock_data)
+        return window_failed(out, timed, job.get("nonce"))  # a failed window, then its end
 
     def _judge(self, item: Any, job: dict[str, Any], workdir: Path
                ) -> tuple[WindowJudge | None, JudgeClock | None]:
