@@ -62,6 +62,10 @@ class RunOutcome:
     # made again in a fresh worker (`confirmed`); "" when it stands
     suspect: str = ""
     confirmed: str = ""  # the first run's `suspect`, on the fresh worker's outcome
+    # the own-kernel share as the worker sent it the moment it measured it (`Measured`), before
+    # the candidate's code ran again: the verdict's (the result's own is the candidate's to
+    # write during its timed calls: tests/verifier/test_redteam_round10.py, share_forged)
+    own_share: Any = None
 
 
 def unexpected_line(msg: dict[str, Any] | None, phase: str, nonce: Any) -> str:
@@ -78,6 +82,27 @@ def unexpected_line(msg: dict[str, Any] | None, phase: str, nonce: Any) -> str:
     if phase == "settle" and not msg.get("settled"):
         return f"a line that is no settle reply while the worker settled ({_shown(msg)})"
     return ""
+
+
+class Measured:
+    """The figures a job's worker sent as it measured them (its {"measured": ...} line,
+    `verifier.run.job_result.JobResult.measured`): the parent's copy, which the verdict takes."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, Any] | None = None
+
+    def take(self, msg: dict[str, Any] | None) -> str:
+        """Keep `msg`'s figures when it is the job's measurement line; why not when it is a
+        second one (the harness sends one: the other is the candidate's); "" otherwise."""
+        if msg is None or "measured" not in msg:
+            return ""
+        if self.fields is not None or not isinstance(msg["measured"], dict):
+            return f"a second or malformed measurement line ({_shown(msg)})"
+        self.fields = msg["measured"]
+        return ""
+
+    def get(self, key: str) -> Any:
+        return (self.fields or {}).get(key)
 
 
 def _shown(msg: dict[str, Any]) -> str:

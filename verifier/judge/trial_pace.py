@@ -1,0 +1,115 @@
+"""The judge's clock over the correctness trials: the traced trials are timed by the judge as
+its windows are, and a run whose timed windows are much faster per call than its traced trials
+is a cheat (issue 28; tests/verifier/test_redteam_round10.py, `blind`).
+
+Every trace of what a call ran lives in the candidate's process (the trials' dispatcher trace,
+the timed calls' op recorder, the kernel profile), so a run can tell the timed calls from the
+trials (a frame walk finds `serve_windows`), blind the timed calls' recorder and run the
+library's op there while its own kernel does the trials: on the persistent worker's loop (the
+GPU's) no check outside its process saw it. The judge cannot see what a call ran, but it can
+time both kinds of call: on the persistent loop each trial of the judge's arena
+(`verifier.run.worker._judged_trials`) runs between the judge's "g" and the worker's "q" on the
+clock's pipes, before the windows' "t":
+
+    worker -> judge  "p"     trial t is next (its inputs are in the judge's trial arena)
+    judge  -> worker "g"     the judge's clock starts
+    worker: the traced call, its output into the trial's slot, synchronize
+    worker -> judge  "q"     the judge's clock stops
+
+The trials' time per call (the fastest past the first: a first call is cold) is the judge's
+figure `trial_us`; `timed_finding` holds it against the windows' `runtime_us`. A traced trial
+also pays the dispatcher trace (~70 us a call and ~13 us an aten op on the shared 2-core VM),
+its slot copy and a pipe round trip, so the rule is `trial_us > RATIO * runtime_us + ALLOW_US`
+(both figures named in the finding): an honest kernel is its own trial and window; a run that
+switches kernels gains at most RATIO (and ALLOW_US) over its own. Open: a run that computes
+every trial's output before the trials (their inputs are all in the arena from the start) or
+writes a slot after its "q" (the judge reads the slots at the end) looks fast in its trials;
+publishing each trial's inputs at its "g" and reading its slot at its "q" (as stepped windows
+do, `verifier.judge.stepped`) would close that. A run that blinds every trace and runs the
+library everywhere is the same in both: that needs a profile outside its process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from verifier.judge.clock_serve import open_worker_pipes, read_line
+
+PACE, GO, DONE = "p", "g", "q"  # trial t is next / the clock runs / its slot is written
+WARM_TRIALS = 1  # trials not counted: a first call is cold (allocations, lazy init, caches)
+RATIO = 3.0  # the trials may be this much slower per call than the windows, plus ALLOW_US
+ALLOW_US = 1500.0  # the dispatcher trace, the slot copy and the round trip of a trial
+
+
+class WorkerPace:
+    """The worker's end: each trial between the judge's "g" and the worker's "q" (no-op where
+    the job has no judge's windows: nothing reads the pipes then)."""
+
+    def __init__(self, paced: bool) -> None:
+        self.pipes = open_worker_pipes() if paced else None
+
+    @contextmanager
+    def trial(self) -> Iterator[None]:
+        """One trial, its call and output copy inside (an exception: no "q", the run ends)."""
+        if self.pipes is None:
+            yield
+            return
+        wfd, rfd = self.pipes
+        os.write(wfd, f"{PACE}\n".encode())
+        go = read_line(rfd, 2)
+        if go != f"{GO}\n":
+            raise ValueError(f"unexpected clock message {go[:40]!r} before a trial")
+        yield
+        os.write(wfd, f"{DONE}\n".encode())
+
+    def close(self) -> None:
+        if self.pipes is not None:
+            for fd in self.pipes:
+                os.close(fd)
+            self.pipes = None
+
+
+def pace_trials(clock: Any, msg: str) -> str:
+    """The judge's end (`verifier.judge.clock.JudgeClock`, its thread): while the worker's
+    message `msg` asks for a trial, say "g" and time it to "q" (into `clock.trial_s`); the
+    first message that is not a trial's, for the windows."""
+    while msg == PACE:
+        t0 = time.perf_counter()
+        os.write(clock.wfd, f"{GO}\n".encode())
+        try:
+            done = clock.read_message(t0 + clock.wait_s, 2)
+        finally:
+            t1 = time.perf_counter()
+        if done != DONE:
+            raise ValueError(f"unexpected clock message {done[:40]!r} in a trial")
+        clock.trial_s.append(t1 - t0)
+        msg = clock.read_message(time.perf_counter() + 1e9)
+    return msg
+
+
+def trial_figures(trial_s: list[float]) -> dict[str, Any]:
+    """The judge's figures of the paced trials: `trial_us`, the fastest past the warm-up (none
+    without one), and every trial's time."""
+    if not trial_s:
+        return {}
+    warm = trial_s[WARM_TRIALS:]
+    figures: dict[str, Any] = {"trials_us": [round(t * 1e6, 2) for t in trial_s]}
+    if warm:
+        figures["trial_us"] = round(min(warm) * 1e6, 2)
+    return figures
+
+
+def timed_finding(figures: dict[str, Any]) -> str:
+    """Why the judge's windows and trials say the timed calls ran other work than the traced
+    trials ("" when they agree, or there is no trial figure)."""
+    trial, runtime = figures.get("trial_us"), figures.get("runtime_us")
+    if not trial or not runtime or trial <= RATIO * runtime + ALLOW_US:
+        return ""
+    return (f"the timed calls ran {trial / runtime:.1f}x faster than the traced trials "
+            f"(windows {runtime:g} us a call, trials {trial:g} us, both timed by the verifier; "
+            f"an honest kernel's trials are within {RATIO:g}x + {ALLOW_US:g} us): the timed "
+            "calls ran other work than the trials")
