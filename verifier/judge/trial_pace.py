@@ -19,9 +19,15 @@ clock's pipes, before the windows' "t":
 The trials' time per call (the fastest past the first: a first call is cold) is the judge's
 figure `trial_us`; `timed_finding` holds it against the windows' `runtime_us`. A traced trial
 also pays the dispatcher trace (~70 us a call and ~13 us an aten op on the shared 2-core VM),
-its slot copy and a pipe round trip, so the rule is `trial_us > RATIO * runtime_us + ALLOW_US`
-(both figures named in the finding): an honest kernel is its own trial and window; a run that
-switches kernels gains at most RATIO (and ALLOW_US) over its own. Open: a run that computes
+its slot copy (the windows' is deducted, `copy_us`) and a pipe round trip, so the rule is
+`trial_us > RATIO * runtime_us + ALLOW_US + copy_us` (both figures named in the finding): an
+honest kernel is its own trial and window; a run that switches kernels gains at most RATIO (and
+ALLOW_US) over its own. A run the rule trips is made again in a fresh worker, and the second
+run's verdict stands (`verifier.run.outcome.retimed`): the host's load in the trials is no
+cheat. Measured on the shared 2-core VM (persistent cpu loop, tests/verifier/test_trial_pace.py
+docstring): honest kernels' trials at most 0.46 of the bound (52 conformance cases at load
+7-31; two more, caught by load spikes, at 1.4 and 2.6 once and 0.1 when made again), the
+round-10 `blind` run at 1.9 of it. Open: a run that computes
 every trial's output before the trials (their inputs are all in the arena from the start) or
 writes a slot after its "q" (the judge reads the slots at the end) looks fast in its trials;
 publishing each trial's inputs at its "g" and reading its slot at its "q" (as stepped windows
@@ -107,9 +113,10 @@ def timed_finding(figures: dict[str, Any]) -> str:
     """Why the judge's windows and trials say the timed calls ran other work than the traced
     trials ("" when they agree, or there is no trial figure)."""
     trial, runtime = figures.get("trial_us"), figures.get("runtime_us")
-    if not trial or not runtime or trial <= RATIO * runtime + ALLOW_US:
+    allow = ALLOW_US + float(figures.get("copy_us") or 0.0)  # a trial's copy is not deducted
+    if not trial or not runtime or trial <= RATIO * runtime + allow:
         return ""
     return (f"the timed calls ran {trial / runtime:.1f}x faster than the traced trials "
             f"(windows {runtime:g} us a call, trials {trial:g} us, both timed by the verifier; "
-            f"an honest kernel's trials are within {RATIO:g}x + {ALLOW_US:g} us): the timed "
+            f"an honest kernel's trials are within {RATIO:g}x + {allow:g} us): the timed "
             "calls ran other work than the trials")

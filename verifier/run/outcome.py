@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verifier.judge.construct import HOST_ONLY
+from verifier.judge.trial_pace import timed_finding
 
 # a worker's outcomes that are no failure of the candidate: "ok" is the judge's to check, a
 # reference served to the windows is the baseline's, HOST_ONLY makes the parent run it again
@@ -141,6 +142,20 @@ def reported_failure(out: RunOutcome, nonce: Any) -> str:
     return ""
 
 
+RETIMED = ("the judge's windows beat its traced trials past its bound (perhaps the host's "
+           "load in the trials)")
+
+
+def retimed(out: RunOutcome) -> RunOutcome:
+    """`out`, to be made again in a fresh worker (`confirmed`) when the judge's windows beat
+    its traced trials (`verifier.judge.trial_pace`): a trial caught by the host's load (a
+    2-core host at load 30 timed honest 400 us trials at 4-16 ms) must not make an honest
+    kernel a cheat; a run that switches kernels does it again, and that stands."""
+    if not out.suspect and timed_finding((out.clock or {}).get("figures") or {}):
+        out.suspect = RETIMED
+    return out
+
+
 def confirmed(run: Callable[[], RunOutcome], fresh_worker: Callable[[], None]) -> RunOutcome:
     """`run` the job; an outcome that may be an earlier job's doing (`suspect`) is made again
     after `fresh_worker` put a worker that ran no job in place, and that run's outcome stands
@@ -152,7 +167,9 @@ def confirmed(run: Callable[[], RunOutcome], fresh_worker: Callable[[], None]) -
     again = run()
     again.wall_s += out.wall_s
     again.confirmed = out.suspect
-    note = f"run again in a fresh worker: its first worker had run earlier jobs, and {out.suspect}"
+    why = out.suspect if out.suspect == RETIMED else \
+        f"its first worker had run earlier jobs, and {out.suspect}"
+    note = f"run again in a fresh worker: {why}"
     if again.payload is not None:
         again.payload.setdefault("findings", []).append(
             {"rule": "confirmed_fresh", "severity": "info", "line": None, "message": note[:600]})
