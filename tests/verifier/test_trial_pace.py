@@ -74,6 +74,41 @@ def test_the_judge_times_each_trial_between_its_go_and_the_workers_done(
     assert not clock.failure
 
 
+@pytest.mark.parametrize("paced", [0, 2])
+def test_the_judge_times_as_many_trials_as_the_job_has(
+        monkeypatch: pytest.MonkeyPatch, paced: int) -> None:
+    """Any thread of the run can speak the clock's protocol: fast trials of its own beside
+    the harness's (a thread's "p" and "q") would lower the trials' figure, and none at all
+    would leave nothing to hold the windows against. The judge times exactly the job's trials
+    (its trial arena's count): one more, or "t" before all of them, fails the windows."""
+    req_r, req_w = os.pipe()
+    go_r, go_w = os.pipe()
+    os.set_blocking(req_r, False)
+    monkeypatch.setenv(FDS_ENV, f"{req_w},{go_r}")
+    clock = JudgeClock(_Judge(), fds=(req_r, go_w), wait_s=10.0)
+    clock.trials_due = 1
+    pace, refused = WorkerPace(True), []
+    try:
+        for _ in range(paced):
+            with pace.trial():
+                pass
+        if not paced:
+            os.write(req_w, b"t\n")
+    except ValueError as exc:  # the judge said "e" where a trial's "g" was due
+        refused.append(str(exc))
+    finally:
+        pace.close()
+    deadline = time.monotonic() + 5.0
+    while not clock.failure and time.monotonic() < deadline:
+        time.sleep(0.01)
+    clock.stop()
+    for fd in (req_r, req_w, go_r, go_w):
+        os.close(fd)
+    want = "more paced trials than the job's 1" if paced else "0 paced trials before the windows"
+    assert want in clock.failure, clock.failure
+    assert bool(refused) == bool(paced), refused
+
+
 def test_a_worker_without_a_judge_is_not_paced(monkeypatch: pytest.MonkeyPatch) -> None:
     """A job with no judge's windows (nothing reads the pipes): the trials run unpaced."""
     monkeypatch.setenv(FDS_ENV, "")

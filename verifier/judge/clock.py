@@ -11,6 +11,8 @@ run directory of a sandboxed run; inherited pipes, `FDS_ENV`, of a persistent wo
     worker -> judge  "d"
     judge  -> worker "e"        no more windows
 
+Before "t" a persistent worker's traced trials are timed by the same clock ("p", "g", "q",
+`verifier.judge.trial_pace`): windows far faster per call than those trials are a cheat.
 The judge times "w" sent to "d" received with its own clock. Any thread (or process) of the
 run can speak this protocol and map the arena, not only the harness, so nothing rests on the
 harness's loop: a window is believed for what the judge checks and measures itself.
@@ -186,6 +188,7 @@ class JudgeClock:
         self.runtime_cores: float | None = None  # that of the window that set the runtime
         self.figures: dict[str, Any] = {}
         self.trial_s: list[float] = []  # each paced trial's time (`verifier.judge.trial_pace`)
+        self.trials_due: int | None = None  # how many the job has (set by the runner)
         self.fastest = math.inf  # the fastest checked window's time per call so far
         self.pace: Any = None  # the reference's `verifier.judge.pace.Pace` (set by the runner)
         self.serving = False  # from "t" to "e"; (monotonic start, calls) of a window in flight:

@@ -83,7 +83,10 @@ def pace_trials(clock: Any, msg: str) -> str:
     """The judge's end (`verifier.judge.clock.JudgeClock`, its thread): while the worker's
     message `msg` asks for a trial, say "g" and time it to "q" (into `clock.trial_s`); the
     first message that is not a trial's, for the windows."""
+    due = clock.trials_due
     while msg == PACE:
+        if due is not None and len(clock.trial_s) >= due:  # another thread's: none is fast
+            _refuse(clock, f"more paced trials than the job's {due}")
         t0 = time.perf_counter()
         os.write(clock.wfd, f"{GO}\n".encode())
         try:
@@ -94,7 +97,15 @@ def pace_trials(clock: Any, msg: str) -> str:
             raise ValueError(f"unexpected clock message {done[:40]!r} in a trial")
         clock.trial_s.append(t1 - t0)
         msg = clock.read_message(time.perf_counter() + 1e9)
+    if msg == "t" and due is not None and len(clock.trial_s) != due:  # the harness paces all
+        _refuse(clock, f"{len(clock.trial_s)} paced trials before the windows, the job has {due}")
     return msg
+
+
+def _refuse(clock: Any, why: str) -> None:
+    """End the exchange ("e": the worker's loop ends rather than waits) and fail the windows."""
+    os.write(clock.wfd, b"e\n")
+    raise ValueError(why)
 
 
 def trial_figures(trial_s: list[float]) -> dict[str, Any]:

@@ -242,8 +242,9 @@ class GpuWorkerProcess:
         deadline = start + timeout_s
         clock = self.clock = (JudgeClock(judge, fds=self.clock_fds, wait_s=timeout_s)
                               if judge is not None else None)
-        if clock is not None:
+        if clock is not None:  # the reference's pace; the trials the judge times (its spec)
             clock.pace = pace
+            clock.trials_due = (message["job"].get("trials_arena") or {}).get("trials")
             clock.watch(run_meter(self.cgroup), runnable=run_runnable(self.cgroup))  # v2 only
         self.watch = HangWatch(pace, start, timeout_s)
         self.arena_fd, self.trials_fd = arena_fd, trials_fd
