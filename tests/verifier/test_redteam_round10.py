@@ -383,11 +383,15 @@ def test_a_blinded_trace_of_the_timed_calls_is_caught_in_the_persistent_worker(
     a9be61a): "blind" was correct_slow with no finding (the cpu sandbox path's sampler calls
     it a cheat): on that loop, the GPU's, the timed calls' trace and the kernel profile are the
     worker's, the only fallback checks. Now the judge times each traced trial through its
-    clock as it times the windows (`verifier.judge.trial_pace`): the blinded run's windows
-    (torch.relu, ~1.8 ms a call here) are far faster than its trials (its own kernel, ~13 ms),
-    a cheat (`timed_not_traced`) naming both figures; the honest kernel's trials are within
-    1.3x of its windows (~11 ms against ~9 ms)."""
-    from redteam_cases import candidate
+    clock as it times the windows (`verifier.judge.trial_pace`). The attack pays where its own
+    kernel is slower than the library's: here an unoptimised one (27-53 ms a call against
+    torch.relu's 1.9-2.1 ms, measured here). The blinded run's windows (torch.relu) are far
+    faster per call than its traced trials (its kernel, 39-58 ms): a cheat (`timed_not_traced`)
+    naming both figures, at 4-6x the judge's bound; the same kernel honest is correct, its
+    trials within 1.0-1.3x of its windows (0.3-0.4 of the bound). With the compiled ReLU of the
+    cases (its kernel 6.0 ms a call here, torch.relu's 3.9) the blinded run stays correct: it
+    gains less than the bound (`trial_pace.RATIO`)."""
+    from redteam_cases import RELU, candidate
     from verifier_cases import relu_task
 
     import verifier.stages as stages
@@ -397,10 +401,15 @@ def test_a_blinded_trace_of_the_timed_calls_is_caught_in_the_persistent_worker(
 
     monkeypatch.setattr(stages, "check_python", lambda *a, **k: [])
     monkeypatch.setattr(stages, "check_cpp", lambda *a, **k: [])
+    # its ReLU in a kernel several times slower than torch's (unoptimised, four passes): what
+    # a run gains by running the library's op in its timed calls instead
+    slow = RELU.replace("for (int64_t i = 0;",
+                        "for (int pass = 0; pass < 4; ++pass)\n    for (int64_t i = 0;")
     monkeypatch.setattr(CpuBackend, "persistent_worker", True)
-    rows = [("honest", candidate(name="r10_diag", prelude=False)),
-            ("blind", candidate(BLIND_EXTRA, forward=BLIND_FORWARD, name="r10_diag",
-                                prelude=False))]
+    rows = [("honest", candidate(cpp=slow, cflags='["-O0"]', name="r10_slow",
+                                 prelude=False)),
+            ("blind", candidate(BLIND_EXTRA, forward=BLIND_FORWARD, cpp=slow,
+                                cflags='["-O0"]', name="r10_slow", prelude=False))]
     reqs = [VerifyRequest(n, "relu", relu_task(256, 4096), c, "cpu") for n, c in rows]
     got = {v.candidate_id: v for v in verify_batch(reqs, VerifyOptions(
         backend="cpu", gpus=1, workers=1, build_cache_dir=str(tmp_path / "builds"),

@@ -119,13 +119,15 @@ def test_a_worker_without_a_judge_is_not_paced(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_the_rule_holds_the_windows_against_the_trials() -> None:
-    """Finding only past RATIO times the windows plus ALLOW_US; both figures named."""
-    assert trial_figures([]) == {} and "trial_us" not in trial_figures([0.001])
+    """Finding only past RATIO times the windows plus ALLOW_US and the judge's copy, with at
+    least MIN_TIMED trials past the first; both figures named."""
+    assert trial_figures([]) == {} and "trial_us" not in trial_figures([0.001, 0.001])
     assert timed_finding({"runtime_us": 100.0}) == ""  # no trial figure: nothing to hold
     edge = RATIO * 100.0 + ALLOW_US
     assert timed_finding({"runtime_us": 100.0, "trial_us": edge}) == ""
     why = timed_finding({"runtime_us": 100.0, "trial_us": edge + 1})
     assert "windows 100 us a call" in why and f"trials {edge + 1:g} us" in why
+    assert timed_finding({"runtime_us": 100.0, "trial_us": edge + 1, "copy_us": 2.0}) == ""
 
 
 def test_a_second_measurement_line_is_out_of_protocol() -> None:

@@ -381,6 +381,7 @@ def _check_kernels(res: JobResult, backend: Any, job: dict[str, Any],
             str(job["options"].get("fallback", "strict")))
     except Exception as exc:  # profiling is best effort; say why it failed
         res.data["kernel_names_error"] = f"{type(exc).__name__}: {exc}"[:200]
+        res.measured({"own_share": None})  # one line a job: another is the candidate's
         return
     res.measured({"own_share": share})  # to the parent now: the result is forgeable later
     res.data["kernel_names"] = names[:50]
