@@ -320,7 +320,7 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
         held = (v.status.startswith("correct") if name.startswith("honest") else
                 "mul=[2.0, 2.0]" in (v.error or "") if name == "ask_after_dunder" else
                 "rec=1000 nofile=" in (v.error or "") and "mask=[]" in (v.error or "")
-                if name == "ask_after_settings" else v.status == "cheat" if name == "blind" else
+                if name == "ask_after_settings" else _blind_held(v, got) if name == "blind" else
                 "file=" in (v.error or "") and "/tmp/w/" not in (v.error or "")
                 if name in ("ask_after_path", "ask_after_spec") else
                 len(str(v.to_dict())) < 1 << 20 if name.startswith("forge_") else
@@ -333,6 +333,18 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def _blind_held(v: Any, got: dict[str, Any]) -> bool:
+    """"blind" held: a cheat, or its timed calls gained at most the judge's bound over the
+    same kernel's honest runs (`verifier.judge.trial_pace.RATIO`: a run whose windows are faster
+    than that past its traced trials is a cheat; one within it gains no more)."""
+    from verifier.judge.trial_pace import RATIO
+
+    honest = sorted(g.runtime_us for n, g in got.items() if n.startswith("honest_after")
+                    and g.runtime_us)
+    return v.status == "cheat" or bool(honest and v.runtime_us and
+                                       honest[len(honest) // 2] <= RATIO * v.runtime_us)
 
 
 def _round10_share(backend: str, cases: Any, r10: Any, relu_task: Any, cache: Path

@@ -136,7 +136,7 @@ def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baseli
         v.findings.append({"rule": "forged_result", "message": "the result was not written by "
                            "the harness", "line": None, "severity": "error"})
         return item.stop("cheat", stage, "the candidate wrote the harness's result")
-    record_measurements(v, p)
+    record_measurements(v, p, out.own_share)
     outcome = p.get("outcome")
     if outcome != "ok":
         if outcome == "task_error":
@@ -181,8 +181,9 @@ def run_constructed(item: Item, runner: SandboxRunner | GpuRunner, job: dict[str
     return out, job
 
 
-def record_measurements(v: VerdictData, p: dict[str, Any]) -> None:
-    """Copy what the worker measured onto the verdict (also for failed candidates)."""
+def record_measurements(v: VerdictData, p: dict[str, Any], own_share: Any = None) -> None:
+    """Copy what the worker measured onto the verdict (also for failed candidates);
+    `own_share`: the share as the worker sent it when measured (`RunOutcome.own_share`)."""
     device = p.get("device")
     v.device = device[:200] if isinstance(device, str) else v.device
     v.trials = worker_fields.count(p.get("trials")) or 0
@@ -192,9 +193,10 @@ def record_measurements(v: VerdictData, p: dict[str, Any]) -> None:
     # the candidate's process: kept in the shapes the verifier reads (`verifier.judge.worker_fields`)
     v.findings.extend(worker_fields.findings(p.get("findings")))
     v.kernel_names = worker_fields.kernel_names(p.get("kernel_names"))
-    # measured on CUDA only (`verifier.checks.fallback.judge_kernels`): elsewhere it is a claim
-    record_share(v, worker_fields.share(p.get("own_share")) if v.backend == "cuda" else None,
-                 worker_fields.count(p.get("own_calls")))
+    # measured by the profiler on CUDA (`verifier.checks.fallback.judge_kernels`) and sent to
+    # the parent before the candidate's code ran again: the result's own `own_share` is the
+    # candidate's to write during its timed calls (test_redteam_round10, share_forged)
+    record_share(v, worker_fields.share(own_share), worker_fields.count(p.get("own_calls")))
 
 
 def front_stages(item: Item, policy: str = "strict", namespace: str = "isolated") -> None:

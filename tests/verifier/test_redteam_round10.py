@@ -23,7 +23,8 @@ Parent side: what the worker writes beside the verdict (its result is the candid
 write): text where the batch loop read a number, findings that are not records (both ended
 `verify_batch` for the whole batch), megabytes of findings and a `generalised` finding of its
 own; fixed: `verifier.judge.worker_fields`. The timed calls' trace blinded in the worker: held
-on a cpu by the judge's sampler; on a GPU the worker's records are all there is.
+on a cpu by the judge's sampler; on the persistent loop (the GPU's) by the judge's clock over the
+trials (`verifier.judge.trial_pace`: windows far faster than the traced trials are a cheat).
 GPU forms: `python -m benchmarks.redteam_gpu --backend cuda --round10 --out ...` (the same
 Python in the CUDA worker's loop, each attack between honest compiled ReLUs; also the
 own-kernel share forged under --fallback partial, a GPU-only hole).
@@ -423,20 +424,22 @@ def test_a_blinded_trace_of_the_timed_calls_is_caught_by_the_judges_sampler(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "the persistent worker's loop (the GPU's; run here on the cpu) has no fallback check outside "
-    "the candidate's process: the timed calls' trace (OpNames) and the kernel profile are the "
-    "worker's, and a run that swaps the recorder's set as the windows begin runs torch's op in "
-    "the timed calls unseen (correct, timed as torch's kernel). Fix: a judge-side check, as the "
-    "cpu sandbox's ip sampler is: the judge times some trial calls through its clock as it times "
-    "the windows, and a run whose windows are much faster per call than its traced trials (past "
-    "warm-up) is a finding; or a kernel profile of a window drawn at random, read by the referee"))
 def test_a_blinded_trace_of_the_timed_calls_is_caught_in_the_persistent_worker(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """BLIND_EXTRA on the persistent worker's loop (`CpuBackend.persistent_worker`, as
-    benchmarks/redteam_gpu.py --round10 --persistent runs it): measured here, "blind" was
-    correct_slow with no finding (the cpu sandbox path's sampler calls it a cheat)."""
-    from redteam_cases import candidate
+    benchmarks/redteam_gpu.py --round10 --persistent runs it). Before (measured here, main at
+    a9be61a): "blind" was correct_slow with no finding (the cpu sandbox path's sampler calls
+    it a cheat): on that loop, the GPU's, the timed calls' trace and the kernel profile are the
+    worker's, the only fallback checks. Now the judge times each traced trial through its
+    clock as it times the windows (`verifier.judge.trial_pace`). The attack pays where its own
+    kernel is slower than the library's: here an unoptimised one (27-53 ms a call against
+    torch.relu's 1.9-2.1 ms, measured here). The blinded run's windows (torch.relu) are far
+    faster per call than its traced trials (its kernel, 39-58 ms): a cheat (`timed_not_traced`)
+    naming both figures, at 4-6x the judge's bound; the same kernel honest is correct, its
+    trials within 1.0-1.3x of its windows (0.3-0.4 of the bound). With the compiled ReLU of the
+    cases (its kernel 6.0 ms a call here, torch.relu's 3.9) the blinded run stays correct: it
+    gains less than the bound (`trial_pace.RATIO`)."""
+    from redteam_cases import RELU, candidate
     from verifier_cases import relu_task
 
     import verifier.stages as stages
@@ -446,13 +449,21 @@ def test_a_blinded_trace_of_the_timed_calls_is_caught_in_the_persistent_worker(
 
     monkeypatch.setattr(stages, "check_python", lambda *a, **k: [])
     monkeypatch.setattr(stages, "check_cpp", lambda *a, **k: [])
+    # its ReLU in a kernel several times slower than torch's (unoptimised, four passes): what
+    # a run gains by running the library's op in its timed calls instead
+    slow = RELU.replace("for (int64_t i = 0;",
+                        "for (int pass = 0; pass < 4; ++pass)\n    for (int64_t i = 0;")
     monkeypatch.setattr(CpuBackend, "persistent_worker", True)
-    rows = [("honest", candidate(name="r10_diag", prelude=False)),
-            ("blind", candidate(BLIND_EXTRA, forward=BLIND_FORWARD, name="r10_diag",
-                                prelude=False))]
+    rows = [("honest", candidate(cpp=slow, cflags='["-O0"]', name="r10_slow",
+                                 prelude=False)),
+            ("blind", candidate(BLIND_EXTRA, forward=BLIND_FORWARD, cpp=slow,
+                                cflags='["-O0"]', name="r10_slow", prelude=False))]
     reqs = [VerifyRequest(n, "relu", relu_task(256, 4096), c, "cpu") for n, c in rows]
     got = {v.candidate_id: v for v in verify_batch(reqs, VerifyOptions(
         backend="cpu", gpus=1, workers=1, build_cache_dir=str(tmp_path / "builds"),
         baseline_cache_dir=str(tmp_path / "baselines")))}
     assert got["honest"].status.startswith("correct"), got["honest"]
-    assert got["blind"].status == "cheat", got["blind"]
+    blind = got["blind"]
+    assert blind.status == "cheat", blind
+    assert "timed_not_traced" in {f["rule"] for f in blind.findings}, blind
+    assert "faster than the traced trials" in blind.error and "windows " in blind.error, blind

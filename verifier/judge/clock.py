@@ -11,6 +11,8 @@ run directory of a sandboxed run; inherited pipes, `FDS_ENV`, of a persistent wo
     worker -> judge  "d"
     judge  -> worker "e"        no more windows
 
+Before "t" a persistent worker's traced trials are timed by the same clock ("p", "g", "q",
+`verifier.judge.trial_pace`): windows far faster per call than those trials are a cheat.
 The judge times "w" sent to "d" received with its own clock. Any thread (or process) of the
 run can speak this protocol and map the arena, not only the harness, so nothing rests on the
 harness's loop: a window is believed for what the judge checks and measures itself.
@@ -80,6 +82,7 @@ from typing import Any
 
 from verifier.judge.clock_serve import GO, REQ
 from verifier.judge.stepped import can_step, metered, step_floor_s, stepped_window
+from verifier.judge.trial_pace import pace_trials, trial_figures
 
 WINDOWS = 3
 TARGET_S = 0.02  # a window is at least this long (timer and scheduler noise well under 1%)
@@ -186,6 +189,8 @@ class JudgeClock:
         self.window_cores: list[float] = []  # each window's cpu time over its wall time
         self.runtime_cores: float | None = None  # that of the window that set the runtime
         self.figures: dict[str, Any] = {}
+        self.trial_s: list[float] = []  # each paced trial's time (`verifier.judge.trial_pace`)
+        self.trials_due: int | None = None  # how many the job has (set by the runner)
         self.fastest = math.inf  # the fastest checked window's time per call so far
         self.pace: Any = None  # the reference's `verifier.judge.pace.Pace` (set by the runner)
         self.serving = False  # from "t" to "e"; (monotonic start, calls) of a window in flight:
@@ -267,7 +272,7 @@ class JudgeClock:
         started = False
         try:
             # a run that fails first sends nothing
-            msg = self.read_message(time.perf_counter() + 1e9)
+            msg = pace_trials(self, self.read_message(time.perf_counter() + 1e9))
             if msg != "t":
                 raise ValueError(f"unexpected clock message {msg[:40]!r}")
             started = self.serving = True
@@ -315,6 +320,7 @@ class JudgeClock:
                        step_us=round(self.step_s * 1e6, 2),
                        out_bytes=int(self.judge.out_bytes))
         figures.update({"early_stop": settled} if settled else {})
+        figures.update(trial_figures(self.trial_s))  # the trials', against the windows'
         if len(self.window_cores) >= len(per_call):  # the runtime's window's cpu over wall
             self.runtime_cores = self.window_cores[-len(per_call):][per_call.index(min(per_call))]
         if self.fill_cpu:  # what the run burnt while the judge filled (charged above noise)

@@ -9,6 +9,7 @@ from typing import Any
 
 from verifier.judge.clock import NO_JUDGE
 from verifier.judge.reward import speedup_of
+from verifier.judge.trial_pace import timed_finding
 from verifier.protocol import VerdictData, VerifyOptions
 
 _CHEATS = ("the output of a timed call was wrong", "forward modified its input tensors")
@@ -38,6 +39,11 @@ def judge_performance(v: VerdictData, opts: VerifyOptions, clock: dict[str, Any]
     if figures.get("early_stop"):  # one window settled it (`verifier.judge.pace`)
         v.findings.append({"rule": "timing_settled", "message": figures["early_stop"],
                            "line": None, "severity": "info"})
+    why = timed_finding(figures)  # the judge's windows against its trials
+    if why:
+        v.findings.append({"rule": "timed_not_traced", "message": why, "line": None,
+                           "severity": "error"})
+        return "cheat", why
     why = _floor(v, peaks, figures, flops, bytes_moved)
     if why:
         v.findings.append({"rule": "physics_floor", "message": why, "line": None,

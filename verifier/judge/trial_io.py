@@ -111,10 +111,12 @@ class ArenaTrials:
 
     shared = True
 
-    def __init__(self, spec: dict[str, Any], handle: str | int, device: str) -> None:
+    def __init__(self, spec: dict[str, Any], handle: str | int, device: str,
+                 paced: bool = False) -> None:
         from verifier.judge.arena import Arena
 
         self.arena = Arena.attach(handle, int(spec["nbytes"]), device)
+        self.paced = paced  # the judge times each trial (`verifier.judge.trial_pace`)
         self.blocks = spec["blocks"]
         self.values: list[list[Any]] = [[] for _ in self.blocks]
 
@@ -170,4 +172,5 @@ def for_job(job: dict[str, Any], device: str) -> SeededTrials | ArenaTrials:
     spec = job.get("trials_arena")
     if not spec:
         return SeededTrials()
-    return ArenaTrials(spec, spec.get("path") or job["trials_fd"], device)
+    # a judge's windows: its clock reads the pipes, and times the trials too
+    return ArenaTrials(spec, spec.get("path") or job["trials_fd"], device, bool(job.get("arena")))

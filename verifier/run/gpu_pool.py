@@ -47,7 +47,8 @@ from verifier.judge.clock import JudgeClock, no_judge
 from verifier.judge.clock_serve import FDS_ENV
 from verifier.judge.pace import Pace
 from verifier.run.hang_watch import HangWatch
-from verifier.run.outcome import RunOutcome, run_ended, settle_charged, tampered, unexpected_line
+from verifier.run.outcome import (Measured, RunOutcome, run_ended, settle_charged, tampered,
+                                   unexpected_line)
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session
@@ -241,8 +242,9 @@ class GpuWorkerProcess:
         deadline = start + timeout_s
         clock = self.clock = (JudgeClock(judge, fds=self.clock_fds, wait_s=timeout_s)
                               if judge is not None else None)
-        if clock is not None:
+        if clock is not None:  # the reference's pace; the trials the judge times (its spec)
             clock.pace = pace
+            clock.trials_due = (message["job"].get("trials_arena") or {}).get("trials")
             clock.watch(run_meter(self.cgroup), runnable=run_runnable(self.cgroup))  # v2 only
         self.watch = HangWatch(pace, start, timeout_s)
         self.arena_fd, self.trials_fd = arena_fd, trials_fd
@@ -306,9 +308,10 @@ class GpuWorkerProcess:
             return RunOutcome(None, failure=f"the GPU worker {why}", timed_out="took" in why,
                               wall_s=time.monotonic() - start)
         stage, phase, nonce = "correctness", "start", message["job"].get("nonce")
+        measured = Measured()  # figures sent as measured: the verdict's (not the result's)
         while True:
             msg = self._read(max(0.0, deadline - time.monotonic()))
-            odd = unexpected_line(msg, phase, nonce)
+            odd = unexpected_line(msg, phase, nonce) or measured.take(msg)
             if odd:  # not this job's line: the worker goes, the job is not judged by it
                 self.stop()
                 return tampered(RunOutcome(None, stage, failure=odd,
@@ -332,6 +335,8 @@ class GpuWorkerProcess:
                 self.stop()
                 return RunOutcome(None, stage, timed_out, failure, flood,
                                   time.monotonic() - start)
+            if "measured" in msg:  # kept by `measured` above
+                continue
             if "progress" in msg or "step" in msg:  # a step of the job (its hang deadline)
                 stage = str(msg.get("progress") or stage)
                 if self.watch is not None:
@@ -347,7 +352,8 @@ class GpuWorkerProcess:
             if msg.get("outcome") in ("ok", "baseline"):  # (a reference served to the windows)
                 timed = clock.result() if clock is not None else no_judge()
             return RunOutcome(msg, msg.get("stage", stage), False, "", flood,
-                              time.monotonic() - start, clock=timed)
+                              time.monotonic() - start, clock=timed,
+                              own_share=measured.get("own_share"))
 
     def _send(self, data: bytes, deadline: float) -> str:
         """Write a job to the worker's stdin without blocking past `deadline` (a worker that

@@ -23,7 +23,7 @@ from verifier.judge.window_judge import WindowJudge
 from verifier.protocol import VerifyOptions
 from verifier.run.baselines import baseline_forwards, default_cache_dir, serve_baselines
 from verifier.run.gpu_pool import GpuWorkerProcess
-from verifier.run.outcome import RunOutcome, confirmed
+from verifier.run.outcome import RunOutcome, confirmed, retimed
 from verifier.run.runners import CPU_ARENA_BYTES, cpu_peaks
 
 GPU_ARENA_BYTES = 8 << 30  # on a GPU (at most a quarter of its free memory)
@@ -173,8 +173,8 @@ class GpuRunner:
                     return RunOutcome(None, failure=f"the verifier's referee failed: {exc}")
                 job = {**job, "arena": judge.spec, "trials_arena": trials.spec}
             # the trials are checked before the worker settles (`GpuWorkerProcess.settle`)
-            return self._run_locked(item, job, built, judge, *fds, pace=pace,
-                                    check=lambda out: self._judged_here(out, trials))
+            return retimed(self._run_locked(item, job, built, judge, *fds, pace=pace,
+                                            check=lambda out: self._judged_here(out, trials)))
         finally:
             for fd in fds:
                 if fd >= 0:

@@ -233,7 +233,8 @@ JOB_CACHES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "XDG_CACHE_HOME")  
 
 
 def _run_one(msg: dict[str, Any], sock: socket.socket, base: str,
-             progress: Callable[[str], None], step: Callable[[str], None]) -> dict[str, Any]:
+             progress: Callable[[str], None], step: Callable[[str], None],
+             measure: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """One job in a fresh folder under `base`, with the judge's arenas it was sent (their
     descriptors closed when it ends)."""
     from verifier.run.worker import run_job
@@ -259,7 +260,8 @@ def _run_one(msg: dict[str, Any], sock: socket.socket, base: str,
     ext = sys.modules["torch.utils.cpp_extension"]  # loaded by the warm-up
     shims = ext.load_inline, ext.load
     try:
-        return run_job(job, msg["task_source"], msg["candidate_source"], progress, step)
+        return run_job(job, msg["task_source"], msg["candidate_source"], progress, step,
+                       measure)
     finally:
         ext.load_inline, ext.load = shims
         for var, v in kept.items():  # as when ready (a change elsewhere: `process_state`)
@@ -340,6 +342,9 @@ def main(argv: list[str]) -> int:
     def step(name: str) -> None:  # the parent's hang deadlines (`verifier.run.hang_watch`)
         out.write(json.dumps({"step": name}) + "\n")
 
+    def measure(fields: dict[str, Any]) -> None:  # the parent's copy (`outcome.Measured`)
+        out.write(json.dumps({"measured": fields}, default=str) + "\n")
+
     # jobs and caches in the private tmpfs (the worker's own directory is read-only to it)
     base = os.environ.get("KS_WORKER_TMP") or os.getcwd()
     os.makedirs(base, exist_ok=True)
@@ -357,7 +362,7 @@ def main(argv: list[str]) -> int:
         out.write(json.dumps({"started": msg["job"].get("nonce")}) + "\n")
         gc.enable()
         held.clear()
-        result = _run_one(msg, sock, base, progress, step)
+        result = _run_one(msg, sock, base, progress, step, measure)
         # no cyclic garbage collected (finalizers are candidate code) from the job's end until
         # the judge has checked its trials' slots: then the parent asks the worker to settle
         # (`_settle`), and collection resumes when the next job arrives

@@ -26,10 +26,11 @@ class JobResult:
     records the outcome and raises Finished."""
 
     def __init__(self, nonce: str, on_progress: Callable[[str], None] | None = None,
-                 on_step: Callable[[str], None] | None = None):
+                 on_step: Callable[[str], None] | None = None,
+                 on_measure: Callable[[dict[str, Any]], None] | None = None):
         self.data: dict[str, Any] = {"nonce": nonce, "stage": "correctness", "outcome": "ok",
                                      "findings": [], "error": ""}
-        self.on_progress, self.on_step = on_progress, on_step
+        self.on_progress, self.on_step, self.on_measure = on_progress, on_step, on_measure
         self.io: Any = None  # the run's trial inputs and outputs (`verifier.judge.trial_io`)
 
     def progress(self, stage: str) -> None:
@@ -42,6 +43,14 @@ class JobResult:
         of the next one starts now (`verifier.run.hang_watch`); the stage is unchanged."""
         if self.on_step:
             self.on_step(name)
+
+    def measured(self, fields: dict[str, Any]) -> None:
+        """Figures sent to the parent the moment they are measured, before the candidate's
+        code runs again (the result is the candidate's to write until the job ends: the
+        verdict takes the parent's copy, `verifier.run.outcome.Measured`)."""
+        self.data.update(fields)
+        if self.on_measure:
+            self.on_measure(fields)
 
     def finish(self, outcome: str, error: str = "") -> None:
         self.data["outcome"] = outcome

@@ -28,6 +28,7 @@ from typing import Any
 
 from verifier.judge.construct import HOST_ONLY
 from verifier.run.settle import charge_settled
+from verifier.judge.trial_pace import timed_finding
 
 # a worker's outcomes that are no failure of the candidate: "ok" is the judge's to check, a
 # reference served to the windows is the baseline's, HOST_ONLY makes the parent run it again
@@ -76,6 +77,10 @@ class RunOutcome:
     # the parent's own evidence that the worker held an earlier job's residue before this job's
     # code ran (`tampered`: a line before the job's start)
     residue: str = ""
+    # the own-kernel share as the worker sent it the moment it measured it (`Measured`), before
+    # the candidate's code ran again: the verdict's (the result's own is the candidate's to
+    # write during its timed calls: tests/verifier/test_redteam_round10.py, share_forged)
+    own_share: Any = None
 
 
 def unexpected_line(msg: dict[str, Any] | None, phase: str, nonce: Any) -> str:
@@ -91,6 +96,27 @@ def unexpected_line(msg: dict[str, Any] | None, phase: str, nonce: Any) -> str:
     if phase == "settle" and not msg.get("settled"):
         return f"a line that is no settle reply while the worker settled ({_shown(msg)})"
     return ""
+
+
+class Measured:
+    """The figures a job's worker sent as it measured them (its {"measured": ...} line,
+    `verifier.run.job_result.JobResult.measured`): the parent's copy, which the verdict takes."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, Any] | None = None
+
+    def take(self, msg: dict[str, Any] | None) -> str:
+        """Keep `msg`'s figures when it is the job's measurement line; why not when it is a
+        second one (the harness sends one: the other is the candidate's); "" otherwise."""
+        if msg is None or "measured" not in msg:
+            return ""
+        if self.fields is not None or not isinstance(msg["measured"], dict):
+            return f"a second or malformed measurement line ({_shown(msg)})"
+        self.fields = msg["measured"]
+        return ""
+
+    def get(self, key: str) -> Any:
+        return (self.fields or {}).get(key)
 
 
 def _shown(msg: dict[str, Any]) -> str:
@@ -188,6 +214,20 @@ def _note(out: RunOutcome, rule: str, note: str) -> None:
         out.failure += f" ({note[:300]})"
 
 
+RETIMED = ("the judge's windows beat its traced trials past its bound (perhaps the host's "
+           "load in the trials)")
+
+
+def retimed(out: RunOutcome) -> RunOutcome:
+    """`out`, to be made again in a fresh worker (`confirmed`) when the judge's windows beat
+    its traced trials (`verifier.judge.trial_pace`): a trial caught by the host's load (a
+    2-core host at load 30 timed honest 400 us trials at 4-16 ms) must not make an honest
+    kernel a cheat; a run that switches kernels does it again, and that stands."""
+    if not out.suspect and timed_finding((out.clock or {}).get("figures") or {}):
+        out.suspect = RETIMED
+    return out
+
+
 def confirmed(run: Callable[[], RunOutcome], fresh_worker: Callable[[], None]) -> RunOutcome:
     """`run` the job; an outcome that may be an earlier job's doing (`suspect`) is made again
     after `fresh_worker` put a worker that ran no job in place, and that run's outcome stands
@@ -206,6 +246,7 @@ def confirmed(run: Callable[[], RunOutcome], fresh_worker: Callable[[], None]) -
     again = run()
     again.wall_s += out.wall_s
     again.confirmed = out.suspect
-    _note(again, "confirmed_fresh", "run again in a fresh worker: its first worker had run "
-          f"earlier jobs, and {out.suspect}")
+    why = out.suspect if out.suspect == RETIMED else \
+        f"its first worker had run earlier jobs, and {out.suspect}"
+    _note(again, "confirmed_fresh", f"run again in a fresh worker: {why}")
     return again

@@ -50,10 +50,12 @@ from verifier.run.tamper import check_tamper, guard_snapshot
 
 def run_job(job: dict[str, Any], task_src: str, cand_src: str,
             on_progress: Callable[[str], None] | None = None,
-            on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+            on_step: Callable[[str], None] | None = None,
+            on_measure: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Verify one candidate in this process; the measurements as a result dict (`on_step`:
-    each trial's and the kernel profile's start, for the parent's hang deadlines)."""
-    res = JobResult(job["nonce"], on_progress, on_step)
+    each trial's and the kernel profile's start, for the parent's hang deadlines;
+    `on_measure`: the own-kernel share as it is measured, `JobResult.measured`)."""
+    res = JobResult(job["nonce"], on_progress, on_step, on_measure)
     try:
         _run(res, job, task_src, cand_src)
     except Finished:  # the verdict is in res.data
@@ -346,22 +348,29 @@ def _judged_trials(res: JobResult, new: Any, io: Any, backend: Any
 
     from verifier.checks.fallback import make_trace_mode
     from verifier.judge.op_trace import LABEL
+    from verifier.judge.trial_pace import WorkerPace
 
     ops: list[tuple[str, int | None]] = []
     own_calls = 0
-    for t in range(io.trials()):
-        res.step("trial")
-        try:
-            with torch.no_grad(), make_trace_mode() as tr, record_function(LABEL):
-                new_out = new(*io.inputs(0, t))
-                backend.synchronize()
-            ops.extend(tr.ops)
-            own_calls += tr.own_calls
-        except Exception as exc:
-            _trial_crashed(res, exc, t)
-        io.keep(0, t, new_out)
-        res.data["trials"] = t + 1
-        del new_out
+    pace = WorkerPace(io.paced)  # each trial timed by the judge, as its windows are
+    try:
+        for t in range(io.trials()):
+            res.step("trial")
+            with pace.trial():
+                try:
+                    with torch.no_grad(), make_trace_mode() as tr, record_function(LABEL):
+                        new_out = new(*io.inputs(0, t))
+                        backend.synchronize()
+                    ops.extend(tr.ops)
+                    own_calls += tr.own_calls
+                except Exception as exc:
+                    _trial_crashed(res, exc, t)
+                io.keep(0, t, new_out)
+                backend.synchronize()  # its slot written when the judge's clock stops
+            res.data["trials"] = t + 1
+            del new_out
+    finally:
+        pace.close()
     return io.inputs(0, 0), None, ops, own_calls
 
 
@@ -377,9 +386,10 @@ def _check_kernels(res: JobResult, backend: Any, job: dict[str, Any],
             str(job["options"].get("fallback", "strict")))
     except Exception as exc:  # profiling is best effort; say why it failed
         res.data["kernel_names_error"] = f"{type(exc).__name__}: {exc}"[:200]
+        res.measured({"own_share": None})  # one line a job: another is the candidate's
         return
+    res.measured({"own_share": share})  # to the parent now: the result is forgeable later
     res.data["kernel_names"] = names[:50]
-    res.data["own_share"] = share
     res.data["findings"].extend(findings)
     if cheat:
         res.finish("cheat", cheat)

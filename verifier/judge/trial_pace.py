@@ -1,0 +1,139 @@
+"""The judge's clock over the correctness trials: the traced trials are timed by the judge as
+its windows are, and a run whose timed windows are much faster per call than its traced trials
+is a cheat (issue 28; tests/verifier/test_redteam_round10.py, `blind`).
+
+Every trace of what a call ran lives in the candidate's process (the trials' dispatcher trace,
+the timed calls' op recorder, the kernel profile), so a run can tell the timed calls from the
+trials (a frame walk finds `serve_windows`), blind the timed calls' recorder and run the
+library's op there while its own kernel does the trials: on the persistent worker's loop (the
+GPU's) no check outside its process saw it. The judge cannot see what a call ran, but it can
+time both kinds of call: on the persistent loop each trial of the judge's arena
+(`verifier.run.worker._judged_trials`) runs between the judge's "g" and the worker's "q" on the
+clock's pipes, before the windows' "t":
+
+    worker -> judge  "p"     trial t is next (its inputs are in the judge's trial arena)
+    judge  -> worker "g"     the judge's clock starts
+    worker: the traced call, its output into the trial's slot, synchronize
+    worker -> judge  "q"     the judge's clock stops
+
+The trials' time per call (the fastest past the first: a first call is cold) is the judge's
+figure `trial_us`; `timed_finding` holds it against the windows' `runtime_us`. A traced trial
+also pays the dispatcher trace (~70 us a call and ~13 us an aten op on the shared 2-core VM),
+its slot copy (the windows' is deducted, `copy_us`) and a pipe round trip, so the rule is
+`trial_us > RATIO * runtime_us + ALLOW_US + copy_us` (both figures named in the finding): an
+honest kernel is its own trial and window; a run that switches kernels gains at most RATIO (and
+ALLOW_US) over its own. A run the rule trips is made again in a fresh worker, and the second
+run's verdict stands (`verifier.run.outcome.retimed`): the host's load in the trials is no
+cheat. Measured on the shared 2-core VM (persistent cpu loop, trials=5): the conformance
+corpus's honest cases (52 strict, 60 partial) at most 0.23 of the bound (median 0.15) at load
+2-8; at load 7-31, 50 of 52 at most 0.25 and two trials sets caught by load at 1.31 and 0.86
+(0.12 and 0.27 when made again); the round-10 `blind` run over an unoptimised kernel (27-53
+ms a call, torch.relu's 2 ms) at 4-6x the bound, the same kernel honest at 0.3-0.4. Over the
+cases' compiled ReLU (6 ms a call, torch.relu's 3.9) `blind` stays at 0.87: it gains 1.5x. Open: a run that computes
+every trial's output before the trials (their inputs are all in the arena from the start) or
+writes a slot after its "q" (the judge reads the slots at the end) looks fast in its trials;
+publishing each trial's inputs at its "g" and reading its slot at its "q" (as stepped windows
+do, `verifier.judge.stepped`) would close that. A run that blinds every trace and runs the
+library everywhere is the same in both: that needs a profile outside its process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from verifier.judge.clock_serve import open_worker_pipes, read_line
+
+PACE, GO, DONE = "p", "g", "q"  # trial t is next / the clock runs / its slot is written
+WARM_TRIALS = 1  # trials not counted: a first call is cold (allocations, lazy init, caches)
+MIN_TIMED = 2  # trials past the warm-up the rule needs (one trial is one draw of the load)
+RATIO = 3.0  # the trials may be this much slower per call than the windows, plus ALLOW_US
+# the dispatcher trace (~0.4 ms a small call), a pipe round trip and two wake-ups (the worker's,
+# the judge thread's, which waits for the GIL behind the verifier's other threads): a 2-core
+# host at load 30 with a spare worker starting timed honest 0.4 ms trials at 2-16 ms
+ALLOW_US = 3000.0
+
+
+class WorkerPace:
+    """The worker's end: each trial between the judge's "g" and the worker's "q" (no-op where
+    the job has no judge's windows: nothing reads the pipes then)."""
+
+    def __init__(self, paced: bool) -> None:
+        self.pipes = open_worker_pipes() if paced else None
+
+    @contextmanager
+    def trial(self) -> Iterator[None]:
+        """One trial, its call and output copy inside (an exception: no "q", the run ends)."""
+        if self.pipes is None:
+            yield
+            return
+        wfd, rfd = self.pipes
+        os.write(wfd, f"{PACE}\n".encode())
+        go = read_line(rfd, 2)
+        if go != f"{GO}\n":
+            raise ValueError(f"unexpected clock message {go[:40]!r} before a trial")
+        yield
+        os.write(wfd, f"{DONE}\n".encode())
+
+    def close(self) -> None:
+        if self.pipes is not None:
+            for fd in self.pipes:
+                os.close(fd)
+            self.pipes = None
+
+
+def pace_trials(clock: Any, msg: str) -> str:
+    """The judge's end (`verifier.judge.clock.JudgeClock`, its thread): while the worker's
+    message `msg` asks for a trial, say "g" and time it to "q" (into `clock.trial_s`); the
+    first message that is not a trial's, for the windows."""
+    due = clock.trials_due
+    while msg == PACE:
+        if due is not None and len(clock.trial_s) >= due:  # another thread's: none is fast
+            _refuse(clock, f"more paced trials than the job's {due}")
+        t0 = time.perf_counter()
+        os.write(clock.wfd, f"{GO}\n".encode())
+        try:
+            done = clock.read_message(t0 + clock.wait_s, 2)
+        finally:
+            t1 = time.perf_counter()
+        if done != DONE:
+            raise ValueError(f"unexpected clock message {done[:40]!r} in a trial")
+        clock.trial_s.append(t1 - t0)
+        msg = clock.read_message(time.perf_counter() + 1e9)
+    if msg == "t" and due is not None and len(clock.trial_s) != due:  # the harness paces all
+        _refuse(clock, f"{len(clock.trial_s)} paced trials before the windows, the job has {due}")
+    return msg
+
+
+def _refuse(clock: Any, why: str) -> None:
+    """End the exchange ("e": the worker's loop ends rather than waits) and fail the windows."""
+    os.write(clock.wfd, b"e\n")
+    raise ValueError(why)
+
+
+def trial_figures(trial_s: list[float]) -> dict[str, Any]:
+    """The judge's figures of the paced trials: `trial_us`, the fastest past the warm-up (none
+    with fewer than MIN_TIMED of them), and every trial's time."""
+    if not trial_s:
+        return {}
+    warm = trial_s[WARM_TRIALS:]
+    figures: dict[str, Any] = {"trials_us": [round(t * 1e6, 2) for t in trial_s]}
+    if len(warm) >= MIN_TIMED:
+        figures["trial_us"] = round(min(warm) * 1e6, 2)
+    return figures
+
+
+def timed_finding(figures: dict[str, Any]) -> str:
+    """Why the judge's windows and trials say the timed calls ran other work than the traced
+    trials ("" when they agree, or there is no trial figure)."""
+    trial, runtime = figures.get("trial_us"), figures.get("runtime_us")
+    allow = ALLOW_US + float(figures.get("copy_us") or 0.0)  # a trial's copy is not deducted
+    if not trial or not runtime or trial <= RATIO * runtime + allow:
+        return ""
+    return (f"the timed calls ran {trial / runtime:.1f}x faster than the traced trials "
+            f"(windows {runtime:g} us a call, trials {trial:g} us, both timed by the verifier; "
+            f"an honest kernel's trials are within {RATIO:g}x + {allow:g} us): the timed "
+            "calls ran other work than the trials")
