@@ -47,8 +47,14 @@ from verifier.judge.clock import JudgeClock, no_judge
 from verifier.judge.clock_serve import FDS_ENV
 from verifier.judge.pace import Pace
 from verifier.run.hang_watch import HangWatch
-from verifier.run.outcome import (Measured, RunOutcome, run_ended, settle_charged, tampered,
-                                   unexpected_line)
+from verifier.run.outcome import (
+    Measured,
+    RunOutcome,
+    run_ended,
+    settle_charged,
+    tampered,
+    unexpected_line,
+)
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session

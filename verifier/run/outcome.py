@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from verifier.judge.construct import HOST_ONLY
-from verifier.run.settle import charge_settled
 from verifier.judge.trial_pace import timed_finding
+from verifier.run.settle import charge_settled
 
 # a worker's outcomes that are no failure of the candidate: "ok" is the judge's to check, a
 # reference served to the windows is the baseline's, HOST_ONLY makes the parent run it again
