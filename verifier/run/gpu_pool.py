@@ -47,14 +47,8 @@ from verifier.judge.clock import JudgeClock, no_judge
 from verifier.judge.clock_serve import FDS_ENV
 from verifier.judge.pace import Pace
 from verifier.run.hang_watch import HangWatch
-from verifier.run.outcome import (
-    Measured,
-    RunOutcome,
-    run_ended,
-    settle_charged,
-    tampered,
-    unexpected_line,
-)
+from verifier.run import outcome
+from verifier.run.outcome import Measured, RunOutcome, run_ended, settle_charged, tampered
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session
@@ -276,7 +270,7 @@ class GpuWorkerProcess:
         why = self._send(b'{"settle": true}\n', began + SETTLE_S)
         reply = None if why else self._read(SETTLE_S)
         out.wall_s += time.monotonic() - began
-        odd = unexpected_line(reply, "settle", nonce) or (
+        odd = outcome.unexpected_line(reply, "settle", nonce) or (
             f"more after the settle reply ({self.buf[:80]!r})"
             if reply is not None and self.buf.strip() else "")
         if odd:
@@ -317,7 +311,7 @@ class GpuWorkerProcess:
         measured = Measured()  # figures sent as measured: the verdict's (not the result's)
         while True:
             msg = self._read(max(0.0, deadline - time.monotonic()))
-            odd = unexpected_line(msg, phase, nonce) or measured.take(msg)
+            odd = outcome.unexpected_line(msg, phase, nonce) or measured.take(msg)
             if odd:  # not this job's line: the worker goes, the job is not judged by it
                 self.stop()
                 return tampered(RunOutcome(None, stage, failure=odd,
