@@ -46,8 +46,8 @@ from verifier.isolation.sandbox import SandboxLimits, sandboxed_argv, scrubbed_e
 from verifier.judge.clock import JudgeClock, no_judge
 from verifier.judge.clock_serve import FDS_ENV
 from verifier.judge.pace import Pace
-from verifier.run.hang_watch import HangWatch
 from verifier.run import outcome
+from verifier.run.hang_watch import HangWatch
 from verifier.run.outcome import Measured, RunOutcome, run_ended, settle_charged, tampered
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
