@@ -287,6 +287,37 @@ def test_an_extension_that_dies_with_the_interpreters_words_does_not_stop_the_ru
     _stage_keeps(died)
 
 
+def test_in_the_persistent_worker_too_an_extension_that_dies_with_the_interpreters_words_is_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU's worker loop (`CpuBackend.persistent_worker`, run here on the cpu): its job's
+    start line is the byte's counterpart. Before (cause17's merge, measured here): "worker
+    exited with code 1: FileNotFoundError: [Errno 2] No such file or directory:
+    '/tmp/venv/bin/python'" with no word of where it came from, and `common_failure` returned
+    it; now a worker that ended after its job's start says so (`GpuWorkerProcess.describe_exit`),
+    and an honest job after them is correct."""
+    from redteam_cases import candidate
+    from verifier_cases import relu_task
+
+    from verifier.api import verify_batch
+    from verifier.backends.cpu import CpuBackend
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    monkeypatch.setattr(CpuBackend, "persistent_worker", True)
+    rows = [(f"die{i}", candidate(forward=f"return ext.relu_fwd(x)  # {i}", cpp=DIE_CPP,
+                                  name="r11_die", prelude=False)) for i in range(3)]
+    rows += [("honest", candidate(name="r11_alike", prelude=False))]
+    reqs = [VerifyRequest(n, "relu", relu_task(4, 8), c, "cpu") for n, c in rows]
+    got = {v.candidate_id: v for v in verify_batch(reqs, VerifyOptions(
+        backend="cpu", gpus=1, workers=1, build_cache_dir=str(tmp_path / "builds"),
+        baseline_cache_dir=str(tmp_path / "baselines")))}
+    died = [got[f"die{i}"] for i in range(3)]
+    for v in died:
+        assert v.status == "runtime_error" and "/tmp/venv/bin/python" in v.error, v
+        assert REACHED in v.error, v.error
+    assert common_failure(_reasons(died)) is None
+    assert got["honest"].status.startswith("correct"), got["honest"]
+
+
 def test_an_extension_that_dies_with_the_sandboxs_words_does_not_stop_the_run(
         alike: dict[str, Any]) -> None:
     """A variant: the extension prints the sandbox's own "[sandbox] could not drop root" words

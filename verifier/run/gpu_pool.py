@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from verifier.compile.builder import ArtefactMismatch, copy_for_worker
+from verifier.isolation import sandbox
 from verifier.isolation.cgroups import kill_cgroup, make_pids_cgroup
 from verifier.isolation.cpu_meter import run_meter, run_runnable
 from verifier.isolation.isolate import RUN_DIR
@@ -330,11 +331,10 @@ class GpuWorkerProcess:
                 timed_out = self.proc.poll() is None
                 hung = self.watch.why(clock) if self.watch and timed_out else ""
                 failure = (hung or f"timed out after {timeout_s:.0f}s{closed}" if timed_out
-                           else self.describe_exit())
+                           else self.describe_exit(reached=phase == "job"))
                 flood = self.log_size() - log_before >= FLOOD_BYTES
                 self.stop()
-                return RunOutcome(None, stage, timed_out, failure, flood,
-                                  time.monotonic() - start)
+                return RunOutcome(None, stage, timed_out, failure, flood, time.monotonic() - start)
             if "measured" in msg:  # kept by `measured` above
                 continue
             if "progress" in msg or "step" in msg:  # a step of the job (its hang deadline)
@@ -343,6 +343,7 @@ class GpuWorkerProcess:
                     self.watch.on(str(msg.get("progress") or msg.get("step")))
                 continue
             flood = self.log_size() - log_before >= FLOOD_BYTES
+            msg["error"] = sandbox.candidates_words(str(msg["error"])) if msg.get("error") else None
             # the worker is pid 1 of its own namespace: name it by the host's pid
             msg["worker_ns_pid"], msg["worker_pid"] = msg.get("worker_pid"), self.proc.pid
             if flood or msg.get("sticky_cuda_error") or msg.get("outcome") == "cheat" \
@@ -378,7 +379,8 @@ class GpuWorkerProcess:
                 return "input pipe broke"
         return ""
 
-    def describe_exit(self) -> str:
+    def describe_exit(self, reached: bool = False) -> str:
+        """How the worker ended; `reached`: its log was the candidate's to write (after start)."""
         rc = self.proc.poll() if self.proc else None
         if rc is not None and rc < 0:
             name = signal.Signals(-rc).name
@@ -390,7 +392,8 @@ class GpuWorkerProcess:
         except (OSError, TypeError):
             tail = ""
         lines = [ln for ln in tail.strip().splitlines() if ln.strip()]
-        return text + (f": {lines[-1][:300]}" if lines else "")
+        return (sandbox.candidates_words if reached else str)(text + (f": {lines[-1][:300]}"
+                                                                        if lines else ""))
 
     def stop(self) -> None:
         if self.proc is not None:
