@@ -199,6 +199,44 @@ def _round6(backend: str, out: Path) -> int:
     return 0
 
 
+def _runtime_only(backend: str, persistent: bool) -> None:
+    """The run-time defences on their own (static checks off); cpu `persistent`: the GPU's
+    worker loop on this host's cpu."""
+    import verifier.stages as stages
+
+    stages.check_python = lambda *a, **k: []
+    stages.check_cpp = lambda *a, **k: []
+    if backend == "cpu" and persistent:
+        from verifier.backends.cpu import CpuBackend
+
+        CpuBackend.persistent_worker = True
+
+
+def _verify_rows(rows: list[tuple[str, str]], backend: str, task: str, cache: Path,
+                 **options: Any) -> dict[str, Any]:
+    """Each (name, candidate code) of `rows` as a ReLU candidate of `task`, in one batch on one
+    GPU (one worker: what one job leaves, the next meets), builds and baselines in `cache`; the
+    verdicts by name."""
+    import verifier.api as api
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    cases = _load("redteam_cases")
+    reqs = [VerifyRequest(name, "relu", task, cases.for_backend(code, backend), backend)
+            for name, code in rows]
+    got = {v.candidate_id: v for v in api.verify_batch(reqs, VerifyOptions(
+        backend=backend, gpus=1, workers=1, build_cache_dir=str(cache / "builds"),
+        baseline_cache_dir=str(cache / "baselines"), **options))}
+    return got
+
+
+def _table(title: str, flag: str, backend: str, out: Path, persistent: bool) -> list[str]:
+    """A round's table head: its title, the host and the command that made it."""
+    return [f"# {title}, backend {backend}", "",
+            f"host {platform.node()}, command: python -m benchmarks.redteam_gpu --backend "
+            f"{backend} {flag}{' --persistent' if persistent else ''} --out {out}", "",
+            "| row | status | findings | result | error |", "| --- | --- | --- | --- | --- |"]
+
+
 def _round7(backend: str, out: Path, persistent: bool = False) -> int:
     """Round 7's attacks on what a job leaves in a persistent GPU worker (tests/verifier/
     redteam_round7_cases.py), static checks off, one GPU so every job shares a worker: a
@@ -206,19 +244,10 @@ def _round7(backend: str, out: Path, persistent: bool = False) -> int:
     (held: it is a cheat and the honest job after it is correct), and one whose __init__ sets
     the default device to the GPU (built the KernelBench way; held: the honest job after it is
     correct and its worker was replaced). cpu: `--persistent` runs the GPU's worker loop."""
-    import verifier.api as api
-    import verifier.stages as stages
-    from verifier.protocol import VerifyOptions, VerifyRequest
-
     cases, r7 = _load("redteam_cases"), _load("redteam_round7_cases")
     from verifier_cases import relu_task
 
-    stages.check_python = lambda *a, **k: []  # the run-time defences on their own
-    stages.check_cpp = lambda *a, **k: []
-    if backend == "cpu" and persistent:
-        from verifier.backends.cpu import CpuBackend
-
-        CpuBackend.persistent_worker = True  # the GPU's loop, on this host's cpu
+    _runtime_only(backend, persistent)
     shared = backend == "cuda" or persistent  # one worker for every job: what one leaves
     device = "cuda" if backend == "cuda" else backend
     rows = [("mode_left_behind", cases.candidate(r7.MODE_EXTRA, name="r7_ext", prelude=False)),
@@ -226,23 +255,14 @@ def _round7(backend: str, out: Path, persistent: bool = False) -> int:
             ("host_forcing", cases.candidate(name="r7_ext", prelude=False,
                                              init=f'torch.set_default_device("{device}")')),
             ("honest_after_host", cases.candidate(name="r7_ext", prelude=False))]
-    cache = Path(tempfile.mkdtemp(prefix="ks-r7-"))
-    task = relu_task(16, 1024)
-    reqs = [VerifyRequest(name, "relu", task, cases.for_backend(code, backend), backend)
-            for name, code in rows]
-    got = {v.candidate_id: v for v in api.verify_batch(
-        reqs, VerifyOptions(backend=backend, gpus=1, workers=1,
-                            build_cache_dir=str(cache / "builds"),
-                            baseline_cache_dir=str(cache / "baselines")))}
+    got = _verify_rows(rows, backend, relu_task(16, 1024), Path(tempfile.mkdtemp(prefix="ks-r7-")))
     rules = {n: [f["rule"] for f in got[n].findings] for n, _ in rows}
     held = {"mode_left_behind": got["mode_left_behind"].status == "cheat" or not shared,
             "honest_after_mode": got["honest_after_mode"].status.startswith("correct"),
             "host_forcing": "host_construction" in rules["host_forcing"],
             "honest_after_host": got["honest_after_host"].status.startswith("correct")}
-    lines = [f"# Red-team round 7 persistent-worker attacks, backend {backend}", "",
-             f"host {platform.node()}, command: python -m benchmarks.redteam_gpu --backend "
-             f"{backend} --round7 --out {out}", "",
-             "| row | status | findings | result | error |", "| --- | --- | --- | --- | --- |"]
+    lines = _table("Red-team round 7 persistent-worker attacks", "--round7", backend, out,
+                   persistent)
     for name, _ in rows:
         v = got[name]
         lines.append(f"| {name} | {v.status} | {', '.join(rules[name])} | "
@@ -265,19 +285,10 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
     trace of them blinded) is held only as a cheat: on a GPU the worker's trace and profile are
     the only fallback checks. cpu:
     `--persistent` runs the GPU's worker loop."""
-    import verifier.api as api
-    import verifier.stages as stages
-    from verifier.protocol import VerifyOptions, VerifyRequest
-
     cases, r10 = _load("redteam_cases"), _load("redteam_round10_cases")
     from verifier_cases import relu_task
 
-    stages.check_python = lambda *a, **k: []  # the run-time defences on their own
-    stages.check_cpp = lambda *a, **k: []
-    if backend == "cpu" and persistent:
-        from verifier.backends.cpu import CpuBackend
-
-        CpuBackend.persistent_worker = True  # the GPU's loop, on this host's cpu
+    _runtime_only(backend, persistent)
     rows = []
     for name in r10.ARMS:
         rows += [(name, cases.candidate(r10.extra(name), name="r10_ext", prelude=False)),
@@ -304,16 +315,9 @@ def _round10(backend: str, out: Path, persistent: bool = False) -> int:
                                         prelude=False)),
                  (f"honest_after_{name}", cases.candidate(name="r10_ext", prelude=False))]
     cache = Path(tempfile.mkdtemp(prefix="ks-r10-"))
-    reqs = [VerifyRequest(name, "relu", relu_task(16, 1024), cases.for_backend(code, backend),
-                          backend) for name, code in rows]
-    got = {v.candidate_id: v for v in api.verify_batch(
-        reqs, VerifyOptions(backend=backend, gpus=1, workers=1,
-                            build_cache_dir=str(cache / "builds"),
-                            baseline_cache_dir=str(cache / "baselines")))}
-    lines = [f"# Red-team round 10 persistent-worker attacks, backend {backend}", "",
-             f"host {platform.node()}, command: python -m benchmarks.redteam_gpu --backend "
-             f"{backend} --round10{' --persistent' if persistent else ''} --out {out}", "",
-             "| row | status | findings | result | error |", "| --- | --- | --- | --- | --- |"]
+    got = _verify_rows(rows, backend, relu_task(16, 1024), cache)
+    lines = _table("Red-team round 10 persistent-worker attacks", "--round10", backend, out,
+                   persistent)
     for name, _ in rows:
         v = got[name]
         rules = [f["rule"] for f in v.findings]
@@ -354,18 +358,11 @@ def _round10_share(backend: str, cases: Any, r10: Any, relu_task: Any, cache: Pa
     timed calls. Held when the forged run's share is the measured one (not 1.0)."""
     import json
 
-    import verifier.api as api
-    from verifier.protocol import VerifyOptions, VerifyRequest
-
     rows = [("share_measured", cases.candidate(r10.SHARE_EXTRA, name="r10_ext", prelude=False,
                                                forward=r10.SHARE_HONEST_FORWARD)),
             ("share_forged", cases.candidate(r10.SHARE_EXTRA, name="r10_ext", prelude=False,
                                              forward=r10.SHARE_FORWARD))]
-    reqs = [VerifyRequest(name, "relu", relu_task(16, 1024), cases.for_backend(code, backend),
-                          backend) for name, code in rows]
-    got = {v.candidate_id: v for v in api.verify_batch(reqs, VerifyOptions(
-        backend=backend, gpus=1, workers=1, fallback="partial",
-        build_cache_dir=str(cache / "builds"), baseline_cache_dir=str(cache / "baselines")))}
+    got = _verify_rows(rows, backend, relu_task(16, 1024), cache, fallback="partial")
     share = {n: json.loads(got[n].reward_components or "{}").get("own_share") for n, _ in rows}
     forged, measured = share["share_forged"], share["share_measured"]
     held = forged is None or forged < 0.99 or (measured is not None and measured >= 0.99)
