@@ -24,20 +24,23 @@ def clone(xs: Any) -> Any:
     return xs
 
 
-def same(a: Any, b: Any) -> bool:
-    """Whether `a` and `b` hold the same values exactly (shapes, dtypes and every element)."""
+def same(a: Any, b: Any, every: bool = False) -> bool:
+    """Whether `a` and `b` hold the same values exactly (shapes, dtypes and every element);
+    `every`: each pair compared even after one differs (the same work either way)."""
     import torch
 
     fa, fb = flatten(a), flatten(b)
     if len(fa) != len(fb):
         return False
+    alike = True
     for x, y in zip(fa, fb, strict=True):
         if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            if x.shape != y.shape or x.dtype != y.dtype or not torch.equal(x, y):
-                return False
-        elif x != y:
+            alike = (x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)) and alike
+        else:
+            alike = bool(x == y) and alike
+        if not alike and not every:
             return False
-    return True
+    return alike
 
 
 def varies(out: Any) -> bool:

@@ -273,6 +273,12 @@ class WindowJudge:
         # runs (a worker still writing after "d" must not get that time)
         # (cpu: the slots are views of the judge's private copy, pulled above)
         seen = {k: self.slots[k] if self.device == "cpu" else clone(self.slots[k]) for k in picks}
+        # every pick compared and every input, whatever fails first (the first failure is the
+        # answer): a check that stopped at a wrong output answered the worker sooner, and a
+        # worker timing its "d" to the next window's order could tell it was caught, where the
+        # clock serves the planned windows after a failed check so that it cannot
+        # (`verifier.judge.clock.JudgeClock.failed_check`)
+        wrong: list[str] = []
         for k in picks:
             # the reference runs on one draw of the set and the comparison gets a second (the
             # reference may write its inputs): a GB-sized set is held once, as admission counts
@@ -286,11 +292,13 @@ class WindowJudge:
                 verdict, msg, _, _ = _judge(self.model, pristine, ref_out, seen[k], self.tol)
             del pristine, ref_out
             if verdict != "ok":
-                return f"the output of a timed call was wrong: call {k + 1} of {n}: {msg}"
-        for target, seed in zip(self.views, self._set_seeds, strict=False):
-            if not same(target, self._draw(seed)):
-                return "forward modified its input tensors during a timed call"
-        return ""
+                wrong.append(f"the output of a timed call was wrong: call {k + 1} of {n}: {msg}")
+        # every set compared, each of its tensors (`same(every=True)`), before answering
+        modified = [not same(target, self._draw(seed), every=True)
+                    for target, seed in zip(self.views, self._set_seeds, strict=False)]
+        if any(modified):
+            wrong.append("forward modified its input tensors during a timed call")
+        return wrong[0] if wrong else ""
 
     def close(self) -> None:
         self.views, self.slots, self._set_seeds = [], [], []
