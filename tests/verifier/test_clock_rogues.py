@@ -212,10 +212,14 @@ def test_a_watcher_that_computes_while_the_judge_fills_is_charged_for_it(
     """Every output right, every call done, but during the judge's fill: a thread computes
     each set's output as it lands, and the window itself is only the "d". Unmetered, the
     judge would time almost nothing; metered, the run's cpu time during the fill is added."""
-    (tmp_path / "free").mkdir()
     (tmp_path / "metered").mkdir()
-    free = _rogue(tmp_path / "free", "watch", metered=False, judge_cls=SlowFill)
-    assert free["failure"] == "" and free["figures"]["runtime_us"] < 0.5e6 * CALL_S, free
+    for attempt in range(3):  # the fastest of three: on a loaded host the watcher lags the
+        (tmp_path / f"free{attempt}").mkdir()  # fill, and its last calls land in the window
+        free = _rogue(tmp_path / f"free{attempt}", "watch", metered=False, judge_cls=SlowFill)
+        assert free["failure"] == "", free
+        if free["figures"]["runtime_us"] < 0.5e6 * CALL_S:
+            break
+    assert free["figures"]["runtime_us"] < 0.5e6 * CALL_S, free  # (local CI, load ~8: 1028 us)
     charged = _rogue(tmp_path / "metered", "watch", metered=True, judge_cls=SlowFill)
     fig = charged["figures"]
     assert charged["failure"] == "" and fig["runtime_us"] >= 0.75e6 * CALL_S, fig
