@@ -15,8 +15,11 @@ from verifier.isolation.cgroups import pids_cgroup_root
 from verifier.isolation.sandbox import SandboxLimits
 from verifier.run.forkserver import _PKG_ROOT, ForkServer
 
-# An entry module that runs the code.py of its working directory (tests only).
-ENTRY = "import runpy\nrunpy.run_path('code.py', run_name='__main__')\n"
+# An entry module that runs the code.py of its working directory (tests only), as the
+# verifier's own entries do: the started byte written and its pipe closed before the code runs
+# (`verifier.isolation.started.reach_candidate`)
+ENTRY = ("import runpy\nfrom verifier.isolation.started import reach_candidate\n"
+         "reach_candidate()\nrunpy.run_path('code.py', run_name='__main__')\n")
 
 
 @pytest.fixture(scope="module")
