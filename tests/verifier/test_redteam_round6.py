@@ -170,7 +170,9 @@ def test_an_honest_worker_is_timed_as_before_with_deep_checks(tmp_path: Path) ->
         WindowJudge.check = real  # type: ignore[method-assign]
     assert res["failure"] == "", res
     assert res["figures"]["runtime_us"] >= 0.95 * CALL_S * 1e6, res["figures"]
-    assert any(seen) and not all(seen), seen  # some windows deep, not every one
+    # its fastest window deep (a window faster per call than every earlier one is checked call
+    # by call; as windows grow, each can be: the final local CI of a5773d7 saw all 6 deep)
+    assert any(seen), seen
 
 
 # --- the clock: every set of a window computed in its first call ----------------------------
