@@ -27,12 +27,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_round7_cases import NUMPY_RELU  # noqa: E402
-from verifier_cases import SCALE_TASK, relu_task, serve_in_thread  # noqa: E402
+from test_clock import _judge_run  # noqa: E402
+from verifier_cases import relu_task  # noqa: E402
 
 from verifier.judge.clock import JudgeClock  # noqa: E402
 from verifier.judge.construct import DEVICE  # noqa: E402
 from verifier.judge.inputs import trial_input_seed  # noqa: E402
-from verifier.judge.window_judge import WindowJudge  # noqa: E402
 from verifier.protocol import VerifyOptions  # noqa: E402
 from verifier.run.outcome import (  # noqa: E402
     RunOutcome,
@@ -126,14 +126,7 @@ def test_a_caught_worker_is_served_more_windows(tmp_path: Path) -> None:
         calls["after"] += 1
         return x * 3.0 + 1.0
 
-    judge = WindowJudge(SCALE_TASK, 0, TOL, 16 << 20, path=str(tmp_path / "arena.bin"))
-    spec = {**judge.spec, "path": str(tmp_path / "arena.bin")}
-    jc = JudgeClock(judge, workdir=tmp_path, wait_s=20.0)
-    t = serve_in_thread(tmp_path, spec, forward)
-    t.join(timeout=60)
-    res = jc.result()
-    judge.close()
-    assert not t.is_alive()
+    res = _judge_run(tmp_path, forward)
     assert calls["after"] >= 3, calls  # at least the calibration's next window and WINDOWS
     assert res["failure"].startswith("the output of a timed call was wrong"), res
     assert res["failed_check"] == res["failure"] and res["figures"] == {}, res
