@@ -294,6 +294,8 @@ class _Landings:
             self.slots.put(runner)
         for phase, secs in (it.timing.get("phase_s") or {}).items():
             stats.count(f"worker {phase} s", float(secs))
+        for step, secs in (it.timing.get("spans") or {}).items():
+            stats.count(f"slot {step} s", float(secs))
         if it.timing.get("referee_s"):
             stats.count("referee s", float(it.timing["referee_s"]))
         if it.timing.get("construct") == HOST:  # `verifier.judge.construct`'s second run

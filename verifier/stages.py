@@ -166,6 +166,7 @@ def run_constructed(item: Item, runner: SandboxRunner | GpuRunner, job: dict[str
     the device context but can on the host (`verifier.judge.construct`) is made again with
     both built the KernelBench way, and the verdict says so (never one of each)."""
     out = runner.run(item, job, pace)
+    item.timing["spans"] = dict(out.spans)  # the benchmarks' profile (`verifier.run.spans`)
     p = out.payload
     why = out.host_only or (str(p.get("error", "")) if p and p.get("nonce") == job["nonce"]
                             and p.get("outcome") == HOST_ONLY else "")

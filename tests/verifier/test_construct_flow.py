@@ -80,6 +80,12 @@ def test_weights_match_across_processes_and_the_host_fallback_is_recorded(
                in f["message"] for f in task.findings), task.findings
     assert stats["counters"]["runs built on the host"] == 2  # the profile says so too
     assert stats["counters"]["worker candidate_load s"] > 0
+    if persistent:  # the slot's own steps (`verifier.run.spans`): arenas, the run, its settle
+        for step in ("prepare", "worker_run", "settle", "release", "standby_wait"):
+            assert stats["counters"][f"slot {step} s"] >= 0, step
+        spans = timings["renamed"]["spans"]
+        assert spans["worker_run"] > spans["settle"] > 0, spans
+        assert spans["worker_run"] > max(v for k, v in spans.items() if k != "worker_run"), spans
     assert v["broken"].status == "runtime_error", (v["broken"].status, v["broken"].error)
     assert "broken on every device" in v["broken"].error
     assert "host_construction" not in rules("broken")

@@ -17,6 +17,7 @@ the worker or the judge.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from verifier.judge.window_judge import RANDOM_CHECKS
 
@@ -135,3 +136,10 @@ def admit(fp: Footprint, free: int, trials: int, variant_trials: int,
     return Admission(True, trial_sets=int(sets), chunk=chunk,
                      trial_arena_bytes=sets * per_trial + variants, window_budget=int(window),
                      fp64=fp64, need_bytes=need, jobs_per_device=max(1, free // max(need, 1)))
+
+
+def windows_left(trials: Any) -> int:
+    """The timed windows' arena budget a job's trials' admission left (the trials' judge here,
+    or the referee's reply with its admission as a dict)."""
+    a = trials.admission
+    return int(a["window_budget"] if isinstance(a, dict) else a.window_budget)

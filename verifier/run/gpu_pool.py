@@ -270,7 +270,7 @@ class GpuWorkerProcess:
         began = time.monotonic()
         why = self._send(b'{"settle": true}\n', began + SETTLE_S)
         reply = None if why else self._read(SETTLE_S)
-        out.wall_s += time.monotonic() - began
+        out.wall_s += out.spans.setdefault("settle", time.monotonic() - began)
         odd = outcome.unexpected_line(reply, "settle", nonce) or (
             f"more after the settle reply ({self.buf[:80]!r})"
             if reply is not None and self.buf.strip() else "")

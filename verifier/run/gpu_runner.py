@@ -15,6 +15,7 @@ from typing import Any
 
 from verifier.backends import get_backend
 from verifier.compile.builder import ArtefactMismatch, verify_artefact
+from verifier.judge.admission import windows_left
 from verifier.judge.construct import DEVICE, HostOnly
 from verifier.judge.pace import Pace
 from verifier.judge.referee import Referee, RemoteJudge, RemoteTrials
@@ -25,6 +26,7 @@ from verifier.run.baselines import baseline_forwards, default_cache_dir, serve_b
 from verifier.run.gpu_pool import GpuWorkerProcess
 from verifier.run.outcome import RunOutcome, confirmed, retimed
 from verifier.run.runners import CPU_ARENA_BYTES, cpu_peaks
+from verifier.run.spans import Spans
 
 GPU_ARENA_BYTES = 8 << 30  # on a GPU (at most a quarter of its free memory)
 CPU_TRIALS_BYTES = 4 << 30  # what the cpu loop's trials may hold (`verifier.judge.admission`)
@@ -39,20 +41,13 @@ SERVED_TIMEOUT_S = 20.0  # a served baseline's job; past it the referee's figure
 SERVED_FAILURES_MAX = 2  # then this runner stops asking its timer (a batch never stalls on it)
 
 
-def window_budget(trials: Any) -> int:
-    """The timed windows' arena budget the trials' admission left (`verifier.judge.admission`)."""
-    a = trials.admission
-    return int(a["window_budget"] if isinstance(a, dict) else a.window_budget)
-
-
 class GpuRunner:
     """One execution slot pinned to a GPU: a persistent `verifier.run.gpu_worker` process, and
     `standbys` warm spares beside it: a worker that a candidate kills (crash, hang, sticky
     CUDA error, tampering) is replaced by a spare at once instead of after a fresh start
     (import torch, CUDA context, the profiler's first session: ~12 s on an H100 node), and a
-    new spare starts in the background. Cheating candidates come in runs (an RL policy that
-    found a hole tries it again; a corpus groups them), so one spare is not enough: with one,
-    the H100 benchmark waited ~10 s four times in a batch for the spare of the previous swap."""
+    new spare starts in the background. Cheating candidates come in runs, so one spare is not
+    enough (with one, an H100 batch waited ~10 s four times for the previous swap's spare)."""
 
     def __init__(self, opts: VerifyOptions, env: dict[str, str], backend: str,
                  standbys: int = 0) -> None:
@@ -75,6 +70,7 @@ class GpuRunner:
         self.device_peaks: dict[str, Any] | None = None
         self.threads: dict[int, threading.Thread] = {}  # spare index -> its start, oldest first
         self.swaps = self.confirmations = 0
+        self.spans = Spans()  # the job's steps here (the benchmarks' profile)
         self.closed = False
         self.starting: set[int] = set()  # spares whose start has not ended (state_lock)
         self.state_lock = threading.Lock()  # closed/starting, between close() and a start
@@ -147,7 +143,10 @@ class GpuRunner:
         job = {**job, "device_sources": [src for s in item.specs
                                          for src in (*s.cuda_sources, *s.cpp_sources)]}
         with self.lock:
-            return confirmed(lambda: self._run_judged(item, job, built, pace), self._fresh)
+            self.spans = Spans()
+            out = confirmed(lambda: self._run_judged(item, job, built, pace), self._fresh)
+            out.spans = {**self.spans, **out.spans}
+            return out
 
     def _fresh(self) -> None:
         """The worker goes; the next run gets a spare (or a fresh start): it ran no job."""
@@ -157,14 +156,16 @@ class GpuRunner:
     def _run_judged(self, item: Any, job: dict[str, Any], built: list,
                     pace: Pace | None) -> RunOutcome:
         """One run on fresh judge's arenas (lock held)."""
-        self._swap_in_standby(wait=True)
+        with self.spans("standby_wait"):
+            self._swap_in_standby(wait=True)
         judge, trials, fds = None, None, [-1, -1]  # the windows' and the trials' arenas
         try:
             if not job.get("baseline_only"):
                 try:
-                    trials, fds[1] = self._trials(item, job)
-                    judge, fds[0] = self._judge(item, window_budget(trials),
-                                                job["options"].get("construct", DEVICE))
+                    with self.spans("prepare"):
+                        trials, fds[1] = self._trials(item, job)
+                        judge, fds[0] = self._judge(item, windows_left(trials),
+                                                    job["options"].get("construct", DEVICE))
                 except DoesNotFit as exc:  # the task's, not the candidate's
                     return RunOutcome(None, failure=str(exc), does_not_fit=str(exc))
                 except HostOnly as exc:  # the parent runs it again the host's way
@@ -173,16 +174,18 @@ class GpuRunner:
                     return RunOutcome(None, failure=f"the verifier's referee failed: {exc}")
                 job = {**job, "arena": judge.spec, "trials_arena": trials.spec}
             # the trials are checked before the worker settles (`GpuWorkerProcess.settle`)
-            return retimed(self._run_locked(item, job, built, judge, *fds, pace=pace,
-                                            check=lambda out: self._judged_here(out, trials)))
+            with self.spans("worker_run"):
+                return retimed(self._run_locked(item, job, built, judge, *fds, pace=pace,
+                                                check=lambda out: self._judged_here(out, trials)))
         finally:
-            for fd in fds:
-                if fd >= 0:
-                    os.close(fd)
-            for held in (judge, trials):
-                if held is not None:
-                    self._release_judge(held)
-            self._swap_in_standby(wait=False)
+            with self.spans("release"):
+                for fd in fds:
+                    if fd >= 0:
+                        os.close(fd)
+                for held in (judge, trials):
+                    if held is not None:
+                        self._release_judge(held)
+                self._swap_in_standby(wait=False)
 
     def _trials(self, item: Any, job: dict[str, Any]) -> tuple[Any, int]:
         """The job's trial judge (`verifier.judge.trial_judge`) and its arena's descriptor: the

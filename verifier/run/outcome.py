@@ -23,7 +23,7 @@ jobs confirms nothing and keeps its worker.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from verifier.judge.construct import HOST_ONLY
@@ -81,6 +81,7 @@ class RunOutcome:
     # the candidate's code ran again: the verdict's (the result's own is the candidate's to
     # write during its timed calls: tests/verifier/test_redteam_round10.py, share_forged)
     own_share: Any = None
+    spans: dict[str, float] = field(default_factory=dict)  # `verifier.run.spans`: the profile's
 
 
 def unexpected_line(msg: dict[str, Any] | None, phase: str, nonce: Any) -> str:
