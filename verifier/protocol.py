@@ -83,7 +83,9 @@ class VerifyOptions:
     gpus: int = 0  # GPU backends: execution workers on the first N visible GPUs (0: all)
     # GPU backends: warm standby workers per GPU replace one a candidate killed at once
     standby_worker: bool = True
-    standby_workers: int = 2  # how many (with standby_worker)
+    # how many (with standby_worker): a crash and its confirmation in a fresh worker take two;
+    # with two, the next job waited ~10 s for a spare (an H200 KernelBench batch, 3 of them)
+    standby_workers: int = 3
     compile_workers: int = 2
     compile_batch: int = 16  # most specs a build unit (verifier.compile.compile_plan sizes them)
     compile_timeout_s: float = 600.0
