@@ -83,8 +83,7 @@ class GpuRunner:
                 self.worker.start()
             self._refill()
 
-    def wait_ready(self) -> None:
-        """Return once warm() is done (so a profile does not count start-up as job time)."""
+    def wait_ready(self) -> None:  # once warm() is done (a profile counts no start-up as a job)
         with self.lock:
             return
 
@@ -144,12 +143,13 @@ class GpuRunner:
                                          for src in (*s.cuda_sources, *s.cpp_sources)]}
         with self.lock:
             self.spans = Spans()
+            if self.referee is not None:
+                self.referee.spans = self.spans
             out = confirmed(lambda: self._run_judged(item, job, built, pace), self._fresh)
             out.spans = {**self.spans, **out.spans}
             return out
 
-    def _fresh(self) -> None:
-        """The worker goes; the next run gets a spare (or a fresh start): it ran no job."""
+    def _fresh(self) -> None:  # the worker goes; the next run gets a spare or a fresh start
         self.worker.stop()
         self.confirmations += 1
 
