@@ -129,7 +129,7 @@ def process_state() -> dict[str, int]:
              "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
              **{k: hash(str(v)) for k, v in torch_switches().items()},
              **class_attributes(), **process_settings(), **protocol_state(),
-             **torch_private()}
+             **torch_private(), **interpreter_private()}
     # keys of no exact str in sys.modules or a module's namespace: a job's own str class there
     # runs its `__eq__` at every later lookup of a name of equal hash (`import numpy` in the
     # next job ran it: tests/verifier/test_redteam_later_code.py)
@@ -214,6 +214,39 @@ def torch_private() -> dict[str, int]:
         for k, v in list(vars(module).items()) if module is not None else ():
             if k.startswith("_") and not isinstance(v, types.ModuleType):
                 out[f"{name}.{k} (private)"] = identity(v)
+    return out
+
+
+# modules whose private callables the interpreter calls on its own: every `class` statement
+# (`builtins.__build_class__`), every shown warning (`warnings._showwarnmsg`), every import of
+# a module not loaded yet (`importlib._bootstrap._find_and_load`): rebound by one job, each ran
+# in later jobs (tests/verifier/test_redteam_round12.py)
+PRIVATE_CALLABLES = ("builtins", "warnings", "importlib._bootstrap",
+                     "importlib._bootstrap_external")
+
+
+def interpreter_private() -> dict[str, int]:
+    """Identity of the private callables of PRIVATE_CALLABLES, and by value what the
+    interpreter and torch consult at every warning, import and module call: `warnings.filters`
+    (a filter's `match` is code), the finders of `sys.path_importer_cache` (a finder a job put
+    there answered a later job's import), torch's global module hooks (one added to the dict
+    made every later job's output its own)."""
+    import warnings
+
+    out = {}
+    for name in PRIVATE_CALLABLES:
+        module = sys.modules.get(name)
+        for k, v in list(vars(module).items()) if module is not None else ():
+            if k.startswith("_") and callable(v) and not isinstance(v, types.ModuleType):
+                out[f"{name}.{k} (private)"] = identity(v)
+    out["warnings.filters"] = hash(tuple(tuple(map(id, f)) for f in list(warnings.filters)))
+    out.update((f"sys.path_importer_cache {k}", id(v))
+               for k, v in list(sys.path_importer_cache.items()) if v is not None)
+    hooks = sys.modules.get("torch.nn.modules.module")
+    for k, v in list(vars(hooks).items()) if hooks is not None else ():
+        if k.startswith("_global") and isinstance(v, dict):
+            out[f"torch.nn.modules.module.{k}"] = hash(tuple((key, id(h))
+                                                             for key, h in list(v.items())))
     return out
 
 
