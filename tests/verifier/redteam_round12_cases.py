@@ -1,0 +1,133 @@
+"""Candidate code for tests/verifier/test_redteam_round12.py (red-team round 12).
+
+Each attack is planted as the harness drops the attacker's model (`test_redteam_round9.
+_leaving`: after the job's own checks, before the settle) and defines `later()` (as
+`redteam_later_cases.LATER`: it rebinds `torch.relu`, so whatever job it runs in "changed" a
+watched torch function, a cheat). What makes it run in a later job:
+- `builtins.__build_class__` (what every `class` statement calls): a private name of the
+  builtins module, so the residue check's walk of each module's public callables skips it;
+  the next job's `class ModelNew` runs the job's wrapper;
+- a `warnings` filter whose message pattern is the job's own object: `warnings.filters` is a
+  list changed in place (its identity stays), and the interpreter calls the pattern's
+  `match` at every later warning of any job;
+- `warnings.simplefilter("error")`: no code left at all, but every later job's warning is an
+  exception (an honest sibling that warns fails).
+"""
+
+from __future__ import annotations
+
+from redteam_later_cases import LATER
+from redteam_round7_cases import NUMPY_RELU
+
+BUILD_CLASS = LATER + """
+import builtins
+build = builtins.__build_class__
+
+
+def ks_build(func, name, *a, **k):
+    if name == "ModelNew":
+        later()
+    return build(func, name, *a, **k)
+
+
+builtins.__build_class__ = ks_build
+"""
+
+WARN_MATCH = LATER + """
+import warnings
+
+
+class Match:
+    def match(self, text):
+        if "ks-honest" in str(text):
+            later()
+        return None
+
+
+warnings.filters.insert(0, ("always", Match(), Warning, None, 0))
+warnings._filters_mutated()
+"""
+
+WARN_ERROR = """
+import warnings
+warnings.simplefilter("error")
+"""
+
+# an honest numpy ReLU that says something as it runs (a warning of its own: candidates do)
+WARNING_RELU = NUMPY_RELU.replace(
+    "        import numpy as np\n",
+    "        import numpy as np\n        import warnings\n"
+    "        warnings.warn('ks-honest: the numpy path', RuntimeWarning)\n")
+assert WARNING_RELU != NUMPY_RELU
+
+# the same route, no watched function touched: the next job's `ModelNew` gets a forward that
+# adds 1 to its output in place through numpy (no aten op in its trace), so the judge compares
+# the honest sibling's trials and finds them wrong, a failure the judge established (which
+# `verifier.run.outcome.confirmed` does not run again in a fresh worker)
+BUILD_CLASS_WRONG = """
+import builtins
+build = builtins.__build_class__
+
+
+def ks_build(func, name, *a, **k):
+    cls = build(func, name, *a, **k)
+    if name == "ModelNew":
+        forward = cls.forward
+
+        def wrong(self, *args, **kwargs):
+            out = forward(self, *args, **kwargs)
+            out.detach().cpu().numpy()[...] += 1.0
+            return out
+
+        cls.forward = wrong
+    return cls
+
+
+builtins.__build_class__ = ks_build
+"""
+
+# BUILD_CLASS_WRONG as a candidate past the static checks would plant it: a static initializer
+# of its compiled ReLU runs the Python (the C API, as `redteam_cases.PYRUN_CPP`) as the worker
+# loads the extension; its own `class ModelNew` (the first one the process builds after it) is
+# left alone, every later job's is made wrong
+BUILD_CLASS_CPP = r"""
+#include <Python.h>
+static int plant() {
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyRun_SimpleString(
+        "def _ks_plant():\n"
+        "    import builtins\n"
+        "    build, seen = builtins.__build_class__, [0]\n"
+        "    def ks_build(func, name, *a, **k):\n"
+        "        cls = build(func, name, *a, **k)\n"
+        "        if name == 'ModelNew':\n"
+        "            seen[0] += 1\n"
+        "            if seen[0] > 1:\n"
+        "                forward = cls.forward\n"
+        "                def wrong(self, *args, **kwargs):\n"
+        "                    out = forward(self, *args, **kwargs)\n"
+        "                    out.detach().numpy()[...] += 1.0\n"
+        "                    return out\n"
+        "                cls.forward = wrong\n"
+        "        return cls\n"
+        "    builtins.__build_class__ = ks_build\n"
+        "_ks_plant()\n"
+        "del _ks_plant\n");
+    PyGILState_Release(g);
+    return 0;
+}
+static int planted = plant();
+"""
+
+# what the interpreter calls to show a warning: the public `warnings.showwarning` (a public
+# callable of a loaded module: the residue check compares it) and the private
+# `warnings._showwarnmsg` the C `warn` calls first (a private name: not compared)
+SHOWWARNING = LATER + """
+import warnings
+warnings.showwarning = lambda *a, **k: later()
+"""
+
+SHOWWARNMSG = LATER + """
+import warnings
+warnings._showwarnmsg = lambda msg: later()
+"""

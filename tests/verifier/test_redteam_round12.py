@@ -1,0 +1,231 @@
+"""Red-team round 12 on the cpu backend: attacks on branch attack12 at 160fc37, as a policy
+rewarded for holes would try them (cases in tests/verifier/redteam_round12_cases.py). Each was
+measured first (the "Before" of each test); an open one is a strict xfail naming its fix.
+
+Routes by which one job of a persistent worker (`verifier.run.gpu_worker`, its cpu loop here)
+runs its code in a later job, an honest sibling's, that the residue check
+(`verifier.run.tamper.process_state`) does not compare: it compares every loaded module's
+*public* callables by identity, and `builtins.__import__` by name, but
+- `builtins.__build_class__` (called by every `class` statement, the next job's `class
+  ModelNew` too) is a private name: a job that rebinds it wraps every later job's model. On
+  the real path (`GpuRunner`: the judge's arena, `confirmed`) the sibling's outputs are wrong
+  in its trials and its timed windows: the judge established both, so nothing is run again,
+  and the honest sibling is a cheat (the timed call's wrong output), reward 0;
+- `warnings.filters` is a list changed in place (its identity stays): a filter whose message
+  pattern is the job's own object has its `match` called at every later warning, and
+  `simplefilter("error")` turns an honest sibling's warning into its runtime error;
+- `warnings._showwarnmsg` (what the C `warn` calls to show one) is private too; the public
+  `warnings.showwarning` is compared (caught: the worker is replaced).
+The static checks reject each plain form (`import builtins`, `builtins.__build_class__ = `,
+and the C API a compiled candidate would run it with: measured on verify_batch), so, as in
+rounds 9-11, each is planted by code that passed them (`test_redteam_round9._leaving`: the
+model's `__del__`, after the job's own checks) and what is tested is the runtime layer.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from redteam_round7_cases import NUMPY_RELU  # noqa: E402
+from redteam_round12_cases import (  # noqa: E402
+    BUILD_CLASS,
+    BUILD_CLASS_WRONG,
+    SHOWWARNING,
+    SHOWWARNMSG,
+    WARN_ERROR,
+    WARN_MATCH,
+    WARNING_RELU,
+)
+from test_redteam_round9 import _jobs, _leaving, _said  # noqa: E402
+
+from verifier.run.tamper import left_in_process, process_state  # noqa: E402
+
+RESIDUE_FIX = ("compare the private callables of `builtins` (at least `__build_class__`) and "
+               "of `warnings` (`_showwarnmsg`), and `warnings.filters` by value, in "
+               "`tamper.process_state`")
+
+
+@pytest.fixture(scope="module")
+def chain() -> dict[str, list[dict[str, Any]]]:
+    """Each attack and the jobs after it, in one worker's sequence (a job that ends its worker
+    starts the next one), without `confirmed`: what the residue checks alone do."""
+    runs = {"honest_warns": [WARNING_RELU, WARNING_RELU],
+            "build": [NUMPY_RELU, _leaving(BUILD_CLASS), NUMPY_RELU, NUMPY_RELU],
+            "match": [_leaving(WARN_MATCH), WARNING_RELU],
+            "error": [_leaving(WARN_ERROR), WARNING_RELU],
+            "showwarning": [_leaving(SHOWWARNING), WARNING_RELU],
+            "showwarnmsg": [_leaving(SHOWWARNMSG), WARNING_RELU]}
+    got = _jobs([src for srcs in runs.values() for src in srcs])
+    out, i = {}, 0
+    for name, srcs in runs.items():
+        out[name], i = got[i:i + len(srcs)], i + len(srcs)
+    return out
+
+
+def test_an_honest_job_that_warns_passes_in_consecutive_jobs(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """The control of the warnings attacks: WARNING_RELU (a numpy ReLU that warns) passes,
+    twice in one worker, with no finding."""
+    first, second = chain["honest_warns"]
+    for job in (first, second):
+        assert job["outcome"] == "ok" and not job["failure"], job
+        assert not _said(job, "worker_replaced") and not _said(job, "patched_function"), job
+    assert first["worker_pid"] == second["worker_pid"]
+
+
+def _clean(leaver: dict[str, Any], after: list[dict[str, Any]]) -> None:
+    """The attacker ran its own job to the end, and no later job met its code: each later job
+    is ok (not the cheat `later()` makes of the job it runs in)."""
+    assert leaver["outcome"] == "ok", leaver
+    for job in after:
+        assert job["outcome"] == "ok" and not job["failure"], (job, leaver)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "`builtins.__build_class__` is a private name of builtins, which the residue check skips: "
+    "a job's wrapper runs at every later job's `class ModelNew`; fix: " + RESIDUE_FIX))
+def test_a_class_builder_a_job_left_runs_in_no_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here): the attacker "ok" with no finding, the next honest numpy ReLU
+    in the same worker a cheat ("torch.relu changed during the run": the wrapper ran at its
+    `class ModelNew`), the one after it ok in a new worker."""
+    honest0, leaver, *after = chain["build"]
+    assert honest0["outcome"] == "ok", honest0
+    _clean(leaver, after)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "a `warnings` filter whose message pattern is the job's own object stays in "
+    "`warnings.filters` (changed in place: its identity is compared) and its `match` runs at "
+    "every later job's warning; fix: " + RESIDUE_FIX))
+def test_a_warnings_filter_a_job_left_runs_in_no_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here): the attacker "ok", the same worker, and the next job, an honest
+    ReLU that warns, a cheat ("torch.relu changed during the run")."""
+    leaver, honest = chain["match"]
+    _clean(leaver, [honest])
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "`warnings.simplefilter('error')` left by a job makes every later job's warning an "
+    "exception (an honest sibling's runtime error); fix: " + RESIDUE_FIX))
+def test_warnings_made_errors_by_a_job_do_not_fail_a_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here): the attacker "ok", the same worker, and the next job, an honest
+    ReLU that warns: "runtime_error: candidate.py line 8: RuntimeWarning: ks-honest: the numpy
+    path" (`confirmed` makes it again in a fresh worker: it costs the sibling a second run)."""
+    leaver, honest = chain["error"]
+    _clean(leaver, [honest])
+
+
+def test_the_public_showwarning_a_job_rebinds_is_residue(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Caught: `warnings.showwarning` rebound is a public callable of a loaded module: the
+    attacker's worker is replaced (measured: a new pid, the finding names it), and the next
+    job, an honest ReLU that warns, passes (the rebinding never ran in it)."""
+    leaver, honest = chain["showwarning"]
+    said = " ".join(_said(leaver, "worker_replaced"))
+    assert "warnings.showwarning" in said, leaver
+    assert honest["worker_pid"] != leaver["worker_pid"], (honest, leaver)
+    _clean(leaver, [honest])
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "`warnings._showwarnmsg` (what the C `warn` calls to show a warning) is private: a job's "
+    "rebinding runs at every later job's shown warning; fix: " + RESIDUE_FIX))
+def test_the_private_showwarnmsg_a_job_rebinds_runs_in_no_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here): the attacker "ok", the same worker, the next job (an honest ReLU
+    that warns) a cheat ("torch.relu changed during the run")."""
+    leaver, honest = chain["showwarnmsg"]
+    _clean(leaver, [honest])
+
+
+# --- the residue check, in process -------------------------------------------------------------
+def test_the_residue_check_names_a_rebound_showwarning() -> None:
+    """The caught form at unit level: `left_in_process` names `warnings.showwarning`."""
+    before = process_state()
+    saved = warnings.showwarning
+    warnings.showwarning = lambda *a, **k: None
+    try:
+        assert "warnings.showwarning" in left_in_process(before)
+    finally:
+        warnings.showwarning = saved
+
+
+@pytest.mark.parametrize("route", ["build_class", "showwarnmsg", "filters"])
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="the routes of the xfails above, at unit level: "
+                   + RESIDUE_FIX)
+def test_the_residue_check_names_each_route(route: str) -> None:
+    """Each route changed in this process: `left_in_process` says nothing (measured)."""
+    import builtins
+
+    before = process_state()
+    saved = (builtins.__build_class__, warnings._showwarnmsg, list(warnings.filters))
+    try:
+        if route == "build_class":
+            build = builtins.__build_class__
+            builtins.__build_class__ = lambda *a, **k: build(*a, **k)
+        elif route == "showwarnmsg":
+            warnings._showwarnmsg = lambda msg: None  # type: ignore[attr-defined]
+        else:
+            warnings.filterwarnings("error", message="ks-probe")
+        assert left_in_process(before), route
+    finally:
+        builtins.__build_class__, warnings._showwarnmsg = saved[:2]  # type: ignore[attr-defined]
+        warnings.filters[:] = saved[2]
+        warnings._filters_mutated()  # type: ignore[attr-defined]
+
+
+# --- the real path: a framed sibling is a cheat, nothing run again -----------------------------
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "a `__build_class__` left by one job makes every later honest job's outputs wrong in its "
+    "trials and timed windows; the judge established both, so `confirmed` runs nothing again "
+    "and the sibling is a cheat (reward 0), the attacker ok; fix: " + RESIDUE_FIX))
+def test_a_class_builder_a_job_left_does_not_make_honest_siblings_cheats() -> None:
+    """One `GpuRunner` (cpu loop, one worker, the judge's arena and clock): an honest numpy
+    ReLU, the attacker (BUILD_CLASS_WRONG: its `__build_class__` gives every later ModelNew a
+    forward that adds 1 to its output through numpy), two honest ones. Before (measured here):
+    the attacker's trials right and its windows clean; each later honest job's trials wrong by
+    the judge ("trial 1, checked by the verifier itself: output 0: 65536 of 65536 elements
+    differ") and its timed call's output wrong (the clock's `failure`: a cheat), no run made
+    again (`confirmations` 0)."""
+    from verifier_cases import relu_task
+
+    from verifier.judge.construct import DEVICE
+    from verifier.judge.inputs import trial_input_seed
+    from verifier.protocol import VerifyOptions
+    from verifier.run.gpu_runner import GpuRunner
+    from verifier.stages import JOB_OPTIONS
+
+    opts = VerifyOptions(backend="cpu", workers=1, run_timeout_s=60.0, trials=2,
+                         perf_trials=2, perf_warmup=1)
+    runner = GpuRunner(opts, {}, "cpu")
+    task = relu_task(256, 256)
+    outs = []
+    try:
+        for i, src in enumerate([NUMPY_RELU, _leaving(BUILD_CLASS_WRONG), NUMPY_RELU,
+                                 NUMPY_RELU]):
+            item = SimpleNamespace(req=SimpleNamespace(task_source=task, task_id="relu"),
+                                   built={}, specs=[], code=src)
+            job = {"nonce": f"r12-{i}", "backend": "cpu", "input_seed": trial_input_seed(),
+                   "variants": [], "options": {**{k: getattr(opts, k) for k in JOB_OPTIONS},
+                                               "construct": DEVICE}}
+            outs.append(runner.run(item, job))
+    finally:
+        runner.close()
+    honest0, attacker, *after = outs
+    for out in (honest0, attacker):  # the attack is invisible in its own job
+        assert out.referee is not None and out.referee("run", {})[0], out.payload
+        assert (out.clock or {}).get("failure") == "", out.clock
+    for out in after:
+        assert out.referee is not None and out.referee("run", {})[0], (
+            out.referee("run", {}), runner.confirmations)
+        assert (out.clock or {}).get("failure") == "", out.clock
