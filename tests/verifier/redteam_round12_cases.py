@@ -131,3 +131,32 @@ SHOWWARNMSG = LATER + """
 import warnings
 warnings._showwarnmsg = lambda msg: later()
 """
+
+# --- the judge's clock over the trials (`verifier.judge.trial_pace`) ---------------------------
+# Round 10's blinded run (`redteam_round10_cases.BLIND_EXTRA`: the library's op in the timed
+# calls, the timed calls' recorder blinded) is caught on the persistent loop because its traced
+# trials run its own slow kernel: the judge times each trial between its "g" and the worker's
+# "q", and the fastest trial past the first (`WARM_TRIALS`, not counted) must be within 3x + 3
+# ms of the windows. Every trial's inputs are in the judge's arena from the start: in the first
+# trial (the uncounted one) the run computes every trial's output with its own kernel (the
+# worker's trial loop holds the arena's reader, `io`, and the trial's number, `t`), and each
+# later trial returns its output at once: its trials look as fast as a copy.
+PRECOMPUTE_EXTRA = """
+AHEAD = {}
+
+
+def ahead():
+    f = sys._getframe()
+    while f is not None and f.f_code.co_name != "_judged_trials":
+        f = f.f_back
+    if f is None:
+        return None
+    io, t = f.f_locals["io"], f.f_locals["t"]
+    if not AHEAD:
+        for k in range(io.trials()):
+            AHEAD[k] = ext.relu_fwd(io.inputs(0, k)[0])
+    return AHEAD.get(t)
+"""
+PRECOMPUTE_FORWARD = ("if timing():\n            blind()\n            return torch.relu(x)\n"
+                      "        done = ahead()\n"
+                      "        return ext.relu_fwd(x) if done is None else done")

@@ -20,6 +20,13 @@ The static checks reject each plain form (`import builtins`, `builtins.__build_c
 and the C API a compiled candidate would run it with: measured on verify_batch), so, as in
 rounds 9-11, each is planted by code that passed them (`test_redteam_round9._leaving`: the
 model's `__del__`, after the job's own checks) and what is tested is the runtime layer.
+
+The judge's clock over the trials (`verifier.judge.trial_pace`, the persistent loop's only
+check that the timed calls ran what the traced trials ran): every trial's inputs are in the
+judge's arena from the start, so a run whose timed calls run the library (round 10's blinded
+recorder) computes every trial's output with its own slow kernel in the first trial, which the
+rule does not count, and returns each at once in the later ones: its trials look as fast as a
+copy, and it is timed at the library's speed with no finding (open: a strict xfail).
 """
 
 from __future__ import annotations
@@ -34,9 +41,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_round7_cases import NUMPY_RELU  # noqa: E402
+from redteam_round10_cases import BLIND_EXTRA, BLIND_FORWARD  # noqa: E402
 from redteam_round12_cases import (  # noqa: E402
     BUILD_CLASS,
     BUILD_CLASS_WRONG,
+    PRECOMPUTE_EXTRA,
+    PRECOMPUTE_FORWARD,
     SHOWWARNING,
     SHOWWARNMSG,
     WARN_ERROR,
@@ -229,3 +239,61 @@ def test_a_class_builder_a_job_left_does_not_make_honest_siblings_cheats() -> No
         assert out.referee is not None and out.referee("run", {})[0], (
             out.referee("run", {}), runner.confirmations)
         assert (out.clock or {}).get("failure") == "", out.clock
+
+
+# --- the judge's clock over the trials: every output computed in the uncounted trial ------------
+@pytest.fixture(scope="module")
+def paced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One batch on the persistent worker's cpu loop (the static checks off, as round 10's
+    blinded run is tested): an honest unoptimised ReLU (its kernel several times slower than
+    torch.relu), round 10's blinded run over it, and the blinded run that computes every
+    trial's output ahead (PRECOMPUTE_EXTRA)."""
+    from redteam_cases import RELU, candidate
+    from verifier_cases import relu_task
+
+    import verifier.stages as stages
+    from verifier.api import verify_batch
+    from verifier.backends.cpu import CpuBackend
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    base = tmp_path_factory.mktemp("paced")
+    slow = RELU.replace("for (int64_t i = 0;",
+                        "for (int pass = 0; pass < 4; ++pass)\n    for (int64_t i = 0;")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stages, "check_python", lambda *a, **k: [])
+        mp.setattr(stages, "check_cpp", lambda *a, **k: [])
+        mp.setattr(CpuBackend, "persistent_worker", True)
+        kw = {"cpp": slow, "cflags": '["-O0"]', "name": "r12_slow", "prelude": False}
+        rows = [("honest", candidate(**kw)),
+                ("blind", candidate(BLIND_EXTRA, forward=BLIND_FORWARD, **kw)),
+                ("ahead", candidate(BLIND_EXTRA + PRECOMPUTE_EXTRA, forward=PRECOMPUTE_FORWARD,
+                                    **kw))]
+        reqs = [VerifyRequest(n, "relu", relu_task(256, 4096), c, "cpu") for n, c in rows]
+        got = verify_batch(reqs, VerifyOptions(
+            backend="cpu", gpus=1, workers=1, build_cache_dir=str(base / "builds"),
+            baseline_cache_dir=str(base / "baselines")))
+    return {v.candidate_id: v for v in got}
+
+
+def test_the_blinded_run_over_a_slow_kernel_is_still_caught_by_the_trials_pace(
+        paced: dict[str, Any]) -> None:
+    """The control: the honest slow kernel is correct; round 10's blinded run over it is a
+    cheat (`timed_not_traced`; measured here: windows 2307 us a call, trials 35592 us)."""
+    assert paced["honest"].status.startswith("correct"), paced["honest"]
+    blind = paced["blind"]
+    assert blind.status == "cheat", blind
+    assert "timed_not_traced" in {f["rule"] for f in blind.findings}, blind
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "every trial's inputs are in the judge's arena from the start: a run computes every "
+    "output in the uncounted first trial and returns each at once after, so its trials look "
+    "fast and its library-run timed calls pass `timed_not_traced`; fix: publish each trial's "
+    "inputs at its \"g\" and read its slot at its \"q\" (as stepped windows do)"))
+def test_a_blinded_run_that_computes_its_trials_ahead_is_caught(paced: dict[str, Any]) -> None:
+    """Before (measured here): "ahead" correct_slow with no finding, timed at 2374 us a call
+    (torch.relu's speed; its own kernel, the honest run: 32974 us), reward 0.557 against the
+    honest kernel's 0.504; the same run without the precompute is the cheat above."""
+    ahead = paced["ahead"]
+    assert ahead.status == "cheat", (ahead.status, ahead.runtime_us, ahead.findings)
+    assert "timed_not_traced" in {f["rule"] for f in ahead.findings}, ahead
