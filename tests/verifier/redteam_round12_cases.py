@@ -160,3 +160,52 @@ def ahead():
 PRECOMPUTE_FORWARD = ("if timing():\n            blind()\n            return torch.relu(x)\n"
                       "        done = ahead()\n"
                       "        return ext.relu_fwd(x) if done is None else done")
+
+# --- more routes into a later job of the persistent worker -------------------------------------
+# torch's global module hooks: `register_module_forward_hook` (public torch API) puts the job's
+# hook in `torch.nn.modules.module._global_forward_hooks`, a private dict changed in place; it
+# runs at every later module call of the process, the next job's `ModelNew` too, and its
+# return value replaces the output (here: numpy adds 1 in place, no aten op)
+GLOBAL_HOOK = """
+from torch.nn.modules import module as ks_module
+
+
+def ks_hook(mod, args, out):
+    if type(mod).__name__ == "ModelNew":
+        out.detach().numpy()[...] += 1.0
+    return out
+
+
+ks_module.register_module_forward_hook(ks_hook)
+"""
+
+# the import system's `_find_and_load`, which the interpreter looks up on
+# `importlib._bootstrap` at every import of a module not yet loaded: a private name
+FIND_AND_LOAD = LATER + """
+import os, sys
+home = os.getcwd()
+boot = sys.modules["importlib._bootstrap"]
+find = boot._find_and_load
+
+
+def ks_find(name, *a, **k):
+    here = os.getcwd()
+    if here != home and os.path.basename(here).startswith("job-"):
+        later()
+    return find(name, *a, **k)
+
+
+boot._find_and_load = ks_find
+"""
+
+# an honest numpy ReLU that imports a module no job imported before (the standard library's)
+IMPORTING_RELU = NUMPY_RELU.replace(
+    "        import numpy as np\n", "        import numpy as np\n        import tabnanny\n")
+assert IMPORTING_RELU != NUMPY_RELU
+
+# the same hook put in torch's dict directly: no `RemovableHandle` made (its class counter,
+# `next_id`, is what the residue check saw of the public route)
+GLOBAL_HOOK_DIRECT = GLOBAL_HOOK.replace(
+    "ks_module.register_module_forward_hook(ks_hook)",
+    "ks_module._global_forward_hooks[-7] = ks_hook")
+assert GLOBAL_HOOK_DIRECT != GLOBAL_HOOK

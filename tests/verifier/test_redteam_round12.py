@@ -15,7 +15,15 @@ runs its code in a later job, an honest sibling's, that the residue check
   pattern is the job's own object has its `match` called at every later warning, and
   `simplefilter("error")` turns an honest sibling's warning into its runtime error;
 - `warnings._showwarnmsg` (what the C `warn` calls to show one) is private too; the public
-  `warnings.showwarning` is compared (caught: the worker is replaced).
+  `warnings.showwarning` is compared (caught: the worker is replaced);
+- `importlib._bootstrap._find_and_load` (what the interpreter calls at every import of a module
+  not yet loaded) is private: a job's wrapper runs at a later job's `import`;
+- torch's global module forward hooks (`torch.nn.modules.module._global_forward_hooks`, a
+  private dict changed in place) run at every later `ModelNew` call and replace its output:
+  through the public `register_module_forward_hook` it is caught by chance (the handle class's
+  counter, `RemovableHandle.next_id`, is a class attribute the check compares), put in the dict
+  directly nothing sees it, and every later honest job of the worker is wrong (on the real
+  path: wrong trials and timed windows, the judge's own failures, nothing run again).
 The static checks reject each plain form (`import builtins`, `builtins.__build_class__ = `,
 and the C API a compiled candidate would run it with: measured on verify_batch), so, as in
 rounds 9-11, each is planted by code that passed them (`test_redteam_round9._leaving`: the
@@ -45,6 +53,10 @@ from redteam_round10_cases import BLIND_EXTRA, BLIND_FORWARD  # noqa: E402
 from redteam_round12_cases import (  # noqa: E402
     BUILD_CLASS,
     BUILD_CLASS_WRONG,
+    FIND_AND_LOAD,
+    GLOBAL_HOOK,
+    GLOBAL_HOOK_DIRECT,
+    IMPORTING_RELU,
     PRECOMPUTE_EXTRA,
     PRECOMPUTE_FORWARD,
     SHOWWARNING,
@@ -57,8 +69,9 @@ from test_redteam_round9 import _jobs, _leaving, _said  # noqa: E402
 
 from verifier.run.tamper import left_in_process, process_state  # noqa: E402
 
-RESIDUE_FIX = ("compare the private callables of `builtins` (at least `__build_class__`) and "
-               "of `warnings` (`_showwarnmsg`), and `warnings.filters` by value, in "
+RESIDUE_FIX = ("compare the private callables of `builtins` (at least `__build_class__`), "
+               "`warnings` (`_showwarnmsg`) and `importlib._bootstrap` (`_find_and_load`), "
+               "and `warnings.filters` and torch's global module hooks by value, in "
                "`tamper.process_state`")
 
 
@@ -71,7 +84,10 @@ def chain() -> dict[str, list[dict[str, Any]]]:
             "match": [_leaving(WARN_MATCH), WARNING_RELU],
             "error": [_leaving(WARN_ERROR), WARNING_RELU],
             "showwarning": [_leaving(SHOWWARNING), WARNING_RELU],
-            "showwarnmsg": [_leaving(SHOWWARNMSG), WARNING_RELU]}
+            "showwarnmsg": [_leaving(SHOWWARNMSG), WARNING_RELU],
+            "find": [NUMPY_RELU, _leaving(FIND_AND_LOAD), IMPORTING_RELU],
+            "hook": [_leaving(GLOBAL_HOOK), NUMPY_RELU],
+            "hook_direct": [_leaving(GLOBAL_HOOK_DIRECT), NUMPY_RELU, NUMPY_RELU]}
     got = _jobs([src for srcs in runs.values() for src in srcs])
     out, i = {}, 0
     for name, srcs in runs.items():
@@ -158,6 +174,45 @@ def test_the_private_showwarnmsg_a_job_rebinds_runs_in_no_later_job(
     _clean(leaver, [honest])
 
 
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "`importlib._bootstrap._find_and_load` is private: a job's wrapper runs at every later "
+    "job's import of a module not yet loaded; fix: " + RESIDUE_FIX))
+def test_an_import_function_a_job_rebinds_runs_in_no_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here): the attacker "ok" with no finding, the same worker, and the
+    next job, an honest ReLU that imports `tabnanny` (no job did before), a cheat ("torch.relu
+    changed during the run")."""
+    honest0, leaver, importer = chain["find"]
+    assert honest0["outcome"] == "ok", honest0
+    _clean(leaver, [importer])
+
+
+def test_a_global_forward_hook_registered_through_torch_is_residue(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Caught (by chance): `register_module_forward_hook` makes a `RemovableHandle`, whose
+    class counter is a class attribute the residue check compares: the attacker's worker is
+    replaced (measured: "torch.utils.hooks.RemovableHandle attributes changed"), and the next
+    honest job passes (the hook never ran in it)."""
+    leaver, honest = chain["hook"]
+    said = " ".join(_said(leaver, "worker_replaced"))
+    assert "RemovableHandle" in said, leaver
+    assert honest["worker_pid"] != leaver["worker_pid"], (honest, leaver)
+    _clean(leaver, [honest])
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "a global module forward hook put in `torch.nn.modules.module._global_forward_hooks` "
+    "directly (no handle) is not compared: it replaces every later job's output; fix: "
+    + RESIDUE_FIX))
+def test_a_global_forward_hook_put_in_torchs_dict_runs_in_no_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here): the attacker "ok" with no finding, and both later honest
+    numpy ReLUs in the same worker "incorrect" ("output 0: 65536 of 65536 elements differ
+    ...: got 1, expected 0")."""
+    leaver, *after = chain["hook_direct"]
+    _clean(leaver, after)
+
+
 # --- the residue check, in process -------------------------------------------------------------
 def test_the_residue_check_names_a_rebound_showwarning() -> None:
     """The caught form at unit level: `left_in_process` names `warnings.showwarning`."""
@@ -170,43 +225,46 @@ def test_the_residue_check_names_a_rebound_showwarning() -> None:
         warnings.showwarning = saved
 
 
-@pytest.mark.parametrize("route", ["build_class", "showwarnmsg", "filters"])
+@pytest.mark.parametrize("route", ["build_class", "showwarnmsg", "filters", "find_and_load",
+                                   "global_hook"])
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="the routes of the xfails above, at unit level: "
                    + RESIDUE_FIX)
 def test_the_residue_check_names_each_route(route: str) -> None:
     """Each route changed in this process: `left_in_process` says nothing (measured)."""
     import builtins
+    from importlib import _bootstrap
+
+    from torch.nn.modules import module
 
     before = process_state()
-    saved = (builtins.__build_class__, warnings._showwarnmsg, list(warnings.filters))
+    saved = (builtins.__build_class__, warnings._showwarnmsg, list(warnings.filters),
+             _bootstrap._find_and_load)
     try:
         if route == "build_class":
             build = builtins.__build_class__
             builtins.__build_class__ = lambda *a, **k: build(*a, **k)
         elif route == "showwarnmsg":
             warnings._showwarnmsg = lambda msg: None  # type: ignore[attr-defined]
-        else:
+        elif route == "filters":
             warnings.filterwarnings("error", message="ks-probe")
+        elif route == "find_and_load":
+            find = _bootstrap._find_and_load
+            _bootstrap._find_and_load = lambda *a, **k: find(*a, **k)
+        else:
+            module._global_forward_hooks[-7] = lambda *a: None
         assert left_in_process(before), route
     finally:
+        module._global_forward_hooks.pop(-7, None)
+        _bootstrap._find_and_load = saved[3]
         builtins.__build_class__, warnings._showwarnmsg = saved[:2]  # type: ignore[attr-defined]
         warnings.filters[:] = saved[2]
         warnings._filters_mutated()  # type: ignore[attr-defined]
 
 
 # --- the real path: a framed sibling is a cheat, nothing run again -----------------------------
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a `__build_class__` left by one job makes every later honest job's outputs wrong in its "
-    "trials and timed windows; the judge established both, so `confirmed` runs nothing again "
-    "and the sibling is a cheat (reward 0), the attacker ok; fix: " + RESIDUE_FIX))
-def test_a_class_builder_a_job_left_does_not_make_honest_siblings_cheats() -> None:
-    """One `GpuRunner` (cpu loop, one worker, the judge's arena and clock): an honest numpy
-    ReLU, the attacker (BUILD_CLASS_WRONG: its `__build_class__` gives every later ModelNew a
-    forward that adds 1 to its output through numpy), two honest ones. Before (measured here):
-    the attacker's trials right and its windows clean; each later honest job's trials wrong by
-    the judge ("trial 1, checked by the verifier itself: output 0: 65536 of 65536 elements
-    differ") and its timed call's output wrong (the clock's `failure`: a cheat), no run made
-    again (`confirmations` 0)."""
+def _runner(sources: list[str]) -> tuple[list[Any], int]:
+    """One `GpuRunner` (cpu loop, one worker, the judge's arena and clock), a job per source:
+    the outcomes, and how many runs it made again in a fresh worker."""
     from verifier_cases import relu_task
 
     from verifier.judge.construct import DEVICE
@@ -221,8 +279,7 @@ def test_a_class_builder_a_job_left_does_not_make_honest_siblings_cheats() -> No
     task = relu_task(256, 256)
     outs = []
     try:
-        for i, src in enumerate([NUMPY_RELU, _leaving(BUILD_CLASS_WRONG), NUMPY_RELU,
-                                 NUMPY_RELU]):
+        for i, src in enumerate(sources):
             item = SimpleNamespace(req=SimpleNamespace(task_source=task, task_id="relu"),
                                    built={}, specs=[], code=src)
             job = {"nonce": f"r12-{i}", "backend": "cpu", "input_seed": trial_input_seed(),
@@ -231,13 +288,32 @@ def test_a_class_builder_a_job_left_does_not_make_honest_siblings_cheats() -> No
             outs.append(runner.run(item, job))
     finally:
         runner.close()
+    return outs, runner.confirmations
+
+
+@pytest.mark.parametrize("attack", ["build_class", "global_hook"])
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "a `__build_class__` or a global module forward hook left by one job makes every later "
+    "honest job's outputs wrong in its trials and timed windows; the judge established both, "
+    "so `confirmed` runs nothing again and each sibling is a cheat (reward 0), the attacker "
+    "ok; fix: " + RESIDUE_FIX))
+def test_code_a_job_left_does_not_make_honest_siblings_cheats(attack: str) -> None:
+    """An honest numpy ReLU, the attacker (BUILD_CLASS_WRONG: its `__build_class__` gives
+    every later ModelNew a forward that adds 1 to its output through numpy; GLOBAL_HOOK_DIRECT:
+    a global forward hook that does the same), two honest ones. Before (measured here, each):
+    the attacker's trials right and its windows clean; each later honest job's trials wrong by
+    the judge ("trial 1, checked by the verifier itself: output 0: 65536 of 65536 elements
+    differ") and its timed call's output wrong (the clock's `failure`: a cheat), no run made
+    again (`confirmations` 0)."""
+    code = {"build_class": BUILD_CLASS_WRONG, "global_hook": GLOBAL_HOOK_DIRECT}[attack]
+    outs, again = _runner([NUMPY_RELU, _leaving(code), NUMPY_RELU, NUMPY_RELU])
     honest0, attacker, *after = outs
     for out in (honest0, attacker):  # the attack is invisible in its own job
         assert out.referee is not None and out.referee("run", {})[0], out.payload
         assert (out.clock or {}).get("failure") == "", out.clock
     for out in after:
         assert out.referee is not None and out.referee("run", {})[0], (
-            out.referee("run", {}), runner.confirmations)
+            out.referee("run", {}), again)
         assert (out.clock or {}).get("failure") == "", out.clock
 
 
