@@ -34,7 +34,9 @@ check that the timed calls ran what the traced trials ran): every trial's inputs
 judge's arena from the start, so a run whose timed calls run the library (round 10's blinded
 recorder) computes every trial's output with its own slow kernel in the first trial, which the
 rule does not count, and returns each at once in the later ones: its trials look as fast as a
-copy, and it is timed at the library's speed with no finding (open: a strict xfail).
+copy, and it is timed at the library's speed with no finding (open: a strict xfail). And
+with `trials=2` (an operator's option) only one trial is past the uncounted first, fewer than
+the rule needs: it is off, and round 10's blinded run itself passes (open).
 """
 
 from __future__ import annotations
@@ -373,3 +375,38 @@ def test_a_blinded_run_that_computes_its_trials_ahead_is_caught(paced: dict[str,
     ahead = paced["ahead"]
     assert ahead.status == "cheat", (ahead.status, ahead.runtime_us, ahead.findings)
     assert "timed_not_traced" in {f["rule"] for f in ahead.findings}, ahead
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "with `trials=2` (an operator's option) one trial is past the warm-up, fewer than "
+    "`trial_pace.MIN_TIMED`: no `trial_us`, so the rule is off and a blinded run is timed at "
+    "the library's speed with no finding; fix: count the warm trial (or pace an extra one) "
+    "when a job has too few, or refuse fewer than WARM_TRIALS + MIN_TIMED trials on the "
+    "persistent loop"))
+def test_a_blinded_run_with_two_trials_is_caught(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round 10's blinded run over the slow kernel, as `paced` runs it (there: trials=5, a
+    cheat), with `VerifyOptions(trials=2)`. Before (measured here, twice): correct_slow and
+    correct_fast, no finding, timed at 2443 and 2288 us a call (torch.relu's speed; trials=3 on
+    the same host: a cheat at 58.6x, trials 44692 us)."""
+    from redteam_cases import RELU, candidate
+    from verifier_cases import relu_task
+
+    import verifier.stages as stages
+    from verifier.api import verify_batch
+    from verifier.backends.cpu import CpuBackend
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    monkeypatch.setattr(stages, "check_python", lambda *a, **k: [])
+    monkeypatch.setattr(stages, "check_cpp", lambda *a, **k: [])
+    monkeypatch.setattr(CpuBackend, "persistent_worker", True)
+    slow = RELU.replace("for (int64_t i = 0;",
+                        "for (int pass = 0; pass < 4; ++pass)\n    for (int64_t i = 0;")
+    src = candidate(BLIND_EXTRA, forward=BLIND_FORWARD, cpp=slow, cflags='["-O0"]',
+                    name="r12_slow", prelude=False)
+    [got] = verify_batch([VerifyRequest("blind2", "relu", relu_task(256, 4096), src, "cpu")],
+                         VerifyOptions(backend="cpu", gpus=1, workers=1, trials=2,
+                                       build_cache_dir=str(tmp_path / "builds"),
+                                       baseline_cache_dir=str(tmp_path / "baselines")))
+    assert got.status == "cheat", (got.status, got.runtime_us, got.findings)
+    assert "timed_not_traced" in {f["rule"] for f in got.findings}, got
