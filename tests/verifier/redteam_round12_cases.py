@@ -209,3 +209,27 @@ GLOBAL_HOOK_DIRECT = GLOBAL_HOOK.replace(
     "ks_module.register_module_forward_hook(ks_hook)",
     "ks_module._global_forward_hooks[-7] = ks_hook")
 assert GLOBAL_HOOK_DIRECT != GLOBAL_HOOK
+
+# `sys.path_importer_cache`, a dict changed in place (`sys.path_hooks` and `sys.meta_path` are
+# compared by their entries, `sys.path` by value): the job's own finder for the standard
+# library's directory answers every later import of a module not yet loaded from there
+PATH_CACHE = LATER + """
+import os, sys
+home = os.getcwd()
+where = next(p for p in sys.path if p and os.path.isfile(os.path.join(p, "tabnanny.py")))
+real = sys.path_importer_cache[where]
+
+
+class Finder:
+    def find_spec(self, name, target=None):
+        here = os.getcwd()
+        if here != home and os.path.basename(here).startswith("job-"):
+            later()
+        return real.find_spec(name, target)
+
+    def invalidate_caches(self):
+        real.invalidate_caches()
+
+
+sys.path_importer_cache[where] = Finder()
+"""

@@ -17,7 +17,9 @@ runs its code in a later job, an honest sibling's, that the residue check
 - `warnings._showwarnmsg` (what the C `warn` calls to show one) is private too; the public
   `warnings.showwarning` is compared (caught: the worker is replaced);
 - `importlib._bootstrap._find_and_load` (what the interpreter calls at every import of a module
-  not yet loaded) is private: a job's wrapper runs at a later job's `import`;
+  not yet loaded) is private: a job's wrapper runs at a later job's `import`; and
+  `sys.path_importer_cache` is a dict changed in place: a job's own finder for the standard
+  library's directory answers a later job's import from there;
 - torch's global module forward hooks (`torch.nn.modules.module._global_forward_hooks`, a
   private dict changed in place) run at every later `ModelNew` call and replace its output:
   through the public `register_module_forward_hook` it is caught by chance (the handle class's
@@ -59,6 +61,7 @@ from redteam_round12_cases import (  # noqa: E402
     GLOBAL_HOOK,
     GLOBAL_HOOK_DIRECT,
     IMPORTING_RELU,
+    PATH_CACHE,
     PRECOMPUTE_EXTRA,
     PRECOMPUTE_FORWARD,
     SHOWWARNING,
@@ -73,7 +76,8 @@ from verifier.run.tamper import left_in_process, process_state  # noqa: E402
 
 RESIDUE_FIX = ("compare the private callables of `builtins` (at least `__build_class__`), "
                "`warnings` (`_showwarnmsg`) and `importlib._bootstrap` (`_find_and_load`), "
-               "and `warnings.filters` and torch's global module hooks by value, in "
+               "and `warnings.filters`, `sys.path_importer_cache` and torch's global module "
+               "hooks by value, in "
                "`tamper.process_state`")
 
 
@@ -87,6 +91,7 @@ def chain() -> dict[str, list[dict[str, Any]]]:
             "error": [_leaving(WARN_ERROR), WARNING_RELU],
             "showwarning": [_leaving(SHOWWARNING), WARNING_RELU],
             "showwarnmsg": [_leaving(SHOWWARNMSG), WARNING_RELU],
+            "path_cache": [_leaving(PATH_CACHE), IMPORTING_RELU],
             "find": [NUMPY_RELU, _leaving(FIND_AND_LOAD), IMPORTING_RELU],
             "hook": [_leaving(GLOBAL_HOOK), NUMPY_RELU],
             "hook_direct": [_leaving(GLOBAL_HOOK_DIRECT), NUMPY_RELU, NUMPY_RELU]}
@@ -189,6 +194,19 @@ def test_an_import_function_a_job_rebinds_runs_in_no_later_job(
     _clean(leaver, [importer])
 
 
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "`sys.path_importer_cache` is changed in place (its entries are not compared): a job's "
+    "finder for the standard library's directory runs at a later job's import; fix: "
+    + RESIDUE_FIX))
+def test_a_finder_a_job_put_in_the_path_importer_cache_runs_in_no_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here): the attacker "ok" with no finding, the same worker, and the
+    next job, an honest ReLU that imports `tabnanny`, a cheat ("torch.relu changed during the
+    run")."""
+    leaver, importer = chain["path_cache"]
+    _clean(leaver, [importer])
+
+
 def test_a_global_forward_hook_registered_through_torch_is_residue(
         chain: dict[str, list[dict[str, Any]]]) -> None:
     """Caught (by chance): `register_module_forward_hook` makes a `RemovableHandle`, whose
@@ -228,7 +246,7 @@ def test_the_residue_check_names_a_rebound_showwarning() -> None:
 
 
 @pytest.mark.parametrize("route", ["build_class", "showwarnmsg", "filters", "find_and_load",
-                                   "global_hook"])
+                                   "global_hook", "path_importer_cache"])
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="the routes of the xfails above, at unit level: "
                    + RESIDUE_FIX)
 def test_the_residue_check_names_each_route(route: str) -> None:
@@ -252,10 +270,13 @@ def test_the_residue_check_names_each_route(route: str) -> None:
         elif route == "find_and_load":
             find = _bootstrap._find_and_load
             _bootstrap._find_and_load = lambda *a, **k: find(*a, **k)
-        else:
+        elif route == "global_hook":
             module._global_forward_hooks[-7] = lambda *a: None
+        else:
+            sys.path_importer_cache["/ks-probe"] = None
         assert left_in_process(before), route
     finally:
+        sys.path_importer_cache.pop("/ks-probe", None)
         module._global_forward_hooks.pop(-7, None)
         _bootstrap._find_and_load = saved[3]
         builtins.__build_class__, warnings._showwarnmsg = saved[:2]  # type: ignore[attr-defined]
