@@ -377,11 +377,15 @@ def paced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_the_blinded_run_over_a_slow_kernel_is_still_caught_by_the_trials_pace(
         paced: dict[str, Any]) -> None:
     """The control: the honest slow kernel is correct; round 10's blinded run over it is a
-    cheat (`timed_not_traced`; measured here: windows 2307 us a call, trials 35592 us)."""
+    cheat (`timed_not_traced`; measured here: windows 2307 us a call, trials 35592 us). Its
+    first run, in a worker that ran the honest job, was made again in a fresh worker
+    (`outcome.retimed`: the host's load is no cheat), and the second draw caught it too: the
+    re-run is no re-roll for a run that switches kernels every time."""
     assert paced["honest"].status.startswith("correct"), paced["honest"]
     blind = paced["blind"]
     assert blind.status == "cheat", blind
-    assert "timed_not_traced" in {f["rule"] for f in blind.findings}, blind
+    rules = {f["rule"] for f in blind.findings}
+    assert {"timed_not_traced", "confirmed_fresh"} <= rules, blind.findings
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
