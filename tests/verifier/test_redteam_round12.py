@@ -26,10 +26,14 @@ runs its code in a later job, an honest sibling's, that the residue check
   counter, `RemovableHandle.next_id`, is a class attribute the check compares), put in the dict
   directly nothing sees it, and every later honest job of the worker is wrong (on the real
   path: wrong trials and timed windows, the judge's own failures, nothing run again).
-The static checks reject each plain form (`import builtins`, `builtins.__build_class__ = `,
-and the C API a compiled candidate would run it with: measured on verify_batch), so, as in
-rounds 9-11, each is planted by code that passed them (`test_redteam_round9._leaving`: the
-model's `__del__`, after the job's own checks) and what is tested is the runtime layer.
+The static checks reject most plain forms (`import builtins`, `builtins.__build_class__ = `,
+`torch.nn.modules`, and the C API a compiled candidate would run them with: measured on
+verify_batch), so, as in rounds 9-11, each is planted by code that passed them
+(`test_redteam_round9._leaving`: the model's `__del__`, after the job's own checks) and what
+is tested is the runtime layer. Not `import warnings; warnings.simplefilter("error")` at a
+candidate's module level: the static checks pass it, and end to end (`verify_batch`, the
+persistent cpu loop) the attacker is correct with no finding while a later sibling that warns
+fails in its worker and is saved only by its fresh-worker re-run (`outcome.confirmed`).
 
 The judge's clock over the trials (`verifier.judge.trial_pace`, the persistent loop's only
 check that the timed calls ran what the traced trials ran): every trial's inputs are in the
@@ -435,3 +439,61 @@ def test_a_blinded_run_with_two_trials_is_caught(tmp_path: Path,
                                        baseline_cache_dir=str(tmp_path / "baselines")))
     assert got.status == "cheat", (got.status, got.runtime_us, got.findings)
     assert "timed_not_traced" in {f["rule"] for f in got.findings}, got
+
+
+# --- end to end: the warnings filter from a candidate that passes the static checks -------------
+@pytest.fixture(scope="module")
+def warned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One batch through `verify_batch` on the persistent worker's cpu loop, static checks on:
+    an honest compiled ReLU, the attacker (the same ReLU with `import warnings;
+    warnings.simplefilter('error')` at module level: the static checks pass it, measured), an
+    honest ReLU that warns in forward, an honest one."""
+    from redteam_cases import candidate, honest
+    from verifier_cases import relu_task
+
+    from verifier.api import verify_batch
+    from verifier.backends.cpu import CpuBackend
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    base = tmp_path_factory.mktemp("warned")
+    warner = candidate(extra="import warnings\n", forward=(
+        "warnings.warn('ks-honest: the cpu path', RuntimeWarning)\n        return ext.relu_fwd(x)"),
+        name="r12_warner", prelude=False)
+    attacker = candidate(extra="import warnings\nwarnings.simplefilter('error')\n",
+                         name="r12_warnerr", prelude=False)
+    rows = [("h0", honest("r12w0")), ("attacker", attacker), ("warner", warner),
+            ("h1", honest("r12w1"))]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CpuBackend, "persistent_worker", True)
+        got = verify_batch([VerifyRequest(n, "relu", relu_task(64, 64), c, "cpu")
+                            for n, c in rows],
+                           VerifyOptions(backend="cpu", gpus=1, workers=1,
+                                         build_cache_dir=str(base / "builds"),
+                                         baseline_cache_dir=str(base / "baselines")))
+    return {v.candidate_id: v for v in got}
+
+
+def test_an_honest_sibling_after_a_warnings_error_filter_is_still_correct(
+        warned: dict[str, Any]) -> None:
+    """Caught at the verdict (by `outcome.confirmed`): the sibling that warns failed in the
+    attacker's worker ("the worker reported runtime_error (candidate.py line 30:
+    RuntimeWarning: ...)"), a failure of the worker's word, so it was made again in a fresh
+    worker, where it is correct; the honest job after it is correct too (measured)."""
+    for name in ("h0", "warner", "h1"):
+        assert warned[name].status.startswith("correct"), warned[name]
+    rules = {f["rule"] for f in warned["warner"].findings}
+    assert "confirmed_fresh" in rules or not rules, warned["warner"].findings
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "a candidate that passes the static checks leaves `warnings.simplefilter('error')` in "
+    "its persistent worker: no finding on it, and each later sibling that warns fails there "
+    "and is run again in a fresh worker (twice the time, every time); fix: " + RESIDUE_FIX))
+def test_a_warnings_error_filter_is_charged_to_the_job_that_left_it(
+        warned: dict[str, Any]) -> None:
+    """Before (measured here): the attacker correct_slow with no finding, the warner's verdict
+    with `confirmed_fresh` (its first run failed in the attacker's worker)."""
+    attacker = warned["attacker"]
+    assert attacker.status.startswith("correct"), attacker
+    rules = {f["rule"] for f in warned["warner"].findings}
+    assert "confirmed_fresh" not in rules, warned["warner"].findings
