@@ -233,3 +233,20 @@ class Finder:
 
 sys.path_importer_cache[where] = Finder()
 """
+
+# a candidate's module-level code the static checks pass (measured: `import time, warnings`,
+# an insert into `warnings.filters`, an assignment to `warnings._showwarnmsg`): every later
+# warning of its worker is shown (the "always" filter: none is skipped as already shown) through
+# its function, which sleeps 5 ms; a later sibling that warns in forward is timed slower, with
+# no failure anywhere (nothing for `outcome.confirmed` to run again)
+SLOW_WARNINGS_EXTRA = """import time
+import warnings
+
+
+def ks_show(msg):
+    time.sleep(0.005)
+
+
+warnings.filters.insert(0, ("always", None, Warning, None, 0))
+warnings._showwarnmsg = ks_show
+"""

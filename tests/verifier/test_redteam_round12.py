@@ -33,7 +33,10 @@ verify_batch), so, as in rounds 9-11, each is planted by code that passed them
 is tested is the runtime layer. Not `import warnings; warnings.simplefilter("error")` at a
 candidate's module level: the static checks pass it, and end to end (`verify_batch`, the
 persistent cpu loop) the attacker is correct with no finding while a later sibling that warns
-fails in its worker and is saved only by its fresh-worker re-run (`outcome.confirmed`).
+fails in its worker and is saved only by its fresh-worker re-run (`outcome.confirmed`). Nor
+an "always" filter inserted and `warnings._showwarnmsg` assigned a function that sleeps: a
+later honest sibling that warns in forward is timed 180x slower (30 us -> 5407 us a call,
+reward 0.553 -> 0.500), with no failure anywhere for a re-run to undo (open).
 
 The judge's clock over the trials (`verifier.judge.trial_pace`, the persistent loop's only
 check that the timed calls ran what the traced trials ran): every trial's inputs are in the
@@ -70,6 +73,7 @@ from redteam_round12_cases import (  # noqa: E402
     PRECOMPUTE_FORWARD,
     SHOWWARNING,
     SHOWWARNMSG,
+    SLOW_WARNINGS_EXTRA,
     WARN_ERROR,
     WARN_MATCH,
     WARNING_RELU,
@@ -497,3 +501,45 @@ def test_a_warnings_error_filter_is_charged_to_the_job_that_left_it(
     assert attacker.status.startswith("correct"), attacker
     rules = {f["rule"] for f in warned["warner"].findings}
     assert "confirmed_fresh" not in rules, warned["warner"].findings
+
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "a candidate that passes the static checks puts an 'always' filter in `warnings.filters` "
+    "and a sleeping `warnings._showwarnmsg` in its persistent worker: a later honest sibling "
+    "that warns is timed far slower (its reward lowered), no finding, nothing run again; "
+    "fix: " + RESIDUE_FIX))
+def test_a_candidate_cannot_slow_a_later_siblings_warnings(tmp_path: Path) -> None:
+    """`verify_batch` on the persistent cpu loop, static checks on: an honest ReLU that warns
+    in forward, the attacker (SLOW_WARNINGS_EXTRA at module level of a compiled ReLU), the
+    same honest ReLU again (its warning's words differ: another source). Before (measured
+    here): the first timed at 30 us a call, the attacker correct with no finding, the second
+    at 5407 us (reward 0.553 -> 0.500), no finding on any."""
+    from redteam_cases import candidate
+    from verifier_cases import relu_task
+
+    from verifier.api import verify_batch
+    from verifier.backends.cpu import CpuBackend
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    def warner(tag: str) -> str:
+        return candidate(extra="import warnings\n", forward=(
+            f"warnings.warn('ks-honest: the cpu path {tag}', RuntimeWarning)\n"
+            "        return ext.relu_fwd(x)"), name="r12_warner", prelude=False)
+
+    rows = [("before", warner("a")),
+            ("attacker", candidate(extra=SLOW_WARNINGS_EXTRA, name="r12_slowwarn",
+                                   prelude=False)),
+            ("after", warner("b"))]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CpuBackend, "persistent_worker", True)
+        got = {v.candidate_id: v for v in verify_batch(
+            [VerifyRequest(n, "relu", relu_task(64, 64), c, "cpu") for n, c in rows],
+            VerifyOptions(backend="cpu", gpus=1, workers=1,
+                          build_cache_dir=str(tmp_path / "builds"),
+                          baseline_cache_dir=str(tmp_path / "baselines")))}
+    before, after = got["before"], got["after"]
+    assert before.status.startswith("correct") and before.runtime_us, before
+    assert after.status.startswith("correct") and after.runtime_us, after
+    assert after.runtime_us < 4 * before.runtime_us + 1000.0, (before.runtime_us,
+                                                               after.runtime_us)
