@@ -449,10 +449,10 @@ def test_a_blinded_run_with_two_trials_is_caught(tmp_path: Path,
 @pytest.fixture(scope="module")
 def warned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One batch through `verify_batch` on the persistent worker's cpu loop, static checks on:
-    an honest compiled ReLU, the attacker (the same ReLU with `import warnings;
-    warnings.simplefilter('error')` at module level: the static checks pass it, measured), an
-    honest ReLU that warns in forward, an honest one."""
-    from redteam_cases import candidate, honest
+    the attacker (a compiled ReLU with `import warnings; warnings.simplefilter('error')` at
+    module level: the static checks pass it, measured), an honest ReLU that warns in forward,
+    an honest one."""
+    from redteam_cases import candidate
     from verifier_cases import relu_task
 
     from verifier.api import verify_batch
@@ -464,14 +464,15 @@ def warned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "warnings.warn('ks-honest: the cpu path', RuntimeWarning)\n        return ext.relu_fwd(x)"),
         name="r12_warner", prelude=False)
     attacker = candidate(extra="import warnings\nwarnings.simplefilter('error')\n",
-                         name="r12_warnerr", prelude=False)
-    rows = [("h0", honest("r12w0")), ("attacker", attacker), ("warner", warner),
-            ("h1", honest("r12w1"))]
+                         name="r12_warner", prelude=False)  # one extension for all three
+    rows = [("attacker", attacker), ("warner", warner),
+            ("h1", candidate(name="r12_warner", prelude=False))]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(CpuBackend, "persistent_worker", True)
         got = verify_batch([VerifyRequest(n, "relu", relu_task(64, 64), c, "cpu")
                             for n, c in rows],
-                           VerifyOptions(backend="cpu", gpus=1, workers=1,
+                           VerifyOptions(backend="cpu", gpus=1, workers=1, trials=3,
+                                         perf_trials=10, perf_budget_s=1.0,
                                          build_cache_dir=str(base / "builds"),
                                          baseline_cache_dir=str(base / "baselines")))
     return {v.candidate_id: v for v in got}
@@ -483,7 +484,7 @@ def test_an_honest_sibling_after_a_warnings_error_filter_is_still_correct(
     attacker's worker ("the worker reported runtime_error (candidate.py line 30:
     RuntimeWarning: ...)"), a failure of the worker's word, so it was made again in a fresh
     worker, where it is correct; the honest job after it is correct too (measured)."""
-    for name in ("h0", "warner", "h1"):
+    for name in ("warner", "h1"):
         assert warned[name].status.startswith("correct"), warned[name]
     rules = {f["rule"] for f in warned["warner"].findings}
     assert "confirmed_fresh" in rules or not rules, warned["warner"].findings
@@ -535,8 +536,8 @@ def test_a_candidate_cannot_slow_a_later_siblings_warnings(tmp_path: Path) -> No
         mp.setattr(CpuBackend, "persistent_worker", True)
         got = {v.candidate_id: v for v in verify_batch(
             [VerifyRequest(n, "relu", relu_task(64, 64), c, "cpu") for n, c in rows],
-            VerifyOptions(backend="cpu", gpus=1, workers=1,
-                          build_cache_dir=str(tmp_path / "builds"),
+            VerifyOptions(backend="cpu", gpus=1, workers=1, trials=3, perf_trials=10,
+                          perf_budget_s=1.0, build_cache_dir=str(tmp_path / "builds"),
                           baseline_cache_dir=str(tmp_path / "baselines")))}
     before, after = got["before"], got["after"]
     assert before.status.startswith("correct") and before.runtime_us, before
