@@ -1,0 +1,546 @@
+"""Red-team round 12 on the cpu backend: attacks on branch attack12 at 160fc37, as a policy
+rewarded for holes would try them (cases in tests/verifier/redteam_round12_cases.py). Each was
+measured first (the "Before" of each test); an open one is a strict xfail naming its fix.
+
+Routes by which one job of a persistent worker (`verifier.run.gpu_worker`, its cpu loop here)
+runs its code in a later job, an honest sibling's, that the residue check
+(`verifier.run.tamper.process_state`) does not compare: it compares every loaded module's
+*public* callables by identity, and `builtins.__import__` by name, but
+- `builtins.__build_class__` (called by every `class` statement, the next job's `class
+  ModelNew` too) is a private name: a job that rebinds it wraps every later job's model. On
+  the real path (`GpuRunner`: the judge's arena, `confirmed`) the sibling's outputs are wrong
+  in its trials and its timed windows: the judge established both, so nothing is run again,
+  and the honest sibling is a cheat (the timed call's wrong output), reward 0;
+- `warnings.filters` is a list changed in place (its identity stays): a filter whose message
+  pattern is the job's own object has its `match` called at every later warning, and
+  `simplefilter("error")` turns an honest sibling's warning into its runtime error;
+- `warnings._showwarnmsg` (what the C `warn` calls to show one) is private too; the public
+  `warnings.showwarning` is compared (caught: the worker is replaced);
+- `importlib._bootstrap._find_and_load` (what the interpreter calls at every import of a module
+  not yet loaded) is private: a job's wrapper runs at a later job's `import`; and
+  `sys.path_importer_cache` is a dict changed in place: a job's own finder for the standard
+  library's directory answers a later job's import from there;
+- torch's global module forward hooks (`torch.nn.modules.module._global_forward_hooks`, a
+  private dict changed in place) run at every later `ModelNew` call and replace its output:
+  through the public `register_module_forward_hook` it is caught by chance (the handle class's
+  counter, `RemovableHandle.next_id`, is a class attribute the check compares), put in the dict
+  directly nothing sees it, and every later honest job of the worker is wrong (on the real
+  path: wrong trials and timed windows, the judge's own failures, nothing run again).
+The static checks reject most plain forms (`import builtins`, `builtins.__build_class__ = `,
+`torch.nn.modules`, and the C API a compiled candidate would run them with: measured on
+verify_batch), so, as in rounds 9-11, each is planted by code that passed them
+(`test_redteam_round9._leaving`: the model's `__del__`, after the job's own checks) and what
+is tested is the runtime layer. Not `import warnings; warnings.simplefilter("error")` at a
+candidate's module level: the static checks pass it, and end to end (`verify_batch`, the
+persistent cpu loop) the attacker is correct with no finding while a later sibling that warns
+fails in its worker and is saved only by its fresh-worker re-run (`outcome.confirmed`). Nor
+an "always" filter inserted and `warnings._showwarnmsg` assigned a function that sleeps: a
+later honest sibling that warns in forward is timed 180x slower (30 us -> 5407 us a call,
+reward 0.553 -> 0.500), with no failure anywhere for a re-run to undo (open).
+
+The judge's clock over the trials (`verifier.judge.trial_pace`, the persistent loop's only
+check that the timed calls ran what the traced trials ran): every trial's inputs are in the
+judge's arena from the start, so a run whose timed calls run the library (round 10's blinded
+recorder) computes every trial's output with its own slow kernel in the first trial, which the
+rule does not count, and returns each at once in the later ones: its trials look as fast as a
+copy, and it is timed at the library's speed with no finding (open: a strict xfail). And
+with `trials=2` (an operator's option) only one trial is past the uncounted first, fewer than
+the rule needs: it is off, and round 10's blinded run itself passes (open).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from redteam_round7_cases import NUMPY_RELU  # noqa: E402
+from redteam_round10_cases import BLIND_EXTRA, BLIND_FORWARD  # noqa: E402
+from redteam_round12_cases import (  # noqa: E402
+    BUILD_CLASS,
+    BUILD_CLASS_WRONG,
+    FIND_AND_LOAD,
+    GLOBAL_HOOK,
+    GLOBAL_HOOK_DIRECT,
+    IMPORTING_RELU,
+    PATH_CACHE,
+    PRECOMPUTE_EXTRA,
+    PRECOMPUTE_FORWARD,
+    SHOWWARNING,
+    SHOWWARNMSG,
+    SLOW_WARNINGS_EXTRA,
+    WARN_ERROR,
+    WARN_MATCH,
+    WARNING_RELU,
+)
+from test_redteam_round9 import _jobs, _leaving, _said  # noqa: E402
+
+from verifier.run.tamper import left_in_process, process_state  # noqa: E402
+
+RESIDUE_FIX = ("compare the private callables of `builtins` (at least `__build_class__`), "
+               "`warnings` (`_showwarnmsg`) and `importlib._bootstrap` (`_find_and_load`), "
+               "and `warnings.filters`, `sys.path_importer_cache` and torch's global module "
+               "hooks by value, in "
+               "`tamper.process_state`")
+
+
+@pytest.fixture(scope="module")
+def chain() -> dict[str, list[dict[str, Any]]]:
+    """Each attack and the jobs after it, in one worker's sequence (a job that ends its worker
+    starts the next one), without `confirmed`: what the residue checks alone do."""
+    runs = {"honest_warns": [WARNING_RELU, WARNING_RELU],
+            "build": [NUMPY_RELU, _leaving(BUILD_CLASS), NUMPY_RELU, NUMPY_RELU],
+            "match": [_leaving(WARN_MATCH), WARNING_RELU],
+            "error": [_leaving(WARN_ERROR), WARNING_RELU],
+            "showwarning": [_leaving(SHOWWARNING), WARNING_RELU],
+            "showwarnmsg": [_leaving(SHOWWARNMSG), WARNING_RELU],
+            "path_cache": [_leaving(PATH_CACHE), IMPORTING_RELU],
+            "find": [NUMPY_RELU, _leaving(FIND_AND_LOAD), IMPORTING_RELU],
+            "hook": [_leaving(GLOBAL_HOOK), NUMPY_RELU],
+            "hook_direct": [_leaving(GLOBAL_HOOK_DIRECT), NUMPY_RELU, NUMPY_RELU]}
+    got = _jobs([src for srcs in runs.values() for src in srcs])
+    out, i = {}, 0
+    for name, srcs in runs.items():
+        out[name], i = got[i:i + len(srcs)], i + len(srcs)
+    return out
+
+
+def test_an_honest_job_that_warns_passes_in_consecutive_jobs(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """The control of the warnings attacks: WARNING_RELU (a numpy ReLU that warns) passes,
+    twice in one worker, with no finding."""
+    first, second = chain["honest_warns"]
+    for job in (first, second):
+        assert job["outcome"] == "ok" and not job["failure"], job
+        assert not _said(job, "worker_replaced") and not _said(job, "patched_function"), job
+    assert first["worker_pid"] == second["worker_pid"]
+
+
+def _clean(leaver: dict[str, Any], after: list[dict[str, Any]]) -> None:
+    """The attacker ran its own job to the end, and no later job met its code: each later job
+    is ok (not the cheat `later()` makes of the job it runs in)."""
+    assert leaver["outcome"] == "ok", leaver
+    for job in after:
+        assert job["outcome"] == "ok" and not job["failure"], (job, leaver)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "`builtins.__build_class__` is a private name of builtins, which the residue check skips: "
+    "a job's wrapper runs at every later job's `class ModelNew`; fix: " + RESIDUE_FIX))
+def test_a_class_builder_a_job_left_runs_in_no_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here): the attacker "ok" with no finding, the next honest numpy ReLU
+    in the same worker a cheat ("torch.relu changed during the run": the wrapper ran at its
+    `class ModelNew`), the one after it ok in a new worker."""
+    honest0, leaver, *after = chain["build"]
+    assert honest0["outcome"] == "ok", honest0
+    _clean(leaver, after)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "a `warnings` filter whose message pattern is the job's own object stays in "
+    "`warnings.filters` (changed in place: its identity is compared) and its `match` runs at "
+    "every later job's warning; fix: " + RESIDUE_FIX))
+def test_a_warnings_filter_a_job_left_runs_in_no_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here): the attacker "ok", the same worker, and the next job, an honest
+    ReLU that warns, a cheat ("torch.relu changed during the run")."""
+    leaver, honest = chain["match"]
+    _clean(leaver, [honest])
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "`warnings.simplefilter('error')` left by a job makes every later job's warning an "
+    "exception (an honest sibling's runtime error); fix: " + RESIDUE_FIX))
+def test_warnings_made_errors_by_a_job_do_not_fail_a_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here): the attacker "ok", the same worker, and the next job, an honest
+    ReLU that warns: "runtime_error: candidate.py line 8: RuntimeWarning: ks-honest: the numpy
+    path" (`confirmed` makes it again in a fresh worker: it costs the sibling a second run)."""
+    leaver, honest = chain["error"]
+    _clean(leaver, [honest])
+
+
+def test_the_public_showwarning_a_job_rebinds_is_residue(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Caught: `warnings.showwarning` rebound is a public callable of a loaded module: the
+    attacker's worker is replaced (measured: a new pid, the finding names it), and the next
+    job, an honest ReLU that warns, passes (the rebinding never ran in it)."""
+    leaver, honest = chain["showwarning"]
+    said = " ".join(_said(leaver, "worker_replaced"))
+    assert "warnings.showwarning" in said, leaver
+    assert honest["worker_pid"] != leaver["worker_pid"], (honest, leaver)
+    _clean(leaver, [honest])
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "`warnings._showwarnmsg` (what the C `warn` calls to show a warning) is private: a job's "
+    "rebinding runs at every later job's shown warning; fix: " + RESIDUE_FIX))
+def test_the_private_showwarnmsg_a_job_rebinds_runs_in_no_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here): the attacker "ok", the same worker, the next job (an honest ReLU
+    that warns) a cheat ("torch.relu changed during the run")."""
+    leaver, honest = chain["showwarnmsg"]
+    _clean(leaver, [honest])
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "`importlib._bootstrap._find_and_load` is private: a job's wrapper runs at every later "
+    "job's import of a module not yet loaded; fix: " + RESIDUE_FIX))
+def test_an_import_function_a_job_rebinds_runs_in_no_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here): the attacker "ok" with no finding, the same worker, and the
+    next job, an honest ReLU that imports `tabnanny` (no job did before), a cheat ("torch.relu
+    changed during the run")."""
+    honest0, leaver, importer = chain["find"]
+    assert honest0["outcome"] == "ok", honest0
+    _clean(leaver, [importer])
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "`sys.path_importer_cache` is changed in place (its entries are not compared): a job's "
+    "finder for the standard library's directory runs at a later job's import; fix: "
+    + RESIDUE_FIX))
+def test_a_finder_a_job_put_in_the_path_importer_cache_runs_in_no_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here): the attacker "ok" with no finding, the same worker, and the
+    next job, an honest ReLU that imports `tabnanny`, a cheat ("torch.relu changed during the
+    run")."""
+    leaver, importer = chain["path_cache"]
+    _clean(leaver, [importer])
+
+
+def test_a_global_forward_hook_registered_through_torch_is_residue(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Caught (by chance): `register_module_forward_hook` makes a `RemovableHandle`, whose
+    class counter is a class attribute the residue check compares: the attacker's worker is
+    replaced (measured: "torch.utils.hooks.RemovableHandle attributes changed"), and the next
+    honest job passes (the hook never ran in it)."""
+    leaver, honest = chain["hook"]
+    said = " ".join(_said(leaver, "worker_replaced"))
+    assert "RemovableHandle" in said, leaver
+    assert honest["worker_pid"] != leaver["worker_pid"], (honest, leaver)
+    _clean(leaver, [honest])
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "a global module forward hook put in `torch.nn.modules.module._global_forward_hooks` "
+    "directly (no handle) is not compared: it replaces every later job's output; fix: "
+    + RESIDUE_FIX))
+def test_a_global_forward_hook_put_in_torchs_dict_runs_in_no_later_job(
+        chain: dict[str, list[dict[str, Any]]]) -> None:
+    """Before (measured here): the attacker "ok" with no finding, and both later honest
+    numpy ReLUs in the same worker "incorrect" ("output 0: 65536 of 65536 elements differ
+    ...: got 1, expected 0")."""
+    leaver, *after = chain["hook_direct"]
+    _clean(leaver, after)
+
+
+# --- the residue check, in process -------------------------------------------------------------
+def test_the_residue_check_names_a_rebound_showwarning() -> None:
+    """The caught form at unit level: `left_in_process` names `warnings.showwarning`."""
+    before = process_state()
+    saved = warnings.showwarning
+    warnings.showwarning = lambda *a, **k: None
+    try:
+        assert "warnings.showwarning" in left_in_process(before)
+    finally:
+        warnings.showwarning = saved
+
+
+@pytest.mark.parametrize("route", ["build_class", "showwarnmsg", "filters", "find_and_load",
+                                   "global_hook", "path_importer_cache"])
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="the routes of the xfails above, at unit level: "
+                   + RESIDUE_FIX)
+def test_the_residue_check_names_each_route(route: str) -> None:
+    """Each route changed in this process: `left_in_process` says nothing (measured)."""
+    import builtins
+    from importlib import _bootstrap
+
+    from torch.nn.modules import module
+
+    before = process_state()
+    saved = (builtins.__build_class__, warnings._showwarnmsg, list(warnings.filters),
+             _bootstrap._find_and_load)
+    try:
+        if route == "build_class":
+            build = builtins.__build_class__
+            builtins.__build_class__ = lambda *a, **k: build(*a, **k)
+        elif route == "showwarnmsg":
+            warnings._showwarnmsg = lambda msg: None  # type: ignore[attr-defined]
+        elif route == "filters":
+            warnings.filterwarnings("error", message="ks-probe")
+        elif route == "find_and_load":
+            find = _bootstrap._find_and_load
+            _bootstrap._find_and_load = lambda *a, **k: find(*a, **k)
+        elif route == "global_hook":
+            module._global_forward_hooks[-7] = lambda *a: None
+        else:
+            sys.path_importer_cache["/ks-probe"] = None
+        assert left_in_process(before), route
+    finally:
+        sys.path_importer_cache.pop("/ks-probe", None)
+        module._global_forward_hooks.pop(-7, None)
+        _bootstrap._find_and_load = saved[3]
+        builtins.__build_class__, warnings._showwarnmsg = saved[:2]  # type: ignore[attr-defined]
+        warnings.filters[:] = saved[2]
+        warnings._filters_mutated()  # type: ignore[attr-defined]
+
+
+# --- the real path: a framed sibling is a cheat, nothing run again -----------------------------
+def _runner(sources: list[str]) -> tuple[list[Any], int]:
+    """One `GpuRunner` (cpu loop, one worker, the judge's arena and clock), a job per source:
+    the outcomes, and how many runs it made again in a fresh worker."""
+    from verifier_cases import relu_task
+
+    from verifier.judge.construct import DEVICE
+    from verifier.judge.inputs import trial_input_seed
+    from verifier.protocol import VerifyOptions
+    from verifier.run.gpu_runner import GpuRunner
+    from verifier.stages import JOB_OPTIONS
+
+    opts = VerifyOptions(backend="cpu", workers=1, run_timeout_s=60.0, trials=2,
+                         perf_trials=2, perf_warmup=1)
+    runner = GpuRunner(opts, {}, "cpu")
+    task = relu_task(256, 256)
+    outs = []
+    try:
+        for i, src in enumerate(sources):
+            item = SimpleNamespace(req=SimpleNamespace(task_source=task, task_id="relu"),
+                                   built={}, specs=[], code=src)
+            job = {"nonce": f"r12-{i}", "backend": "cpu", "input_seed": trial_input_seed(),
+                   "variants": [], "options": {**{k: getattr(opts, k) for k in JOB_OPTIONS},
+                                               "construct": DEVICE}}
+            outs.append(runner.run(item, job))
+    finally:
+        runner.close()
+    return outs, runner.confirmations
+
+
+@pytest.mark.parametrize("attack", ["build_class", "global_hook"])
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "a `__build_class__` or a global module forward hook left by one job makes every later "
+    "honest job's outputs wrong in its trials and timed windows; the judge established both, "
+    "so `confirmed` runs nothing again and each sibling is a cheat (reward 0), the attacker "
+    "ok; fix: " + RESIDUE_FIX))
+def test_code_a_job_left_does_not_make_honest_siblings_cheats(attack: str) -> None:
+    """An honest numpy ReLU, the attacker (BUILD_CLASS_WRONG: its `__build_class__` gives
+    every later ModelNew a forward that adds 1 to its output through numpy; GLOBAL_HOOK_DIRECT:
+    a global forward hook that does the same), two honest ones. Before (measured here, each):
+    the attacker's trials right and its windows clean; each later honest job's trials wrong by
+    the judge ("trial 1, checked by the verifier itself: output 0: 65536 of 65536 elements
+    differ") and its timed call's output wrong (the clock's `failure`: a cheat), no run made
+    again (`confirmations` 0)."""
+    code = {"build_class": BUILD_CLASS_WRONG, "global_hook": GLOBAL_HOOK_DIRECT}[attack]
+    outs, again = _runner([NUMPY_RELU, _leaving(code), NUMPY_RELU, NUMPY_RELU])
+    honest0, attacker, *after = outs
+    for out in (honest0, attacker):  # the attack is invisible in its own job
+        assert out.referee is not None and out.referee("run", {})[0], out.payload
+        assert (out.clock or {}).get("failure") == "", out.clock
+    for out in after:
+        assert out.referee is not None and out.referee("run", {})[0], (
+            out.referee("run", {}), again)
+        assert (out.clock or {}).get("failure") == "", out.clock
+
+
+# --- the judge's clock over the trials: every output computed in the uncounted trial ------------
+@pytest.fixture(scope="module")
+def paced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One batch on the persistent worker's cpu loop (the static checks off, as round 10's
+    blinded run is tested): an honest unoptimised ReLU (its kernel several times slower than
+    torch.relu), round 10's blinded run over it, and the blinded run that computes every
+    trial's output ahead (PRECOMPUTE_EXTRA)."""
+    from redteam_cases import RELU, candidate
+    from verifier_cases import relu_task
+
+    import verifier.stages as stages
+    from verifier.api import verify_batch
+    from verifier.backends.cpu import CpuBackend
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    base = tmp_path_factory.mktemp("paced")
+    slow = RELU.replace("for (int64_t i = 0;",
+                        "for (int pass = 0; pass < 4; ++pass)\n    for (int64_t i = 0;")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stages, "check_python", lambda *a, **k: [])
+        mp.setattr(stages, "check_cpp", lambda *a, **k: [])
+        mp.setattr(CpuBackend, "persistent_worker", True)
+        kw = {"cpp": slow, "cflags": '["-O0"]', "name": "r12_slow", "prelude": False}
+        rows = [("honest", candidate(**kw)),
+                ("blind", candidate(BLIND_EXTRA, forward=BLIND_FORWARD, **kw)),
+                ("ahead", candidate(BLIND_EXTRA + PRECOMPUTE_EXTRA, forward=PRECOMPUTE_FORWARD,
+                                    **kw))]
+        reqs = [VerifyRequest(n, "relu", relu_task(256, 4096), c, "cpu") for n, c in rows]
+        got = verify_batch(reqs, VerifyOptions(
+            backend="cpu", gpus=1, workers=1, build_cache_dir=str(base / "builds"),
+            baseline_cache_dir=str(base / "baselines")))
+    return {v.candidate_id: v for v in got}
+
+
+def test_the_blinded_run_over_a_slow_kernel_is_still_caught_by_the_trials_pace(
+        paced: dict[str, Any]) -> None:
+    """The control: the honest slow kernel is correct; round 10's blinded run over it is a
+    cheat (`timed_not_traced`; measured here: windows 2307 us a call, trials 35592 us). Its
+    first run, in a worker that ran the honest job, was made again in a fresh worker
+    (`outcome.retimed`: the host's load is no cheat), and the second draw caught it too: the
+    re-run is no re-roll for a run that switches kernels every time."""
+    assert paced["honest"].status.startswith("correct"), paced["honest"]
+    blind = paced["blind"]
+    assert blind.status == "cheat", blind
+    rules = {f["rule"] for f in blind.findings}
+    assert {"timed_not_traced", "confirmed_fresh"} <= rules, blind.findings
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "every trial's inputs are in the judge's arena from the start: a run computes every "
+    "output in the uncounted first trial and returns each at once after, so its trials look "
+    "fast and its library-run timed calls pass `timed_not_traced`; fix: publish each trial's "
+    "inputs at its \"g\" and read its slot at its \"q\" (as stepped windows do)"))
+def test_a_blinded_run_that_computes_its_trials_ahead_is_caught(paced: dict[str, Any]) -> None:
+    """Before (measured here): "ahead" correct_slow with no finding, timed at 2374 us a call
+    (torch.relu's speed; its own kernel, the honest run: 32974 us), reward 0.557 against the
+    honest kernel's 0.504; the same run without the precompute is the cheat above."""
+    ahead = paced["ahead"]
+    assert ahead.status == "cheat", (ahead.status, ahead.runtime_us, ahead.findings)
+    assert "timed_not_traced" in {f["rule"] for f in ahead.findings}, ahead
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "with `trials=2` (an operator's option) one trial is past the warm-up, fewer than "
+    "`trial_pace.MIN_TIMED`: no `trial_us`, so the rule is off and a blinded run is timed at "
+    "the library's speed with no finding; fix: count the warm trial (or pace an extra one) "
+    "when a job has too few, or refuse fewer than WARM_TRIALS + MIN_TIMED trials on the "
+    "persistent loop"))
+def test_a_blinded_run_with_two_trials_is_caught(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Round 10's blinded run over the slow kernel, as `paced` runs it (there: trials=5, a
+    cheat), with `VerifyOptions(trials=2)`. Before (measured here, twice): correct_slow and
+    correct_fast, no finding, timed at 2443 and 2288 us a call (torch.relu's speed; trials=3 on
+    the same host: a cheat at 58.6x, trials 44692 us)."""
+    from redteam_cases import RELU, candidate
+    from verifier_cases import relu_task
+
+    import verifier.stages as stages
+    from verifier.api import verify_batch
+    from verifier.backends.cpu import CpuBackend
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    monkeypatch.setattr(stages, "check_python", lambda *a, **k: [])
+    monkeypatch.setattr(stages, "check_cpp", lambda *a, **k: [])
+    monkeypatch.setattr(CpuBackend, "persistent_worker", True)
+    slow = RELU.replace("for (int64_t i = 0;",
+                        "for (int pass = 0; pass < 4; ++pass)\n    for (int64_t i = 0;")
+    src = candidate(BLIND_EXTRA, forward=BLIND_FORWARD, cpp=slow, cflags='["-O0"]',
+                    name="r12_slow", prelude=False)
+    [got] = verify_batch([VerifyRequest("blind2", "relu", relu_task(256, 4096), src, "cpu")],
+                         VerifyOptions(backend="cpu", gpus=1, workers=1, trials=2,
+                                       build_cache_dir=str(tmp_path / "builds"),
+                                       baseline_cache_dir=str(tmp_path / "baselines")))
+    assert got.status == "cheat", (got.status, got.runtime_us, got.findings)
+    assert "timed_not_traced" in {f["rule"] for f in got.findings}, got
+
+
+# --- end to end: the warnings filter from a candidate that passes the static checks -------------
+@pytest.fixture(scope="module")
+def warned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One batch through `verify_batch` on the persistent worker's cpu loop, static checks on:
+    the attacker (a compiled ReLU with `import warnings; warnings.simplefilter('error')` at
+    module level: the static checks pass it, measured), an honest ReLU that warns in forward,
+    an honest one."""
+    from redteam_cases import candidate
+    from verifier_cases import relu_task
+
+    from verifier.api import verify_batch
+    from verifier.backends.cpu import CpuBackend
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    base = tmp_path_factory.mktemp("warned")
+    warner = candidate(extra="import warnings\n", forward=(
+        "warnings.warn('ks-honest: the cpu path', RuntimeWarning)\n        return ext.relu_fwd(x)"),
+        name="r12_warner", prelude=False)
+    attacker = candidate(extra="import warnings\nwarnings.simplefilter('error')\n",
+                         name="r12_warner", prelude=False)  # one extension for all three
+    rows = [("attacker", attacker), ("warner", warner),
+            ("h1", candidate(name="r12_warner", prelude=False))]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CpuBackend, "persistent_worker", True)
+        got = verify_batch([VerifyRequest(n, "relu", relu_task(64, 64), c, "cpu")
+                            for n, c in rows],
+                           VerifyOptions(backend="cpu", gpus=1, workers=1, trials=3,
+                                         perf_trials=10, perf_budget_s=1.0,
+                                         build_cache_dir=str(base / "builds"),
+                                         baseline_cache_dir=str(base / "baselines")))
+    return {v.candidate_id: v for v in got}
+
+
+def test_an_honest_sibling_after_a_warnings_error_filter_is_still_correct(
+        warned: dict[str, Any]) -> None:
+    """Caught at the verdict (by `outcome.confirmed`): the sibling that warns failed in the
+    attacker's worker ("the worker reported runtime_error (candidate.py line 30:
+    RuntimeWarning: ...)"), a failure of the worker's word, so it was made again in a fresh
+    worker, where it is correct; the honest job after it is correct too (measured)."""
+    for name in ("warner", "h1"):
+        assert warned[name].status.startswith("correct"), warned[name]
+    rules = {f["rule"] for f in warned["warner"].findings}
+    assert "confirmed_fresh" in rules or not rules, warned["warner"].findings
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "a candidate that passes the static checks leaves `warnings.simplefilter('error')` in "
+    "its persistent worker: no finding on it, and each later sibling that warns fails there "
+    "and is run again in a fresh worker (twice the time, every time); fix: " + RESIDUE_FIX))
+def test_a_warnings_error_filter_is_charged_to_the_job_that_left_it(
+        warned: dict[str, Any]) -> None:
+    """Before (measured here): the attacker correct_slow with no finding, the warner's verdict
+    with `confirmed_fresh` (its first run failed in the attacker's worker)."""
+    attacker = warned["attacker"]
+    assert attacker.status.startswith("correct"), attacker
+    rules = {f["rule"] for f in warned["warner"].findings}
+    assert "confirmed_fresh" not in rules, warned["warner"].findings
+
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "a candidate that passes the static checks puts an 'always' filter in `warnings.filters` "
+    "and a sleeping `warnings._showwarnmsg` in its persistent worker: a later honest sibling "
+    "that warns is timed far slower (its reward lowered), no finding, nothing run again; "
+    "fix: " + RESIDUE_FIX))
+def test_a_candidate_cannot_slow_a_later_siblings_warnings(tmp_path: Path) -> None:
+    """`verify_batch` on the persistent cpu loop, static checks on: an honest ReLU that warns
+    in forward, the attacker (SLOW_WARNINGS_EXTRA at module level of a compiled ReLU), the
+    same honest ReLU again (its warning's words differ: another source). Before (measured
+    here): the first timed at 30 us a call, the attacker correct with no finding, the second
+    at 5407 us (reward 0.553 -> 0.500), no finding on any."""
+    from redteam_cases import candidate
+    from verifier_cases import relu_task
+
+    from verifier.api import verify_batch
+    from verifier.backends.cpu import CpuBackend
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    def warner(tag: str) -> str:
+        return candidate(extra="import warnings\n", forward=(
+            f"warnings.warn('ks-honest: the cpu path {tag}', RuntimeWarning)\n"
+            "        return ext.relu_fwd(x)"), name="r12_warner", prelude=False)
+
+    rows = [("before", warner("a")),
+            ("attacker", candidate(extra=SLOW_WARNINGS_EXTRA, name="r12_slowwarn",
+                                   prelude=False)),
+            ("after", warner("b"))]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CpuBackend, "persistent_worker", True)
+        got = {v.candidate_id: v for v in verify_batch(
+            [VerifyRequest(n, "relu", relu_task(64, 64), c, "cpu") for n, c in rows],
+            VerifyOptions(backend="cpu", gpus=1, workers=1, trials=3, perf_trials=10,
+                          perf_budget_s=1.0, build_cache_dir=str(tmp_path / "builds"),
+                          baseline_cache_dir=str(tmp_path / "baselines")))}
+    before, after = got["before"], got["after"]
+    assert before.status.startswith("correct") and before.runtime_us, before
+    assert after.status.startswith("correct") and after.runtime_us, after
+    assert after.runtime_us < 4 * before.runtime_us + 1000.0, (before.runtime_us,
+                                                               after.runtime_us)
