@@ -2,6 +2,13 @@
 rewarded for holes would try them (cases in tests/verifier/redteam_round12_cases.py). Each was
 measured first (the "Before" of each test); an open one is a strict xfail naming its fix.
 
+Closed in session 18 (main after 96c4477): every residue route below is compared now
+(`verifier.run.tamper.interpreter_private`: the private callables of builtins, warnings and
+importlib's bootstrap, `warnings.filters` by value, the finders of `sys.path_importer_cache`,
+torch's global module hooks): the job that leaves one has its worker replaced, with the
+finding on it, and no later job meets its code; the tests below assert that. Open: the two
+trial-pace xfails at the end, and a new or None entry of `sys.path_importer_cache`.
+
 Routes by which one job of a persistent worker (`verifier.run.gpu_worker`, its cpu loop here)
 runs its code in a later job, an honest sibling's, that the residue check
 (`verifier.run.tamper.process_state`) does not compare: it compares every loaded module's
@@ -129,9 +136,6 @@ def _clean(leaver: dict[str, Any], after: list[dict[str, Any]]) -> None:
         assert job["outcome"] == "ok" and not job["failure"], (job, leaver)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "`builtins.__build_class__` is a private name of builtins, which the residue check skips: "
-    "a job's wrapper runs at every later job's `class ModelNew`; fix: " + RESIDUE_FIX))
 def test_a_class_builder_a_job_left_runs_in_no_later_job(
         chain: dict[str, list[dict[str, Any]]]) -> None:
     """Before (measured here): the attacker "ok" with no finding, the next honest numpy ReLU
@@ -142,10 +146,6 @@ def test_a_class_builder_a_job_left_runs_in_no_later_job(
     _clean(leaver, after)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a `warnings` filter whose message pattern is the job's own object stays in "
-    "`warnings.filters` (changed in place: its identity is compared) and its `match` runs at "
-    "every later job's warning; fix: " + RESIDUE_FIX))
 def test_a_warnings_filter_a_job_left_runs_in_no_later_job(
         chain: dict[str, list[dict[str, Any]]]) -> None:
     """Before (measured here): the attacker "ok", the same worker, and the next job, an honest
@@ -154,9 +154,6 @@ def test_a_warnings_filter_a_job_left_runs_in_no_later_job(
     _clean(leaver, [honest])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "`warnings.simplefilter('error')` left by a job makes every later job's warning an "
-    "exception (an honest sibling's runtime error); fix: " + RESIDUE_FIX))
 def test_warnings_made_errors_by_a_job_do_not_fail_a_later_job(
         chain: dict[str, list[dict[str, Any]]]) -> None:
     """Before (measured here): the attacker "ok", the same worker, and the next job, an honest
@@ -178,9 +175,6 @@ def test_the_public_showwarning_a_job_rebinds_is_residue(
     _clean(leaver, [honest])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "`warnings._showwarnmsg` (what the C `warn` calls to show a warning) is private: a job's "
-    "rebinding runs at every later job's shown warning; fix: " + RESIDUE_FIX))
 def test_the_private_showwarnmsg_a_job_rebinds_runs_in_no_later_job(
         chain: dict[str, list[dict[str, Any]]]) -> None:
     """Before (measured here): the attacker "ok", the same worker, the next job (an honest ReLU
@@ -189,9 +183,6 @@ def test_the_private_showwarnmsg_a_job_rebinds_runs_in_no_later_job(
     _clean(leaver, [honest])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "`importlib._bootstrap._find_and_load` is private: a job's wrapper runs at every later "
-    "job's import of a module not yet loaded; fix: " + RESIDUE_FIX))
 def test_an_import_function_a_job_rebinds_runs_in_no_later_job(
         chain: dict[str, list[dict[str, Any]]]) -> None:
     """Before (measured here): the attacker "ok" with no finding, the same worker, and the
@@ -202,10 +193,6 @@ def test_an_import_function_a_job_rebinds_runs_in_no_later_job(
     _clean(leaver, [importer])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "`sys.path_importer_cache` is changed in place (its entries are not compared): a job's "
-    "finder for the standard library's directory runs at a later job's import; fix: "
-    + RESIDUE_FIX))
 def test_a_finder_a_job_put_in_the_path_importer_cache_runs_in_no_later_job(
         chain: dict[str, list[dict[str, Any]]]) -> None:
     """Before (measured here): the attacker "ok" with no finding, the same worker, and the
@@ -228,10 +215,6 @@ def test_a_global_forward_hook_registered_through_torch_is_residue(
     _clean(leaver, [honest])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a global module forward hook put in `torch.nn.modules.module._global_forward_hooks` "
-    "directly (no handle) is not compared: it replaces every later job's output; fix: "
-    + RESIDUE_FIX))
 def test_a_global_forward_hook_put_in_torchs_dict_runs_in_no_later_job(
         chain: dict[str, list[dict[str, Any]]]) -> None:
     """Before (measured here): the attacker "ok" with no finding, and both later honest
@@ -254,9 +237,14 @@ def test_the_residue_check_names_a_rebound_showwarning() -> None:
 
 
 @pytest.mark.parametrize("route", ["build_class", "showwarnmsg", "filters", "find_and_load",
-                                   "global_hook", "path_importer_cache"])
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="the routes of the xfails above, at unit level: "
-                   + RESIDUE_FIX)
+                                   "global_hook", pytest.param(
+                                       "path_importer_cache", marks=pytest.mark.xfail(
+                                           strict=True, raises=AssertionError, reason=(
+                                               "a new entry (a path no job imported from yet) "
+                                               "is not compared, nor one that says None: "
+                                               "honest imports add them and invalidate_caches "
+                                               "drops them; a finder replaced in an entry "
+                                               "that was there is (the chain test above)")))])
 def test_the_residue_check_names_each_route(route: str) -> None:
     """Each route changed in this process: `left_in_process` says nothing (measured)."""
     import builtins
@@ -323,11 +311,6 @@ def _runner(sources: list[str]) -> tuple[list[Any], int]:
 
 
 @pytest.mark.parametrize("attack", ["build_class", "global_hook"])
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a `__build_class__` or a global module forward hook left by one job makes every later "
-    "honest job's outputs wrong in its trials and timed windows; the judge established both, "
-    "so `confirmed` runs nothing again and each sibling is a cheat (reward 0), the attacker "
-    "ok; fix: " + RESIDUE_FIX))
 def test_code_a_job_left_does_not_make_honest_siblings_cheats(attack: str) -> None:
     """An honest numpy ReLU, the attacker (BUILD_CLASS_WRONG: its `__build_class__` gives
     every later ModelNew a forward that adds 1 to its output through numpy; GLOBAL_HOOK_DIRECT:
@@ -490,26 +473,21 @@ def test_an_honest_sibling_after_a_warnings_error_filter_is_still_correct(
     assert "confirmed_fresh" in rules or not rules, warned["warner"].findings
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a candidate that passes the static checks leaves `warnings.simplefilter('error')` in "
-    "its persistent worker: no finding on it, and each later sibling that warns fails there "
-    "and is run again in a fresh worker (twice the time, every time); fix: " + RESIDUE_FIX))
 def test_a_warnings_error_filter_is_charged_to_the_job_that_left_it(
         warned: dict[str, Any]) -> None:
-    """Before (measured here): the attacker correct_slow with no finding, the warner's verdict
-    with `confirmed_fresh` (its first run failed in the attacker's worker)."""
+    """Before (main at 96c4477, measured here): the attacker correct_slow with no finding, the
+    warner's verdict with `confirmed_fresh` (its first run failed in the attacker's worker).
+    Now `warnings.filters` is compared by value (`tamper.interpreter_private`): the attacker's
+    worker is replaced, with the finding on the attacker, and the warner runs once."""
     attacker = warned["attacker"]
     assert attacker.status.startswith("correct"), attacker
+    said = " ".join(f["message"] for f in attacker.findings if f["rule"] == "worker_replaced")
+    assert "warnings.filters" in said, attacker.findings
     rules = {f["rule"] for f in warned["warner"].findings}
     assert "confirmed_fresh" not in rules, warned["warner"].findings
 
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a candidate that passes the static checks puts an 'always' filter in `warnings.filters` "
-    "and a sleeping `warnings._showwarnmsg` in its persistent worker: a later honest sibling "
-    "that warns is timed far slower (its reward lowered), no finding, nothing run again; "
-    "fix: " + RESIDUE_FIX))
 def test_a_candidate_cannot_slow_a_later_siblings_warnings(tmp_path: Path) -> None:
     """`verify_batch` on the persistent cpu loop, static checks on: an honest ReLU that warns
     in forward, the attacker (SLOW_WARNINGS_EXTRA at module level of a compiled ReLU), the
