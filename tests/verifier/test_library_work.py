@@ -108,7 +108,7 @@ import time
 torch.set_num_threads(1)
 lib = ctypes.CDLL({spin!r})
 lib.spin.argtypes, lib.spin.restype = [ctypes.c_long], ctypes.c_double
-src, dst = torch.randn(1024, 1024), torch.empty(1024, 1024)
+src, dst = torch.randn(2048, 2048), torch.empty(2048, 2048)
 work = {work}
 """ + pad_to("work", 0.3) + """
 
@@ -139,7 +139,7 @@ def _sampled(tmp_path: Path, work: str, spin: Path) -> dict:
 @NEEDS_PTRACE
 def test_torch_copying_is_no_work_and_torch_computing_is_library(tmp_path: Path,
                                                                   spin_so: Path) -> None:
-    """The same shape of call, each run three times: torch copies a 4 MB tensor (what the
+    """The same shape of call, each run three times: torch copies a 16 MB tensor (what the
     harness does with every output) then the own object spins for 30% of that time: never a
     finding, the copy's samples `movement`; torch computes exp of it instead: found (77%
     library) in every run. With copies counted as library both were ~77% library."""
