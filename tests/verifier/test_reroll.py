@@ -79,12 +79,13 @@ class _PlannedClock(JudgeClock):
         return 1e-3 * n if n else 1e-4
 
 
-def _planned(fail_at: int) -> tuple[list[int], bytes, dict[str, Any]]:
+def _planned(fail_at: int, judge: _Judge | None = None
+             ) -> tuple[list[int], bytes, dict[str, Any]]:
     """(the window orders, all the worker received, the result) of one clock's windows."""
     req_r, req_w = os.pipe()
     go_r, go_w = os.pipe()
     os.set_blocking(req_r, False)
-    jc = _PlannedClock(_Judge(fail_at), (req_r, go_w))
+    jc = _PlannedClock(judge or _Judge(fail_at), (req_r, go_w))
     try:
         os.write(req_w, b"t\n")
         got = b""
@@ -110,6 +111,18 @@ def test_the_clock_serves_the_planned_windows_after_a_failed_one() -> None:
     assert res_passed["failure"] == "" and res_passed["figures"]["calls"] == 20, res_passed
     assert res_failed["failed_check"] == res_failed["failure"] == WRONG, res_failed
     assert res_failed["figures"] == {}, res_failed
+
+
+def test_no_window_is_checked_after_a_failed_one() -> None:
+    """The windows after a failed check are served (the plan's orders, above) but not checked:
+    the verdict is made, and each check is a reference forward and a comparison (on a GB-sized
+    wrong output the exact scan and the fp64 second opinion, ~1 s a window on an H100).
+    Before: every window of the plan was checked (`checked` == the windows with calls)."""
+    passing, failing = _Judge(0), _Judge(2)
+    orders, _, _ = _planned(0, passing)
+    again, _, res = _planned(2, failing)
+    assert again == orders and passing.checked == sum(1 for n in orders if n), (orders, passing)
+    assert failing.checked == 2 and res["failed_check"] == WRONG, (failing.checked, res)
 
 
 def test_a_caught_worker_is_served_more_windows(tmp_path: Path) -> None:

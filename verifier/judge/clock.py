@@ -343,8 +343,13 @@ class JudgeClock:
         # a window faster per call than every one before it may set the runtime: all checked
         per_call = self.call_time(wall, n)
         deep = n > 0 and per_call < self.fastest
-        why = self.judge.check(n, deep=True) if deep else self.judge.check(n)
-        self.failed_check = self.failed_check or why
+        # after a failed check the windows' verdict is made (and stands: `verifier.run.outcome
+        # .judged_failure`): the planned windows are served, their checks (each a reference
+        # forward and a comparison of its outputs, a GB-sized miss's fp64 second opinion too)
+        # are not made. Their time was never a secret (a miss costs the exact scan and that
+        # opinion, a pass the fast pass); the orders are, and those are the plan's.
+        if not self.failed_check:
+            self.failed_check = self.judge.check(n, deep=True) if deep else self.judge.check(n)
         if deep:  # (as after a passing window: the later windows' checks are as deep)
             self.fastest = per_call
         if meter is not None:

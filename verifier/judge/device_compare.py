@@ -13,6 +13,7 @@ standard library.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -101,6 +102,50 @@ def _scan(r: Any, n: Any, a: float, rt: float, chunk: int) -> _Sums:
     return s
 
 
+# The fast pass (`_within`): every element checked in the output's own float precision (fp16
+# and bf16 widened to fp32) against a bound shrunk by MARGIN, then less TINY: fp32 rounding of
+# |n - r| and of atol + rtol * |r| is at most 2^-24 relative each (and subnormal rounding at
+# most 2^-149 absolute), so an element the fast pass admits passes the fp64 rule too. Anything
+# it does not admit (a miss, a NaN or an infinity anywhere, an element within the rounding of
+# the bound) is walked again by the exact fp64 scan, whose verdict and figures then stand.
+MARGIN, TINY = 2.0 ** -20, 2.0 ** -120
+
+
+def _within(r: Any, n: Any, a: float, rt: float, chunk: int) -> _Sums | None:
+    """`_scan`'s figures when every element of `n` is surely within `a + rt * |r|` and finite
+    (None otherwise, or for a dtype without a fast pass: float64, integers): one pass in fp32,
+    a third of the fp64 scan's memory traffic and a fifth of its kernels. The figures are
+    fp32-accurate (relative error ~1e-6; reported, never judged). The verdict of a correct
+    output is the judge's most frequent question: a 6 GiB output is compared a few times a
+    job, in each trial and timed window (`verifier.judge.window_judge`)."""
+    import torch
+
+    if r.dtype not in (torch.float32, torch.float16, torch.bfloat16) or not (
+            0.0 <= a < math.inf and 0.0 <= rt < math.inf):
+        return None
+    rf, nf = _flat(r.detach()), _flat(n.detach())
+    total = rf.numel()
+    lo32 = a * (1.0 - MARGIN) - TINY
+    rt32 = rt * (1.0 - MARGIN)
+    f64 = {"dtype": torch.float64, "device": rf.device}
+    ok = torch.ones((), dtype=torch.bool, device=rf.device)
+    top, sums = torch.zeros((), **f64), torch.zeros(3, **f64)  # |diff|, its square, ref's square
+    for lo in range(0, total, chunk):
+        rc, nc = rf[lo:lo + chunk].float(), nf[lo:lo + chunk].float()
+        d = torch.sub(nc, rc).abs_()
+        ok &= torch.le(d, torch.abs(rc).mul_(rt32).add_(lo32)).all()  # False on a NaN
+        top = torch.maximum(top, d.max().double())
+        sums += torch.stack([d.sum(), torch.dot(d, d), torch.dot(rc, rc)]).double()
+    figures = torch.cat([top.reshape(1), sums])
+    fine = ok & torch.isfinite(figures).all()  # an fp32 square that overflowed: the exact scan
+    *values, passed = torch.cat([figures, fine.reshape(1).double()]).tolist()
+    if not passed:
+        return None
+    s = _Sums()
+    s.max, s.sum, s.err_sq, s.ref_sq = values
+    return s
+
+
 def precheck(i: int, r: Any, n: Any) -> tuple[str, str] | None:
     """(verdict, message) when output `i` cannot be compared element by element with its
     reference (a plain value that differs; not a plain tensor; another shape, dtype or
@@ -150,7 +195,7 @@ def compare(ref: Any, new: Any, atol: float, rtol: float, atol_low: float, rtol_
             a = rt = 0.0
         if r.is_complex():  # .double() of a complex tensor keeps only its real part
             r, n = torch.view_as_real(r.resolve_conj()), torch.view_as_real(n.resolve_conj())
-        s = _scan(r, n, a, rt, chunk)
+        s = _within(r, n, a, rt, chunk) or _scan(r, n, a, rt, chunk)
         if s.max is not None:
             stats["max_abs_diff"] = max(stats["max_abs_diff"], s.max)
             stats["mean_abs_diff"] += s.sum

@@ -77,9 +77,10 @@ class Referee:
             self.proc.stdin.write(line.encode())
             self.proc.stdin.flush()
             reply = self._read(START_S + CALL_S)
-            if self.spans is not None:  # the benchmarks' profile
-                self.spans[f"referee {op}"] = self.spans.get(f"referee {op}", 0.0) + \
-                    time.monotonic() - began
+            if self.spans is not None:  # the benchmarks' profile (and the op's own parts)
+                for name, s in [(op, time.monotonic() - began),
+                                *((f"{op} {k}", v) for k, v in reply.get("parts", {}).items())]:
+                    self.spans[f"referee {name}"] = self.spans.get(f"referee {name}", 0.0) + s
         except (OSError, ValueError) as exc:
             self.close()
             raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
@@ -173,8 +174,8 @@ def _answer(msg: dict[str, Any], fds: socket.socket | None = None) -> dict[str, 
         _JUDGE["judge"].fill(int(args.get("n", 1)))
         return {"ok": True}
     if op == "check":
-        return {"ok": True, "why": _JUDGE["judge"].check(int(args["n"]),
-                                                         bool(args.get("deep")))}
+        why = _JUDGE["judge"].check(int(args["n"]), bool(args.get("deep")))
+        return {"ok": True, "why": why, "parts": _JUDGE["judge"].parts}
     if op == "release":
         _release()
         return {"ok": True}

@@ -165,6 +165,7 @@ class WindowJudge:
         self.checked: list[int] = []  # the calls the last check compared (tests read it)
         self.stepped = False  # a window's sets published one per call (`verifier.judge.stepped`)
         self._snapped: set[int] = set()  # the calls whose slots `snapshot` read in this window
+        self.parts: dict[str, float] = {}  # the last check's seconds by part (the profile)
         self.copy_s = fastest_copy(self.device, self.out_bytes,
                                    min(self._timed_copy() for _ in range(3)),
                                    self.sets if self.device == "cpu" else 1)
@@ -262,6 +263,8 @@ class WindowJudge:
         )
 
         picks = self.checked = self.picks(n, deep)
+        self.parts = parts = {"draws": 0.0, "reference": 0.0, "compare": 0.0, "inputs": 0.0}
+        clock = time.perf_counter
         try:  # cpu: what the worker left, read once, now (nothing it writes later counts):
             for k in picks:  # the checked outputs first, then the inputs
                 if k not in self._snapped:  # (a stepped window's: read as each call ended)
@@ -272,7 +275,10 @@ class WindowJudge:
         # a device arena has no pull: the checked outputs as they are now, before any reference
         # runs (a worker still writing after "d" must not get that time)
         # (cpu: the slots are views of the judge's private copy, pulled above)
+        t0 = clock()
         seen = {k: self.slots[k] if self.device == "cpu" else clone(self.slots[k]) for k in picks}
+        _synchronize(self.device)
+        parts["clone"] = clock() - t0
         # every pick compared and every input, whatever fails first (the first failure is the
         # answer): a check that stopped at a wrong output answered the worker sooner, and a
         # worker timing its "d" to the next window's order could tell it was caught, where the
@@ -280,22 +286,34 @@ class WindowJudge:
         # (`verifier.judge.clock.JudgeClock.failed_check`)
         wrong: list[str] = []
         for k in picks:
-            # the reference runs on one draw of the set and the comparison gets a second (the
-            # reference may write its inputs): a GB-sized set is held once, as admission counts
+            # the reference runs on one draw of the set and an fp64 second opinion on a second
+            # (the reference may write its inputs): a GB-sized set is held once, as admission counts
             # (`verifier.judge.admission.judge_bytes`; a clone beside it ran an H100 out of memory)
+            t0 = clock()
             drawn = self._draw(self._set_seeds[k])
+            _synchronize(self.device)
+            t1 = clock()
             with decide.LOCK, torch.no_grad():
                 ref_out = self.model(*drawn)
             del drawn
-            pristine = self._draw(self._set_seeds[k])
+            _synchronize(self.device)
+            t2 = clock()
+            seed = self._set_seeds[k]  # drawn again only for an fp64 second opinion (a miss)
             with decide.LOCK, torch.no_grad():
-                verdict, msg, _, _ = _judge(self.model, pristine, ref_out, seen[k], self.tol)
-            del pristine, ref_out
+                verdict, msg, _, _ = _judge(
+                    self.model, lambda s=seed: decide.make_inputs(self.get_inputs, s),
+                    ref_out, seen[k], self.tol)
+            del ref_out
+            parts["draws"] += t1 - t0
+            parts["reference"] += t2 - t1
+            parts["compare"] += clock() - t2
             if verdict != "ok":
                 wrong.append(f"the output of a timed call was wrong: call {k + 1} of {n}: {msg}")
         # every set compared, each of its tensors (`same(every=True)`), before answering
+        t0 = clock()
         modified = [not same(target, self._draw(seed), every=True)
                     for target, seed in zip(self.views, self._set_seeds, strict=False)]
+        parts["inputs"] = clock() - t0
         if any(modified):
             wrong.append("forward modified its input tensors during a timed call")
         return wrong[0] if wrong else ""
