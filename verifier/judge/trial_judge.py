@@ -11,19 +11,37 @@ which plain values (ints, floats, None) the outputs held. `check` then regenerat
 pristine inputs from the seed, compares them with the arena's (input mutation), computes the
 reference output and compares the slot with it in chunks (`verifier.judge.device_compare`): nothing
 of output size leaves the device, and the answer is a few figures. Only torch and the stdlib.
+
+Stepped trials (`args["stepped"]`: a job whose trials the judge's clock paces,
+`verifier.judge.trial_pace`): the task's trial inputs are not in the arena at first (their bytes
+are the judge's poison); the clock calls `publish(t)` at trial t's "p", before its "g" (drawn
+again from the seed, written, synchronized), and `seal(t)` at its "q". So no trial can compute a
+later trial's output (its inputs do not exist yet), and what the worker writes into a slot after
+its "q" does not count: `seal` reads the slot then and keeps a keyed fingerprint of its bytes
+(`fingerprint`, a secret key of this judge), and `check` fails a trial whose slot no longer has
+it before comparing the slot. Why a fingerprint and not a copy: a device arena has no private
+copy, and a clone of every trial's slot kept to the end would be `trials` outputs beyond what
+admission counts (a GB-sized task has no room); comparing at each "q" instead would need the
+plain values the worker reports only at the end. The fingerprint holds nothing of output size:
+its chunks' temporaries are within the comparison's (`admission.CHUNK_TEMPS`), and `publish`'s
+draw is the judge's one regenerated set (`admission.judge_bytes`). A paced job has at least
+`trial_pace.PACED_TRIALS` trials (room permitting): fewer would leave the clock no figure.
+The variants' trials are not paced (their inputs are published with the arena).
 """
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
-from verifier.judge import decide
+from verifier.judge import decide, trial_pace
 from verifier.judge.admission import Admission, Footprint, admit
 from verifier.judge.arena import Arena, fill, plan, views
 from verifier.judge.construct import DEVICE
 from verifier.judge.tensors import clone, same, varies
 
 POISON = 0xFF  # slot bytes before the worker writes: NaN in every float type
+SEAL_PRIME = (1 << 31) - 1  # the fingerprint's modulus: a byte's change is never 0 mod it
 
 
 class DoesNotFit(RuntimeError):
@@ -49,6 +67,7 @@ class _Block:
         self.model, self.get_inputs = decide.reference(source, seed, construct)
         self.seeds: list[int] = []
         self.cases: list[dict[str, Any]] = []
+        self.spans: list[tuple[int, int, int]] = []  # each case's inputs [lo, mid), slot to hi
         with decide.LOCK, torch.no_grad():
             self.sample = decide.make_inputs(self.get_inputs, input_seed + 1000)
             copy = clone(self.sample)
@@ -98,6 +117,9 @@ class TrialJudge:
         from verifier.judge.generalize import VARIANT_TRIALS
 
         seed, self.input_seed = int(args["seed"]), int(args["input_seed"])
+        self.stepped = bool(args.get("stepped"))  # each trial published at its "g", sealed at "q"
+        self._key = secrets.randbits(62)  # the fingerprints' key: unknown to the worker
+        self.seals: dict[int, int] = {}  # trial -> its slot's fingerprint at its "q"
         self.tol = tuple(args["tol"])
         decide.keep_only({args["task_source"], *(v["source"] for v in args.get("variants") or [])})
         construct = str(args.get("construct") or DEVICE)  # the run's (`verifier.judge.construct`)
@@ -119,8 +141,10 @@ class TrialJudge:
         if decide.DEVICE.startswith("cuda"):  # now, with what the footprint counts held
             free = (free_bytes(free) + self.footprint.params
                     + sum(b.in_bytes for b in [self.main, *blocks]))  # samples: into the arena
-        self.admission: Admission = admit(self.footprint, free, max(1, int(args["trials"])),
-                                          VARIANT_TRIALS, window_max)
+        trials = max(1, int(args["trials"]))  # paced: enough for the clock's figure
+        trials = max(trials, trial_pace.PACED_TRIALS) if self.stepped else trials
+        self.admission: Admission = admit(self.footprint, free, trials, VARIANT_TRIALS,
+                                          window_max)
         if not self.admission.fits:
             raise DoesNotFit(self.admission.why)
         self._place(VARIANT_TRIALS)
@@ -136,14 +160,18 @@ class TrialJudge:
         todo += [(b, variant_trials) for b in self.variants if b is not None]
         for block, n in todo:
             for t in range(n):
+                lo = end
                 inputs, end = plan(block.sample, end)
                 out, end = _shift(block.out_layout, end), end + block.out_bytes
+                block.spans.append((lo, end - block.out_bytes, end))
                 block.seeds.append(self.input_seed + 1000 + t)
                 block.cases.append({"inputs": inputs, "out": out})
         self.arena = Arena.create(end, decide.DEVICE)
         self.arena.base.fill_(POISON)
         for block, _ in todo:
             for k, case in zip(block.seeds, block.cases, strict=True):
+                if self.stepped and block is self.main:  # published at its trial (`publish`)
+                    continue
                 drawn = block.sample if k == self.input_seed + 1000 else self._draw(block, k)
                 fill(views(self.arena, case["inputs"]), drawn)
             block.sample = None
@@ -157,6 +185,38 @@ class TrialJudge:
     def _draw(self, block: _Block, k: int) -> list[Any]:
         with decide.LOCK:
             return decide.make_inputs(block.get_inputs, k)
+
+    def publish(self, t: int) -> None:
+        """Trial t's inputs into the arena now (a stepped job's, at its "p"; drawn again from
+        its seed: one set held while it is written), synchronized before the clock's "g"."""
+        if not (self.stepped and 0 <= t < len(self.main.cases)):
+            raise ValueError(f"no paced trial {t + 1} in this job")
+        drawn = self._draw(self.main, self.main.seeds[t])
+        fill(views(self.arena, self.main.cases[t]["inputs"]), drawn)
+        del drawn
+        self.arena.push(*self.main.spans[t][:2])
+        _synchronize()
+
+    def seal(self, t: int) -> None:
+        """Trial t's slot read now (at its "q"): its fingerprint is what `check` holds it to."""
+        if not (self.stepped and 0 <= t < len(self.main.cases)) or t in self.seals:
+            raise ValueError(f"trial {t + 1} sealed twice or not paced in this job")
+        _, lo, hi = self.main.spans[t]
+        self.arena.pull(lo, hi)
+        self.seals[t] = fingerprint(self.arena.base[lo:hi], self._key + t, self.admission.chunk)
+
+    def _sealed(self, t: int) -> str:
+        """Why trial t's slot is not what it was at its "q" ("" when it is, or unstepped)."""
+        if not self.stepped:
+            return ""
+        if t not in self.seals:
+            return "the trial was not paced by the verifier's clock"
+        _, lo, hi = self.main.spans[t]
+        now = fingerprint(self.arena.base[lo:hi], self._key + t, self.admission.chunk)
+        if now != self.seals[t]:
+            return ("its output slot changed after the trial ended (the verifier read it at "
+                    "the trial's end: what is written later does not count)")
+        return ""
 
     def check(self, report: Any, checked: Any) -> tuple[bool, str, dict[str, float]]:
         """(ok, why not, the worst statistics over the task's trials) of a run whose worker
@@ -201,6 +261,9 @@ class TrialJudge:
             return False, (f"{prefix}the worker returned {len(values)} trial outputs, expected "
                            f"{len(block.cases)}")
         for t, (k, case, vals) in enumerate(zip(block.seeds, block.cases, values, strict=True)):
+            why = self._sealed(t) if block is self.main else ""
+            if why:
+                return False, f"{prefix}trial {t + 1}, checked by the verifier itself: {why}"
             why = self._check_case(block, k, case, vals, worst)
             if why and self._repeats(block, values, t):  # every earlier trial passed
                 return False, (f"{prefix}{decide.CACHED_RESULT}: trial {t + 1}'s output is an "
@@ -255,6 +318,25 @@ class TrialJudge:
         self.main = None  # type: ignore[assignment]
         self.variants = []
         self.arena.close()
+
+
+def fingerprint(data: Any, key: int, chunk: int) -> int:
+    """A keyed hash of the bytes `data` (a uint8 tensor, on its device): the sum of each byte
+    times a weight drawn from `key`, mod SEAL_PRIME. Any change of the bytes changes it but with
+    probability 1/SEAL_PRIME for weights the worker does not know (a linear form over a prime
+    field; a byte's change is under the prime). Chunks of `chunk` bytes (at most 2^24: a
+    chunk's sum stays under 2^63), two int64 temporaries each: within the comparison's."""
+    import torch
+
+    gen = torch.Generator(device=data.device)
+    gen.manual_seed(key)
+    total = 0
+    for lo in range(0, data.numel(), chunk):
+        part = data[lo:lo + chunk].to(torch.int64)
+        weights = torch.randint(0, SEAL_PRIME, part.shape, generator=gen, device=data.device,
+                                dtype=torch.int64)
+        total = (total + int(part.mul_(weights).sum())) % SEAL_PRIME
+    return total
 
 
 def _shift(layout: Any, start: int) -> Any:
