@@ -44,7 +44,8 @@ def _pristine(judge: TrialJudge, t: int) -> list[Any]:
 
 def test_a_trials_inputs_exist_only_once_it_is_published() -> None:
     """Before `publish(t)` the worker's view of trial t's inputs is the judge's poison (NaN),
-    after it the seed's draw; publishing trial 0 leaves trial 1 unpublished."""
+    after it the seed's draw; publishing trial 0 leaves trial 1 unpublished (a cpu judge holds
+    the drawn sets in its own copy, which no worker maps)."""
     judge = _judge()
     io = _io(judge)
     try:
@@ -80,8 +81,12 @@ def _honest(judge: TrialJudge, io: ArenaTrials, t: int) -> None:
     judge.seal(t)
 
 
-def test_an_honest_stepped_worker_passes() -> None:
+@pytest.mark.parametrize("fingerprints", [False, True])
+def test_an_honest_stepped_worker_passes(fingerprints: bool) -> None:
+    """Both ways a judge keeps a sealed slot: a cpu judge's copy, a device's fingerprint (run
+    here on the cpu arena, as the referee runs it on a GPU)."""
     judge = _judge(2)
+    judge.fingerprints = fingerprints
     io = _io(judge)
     try:
         for t in range(io.trials()):
@@ -94,10 +99,13 @@ def test_an_honest_stepped_worker_passes() -> None:
         judge.close()
 
 
-def test_a_slot_written_after_its_trials_end_does_not_count() -> None:
-    """A worker that says "q" with the slot empty (or wrong) and writes the right output later:
-    the slot is not what it was when the trial ended, and the check says so."""
+@pytest.mark.parametrize("fingerprints", [False, True])
+def test_a_slot_written_after_its_trials_end_does_not_count(fingerprints: bool) -> None:
+    """A worker that says "q" with the slot wrong and writes the right output later: the cpu
+    judge compares the slot as it read it at the "q" (wrong); the device judge sees that the
+    slot is not what it was when the trial ended."""
     judge = _judge()
+    judge.fingerprints = fingerprints
     io = _io(judge)
     try:
         for t in range(io.trials()):
@@ -108,7 +116,8 @@ def test_a_slot_written_after_its_trials_end_does_not_count() -> None:
         io.keep(0, 1, torch.relu(io.inputs(0, 1)[0]))  # the right output, after trial 2's "q"
         io.values[0].pop()  # (the report holds one entry per trial, as the worker's would)
         ok, why, _ = judge.check(io.report()["trial_report"], None)
-        assert not ok and "trial 2" in why and "changed after the trial ended" in why, why
+        assert not ok and why.startswith("trial 2, checked by the verifier itself: "), why
+        assert ("changed after the trial ended" in why) == fingerprints, why
     finally:
         io.close()
         judge.close()

@@ -14,19 +14,23 @@ of output size leaves the device, and the answer is a few figures. Only torch an
 
 Stepped trials (`args["stepped"]`: a job whose trials the judge's clock paces,
 `verifier.judge.trial_pace`): the task's trial inputs are not in the arena at first (their bytes
-are the judge's poison); the clock calls `publish(t)` at trial t's "p", before its "g" (drawn
-again from the seed, written, synchronized), and `seal(t)` at its "q". So no trial can compute a
-later trial's output (its inputs do not exist yet), and what the worker writes into a slot after
-its "q" does not count: `seal` reads the slot then and keeps a keyed fingerprint of its bytes
-(`fingerprint`, a secret key of this judge), and `check` fails a trial whose slot no longer has
-it before comparing the slot. Why a fingerprint and not a copy: a device arena has no private
-copy, and a clone of every trial's slot kept to the end would be `trials` outputs beyond what
-admission counts (a GB-sized task has no room); comparing at each "q" instead would need the
-plain values the worker reports only at the end. The fingerprint holds nothing of output size:
-its chunks' temporaries are within the comparison's (`admission.CHUNK_TEMPS`), and `publish`'s
-draw is the judge's one regenerated set (`admission.judge_bytes`). A paced job has at least
-`trial_pace.PACED_TRIALS` trials (room permitting): fewer would leave the clock no figure.
-The variants' trials are not paced (their inputs are published with the arena).
+are the judge's poison); the clock calls `publish(t)` at trial t's "p", before its "g", and
+`seal(t)` at its "q". So no trial can compute a later trial's output (its inputs do not exist
+yet), and what the worker writes into a slot after its "q" does not count. How `seal` keeps the
+slot, within what admission counts: a cpu judge reads it into its own copy of the arena (its
+private memory, already counted as the arena: nothing more is held) and `check` pulls no sealed
+slot again; a device arena has no private copy, and a clone of every trial's slot kept to the
+end would be `trials` outputs beyond admission's count (a GB-sized task has no room), so the
+device judge keeps a keyed fingerprint of the slot's bytes (`fingerprint`, a secret key of this
+judge) and `check` fails a slot that no longer has it (comparing at each "q" instead would need
+the plain values the worker reports only at the end). The fingerprint holds nothing of output
+size: two int64 temporaries of a chunk, within the comparison's (`admission.CHUNK_TEMPS`); a
+device's `publish` draws the set again from its seed, the judge's one regenerated set
+(`admission.judge_bytes`). A cpu judge draws the sets when it is made and only writes each into
+the file at its "p": no torch between the trials (a torch op there can leave the verifier's
+thread pool spinning beside the worker's next trial, which the clock times). A paced job has at least
+`trial_pace.PACED_TRIALS` trials (room permitting): fewer would leave the clock no figure. The
+variants' trials are not paced (their inputs are published with the arena).
 """
 
 from __future__ import annotations
@@ -119,7 +123,8 @@ class TrialJudge:
         seed, self.input_seed = int(args["seed"]), int(args["input_seed"])
         self.stepped = bool(args.get("stepped"))  # each trial published at its "g", sealed at "q"
         self._key = secrets.randbits(62)  # the fingerprints' key: unknown to the worker
-        self.seals: dict[int, int] = {}  # trial -> its slot's fingerprint at its "q"
+        self.seals: dict[int, int | None] = {}  # trial -> its slot's fingerprint at its "q"
+        self.fingerprints = decide.DEVICE != "cpu"  # a device arena has no copy to keep it in
         self.tol = tuple(args["tol"])
         decide.keep_only({args["task_source"], *(v["source"] for v in args.get("variants") or [])})
         construct = str(args.get("construct") or DEVICE)  # the run's (`verifier.judge.construct`)
@@ -168,18 +173,23 @@ class TrialJudge:
                 block.cases.append({"inputs": inputs, "out": out})
         self.arena = Arena.create(end, decide.DEVICE)
         self.arena.base.fill_(POISON)
-        for block, _ in todo:
+        # stepped, the task's trials are published at their "p" (`publish`): a device's drawn
+        # then; a cpu judge's drawn now into its own copy, only written to the file then
+        later = self.stepped and self.arena.device != "cpu"
+        for block, _ in sorted(todo, key=lambda item: item[0] is self.main):  # the main last
+            if block is self.main and self.stepped:  # the file holds the poison there
+                self.arena.push(0, self.arena.nbytes)
             for k, case in zip(block.seeds, block.cases, strict=True):
-                if self.stepped and block is self.main:  # published at its trial (`publish`)
-                    continue
-                drawn = block.sample if k == self.input_seed + 1000 else self._draw(block, k)
-                fill(views(self.arena, case["inputs"]), drawn)
+                if not (later and block is self.main):
+                    drawn = block.sample if k == self.input_seed + 1000 else self._draw(block, k)
+                    fill(views(self.arena, case["inputs"]), drawn)
             block.sample = None
         if decide.DEVICE.startswith("cuda"):  # the samples' blocks: free for the worker and
             import torch  # the windows' arena, not kept by this process's allocator
 
             torch.cuda.empty_cache()
-        self.arena.push(0, self.arena.nbytes)
+        if not self.stepped:
+            self.arena.push(0, self.arena.nbytes)
         _synchronize()
 
     def _draw(self, block: _Block, k: int) -> list[Any]:
@@ -187,23 +197,39 @@ class TrialJudge:
             return decide.make_inputs(block.get_inputs, k)
 
     def publish(self, t: int) -> None:
-        """Trial t's inputs into the arena now (a stepped job's, at its "p"; drawn again from
-        its seed: one set held while it is written), synchronized before the clock's "g"."""
+        """Trial t's inputs into the arena now (a stepped job's, at its "p"), ready before the
+        clock's "g": a cpu judge writes its copy's span into the file (no torch here: the
+        verifier's thread pool would spin beside the worker's trial); a device's draws the set
+        again from its seed (one set held while it is written) and synchronizes."""
         if not (self.stepped and 0 <= t < len(self.main.cases)):
             raise ValueError(f"no paced trial {t + 1} in this job")
-        drawn = self._draw(self.main, self.main.seeds[t])
-        fill(views(self.arena, self.main.cases[t]["inputs"]), drawn)
-        del drawn
+        if self.arena.device != "cpu":
+            drawn = self._draw(self.main, self.main.seeds[t])
+            fill(views(self.arena, self.main.cases[t]["inputs"]), drawn)
+            del drawn
         self.arena.push(*self.main.spans[t][:2])
         _synchronize()
 
     def seal(self, t: int) -> None:
-        """Trial t's slot read now (at its "q"): its fingerprint is what `check` holds it to."""
+        """Trial t's slot read now (at its "q"): a cpu judge's copy of it is what `check`
+        compares (it pulls no sealed slot again); a device's fingerprint is what the slot must
+        still have at the check (`fingerprints`)."""
         if not (self.stepped and 0 <= t < len(self.main.cases)) or t in self.seals:
             raise ValueError(f"trial {t + 1} sealed twice or not paced in this job")
         _, lo, hi = self.main.spans[t]
         self.arena.pull(lo, hi)
-        self.seals[t] = fingerprint(self.arena.base[lo:hi], self._key + t, self.admission.chunk)
+        self.seals[t] = (fingerprint(self.arena.base[lo:hi], self._key + t, self.admission.chunk)
+                         if self.fingerprints else None)
+
+    def _pull(self) -> None:
+        """The file's bytes into a cpu judge's copy for the check: all, but a sealed slot (read
+        at its trial's "q", `seal`) where no fingerprint stands for it."""
+        if not self.stepped or self.fingerprints:
+            self.arena.pull(0, self.arena.nbytes)
+            return
+        for lo, mid, _ in self.main.spans:
+            self.arena.pull(lo, mid)
+        self.arena.pull(self.main.spans[-1][2], self.arena.nbytes)
 
     def _sealed(self, t: int) -> str:
         """Why trial t's slot is not what it was at its "q" ("" when it is, or unstepped)."""
@@ -211,6 +237,8 @@ class TrialJudge:
             return ""
         if t not in self.seals:
             return "the trial was not paced by the verifier's clock"
+        if self.seals[t] is None:  # the judge's copy, read then
+            return ""
         _, lo, hi = self.main.spans[t]
         now = fingerprint(self.arena.base[lo:hi], self._key + t, self.admission.chunk)
         if now != self.seals[t]:
@@ -225,7 +253,7 @@ class TrialJudge:
         from verifier.judge.trial_io import values_of_report
 
         try:
-            self.arena.pull(0, self.arena.nbytes)
+            self._pull()
         except OSError as exc:
             return False, f"the trials' arena is unreadable: {exc}", {}
         try:
