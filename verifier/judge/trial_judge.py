@@ -28,9 +28,9 @@ size: two int64 temporaries of a chunk, within the comparison's (`admission.CHUN
 device's `publish` draws the set again from its seed, the judge's one regenerated set
 (`admission.judge_bytes`). A cpu judge draws the sets when it is made and only writes each into
 the file at its "p": no torch between the trials (a torch op there can leave the verifier's
-thread pool spinning beside the worker's next trial, which the clock times). A paced job has at least
-`trial_pace.PACED_TRIALS` trials (room permitting): fewer would leave the clock no figure. The
-variants' trials are not paced (their inputs are published with the arena).
+thread pool spinning beside the worker's next trial, which the clock times). A paced job has at
+least `trial_pace.PACED_TRIALS` trials (room permitting): fewer would leave the clock no
+figure. The variants' trials are not paced (their inputs are published with the arena).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class TrialJudge:
         from verifier.judge.generalize import VARIANT_TRIALS
 
         seed, self.input_seed = int(args["seed"]), int(args["input_seed"])
-        self.stepped = bool(args.get("stepped"))  # each trial published at its "g", sealed at "q"
+        self.stepped = bool(args.get("stepped"))  # each trial published at its "p", sealed at "q"
         self._key = secrets.randbits(62)  # the fingerprints' key: unknown to the worker
         self.seals: dict[int, int | None] = {}  # trial -> its slot's fingerprint at its "q"
         self.fingerprints = decide.DEVICE != "cpu"  # a device arena has no copy to keep it in

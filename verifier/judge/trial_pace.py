@@ -35,20 +35,21 @@ cases' compiled ReLU (6 ms a call, torch.relu's 3.9) `blind` stays at 0.87: it g
 
 The trials are stepped (as stepped windows are, `verifier.judge.stepped`): trial t's inputs
 exist in the arena only from its "p" on (the judge publishes them before its "g"; until then
-their bytes are the judge's poison), and its slot is sealed at its "q" (a keyed fingerprint the
-trial check holds the slot to, `verifier.judge.trial_judge`). So a run cannot compute later
+their bytes are the judge's poison), and its slot is sealed at its "q" (a cpu judge reads it
+into its own copy then and compares that; a device judge keeps a keyed fingerprint the slot
+must still have at the check: `verifier.judge.trial_judge`). So a run cannot compute later
 trials' outputs in the uncounted first trial and answer them at once (round 12's `ahead`: its
 outputs of the poison are wrong; computing each in its own trial is the blinded run, timed),
 nor say "q" first and write the slot after it. The publish is outside the trial's time (a
 set's draw is far longer than a small kernel's call: inside, honest trials of a fast kernel
 would trip the rule): a thread that watches the arena gains only the time from the set landing
-to the "g" (the judge's next write on cpu; the referee's reply on a GPU), not a trial. A paced job has at least PACED_TRIALS trials
-(`TrialJudge`: more than the job's `trials` where it asks fewer, room permitting; they are
-checked like the others): with `trials=2` one trial was past the warm-up, no figure, and the
-rule was off by an operator's option (round 12). Where the device holds fewer (a task so large
-that admission fits fewer trials, `verifier.judge.admission`) the rule is still off: a task's
-size, not a policy's choice. A run that blinds every trace and runs the library everywhere is
-the same in both: that needs a profile outside its process.
+to the "g" (the judge's next write on cpu; the referee's reply on a GPU), not a trial. A paced
+job has at least PACED_TRIALS trials (`TrialJudge`: more than the job's `trials` where it asks
+fewer, room permitting; they are checked like the others): with `trials=2` one trial was past
+the warm-up, no figure, and the rule was off by an operator's option (round 12). Where the
+device holds fewer (a task so large that admission fits fewer trials, `verifier.judge.admission`)
+the rule is still off: a task's size, not a policy's choice. A run that blinds every trace and
+runs the library everywhere is the same in both: that needs a profile outside its process.
 """
 
 from __future__ import annotations
