@@ -6,8 +6,9 @@ Closed in session 18 (main after 96c4477): every residue route below is compared
 (`verifier.run.tamper.interpreter_private`: the private callables of builtins, warnings and
 importlib's bootstrap, `warnings.filters` by value, the finders of `sys.path_importer_cache`,
 torch's global module hooks): the job that leaves one has its worker replaced, with the
-finding on it, and no later job meets its code; the tests below assert that. Open: the two
-trial-pace xfails at the end, and a new or None entry of `sys.path_importer_cache`.
+finding on it, and no later job meets its code; the tests below assert that. Open: a new or
+None entry of `sys.path_importer_cache`. Closed in session 19 (branch steptrials19): the two
+trial-pace holes at the end (stepped trials, at least `trial_pace.PACED_TRIALS` paced).
 
 Routes by which one job of a persistent worker (`verifier.run.gpu_worker`, its cpu loop here)
 runs its code in a later job, an honest sibling's, that the residue check
@@ -50,9 +51,11 @@ check that the timed calls ran what the traced trials ran): every trial's inputs
 judge's arena from the start, so a run whose timed calls run the library (round 10's blinded
 recorder) computes every trial's output with its own slow kernel in the first trial, which the
 rule does not count, and returns each at once in the later ones: its trials look as fast as a
-copy, and it is timed at the library's speed with no finding (open: a strict xfail). And
-with `trials=2` (an operator's option) only one trial is past the uncounted first, fewer than
-the rule needs: it is off, and round 10's blinded run itself passes (open).
+copy, and it is timed at the library's speed with no finding. And with `trials=2` (an
+operator's option) only one trial is past the uncounted first, fewer than the rule needs: it
+is off, and round 10's blinded run itself passes. Both closed: the trials are stepped (each
+trial's inputs published at its "p", its slot sealed at its "q") and a paced job has at least
+three trials (`verifier.judge.trial_pace`).
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ from redteam_round12_cases import (  # noqa: E402
     PATH_CACHE,
     PRECOMPUTE_EXTRA,
     PRECOMPUTE_FORWARD,
+    PRECOMPUTE_THERE_EXTRA,
     SHOWWARNING,
     SHOWWARNMSG,
     SLOW_WARNINGS_EXTRA,
@@ -336,8 +340,9 @@ def test_code_a_job_left_does_not_make_honest_siblings_cheats(attack: str) -> No
 def paced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One batch on the persistent worker's cpu loop (the static checks off, as round 10's
     blinded run is tested): an honest unoptimised ReLU (its kernel several times slower than
-    torch.relu), round 10's blinded run over it, and the blinded run that computes every
-    trial's output ahead (PRECOMPUTE_EXTRA)."""
+    torch.relu), round 10's blinded run over it, the blinded run that computes every trial's
+    output ahead (PRECOMPUTE_EXTRA), and the same run computing ahead only the trials whose
+    inputs are in the arena (PRECOMPUTE_THERE_EXTRA: stepped trials publish each at its "p")."""
     from redteam_cases import RELU, candidate
     from verifier_cases import relu_task
 
@@ -357,7 +362,9 @@ def paced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         rows = [("honest", candidate(**kw)),
                 ("blind", candidate(BLIND_EXTRA, forward=BLIND_FORWARD, **kw)),
                 ("ahead", candidate(BLIND_EXTRA + PRECOMPUTE_EXTRA, forward=PRECOMPUTE_FORWARD,
-                                    **kw))]
+                                    **kw)),
+                ("there", candidate(BLIND_EXTRA + PRECOMPUTE_THERE_EXTRA,
+                                    forward=PRECOMPUTE_FORWARD, **kw))]
         reqs = [VerifyRequest(n, "relu", relu_task(256, 4096), c, "cpu") for n, c in rows]
         got = verify_batch(reqs, VerifyOptions(
             backend="cpu", gpus=1, workers=1, build_cache_dir=str(base / "builds"),
@@ -372,39 +379,39 @@ def test_the_blinded_run_over_a_slow_kernel_is_still_caught_by_the_trials_pace(
     first run, in a worker that ran the honest job, was made again in a fresh worker
     (`outcome.retimed`: the host's load is no cheat), and the second draw caught it too: the
     re-run is no re-roll for a run that switches kernels every time."""
-    assert paced["honest"].status.startswith("correct"), paced["honest"]
+    honest = paced["honest"]  # default trials (5): correct, nothing held against its windows
+    assert honest.status.startswith("correct"), honest
+    assert not {"timed_not_traced", "trials_admitted"} & {f["rule"] for f in honest.findings}
     blind = paced["blind"]
     assert blind.status == "cheat", blind
     rules = {f["rule"] for f in blind.findings}
     assert {"timed_not_traced", "confirmed_fresh"} <= rules, blind.findings
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "every trial's inputs are in the judge's arena from the start: a run computes every "
-    "output in the uncounted first trial and returns each at once after, so its trials look "
-    "fast and its library-run timed calls pass `timed_not_traced`; fix: publish each trial's "
-    "inputs at its \"g\" and read its slot at its \"q\" (as stepped windows do)"))
 def test_a_blinded_run_that_computes_its_trials_ahead_is_caught(paced: dict[str, Any]) -> None:
     """Before (measured here): "ahead" correct_slow with no finding, timed at 2374 us a call
     (torch.relu's speed; its own kernel, the honest run: 32974 us), reward 0.557 against the
-    honest kernel's 0.504; the same run without the precompute is the cheat above."""
+    honest kernel's 0.504; the same run without the precompute is the cheat above. Now the
+    trials are stepped (`verifier.judge.trial_pace`): the later trials' inputs are the judge's
+    poison during the first, so "ahead" returns outputs of the poison and its trial 2 is wrong
+    (the judge's own check); the run that computes ahead only what the arena holds ("there")
+    computes each trial in its own trial, and its trials are timed as the blinded run's are."""
     ahead = paced["ahead"]
-    assert ahead.status == "cheat", (ahead.status, ahead.runtime_us, ahead.findings)
-    assert "timed_not_traced" in {f["rule"] for f in ahead.findings}, ahead
+    assert ahead.status == "incorrect", (ahead.status, ahead.error, ahead.findings)
+    assert "trial 2" in ahead.error, ahead.error
+    there = paced["there"]
+    assert there.status == "cheat", (there.status, there.runtime_us, there.findings)
+    assert "timed_not_traced" in {f["rule"] for f in there.findings}, there
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "with `trials=2` (an operator's option) one trial is past the warm-up, fewer than "
-    "`trial_pace.MIN_TIMED`: no `trial_us`, so the rule is off and a blinded run is timed at "
-    "the library's speed with no finding; fix: count the warm trial (or pace an extra one) "
-    "when a job has too few, or refuse fewer than WARM_TRIALS + MIN_TIMED trials on the "
-    "persistent loop"))
 def test_a_blinded_run_with_two_trials_is_caught(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Round 10's blinded run over the slow kernel, as `paced` runs it (there: trials=5, a
-    cheat), with `VerifyOptions(trials=2)`. Before (measured here, twice): correct_slow and
-    correct_fast, no finding, timed at 2443 and 2288 us a call (torch.relu's speed; trials=3 on
-    the same host: a cheat at 58.6x, trials 44692 us)."""
+    cheat), with `VerifyOptions(trials=2)`, beside the honest slow kernel. Before (measured
+    here, twice): correct_slow and correct_fast, no finding, timed at 2443 and 2288 us a call
+    (torch.relu's speed; trials=3 on the same host: a cheat at 58.6x, trials 44692 us). Now a
+    paced job has at least `trial_pace.PACED_TRIALS` (3) trials whatever it asks: the blinded
+    run is a cheat, the honest one correct with no finding."""
     from redteam_cases import RELU, candidate
     from verifier_cases import relu_task
 
@@ -418,14 +425,18 @@ def test_a_blinded_run_with_two_trials_is_caught(tmp_path: Path,
     monkeypatch.setattr(CpuBackend, "persistent_worker", True)
     slow = RELU.replace("for (int64_t i = 0;",
                         "for (int pass = 0; pass < 4; ++pass)\n    for (int64_t i = 0;")
-    src = candidate(BLIND_EXTRA, forward=BLIND_FORWARD, cpp=slow, cflags='["-O0"]',
-                    name="r12_slow", prelude=False)
-    [got] = verify_batch([VerifyRequest("blind2", "relu", relu_task(256, 4096), src, "cpu")],
-                         VerifyOptions(backend="cpu", gpus=1, workers=1, trials=2,
-                                       build_cache_dir=str(tmp_path / "builds"),
-                                       baseline_cache_dir=str(tmp_path / "baselines")))
+    kw = {"cpp": slow, "cflags": '["-O0"]', "name": "r12_slow", "prelude": False}
+    src = candidate(BLIND_EXTRA, forward=BLIND_FORWARD, **kw)
+    honest, got = verify_batch(
+        [VerifyRequest(n, "relu", relu_task(256, 4096), c, "cpu")
+         for n, c in (("honest2", candidate(**kw)), ("blind2", src))],
+        VerifyOptions(backend="cpu", gpus=1, workers=1, trials=2,
+                      build_cache_dir=str(tmp_path / "builds"),
+                      baseline_cache_dir=str(tmp_path / "baselines")))
     assert got.status == "cheat", (got.status, got.runtime_us, got.findings)
     assert "timed_not_traced" in {f["rule"] for f in got.findings}, got
+    assert honest.status.startswith("correct"), honest
+    assert not {"timed_not_traced", "trials_admitted"} & {f["rule"] for f in honest.findings}
 
 
 # --- end to end: the warnings filter from a candidate that passes the static checks -------------

@@ -4,7 +4,8 @@ not (no torch here; the numbers come from the judge that probed them, `verifier.
 A run holds, on one device: the worker (the reference's and the candidate's models and one
 forward's workspace, its output included: the trials' inputs and slots are the judge's arena, and
 the worker compares nothing), the judge (the reference, a regenerated pristine set, one forward,
-the comparison's chunks, and, where room is left, the fp64 second opinion's copy of the model
+the comparison's chunks (a stepped trial's publish draws that one set, its seal's fingerprint
+holds two int64 temporaries of a chunk: `verifier.judge.trial_judge`), and, where room is left, the fp64 second opinion's copy of the model
 and its two outputs; in a window's check, its copies of the checked calls' slots; while it fills
 a window, its drawn copies of the sets), the trials' arena (each trial's inputs and output slot,
 and the generalisation variants'), and the timed windows' arena (at least one input set and

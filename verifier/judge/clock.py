@@ -12,7 +12,9 @@ run directory of a sandboxed run; inherited pipes, `FDS_ENV`, of a persistent wo
     judge  -> worker "e"        no more windows
 
 Before "t" a persistent worker's traced trials are timed by the same clock ("p", "g", "q",
-`verifier.judge.trial_pace`): windows far faster per call than those trials are a cheat.
+`verifier.judge.trial_pace`): windows far faster per call than those trials are a cheat. The
+trials are stepped as the cpu windows are: each trial's inputs published at its "p", its slot
+sealed at its "q" (no trial computes a later one's output, none is written after its end).
 The judge times "w" sent to "d" received with its own clock. Any thread (or process) of the
 run can speak this protocol and map the arena, not only the harness, so nothing rests on the
 harness's loop: a window is believed for what the judge checks and measures itself.

@@ -1,12 +1,14 @@
 """The trusted referee of a GPU worker: the judge on the worker's GPU, in a process that never
 runs candidate code.
 
-It owns every number of a GPU run. `trials` / `trials_check` / `trials_release`: the trials'
-judge (`verifier.judge.trial_judge`): the task's (and its variants') reference, its memory admission
-(`verifier.judge.admission`: a task that cannot fit is answered `does_not_fit`), every trial's inputs
-drawn from the parent's seed into an arena of device memory whose descriptor goes to the parent
-over a socket (SCM_RIGHTS) and on to the worker, and after the run the worker's output slots
-and the inputs compared on the device, answered with a few figures. `prepare` / `fill` /
+It owns every number of a GPU run. `trials` / `trials_publish` / `trials_seal` /
+`trials_check` / `trials_release`: the trials' judge (`verifier.judge.trial_judge`): the task's
+(and its variants') reference, its memory admission (`verifier.judge.admission`: a task that
+cannot fit is answered `does_not_fit`), every trial's inputs drawn from the parent's seed into
+an arena of device memory whose descriptor goes to the parent over a socket (SCM_RIGHTS) and on
+to the worker (a paced job's: each published at its trial's "p", its slot sealed at its "q",
+`verifier.judge.trial_pace`), and after the run the worker's output slots and the inputs
+compared on the device, answered with a few figures. `prepare` / `fill` /
 `check` / `release`: the timed windows' judge (`verifier.judge.window_judge`) on a second arena,
 fresh inputs written before each window, the window's output slot and inputs checked after it.
 `baseline`: the reference's eager (and torch.compile) timings, by the judge's window method;
@@ -155,6 +157,13 @@ class RemoteTrials:
     def __init__(self, referee: Referee, reply: dict[str, Any]) -> None:
         self.referee, self.spec = referee, reply["spec"]
         self.admission = reply["admission"]
+        self.stepped = bool(reply.get("stepped"))  # paced trials (`verifier.judge.trial_pace`)
+
+    def publish(self, t: int) -> None:
+        self.referee.request("trials_publish", {"t": t})
+
+    def seal(self, t: int) -> None:
+        self.referee.request("trials_seal", {"t": t})
 
     def check(self, report: Any, checked: Any) -> tuple[bool, str, dict[str, float]]:
         reply = self.referee.request("trials_check", {"report": report, "checked": checked})
@@ -185,6 +194,9 @@ def _answer(msg: dict[str, Any], fds: socket.socket | None = None) -> dict[str, 
     if op == "trials_check":
         ok, why, stats = _TRIALS["judge"].check(args.get("report"), args.get("checked"))
         return {"ok": ok, "why": why, "stats": stats}
+    if op in ("trials_publish", "trials_seal"):  # a stepped trial's "p" and "q"
+        getattr(_TRIALS["judge"], op.removeprefix("trials_"))(int(args["t"]))
+        return {"ok": True}
     if op == "trials_release":
         _release_trials()
         return {"ok": True}
@@ -279,7 +291,7 @@ def _prepare_trials(args: dict[str, Any], fds: socket.socket | None) -> dict[str
     _TRIALS["judge"] = judge
     socket.send_fds(fds, [b"t"], [judge.arena.fd])
     return {"ok": True, "spec": judge.spec, "admission": vars(judge.admission),
-            "footprint": vars(judge.footprint)}
+            "footprint": vars(judge.footprint), "stepped": judge.stepped}
 
 
 def _budget(asked: int) -> int:

@@ -11,19 +11,41 @@ which plain values (ints, floats, None) the outputs held. `check` then regenerat
 pristine inputs from the seed, compares them with the arena's (input mutation), computes the
 reference output and compares the slot with it in chunks (`verifier.judge.device_compare`): nothing
 of output size leaves the device, and the answer is a few figures. Only torch and the stdlib.
+
+Stepped trials (`args["stepped"]`: a job whose trials the judge's clock paces,
+`verifier.judge.trial_pace`): the task's trial inputs are not in the arena at first (their bytes
+are the judge's poison); the clock calls `publish(t)` at trial t's "p", before its "g", and
+`seal(t)` at its "q". So no trial can compute a later trial's output (its inputs do not exist
+yet), and what the worker writes into a slot after its "q" does not count. How `seal` keeps the
+slot, within what admission counts: a cpu judge reads it into its own copy of the arena (its
+private memory, already counted as the arena: nothing more is held) and `check` pulls no sealed
+slot again; a device arena has no private copy, and a clone of every trial's slot kept to the
+end would be `trials` outputs beyond admission's count (a GB-sized task has no room), so the
+device judge keeps a keyed fingerprint of the slot's bytes (`fingerprint`, a secret key of this
+judge) and `check` fails a slot that no longer has it (comparing at each "q" instead would need
+the plain values the worker reports only at the end). The fingerprint holds nothing of output
+size: two int64 temporaries of a chunk, within the comparison's (`admission.CHUNK_TEMPS`); a
+device's `publish` draws the set again from its seed, the judge's one regenerated set
+(`admission.judge_bytes`). A cpu judge draws the sets when it is made and only writes each into
+the file at its "p": no torch between the trials (a torch op there can leave the verifier's
+thread pool spinning beside the worker's next trial, which the clock times). A paced job has at
+least `trial_pace.PACED_TRIALS` trials (room permitting): fewer would leave the clock no
+figure. The variants' trials are not paced (their inputs are published with the arena).
 """
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
-from verifier.judge import decide
+from verifier.judge import decide, trial_pace
 from verifier.judge.admission import Admission, Footprint, admit
 from verifier.judge.arena import Arena, fill, plan, views
 from verifier.judge.construct import DEVICE
 from verifier.judge.tensors import clone, same, varies
 
 POISON = 0xFF  # slot bytes before the worker writes: NaN in every float type
+SEAL_PRIME = (1 << 31) - 1  # the fingerprint's modulus: a byte's change is never 0 mod it
 
 
 class DoesNotFit(RuntimeError):
@@ -49,6 +71,7 @@ class _Block:
         self.model, self.get_inputs = decide.reference(source, seed, construct)
         self.seeds: list[int] = []
         self.cases: list[dict[str, Any]] = []
+        self.spans: list[tuple[int, int, int]] = []  # each case's inputs [lo, mid), slot to hi
         with decide.LOCK, torch.no_grad():
             self.sample = decide.make_inputs(self.get_inputs, input_seed + 1000)
             copy = clone(self.sample)
@@ -98,6 +121,10 @@ class TrialJudge:
         from verifier.judge.generalize import VARIANT_TRIALS
 
         seed, self.input_seed = int(args["seed"]), int(args["input_seed"])
+        self.stepped = bool(args.get("stepped"))  # each trial published at its "p", sealed at "q"
+        self._key = secrets.randbits(62)  # the fingerprints' key: unknown to the worker
+        self.seals: dict[int, int | None] = {}  # trial -> its slot's fingerprint at its "q"
+        self.fingerprints = decide.DEVICE != "cpu"  # a device arena has no copy to keep it in
         self.tol = tuple(args["tol"])
         decide.keep_only({args["task_source"], *(v["source"] for v in args.get("variants") or [])})
         construct = str(args.get("construct") or DEVICE)  # the run's (`verifier.judge.construct`)
@@ -119,8 +146,10 @@ class TrialJudge:
         if decide.DEVICE.startswith("cuda"):  # now, with what the footprint counts held
             free = (free_bytes(free) + self.footprint.params
                     + sum(b.in_bytes for b in [self.main, *blocks]))  # samples: into the arena
-        self.admission: Admission = admit(self.footprint, free, max(1, int(args["trials"])),
-                                          VARIANT_TRIALS, window_max)
+        trials = max(1, int(args["trials"]))  # paced: enough for the clock's figure
+        trials = max(trials, trial_pace.PACED_TRIALS) if self.stepped else trials
+        self.admission: Admission = admit(self.footprint, free, trials, VARIANT_TRIALS,
+                                          window_max)
         if not self.admission.fits:
             raise DoesNotFit(self.admission.why)
         self._place(VARIANT_TRIALS)
@@ -136,27 +165,86 @@ class TrialJudge:
         todo += [(b, variant_trials) for b in self.variants if b is not None]
         for block, n in todo:
             for t in range(n):
+                lo = end
                 inputs, end = plan(block.sample, end)
                 out, end = _shift(block.out_layout, end), end + block.out_bytes
+                block.spans.append((lo, end - block.out_bytes, end))
                 block.seeds.append(self.input_seed + 1000 + t)
                 block.cases.append({"inputs": inputs, "out": out})
         self.arena = Arena.create(end, decide.DEVICE)
         self.arena.base.fill_(POISON)
-        for block, _ in todo:
+        # stepped, the task's trials are published at their "p" (`publish`): a device's drawn
+        # then; a cpu judge's drawn now into its own copy, only written to the file then
+        later = self.stepped and self.arena.device != "cpu"
+        for block, _ in sorted(todo, key=lambda item: item[0] is self.main):  # the main last
+            if block is self.main and self.stepped:  # the file holds the poison there
+                self.arena.push(0, self.arena.nbytes)
             for k, case in zip(block.seeds, block.cases, strict=True):
-                drawn = block.sample if k == self.input_seed + 1000 else self._draw(block, k)
-                fill(views(self.arena, case["inputs"]), drawn)
+                if not (later and block is self.main):
+                    drawn = block.sample if k == self.input_seed + 1000 else self._draw(block, k)
+                    fill(views(self.arena, case["inputs"]), drawn)
             block.sample = None
         if decide.DEVICE.startswith("cuda"):  # the samples' blocks: free for the worker and
             import torch  # the windows' arena, not kept by this process's allocator
 
             torch.cuda.empty_cache()
-        self.arena.push(0, self.arena.nbytes)
+        if not self.stepped:
+            self.arena.push(0, self.arena.nbytes)
         _synchronize()
 
     def _draw(self, block: _Block, k: int) -> list[Any]:
         with decide.LOCK:
             return decide.make_inputs(block.get_inputs, k)
+
+    def publish(self, t: int) -> None:
+        """Trial t's inputs into the arena now (a stepped job's, at its "p"), ready before the
+        clock's "g": a cpu judge writes its copy's span into the file (no torch here: the
+        verifier's thread pool would spin beside the worker's trial); a device's draws the set
+        again from its seed (one set held while it is written) and synchronizes."""
+        if not (self.stepped and 0 <= t < len(self.main.cases)):
+            raise ValueError(f"no paced trial {t + 1} in this job")
+        if self.arena.device != "cpu":
+            drawn = self._draw(self.main, self.main.seeds[t])
+            fill(views(self.arena, self.main.cases[t]["inputs"]), drawn)
+            del drawn
+        self.arena.push(*self.main.spans[t][:2])
+        _synchronize()
+
+    def seal(self, t: int) -> None:
+        """Trial t's slot read now (at its "q"): a cpu judge's copy of it is what `check`
+        compares (it pulls no sealed slot again); a device's fingerprint is what the slot must
+        still have at the check (`fingerprints`)."""
+        if not (self.stepped and 0 <= t < len(self.main.cases)) or t in self.seals:
+            raise ValueError(f"trial {t + 1} sealed twice or not paced in this job")
+        _, lo, hi = self.main.spans[t]
+        self.arena.pull(lo, hi)
+        self.seals[t] = (fingerprint(self.arena.base[lo:hi], self._key + t, self.admission.chunk)
+                         if self.fingerprints else None)
+
+    def _pull(self) -> None:
+        """The file's bytes into a cpu judge's copy for the check: all, but a sealed slot (read
+        at its trial's "q", `seal`) where no fingerprint stands for it."""
+        if not self.stepped or self.fingerprints:
+            self.arena.pull(0, self.arena.nbytes)
+            return
+        for lo, mid, _ in self.main.spans:
+            self.arena.pull(lo, mid)
+        self.arena.pull(self.main.spans[-1][2], self.arena.nbytes)
+
+    def _sealed(self, t: int) -> str:
+        """Why trial t's slot is not what it was at its "q" ("" when it is, or unstepped)."""
+        if not self.stepped:
+            return ""
+        if t not in self.seals:
+            return "the trial was not paced by the verifier's clock"
+        if self.seals[t] is None:  # the judge's copy, read then
+            return ""
+        _, lo, hi = self.main.spans[t]
+        now = fingerprint(self.arena.base[lo:hi], self._key + t, self.admission.chunk)
+        if now != self.seals[t]:
+            return ("its output slot changed after the trial ended (the verifier read it at "
+                    "the trial's end: what is written later does not count)")
+        return ""
 
     def check(self, report: Any, checked: Any) -> tuple[bool, str, dict[str, float]]:
         """(ok, why not, the worst statistics over the task's trials) of a run whose worker
@@ -165,7 +253,7 @@ class TrialJudge:
         from verifier.judge.trial_io import values_of_report
 
         try:
-            self.arena.pull(0, self.arena.nbytes)
+            self._pull()
         except OSError as exc:
             return False, f"the trials' arena is unreadable: {exc}", {}
         try:
@@ -201,6 +289,9 @@ class TrialJudge:
             return False, (f"{prefix}the worker returned {len(values)} trial outputs, expected "
                            f"{len(block.cases)}")
         for t, (k, case, vals) in enumerate(zip(block.seeds, block.cases, values, strict=True)):
+            why = self._sealed(t) if block is self.main else ""
+            if why:
+                return False, f"{prefix}trial {t + 1}, checked by the verifier itself: {why}"
             why = self._check_case(block, k, case, vals, worst)
             if why and self._repeats(block, values, t):  # every earlier trial passed
                 return False, (f"{prefix}{decide.CACHED_RESULT}: trial {t + 1}'s output is an "
@@ -255,6 +346,25 @@ class TrialJudge:
         self.main = None  # type: ignore[assignment]
         self.variants = []
         self.arena.close()
+
+
+def fingerprint(data: Any, key: int, chunk: int) -> int:
+    """A keyed hash of the bytes `data` (a uint8 tensor, on its device): the sum of each byte
+    times a weight drawn from `key`, mod SEAL_PRIME. Any change of the bytes changes it but with
+    probability 1/SEAL_PRIME for weights the worker does not know (a linear form over a prime
+    field; a byte's change is under the prime). Chunks of `chunk` bytes (at most 2^24: a
+    chunk's sum stays under 2^63), two int64 temporaries each: within the comparison's."""
+    import torch
+
+    gen = torch.Generator(device=data.device)
+    gen.manual_seed(key)
+    total = 0
+    for lo in range(0, data.numel(), chunk):
+        part = data[lo:lo + chunk].to(torch.int64)
+        weights = torch.randint(0, SEAL_PRIME, part.shape, generator=gen, device=data.device,
+                                dtype=torch.int64)
+        total = (total + int(part.mul_(weights).sum())) % SEAL_PRIME
+    return total
 
 
 def _shift(layout: Any, start: int) -> Any:

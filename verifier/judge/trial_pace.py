@@ -11,10 +11,12 @@ time both kinds of call: on the persistent loop each trial of the judge's arena
 (`verifier.run.worker._judged_trials`) runs between the judge's "g" and the worker's "q" on the
 clock's pipes, before the windows' "t":
 
-    worker -> judge  "p"     trial t is next (its inputs are in the judge's trial arena)
+    worker -> judge  "p"     trial t is next
+    judge:  trial t's inputs into the trial arena (`TrialJudge.publish`: not there before)
     judge  -> worker "g"     the judge's clock starts
     worker: the traced call, its output into the trial's slot, synchronize
     worker -> judge  "q"     the judge's clock stops
+    judge:  trial t's slot read now (`TrialJudge.seal`: what is written later fails the check)
 
 The trials' time per call (the fastest past the first: a first call is cold) is the judge's
 figure `trial_us`; `timed_finding` holds it against the windows' `runtime_us`. A traced trial
@@ -29,12 +31,25 @@ corpus's honest cases (52 strict, 60 partial) at most 0.23 of the bound (median 
 2-8; at load 7-31, 50 of 52 at most 0.25 and two trials sets caught by load at 1.31 and 0.86
 (0.12 and 0.27 when made again); the round-10 `blind` run over an unoptimised kernel (27-53
 ms a call, torch.relu's 2 ms) at 4-6x the bound, the same kernel honest at 0.3-0.4. Over the
-cases' compiled ReLU (6 ms a call, torch.relu's 3.9) `blind` stays at 0.87: it gains 1.5x. Open: a run that computes
-every trial's output before the trials (their inputs are all in the arena from the start) or
-writes a slot after its "q" (the judge reads the slots at the end) looks fast in its trials;
-publishing each trial's inputs at its "g" and reading its slot at its "q" (as stepped windows
-do, `verifier.judge.stepped`) would close that. A run that blinds every trace and runs the
-library everywhere is the same in both: that needs a profile outside its process.
+cases' compiled ReLU (6 ms a call, torch.relu's 3.9) `blind` stays at 0.87: it gains 1.5x.
+
+The trials are stepped (as stepped windows are, `verifier.judge.stepped`): trial t's inputs
+exist in the arena only from its "p" on (the judge publishes them before its "g"; until then
+their bytes are the judge's poison), and its slot is sealed at its "q" (a cpu judge reads it
+into its own copy then and compares that; a device judge keeps a keyed fingerprint the slot
+must still have at the check: `verifier.judge.trial_judge`). So a run cannot compute later
+trials' outputs in the uncounted first trial and answer them at once (round 12's `ahead`: its
+outputs of the poison are wrong; computing each in its own trial is the blinded run, timed),
+nor say "q" first and write the slot after it. The publish is outside the trial's time (a
+set's draw is far longer than a small kernel's call: inside, honest trials of a fast kernel
+would trip the rule): a thread that watches the arena gains only the time from the set landing
+to the "g" (the judge's next write on cpu; the referee's reply on a GPU), not a trial. A paced
+job has at least PACED_TRIALS trials (`TrialJudge`: more than the job's `trials` where it asks
+fewer, room permitting; they are checked like the others): with `trials=2` one trial was past
+the warm-up, no figure, and the rule was off by an operator's option (round 12). Where the
+device holds fewer (a task so large that admission fits fewer trials, `verifier.judge.admission`)
+the rule is still off: a task's size, not a policy's choice. A run that blinds every trace and
+runs the library everywhere is the same in both: that needs a profile outside its process.
 """
 
 from __future__ import annotations
@@ -50,6 +65,7 @@ from verifier.judge.clock_serve import open_worker_pipes, read_line
 PACE, GO, DONE = "p", "g", "q"  # trial t is next / the clock runs / its slot is written
 WARM_TRIALS = 1  # trials not counted: a first call is cold (allocations, lazy init, caches)
 MIN_TIMED = 2  # trials past the warm-up the rule needs (one trial is one draw of the load)
+PACED_TRIALS = WARM_TRIALS + MIN_TIMED  # the fewest trials a paced job has (`TrialJudge`)
 RATIO = 3.0  # the trials may be this much slower per call than the windows, plus ALLOW_US
 # the dispatcher trace (~0.4 ms a small call), a pipe round trip and two wake-ups (the worker's,
 # the judge thread's, which waits for the GIL behind the verifier's other threads): a 2-core
@@ -87,12 +103,18 @@ class WorkerPace:
 
 def pace_trials(clock: Any, msg: str) -> str:
     """The judge's end (`verifier.judge.clock.JudgeClock`, its thread): while the worker's
-    message `msg` asks for a trial, say "g" and time it to "q" (into `clock.trial_s`); the
-    first message that is not a trial's, for the windows."""
+    message `msg` asks for a trial, publish its inputs, say "g", time it to "q" (into
+    `clock.trial_s`) and seal its slot (where the job's trial judge is stepped: the window
+    judge's `trials`, set by the runner); the first message that is not a trial's, for the
+    windows. Publishing and sealing are outside the trial's time (a referee's round trip)."""
     due = clock.trials_due
+    trials = getattr(clock.judge, "trials", None)
+    trials = trials if getattr(trials, "stepped", False) else None
     while msg == PACE:
         if due is not None and len(clock.trial_s) >= due:  # another thread's: none is fast
             _refuse(clock, f"more paced trials than the job's {due}")
+        if trials is not None:  # the trial's inputs exist from now on
+            _step(clock, trials.publish, len(clock.trial_s))
         t0 = time.perf_counter()
         os.write(clock.wfd, f"{GO}\n".encode())
         try:
@@ -101,11 +123,23 @@ def pace_trials(clock: Any, msg: str) -> str:
             t1 = time.perf_counter()
         if done != DONE:
             raise ValueError(f"unexpected clock message {done[:40]!r} in a trial")
+        if trials is not None:  # its slot as it is now: what the check holds it to
+            _step(clock, trials.seal, len(clock.trial_s))
         clock.trial_s.append(t1 - t0)
         msg = clock.read_message(time.perf_counter() + 1e9)
     if msg == "t" and due is not None and len(clock.trial_s) != due:  # the harness paces all
         _refuse(clock, f"{len(clock.trial_s)} paced trials before the windows, the job has {due}")
     return msg
+
+
+def _step(clock: Any, step: Any, t: int) -> None:
+    """The trial judge's `step(t)`; where it fails (the referee, an arena the worker shrank),
+    "e" first: the worker's loop ends rather than waits for a "g" that never comes."""
+    try:
+        step(t)
+    except Exception:
+        os.write(clock.wfd, b"e\n")
+        raise
 
 
 def _refuse(clock: Any, why: str) -> None:

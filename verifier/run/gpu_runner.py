@@ -173,18 +173,17 @@ class GpuRunner:
                 except RuntimeError as exc:  # the verifier's fault, not the candidate's
                     return RunOutcome(None, failure=f"the verifier's referee failed: {exc}")
                 job = {**job, "arena": judge.spec, "trials_arena": trials.spec}
+                judge.trials = trials  # stepped by the judge's clock (`verifier.judge.trial_pace`)
             # the trials are checked before the worker settles (`GpuWorkerProcess.settle`)
             with self.spans("worker_run"):
                 return retimed(self._run_locked(item, job, built, judge, *fds, pace=pace,
                                                 check=lambda out: self._judged_here(out, trials)))
         finally:
             with self.spans("release"):
-                for fd in fds:
-                    if fd >= 0:
-                        os.close(fd)
-                for held in (judge, trials):
-                    if held is not None:
-                        self._release_judge(held)
+                for fd in [fd for fd in fds if fd >= 0]:
+                    os.close(fd)
+                for held in [held for held in (judge, trials) if held is not None]:
+                    self._release_judge(held)
                 self._swap_in_standby(wait=False)
 
     def _trials(self, item: Any, job: dict[str, Any]) -> tuple[Any, int]:
@@ -196,7 +195,7 @@ class GpuRunner:
         opts = self.opts
         args = {"task_source": item.req.task_source, "seed": opts.seed,
                 "input_seed": job["input_seed"], "trials": max(1, opts.trials),
-                "variants": job.get("variants") or [],
+                "variants": job.get("variants") or [], "stepped": True,  # paced, published at "p"
                 "tol": (opts.atol_fp32, opts.rtol_fp32, opts.atol_low, opts.rtol_low),
                 "window_max": GPU_ARENA_BYTES if self.referee is not None else CPU_ARENA_BYTES,
                 "cpu_free": CPU_TRIALS_BYTES, "construct": job["options"].get("construct", DEVICE)}
