@@ -358,13 +358,13 @@ def fingerprint(data: Any, key: int, chunk: int) -> int:
 
     gen = torch.Generator(device=data.device)
     gen.manual_seed(key)
-    total = 0
+    total = torch.zeros((), dtype=torch.int64, device=data.device)  # read once, at the end
     for lo in range(0, data.numel(), chunk):
         part = data[lo:lo + chunk].to(torch.int64)
         weights = torch.randint(0, SEAL_PRIME, part.shape, generator=gen, device=data.device,
                                 dtype=torch.int64)
-        total = (total + int(part.mul_(weights).sum())) % SEAL_PRIME
-    return total
+        total = (total + part.mul_(weights).sum()) % SEAL_PRIME
+    return int(total)
 
 
 def _shift(layout: Any, start: int) -> Any:
