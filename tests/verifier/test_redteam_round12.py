@@ -60,7 +60,6 @@ from __future__ import annotations
 import sys
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -282,32 +281,10 @@ def test_the_residue_check_names_each_route(route: str) -> None:
 
 # --- the real path: a framed sibling is a cheat, nothing run again -----------------------------
 def _runner(sources: list[str]) -> tuple[list[Any], int]:
-    """One `GpuRunner` (cpu loop, one worker, the judge's arena and clock), a job per source:
-    the outcomes, and how many runs it made again in a fresh worker."""
-    from verifier_cases import relu_task
+    """One `GpuRunner` (cpu loop), a job per source: the outcomes, runs made again."""
+    from verifier_cases import cpu_loop_jobs
 
-    from verifier.judge.construct import DEVICE
-    from verifier.judge.inputs import trial_input_seed
-    from verifier.protocol import VerifyOptions
-    from verifier.run.gpu_runner import GpuRunner
-    from verifier.stages import JOB_OPTIONS
-
-    opts = VerifyOptions(backend="cpu", workers=1, run_timeout_s=60.0, trials=2,
-                         perf_trials=2, perf_warmup=1)
-    runner = GpuRunner(opts, {}, "cpu")
-    task = relu_task(256, 256)
-    outs = []
-    try:
-        for i, src in enumerate(sources):
-            item = SimpleNamespace(req=SimpleNamespace(task_source=task, task_id="relu"),
-                                   built={}, specs=[], code=src)
-            job = {"nonce": f"r12-{i}", "backend": "cpu", "input_seed": trial_input_seed(),
-                   "variants": [], "options": {**{k: getattr(opts, k) for k in JOB_OPTIONS},
-                                               "construct": DEVICE}}
-            outs.append(runner.run(item, job))
-    finally:
-        runner.close()
-    return outs, runner.confirmations
+    return cpu_loop_jobs(sources, "r12")
 
 
 @pytest.mark.parametrize("attack", ["build_class", "global_hook"])
