@@ -228,3 +228,81 @@ def test_a_call_that_waited_for_a_cpu_is_not_long_enough_to_sample() -> None:
     out = ips.SamplingClock._sample(starved, 400e-6)  # type: ignore[arg-type]
     assert "too short to sample" in out["skipped"], out
     assert "60 us on a cpu" in out["skipped"], out
+
+
+# --- a finding stands only on a second look (ip_sampler's "second round") -----------------
+def _switching_run(tmp_path: Path, spin_so: Path, after: str | None) -> dict:
+    """A run whose calls are numpy's BLAS until the judge's first sampled round is over, and
+    `after` (the code of a call) from then on, where given: the real sampler and clock, the
+    switch made by the test (a file the calls look for) as the first round ends."""
+    setup = (f"import os\nimport numpy as np\na = np.random.rand(300, 300)\n"
+             f"lib = ctypes.CDLL({str(spin_so)!r})\nlib.spin.argtypes = [ctypes.c_long]\n"
+             f"def call(x):\n    if os.path.exists('after'):\n        return {after}\n"
+             "    return a @ a\n")
+    clock = ips.SamplingClock(NoCheckJudge(), workdir=tmp_path, wait_s=30.0)
+    first_round = clock._round
+
+    def round_then_switch(call_s: float, busy_s: float) -> dict:
+        out = first_round(call_s, busy_s)
+        if after is not None:
+            (tmp_path / "after").write_text("")
+        clock._round = first_round  # type: ignore[method-assign]
+        return out
+
+    clock._round = round_then_switch  # type: ignore[method-assign]
+    child, worker = spawn(WORKER.format(setup=setup), cwd=tmp_path, env=CHILD_ENV)
+    clock.own = {spin_so.name}
+    clock.tasks = lambda: tasks_of(worker)
+    try:
+        child.wait(timeout=120)
+    finally:
+        end(child, worker)
+    return clock.result()
+
+
+def _tripped(res: dict) -> bool:
+    return "first_round" in res["ip_samples"]
+
+
+@NEEDS_PTRACE
+def test_a_fallback_found_in_both_rounds_is_found(tmp_path: Path, spin_so: Path) -> None:
+    results = _attempts(lambda d: _switching_run(d, spin_so, None), tmp_path,
+                        lambda res: bool(res["failure"]))
+    for res in results:  # a finding only where both rounds found one
+        ips_ = res["ip_samples"]
+        both = _tripped(res) and bool((ips_.get("second_round") or {}).get("finding"))
+        assert bool(res["failure"]) == both, res
+    res = results[-1]
+    assert res["failure"].startswith("library_time:"), results
+    assert "a second round found it again" in res["failure"], res["failure"]
+    assert res["ip_samples"]["retimed_call_us"] >= ips.MIN_CALL_S * 1e6, res["ip_samples"]
+
+
+@NEEDS_PTRACE
+def test_a_first_round_the_second_does_not_confirm_is_no_finding(tmp_path: Path,
+                                                                 spin_so: Path) -> None:
+    """The first round finds numpy's BLAS; from then on the calls spin in the own object
+    (long enough to sample): the second round sees them there, and nothing is found."""
+    results = _attempts(lambda d: _switching_run(d, spin_so, "lib.spin(400000)"), tmp_path,
+                        _tripped)
+    for res in results:
+        assert res["failure"] == "", res
+    ips_ = results[-1]["ip_samples"]
+    assert ips_["first_round"].startswith("library_time:"), results
+    assert ips_["second_round"]["finding"] == "", ips_
+    assert ips_["second_round"]["kinds"].get("own", 0) > 0, ips_
+
+
+@NEEDS_PTRACE
+def test_calls_that_time_again_too_short_clear_a_first_round(tmp_path: Path,
+                                                             spin_so: Path) -> None:
+    """The flake of conformance case cpu_identity: calls of little work timed long once (a
+    loaded host) and sampled as library. Timed again they are short: no finding, no second
+    round of samples."""
+    results = _attempts(lambda d: _switching_run(d, spin_so, "None"), tmp_path, _tripped)
+    for res in results:
+        assert res["failure"] == "", res
+    ips_ = results[-1]["ip_samples"]
+    assert ips_["first_round"].startswith("library_time:"), results
+    assert ips_["retimed_call_us"] < ips.MIN_CALL_S * 1e6 and "too short" in ips_["cleared"]
+    assert "second_round" not in ips_, ips_

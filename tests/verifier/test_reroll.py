@@ -19,7 +19,6 @@ import select
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -28,12 +27,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_round7_cases import NUMPY_RELU  # noqa: E402
 from test_clock import _judge_run  # noqa: E402
-from verifier_cases import relu_task  # noqa: E402
+from verifier_cases import cpu_loop_jobs  # noqa: E402
 
 from verifier.judge.clock import JudgeClock  # noqa: E402
-from verifier.judge.construct import DEVICE  # noqa: E402
-from verifier.judge.inputs import trial_input_seed  # noqa: E402
-from verifier.protocol import VerifyOptions  # noqa: E402
 from verifier.run.outcome import (  # noqa: E402
     RunOutcome,
     confirmed,
@@ -302,24 +298,8 @@ def test_a_caught_window_cheat_in_a_used_worker_cannot_re_roll() -> None:
     worker (`confirmed`, one confirmation each). Now the first is served the planned windows
     (no void: its run stands, the judge's failure), and the second's line does not void the
     judge's failure: no run is made again, and the verdicts are the windows' failures."""
-    from verifier.run.gpu_runner import GpuRunner
-    from verifier.stages import JOB_OPTIONS
-
-    opts = VerifyOptions(backend="cpu", workers=1, run_timeout_s=60.0, trials=2,
-                         perf_trials=2, perf_warmup=1)
-    runner = GpuRunner(opts, {}, "cpu")
-    task = relu_task(256, 256)
-    outs = []
-    try:
-        for i, src in enumerate([NUMPY_RELU, VOIDER % "caught", VOIDER % "always"]):
-            item = SimpleNamespace(req=SimpleNamespace(task_source=task, task_id="relu"),
-                                   built={}, specs=[], code=src)
-            job = {"nonce": f"rr-{i}", "backend": "cpu", "input_seed": trial_input_seed(),
-                   "variants": [], "options": {**{k: getattr(opts, k) for k in JOB_OPTIONS},
-                                               "construct": DEVICE}}
-            outs.append(runner.run(item, job))
-    finally:
-        runner.close()
+    outs, confirmations = cpu_loop_jobs([NUMPY_RELU, VOIDER % "caught", VOIDER % "always"],
+                                        "rr")
     honest, caught, always = outs
     assert (honest.clock or {}).get("failure") == "" and honest.clock["figures"], honest.clock
     for out in (caught, always):
@@ -330,4 +310,4 @@ def test_a_caught_window_cheat_in_a_used_worker_cannot_re_roll() -> None:
     stands = [f for f in always.payload["findings"] if f["rule"] == "judged_failure_stands"]
     assert stands and "out of turn" in stands[0]["message"], always.payload["findings"]
     assert not any(f["rule"] == "judged_failure_stands" for f in caught.payload["findings"])
-    assert runner.confirmations == 0
+    assert confirmations == 0

@@ -413,3 +413,33 @@ def tmp_venv(root: Path) -> Path:
     site = next((venv / "lib").glob("python3*/site-packages"))
     (site / "ks_parent.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv
+
+
+def cpu_loop_jobs(sources: list[str], prefix: str) -> tuple[list[Any], int]:
+    """One `GpuRunner` on its cpu loop (one worker, the judge's arena and clock), a relu job per
+    source (nonces `prefix`-i), in order: the outcomes, and how many runs it made again in a
+    fresh worker. Jobs after jobs in one worker are where one job's residue reaches another."""
+    from types import SimpleNamespace
+
+    from verifier.judge.construct import DEVICE
+    from verifier.judge.inputs import trial_input_seed
+    from verifier.protocol import VerifyOptions
+    from verifier.run.gpu_runner import GpuRunner
+    from verifier.stages import JOB_OPTIONS
+
+    opts = VerifyOptions(backend="cpu", workers=1, run_timeout_s=60.0, trials=2,
+                         perf_trials=2, perf_warmup=1)
+    runner = GpuRunner(opts, {}, "cpu")
+    task = relu_task(256, 256)
+    outs = []
+    try:
+        for i, src in enumerate(sources):
+            item = SimpleNamespace(req=SimpleNamespace(task_source=task, task_id="relu"),
+                                   built={}, specs=[], code=src)
+            job = {"nonce": f"{prefix}-{i}", "backend": "cpu", "input_seed": trial_input_seed(),
+                   "variants": [], "options": {**{k: getattr(opts, k) for k in JOB_OPTIONS},
+                                               "construct": DEVICE}}
+            outs.append(runner.run(item, job))
+    finally:
+        runner.close()
+    return outs, runner.confirmations

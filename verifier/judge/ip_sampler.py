@@ -48,6 +48,16 @@ calls are ~1 ms with one input set per window needs up to `MAX_SAMPLING_S` of ex
 with too few compute samples the run is not judged here. The KernelBench corpus
 (benchmarks/kernelbench_corpus) is CUDA only: not measured here.
 
+Second round: a call of little work is mostly the harness's per-call cost in torch (the
+dispatcher trace, the output's allocation, the copy's setup): an honest 16x1024 ReLU (~25 us)
+sampled anyway is 0.68-0.85 library. `MIN_CALL_S` keeps it unsampled, but its time on a cpu as
+the timed windows measure it is noisy under load (77-2700 us on 2 cores with two spinners
+beside it), and once past the gate it was a cheat (conformance case cpu_identity, a fresh-clone
+CI). So a finding of `decide` stands only on fresh evidence: the calls timed again unsampled
+(`RETIME_WINDOWS`, the least time on a cpu: load only adds) still long enough to sample, and a
+second round of samples that finds it too. Metered with `cpus`, a call's time on a cpu is its
+cpu time, which no sleep or extra thread lowers; a thread already traced is found at once.
+
 A candidate that tells the sampling windows from the timed ones (it may notice a tracer
 between two of its calls: TracerPid, stop gaps; cheapest, a voluntary context switch in a call
 that makes no system call: tests/verifier/test_redteam_round5.py) can compute in its own
@@ -101,6 +111,7 @@ LIBRARY_SHARE = 0.5  # honest library shares measured: 0.00-0.25 (module docstri
 SWITCH_RATIO = 3.0  # the sampled windows' median call (the first window left out) over the
 # timed ones': beyond this the run computed differently while sampled (the stops cost ~15%)
 SWITCH_WINDOWS = 3  # sampled windows after the first, at least
+RETIME_WINDOWS = 5  # unsampled windows timed again before a second round (`_retime`)
 KINDS = ("own", "torch", "library", "anon", "movement", "overhead", "syscall")
 
 def parse_maps(text: str) -> list[tuple[int, int, str]]:
@@ -262,6 +273,46 @@ class SamplingClock(JudgeClock):
         if busy_s < MIN_CALL_S:
             return {"skipped": f"calls of {busy_s * 1e6:.0f} us on a cpu are too short to "
                                "sample"}
+        began = time.perf_counter()
+        out = self._round(call_s, busy_s)
+        if out.get("finding") and not out.get("traced"):
+            self._confirm(out, call_s)
+        out["wall_s"] = round(time.perf_counter() - began, 3)  # what sampling added
+        return out
+
+    def _confirm(self, out: dict[str, Any], call_s: float) -> None:
+        """A share found in one round stands only if fresh evidence finds it again (module
+        doc, "second round"): the calls timed again, unsampled, must still be long enough to
+        sample, and a second round of samples must find a fallback too."""
+        first = out.pop("finding")
+        out["first_round"] = first
+        n = min(calls_for(call_s), self.judge.sets)
+        busy_s = self._retime(n)
+        out["retimed_call_us"] = round(busy_s * 1e6, 2)
+        if busy_s < MIN_CALL_S:
+            out["finding"] = ""
+            out["cleared"] = (f"timed again, calls of {busy_s * 1e6:.0f} us on a cpu are too "
+                              "short to sample")
+            return
+        again = self._round(call_s, busy_s)
+        out["second_round"] = {k: again.get(k) for k in ("samples", "kinds", "objects", "finding")}
+        out["finding"] = again.get("finding", "") and (
+            f"{first}; a second round found it again: {again['finding'].split(': ', 1)[1]}")
+
+    def _retime(self, n: int) -> float:
+        """The least time on a cpu (`busy_call_s`) of a call in `RETIME_WINDOWS` more unsampled
+        windows of n calls: load only adds to it, so the least is the best estimate of a
+        call's work (module doc, "second round")."""
+        busy = []
+        for _ in range(RETIME_WINDOWS):
+            metered = len(self.window_cores)
+            per_call = self.call_time(self._checked(n), n)
+            cores = self.window_cores[-1] if len(self.window_cores) > metered else None
+            busy.append(busy_call_s(per_call, cores))
+        return min(busy)
+
+    def _round(self, call_s: float, busy_s: float) -> dict[str, Any]:
+        """One round of sampled windows of calls on fresh inputs: its samples and finding."""
         assert self.tasks is not None
         n = min(calls_for(call_s), self.judge.sets, max(1, int(SAMPLE_WINDOW_S / 4 / call_s)))
         sampler = Sampler(self.tasks, armed=self._armed).start()
@@ -286,9 +337,9 @@ class SamplingClock(JudgeClock):
                "objects": {f"{k}:{o}": c for (k, o), c in objects.most_common(8)}, "refused": dict(sampler.refused),
                "served_s": round(served, 4), "call_us": round(call_s * 1e6, 2),
                "sampled_call_us": round(sorted(per_call)[len(per_call) // 2] * 1e6, 2)
-               if per_call else None,
-               "wall_s": round(time.perf_counter() - began, 3)}  # what sampling added
+               if per_call else None}
         if sampler.refused.get("traced"):
+            out["traced"] = True
             out["finding"] = ("library_time: a thread of the run is traced by another process "
                               "(the judge's samples were kept out)")
         elif sampler.refused.get("denied") and not sampler.samples:

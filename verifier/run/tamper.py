@@ -11,6 +11,8 @@ import threading
 import types
 from typing import Any
 
+from verifier.run import import_residue
+
 # Functions the harness relies on; a candidate that replaces any of them is tampering.
 GUARDED = (
     ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "time"),
@@ -229,7 +231,7 @@ def interpreter_private() -> dict[str, int]:
     """Identity of the private callables of PRIVATE_CALLABLES, and by value what the
     interpreter and torch consult at every warning, import and module call: `warnings.filters`
     (a filter's `match` is code), the finders of `sys.path_importer_cache` (a finder a job put
-    there answered a later job's import), torch's global module hooks (one added to the dict
+    there answered a later job's import: `verifier.run.import_residue`), torch's global module hooks (one added to the dict
     made every later job's output its own)."""
     import warnings
 
@@ -240,8 +242,7 @@ def interpreter_private() -> dict[str, int]:
             if k.startswith("_") and callable(v) and not isinstance(v, types.ModuleType):
                 out[f"{name}.{k} (private)"] = identity(v)
     out["warnings.filters"] = hash(tuple(tuple(map(id, f)) for f in list(warnings.filters)))
-    out.update((f"sys.path_importer_cache {k}", id(v))
-               for k, v in list(sys.path_importer_cache.items()) if v is not None)
+    out.update(import_residue.snapshot())  # its new entries: `import_residue.added`
     hooks = sys.modules.get("torch.nn.modules.module")
     for k, v in list(vars(hooks).items()) if hooks is not None else ():
         if k.startswith("_global") and isinstance(v, dict):
@@ -345,13 +346,16 @@ PER_JOB = ("torch.utils.cpp_extension.load", "torch.utils.cpp_extension.load_inl
 
 
 def left_in_process(before: dict[str, int]) -> list[str]:
-    """What of `before` (`process_state`) a job changed or removed, and the modules it added
-    that the import system did not load from a file: a real module a job imported stays for
-    later jobs as a lazily loaded library does; one placed in sys.modules under a name a later
-    job imports (`colorsys` below, `triton` on a GPU) would be the placer's code in it."""
+    """What of `before` (`process_state`) a job changed or removed, the entries it added to
+    `sys.path_importer_cache` that no import makes (`import_residue.added`), and the modules it
+    added that the import system did not load from a file: a real module a job imported stays
+    for later jobs as a lazily loaded library does; one placed in sys.modules under a name a
+    later job imports (`colorsys` below, `triton` on a GPU) would be the placer's code in it."""
     now = process_state()
     changed = [k for k, v in before.items() if k not in PER_JOB
+               and import_residue.compared(k, now)
                and (now[k] > v if k == OS_THREADS else now.get(k) != v)]
+    changed += import_residue.added(before)
     return changed + [f"{name} (not imported from a file)" for name, m in list(
         sys.modules.items()) if name not in before and not _imported(m)]
 
