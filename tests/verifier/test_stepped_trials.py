@@ -171,9 +171,15 @@ def test_the_fingerprint_is_keyed_and_sees_every_byte() -> None:
     assert fingerprint(data.clone(), 7, 4096) == base
     assert fingerprint(data, 8, 4096) != base
     for i in (0, 4095, 4096, 9_999):
-        changed = data.clone()
-        changed[i] ^= 1
-        assert fingerprint(changed, 7, 4096) != base, i
+        for bit in (1, 128):  # 128 at a word's last byte: the word's sign (a change of 2^31)
+            changed = data.clone()
+            changed[i] ^= bit
+            assert fingerprint(changed, 7, 4096) != base, (i, bit)
+    odd = data[1:]  # a slot that does not start on a word: byte by byte
+    assert fingerprint(odd.clone(), 7, 4096) == fingerprint(odd, 7, 4096)
+    moved = odd.clone()
+    moved[-1] ^= 1
+    assert fingerprint(moved, 7, 4096) != fingerprint(odd, 7, 4096)
 
 
 class _Windows:
