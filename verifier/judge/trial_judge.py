@@ -361,14 +361,16 @@ def fingerprint(data: Any, key: int, chunk: int) -> int:
     gen = torch.Generator(device=data.device)
     gen.manual_seed(key)
     total = torch.zeros((), dtype=torch.int64, device=data.device)
-    whole = data.numel() // 4 * 4 if data.storage_offset() % 4 == 0 else 0
-    words = [data[:whole].view(torch.int32)] if whole else []
-    for part in [*words, data[whole:]]:
-        for lo in range(0, part.numel(), chunk):
-            x = part[lo:lo + chunk].to(torch.int64)
-            weights = torch.randint(0, 1 << 31, x.shape, generator=gen, device=data.device,
-                                    dtype=torch.int64)
-            total += x.mul_(weights).sum()
+    whole = data.numel() // 4 * 4
+    pieces = [data[lo:min(lo + 4 * chunk, whole)] for lo in range(0, whole, 4 * chunk)]
+    for piece in [*pieces, data[whole:]]:  # the words, then a trailing byte or three
+        if piece.numel() % 4 == 0:  # (a slot off a word boundary: its chunk copied onto one)
+            piece = (piece if piece.storage_offset() % 4 == 0 else piece.clone()).view(
+                torch.int32)
+        x = piece.to(torch.int64)
+        weights = torch.randint(0, 1 << 31, x.shape, generator=gen, device=data.device,
+                                dtype=torch.int64)
+        total += x.mul_(weights).sum()
     return int(total)
 
 
