@@ -5,7 +5,9 @@ that hides a directory is; in this process, and on the persistent cpu worker's r
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import time
 import zipfile
 from collections.abc import Iterator
 from importlib import machinery
@@ -116,6 +118,7 @@ def test_a_new_entry_with_the_jobs_own_code_is_residue(tmp_path: Path, planted: 
     import makes (a stock finder of the job's folder answers imports from the path's with the
     job's modules; a listing with names left out hides them)."""
     (tmp_path / "ks_listed.py").write_text("")
+    time.sleep(0.05)  # past the coarse tick of file times: the module is older than the folder
     (tmp_path / "jobs").mkdir()
     before = process_state()
     key = str(tmp_path)
@@ -175,3 +178,17 @@ def test_an_honest_job_importing_a_new_package_keeps_its_worker() -> None:
         assert job["outcome"] == "ok" and not job["failure"], job
         assert not _said(job, "worker_replaced"), job
     assert importer["worker_pid"] == after["worker_pid"], (importer, after)
+
+
+def test_a_name_made_in_the_listings_tick_is_the_interpreters_race_not_residue(
+        tmp_path: Path) -> None:
+    """File times are coarse: a module written in the same tick as, and after, a FileFinder's
+    listing is missing from a listing of the folder's current mtime in an honest run too (what
+    `importlib.invalidate_caches` is for); the module's change time is then the folder's."""
+    finder = machinery.FileFinder.path_hook(*import_residue._stock_loaders())(str(tmp_path))
+    assert finder.find_spec("ks_later") is None  # listed: an empty folder
+    (tmp_path / "ks_later.py").write_text("")
+    made = (tmp_path / "ks_later.py").stat().st_ctime_ns  # the folder's time: that same tick
+    os.utime(tmp_path, ns=(made, made))
+    finder._path_mtime = tmp_path.stat().st_mtime  # as if listed in that tick
+    assert import_residue.stock_finder(finder, str(tmp_path))

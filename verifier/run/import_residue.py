@@ -102,8 +102,8 @@ def _stock_zip(state: dict[str, Any], path: str) -> bool:
 def _stock_files(state: dict[str, Any], path: str) -> bool:
     """A FileFinder's state as its hook makes it for `path`: that directory (a relative path
     is joined to the cwd of its day), the stock loaders, its listing of plain names; a listing
-    of the directory's current mtime that is not its listing (names left out hide modules from
-    later imports until the directory changes) is not."""
+    of the directory's current mtime that leaves out a name older than that mtime (it hides a
+    module from later imports until the directory changes) is not."""
     where, mtime = state.get("path"), state.get("_path_mtime")
     if set(state) != {"path", "_loaders", "_path_mtime", "_path_cache", "_relaxed_path_cache"} \
             or type(where) is not str or type(mtime) not in (int, float) or not (
@@ -122,7 +122,18 @@ def _stock_files(state: dict[str, Any], path: str) -> bool:
         now = os.stat(where).st_mtime
     except OSError:
         return True  # gone: nothing to find there, whatever it lists
-    return mtime != now or state["_path_cache"] == set(os.listdir(where))
+    # a name created in the listing's tick, after it, is the interpreter's own race (the
+    # directory's mtime is coarse); one older than the directory's last change was left out
+    missing = set(os.listdir(where)) - state["_path_cache"]
+    return mtime != now or not any(_changed_before(os.path.join(where, n), now)
+                                   for n in missing)
+
+
+def _changed_before(path: str, when: float) -> bool:
+    try:
+        return os.lstat(path).st_ctime < when
+    except OSError:  # gone since
+        return False
 
 
 def _stock_loaders() -> list[tuple[type, list[str]]]:
