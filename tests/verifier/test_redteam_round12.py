@@ -6,9 +6,10 @@ Closed in session 18 (main after 96c4477): every residue route below is compared
 (`verifier.run.tamper.interpreter_private`: the private callables of builtins, warnings and
 importlib's bootstrap, `warnings.filters` by value, the finders of `sys.path_importer_cache`,
 torch's global module hooks): the job that leaves one has its worker replaced, with the
-finding on it, and no later job meets its code; the tests below assert that. Open: a new or
-None entry of `sys.path_importer_cache`. Closed in session 19 (branch steptrials19): the two
-trial-pace holes at the end (stepped trials, at least `trial_pace.PACED_TRIALS` paced).
+finding on it, and no later job meets its code; the tests below assert that. Closed in
+session 19: a new or None entry of `sys.path_importer_cache` (`verifier.run.import_residue`),
+and the two trial-pace holes at the end (stepped trials, at least `trial_pace.PACED_TRIALS`
+paced).
 
 Routes by which one job of a persistent worker (`verifier.run.gpu_worker`, its cpu loop here)
 runs its code in a later job, an honest sibling's, that the residue check
