@@ -1,0 +1,87 @@
+"""Candidate code for tests/verifier/test_redteam_round13.py (red-team round 13).
+
+Residue routes into a later job of a persistent worker (`verifier.run.gpu_worker`) that the
+residue check (`verifier.run.tamper.process_state`, `gpu_worker.global_flags`) did not compare,
+planted as round 12 plants them (`test_redteam_round9._leaving`: the model's `__del__`, after
+the job's own checks) so that what is tested is the runtime layer:
+- the floating-point environment of the worker's main thread (the SSE control register and
+  the x87 control word: rounding mode, flush-to-zero, denormals-are-zero) is process state no
+  Python or torch getter shows: `fesetround(FE_UPWARD)` (one libm call; a compiled candidate
+  does it with `<cfenv>`) makes every later job's fp32 arithmetic round up, so an honest
+  sibling's sequential fp32 scan drifts by n ulps instead of sqrt(n) and the judge finds it
+  wrong (its own check: the failure stands, nothing is run again);
+- `torch.set_flush_denormal(True)` (public torch API) sets flush-to-zero on the same register;
+- the codecs registry (`codecs.register`): a search function is called at every later lookup
+  of an encoding not looked up yet, any job's, with no getter to list them.
+"""
+
+from __future__ import annotations
+
+from redteam_round7_cases import NUMPY_RELU
+
+# the worker's main thread left rounding up (glibc: both the x87 word and MXCSR)
+ROUND_UP = """
+import ctypes
+ctypes.CDLL("libm.so.6").fesetround(0x800)
+"""
+
+FLUSH_DENORMAL = """
+import torch
+torch.set_flush_denormal(True)
+"""
+
+CODEC_SEARCH = """
+import codecs, os
+home = os.getcwd()
+
+
+def ks_search(name):
+    if os.getcwd() != home and os.path.basename(os.getcwd()).startswith("job-"):
+        import torch
+        torch.relu = lambda x: x
+    return None
+
+
+codecs.register(ks_search)
+"""
+
+# the task of the rounding route: a running sum along rows (torch's CPU cumsum accumulates in
+# double; `verifier.judge.device_compare` calls a sequential fp32 scan of 16k elements ~60x
+# more accurate than its fp16-input yardstick, so it is correct: measured below)
+CUMSUM_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(8, 16384)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+# an honest numpy cumsum (sequential fp32 accumulation, numpy's own loop)
+NUMPY_CUMSUM = '''import torch
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        import numpy as np
+        return torch.from_numpy(np.cumsum(x.numpy(), axis=1, dtype=np.float32))
+'''
+
+# the attacker as an honest numpy cumsum too, leaving `code` as round 12's `_leaving` does
+def leaving_cumsum(code: str) -> str:
+    """NUMPY_CUMSUM whose model runs `code` when the harness drops it."""
+    body = "".join(f"        {line}\n" for line in code.strip().splitlines())
+    return NUMPY_CUMSUM.replace("class ModelNew(torch.nn.Module):\n",
+                                "class ModelNew(torch.nn.Module):\n    def __del__(self):\n"
+                                + body + "\n")
+
+
+assert NUMPY_RELU  # (round 7's honest ReLU: the codec route's siblings)

@@ -1,0 +1,59 @@
+"""Process state a job can change for every later job of its worker that no Python or torch
+getter shows (part of `verifier.run.tamper.process_state`), read by its effects instead.
+
+- The main thread's floating-point environment (the SSE control register, MXCSR, and the x87
+  control word): its rounding mode and flush-to-zero / denormals-are-zero bits. One libm call
+  (`fesetround(FE_UPWARD)`, `<cfenv>` in a compiled candidate) or the public
+  `torch.set_flush_denormal(True)` stays set after the job: every later job's arithmetic on
+  this thread rounds up, and an honest sibling's sequential fp32 scan of 16k elements drifted
+  by n ulps instead of ~sqrt(n), wrong by the judge's own check (a failure that stands:
+  tests/verifier/test_redteam_round13.py). Python's float arithmetic runs on the same
+  register, so a few operations on runtime values (not constants the compiler folds) show
+  the mode: upward, downward and toward-zero rounding each give another sum than
+  round-to-nearest, flush-to-zero a zero for a subnormal result, denormals-are-zero a zero
+  for a subnormal operand.
+- The codecs registry: `codecs.register(fn)` puts `fn` in the interpreter's search path,
+  called at every later lookup of an encoding not looked up yet, any job's; there is no
+  getter, but the path is a list that holds `encodings.search_function`, found as its
+  referrer. (Not compared: `encodings._cache`, the stock search function's results, a dict
+  every honest lookup of a new name adds to.)
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from typing import Any
+
+# runtime values: the compiler folds constant expressions (in round-to-nearest, at import)
+_VALUES = [1.0, 2.0 ** -60, 2.0 ** -53 + 2.0 ** -60, 2.0 ** -1022, 2.0 ** -1074]
+
+
+def float_environment(values: list[float] = _VALUES) -> tuple[float, ...]:
+    """What this thread's arithmetic makes of a few sums and products whose results differ by
+    rounding mode, flush-to-zero and denormals-are-zero (the same tuple for the same mode)."""
+    one, tiny, over_half, smallest_normal, smallest = values
+    return (one + tiny,  # round-to-nearest: 1.0; upward: the next double
+            -one - tiny,  # downward: the next double below -1
+            one + over_half,  # nearest: 1 + 2^-52; toward zero and downward: 1.0
+            smallest_normal * 0.5 * one,  # flush-to-zero: 0.0
+            smallest * 2.0 * one)  # denormals-are-zero: 0.0
+
+
+def codec_search() -> tuple[int, ...]:
+    """Identity of the functions on the codecs search path: the interpreter's list that held
+    `encodings.search_function` when first asked (found as its referrer once: a scan of every
+    object; the list stays the interpreter's for the process's life, changed in place)."""
+    if not _PATH:
+        stock = getattr(sys.modules.get("encodings"), "search_function", None)
+        _PATH.extend(r for r in gc.get_referrers(stock) if type(r) is list) if stock else None
+    return tuple(id(fn) for path in _PATH for fn in list(path))
+
+
+_PATH: list[Any] = []  # the interpreter's codecs search path (`codec_search`)
+
+
+def snapshot() -> dict[str, int]:
+    """The keys `process_state` compares for this module."""
+    return {"floating-point environment": hash(float_environment()),
+            "codecs search path": hash(codec_search())}
