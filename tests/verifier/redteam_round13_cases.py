@@ -85,3 +85,50 @@ def leaving_cumsum(code: str) -> str:
 
 
 assert NUMPY_RELU  # (round 7's honest ReLU: the codec route's siblings)
+
+# --- numpy's floating-point error state (`np.seterr`, `np.seterrcall`) --------------------------
+# numpy keeps it in a context variable of the thread's context, which the worker's jobs share:
+# "call" runs the job's function at every later floating-point error of any job's numpy call
+# (here: it sleeps 5 ms, so a later honest sibling whose numpy kernel underflows is slower in
+# its timed windows, with no failure anywhere for `outcome.confirmed` to run again)
+NUMPY_ERRCALL = """
+import time
+import numpy as np
+np.seterrcall(lambda kind, flag: time.sleep(0.005))
+np.seterr(all="call")
+"""
+
+# a task whose outputs underflow fp32 for most inputs (a Gaussian bump of a standard normal)
+GAUSS_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.exp(-50.0 * x * x)
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+NUMPY_GAUSS = '''import torch
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        import numpy as np
+        return torch.from_numpy(np.exp(np.float32(-50.0) * x.numpy() * x.numpy()))
+'''
+
+
+def leaving(base: str, code: str) -> str:
+    """`base` (an honest numpy model) whose model runs `code` when the harness drops it."""
+    body = "".join(f"        {line}\n" for line in code.strip().splitlines())
+    return base.replace("class ModelNew(torch.nn.Module):\n",
+                        "class ModelNew(torch.nn.Module):\n    def __del__(self):\n"
+                        + body + "\n")

@@ -19,8 +19,12 @@ from redteam_round13_cases import (
     CODEC_SEARCH,
     CUMSUM_TASK,
     FLUSH_DENORMAL,
+    GAUSS_TASK,
     NUMPY_CUMSUM,
+    NUMPY_ERRCALL,
+    NUMPY_GAUSS,
     ROUND_UP,
+    leaving,
     leaving_cumsum,
 )
 
@@ -126,3 +130,97 @@ def test_a_codec_search_function_is_charged_to_the_job_that_left_it() -> None:
     outs, _ = _loop([leaving_cumsum(CODEC_SEARCH), NUMPY_CUMSUM], CUMSUM_TASK, "r13cs")
     assert "codecs search path" in _said(outs[0]), _said(outs[0])
     assert outs[1].referee is not None and outs[1].referee("run", {})[0]
+
+
+# --- 4. numpy's floating-point error state: a callback at every later numpy error --------------
+def test_numpy_error_callback_does_not_slow_a_later_honest_sibling() -> None:
+    """An honest numpy Gaussian bump (exp(-50 x^2): most outputs underflow fp32), the attacker
+    (the same, leaving NUMPY_ERRCALL: `np.seterrcall` of a 5 ms sleep, `np.seterr(all="call")`),
+    the honest one again. Before (main at 233ec5c, measured here): all three correct with no
+    finding, timed at 20.5, 19.3 and 5434.8 us a call (the third sleeps at every underflow),
+    nothing run again. Now the attacker's worker is replaced, the finding on it, and the
+    sibling's time is its own."""
+    outs, _ = _loop([NUMPY_GAUSS, leaving(NUMPY_GAUSS, NUMPY_ERRCALL), NUMPY_GAUSS], GAUSS_TASK,
+                    "r13np")
+    first, attacker, after = outs
+    for out in outs:
+        assert out.referee is not None and out.referee("run", {})[0], out.referee("run", {})
+    assert "numpy floating-point error state" in _said(attacker), _said(attacker)
+    fast = [((o.clock or {}).get("figures") or {}).get("runtime_us") for o in (first, after)]
+    assert all(fast) and fast[1] < 4 * fast[0] + 1000.0, fast
+
+
+# --- 5. the judge's fp32 fast pass against its exact fp64 rule ---------------------------------
+def _edge_outputs(dtype: Any, a: float, rt: float) -> tuple[Any, Any]:
+    """References and outputs placed on the tolerance's edge: each output element at the
+    fp64 bound (atol + rtol * |ref|) moved by -3..+3 ulps of its dtype, on references of many
+    magnitudes (subnormal to near the range's top), both signs."""
+    import torch
+
+    mags = [0.0, 1e-45, 1e-40, 1e-38, 1e-8, 1e-5, 1e-4, 3e-4, 0.5, 1.0, 3.0, 1e3, 1e6, 1e30,
+            3e38] if dtype == torch.float32 else [0.0, 6e-8, 1e-5, 1e-3, 0.5, 1.0, 3.0, 1e3, 6e4]
+    ref = torch.tensor([s * m for m in mags for s in (1.0, -1.0)], dtype=torch.float64)
+    bound = a + rt * ref.abs()
+    rows_r, rows_n = [], []
+    for sign in (1.0, -1.0):
+        edge = (ref + sign * bound).to(dtype)  # the nearest of the dtype to the edge
+        for k in (-40, -12, -9, -8, -7, -3, -2, -1, 0, 1, 2, 3):
+            n = edge
+            for _ in range(abs(k)):
+                n = torch.nextafter(n.float(), torch.tensor(
+                    float("inf") if k > 0 else float("-inf"))).to(dtype)
+            rows_r.append(ref.to(dtype))
+            rows_n.append(n)
+    return torch.stack(rows_r), torch.stack(rows_n)
+
+
+@pytest.mark.parametrize("case", ["fp32", "fp16", "bf16", "complex64", "transposed",
+                                  "expanded", "chunked"])
+def test_the_fast_pass_admits_nothing_the_fp64_rule_rejects(case: str) -> None:
+    """Outputs on the edge of the tolerance (`_edge_outputs`): each element alone (a 0-dim
+    output), whatever `_within` (the fp32 fast pass) admits, `_scan` (the exact fp64 rule)
+    finds within the bound. Then the admitted elements as whole outputs laid out otherwise:
+    non-contiguous (a transposed view), expanded (stride 0), complex (`compare` views it as
+    real pairs), walked in 3-element chunks. Measured here: held in every case (the fast pass
+    is the stricter: the edge's last few ulps go to the fp64 scan)."""
+    import torch
+
+    from verifier.judge import device_compare as dc
+
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(case, torch.float32)
+    a, rt = (1e-2, 1e-2) if dtype != torch.float32 else (1e-4, 1e-4)
+    r, n = _edge_outputs(dtype, a, rt)
+    admitted = torch.zeros(r.shape, dtype=torch.bool)
+    for i in range(r.shape[0]):
+        for j in range(r.shape[1]):
+            if dc._within(r[i, j], n[i, j], a, rt, dc.CHUNK) is not None:
+                admitted[i, j] = True
+                assert dc._scan(r[i, j], n[i, j], a, rt, dc.CHUNK).nbad == 0, (i, j)
+    assert admitted.any() and not admitted.all(), case  # the edge reached from both sides
+    # the admitted elements as one output (references to 1e18: fp32 squares of 1e30 overflow
+    # the pass's norm, which then declines the whole output, rightly)
+    keep = r.float().abs() < 1e18
+    r, n = r[:, keep[0]], torch.where(admitted, n, r)[:, keep[0]]
+    rr, nn = {"transposed": lambda: (r.t(), n.t()),
+              "expanded": lambda: (r[:, :1].expand(-1, 512), n[:, :1].expand(-1, 512)),
+              "complex64": lambda: (torch.view_as_real(torch.complex(r, r.flip(-1))),
+                                    torch.view_as_real(torch.complex(n, n.flip(-1))))
+              }.get(case, lambda: (r, n))()
+    chunk = 3 if case == "chunked" else dc.CHUNK
+    assert dc._within(rr, nn, a, rt, chunk) is not None, case
+    assert dc._scan(rr, nn, a, rt, chunk).nbad == 0, case
+
+
+def test_compare_of_an_edge_output_is_the_fp64_rule() -> None:
+    """`compare` (fast pass, then the scan) against the fp64 rule written out here, element by
+    element, on every edge row: the same verdict for each."""
+    import torch
+
+    from verifier.judge import device_compare as dc
+
+    r, n = _edge_outputs(torch.float32, 1e-4, 1e-4)
+    for i in range(r.shape[0]):
+        want = bool(((n[i].double() - r[i].double()).abs()
+                     <= 1e-4 + 1e-4 * r[i].double().abs()).all())
+        got = dc.compare(r[i], n[i], 1e-4, 1e-4, 1e-2, 1e-2)[0]
+        assert (got == "ok") == want, (i, got, want)

@@ -17,6 +17,11 @@ getter shows (part of `verifier.run.tamper.process_state`), read by its effects 
   getter, but the path is a list that holds `encodings.search_function`, found as its
   referrer. (Not compared: `encodings._cache`, the stock search function's results, a dict
   every honest lookup of a new name adds to.)
+- numpy's floating-point error state (`np.seterr`, `np.seterrcall`): a context variable of the
+  thread's context, which the worker's jobs share. `seterr(all="call")` with a function that
+  slept 5 ms ran it at every later floating-point error of any job's numpy call: an honest
+  sibling whose numpy kernel underflows was timed at 5435 us a call instead of 20 (no failure
+  anywhere: nothing was run again; tests/verifier/test_redteam_round13.py).
 """
 
 from __future__ import annotations
@@ -53,7 +58,21 @@ def codec_search() -> tuple[int, ...]:
 _PATH: list[Any] = []  # the interpreter's codecs search path (`codec_search`)
 
 
+def numpy_errors() -> tuple[Any, ...]:
+    """numpy's error modes and the identity of its error callback (numpy's defaults where it
+    is not loaded yet: a job that first imports it changes nothing)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or not hasattr(numpy, "geterr"):
+        return NUMPY_DEFAULT
+    return tuple(sorted(numpy.geterr().items())) + (id(numpy.geterrcall()),)
+
+
+NUMPY_DEFAULT = (("divide", "warn"), ("invalid", "warn"), ("over", "warn"), ("under", "ignore"),
+                 id(None))
+
+
 def snapshot() -> dict[str, int]:
     """The keys `process_state` compares for this module."""
     return {"floating-point environment": hash(float_environment()),
-            "codecs search path": hash(codec_search())}
+            "codecs search path": hash(codec_search()),
+            "numpy floating-point error state": hash(numpy_errors())}
