@@ -17,6 +17,7 @@ the job's own checks) so that what is tested is the runtime layer:
 
 from __future__ import annotations
 
+from redteam_later_cases import LATER
 from redteam_round7_cases import NUMPY_RELU
 
 # the worker's main thread left rounding up (glibc: both the x87 word and MXCSR)
@@ -132,3 +133,27 @@ def leaving(base: str, code: str) -> str:
     return base.replace("class ModelNew(torch.nn.Module):\n",
                         "class ModelNew(torch.nn.Module):\n    def __del__(self):\n"
                         + body + "\n")
+
+# --- the import system: an existing finder changed in place -------------------------------------
+# `sys.path_importer_cache`'s finders that were there before a job are compared by identity; the
+# standard library directory's FileFinder keeps its identity while its `_loaders` list (the
+# (suffix, loader class) pairs it hands out) is rewritten in place: the job's own loader class
+# for ".py" runs at every later job's import of a module not loaded yet from there
+FINDER_LOADERS = LATER + """
+import os, sys
+from importlib.machinery import SourceFileLoader
+home = os.getcwd()
+where = next(p for p in sys.path if p and os.path.isfile(os.path.join(p, "tabnanny.py")))
+finder = sys.path_importer_cache[where]
+
+
+class KsLoader(SourceFileLoader):
+    def exec_module(self, module):
+        here = os.getcwd()
+        if here != home and os.path.basename(here).startswith("job-"):
+            later()
+        return super().exec_module(module)
+
+
+finder._loaders[:] = [(s, KsLoader if c is SourceFileLoader else c) for s, c in finder._loaders]
+"""

@@ -18,6 +18,7 @@ import pytest
 from redteam_round13_cases import (
     CODEC_SEARCH,
     CUMSUM_TASK,
+    FINDER_LOADERS,
     FLUSH_DENORMAL,
     GAUSS_TASK,
     NUMPY_CUMSUM,
@@ -224,3 +225,21 @@ def test_compare_of_an_edge_output_is_the_fp64_rule() -> None:
                      <= 1e-4 + 1e-4 * r[i].double().abs()).all())
         got = dc.compare(r[i], n[i], 1e-4, 1e-4, 1e-2, 1e-2)[0]
         assert (got == "ok") == want, (i, got, want)
+
+
+# --- 6. the import system: a finder that stays, changed in place -------------------------------
+def test_a_finders_loaders_rewritten_in_place_run_in_no_later_job() -> None:
+    """FINDER_LOADERS (the standard library's FileFinder kept, its `_loaders` list rewritten in
+    place: the job's own loader class for ".py") left by an honest numpy ReLU, then round 12's
+    honest ReLU that imports `tabnanny`. Before (main at 233ec5c, measured here): the attacker
+    "ok" with no finding, the importer in the same worker a cheat ("torch.relu changed during
+    the run": the loader ran at its import). Now a finder that stays is compared by what it
+    holds (`import_residue.held`): the attacker's worker is replaced, the importer ok."""
+    from redteam_round12_cases import IMPORTING_RELU
+    from test_redteam_round9 import _jobs, _leaving
+
+    leaver, importer = _jobs([_leaving(FINDER_LOADERS), IMPORTING_RELU])
+    assert leaver["outcome"] == "ok", leaver
+    said = " ".join(f["message"] for f in leaver.get("findings") or ())
+    assert "sys.path_importer_cache" in said, leaver
+    assert importer["outcome"] == "ok" and not importer["failure"], importer
