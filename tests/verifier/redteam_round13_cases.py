@@ -157,3 +157,35 @@ class KsLoader(SourceFileLoader):
 
 finder._loaders[:] = [(s, KsLoader if c is SourceFileLoader else c) for s, c in finder._loaders]
 """
+
+# --- stepped trials: a trial of the run's own, fast, after the last real one --------------------
+# The trials' figure (`trial_pace.trial_figures`) is the fastest trial past the first: a paced
+# trial with no work in it (its "p", the judge's "g", "q" at once) would be the figure a blinded
+# run needs. The run's output carries a finalizer that runs at the harness's `del new_out` after
+# the last trial's "q" (before "t") and speaks one more trial on the harness's own pipes (found
+# in the trial loop's frame); the slot it seals is the last one's, already right.
+EXTRA_TRIAL = '''import sys
+import weakref
+
+import torch
+
+
+def ks_extra():
+    f = sys._getframe()
+    while f is not None and f.f_code.co_name != "_judged_trials":
+        f = f.f_back
+    if f is None:
+        return
+    pace, io, t = f.f_locals["pace"], f.f_locals["io"], f.f_locals["t"]
+    if t == io.trials() - 1 and pace.pipes is not None:
+        with pace.trial():
+            pass
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        import numpy as np
+        out = torch.from_numpy(np.maximum(x.numpy(), 0))
+        weakref.finalize(out, ks_extra)
+        return out
+'''

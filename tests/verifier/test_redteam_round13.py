@@ -18,6 +18,7 @@ import pytest
 from redteam_round13_cases import (
     CODEC_SEARCH,
     CUMSUM_TASK,
+    EXTRA_TRIAL,
     FINDER_LOADERS,
     FLUSH_DENORMAL,
     GAUSS_TASK,
@@ -30,7 +31,8 @@ from redteam_round13_cases import (
 )
 
 
-def _loop(sources: list[str], task: str, prefix: str = "r13") -> tuple[list[Any], int]:
+def _loop(sources: list[str], task: str, prefix: str = "r13", timeout_s: float = 60.0
+          ) -> tuple[list[Any], int]:
     """`verifier_cases.cpu_loop_jobs` for any task: one `GpuRunner` (cpu loop, the judge's
     arena and clock), a job per source in order; the outcomes and the runs made again."""
     from verifier.judge.construct import DEVICE
@@ -39,7 +41,7 @@ def _loop(sources: list[str], task: str, prefix: str = "r13") -> tuple[list[Any]
     from verifier.run.gpu_runner import GpuRunner
     from verifier.stages import JOB_OPTIONS
 
-    opts = VerifyOptions(backend="cpu", workers=1, run_timeout_s=60.0, trials=2,
+    opts = VerifyOptions(backend="cpu", workers=1, run_timeout_s=timeout_s, trials=2,
                          perf_trials=2, perf_warmup=1)
     runner = GpuRunner(opts, {}, "cpu")
     outs = []
@@ -243,3 +245,91 @@ def test_a_finders_loaders_rewritten_in_place_run_in_no_later_job() -> None:
     said = " ".join(f["message"] for f in leaver.get("findings") or ())
     assert "sys.path_importer_cache" in said, leaver
     assert importer["outcome"] == "ok" and not importer["failure"], importer
+
+
+# --- 7-8. the judge's clock: the windows after a failed check are served unchecked -------------
+def _clock_run(tmp_path: Any, forward: Any) -> dict[str, Any]:
+    """test_clock's judge run: a WindowJudge of SCALE_TASK (3x + 1), a JudgeClock, the
+    harness's window loop in a thread with `forward`; the clock's result."""
+    from verifier_cases import SCALE_TASK, serve_in_thread
+
+    from verifier.judge.clock import JudgeClock
+    from verifier.judge.window_judge import WindowJudge
+
+    judge = WindowJudge(SCALE_TASK, 0, (1e-4, 1e-4, 1e-2, 1e-2), 16 << 20,
+                        path=str(tmp_path / "arena.bin"))
+    spec = {**judge.spec, "path": str(tmp_path / "arena.bin")}
+    jc = JudgeClock(judge, workdir=tmp_path, wait_s=20.0)
+    t = serve_in_thread(tmp_path, spec, forward)
+    t.join(timeout=120)
+    result = jc.result()
+    judge.close()
+    return result
+
+
+def test_a_run_wrong_once_then_fast_and_right_gets_no_runtime(tmp_path: Any) -> None:
+    """The attacker's first timed call returns a wrong output (a kernel that skips work in
+    the calibration window, where one call is a window), every later call the right one at
+    once (the later windows are the ones whose checks are no longer made after a failure).
+    Measured here: held: the failure stands (`failed_check`, "the output of a timed call was
+    wrong") and the result has no figures, so no runtime is left for the unchecked windows to
+    set."""
+    import torch
+
+    calls = [0]
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        return x * 3.0 + (1.0 if calls[0] > 1 else 2.0)
+
+    res = _clock_run(tmp_path, forward)
+    assert "the output of a timed call was wrong" in res["failed_check"], res
+    assert res["failure"] == res["failed_check"] and res["figures"] == {}, res
+    assert calls[0] > 1  # the plan went on after the failure (the later windows were served)
+
+
+def test_a_run_caught_once_cannot_void_it_by_breaking_the_protocol(tmp_path: Any) -> None:
+    """The attacker is wrong in its first window, then breaks the clock's protocol (raises in
+    the harness's loop: the serving thread ends, the clock sees the pipe go silent), hoping
+    the verdict becomes the worker's word (a protocol failure `outcome.confirmed` would run
+    again in a fresh worker). Measured here: held: `failed_check` is kept and is the failure
+    (`outcome.judged_failure` reads it: the run is not made again)."""
+    import torch
+
+    from verifier.run.outcome import RunOutcome, judged_failure
+
+    calls = [0]
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        if calls[0] > 1:
+            raise OSError("the run ends its windows")
+        return x * 3.0 + 2.0
+
+    res = _clock_run(tmp_path, forward)
+    assert "the output of a timed call was wrong" in res["failed_check"], res
+    assert res["failure"] == res["failed_check"], res
+    out = RunOutcome(payload=None, failure="worker died", clock=res)
+    assert judged_failure(out).startswith("a timed window failed"), judged_failure(out)
+
+
+# --- 9. stepped trials: one more trial of the run's own ----------------------------------------
+def test_a_fast_trial_of_the_runs_own_after_the_last_is_refused() -> None:
+    """EXTRA_TRIAL: an honest numpy ReLU whose outputs carry a finalizer that, at the harness's
+    `del new_out` after the last trial's "q", speaks one more trial on the harness's pipes with
+    no work in it (the fastest trial: the figure `trial_pace.timed_finding` holds against the
+    windows, which a blinded run needs small), then an honest ReLU. Measured here: held: the
+    judge refuses a paced trial past the job's (`pace_trials`: "e", the windows failed), the
+    run gets no windows and ends in its timeout (no figure, no reward), and the honest job
+    after it is correct (trials 1723, 715, 736 us: three, as the job has)."""
+    from redteam_round7_cases import NUMPY_RELU
+    from verifier_cases import relu_task
+
+    outs, _ = _loop([EXTRA_TRIAL, NUMPY_RELU], relu_task(256, 256), "r13xt", timeout_s=20.0)
+    attacker, honest = outs
+    assert attacker.timed_out or attacker.failure or (attacker.clock or {}).get("failure"), (
+        attacker)
+    assert not ((attacker.clock or {}).get("figures") or {}).get("runtime_us"), attacker.clock
+    assert honest.referee is not None and honest.referee("run", {})[0]
+    trials = ((honest.clock or {}).get("figures") or {}).get("trials_us") or []
+    assert len(trials) == 3, honest.clock
