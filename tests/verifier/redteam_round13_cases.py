@@ -189,3 +189,29 @@ class ModelNew(torch.nn.Module):
         weakref.finalize(out, ks_extra)
         return out
 '''
+
+# --- a loaded package's `__path__`, changed in place ---------------------------------------------
+# `sys.path` is compared by value, `sys.path_importer_cache`'s finders by what they hold, but a
+# loaded package's `__path__` (the list its submodules are found on) is a module global that
+# is not callable: its identity stays as a job puts its own directory first (one that outlives
+# its job: /dev/shm). A later job's first import of a submodule of that package (`json.tool`
+# here, a package the worker itself loaded) runs the job's file; this one puts a global forward
+# hook in torch's dict, so that job's own `ModelNew` outputs are 1 too high (the judge's
+# failure: it stands, nothing is run again)
+PACKAGE_PATH = '''
+import os, json
+where = "/dev/shm/ks-r13-pkg"
+os.makedirs(where, exist_ok=True)
+with open(os.path.join(where, "tool.py"), "w") as f:
+    f.write("from torch.nn.modules import module as m\\n"
+            "def ks_hook(mod, args, out):\\n"
+            "    if type(mod).__name__ == 'ModelNew':\\n"
+            "        out.detach().numpy()[...] += 1.0\\n"
+            "    return out\\n"
+            "m._global_forward_hooks[-13] = ks_hook\\n")
+json.__path__.insert(0, where)
+'''
+
+# an honest numpy ReLU that imports a submodule of a package the worker loaded (json.tool)
+SUBMODULE_RELU = NUMPY_RELU.replace("import torch\n", "import json.tool  # noqa: F401\nimport torch\n", 1)
+assert SUBMODULE_RELU != NUMPY_RELU

@@ -25,7 +25,9 @@ from redteam_round13_cases import (
     NUMPY_CUMSUM,
     NUMPY_ERRCALL,
     NUMPY_GAUSS,
+    PACKAGE_PATH,
     ROUND_UP,
+    SUBMODULE_RELU,
     leaving,
     leaving_cumsum,
 )
@@ -333,3 +335,29 @@ def test_a_fast_trial_of_the_runs_own_after_the_last_is_refused() -> None:
     assert honest.referee is not None and honest.referee("run", {})[0]
     trials = ((honest.clock or {}).get("figures") or {}).get("trials_us") or []
     assert len(trials) == 3, honest.clock
+
+
+# --- 10. a loaded package's `__path__`, changed in place ----------------------------------------
+def test_a_package_path_a_job_extends_runs_in_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (PACKAGE_PATH
+    left by an honest ReLU: /dev/shm first on `json.__path__`, a `tool.py` there that puts a
+    global forward hook adding 1 to every ModelNew output), an honest ReLU that imports
+    `json.tool`, an honest ReLU. Before (main at 233ec5c, measured here): the attacker correct
+    with no finding; the importer's trials wrong by the judge ("trial 1, checked by the verifier
+    itself: output 0: 65536 of 65536 elements differ ...: got 1, expected 0") and its timed call
+    wrong (a cheat), the residue finding on the importer (the hook and `json.tool` found after
+    it), nothing run again. Now each package's path is compared by value, and one into a
+    writable directory is residue (`hidden_state.package_paths`): the attacker's worker is
+    replaced with the finding on it, and every later job is correct."""
+    from redteam_round7_cases import NUMPY_RELU
+    from test_redteam_round9 import _leaving
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_RELU, _leaving(PACKAGE_PATH), SUBMODULE_RELU, NUMPY_RELU],
+                                "r13pp")
+    for out in outs:
+        assert out.referee is not None and out.referee("run", {})[0], out.referee("run", {})
+        assert (out.clock or {}).get("failure") == "", out.clock
+    assert "json.__path__" in _said(outs[1]), _said(outs[1])
+    assert not _said(outs[2]), _said(outs[2])
+    assert again == 0

@@ -1,5 +1,6 @@
 """Process state a job can change for every later job of its worker that no Python or torch
-getter shows (part of `verifier.run.tamper.process_state`), read by its effects instead.
+getter shows, or that the identity walk of `verifier.run.tamper.process_state` (each module's
+public callables) misses: read by its effects, or by value.
 
 - The main thread's floating-point environment (the SSE control register, MXCSR, and the x87
   control word): its rounding mode and flush-to-zero / denormals-are-zero bits. One libm call
@@ -22,11 +23,18 @@ getter shows (part of `verifier.run.tamper.process_state`), read by its effects 
   slept 5 ms ran it at every later floating-point error of any job's numpy call: an honest
   sibling whose numpy kernel underflows was timed at 5435 us a call instead of 20 (no failure
   anywhere: nothing was run again; tests/verifier/test_redteam_round13.py).
+- a loaded package's `__path__`, the list its submodules are found on (not callable: the walk
+  skips it; changed in place, its identity stays). A job that put /dev/shm first on
+  `json.__path__` ran its file at a later job's `import json.tool`, which added 1 to that
+  job's outputs (the judge's failure, charged to the honest job). Each package's path is
+  compared by value, and a path into a directory a job can write (`writable`) is residue
+  whichever package holds it, one loaded since too.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from typing import Any
 
@@ -71,8 +79,38 @@ NUMPY_DEFAULT = (("divide", "warn"), ("invalid", "warn"), ("over", "warn"), ("un
                  id(None))
 
 
+def _search_path(module: Any) -> tuple[tuple[str, ...], bool] | None:
+    """A package's `__path__` as the import system iterates it (a list, or a namespace
+    package's `_NamespacePath`: True) or an object of its own (torch.ops: its type's name,
+    False); None for a module that is not a package."""
+    path = getattr(module, "__path__", None) if isinstance(module, type(sys)) else None
+    if type(path) is list or type(path).__name__ == "_NamespacePath":
+        return tuple(map(str, list(path))), True
+    return None if path is None else ((type(path).__name__,), False)
+
+
+def package_paths() -> dict[str, int]:
+    """Each loaded package's search path by value, and the packages whose path enters a
+    directory a job of the worker can write (all of them, in one key: none, honestly)."""
+    out, into = {}, []
+    for name, module in list(sys.modules.items()):
+        got = _search_path(module) if type(name) is str else None
+        if got is not None:
+            out[f"{name}.__path__ (value)"] = hash(got[0])
+            into += [name] if got[1] and any(map(writable, got[0])) else []
+    out["packages whose path is writable"] = hash(tuple(sorted(into)))
+    return out
+
+
+def writable(path: str) -> bool:
+    """Whether `path` lies in a directory a job of this worker can write (its tmpfs, shm)."""
+    real = os.path.realpath(path)
+    return any(real == d or real.startswith(d.rstrip(os.sep) + os.sep) for d in (
+        os.path.realpath(p) for p in (os.environ.get("KS_WORKER_TMP") or "", "/dev/shm") if p))
+
+
 def snapshot() -> dict[str, int]:
     """The keys `process_state` compares for this module."""
-    return {"floating-point environment": hash(float_environment()),
+    return {**package_paths(), "floating-point environment": hash(float_environment()),
             "codecs search path": hash(codec_search()),
             "numpy floating-point error state": hash(numpy_errors())}

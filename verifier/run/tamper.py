@@ -372,16 +372,9 @@ def _imported(module: Any) -> bool:
         return False
     if origin is None:
         places = list(getattr(spec, "submodule_search_locations", None) or ())
-        return bool(places) and not any(map(_writable, places))
+        return bool(places) and not any(map(hidden_state.writable, places))
     return origin in ("built-in", "frozen") or (os.path.isfile(origin)
-                                                 and not _writable(origin))
-
-
-def _writable(path: str) -> bool:
-    """Whether `path` lies in a directory a job of this worker can write (its tmpfs, shm)."""
-    real = os.path.realpath(path)
-    return any(real == d or real.startswith(d.rstrip(os.sep) + os.sep) for d in (
-        os.path.realpath(p) for p in (os.environ.get("KS_WORKER_TMP") or "", "/dev/shm") if p))
+                                                 and not hidden_state.writable(origin))
 
 
 def refuse_audit_hooks() -> None:
