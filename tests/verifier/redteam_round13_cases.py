@@ -215,3 +215,29 @@ json.__path__.insert(0, where)
 # an honest numpy ReLU that imports a submodule of a package the worker loaded (json.tool)
 SUBMODULE_RELU = NUMPY_RELU.replace("import torch\n", "import json.tool  # noqa: F401\nimport torch\n", 1)
 assert SUBMODULE_RELU != NUMPY_RELU
+
+# --- a stdlib class the harness runs every job through, a method rebound ------------------------
+# The residue check compares the classes of a few modules (`tamper.CLASS_MODULES`: torch's
+# tensor and nn, autograd's Function, weakref) and each module's public callables; `contextlib.
+# _GeneratorContextManager` (what every `@contextmanager` makes: the worker's `pace.trial()`
+# of each traced trial among them) is a private class of another module, its methods class
+# attributes. Rebound, `__exit__` runs in every later job's trial loop, after the honest
+# output is in its slot and before the "q" that seals it: it writes the output + 1 there (the
+# judge's failure, charged to the honest job)
+CONTEXT_EXIT = '''
+import contextlib, os, sys
+cls = contextlib._GeneratorContextManager
+real_exit = cls.__exit__
+home = os.getcwd()
+
+
+def ks_exit(self, typ, val, tb):
+    here = os.getcwd()
+    f = sys._getframe(1)
+    if here != home and f.f_code.co_name == "_judged_trials" and "new_out" in f.f_locals:
+        f.f_locals["io"].keep(0, f.f_locals["t"], f.f_locals["new_out"] + 1.0)
+    return real_exit(self, typ, val, tb)
+
+
+cls.__exit__ = ks_exit
+'''

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from redteam_round13_cases import (
     CODEC_SEARCH,
+    CONTEXT_EXIT,
     CUMSUM_TASK,
     EXTRA_TRIAL,
     FINDER_LOADERS,
@@ -361,3 +362,42 @@ def test_a_package_path_a_job_extends_runs_in_no_later_job() -> None:
     assert "json.__path__" in _said(outs[1]), _said(outs[1])
     assert not _said(outs[2]), _said(outs[2])
     assert again == 0
+
+
+# --- 11. a class the harness goes through every job: contextlib's, the harness's own ------------
+def test_a_context_managers_exit_a_job_rebinds_runs_in_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (CONTEXT_EXIT
+    left by an honest ReLU: `contextlib._GeneratorContextManager.__exit__` rebound, so the
+    worker's `pace.trial()` of every later trial writes the output + 1 into its slot before the
+    "q" seals it), two honest ReLUs. Before (main at 233ec5c, measured here): the attacker
+    correct with no finding; both later honest jobs failed by the judge ("the worker returned 6
+    trial outputs, expected 3"), nothing run again. Now contextlib's classes and the harness's
+    own (`verifier.*`) are compared (`tamper.CLASS_MODULES`): the attacker's worker is replaced
+    with the finding on it, every later job correct."""
+    from redteam_round7_cases import NUMPY_RELU
+    from test_redteam_round9 import _leaving
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_RELU, _leaving(CONTEXT_EXIT), NUMPY_RELU, NUMPY_RELU],
+                                "r13cx")
+    for out in outs:
+        assert out.referee is not None and out.referee("run", {})[0], out.referee("run", {})
+    assert "contextlib._GeneratorContextManager" in _said(outs[1]), _said(outs[1])
+    assert again == 0
+
+
+def test_a_harness_class_method_rebound_is_residue() -> None:
+    """The harness's own classes, in process: `WorkerPace.close` (the trial loop's, a class
+    attribute of a `verifier` module; the module walk compared only the class's identity).
+    Before (main at 233ec5c, measured here): `left_in_process` empty. Now named."""
+    from verifier.judge.trial_pace import WorkerPace
+    from verifier.run.tamper import left_in_process, process_state
+
+    before = process_state()
+    saved = WorkerPace.close
+    WorkerPace.close = lambda self: None  # type: ignore[method-assign]
+    try:
+        left = left_in_process(before)
+    finally:
+        WorkerPace.close = saved  # type: ignore[method-assign]
+    assert "verifier.judge.trial_pace.WorkerPace attributes" in left, left

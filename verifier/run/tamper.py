@@ -154,8 +154,12 @@ def process_state() -> dict[str, int]:
 # the modules whose classes every job's tensors and models go through: an operator or method
 # rebound on one of them (only the module's public callables were compared), such as
 # `torch.Tensor.__mul__` or `nn.Module.__getattr__`, ran in every later job of the worker (an
-# honest sibling's `x * 2` gave 2x + 1: "incorrect"; tests/verifier/test_redteam_round10.py)
-CLASS_MODULES = ("torch._tensor", "torch.nn", "torch.autograd.function", "weakref")
+# honest sibling's `x * 2` gave 2x + 1: "incorrect"; tests/verifier/test_redteam_round10.py);
+# and the classes the harness's own per-job code goes through: its own (`verifier.*`) and
+# `contextlib`'s (every `@contextmanager`: `_GeneratorContextManager.__exit__` rebound ran in
+# each later job's trial loop and wrote its slot: tests/verifier/test_redteam_round13.py)
+CLASS_MODULES = ("torch._tensor", "torch.nn", "torch.autograd.function", "weakref",
+                 "contextlib", "verifier")
 
 
 def class_attributes() -> dict[str, int]:
