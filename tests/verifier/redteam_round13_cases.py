@@ -241,3 +241,25 @@ def ks_exit(self, typ, val, tb):
 
 cls.__exit__ = ks_exit
 '''
+
+# --- the harness's own module constants ---------------------------------------------------------
+# The residue check compares each harness module's public callables (and now its classes), not
+# its other globals: the dispatcher trace's classifier (`verifier.checks.fallback.op_kind`, run
+# in the worker) reads DATA_MOVEMENT at each call, so a job that rebinds it with "relu" added
+# (and clears the classifier's lru_cache: a method of the same function object) makes every
+# later job's `torch.relu` a copy: a later sibling's fallback to the library is no fallback
+# (a policy's own samples share a batch: one plants, the next cheats)
+CLASSIFIER = '''
+import sys
+fallback = sys.modules["verifier.checks.fallback"]
+fallback.DATA_MOVEMENT = frozenset(fallback.DATA_MOVEMENT | {"relu"})
+fallback.op_kind.cache_clear()
+'''
+
+TORCH_RELU = '''import torch
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+'''

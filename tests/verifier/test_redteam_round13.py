@@ -1,12 +1,19 @@
 """Red-team round 13 on the cpu backend: attacks on branch attack13 at 233ec5c, as a policy
 rewarded for holes would try them (cases in tests/verifier/redteam_round13_cases.py). Each was
-measured first (the "Before" of each test); an open one is a strict xfail naming its fix.
+measured first (the "Before" of each test); an open one would be a strict xfail naming its fix.
 
 Targets: this session's new code (the judge's fp32 fast pass `device_compare._within`, the
 clock's unchecked windows after a failed one, stepped trials, the import residue) and residue
-routes of the persistent worker that no getter shows. Closed here (`verifier.run.hidden_state`,
-compared by `tamper.process_state`): the main thread's floating-point environment (rounding
-mode, flush-to-zero) and the codecs search path.
+routes of the persistent worker the check did not compare. Held: the fast pass on the
+tolerance's edge (fp32/fp16/bf16, complex, transposed, expanded, chunked), a run wrong once
+then fast (no figures), a run that breaks the protocol after a failed window (the failure
+stands), an extra paced trial of the run's own (refused), a rebound classifier constant (a
+cheat). Closed here: the main thread's floating-point environment (rounding mode,
+flush-to-zero), the codecs search path, numpy's error state and every package's `__path__`
+(`verifier.run.hidden_state`), a finder kept but changed in place
+(`import_residue.held`), contextlib's and the harness's own classes (`tamper.CLASS_MODULES`).
+Not tried here: `ip_sampler` (ptrace and a cgroup-v2 cpu meter: this host's is v1) and the
+device fingerprint of stepped trials (GPU).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 
 import pytest
 from redteam_round13_cases import (
+    CLASSIFIER,
     CODEC_SEARCH,
     CONTEXT_EXIT,
     CUMSUM_TASK,
@@ -29,6 +37,7 @@ from redteam_round13_cases import (
     PACKAGE_PATH,
     ROUND_UP,
     SUBMODULE_RELU,
+    TORCH_RELU,
     leaving,
     leaving_cumsum,
 )
@@ -401,3 +410,23 @@ def test_a_harness_class_method_rebound_is_residue() -> None:
     finally:
         WorkerPace.close = saved  # type: ignore[method-assign]
     assert "verifier.judge.trial_pace.WorkerPace attributes" in left, left
+
+
+# --- 12. the harness's own constants: a later sibling's fallback made invisible -----------------
+def test_a_classifier_constant_a_job_rebinds_hides_no_later_fallback() -> None:
+    """A plain `torch.relu` fallback, the attacker (CLASSIFIER left by an honest numpy ReLU:
+    `fallback.DATA_MOVEMENT` rebound with "relu" in it, the classifier's cache cleared), the
+    same fallback again (a colluding sibling of one policy's batch). Measured here: held: the
+    attacker is a cheat ("verifier.checks.fallback.DATA_MOVEMENT changed during the run": the
+    harness's module globals are watched), and the later fallback is still found ("forward ran
+    aten.relu.default (compute) through torch")."""
+    from test_redteam_round9 import _leaving
+    from verifier_cases import cpu_loop_jobs
+
+    outs, _ = cpu_loop_jobs([TORCH_RELU, _leaving(CLASSIFIER), TORCH_RELU], "r13cl")
+    first, attacker, later = ((o.payload or {}) for o in outs)
+    assert attacker.get("outcome") == "cheat", attacker
+    assert "DATA_MOVEMENT" in str(attacker.get("error")), attacker
+    for fallback in (first, later):
+        assert fallback.get("outcome") == "cheat", fallback
+        assert "aten.relu" in str(fallback.get("error")), fallback
