@@ -18,7 +18,11 @@ judged by what it holds:
   import fails: residue; None for a path that is not a directory is what an import caches;
 - anything else is the job's own object: residue.
 A None entry for a directory that was there before the job stays as it was (a directory made
-after the path was first looked at); an entry dropped is no residue (the hooks make it again)."""
+after the path was first looked at); an entry dropped is no residue (the hooks make it again).
+A finder that stays is compared by what it holds too (`held`): a job that rewrote the standard
+library's FileFinder's `_loaders` list in place (its own loader class for ".py") ran its code
+at the next job's `import tabnanny` with the finder's identity unchanged
+(tests/verifier/test_redteam_round13.py)."""
 
 from __future__ import annotations
 
@@ -43,13 +47,30 @@ def snapshot() -> dict[str, int]:
     out = {}
     for path, finder in list(sys.path_importer_cache.items()):
         if finder is not None:
-            out[f"{PREFIX}{path}"] = id(finder)
+            out[f"{PREFIX}{path}"] = hash((id(finder), held(finder)))
         elif _is_dir(path):
             out[f"{PREFIX}{path}{NONE_DIR}"] = 0
     for cls in _import_classes():
         out[f"{cls.__module__}.{cls.__qualname__} attributes (import)"] = hash(frozenset(
             (a, tamper.identity(b)) for a, b in list(vars(cls).items())))
     return out
+
+
+# what a stock finder refreshes itself (a directory's listing and its time, at a change or at
+# `invalidate_caches`; a zip archive's table): not compared. A listing a job edits in place
+# hides or misplaces a module, which only fails a later import (the worker's word: run again)
+REFRESHED = ("_path_cache", "_relaxed_path_cache", "_path_mtime", "_files")
+
+
+def held(finder: Any) -> int:
+    """What a finder holds that decides what an import runs, by identity: its instance state
+    but what it refreshes itself (REFRESHED), a list's items each (FileFinder's `_loaders`:
+    (suffix, loader class) pairs, a list that can be changed in place)."""
+    state = getattr(finder, "__dict__", None)
+    if type(state) is not dict:
+        return 0
+    return hash(tuple(sorted((str(k), tuple(map(id, v)) if type(v) is list else id(v))
+                             for k, v in list(state.items()) if k not in REFRESHED)))
 
 
 def compared(key: str, now: dict[str, int]) -> bool:

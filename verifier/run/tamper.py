@@ -11,7 +11,7 @@ import threading
 import types
 from typing import Any
 
-from verifier.run import import_residue
+from verifier.run import hidden_state, import_residue
 
 # Functions the harness relies on; a candidate that replaces any of them is tampering.
 GUARDED = (
@@ -131,7 +131,7 @@ def process_state() -> dict[str, int]:
              "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
              **{k: hash(str(v)) for k, v in torch_switches().items()},
              **class_attributes(), **process_settings(), **protocol_state(),
-             **torch_private(), **interpreter_private()}
+             **torch_private(), **interpreter_private(), **hidden_state.snapshot()}
     # keys of no exact str in sys.modules or a module's namespace: a job's own str class there
     # runs its `__eq__` at every later lookup of a name of equal hash (`import numpy` in the
     # next job ran it: tests/verifier/test_redteam_later_code.py)
@@ -154,8 +154,12 @@ def process_state() -> dict[str, int]:
 # the modules whose classes every job's tensors and models go through: an operator or method
 # rebound on one of them (only the module's public callables were compared), such as
 # `torch.Tensor.__mul__` or `nn.Module.__getattr__`, ran in every later job of the worker (an
-# honest sibling's `x * 2` gave 2x + 1: "incorrect"; tests/verifier/test_redteam_round10.py)
-CLASS_MODULES = ("torch._tensor", "torch.nn", "torch.autograd.function", "weakref")
+# honest sibling's `x * 2` gave 2x + 1: "incorrect"; tests/verifier/test_redteam_round10.py);
+# and the classes the harness's own per-job code goes through: its own (`verifier.*`) and
+# `contextlib`'s (every `@contextmanager`: `_GeneratorContextManager.__exit__` rebound ran in
+# each later job's trial loop and wrote its slot: tests/verifier/test_redteam_round13.py)
+CLASS_MODULES = ("torch._tensor", "torch.nn", "torch.autograd.function", "weakref",
+                 "contextlib", "verifier")
 
 
 def class_attributes() -> dict[str, int]:
@@ -372,16 +376,9 @@ def _imported(module: Any) -> bool:
         return False
     if origin is None:
         places = list(getattr(spec, "submodule_search_locations", None) or ())
-        return bool(places) and not any(map(_writable, places))
+        return bool(places) and not any(map(hidden_state.writable, places))
     return origin in ("built-in", "frozen") or (os.path.isfile(origin)
-                                                 and not _writable(origin))
-
-
-def _writable(path: str) -> bool:
-    """Whether `path` lies in a directory a job of this worker can write (its tmpfs, shm)."""
-    real = os.path.realpath(path)
-    return any(real == d or real.startswith(d.rstrip(os.sep) + os.sep) for d in (
-        os.path.realpath(p) for p in (os.environ.get("KS_WORKER_TMP") or "", "/dev/shm") if p))
+                                                 and not hidden_state.writable(origin))
 
 
 def refuse_audit_hooks() -> None:

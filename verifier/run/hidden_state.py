@@ -1,0 +1,116 @@
+"""Process state a job can change for every later job of its worker that no Python or torch
+getter shows, or that the identity walk of `verifier.run.tamper.process_state` (each module's
+public callables) misses: read by its effects, or by value.
+
+- The main thread's floating-point environment (the SSE control register, MXCSR, and the x87
+  control word): its rounding mode and flush-to-zero / denormals-are-zero bits. One libm call
+  (`fesetround(FE_UPWARD)`, `<cfenv>` in a compiled candidate) or the public
+  `torch.set_flush_denormal(True)` stays set after the job: every later job's arithmetic on
+  this thread rounds up, and an honest sibling's sequential fp32 scan of 16k elements drifted
+  by n ulps instead of ~sqrt(n), wrong by the judge's own check (a failure that stands:
+  tests/verifier/test_redteam_round13.py). Python's float arithmetic runs on the same
+  register, so a few operations on runtime values (not constants the compiler folds) show
+  the mode: upward, downward and toward-zero rounding each give another sum than
+  round-to-nearest, flush-to-zero a zero for a subnormal result, denormals-are-zero a zero
+  for a subnormal operand.
+- The codecs registry: `codecs.register(fn)` puts `fn` in the interpreter's search path,
+  called at every later lookup of an encoding not looked up yet, any job's; there is no
+  getter, but the path is a list that holds `encodings.search_function`, found as its
+  referrer. (Not compared: `encodings._cache`, the stock search function's results, a dict
+  every honest lookup of a new name adds to.)
+- numpy's floating-point error state (`np.seterr`, `np.seterrcall`): a context variable of the
+  thread's context, which the worker's jobs share. `seterr(all="call")` with a function that
+  slept 5 ms ran it at every later floating-point error of any job's numpy call: an honest
+  sibling whose numpy kernel underflows was timed at 5435 us a call instead of 20 (no failure
+  anywhere: nothing was run again; tests/verifier/test_redteam_round13.py).
+- a loaded package's `__path__`, the list its submodules are found on (not callable: the walk
+  skips it; changed in place, its identity stays). A job that put /dev/shm first on
+  `json.__path__` ran its file at a later job's `import json.tool`, which added 1 to that
+  job's outputs (the judge's failure, charged to the honest job). Each package's path is
+  compared by value, and a path into a directory a job can write (`writable`) is residue
+  whichever package holds it, one loaded since too.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+from typing import Any
+
+# runtime values: the compiler folds constant expressions (in round-to-nearest, at import)
+_VALUES = [1.0, 2.0 ** -60, 2.0 ** -53 + 2.0 ** -60, 2.0 ** -1022, 2.0 ** -1074]
+
+
+def float_environment(values: list[float] = _VALUES) -> tuple[float, ...]:
+    """What this thread's arithmetic makes of a few sums and products whose results differ by
+    rounding mode, flush-to-zero and denormals-are-zero (the same tuple for the same mode)."""
+    one, tiny, over_half, smallest_normal, smallest = values
+    return (one + tiny,  # round-to-nearest: 1.0; upward: the next double
+            -one - tiny,  # downward: the next double below -1
+            one + over_half,  # nearest: 1 + 2^-52; toward zero and downward: 1.0
+            smallest_normal * 0.5 * one,  # flush-to-zero: 0.0
+            smallest * 2.0 * one)  # denormals-are-zero: 0.0
+
+
+def codec_search() -> tuple[int, ...]:
+    """Identity of the functions on the codecs search path: the interpreter's list that held
+    `encodings.search_function` when first asked (found as its referrer once: a scan of every
+    object; the list stays the interpreter's for the process's life, changed in place)."""
+    if not _PATH:
+        stock = getattr(sys.modules.get("encodings"), "search_function", None)
+        _PATH.extend(r for r in gc.get_referrers(stock) if type(r) is list) if stock else None
+    return tuple(id(fn) for path in _PATH for fn in list(path))
+
+
+_PATH: list[Any] = []  # the interpreter's codecs search path (`codec_search`)
+
+
+def numpy_errors() -> tuple[Any, ...]:
+    """numpy's error modes and the identity of its error callback (numpy's defaults where it
+    is not loaded yet: a job that first imports it changes nothing)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is None or not hasattr(numpy, "geterr"):
+        return NUMPY_DEFAULT
+    return tuple(sorted(numpy.geterr().items())) + (id(numpy.geterrcall()),)
+
+
+NUMPY_DEFAULT = (("divide", "warn"), ("invalid", "warn"), ("over", "warn"), ("under", "ignore"),
+                 id(None))
+
+
+def _search_path(module: Any) -> tuple[tuple[str, ...], bool] | None:
+    """A package's `__path__` as the import system iterates it (a list, or a namespace
+    package's `_NamespacePath`: True) or an object of its own (torch.ops: its type's name,
+    False); None for a module that is not a package."""
+    path = getattr(module, "__path__", None) if isinstance(module, type(sys)) else None
+    if type(path) is list or type(path).__name__ == "_NamespacePath":
+        return tuple(map(str, list(path))), True
+    return None if path is None else ((type(path).__name__,), False)
+
+
+def package_paths() -> dict[str, int]:
+    """Each loaded package's search path by value, and the packages whose path enters a
+    directory a job of the worker can write (all of them, in one key: none, honestly)."""
+    out, into = {}, []
+    for name, module in list(sys.modules.items()):
+        got = _search_path(module) if type(name) is str else None
+        if got is not None:
+            out[f"{name}.__path__ (value)"] = hash(got[0])
+            into += [name] if got[1] and any(map(writable, got[0])) else []
+    out["packages whose path is writable"] = hash(tuple(sorted(into)))
+    return out
+
+
+def writable(path: str) -> bool:
+    """Whether `path` lies in a directory a job of this worker can write (its tmpfs, shm)."""
+    real = os.path.realpath(path)
+    return any(real == d or real.startswith(d.rstrip(os.sep) + os.sep) for d in (
+        os.path.realpath(p) for p in (os.environ.get("KS_WORKER_TMP") or "", "/dev/shm") if p))
+
+
+def snapshot() -> dict[str, int]:
+    """The keys `process_state` compares for this module."""
+    return {**package_paths(), "floating-point environment": hash(float_environment()),
+            "codecs search path": hash(codec_search()),
+            "numpy floating-point error state": hash(numpy_errors())}
