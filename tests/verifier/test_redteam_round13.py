@@ -18,7 +18,6 @@ device fingerprint of stepped trials (GPU).
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -47,27 +46,9 @@ def _loop(sources: list[str], task: str, prefix: str = "r13", timeout_s: float =
           ) -> tuple[list[Any], int]:
     """`verifier_cases.cpu_loop_jobs` for any task: one `GpuRunner` (cpu loop, the judge's
     arena and clock), a job per source in order; the outcomes and the runs made again."""
-    from verifier.judge.construct import DEVICE
-    from verifier.judge.inputs import trial_input_seed
-    from verifier.protocol import VerifyOptions
-    from verifier.run.gpu_runner import GpuRunner
-    from verifier.stages import JOB_OPTIONS
+    from verifier_cases import cpu_loop_jobs
 
-    opts = VerifyOptions(backend="cpu", workers=1, run_timeout_s=timeout_s, trials=2,
-                         perf_trials=2, perf_warmup=1)
-    runner = GpuRunner(opts, {}, "cpu")
-    outs = []
-    try:
-        for i, src in enumerate(sources):
-            item = SimpleNamespace(req=SimpleNamespace(task_source=task, task_id="t13"),
-                                   built={}, specs=[], code=src)
-            job = {"nonce": f"{prefix}-{i}", "backend": "cpu", "input_seed": trial_input_seed(),
-                   "variants": [], "options": {**{k: getattr(opts, k) for k in JOB_OPTIONS},
-                                               "construct": DEVICE}}
-            outs.append(runner.run(item, job))
-    finally:
-        runner.close()
-    return outs, runner.confirmations
+    return cpu_loop_jobs(sources, prefix, task, timeout_s)
 
 
 def _said(out: Any) -> str:

@@ -415,10 +415,12 @@ def tmp_venv(root: Path) -> Path:
     return venv
 
 
-def cpu_loop_jobs(sources: list[str], prefix: str) -> tuple[list[Any], int]:
-    """One `GpuRunner` on its cpu loop (one worker, the judge's arena and clock), a relu job per
-    source (nonces `prefix`-i), in order: the outcomes, and how many runs it made again in a
-    fresh worker. Jobs after jobs in one worker are where one job's residue reaches another."""
+def cpu_loop_jobs(sources: list[str], prefix: str, task: str | None = None,
+                  timeout_s: float = 60.0) -> tuple[list[Any], int]:
+    """One `GpuRunner` on its cpu loop (one worker, the judge's arena and clock), a job of
+    `task` (a 256 x 256 relu when None) per source (nonces `prefix`-i), in order: the
+    outcomes, and how many runs it made again in a fresh worker. Jobs after jobs in one worker
+    are where one job's residue reaches another."""
     from types import SimpleNamespace
 
     from verifier.judge.construct import DEVICE
@@ -427,10 +429,10 @@ def cpu_loop_jobs(sources: list[str], prefix: str) -> tuple[list[Any], int]:
     from verifier.run.gpu_runner import GpuRunner
     from verifier.stages import JOB_OPTIONS
 
-    opts = VerifyOptions(backend="cpu", workers=1, run_timeout_s=60.0, trials=2,
+    opts = VerifyOptions(backend="cpu", workers=1, run_timeout_s=timeout_s, trials=2,
                          perf_trials=2, perf_warmup=1)
     runner = GpuRunner(opts, {}, "cpu")
-    task = relu_task(256, 256)
+    task = task or relu_task(256, 256)
     outs = []
     try:
         for i, src in enumerate(sources):
