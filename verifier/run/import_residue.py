@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 PREFIX = "sys.path_importer_cache "
@@ -39,11 +40,10 @@ IMPORT_CLASSES = (("importlib.machinery", "PathFinder"), ("importlib.machinery",
                   ("importlib.machinery", "ExtensionFileLoader"), ("zipimport", "zipimporter"))
 
 
-def snapshot() -> dict[str, int]:
+def snapshot(identity: Callable[[Any], int]) -> dict[str, int]:
     """Each finder of the cache by identity, each None entry of a directory as a mark, and the
-    attributes of the import classes (with their bases) by identity."""
-    from verifier.run import tamper
-
+    attributes of the import classes (with their bases) by `identity` (`tamper.identity`, passed
+    in: tamper imports this module)."""
     out = {}
     for path, finder in list(sys.path_importer_cache.items()):
         if finder is not None:
@@ -52,7 +52,7 @@ def snapshot() -> dict[str, int]:
             out[f"{PREFIX}{path}{NONE_DIR}"] = 0
     for cls in _import_classes():
         out[f"{cls.__module__}.{cls.__qualname__} attributes (import)"] = hash(frozenset(
-            (a, tamper.identity(b)) for a, b in list(vars(cls).items())))
+            (a, identity(b)) for a, b in list(vars(cls).items())))
     return out
 
 

@@ -246,7 +246,7 @@ def interpreter_private() -> dict[str, int]:
             if k.startswith("_") and callable(v) and not isinstance(v, types.ModuleType):
                 out[f"{name}.{k} (private)"] = identity(v)
     out["warnings.filters"] = hash(tuple(tuple(map(id, f)) for f in list(warnings.filters)))
-    out.update(import_residue.snapshot())  # its new entries: `import_residue.added`
+    out.update(import_residue.snapshot(identity))  # its new entries: `import_residue.added`
     hooks = sys.modules.get("torch.nn.modules.module")
     for k, v in list(vars(hooks).items()) if hooks is not None else ():
         if k.startswith("_global") and isinstance(v, dict):
