@@ -208,6 +208,8 @@ def test_profile_says_where_the_batch_time_went(tmp_path: Path) -> None:
     table = profile_text(p.stderr)
     assert table.splitlines()[0].split()[:3] == ["phase", "n", "sum"]
     assert any(ln.startswith("front ") for ln in table.splitlines()), table
+    per = [json.loads(ln) for ln in Path(f"{out}.timings.jsonl").read_text().splitlines()]
+    assert sorted(t["candidate_id"] for t in per) == sorted(r["candidate_id"] for r in rows)
     quiet = subprocess.run(_cmd(src, tmp_path / "again.jsonl"), cwd=ROOT, capture_output=True,
                            text=True, timeout=300)
     assert quiet.returncode == 0 and profile_text(quiet.stderr) == ""

@@ -319,7 +319,8 @@ def profile_text(stderr: str) -> str:
 def run_batch(batch: Path, out: Path | None, options: VerifyOptions, progress: str = "normal",
               interval_s: float = 5.0, profile: bool = False) -> int:
     """Batch mode: verify the rows of `batch`, streaming verdicts to `out`; resume from it;
-    `profile`: where the wall time went (`verifier.run.batch_stats`), on stderr at the end."""
+    `profile`: where the wall time went (`verifier.run.batch_stats`), on stderr at the end, and
+    each candidate's (`<out>.timings.jsonl`)."""
     from verifier.api import verify_batch
 
     requests = to_requests(read_rows(batch), batch)
@@ -350,13 +351,18 @@ def run_batch(batch: Path, out: Path | None, options: VerifyOptions, progress: s
 
     report.start()
     stats: dict[str, Any] = {}
+    timings: dict[str, dict[str, Any]] | None = {} if profile and out else None
     try:
-        verdicts = verify_batch(pending, options, progress=decided, stats=stats) \
-            if pending else []
+        verdicts = verify_batch(pending, options, progress=decided, stats=stats,
+                                timings=timings) if pending else []
     finally:
         report.close()
         if profile and stats:
             print(f"{PROFILE_START}\n{profile_table(stats)}\n{PROFILE_END}", file=sys.stderr)
+        if timings and out:  # each candidate's spans and phases, beside the verdicts
+            Path(f"{out}.timings.jsonl").write_text("".join(
+                json.dumps({"candidate_id": k, **v}, default=str) + "\n"
+                for k, v in timings.items()), "utf-8")
         if log is not None:
             log.close()
     rows = dict(done)
