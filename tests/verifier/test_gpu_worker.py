@@ -56,9 +56,11 @@ def test_one_process_many_jobs_and_bad_jobs_end_only_themselves(
     assert v["crash"].status == "runtime_error" and "SIGSEGV" in v["crash"].error
     assert v["hang"].status == "timeout"
     assert {t.get("worker_device") for n, t in timings.items() if n.startswith("ok")} == {"cpu"}
+    rules = {name: {f["rule"] for f in v[name].findings} for name in v}
     for name in ("ok1", "ok2", "ok3", "ok4"):  # the judge's own clock timed the windows
-        clock = timings[name]["judge_clock"]
-        assert len(clock["windows_us"]) == 3 and clock["runtime_us"] == v[name].runtime_us
+        clock = timings[name]["judge_clock"]  # (one where load made it settle at once)
+        windows = 1 if "timing_settled" in rules[name] else 3
+        assert len(clock["windows_us"]) == windows and clock["runtime_us"] == v[name].runtime_us
     # builds land in any order, so the run order is read back, not assumed
     ran = sorted(timings, key=lambda n: timings[n]["exec_end"])
     pid = {n: timings[n].get("worker_pid") for n in ran if n not in ("crash", "hang")}
@@ -67,13 +69,14 @@ def test_one_process_many_jobs_and_bad_jobs_end_only_themselves(
         if name in ("crash", "hang"):  # it ends its process: the next one gets a fresh one
             current = None
             continue
-        if current is None:
-            assert pid[name] not in seen, (ran, pid)
+        if current is None or "confirmed_fresh" in rules[name]:  # (load tripped a rule:
+            assert pid[name] not in seen, (ran, pid)  # made again in a fresh worker)
         else:  # after a good or a merely wrong candidate the same process goes on
             assert pid[name] == current, (ran, pid)
         current = pid[name]
         seen.add(current)
-    assert len(seen) == 1 + sum(n in ("crash", "hang") for n in ran[:-1])
+    ended = 1 + sum(n in ("crash", "hang") for n in ran[:-1])  # (a confirmed run right after
+    assert ended <= len(seen) <= ended + sum("confirmed_fresh" in rules[n] for n in ran)  # one)
 
 
 def test_tampering_the_static_stage_missed_is_caught_between_jobs() -> None:

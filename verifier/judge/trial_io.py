@@ -45,6 +45,15 @@ def put(slot: Any, out: Any, values: list[Any]) -> None:
         values.append(out)
 
 
+def tensors_only(layout: Any) -> bool:
+    """Whether an output of this arena layout (`verifier.judge.arena.plan`) holds tensors only:
+    no plain value the worker reports at the end."""
+    kind, value = next(iter(layout.items()))
+    if kind in ("t", "v"):
+        return kind == "t"
+    return all(tensors_only(v) for v in value)
+
+
 def rebuild(slot: Any, values: Any) -> Any:
     """The candidate's output as the judge sees it: the slot's tensors, and the plain values
     the worker reported in the places the reference has them; ValueError when they differ in
@@ -122,13 +131,18 @@ class ArenaTrials:
         self.paced = paced  # the judge times each trial (`verifier.judge.trial_pace`)
         self.blocks = spec["blocks"]
         self.values: list[list[Any]] = [[] for _ in self.blocks]
+        # the task's trials: more than its sets where the judge reuses them (a paced trial t on
+        # set t mod sets, its slot checked at its "q": `verifier.judge.trial_reuse`)
+        self.task_trials = max(int(spec.get("trials") or 0), len(self.blocks[0] or []))
 
     def _case(self, block: int, t: int) -> dict[str, Any] | None:
         cases = self.blocks[block] if block < len(self.blocks) else None
+        if block == 0 and cases and t < self.task_trials:
+            t %= len(cases)
         return cases[t] if cases is not None and t < len(cases) else None
 
     def trials(self) -> int:
-        return len(self.blocks[0] or [])
+        return self.task_trials if self.blocks[0] else 0
 
     def inputs(self, block: int, t: int) -> list[Any] | None:
         """Trial `t` of `block`'s inputs, views of the arena (None: the judge made none)."""

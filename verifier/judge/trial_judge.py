@@ -28,9 +28,12 @@ size: two int64 temporaries of a chunk, within the comparison's (`admission.CHUN
 device's `publish` draws the set again from its seed, the judge's one regenerated set
 (`admission.judge_bytes`). A cpu judge draws the sets when it is made and only writes each into
 the file at its "p": no torch between the trials (a torch op there can leave the verifier's
-thread pool spinning beside the worker's next trial, which the clock times). A paced job has at
-least `trial_pace.PACED_TRIALS` trials (room permitting): fewer would leave the clock no
-figure. The variants' trials are not paced (their inputs are published with the arena).
+thread pool spinning beside the worker's next trial, which the clock times). A paced job has
+every trial asked, and at least `trial_pace.PACED_TRIALS` (fewer leave the clock no figure):
+where admission holds fewer sets (a GB-sized task), paced trial t runs on set t mod sets, its
+inputs drawn at its "p" and its slot poisoned again, and a trial whose set a later one reuses
+is checked at its "q" (`_check_now`; an output of tensors only: no plain value to wait for).
+The variants' trials are not paced (their inputs are published with the arena).
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ from verifier.judge import decide, trial_pace
 from verifier.judge.admission import Admission, Footprint, admit
 from verifier.judge.arena import Arena, fill, plan, views
 from verifier.judge.construct import DEVICE
+from verifier.judge.fingerprint import fingerprint
 from verifier.judge.tensors import clone, same, varies
+from verifier.judge.trial_io import tensors_only
 
 POISON = 0xFF  # slot bytes before the worker writes: NaN in every float type
 
@@ -152,7 +157,12 @@ class TrialJudge:
         if not self.admission.fits:
             raise DoesNotFit(self.admission.why)
         self._place(VARIANT_TRIALS)
-        self.spec = {"nbytes": self.arena.nbytes, "trials": self.admission.trial_sets,
+        sets = self.admission.trial_sets  # a stepped job's trials past them reuse them
+        self.paced = trials if self.stepped and sets < trials and tensors_only(
+            self.main.out_layout) else sets
+        self.in_slot = list(range(sets))  # the trial each set holds (its seed: `main.seeds`)
+        self.early, self.early_worst = "", {}  # type: str, dict[str, float]
+        self.spec = {"nbytes": self.arena.nbytes, "trials": self.paced,
                      "blocks": [[{"inputs": c["inputs"], "out": c["out"]} for c in b.cases]
                                 if b is not None else None
                                 for b in [self.main, *self.variants]]}
@@ -200,8 +210,11 @@ class TrialJudge:
         clock's "g": a cpu judge writes its copy's span into the file (no torch here: the
         verifier's thread pool would spin beside the worker's trial); a device's draws the set
         again from its seed (one set held while it is written) and synchronizes."""
-        if not (self.stepped and 0 <= t < len(self.main.cases)):
+        if not (self.stepped and 0 <= t < self.paced):
             raise ValueError(f"no paced trial {t + 1} in this job")
+        if t >= len(self.main.cases):
+            self._publish_again(t)
+            return
         if self.arena.device != "cpu":
             drawn = self._draw(self.main, self.main.seeds[t])
             fill(views(self.arena, self.main.cases[t]["inputs"]), drawn)
@@ -213,12 +226,46 @@ class TrialJudge:
         """Trial t's slot read now (at its "q"): a cpu judge's copy of it is what `check`
         compares (it pulls no sealed slot again); a device's fingerprint is what the slot must
         still have at the check (`fingerprints`)."""
-        if not (self.stepped and 0 <= t < len(self.main.cases)) or t in self.seals:
+        if not (self.stepped and 0 <= t < self.paced) or t in self.seals:
             raise ValueError(f"trial {t + 1} sealed twice or not paced in this job")
-        _, lo, hi = self.main.spans[t]
+        sets = len(self.main.cases)
+        if t + sets < self.paced:  # its set is reused by a later trial: its check is now
+            self._check_now(t)
+            return
+        _, lo, hi = self.main.spans[t % sets]
         self.arena.pull(lo, hi)
         self.seals[t] = (fingerprint(self.arena.base[lo:hi], self._key + t, self.admission.chunk)
                          if self.fingerprints else None)
+
+    def _publish_again(self, t: int) -> None:
+        """A paced trial past the arena's sets (`paced`): its inputs drawn into set t mod sets
+        (whose last trial was checked at its "q", `_check_now`) and its slot poisoned again."""
+        s = t % len(self.main.cases)
+        lo, mid, hi = self.main.spans[s]
+        self.main.seeds[s], self.in_slot[s] = self.input_seed + 1000 + t, t
+        drawn = self._draw(self.main, self.main.seeds[s])
+        fill(views(self.arena, self.main.cases[s]["inputs"]), drawn)
+        del drawn
+        self.arena.base[mid:hi].fill_(POISON)
+        self.arena.push(lo, hi)
+        _synchronize()
+
+    def _check_now(self, t: int) -> None:
+        """Paced trial t, whose set a later trial reuses, checked at its "q" as `check` checks
+        the others; the first failure is the trials' (`check` answers it). A cpu judge then
+        lets its thread pool go quiet (~5-10 ms of spin) before the clock times the next."""
+        import time
+
+        s, self.seals[t] = t % len(self.main.cases), None
+        if self.early:
+            return
+        self.arena.pull(*self.main.spans[s][::2])
+        why = self._check_case(self.main, self.main.seeds[s], self.main.cases[s], [],
+                               self.early_worst)
+        if why:
+            self.early = f"trial {t + 1}, checked by the verifier itself: {why}"
+        if self.arena.device == "cpu":
+            time.sleep(0.02)
 
     def _pull(self) -> None:
         """The file's bytes into a cpu judge's copy for the check: all, but a sealed slot (read
@@ -230,15 +277,17 @@ class TrialJudge:
             self.arena.pull(lo, mid)
         self.arena.pull(self.main.spans[-1][2], self.arena.nbytes)
 
-    def _sealed(self, t: int) -> str:
-        """Why trial t's slot is not what it was at its "q" ("" when it is, or unstepped)."""
+    def _sealed(self, c: int) -> str:
+        """Why set c's slot is not what it was at its last trial's "q" ("" when it is, or
+        unstepped)."""
         if not self.stepped:
             return ""
+        t = self.in_slot[c]
         if t not in self.seals:
             return "the trial was not paced by the verifier's clock"
         if self.seals[t] is None:  # the judge's copy, read then
             return ""
-        _, lo, hi = self.main.spans[t]
+        _, lo, hi = self.main.spans[c]
         now = fingerprint(self.arena.base[lo:hi], self._key + t, self.admission.chunk)
         if now != self.seals[t]:
             return ("its output slot changed after the trial ended (the verifier read it at "
@@ -255,12 +304,19 @@ class TrialJudge:
             self._pull()
         except OSError as exc:
             return False, f"the trials' arena is unreadable: {exc}", {}
+        if self.early:  # a trial whose set was reused, checked at its "q" (`_check_now`)
+            return False, self.early, dict(self.early_worst)
         try:
             values = values_of_report(report, len(self.variants) + 1)
         except ValueError as exc:
             return False, f"the worker's trial report: {exc}", {}
-        worst: dict[str, float] = {}
-        ok, why = self._check_block(self.main, values[0], "", worst)
+        worst: dict[str, float] = dict(self.early_worst)
+        main = values[0]
+        if self.paced > len(self.main.cases):  # the sets' last trials (others: checked)
+            if not isinstance(main, list) or len(main) != self.paced:
+                return False, f"the worker did not report its {self.paced} trials' outputs"
+            main = [main[t] for t in self.in_slot]
+        ok, why = self._check_block(self.main, main, "", worst)
         if ok:
             ok, why = self._check_variants(values[1:], checked)
         return ok, why, worst
@@ -345,33 +401,6 @@ class TrialJudge:
         self.main = None  # type: ignore[assignment]
         self.variants = []
         self.arena.close()
-
-
-def fingerprint(data: Any, key: int, chunk: int) -> int:
-    """A keyed hash of the bytes `data` (a uint8 tensor, on its device): the sum of each 32-bit
-    word (a trailing byte on its own) times a weight in [0, 2^31) drawn from `key`, mod 2^64
-    (int64 sums wrap). A change of the bytes leaves it unchanged with probability at most 2^-31
-    for weights the worker does not know: a word changes by some 0 < |d| < 2^32, and d * w
-    = c (mod 2^64) has at most one solution w under 2^31 (2^64 / gcd(d, 2^64) >= 2^33). Word by
-    word (a quarter of the weights and a third of the memory traffic of byte by byte: each
-    trial of a 6 GiB output is fingerprinted at its "q" and again at the check), in chunks of
-    `chunk` words, two int64 temporaries each (within the comparison's); read once."""
-    import torch
-
-    gen = torch.Generator(device=data.device)
-    gen.manual_seed(key)
-    total = torch.zeros((), dtype=torch.int64, device=data.device)
-    whole = data.numel() // 4 * 4
-    pieces = [data[lo:min(lo + 4 * chunk, whole)] for lo in range(0, whole, 4 * chunk)]
-    for piece in [*pieces, data[whole:]]:  # the words, then a trailing byte or three
-        if piece.numel() % 4 == 0:  # (a slot off a word boundary: its chunk copied onto one)
-            piece = (piece if piece.storage_offset() % 4 == 0 else piece.clone()).view(
-                torch.int32)
-        x = piece.to(torch.int64)
-        weights = torch.randint(0, 1 << 31, x.shape, generator=gen, device=data.device,
-                                dtype=torch.int64)
-        total += x.mul_(weights).sum()
-    return int(total)
 
 
 def _shift(layout: Any, start: int) -> Any:
