@@ -29,10 +29,10 @@ device's `publish` draws the set again from its seed, the judge's one regenerate
 (`admission.judge_bytes`). A cpu judge draws the sets when it is made and only writes each into
 the file at its "p": no torch between the trials (a torch op there can leave the verifier's
 thread pool spinning beside the worker's next trial, which the clock times). A paced job has
-every trial asked, and at least `trial_pace.PACED_TRIALS` (fewer leave the clock no figure):
-where admission holds fewer sets (a GB-sized task), paced trial t runs on set t mod sets, its
-inputs drawn at its "p" and its slot poisoned again, and a trial whose set a later one reuses
-is checked at its "q" (`_check_now`; an output of tensors only: no plain value to wait for).
+at least `trial_pace.PACED_TRIALS` trials (fewer leave the clock no figure): where admission
+holds fewer sets (a GB-sized task), paced trial t runs on set t mod sets, its inputs drawn at
+its "p" and its slot poisoned again, and a trial whose set a later one reuses is checked at its
+"q" (`_check_now`; an output of tensors only: no plain value to wait for).
 The variants' trials are not paced (their inputs are published with the arena).
 """
 
@@ -158,8 +158,8 @@ class TrialJudge:
             raise DoesNotFit(self.admission.why)
         self._place(VARIANT_TRIALS)
         sets = self.admission.trial_sets  # a stepped job's trials past them reuse them
-        self.paced = trials if self.stepped and sets < trials and tensors_only(
-            self.main.out_layout) else sets
+        least, reusable = trial_pace.PACED_TRIALS, tensors_only(self.main.out_layout)
+        self.paced = least if self.stepped and sets < least and reusable else sets  # no more
         self.in_slot = list(range(sets))  # the trial each set holds (its seed: `main.seeds`)
         self.early, self.early_worst = "", {}  # type: str, dict[str, float]
         self.spec = {"nbytes": self.arena.nbytes, "trials": self.paced,
