@@ -213,21 +213,17 @@ def test_an_object_a_job_froze_itself_is_pinned_too() -> None:
     """A `__del__` object moved to the collector's permanent generation by the job's own
     `gc.freeze()`, where `gc.get_objects()` does not list it. Before (main at 258f195: no
     object was pinned; this branch's scan of the unfrozen objects alone, measured: not
-    pinned), its `__del__` ran when it was dropped after the settle. Now
-    the permanent generation grown past what the harness froze makes the settle scan every
-    object (`disarm.pin_mortal`): pinned, it never runs."""
+    pinned), its `__del__` ran when it was dropped after the settle. Now the job's freeze is
+    seen (`disarm.frozen_since`: the harness's mark left the listed objects) and the settle
+    scans every object (`disarm.pin_mortal`): pinned, it never runs."""
     assert _frozen("plain") == "0"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the settle sees a job's own `gc.freeze()` by the permanent generation's growth past what "
-    "the harness froze (`disarm.FROZEN`, past `FREEZE_SLACK`, 8); a job that lets as many "
-    "frozen objects die first (clears a cache the harness froze) hides it, and what it froze "
-    "is not pinned. Fix: "
-    "`gc.unfreeze()` before every settle's scan (0.17 s for a warm cpu worker's 290k objects "
-    "on the 2-core CI host, measured), or a permanent generation the harness keeps apart"))
 def test_an_object_a_job_froze_behind_dead_frozen_objects_is_pinned_too() -> None:
-    """The same, after clearing a frozen list of 200k lists: measured here, `__del__` ran."""
+    """The same, after clearing a frozen list of 200k lists. Before (main at 264aee6, a strict
+    xfail there, measured: `__del__` ran): the freeze was seen by the permanent generation's
+    growth past what the harness froze, which the dead lists hid. Now by the harness's mark
+    (`disarm.MARK`), whatever the generation's size: pinned."""
     assert _frozen("compensate") == "0"
 
 

@@ -19,8 +19,9 @@ import pytest
 import torch
 
 import verifier.judge.device_compare as device_compare
+import verifier.judge.window_judge as window_judge
 from verifier.judge.arena import Arena, views
-from verifier.judge.window_judge import DEEP_CHECKS, RANDOM_CHECKS, WindowJudge
+from verifier.judge.window_judge import DEEP_CHECKS, RANDOM_CHECKS, CheckParts, WindowJudge
 
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)
 CALLS = 6  # a deep check of this many compares every call (fewer than DEEP_CHECKS)
@@ -75,11 +76,17 @@ def _window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deep: bool,
             work["input_tensors"] += 1
             return real_equal(a, b)
 
+        def synchronize(device: str) -> None:  # the check's parts make none (`CheckParts`)
+            work["synchronize"] += 1
+
         judge.model = reference
         monkeypatch.setattr(device_compare, "judge", compared)
         monkeypatch.setattr(torch, "equal", equal)
+        monkeypatch.setattr(window_judge, "_synchronize", synchronize)
         why = judge.check(CALLS, deep)
         monkeypatch.undo()
+        assert set(judge.parts) == {"draws", "reference", "compare", "inputs", "clone"}
+        assert all(s >= 0 for s in judge.parts.values()), judge.parts
         return why, work
     finally:
         worker.close()
@@ -92,7 +99,8 @@ def test_a_failing_check_does_a_passing_checks_work(tmp_path: Path,
                                                     deep: bool) -> None:
     """The last call's output is the first pick: wrong there, the check used to answer after
     one comparison, with no input compared. Now every pick is compared (their references run
-    too) and every input tensor of every set, as on a window that passes."""
+    too) and every input tensor of every set, as on a window that passes. No synchronization
+    of the device in a check (its profile's parts made two a pick, and one for the clone)."""
     assert CALLS - 1 <= DEEP_CHECKS
     picks = CALLS if deep else 1 + RANDOM_CHECKS
     passing, work = _window(tmp_path / "pass", monkeypatch, deep, set(), set())
@@ -122,3 +130,50 @@ def test_the_first_failures_message_is_kept(tmp_path: Path,
     assert why.startswith(f"{head}3 of {CALLS}: output 0: "), why  # picks: last, then 1..n-1
     why, _ = _window(tmp_path / "c", monkeypatch, True, set(), {3})
     assert why == "forward modified its input tensors during a timed call", why
+
+
+class _Event:
+    """A device's timing event as the judge uses one (recorded now, read once complete)."""
+
+    made: list[_Event] = []
+    now = [0.0]
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        assert enable_timing
+        self.at, self.waited = None, 0
+        _Event.made.append(self)
+
+    def record(self) -> None:
+        self.at = _Event.now[0]
+
+    def synchronize(self) -> None:
+        self.waited += 1
+
+    def elapsed_time(self, end: _Event) -> float:  # milliseconds, as torch's
+        assert self.at is not None and end.at is not None
+        return (end.at - self.at) * 1e3
+
+
+def test_a_devices_check_parts_are_read_from_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a device the parts are the gaps between events recorded on its stream (no
+    synchronization: only the last event is waited on, recorded after the check's last host
+    read); each label's gaps add up."""
+    monkeypatch.setattr(torch, "ksdev", type("ksdev", (), {"Event": _Event}), raising=False)
+    _Event.made.clear()
+    marks = CheckParts("ksdev:0")
+    for label, at in (("clone", 0.5), ("draws", 1.0), ("reference", 3.0), ("compare", 3.5),
+                      ("draws", 4.0), ("reference", 6.0), ("compare", 6.5), ("inputs", 7.0)):
+        _Event.now[0] = at
+        marks.done(label)
+    parts = marks.seconds({"draws": 0.0})
+    assert parts == pytest.approx({"clone": 0.5, "draws": 1.0, "reference": 4.0,
+                                   "compare": 1.0, "inputs": 0.5})
+    assert [e.waited for e in _Event.made] == [0] * 8 + [1]
+
+
+def test_a_cpu_check_parts_are_the_host_clock() -> None:
+    marks = CheckParts("cpu")
+    marks.done("draws")
+    marks.done("draws")
+    parts = marks.seconds({})
+    assert set(parts) == {"draws"} and parts["draws"] >= 0

@@ -124,6 +124,44 @@ def _synchronize(device: str) -> None:
         getattr(torch, device.split(":")[0]).synchronize()
 
 
+class CheckParts:
+    """Where a check's time goes (the referee's profile: "draws", "reference", ...), with no
+    synchronization of its own: on a device, events recorded on the judge's stream between
+    the parts (the device's timeline: a part's kernels and the host's enqueueing of them,
+    whichever is later) and read once the check's last comparison has read its result on the
+    host (each comparison does: `tensors.same`, `device_compare.compare`), so every event is
+    complete by then; on the cpu (or a device without timing events), the host clock."""
+
+    def __init__(self, device: str) -> None:
+        import torch
+
+        kind = getattr(torch, device.split(":")[0], None) if device != "cpu" else None
+        self._event = getattr(kind, "Event", None)
+        self.labels: list[str] = []
+        self.points: list[Any] = [self._now()]
+
+    def _now(self) -> Any:
+        if self._event is None:
+            return time.perf_counter()
+        event = self._event(enable_timing=True)
+        event.record()
+        return event
+
+    def done(self, label: str) -> None:
+        """The time since the last point is `label`'s."""
+        self.labels.append(label)
+        self.points.append(self._now())
+
+    def seconds(self, into: dict[str, float]) -> dict[str, float]:
+        """Each part's seconds added to `into`."""
+        if self._event is not None:
+            self.points[-1].synchronize()  # complete already: recorded before a host read
+        for label, a, b in zip(self.labels, self.points, self.points[1:], strict=False):
+            into[label] = into.get(label, 0.0) + (
+                b - a if self._event is None else a.elapsed_time(b) / 1e3)
+        return into
+
+
 class WindowJudge:
     """Fresh inputs per window in an arena both sides map; checks of what the worker left."""
 
@@ -264,7 +302,6 @@ class WindowJudge:
 
         picks = self.checked = self.picks(n, deep)
         self.parts = parts = {"draws": 0.0, "reference": 0.0, "compare": 0.0, "inputs": 0.0}
-        clock = time.perf_counter
         try:  # cpu: what the worker left, read once, now (nothing it writes later counts):
             for k in picks:  # the checked outputs first, then the inputs
                 if k not in self._snapped:  # (a stepped window's: read as each call ended)
@@ -275,10 +312,9 @@ class WindowJudge:
         # a device arena has no pull: the checked outputs as they are now, before any reference
         # runs (a worker still writing after "d" must not get that time)
         # (cpu: the slots are views of the judge's private copy, pulled above)
-        t0 = clock()
+        marks = CheckParts(self.device)  # no synchronization of its own
         seen = {k: self.slots[k] if self.device == "cpu" else clone(self.slots[k]) for k in picks}
-        _synchronize(self.device)
-        parts["clone"] = clock() - t0
+        marks.done("clone")
         # every pick compared and every input, whatever fails first (the first failure is the
         # answer): a check that stopped at a wrong output answered the worker sooner, and a
         # worker timing its "d" to the next window's order could tell it was caught, where the
@@ -289,31 +325,26 @@ class WindowJudge:
             # the reference runs on one draw of the set and an fp64 second opinion on a second
             # (the reference may write its inputs): a GB-sized set is held once, as admission counts
             # (`verifier.judge.admission.judge_bytes`; a clone beside it ran an H100 out of memory)
-            t0 = clock()
             drawn = self._draw(self._set_seeds[k])
-            _synchronize(self.device)
-            t1 = clock()
+            marks.done("draws")
             with decide.LOCK, torch.no_grad():
                 ref_out = self.model(*drawn)
             del drawn
-            _synchronize(self.device)
-            t2 = clock()
+            marks.done("reference")
             seed = self._set_seeds[k]  # drawn again only for an fp64 second opinion (a miss)
             with decide.LOCK, torch.no_grad():
                 verdict, msg, _, _ = _judge(
                     self.model, lambda s=seed: decide.make_inputs(self.get_inputs, s),
                     ref_out, seen[k], self.tol)
             del ref_out
-            parts["draws"] += t1 - t0
-            parts["reference"] += t2 - t1
-            parts["compare"] += clock() - t2
+            marks.done("compare")
             if verdict != "ok":
                 wrong.append(f"the output of a timed call was wrong: call {k + 1} of {n}: {msg}")
         # every set compared, each of its tensors (`same(every=True)`), before answering
-        t0 = clock()
         modified = [not same(target, self._draw(seed), every=True)
                     for target, seed in zip(self.views, self._set_seeds, strict=False)]
-        parts["inputs"] = clock() - t0
+        marks.done("inputs")
+        marks.seconds(parts)
         if any(modified):
             wrong.append("forward modified its input tensors during a timed call")
         return wrong[0] if wrong else ""

@@ -16,10 +16,16 @@ that has a `__del__`, and every live referent of a weak reference among them wit
 is held until the worker exits (`PINNED`): none of them dies in a later job.
 
 The scan lists the objects made since the harness last froze the collector's generations
-(`note_frozen`); a job that froze its own objects (`gc.freeze()`) grew the permanent
-generation past that, and then every object is scanned (`gc.unfreeze()` first: 0.17 s for a
-warm cpu worker's 290k objects on the 2-core CI host). Open (a strict xfail there): a job that
-lets as many frozen objects die as it freezes (or rewrites `FROZEN`) hides the growth.
+(`note_frozen`); a job that froze its own objects (`gc.freeze()`) moved them out of that list,
+and then every object is scanned (`gc.unfreeze()` first: 0.17 s for a warm cpu worker's 290k
+objects on the 2-core CI host). The job's freeze is seen by a mark, not by a count: a list the
+harness makes just after each of its own freezes (`MARK`) stays listed by `gc.get_objects()`
+until the next `gc.freeze()`, whoever calls it (objects leave the collector's generations for
+its permanent one only there: `gc.collect` moves them between generations 0-2, all listed), so
+a mark missing from the list is a freeze since; lists are never untracked. (The permanent
+generation's size, `gc.get_freeze_count()`, was compared before: a walk of its 290k objects,
+30 ms, twice a settle; a job that let as many frozen objects die as it froze hid its freeze.)
+Open: a job that rewrites `MARK` (harness data, as any in the process) hides it.
 """
 
 from __future__ import annotations
@@ -30,19 +36,24 @@ from typing import Any
 
 # what earlier jobs left that would run code as it dies: held for the worker's life
 PINNED: list[Any] = []
-# the permanent generation's size as the harness last froze it (-1: not yet), and how much the
-# harness itself adds after that at a settle (the settle's report, frozen by the worker's loop;
-# an honest job lets some 30 frozen objects die, measured: the generation shrinks)
-FROZEN = [-1]
-FREEZE_SLACK = 8
+# a list made just after the harness last froze the collector's generations (None: not yet):
+# listed by `gc.get_objects()` until the next `gc.freeze()`
+MARK: list[Any] = [None]
 
 
 def note_frozen(freeze: bool = True) -> None:
-    """Freeze what lives now (`freeze`: the worker's ready froze it already) and note the size
-    of the permanent generation."""
+    """Freeze what lives now (`freeze`: the worker's ready froze it already) and make the mark
+    that a later freeze moves out of the collector's lists."""
     if freeze:
         gc.freeze()
-    FROZEN[0] = gc.get_freeze_count()
+    MARK[0] = []
+
+
+def frozen_since() -> bool:
+    """Whether `gc.freeze()` ran since the harness's last `note_frozen` (its mark is no longer
+    among the objects the collector lists: young objects only, not the frozen ones)."""
+    mark = MARK[0]
+    return mark is not None and not any(obj is mark for obj in gc.get_objects())
 
 
 def detach_all() -> list[tuple[Any, Any]]:
@@ -60,7 +71,7 @@ def pin_mortal() -> int:
     """Hold every object the collector lists (those created since the last `gc.freeze`) that
     has a `__del__`, and the live referent of every weak reference among them with a
     callback; how many were pinned."""
-    if FROZEN[0] >= 0 and gc.get_freeze_count() > FROZEN[0] + FREEZE_SLACK:
+    if frozen_since():
         gc.unfreeze()  # the job froze objects itself: listed only once unfrozen
     has_del: dict[type, bool] = {}
     held = []

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from verifier.run.disarm import note_frozen
 from verifier.run.settle import (
     armed_finalizers,
     free_bytes,
@@ -316,7 +317,7 @@ def _settle(held: list[Any], ready: ReadyState) -> dict[str, Any]:
                                    "jobs: " + "; ".join(left) + ": its worker was replaced"})
     report["worker_leaves"] = leave = leave or bool(left)
     if not leave:  # what lives on is no later collection's work: each one scans its job's only
-        gc.freeze()
+        note_frozen()  # (and the mark of the next settle's `disarm.frozen_since`, made after)
     return report
 
 

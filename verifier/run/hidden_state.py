@@ -92,21 +92,28 @@ def _search_path(module: Any) -> tuple[tuple[str, ...], bool] | None:
 def package_paths() -> dict[str, int]:
     """Each loaded package's search path by value, and the packages whose path enters a
     directory a job of the worker can write (all of them, in one key: none, honestly)."""
-    out, into = {}, []
+    out, into, roots = {}, [], writable_roots()
     for name, module in list(sys.modules.items()):
         got = _search_path(module) if type(name) is str else None
         if got is not None:
             out[f"{name}.__path__ (value)"] = hash(got[0])
-            into += [name] if got[1] and any(map(writable, got[0])) else []
+            into += [name] if got[1] and any(writable(p, roots) for p in got[0]) else []
     out["packages whose path is writable"] = hash(tuple(sorted(into)))
     return out
 
 
-def writable(path: str) -> bool:
-    """Whether `path` lies in a directory a job of this worker can write (its tmpfs, shm)."""
+def writable_roots() -> tuple[str, ...]:
+    """The directories a job of this worker can write (its tmpfs, shm), resolved now."""
+    return tuple(os.path.realpath(p) for p in (os.environ.get("KS_WORKER_TMP") or "",
+                                                "/dev/shm") if p)
+
+
+def writable(path: str, roots: tuple[str, ...] | None = None) -> bool:
+    """Whether `path` lies in a directory a job of this worker can write (`roots`, resolved
+    once for a scan of many paths: `writable_roots` when None)."""
     real = os.path.realpath(path)
-    return any(real == d or real.startswith(d.rstrip(os.sep) + os.sep) for d in (
-        os.path.realpath(p) for p in (os.environ.get("KS_WORKER_TMP") or "", "/dev/shm") if p))
+    return any(real == d or real.startswith(d.rstrip(os.sep) + os.sep)
+               for d in (writable_roots() if roots is None else roots))
 
 
 def snapshot() -> dict[str, int]:

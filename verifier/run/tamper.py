@@ -5,10 +5,12 @@ a cheat)."""
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import sys
 import threading
 import types
+from itertools import compress
 from typing import Any
 
 from verifier.run import hidden_state, import_residue
@@ -89,12 +91,16 @@ def identity(fn: Any) -> int:
     """`fn`'s identity and, for a Python function, its code's and defaults' (a function keeps
     its identity when `fn.__code__` is assigned: a harness function so rewritten in one job
     framed the next, tests/verifier/test_redteam_round9.py)."""
-    if isinstance(fn, types.MethodType):
+    kind = type(fn)  # (`is`: neither type can be subclassed, so it is `isinstance`, faster)
+    if kind is types.MethodType:
         return hash((id(fn), identity(fn.__func__)))
-    if not isinstance(fn, types.FunctionType):  # not read through `getattr`: an object that
+    if kind is not types.FunctionType:  # not read through `getattr`: an object that
         return id(fn)  # answers any name (unittest.mock.call) answers a new one each time
     return hash((id(fn), id(fn.__code__), id(fn.__defaults__), id(fn.__kwdefaults__)))
 
+
+# the types whose `identity` is more than `id` (neither can be subclassed)
+_CODED = frozenset({types.FunctionType, types.MethodType})
 
 # threads of the process the interpreter does not list (a ctypes `pthread_create` of a Python
 # callback, a detached C++ thread): more than when ready, one may run in a later job
@@ -145,8 +151,9 @@ def process_state() -> dict[str, int]:
         except TypeError:  # not a module (an object placed in sys.modules)
             continue
         odd.extend(id(k) for k, _ in names if type(k) is not str)
-        state.update((f"{name}.{k}", identity(v)) for k, v in names
-                     if type(k) is str and not k.startswith("_") and callable(v))
+        dot = name + "."  # (a list, `+`, `identity` inlined: it runs twice a job, 45k names)
+        state.update([(dot + k, identity(v) if type(v) in _CODED else id(v)) for k, v in names
+                      if type(k) is str and k[:1] != "_" and callable(v)])
     state["keys of no str"] = hash(frozenset(odd))
     return state
 
@@ -356,9 +363,10 @@ def left_in_process(before: dict[str, int]) -> list[str]:
     for later jobs as a lazily loaded library does; one placed in sys.modules under a name a
     later job imports (`colorsys` below, `triton` on a GPU) would be the placer's code in it."""
     now = process_state()
-    changed = [k for k, v in before.items() if k not in PER_JOB
-               and import_residue.compared(k, now)
-               and (now[k] > v if k == OS_THREADS else now.get(k) != v)]
+    # the keys whose value differs first, in C (each rule below needs a difference: ~50k keys)
+    differ = compress(before, map(operator.ne, map(now.get, before), before.values()))
+    changed = [k for k in differ if k not in PER_JOB and import_residue.compared(k, now)
+               and (k != OS_THREADS or now[k] > before[k])]
     changed += import_residue.added(before)
     return changed + [f"{name} (not imported from a file)" for name, m in list(
         sys.modules.items()) if name not in before and not _imported(m)]
