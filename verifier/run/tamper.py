@@ -11,7 +11,7 @@ import threading
 import types
 from typing import Any
 
-from verifier.run import hidden_state, import_residue
+from verifier.run import hidden_state, import_residue, thread_settings
 
 # Functions the harness relies on; a candidate that replaces any of them is tampering.
 GUARDED = (
@@ -131,7 +131,8 @@ def process_state() -> dict[str, int]:
              "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
              **{k: hash(str(v)) for k, v in torch_switches().items()},
              **class_attributes(), **process_settings(), **protocol_state(),
-             **torch_private(), **interpreter_private(), **hidden_state.snapshot()}
+             **torch_private(), **interpreter_private(), **hidden_state.snapshot(),
+             **thread_settings.snapshot()}
     # keys of no exact str in sys.modules or a module's namespace: a job's own str class there
     # runs its `__eq__` at every later lookup of a name of equal hash (`import numpy` in the
     # next job ran it: tests/verifier/test_redteam_later_code.py)

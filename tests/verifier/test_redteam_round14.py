@@ -1,0 +1,111 @@
+"""Red-team round 14 on the cpu backend: attacks on branch attack14 (from main at 264aee6), as a
+policy rewarded for holes would try them (cases in tests/verifier/redteam_round14_cases.py).
+Each was measured first (the "Before" of each test); an open one would be a strict xfail
+naming its fix.
+
+Targets: residue routes of the persistent worker the residue check did not compare (closed in
+`verifier.run.thread_settings`: scheduling policy and cpu affinity, timer slack, the dumpable
+flag, the dispatcher's thread-local key sets (autocast, an excluded key), inference and anomaly
+modes, torch's config modules, numpy's buffer size, the signal wake-up descriptor, coroutine
+hooks).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import pytest
+from redteam_round14_cases import NUMPY_RELU, ROUTES, canary, leaving
+
+
+def _said(out: Any) -> str:
+    return " ".join(f.get("message", "") for f in (out.payload or {}).get("findings", ()))
+
+
+def _ok(out: Any) -> bool:
+    return out.referee is not None and bool(out.referee("run", {})[0])
+
+
+# --- 1-6. residue a later job runs under: scheduling, dispatch keys, numpy, timer slack ---------
+def test_process_settings_a_job_leaves_reach_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop): the canary (an honest numpy ReLU, off by one
+    where its process is not as the first canary's, a fresh worker's, was), then for each route
+    the attacker (an honest ReLU leaving ROUTES[route] in its `__del__`) and the canary again.
+    Before (main at 264aee6, measured here, a loop of canary, attacker, canary per route): for
+    every route the attacker correct with no finding and the later canary failed by the judge's
+    own check ("trial 1, checked by the verifier itself: output 0: 65536 of 65536 elements
+    differ ...: got 1, expected 0"), nothing run again: the failure stands on the honest job.
+    (`python_key` once ran the attacker again instead: its blinded trace made its trials
+    slower than its windows.) Now each is compared (`verifier.run.thread_settings`): each
+    attacker's worker is replaced with the finding on it, every canary correct."""
+    from verifier_cases import cpu_loop_jobs
+
+    path = f"/dev/shm/ks_r14_canary_{uuid.uuid4().hex}"
+    routes = sorted(ROUTES)
+    sources = [canary(path)]
+    for route in routes:
+        sources += [leaving(NUMPY_RELU, ROUTES[route]), canary(path)]
+    try:
+        outs, _ = cpu_loop_jobs(sources, "r14set")
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+    for route, attacker, later in zip(routes, outs[1::2], outs[2::2], strict=True):
+        assert _ok(attacker), (route, attacker.referee("run", {}) if attacker.referee else None)
+        assert "its worker was replaced" in _said(attacker), (route, _said(attacker))
+        assert _ok(later), (route, later.referee("run", {}) if later.referee else later)
+    assert _ok(outs[0])
+
+
+@pytest.mark.parametrize("route", ["wakeup_fd", "dumpable", "inductor_config", "asyncgen",
+                                   "inference_mode", "anomaly"])
+def test_more_settings_a_job_leaves_are_residue(route: str) -> None:
+    """Each route planted in this process is seen by the residue check, and nothing once it is
+    undone. Before (main at 264aee6, measured here): `left_in_process` empty for each
+    (`signal.set_wakeup_fd` of a dup'ed pipe end, `prctl(PR_SET_DUMPABLE, 0)`,
+    `torch._inductor.config.fallback_random = True`, `sys.set_asyncgen_hooks`, an
+    `inference_mode` entered and not left, `set_detect_anomaly(True)`)."""
+    import ctypes
+    import signal
+    import sys
+
+    import torch
+
+    from verifier.run.tamper import left_in_process, process_state
+
+    libc = ctypes.CDLL(None)
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    import torch._inductor.config as inductor
+
+    before = process_state()
+    mode = torch.inference_mode()
+    undo: Any = None
+    if route == "wakeup_fd":
+        signal.set_wakeup_fd(w)
+        undo = lambda: signal.set_wakeup_fd(-1)  # noqa: E731
+    elif route == "dumpable":
+        libc.prctl(4, 0, 0, 0, 0)
+        undo = lambda: libc.prctl(4, 1, 0, 0, 0)  # noqa: E731
+    elif route == "inductor_config":
+        inductor.fallback_random = not inductor.fallback_random
+        undo = lambda: delattr(inductor, "fallback_random")  # noqa: E731 (back to default)
+    elif route == "asyncgen":
+        sys.set_asyncgen_hooks(firstiter=lambda gen: None)
+        undo = lambda: sys.set_asyncgen_hooks(firstiter=None)  # noqa: E731
+    elif route == "inference_mode":
+        mode.__enter__()
+        undo = lambda: mode.__exit__(None, None, None)  # noqa: E731
+    else:
+        torch.autograd.set_detect_anomaly(True)
+        undo = lambda: torch.autograd.set_detect_anomaly(False)  # noqa: E731
+    try:
+        left = left_in_process(before)
+    finally:
+        undo()
+        os.close(r)
+        os.close(w)
+    assert left, route
+    assert not left_in_process(before), left_in_process(before)
