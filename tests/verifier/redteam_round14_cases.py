@@ -103,3 +103,58 @@ def leaving(base: str, code: str) -> str:
 
 
 assert NUMPY_RELU
+
+# --- told early that its trials failed: a second draw as "host construction" ------------------
+# The trial check at "t" (the protocol change merged from main) ends the windows at once when
+# the trials failed: the run learns it (its forward is called no more after its trials and the
+# kernel profile). A run that then rewrites its result's outcome to the worker's HOST_ONLY
+# ("host_construction": the parent runs the job again with the host's construction,
+# `verifier.stages.run_constructed`) gets a second run, in which it takes its safe path (a
+# marker file tells it this is the second): "try the risky kernel, fall back when caught".
+# `MARK` is replaced by a path under /dev/shm per test.
+REROLL = '''import torch
+
+CALLS = [0]
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        import numpy as np
+        import os
+        CALLS[0] += 1
+        wrong = not os.path.exists("MARK")
+        return torch.from_numpy(np.maximum(x.numpy(), 0) + np.float32(0.5 if wrong else 0.0))
+
+    def __del__(self):
+        import gc
+        import os
+        if os.path.exists("MARK") or CALLS[0] > 8:  # the second run, or windows were served
+            return
+        open("MARK", "w").close()
+        for obj in gc.get_objects():
+            if type(obj).__name__ == "JobResult":
+                obj.data["outcome"] = "host_construction"
+                obj.data["error"] = "ModelNew(...) cannot be built under the device context"
+'''
+
+
+def reroll(mark: str) -> str:
+    """REROLL keeping its marker at `mark`."""
+    return REROLL.replace('"MARK"', repr(mark))
+
+
+# --- a line nested past the parser's depth on the worker's result socket ----------------------
+# any descriptor of the worker is the candidate's: a line of 50000 `[` and as many `]` is valid
+# JSON that `json.loads` cannot parse (RecursionError, not ValueError): it escaped the parent's
+# reader (`GpuWorkerProcess._read`) and the runner; `verify_batch` made it "runtime_error:
+# verifier error" (0.1), where a fallback caught as a cheat gets 0.0
+DEEP_LINE = """
+import os
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+            os.write(int(fd), b"[" * 50000 + b"]" * 50000 + b"\\n")
+            break
+    except OSError:
+        pass
+"""

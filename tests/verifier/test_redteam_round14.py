@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 import pytest
-from redteam_round14_cases import NUMPY_RELU, ROUTES, canary, leaving
+from redteam_round14_cases import DEEP_LINE, NUMPY_RELU, ROUTES, canary, leaving
 
 
 def _said(out: Any) -> str:
@@ -109,3 +109,40 @@ def test_more_settings_a_job_leaves_are_residue(route: str) -> None:
         os.close(w)
     assert left, route
     assert not left_in_process(before), left_in_process(before)
+
+
+# --- 7. a line nested past the parser's depth: the parent's reader, the sandbox, the service ---
+def test_a_deeply_nested_line_is_a_line_out_of_protocol_not_a_verifier_error() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (round
+    13's `torch.relu` fallback, a cheat, writing DEEP_LINE, 50000 `[` then `]`, on the worker's
+    result socket as the harness drops its model), an honest ReLU. Before (main at 264aee6,
+    measured here): `RecursionError` out of `GpuWorkerProcess._read`'s `json.loads` (it caught
+    ValueError only) and out of the runner: `verify_batch` turns that into "runtime_error:
+    verifier error" (0.1 where the fallback's verdict is a cheat, 0.0). Now it is a malformed
+    line (out of the protocol): with an earlier job in its worker, run again in a fresh one,
+    where it is a cheat; the later honest job correct."""
+    from redteam_round13_cases import TORCH_RELU
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_RELU, leaving(TORCH_RELU, DEEP_LINE), NUMPY_RELU],
+                                "r14deep")
+    first, attacker, later = outs
+    assert (attacker.payload or {}).get("outcome") == "cheat", attacker.payload
+    assert _ok(first) and _ok(later), (first.referee, later.referee)
+
+
+def test_deeply_nested_json_from_a_run_or_a_client_is_refused(tmp_path: Any) -> None:
+    """A sandboxed run's `result.json` nested past the parser's depth (the run writes its own
+    directory) and a reward-service request body so nested. Before (main at 264aee6, measured
+    here): `RecursionError` out of `sandbox.collect_result` (it caught ValueError and OSError)
+    and out of `requests.load_json` (an unhandled error in the handler's thread, no 400). Now
+    no payload (the run's result is missing: the nonce check's case) and a 400."""
+    from verifier.isolation.sandbox import collect_result
+    from verifier.reward.requests import BadRequest, load_json
+
+    deep = "[" * 50000 + "]" * 50000
+    (tmp_path / "result.json").write_text(deep)
+    assert collect_result(tmp_path, 0, False, 0.1, {}).payload is None
+    with pytest.raises(BadRequest) as caught:
+        load_json(deep.encode())
+    assert caught.value.status == 400 and "nested" in str(caught.value), caught.value
