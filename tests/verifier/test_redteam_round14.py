@@ -134,9 +134,9 @@ def test_a_deeply_nested_line_is_a_line_out_of_protocol_not_a_verifier_error() -
 def test_deeply_nested_json_from_a_run_or_a_client_is_refused(tmp_path: Any) -> None:
     """A sandboxed run's `result.json` nested past the parser's depth (the run writes its own
     directory) and a reward-service request body so nested. Before (main at 264aee6, measured
-    here): `RecursionError` out of `sandbox.collect_result` (it caught ValueError and OSError)
-    and out of `requests.load_json` (an unhandled error in the handler's thread, no 400). Now
-    no payload (the run's result is missing: the nonce check's case) and a 400."""
+    here): `RecursionError` out of `sandbox.collect_result` (it caught ValueError and OSError);
+    the service's body held (a 400, "nested too deeply"). Now the run has no payload (its
+    result is missing: the nonce check's case)."""
     from verifier.isolation.sandbox import collect_result
     from verifier.reward.requests import BadRequest, load_json
 
