@@ -158,3 +158,19 @@ for fd in os.listdir("/proc/self/fd"):
     except OSError:
         pass
 """
+
+# --- the caches a later candidate's verdict reads: written from the worker ---------------------
+def writer(base: str, targets: list[str]) -> str:
+    """`base` (an honest numpy model) that tries to write each of `targets` in its forward
+    (the baseline cache a later candidate's speedup is read from, the tests' build cache, the
+    repository, the host's /tmp)."""
+    return base.replace("    def forward(self, x):\n", f'''    def forward(self, x):
+        import os
+        for t in {targets!r}:
+            try:
+                os.makedirs(os.path.dirname(t), exist_ok=True)
+                with open(t, "w") as f:
+                    f.write("{{}}")
+            except OSError:
+                pass
+''')

@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 import pytest
-from redteam_round14_cases import DEEP_LINE, NUMPY_RELU, ROUTES, canary, leaving
+from redteam_round14_cases import DEEP_LINE, NUMPY_RELU, ROUTES, canary, leaving, writer
 
 
 def _said(out: Any) -> str:
@@ -146,3 +146,30 @@ def test_deeply_nested_json_from_a_run_or_a_client_is_refused(tmp_path: Any) -> 
     with pytest.raises(BadRequest) as caught:
         load_json(deep.encode())
     assert caught.value.status == 400 and "nested" in str(caught.value), caught.value
+
+
+# --- 8. the baseline cache and the build cache, from the worker --------------------------------
+def test_the_worker_writes_no_cache_a_later_verdict_reads() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU that tries to write the
+    baseline cache (`baselines.default_cache_dir()/baselines`: a later candidate's speedup is
+    its eager figure), the tests' build cache, the repository and the host's /tmp. Measured
+    here: held: none of them written (the worker's mount namespace), the run correct."""
+    from pathlib import Path
+
+    from verifier_cases import cpu_loop_jobs
+
+    from verifier.run.baselines import default_cache_dir
+
+    tag = uuid.uuid4().hex
+    targets = [str(default_cache_dir() / "baselines" / f"ks_r14_{tag}.json"),
+               str(Path.home() / ".cache" / "kernelsynth-tests" / f"ks_r14_{tag}"),
+               str(Path(__file__).resolve().parent / f"ks_r14_{tag}"), f"/tmp/ks_r14_{tag}"]
+    try:
+        outs, _ = cpu_loop_jobs([writer(NUMPY_RELU, targets)], "r14w")
+        written = [t for t in targets if os.path.exists(t)]
+    finally:
+        for t in targets:
+            if os.path.exists(t):
+                os.remove(t)
+    assert not written, written
+    assert _ok(outs[0]), outs[0].referee
