@@ -174,3 +174,32 @@ def writer(base: str, targets: list[str]) -> str:
             except OSError:
                 pass
 ''')
+
+# --- a C-level signal handler on a POSIX timer: neither `signal.getsignal` nor `getitimer` ------
+# `sigaction` from compiled code (here libc's `signal` with a ctypes callback) is no Python
+# handler, and `timer_create` is no interval timer: every 10 ms of every later job, the
+# handler runs (here: it sleeps 8 ms: a later honest sibling is timed slower, nothing fails)
+POSIX_TIMER = """
+import ctypes, signal, time
+import builtins
+libc = ctypes.CDLL(None)
+cb = ctypes.CFUNCTYPE(None, ctypes.c_int)(lambda s: time.sleep(0.008))
+builtins.__dict__.setdefault("_ks_r14_keep", []).append(cb)
+libc.signal.restype = ctypes.c_void_p
+libc.signal(signal.SIGWINCH, cb)
+
+
+class Event(ctypes.Structure):
+    _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                ("pad", ctypes.c_byte * 48)]
+
+
+class Spec(ctypes.Structure):
+    _fields_ = [("i_s", ctypes.c_long), ("i_ns", ctypes.c_long), ("v_s", ctypes.c_long),
+                ("v_ns", ctypes.c_long)]
+
+
+timer = ctypes.c_void_p()
+libc.timer_create(1, ctypes.byref(Event(None, signal.SIGWINCH, 0)), ctypes.byref(timer))
+libc.timer_settime(timer, 0, ctypes.byref(Spec(0, 10_000_000, 0, 10_000_000)), None)
+"""

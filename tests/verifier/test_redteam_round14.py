@@ -17,7 +17,15 @@ import uuid
 from typing import Any
 
 import pytest
-from redteam_round14_cases import DEEP_LINE, NUMPY_RELU, ROUTES, canary, leaving, writer
+from redteam_round14_cases import (
+    DEEP_LINE,
+    NUMPY_RELU,
+    POSIX_TIMER,
+    ROUTES,
+    canary,
+    leaving,
+    writer,
+)
 
 
 def _said(out: Any) -> str:
@@ -173,3 +181,22 @@ def test_the_worker_writes_no_cache_a_later_verdict_reads() -> None:
                 os.remove(t)
     assert not written, written
     assert _ok(outs[0]), outs[0].referee
+
+
+# --- 9. a C-level signal handler on a POSIX timer ----------------------------------------------
+def test_a_c_signal_handler_on_a_posix_timer_slows_no_later_sibling() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (an honest
+    ReLU leaving POSIX_TIMER: libc `signal(SIGWINCH)` with a ctypes callback that sleeps 8 ms,
+    on a 10 ms `timer_create` timer), an honest ReLU. Before (main at 264aee6, measured here):
+    no finding, the worker kept; the later honest ReLU correct, timed at 359 us a call against
+    75 us before it, nothing run again (`signal.getsignal` and `getitimer` see neither). Now
+    the kernel's view (caught signals, /proc/self/timers: `thread_settings.kernel_signals`) is
+    compared: the attacker's worker is replaced, the sibling's time its own."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, _ = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, POSIX_TIMER), NUMPY_RELU], "r14pt")
+    first, attacker, later = outs
+    assert "signal handlers and POSIX timers" in _said(attacker), _said(attacker)
+    assert _ok(first) and _ok(later), (first.referee, later.referee)
+    fast = [((o.clock or {}).get("figures") or {}).get("runtime_us") for o in (first, later)]
+    assert all(fast) and fast[1] < 3 * fast[0] + 100.0, fast

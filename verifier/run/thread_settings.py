@@ -19,6 +19,11 @@ its worker is not as a fresh one is, was wrong after each, and nothing was run a
 - torch's config modules (`torch._dynamo.config`, `torch._inductor.config`, ...: values, not
   callables, so the module walk skips them): `fallback_random`, `cpp.simdlen` or dynamo's
   `disable` set by one job hold for every later job's `torch.compile`.
+- signal handlers and timers below Python: `sigaction` from compiled code is no handler
+  `signal.getsignal` shows, and `timer_create` no interval timer `getitimer` shows; a C-level
+  SIGWINCH handler on a 10 ms POSIX timer that slept 8 ms timed a later honest sibling at 359
+  us a call against 75 before (nothing failed, nothing was run again). The kernel lists both:
+  the caught and ignored signal masks, and the process's POSIX timers.
 - the thread's async generator hooks and coroutine origin tracking (code or cost at every
   later coroutine), and the process's dumpable flag (off: its /proc files are root's).
 """
@@ -102,6 +107,18 @@ def wakeup_fd() -> int:
     return old
 
 
+def kernel_signals() -> tuple[str, ...]:
+    """The signals the process catches or ignores (any handler, C or Python) and its POSIX
+    timers, as the kernel lists them."""
+    try:
+        with open("/proc/self/status") as f:
+            masks = tuple(ln.strip() for ln in f if ln.startswith(("SigCgt:", "SigIgn:")))
+        with open("/proc/self/timers") as f:
+            return masks + (f.read(),)
+    except OSError:
+        return ()
+
+
 def snapshot() -> dict[str, int]:
     """The keys `process_state` compares for this module."""
     return {"scheduling (policy, cpus)": hash(scheduling()),
@@ -109,4 +126,5 @@ def snapshot() -> dict[str, int]:
             "torch thread-local dispatch state": hash(torch_thread_state()),
             "torch config modules (value)": hash(torch_configs()),
             "numpy buffer size": numpy_buffer(), "signal wake-up fd": wakeup_fd(),
-            "coroutine hooks": hash(coroutine_hooks())}
+            "coroutine hooks": hash(coroutine_hooks()),
+            "signal handlers and POSIX timers (kernel)": hash(kernel_signals())}
