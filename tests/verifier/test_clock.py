@@ -88,7 +88,8 @@ def test_no_message_before_the_end_is_no_failure(tmp_path: Path) -> None:
     jc = JudgeClock(judge, workdir=tmp_path, wait_s=5.0)
     res = jc.result()
     judge.close()
-    assert res == {"figures": {}, "failure": "", "judge_error": "", "failed_check": ""}
+    assert res == {"figures": {}, "failure": "", "judge_error": "", "failed_check": "",
+                   "trials": None}
 
 
 def test_calls_for_keeps_the_round_trip_under_one_percent() -> None:

@@ -5,6 +5,7 @@ time at all. After its correctness trials it serves timed windows over two pipes
 run directory of a sandboxed run; inherited pipes, `FDS_ENV`, of a persistent worker):
 
     worker -> judge  "t"        ready: its inputs are views of the judge's arena (`verifier.judge.arena`)
+                                ("t <bytes>" and its trials' report: checked now, `trials_checked`)
     judge  -> worker "w <n>"    sent right after the judge wrote fresh inputs into the arena
     worker: n calls over the arena's input sets (under the dispatcher trace, as every call),
             call i's output copied into the arena's slot i, synchronize
@@ -84,7 +85,7 @@ from typing import Any
 
 from verifier.judge.clock_serve import GO, REQ
 from verifier.judge.stepped import can_step, metered, step_floor_s, stepped_window
-from verifier.judge.trial_pace import pace_trials, trial_figures
+from verifier.judge.trial_pace import pace_trials, trial_figures, trials_checked
 
 WINDOWS = 3
 TARGET_S = 0.02  # a window is at least this long (timer and scheduler noise well under 1%)
@@ -200,6 +201,7 @@ class JudgeClock:
         self.failure = ""  # why the windows do not stand (the worker's doing)
         self.failed_check = ""  # the first window whose outputs or inputs failed the checks
         self.judge_error = ""  # why the judge could not time them (not the worker's doing)
+        self.trials: list[Any] | None = None  # [ok, why, stats, s]: trials checked at "t"
         self.owns_fifos = fds is None  # (not `own`: ip_sampler names its objects so)
         if fds is None:
             assert workdir is not None
@@ -275,10 +277,11 @@ class JudgeClock:
         try:
             # a run that fails first sends nothing
             msg = pace_trials(self, self.read_message(time.perf_counter() + 1e9))
-            if msg != "t":
+            if msg.partition(" ")[0] != "t":
                 raise ValueError(f"unexpected clock message {msg[:40]!r}")
             started = self.serving = True
-            self.figures = self._measure()
+            if trials_checked(self, msg):  # trials that failed the judge's check: no window
+                self.figures = self._measure()
         except TimeoutError:
             if not self._stop.is_set():
                 self.failure = "the worker did not finish a timing window in time"
@@ -367,7 +370,8 @@ class JudgeClock:
         worker's doing), "judge_error" (the verifier's), "failed_check" (its checks')}."""
         figures = self.stop()
         return {"figures": {} if self.failed_check else figures, "judge_error": self.judge_error,
-                "failure": self.failed_check or self.failure, "failed_check": self.failed_check}
+                "failure": self.failed_check or self.failure, "failed_check": self.failed_check,
+                "trials": self.trials}
 
     def stop(self) -> dict[str, Any]:
         """The figures once the windows are over (or abandoned: the worker is gone)."""

@@ -49,15 +49,25 @@ def _plain(out: Any) -> bool:
     return not isinstance(out, torch.Tensor) or type(out) is torch.Tensor
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """All of `data` into the pipe `fd` (a write larger than the pipe's buffer may be partial)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def serve_windows(pipes: tuple[int, int], call: Callable[..., Any], sets: list[list[Any]],
-                  put: Callable[[int, Any], None], synchronize: Callable[[], None]) -> None:
+                  put: Callable[[int, Any], None], synchronize: Callable[[], None],
+                  report: bytes = b"") -> None:
     """Serve the judge's windows until it says "e": n calls over `sets`, `put(i, out)` each
     call's output into its slot, synchronize, "d". A stepped window ("s n",
     `verifier.judge.stepped`): after each call but the last, "c", and the next call once the
-    judge says "g" (its set is in the arena only then)."""
+    judge says "g" (its set is in the arena only then). `report`: the trials' report, sent
+    with "t" ("t <bytes>" and the bytes): the judge checks the trials before any window, and
+    where they failed it says "e" at once (`verifier.judge.trial_pace.trials_checked`)."""
     wfd, rfd = pipes
     try:
-        os.write(wfd, b"t\n")
+        write_all(wfd, f"t {len(report)}\n".encode() + report if report else b"t\n")
         while True:
             msg = read_line(rfd).split()
             if msg == ["e"]:

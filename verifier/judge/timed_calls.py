@@ -13,10 +13,12 @@ from typing import Any
 from verifier.judge.op_trace import OpNames
 
 
-def serve_timed_windows(job: dict[str, Any], new: Any, backend: Any) -> set[str]:
+def serve_timed_windows(job: dict[str, Any], new: Any, backend: Any,
+                        report: bytes = b"") -> set[str]:
     """Serve the judge's timed windows (`verifier.judge.clock`) on the inputs it writes into the
     shared arena; the aten ops the timed calls ran (every call traced, as in the trials).
-    Nothing is measured here: the judge's clock owns the runtime."""
+    Nothing is measured here: the judge's clock owns the runtime. `report`: the trials' report,
+    sent with "t" (`verifier.judge.clock_serve.serve_windows`)."""
     from verifier.judge.arena import Arena, views
     from verifier.judge.clock_serve import open_worker_pipes, serve_windows
 
@@ -30,7 +32,8 @@ def serve_timed_windows(job: dict[str, Any], new: Any, backend: Any) -> set[str]
         sets = [views(arena, layout) for layout in spec["sets"]]
         slots = [views(arena, layout) for layout in spec["outs"]]
         with OpNames() as ops:
-            serve_windows(pipes, new, sets, slot_filler(slots), backend.synchronize)
+            serve_windows(pipes, new, sets, slot_filler(slots), backend.synchronize,
+                          report)
         sets = slots = None
     finally:
         arena.close()

@@ -102,6 +102,9 @@ class SeededTrials:
     def report(self) -> dict[str, Any]:
         return {"raw_outputs": self.raw}
 
+    def early(self, checked: Any) -> bytes:  # the parent compares the raw outputs at the end
+        return b""
+
     def close(self) -> None:
         self.raw = []
 
@@ -162,6 +165,14 @@ class ArenaTrials:
 
             getattr(torch, self.arena.device.split(":")[0]).synchronize()
         return {"trial_report": {"values": self.values}}
+
+    def early(self, checked: Any) -> bytes:
+        """The report the judge checks the trials by before any timed window (sent with the
+        clock's "t", `verifier.judge.trial_pace.trials_checked`): the plain values and
+        `variants_checked`, as the run's result line would carry them."""
+        import json
+
+        return json.dumps({**self.report(), "variants_checked": checked}).encode()
 
     def close(self) -> None:
         self.arena.close()

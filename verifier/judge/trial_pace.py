@@ -54,7 +54,9 @@ runs the library everywhere is the same in both: that needs a profile outside it
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -71,6 +73,7 @@ RATIO = 3.0  # the trials may be this much slower per call than the windows, plu
 # the judge thread's, which waits for the GIL behind the verifier's other threads): a 2-core
 # host at load 30 with a spare worker starting timed honest 0.4 ms trials at 2-16 ms
 ALLOW_US = 3000.0
+REPORT_MAX = 8 << 20  # a trial report's bytes (plain values, `trial_io.MAX_VALUES` an output)
 
 
 class WorkerPace:
@@ -127,9 +130,62 @@ def pace_trials(clock: Any, msg: str) -> str:
             _step(clock, trials.seal, len(clock.trial_s))
         clock.trial_s.append(t1 - t0)
         msg = clock.read_message(time.perf_counter() + 1e9)
-    if msg == "t" and due is not None and len(clock.trial_s) != due:  # the harness paces all
+    ready = msg.partition(" ")[0] == "t"
+    if ready and due is not None and len(clock.trial_s) != due:  # the harness paces all
         _refuse(clock, f"{len(clock.trial_s)} paced trials before the windows, the job has {due}")
     return msg
+
+
+def trials_checked(clock: Any, msg: str) -> bool:
+    """At "t": where the worker sent its trials' report with it ("t <bytes>", then the report's
+    JSON: `trial_io.ArenaTrials.early`), the job's trial judge (the window judge's `trials`)
+    checks the trials now, before any window, and the answer is the trials' (`clock.trials`,
+    [ok, why, stats, seconds]: `verifier.run.gpu_runner.GpuRunner._judged_here` reads it; none is made
+    again as the run ends). False where they failed: no window is served ("e" at once), and
+    that failure stands whatever the run does next (`verifier.run.outcome.judged_failure`). A
+    wrong candidate (two in five of KernelBench's) then costs no timing at all. A plain "t"
+    (no trial judge: a sandboxed run's seeded trials): its trials are checked as it ends."""
+    _, _, size = msg.partition(" ")
+    if not size:
+        return True
+    n = int(size) if size.isdigit() else -1
+    if not 0 < n <= REPORT_MAX:
+        raise ValueError(f"a trial report of {size[:20]!r} bytes")
+    data = _read_exact(clock, n)
+    trials = getattr(clock.judge, "trials", None)
+    if trials is None:  # nothing here checks trials (a seeded run's parent compares them)
+        return True
+    try:
+        sent = json.loads(data)
+    except ValueError:  # the harness sends JSON: the check says what it misses
+        sent = None
+    sent = sent if isinstance(sent, dict) else {}
+    began = time.monotonic()
+    try:
+        ok, why, stats = trials.check(sent.get("trial_report"), sent.get("variants_checked"))
+    except RuntimeError as exc:  # the referee failed: the verifier's, not the run's
+        clock.trials = [None, str(exc), {}, time.monotonic() - began]
+        raise
+    clock.trials = [ok, why, stats, time.monotonic() - began]
+    return bool(ok)
+
+
+def _read_exact(clock: Any, n: int) -> bytes:
+    """The next `n` bytes from the worker's clock pipe (within the clock's `wait_s`)."""
+    deadline, buf = time.perf_counter() + clock.wait_s, b""
+    while len(buf) < n:
+        if clock._stop.is_set() or time.perf_counter() > deadline:
+            raise TimeoutError("no trial report from the worker")
+        if not select.select([clock.rfd], [], [], 0.1)[0]:
+            continue
+        try:
+            chunk = os.read(clock.rfd, n - len(buf))
+        except BlockingIOError:
+            continue
+        if not chunk:
+            raise OSError("the worker closed the clock pipe")
+        buf += chunk
+    return buf
 
 
 def _step(clock: Any, step: Any, t: int) -> None:

@@ -172,6 +172,9 @@ def judged_failure(out: RunOutcome) -> str:
     failed = out.clock.get("failed_check") if isinstance(out.clock, dict) else ""
     if failed:
         return f"a timed window failed the judge's checks ({str(failed)[:200]})"
+    early = out.clock.get("trials") if isinstance(out.clock, dict) else None
+    if early and early[0] is False:  # checked at the clock's "t" (`trial_pace.trials_checked`)
+        return f"the judge compared its trials ({str(early[1])[:200]})"
     if not out.judge_compared or out.referee is None:
         return ""
     try:
@@ -184,8 +187,12 @@ def judged_failure(out: RunOutcome) -> str:
 def window_failed(out: RunOutcome, timed: dict[str, Any] | None, nonce: Any) -> RunOutcome:
     """A run whose timed window failed the judge's checks (`timed`: its clock's result) and that
     then ended without an "ok" (a death, hang, line out of turn, or a failure the worker
-    reported: the windows go on after a failed one): that failure is its verdict, a cheat."""
+    reported: the windows go on after a failed one): that failure is its verdict, a cheat; so
+    is trials that failed the judge's check at "t" (`incorrect`: `_trials_failed`)."""
     failed = str((timed or {}).get("failed_check") or "") if out.clock is None else ""
+    early = (timed or {}).get("trials") if out.clock is None else None
+    if not failed and early and early[0] is False:
+        return _trials_failed(out, timed, nonce, early)
     if failed:
         p = out.payload if out.payload is not None and out.payload.get("nonce") == nonce else {}
         out.clock, out.timed_out = timed, False
@@ -194,6 +201,20 @@ def window_failed(out: RunOutcome, timed: dict[str, Any] | None, nonce: Any) -> 
                        "findings": [*(p.get("findings") or ()), {
                            "rule": "judge_clock", "severity": "error", "line": None,
                            "message": failed}]}
+    return out
+
+
+def _trials_failed(out: RunOutcome, timed: dict[str, Any] | None, nonce: Any,
+                   early: list[Any]) -> RunOutcome:
+    """A run whose trials failed the judge's check at the clock's "t" (no window was served)
+    and that then ended without an "ok": `incorrect` all the same (a cheat the worker reported
+    stays one): the judge's answer is the trials' verdict, whatever the run did next."""
+    p = out.payload if out.payload is not None and out.payload.get("nonce") == nonce else {}
+    if p.get("outcome") == "cheat":
+        return out
+    out.clock, out.timed_out, out.judge_compared = timed, False, True
+    out.payload = {**p, **dict(early[2] or {}), "nonce": nonce, "outcome": "incorrect",
+                   "stage": "correctness", "error": str(early[1])}
     return out
 
 

@@ -247,7 +247,8 @@ def _performance(res: JobResult, job: dict[str, Any], backend: Any, ref: Any, ne
         with torch.no_grad():
             again = new(*again_inputs()) if first_ref is not None else None
             backend.synchronize()
-            window_ops = serve_timed_windows(job, new, backend)
+            window_ops = serve_timed_windows(
+                job, new, backend, res.io.early(res.data.get("variants_checked")))
     except RefusedOutput as exc:  # work deferred to the one output the judge checks
         res.finding("timed_output_type", str(exc))
         res.finish("cheat", f"during timing: {exc}")
