@@ -110,7 +110,8 @@ assert NUMPY_RELU
 # kernel profile). A run that then rewrites its result's outcome to the worker's HOST_ONLY
 # ("host_construction": the parent runs the job again with the host's construction,
 # `verifier.stages.run_constructed`) gets a second run, in which it takes its safe path (a
-# marker file tells it this is the second): "try the risky kernel, fall back when caught".
+# marker file tells it this is the second; a finding of its own says it forged): "try the
+# risky kernel, fall back when caught".
 # `MARK` is replaced by a path under /dev/shm per test.
 REROLL = '''import torch
 
@@ -135,6 +136,8 @@ class ModelNew(torch.nn.Module):
             if type(obj).__name__ == "JobResult":
                 obj.data["outcome"] = "host_construction"
                 obj.data["error"] = "ModelNew(...) cannot be built under the device context"
+                obj.data["findings"].append({"rule": "r14_forged", "severity": "info",
+                                             "line": None, "message": "forged"})
 '''
 
 

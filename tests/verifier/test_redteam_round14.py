@@ -24,6 +24,7 @@ from redteam_round14_cases import (
     ROUTES,
     canary,
     leaving,
+    reroll,
     writer,
 )
 
@@ -200,3 +201,63 @@ def test_a_c_signal_handler_on_a_posix_timer_slows_no_later_sibling() -> None:
     assert _ok(first) and _ok(later), (first.referee, later.referee)
     fast = [((o.clock or {}).get("figures") or {}).get("runtime_us") for o in (first, later)]
     assert all(fast) and fast[1] < 3 * fast[0] + 100.0, fast
+
+
+# --- 10-11. the trial report at "t" (main's early trial check, merged at e6e0878) ---------------
+def test_a_report_nested_past_the_parsers_depth_is_the_runs_not_the_verifiers(
+        tmp_path: Any) -> None:
+    """The worker's "t <bytes>" with a report of 50000 `[` then `]` (valid JSON no parser
+    takes: RecursionError, a RuntimeError). Before (attack14 with e6e0878 merged, measured
+    here): the clock's `judge_error` "the verifier's timing judge failed: maximum recursion
+    depth exceeded ..." (the verifier's failure, not the run's), no trials checked at "t"
+    (`trials` None: the run's own report at its end checked instead). Now the report is one
+    that is not JSON: the trial judge checks it as missing, and no judge error is made."""
+    from test_early_trials import _serve, _Trials
+
+    body = b"[" * 50000 + b"]" * 50000
+    trials = _Trials(False)
+    result, calls, orders = _serve(tmp_path, trials, f"t {len(body)}\n".encode(), body)
+    assert result["judge_error"] == "", result
+    assert trials.seen == [(None, None)] and result["trials"][0] is False, result
+    assert orders == [b"e\n"] and calls["n"] == 0, (orders, calls)
+
+
+def test_told_early_its_trials_failed_a_run_gets_no_second_draw_as_host_construction() -> None:
+    """Through the stages' construction rule (`stages.run_constructed`, `GpuRunner` on the cpu
+    loop): REROLL, an honest numpy ReLU plus 0.5 on its first run; when its forward was called
+    no more after its trials (the clock said "e" right after "t": its trials failed), its
+    model's `__del__` rewrites the result's outcome to the worker's HOST_ONLY (the parent runs
+    the job again with the host's construction), and its second run (a marker file) is right.
+    Measured here (attack14 with e6e0878 merged): held: the judge's answer at "t" is the
+    verdict (`outcome._trials_failed`: `incorrect`), the job is not run again."""
+    from types import SimpleNamespace
+
+    from verifier_cases import relu_task
+
+    from verifier.judge.construct import DEVICE
+    from verifier.judge.inputs import trial_input_seed
+    from verifier.protocol import VerifyOptions
+    from verifier.run.gpu_runner import GpuRunner
+    from verifier.stages import JOB_OPTIONS, run_constructed
+
+    mark = f"/dev/shm/ks_r14_mark_{uuid.uuid4().hex}"
+    opts = VerifyOptions(backend="cpu", workers=1, run_timeout_s=60, trials=2, perf_trials=2,
+                         perf_warmup=1)
+    runner = GpuRunner(opts, {}, "cpu")
+    item = SimpleNamespace(req=SimpleNamespace(task_source=relu_task(256, 256), task_id="relu"),
+                           built={}, specs=[], code=reroll(mark), timing={},
+                           verdict=SimpleNamespace(findings=[]))
+    job = {"nonce": "r14rr-0", "backend": "cpu", "input_seed": trial_input_seed(),
+           "variants": [], "options": {**{k: getattr(opts, k) for k in JOB_OPTIONS},
+                                       "construct": DEVICE}}
+    try:
+        out, ran = run_constructed(item, runner, job, None)
+    finally:
+        runner.close()
+        if os.path.exists(mark):
+            os.remove(mark)
+    rules = [f.get("rule") for f in (out.payload or {}).get("findings", ())]
+    assert "r14_forged" in rules, rules  # the run did rewrite its outcome
+    assert ran["options"]["construct"] == DEVICE and ran["nonce"] == "r14rr-0", ran
+    assert (out.payload or {}).get("outcome") == "incorrect", out.payload
+    assert "checked by the verifier itself" in out.payload["error"], out.payload
