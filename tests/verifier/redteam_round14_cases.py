@@ -206,3 +206,12 @@ timer = ctypes.c_void_p()
 libc.timer_create(1, ctypes.byref(Event(None, signal.SIGWINCH, 0)), ctypes.byref(timer))
 libc.timer_settime(timer, 0, ctypes.byref(Spec(0, 10_000_000, 0, 10_000_000)), None)
 """
+
+# --- a descriptor `dup2`'d over the worker's inherited clock pipe ------------------------------
+# the worker's end of the judge's request pipe (`clock_serve.FDS_ENV`) replaced by /dev/null:
+# every later job's "p", "t" and "d" go nowhere, and it waits for a "g" that never comes
+DUP2_CLOCK = """
+import os
+req = int(os.environ["KS_CLOCK_FDS"].split(",")[0])
+os.dup2(os.open("/dev/null", os.O_WRONLY), req)
+"""

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from redteam_round14_cases import (
     DEEP_LINE,
+    DUP2_CLOCK,
     NUMPY_RELU,
     POSIX_TIMER,
     ROUTES,
@@ -112,12 +113,13 @@ def test_more_settings_a_job_leaves_are_residue(route: str) -> None:
         undo = lambda: torch.autograd.set_detect_anomaly(False)  # noqa: E731
     try:
         left = left_in_process(before)
-    finally:
         undo()
+        after = left_in_process(before)
+    finally:
         os.close(r)
         os.close(w)
     assert left, route
-    assert not left_in_process(before), left_in_process(before)
+    assert not after, after
 
 
 # --- 7. a line nested past the parser's depth: the parent's reader, the sandbox, the service ---
@@ -203,7 +205,26 @@ def test_a_c_signal_handler_on_a_posix_timer_slows_no_later_sibling() -> None:
     assert all(fast) and fast[1] < 3 * fast[0] + 100.0, fast
 
 
-# --- 10-11. the trial report at "t" (main's early trial check, merged at e6e0878) ---------------
+# --- 10. a descriptor dup2'd over the worker's inherited clock pipe ----------------------------
+def test_a_clock_pipe_a_job_replaces_hangs_no_later_sibling() -> None:
+    """On the real path (`GpuRunner`, cpu loop, a 15 s run timeout): an honest numpy ReLU, the
+    attacker (an honest ReLU leaving DUP2_CLOCK: /dev/null `dup2`'d over the worker's end of
+    the judge's request pipe), an honest ReLU. Before (main at 264aee6, measured here): no
+    finding, the worker kept; the later honest job waited for a "g" that never came, timed out
+    after 15 s and was run again in a fresh worker (a run timeout of throughput per attack).
+    Now the descriptor table is compared (`thread_settings.descriptors`): the attacker's
+    worker is replaced, the sibling correct at once, nothing run again."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, DUP2_CLOCK), NUMPY_RELU],
+                                "r14dup", timeout_s=15.0)
+    first, attacker, later = outs
+    assert "file descriptors" in _said(attacker), _said(attacker)
+    assert _ok(first) and _ok(later) and not later.timed_out, later
+    assert again == 0 and later.wall_s < 10.0, (again, later.wall_s)
+
+
+# --- 11-12. the trial report at "t" (main's early trial check, merged at e6e0878) ---------------
 def test_a_report_nested_past_the_parsers_depth_is_the_runs_not_the_verifiers(
         tmp_path: Any) -> None:
     """The worker's "t <bytes>" with a report of 50000 `[` then `]` (valid JSON no parser

@@ -24,6 +24,8 @@ its worker is not as a fresh one is, was wrong after each, and nothing was run a
   SIGWINCH handler on a 10 ms POSIX timer that slept 8 ms timed a later honest sibling at 359
   us a call against 75 before (nothing failed, nothing was run again). The kernel lists both:
   the caught and ignored signal masks, and the process's POSIX timers.
+- the descriptor table: /dev/null `dup2`'d over the worker's end of the judge's request pipe
+  left every later job waiting for a "g" that never came (a run timeout, then run again).
 - the thread's async generator hooks and coroutine origin tracking (code or cost at every
   later coroutine), and the process's dumpable flag (off: its /proc files are root's).
 """
@@ -119,6 +121,18 @@ def kernel_signals() -> tuple[str, ...]:
         return ()
 
 
+def descriptors() -> tuple[tuple[int, str], ...]:
+    """The process's open descriptors and what each is (the listing's own one left out): one
+    `dup2`'d over an inherited one (the judge's clock pipes, `clock_serve.FDS_ENV`; the result
+    socket) gives every later job's messages to whatever the job put there."""
+    out = []
+    with os.scandir("/proc/self/fd") as listing:
+        for entry in listing:
+            with contextlib.suppress(OSError):
+                out.append((int(entry.name), os.readlink(entry.path)))
+    return tuple(sorted(x for x in out if x[1] != f"/proc/{os.getpid()}/fd"))
+
+
 def snapshot() -> dict[str, int]:
     """The keys `process_state` compares for this module."""
     return {"scheduling (policy, cpus)": hash(scheduling()),
@@ -127,4 +141,5 @@ def snapshot() -> dict[str, int]:
             "torch config modules (value)": hash(torch_configs()),
             "numpy buffer size": numpy_buffer(), "signal wake-up fd": wakeup_fd(),
             "coroutine hooks": hash(coroutine_hooks()),
-            "signal handlers and POSIX timers (kernel)": hash(kernel_signals())}
+            "signal handlers and POSIX timers (kernel)": hash(kernel_signals()),
+            "file descriptors": hash(descriptors())}
