@@ -215,3 +215,33 @@ import os
 req = int(os.environ["KS_CLOCK_FDS"].split(",")[0])
 os.dup2(os.open("/dev/null", os.O_WRONLY), req)
 """
+
+# --- told early that its trials passed, a slow run voids its timing ----------------------------
+# Correct in its trials, it learns at "t" that they passed (the windows begin). In a worker
+# that ran earlier jobs (here: `wave` already loaded when its module loads, as the honest
+# job before it, WAVE_RELU, left it: a real module stays) its timed calls are slow (the host's
+# load; here a 3 ms sleep a call), and after a few windows it ends the run (`os._exit`: its own failure). With earlier jobs in its
+# worker that is the worker's word: the run is made again in a fresh worker, where its calls
+# are fast, and that run's runtime stands: a second timing draw, taken when the first was bad.
+WAVE_RELU = NUMPY_RELU.replace("        import numpy as np\n",
+                               "        import wave  # noqa: F401\n        import numpy as np\n")
+VOIDS_SLOW = """import sys
+
+import torch
+
+WARM = "wave" in sys.modules  # an earlier job's: this worker is not fresh
+CALLS = [0]
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        import numpy as np
+        import os
+        import time
+        CALLS[0] += 1
+        if WARM and CALLS[0] > 5:  # past its trials, the kernel profile, the check's call
+            time.sleep(0.003)
+            if CALLS[0] > 15:  # a few slow windows: the judge timed them; it leaves
+                os._exit(3)
+        return torch.from_numpy(np.maximum(x.numpy(), 0))
+"""

@@ -23,6 +23,8 @@ from redteam_round14_cases import (
     NUMPY_RELU,
     POSIX_TIMER,
     ROUTES,
+    VOIDS_SLOW,
+    WAVE_RELU,
     canary,
     leaving,
     reroll,
@@ -282,3 +284,28 @@ def test_told_early_its_trials_failed_a_run_gets_no_second_draw_as_host_construc
     assert ran["options"]["construct"] == DEVICE and ran["nonce"] == "r14rr-0", ran
     assert (out.payload or {}).get("outcome") == "incorrect", out.payload
     assert "checked by the verifier itself" in out.payload["error"], out.payload
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "open: a run whose trials passed the judge's check at \"t\" and that then fails by its own "
+    "word in a worker with earlier jobs is made again in a fresh worker with a clean slate; fix: "
+    "keep the first run's judged windows (JudgeClock: each checked window's time per call in "
+    "its result) and let `outcome.confirmed` hold the second run's runtime to no faster than "
+    "the first run's fastest judged window"))
+def test_a_run_told_its_trials_passed_cannot_void_its_slow_windows() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest ReLU that imports `wave` (a real
+    module stays in its worker), then VOIDS_SLOW: correct; in a worker that ran an earlier job
+    (`wave` loaded) its timed calls are slow (a 3 ms sleep a call stands for the host's load)
+    and after a few judged windows it exits (its own failure). Measured here (attack14 with
+    e6e0878 merged): the run made again in a fresh worker ("run again in a fresh worker: its
+    first worker had run earlier jobs, and the worker failed (worker exited with code 3)"),
+    where its calls are fast: the verdict's runtime 68 us a call, where the judge had timed
+    its first run's windows at ~3300 us: a second timing draw, taken only when the first was
+    bad (the trials' early "pass" tells the run the windows are what is left to win)."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, _ = cpu_loop_jobs([WAVE_RELU, VOIDS_SLOW], "r14void")
+    attacker = outs[1]
+    assert _ok(attacker), attacker.referee
+    runtime = ((attacker.clock or {}).get("figures") or {}).get("runtime_us") or 0.0
+    assert not runtime or runtime > 3000.0, (runtime, attacker.confirmed)
