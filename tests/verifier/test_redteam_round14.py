@@ -1,13 +1,19 @@
-"""Red-team round 14 on the cpu backend: attacks on branch attack14 (from main at 264aee6), as a
-policy rewarded for holes would try them (cases in tests/verifier/redteam_round14_cases.py).
-Each was measured first (the "Before" of each test); an open one would be a strict xfail
-naming its fix.
+"""Red-team round 14 on the cpu backend: attacks on branch attack14 (from main at 264aee6, with
+main's early trial check, e6e0878, merged), as a policy rewarded for holes would try them (cases
+in tests/verifier/redteam_round14_cases.py). Each was measured first (the "Before" of each
+test); an open one is a strict xfail naming its fix.
 
-Targets: residue routes of the persistent worker the residue check did not compare (closed in
-`verifier.run.thread_settings`: scheduling policy and cpu affinity, timer slack, the dumpable
+Closed here: residue of the persistent worker the residue check did not compare
+(`verifier.run.thread_settings`: scheduling policy and cpu affinity, timer slack, the dumpable
 flag, the dispatcher's thread-local key sets (autocast, an excluded key), inference and anomaly
 modes, torch's config modules, numpy's buffer size, the signal wake-up descriptor, coroutine
-hooks).
+hooks, C-level signal handlers and POSIX timers, the descriptor table, the C environment); a
+JSON line or file nested past the parser's depth (the worker's result socket, a sandbox's
+result.json, the trial report at "t": a RecursionError was a verifier error). Held: the caches
+a later verdict reads (the worker writes none), a run told at "t" that its trials failed that
+forges the worker's HOST_ONLY for a second draw (`incorrect` stands). Open (xfail): a run that
+voids its slow windows by dying after earlier jobs gets a second timing draw.
+Not tried here: a GPU's device arena (fingerprints), cgroup-v2 metering (this host is v1).
 """
 
 from __future__ import annotations
@@ -72,13 +78,14 @@ def test_process_settings_a_job_leaves_reach_no_later_job() -> None:
 
 
 @pytest.mark.parametrize("route", ["wakeup_fd", "dumpable", "inductor_config", "asyncgen",
-                                   "inference_mode", "anomaly"])
+                                   "inference_mode", "anomaly", "putenv"])
 def test_more_settings_a_job_leaves_are_residue(route: str) -> None:
     """Each route planted in this process is seen by the residue check, and nothing once it is
     undone. Before (main at 264aee6, measured here): `left_in_process` empty for each
     (`signal.set_wakeup_fd` of a dup'ed pipe end, `prctl(PR_SET_DUMPABLE, 0)`,
     `torch._inductor.config.fallback_random = True`, `sys.set_asyncgen_hooks`, an
-    `inference_mode` entered and not left, `set_detect_anomaly(True)`)."""
+    `inference_mode` entered and not left, `set_detect_anomaly(True)`, `os.putenv` of
+    OMP_NUM_THREADS: C's `getenv` answers it, `os.environ` does not show it)."""
     import ctypes
     import signal
     import sys
@@ -107,6 +114,11 @@ def test_more_settings_a_job_leaves_are_residue(route: str) -> None:
     elif route == "asyncgen":
         sys.set_asyncgen_hooks(firstiter=lambda gen: None)
         undo = lambda: sys.set_asyncgen_hooks(firstiter=None)  # noqa: E731
+    elif route == "putenv":
+        was = os.environ.get("OMP_NUM_THREADS")
+        os.putenv("OMP_NUM_THREADS", "1" if was != "1" else "2")  # C's getenv only
+        undo = lambda: (os.putenv("OMP_NUM_THREADS", was) if was is not None  # noqa: E731
+                        else os.unsetenv("OMP_NUM_THREADS"))
     elif route == "inference_mode":
         mode.__enter__()
         undo = lambda: mode.__exit__(None, None, None)  # noqa: E731
@@ -301,7 +313,8 @@ def test_a_run_told_its_trials_passed_cannot_void_its_slow_windows() -> None:
     first worker had run earlier jobs, and the worker failed (worker exited with code 3)"),
     where its calls are fast: the verdict's runtime 68 us a call, where the judge had timed
     its first run's windows at ~3300 us: a second timing draw, taken only when the first was
-    bad (the trials' early "pass" tells the run the windows are what is left to win)."""
+    bad. (Not new with the early check: a run that trusts its own kernel can do it without
+    the judge's word; the early "pass" only confirms that the windows are all that is left.)"""
     from verifier_cases import cpu_loop_jobs
 
     outs, _ = cpu_loop_jobs([WAVE_RELU, VOIDS_SLOW], "r14void")

@@ -26,6 +26,9 @@ its worker is not as a fresh one is, was wrong after each, and nothing was run a
   the caught and ignored signal masks, and the process's POSIX timers.
 - the descriptor table: /dev/null `dup2`'d over the worker's end of the judge's request pipe
   left every later job waiting for a "g" that never came (a run timeout, then run again).
+- the C environment: `os.putenv` (or a compiled candidate's `setenv`) changes what `getenv`
+  answers in C (an OpenMP runtime's OMP_NUM_THREADS at its first use, any library's) and not
+  `os.environ`, the copy `process_state` compares.
 - the thread's async generator hooks and coroutine origin tracking (code or cost at every
   later coroutine), and the process's dumpable flag (off: its /proc files are root's).
 """
@@ -133,6 +136,21 @@ def descriptors() -> tuple[tuple[int, str], ...]:
     return tuple(sorted(x for x in out if x[1] != f"/proc/{os.getpid()}/fd"))
 
 
+def c_environment() -> frozenset[bytes]:
+    """The process's environment as C code reads it (libc's `environ`)."""
+    import ctypes
+
+    try:
+        env = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    except (OSError, ValueError):
+        return frozenset()
+    out, i = [], 0
+    while env[i] is not None:
+        out.append(env[i])
+        i += 1
+    return frozenset(out)
+
+
 def snapshot() -> dict[str, int]:
     """The keys `process_state` compares for this module."""
     return {"scheduling (policy, cpus)": hash(scheduling()),
@@ -142,4 +160,4 @@ def snapshot() -> dict[str, int]:
             "numpy buffer size": numpy_buffer(), "signal wake-up fd": wakeup_fd(),
             "coroutine hooks": hash(coroutine_hooks()),
             "signal handlers and POSIX timers (kernel)": hash(kernel_signals()),
-            "file descriptors": hash(descriptors())}
+            "file descriptors": hash(descriptors()), "C environment": hash(c_environment())}
