@@ -245,3 +245,22 @@ class ModelNew(torch.nn.Module):
                 os._exit(3)
         return torch.from_numpy(np.maximum(x.numpy(), 0))
 """
+
+# --- a C function pointer swapped under a method that keeps its identity ------------------------
+# `torch.Tensor.copy_` is a method descriptor whose PyMethodDef (in libtorch_python's writable
+# data) names its C function: pointed at `add_`'s (the same calling convention), every later
+# `slot.copy_(out)` of the harness adds the output to the judge's poison (NaN) instead: every
+# later honest job's trials are wrong by the judge's own check. The residue check compared the
+# descriptor's identity (and C function pointers only of the guarded builtins).
+COPY_IS_ADD = """
+import ctypes
+import torch
+
+
+def meth(descr):  # &descr->d_method->ml_meth (PyDescr_COMMON is 40 bytes on 64-bit)
+    return ctypes.c_void_p.from_address(id(descr) + 40).value + 8
+
+
+ctypes.c_void_p.from_address(meth(torch.Tensor.copy_)).value = ctypes.c_void_p.from_address(
+    meth(torch.Tensor.add_)).value
+"""

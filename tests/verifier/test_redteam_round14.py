@@ -7,7 +7,8 @@ Closed here: residue of the persistent worker the residue check did not compare
 (`verifier.run.thread_settings`: scheduling policy and cpu affinity, timer slack, the dumpable
 flag, the dispatcher's thread-local key sets (autocast, an excluded key), inference and anomaly
 modes, torch's config modules, numpy's buffer size, the signal wake-up descriptor, coroutine
-hooks, C-level signal handlers and POSIX timers, the descriptor table, the C environment); a
+hooks, C-level signal handlers and POSIX timers, the descriptor table, the C environment) and
+a C method's function pointer swapped under its unchanged descriptor (`tamper.identity`); a
 JSON line or file nested past the parser's depth (the worker's result socket, a sandbox's
 result.json, the trial report at "t": a RecursionError was a verifier error). Held: the caches
 a later verdict reads (the worker writes none), a run told at "t" that its trials failed that
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 from redteam_round14_cases import (
+    COPY_IS_ADD,
     DEEP_LINE,
     DUP2_CLOCK,
     NUMPY_RELU,
@@ -238,7 +240,28 @@ def test_a_clock_pipe_a_job_replaces_hangs_no_later_sibling() -> None:
     assert again == 0 and later.wall_s < 10.0, (again, later.wall_s)
 
 
-# --- 11-12. the trial report at "t" (main's early trial check, merged at e6e0878) ---------------
+# --- 11. a C function pointer swapped under a method that keeps its identity --------------------
+def test_a_c_method_a_job_repoints_reaches_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (an honest
+    ReLU leaving COPY_IS_ADD: `torch.Tensor.copy_`'s PyMethodDef pointed at `add_`'s C
+    function; the descriptor object, and so its identity, unchanged), an honest ReLU. Before
+    (main at 264aee6, measured here): the attacker correct with no finding, the worker kept;
+    the later honest job failed by the judge's own check ("trial 1, checked by the verifier
+    itself: ... got nan, expected 0.303455": the harness's `slot.copy_(out)` added the output
+    to the poison), nothing run again. Now a builtin's or a C method's identity includes its C
+    function (`tamper.c_function_pointer`) and the classes' C bases are compared
+    (`tamper.class_attributes`): the attacker is a cheat (a harness function changed), the
+    later job correct."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, _ = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, COPY_IS_ADD), NUMPY_RELU], "r14cp")
+    first, attacker, later = outs
+    assert (attacker.payload or {}).get("outcome") == "cheat", attacker.payload
+    assert "copy_" in str((attacker.payload or {}).get("error")), attacker.payload
+    assert _ok(first) and _ok(later), (first.referee, later.referee)
+
+
+# --- 12-13. the trial report at "t" (main's early trial check, merged at e6e0878) ---------------
 def test_a_report_nested_past_the_parsers_depth_is_the_runs_not_the_verifiers(
         tmp_path: Any) -> None:
     """The worker's "t <bytes>" with a report of 50000 `[` then `]` (valid JSON no parser

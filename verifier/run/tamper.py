@@ -42,15 +42,21 @@ def harness_modules() -> tuple[str, ...]:
         ("__main__",) if main.startswith("verifier.") else ())
 
 
+_METHOD_DEF_AT = {"builtin_function_or_method": 2, "method_descriptor": 5,
+                  "classmethod_descriptor": 5}  # words before the PyMethodDef pointer
+
+
 def c_function_pointer(fn: Any) -> int | None:
-    """The C function behind a builtin (PyCFunctionObject.m_ml->ml_meth): C++ can swap it while
-    the Python object, and so its identity, stays the same."""
-    if type(fn).__name__ != "builtin_function_or_method":
+    """The C function behind a builtin (PyCFunctionObject.m_ml->ml_meth) or a C type's method
+    (PyMethodDescrObject.d_method->ml_meth): C++ can swap it while the Python object, and so
+    its identity, stays the same (`torch.Tensor.copy_` pointed at `add_`'s function made every
+    later job's slot copies additions: tests/verifier/test_redteam_round14.py)."""
+    words = _METHOD_DEF_AT.get(type(fn).__name__)
+    if words is None:
         return None
     import ctypes
 
-    ptr = ctypes.sizeof(ctypes.c_ssize_t) + ctypes.sizeof(ctypes.c_void_p)  # after PyObject_HEAD
-    method_def = ctypes.c_void_p.from_address(id(fn) + ptr).value
+    method_def = ctypes.c_void_p.from_address(id(fn) + words * ctypes.sizeof(ctypes.c_void_p)).value
     if not method_def:
         return None
     return ctypes.c_void_p.from_address(method_def + ctypes.sizeof(ctypes.c_void_p)).value
@@ -92,7 +98,8 @@ def identity(fn: Any) -> int:
     if isinstance(fn, types.MethodType):
         return hash((id(fn), identity(fn.__func__)))
     if not isinstance(fn, types.FunctionType):  # not read through `getattr`: an object that
-        return id(fn)  # answers any name (unittest.mock.call) answers a new one each time
+        meth = c_function_pointer(fn)  # answers any name (unittest.mock.call) answers a new
+        return id(fn) if meth is None else hash((id(fn), meth))  # one each time
     return hash((id(fn), id(fn.__code__), id(fn.__defaults__), id(fn.__kwdefaults__)))
 
 
@@ -165,16 +172,20 @@ CLASS_MODULES = ("torch._tensor", "torch.nn", "torch.autograd.function", "weakre
 
 def class_attributes() -> dict[str, int]:
     """Identity of the attributes, dunders included, of every class in a module of
-    CLASS_MODULES (or a submodule): one figure per class (torch.Tensor says it is `torch`'s)."""
+    CLASS_MODULES (or a submodule) and of its bases (torch.Tensor's C base, TensorBase, holds
+    `copy_` and every method torch defines in C): one figure per class (torch.Tensor says it
+    is `torch`'s)."""
     out = {}
     under = tuple(m + "." for m in CLASS_MODULES)
     for name, module in list(sys.modules.items()):
         if name not in CLASS_MODULES and not name.startswith(under):
             continue
         for v in list(vars(module).values()):
-            key = f"{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', '')} attributes"
-            if isinstance(v, type) and key not in out:
-                out[key] = hash(frozenset((a, identity(b)) for a, b in list(vars(v).items())))
+            for cls in v.__mro__[:-1] if isinstance(v, type) else ():  # (not `object`)
+                key = f"{getattr(cls, '__module__', '')}.{cls.__qualname__} attributes"
+                if key not in out:
+                    out[key] = hash(frozenset((a, identity(b))
+                                              for a, b in list(vars(cls).items())))
     return out
 
 
