@@ -264,3 +264,21 @@ def meth(descr):  # &descr->d_method->ml_meth (PyDescr_COMMON is 40 bytes on 64-
 ctypes.c_void_p.from_address(meth(torch.Tensor.copy_)).value = ctypes.c_void_p.from_address(
     meth(torch.Tensor.add_)).value
 """
+
+# --- numpy's ufunc loop table: `np.maximum`'s float32 loop pointed at `np.minimum`'s -------------
+# the ufunc object (and so its identity) unchanged: every later job's np.maximum on float32
+# computes the minimum (an honest numpy ReLU's outputs are min(x, 0))
+MAXIMUM_IS_MINIMUM = """
+import ctypes
+import numpy as np
+
+word = ctypes.sizeof(ctypes.c_void_p)
+
+
+def loop(uf):  # &uf->functions[the float32 signature]
+    table = ctypes.c_void_p.from_address(id(uf) + 2 * word + 16).value
+    return ctypes.c_void_p.from_address(table + uf.types.index("ff->f") * word)
+
+
+loop(np.maximum).value = loop(np.minimum).value
+"""

@@ -8,7 +8,8 @@ Closed here: residue of the persistent worker the residue check did not compare
 flag, the dispatcher's thread-local key sets (autocast, an excluded key), inference and anomaly
 modes, torch's config modules, numpy's buffer size, the signal wake-up descriptor, coroutine
 hooks, C-level signal handlers and POSIX timers, the descriptor table, the C environment) and
-a C method's function pointer swapped under its unchanged descriptor (`tamper.identity`); a
+a C method's function pointer swapped under its unchanged descriptor (`tamper.identity`) or a
+numpy ufunc's inner loop (`hidden_state.numpy_loops`); a
 JSON line or file nested past the parser's depth (the worker's result socket, a sandbox's
 result.json, the trial report at "t": a RecursionError was a verifier error). Held: the caches
 a later verdict reads (the worker writes none), a run told at "t" that its trials failed that
@@ -28,6 +29,7 @@ from redteam_round14_cases import (
     COPY_IS_ADD,
     DEEP_LINE,
     DUP2_CLOCK,
+    MAXIMUM_IS_MINIMUM,
     NUMPY_RELU,
     POSIX_TIMER,
     ROUTES,
@@ -259,6 +261,23 @@ def test_a_c_method_a_job_repoints_reaches_no_later_job() -> None:
     assert (attacker.payload or {}).get("outcome") == "cheat", attacker.payload
     assert "copy_" in str((attacker.payload or {}).get("error")), attacker.payload
     assert _ok(first) and _ok(later), (first.referee, later.referee)
+
+
+def test_a_numpy_loop_a_job_repoints_reaches_no_later_job() -> None:
+    """The same in numpy: MAXIMUM_IS_MINIMUM (`np.maximum`'s float32 inner loop, in its ufunc's
+    `functions` table, pointed at `np.minimum`'s) left by an honest numpy ReLU, between two
+    honest ones. Before (main at 264aee6, measured here): the attacker correct with no finding;
+    the later honest ReLU failed by the judge's own check ("trial 1, checked by the verifier
+    itself: output 0: 65535 of 65536 elements differ ...: got -1.0856, expected 0"), nothing
+    run again. Now the loop tables are compared (`hidden_state.numpy_loops`): the attacker's
+    worker is replaced with the finding on it, the later job correct."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, _ = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, MAXIMUM_IS_MINIMUM), NUMPY_RELU],
+                            "r14np")
+    first, attacker, later = outs
+    assert "numpy ufunc loops" in _said(attacker), _said(attacker)
+    assert _ok(first) and _ok(attacker) and _ok(later), (first.referee, later.referee)
 
 
 # --- 12-13. the trial report at "t" (main's early trial check, merged at e6e0878) ---------------
