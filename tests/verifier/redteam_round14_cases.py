@@ -16,23 +16,27 @@ here stands for what a compiled candidate does in C++, which no static check rea
   16 elements made an honest casting ufunc ~8x slower (22 -> 178 us on 256 x 256);
 - the process's timer slack (`prctl(PR_SET_TIMERSLACK)`): every later job's timed sleeps and
   waits with a timeout end up to that late.
-A canary sibling (an honest numpy ReLU whose output is off by one when it finds one of these
-in its process: what a later honest job runs under) is the independent check.
+A canary sibling (an honest numpy ReLU whose output is off by one when its process is not as
+the test's own: what a later honest job runs under) is the independent check.
 """
 
 from __future__ import annotations
 
 from redteam_round7_cases import NUMPY_RELU
 
-# the canary: an honest ReLU that is wrong when its worker is not as the first canary's was
-# (that of a fresh worker: the first job of a test; `canary(path)`, the file it is kept in)
-_CANARY = '''import torch
 
-FRESH = {}
+# the canary: an honest ReLU that is wrong when its process is not as the test's own (`state`,
+# run in the test's process too: a fresh worker inherits its scheduling, timer slack and
+# defaults; `canary(state())`)
+def state() -> dict:
+    """What the canary compares: scheduling, autocast, the Python dispatch key, numpy's buffer
+    size, the timer slack."""
+    import ctypes
+    import os
 
+    import numpy as np
+    import torch
 
-def _left():
-    import ctypes, os, numpy as np
     libc = ctypes.CDLL(None)
     return {"policy": os.sched_getscheduler(0), "cores": len(os.sched_getaffinity(0)),
             "autocast": torch.is_autocast_enabled("cpu"),
@@ -41,24 +45,25 @@ def _left():
             "bufsize": np.getbufsize(), "slack": libc.prctl(30, 0, 0, 0, 0)}
 
 
+_CANARY = '''import torch
+
+FRESH = EXPECTED
+
+
 class ModelNew(torch.nn.Module):
     def forward(self, x):
         import numpy as np
-        import os
-        now, path = _left(), "PATH"
-        if not os.path.exists(path):  # the first canary of this runner: a fresh worker's
-            with open(path, "w") as f:
-                f.write(repr(now))
-        with open(path) as f:
-            fresh = eval(f.read())
-        off = float(any(now[k] != fresh[k] for k in fresh))
+        off = float(state() != FRESH)
         return torch.from_numpy(np.maximum(x.numpy(), 0) + np.float32(off))
 '''
 
 
-def canary(path: str) -> str:
-    """The canary keeping the first one's view of its process in `path` (under /dev/shm)."""
-    return _CANARY.replace('"PATH"', repr(path))
+def canary(expected: dict) -> str:
+    """The canary, off by one where its process's `state()` is not `expected`."""
+    import inspect
+
+    return _CANARY.replace("EXPECTED", repr(expected)) + "\n\n" + inspect.getsource(state)
+
 
 SCHED_IDLE = """
 import os

@@ -38,6 +38,7 @@ from redteam_round14_cases import (
     canary,
     leaving,
     reroll,
+    state,
     writer,
 )
 
@@ -53,7 +54,7 @@ def _ok(out: Any) -> bool:
 # --- 1-6. residue a later job runs under: scheduling, dispatch keys, numpy, timer slack ---------
 def test_process_settings_a_job_leaves_reach_no_later_job() -> None:
     """On the real path (`GpuRunner`, cpu loop): the canary (an honest numpy ReLU, off by one
-    where its process is not as the first canary's, a fresh worker's, was), then for each route
+    where its process is not as this test's own: `state()`), then for each route
     the attacker (an honest ReLU leaving ROUTES[route] in its `__del__`) and the canary again.
     Before (main at 264aee6, measured here, a loop of canary, attacker, canary per route): for
     every route the attacker correct with no finding and the later canary failed by the judge's
@@ -64,16 +65,11 @@ def test_process_settings_a_job_leaves_reach_no_later_job() -> None:
     attacker's worker is replaced with the finding on it, every canary correct."""
     from verifier_cases import cpu_loop_jobs
 
-    path = f"/dev/shm/ks_r14_canary_{uuid.uuid4().hex}"
-    routes = sorted(ROUTES)
-    sources = [canary(path)]
+    routes, fresh = sorted(ROUTES), state()
+    sources = [canary(fresh)]
     for route in routes:
-        sources += [leaving(NUMPY_RELU, ROUTES[route]), canary(path)]
-    try:
-        outs, _ = cpu_loop_jobs(sources, "r14set")
-    finally:
-        if os.path.exists(path):
-            os.remove(path)
+        sources += [leaving(NUMPY_RELU, ROUTES[route]), canary(fresh)]
+    outs, _ = cpu_loop_jobs(sources, "r14set")
     for route, attacker, later in zip(routes, outs[1::2], outs[2::2], strict=True):
         assert _ok(attacker), (route, attacker.referee("run", {}) if attacker.referee else None)
         assert "its worker was replaced" in _said(attacker), (route, _said(attacker))
