@@ -138,22 +138,21 @@ def test_more_settings_a_job_leaves_are_residue(route: str) -> None:
 
 # --- 7. a line nested past the parser's depth: the parent's reader, the sandbox, the service ---
 def test_a_deeply_nested_line_is_a_line_out_of_protocol_not_a_verifier_error() -> None:
-    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (round
-    13's `torch.relu` fallback, a cheat, writing DEEP_LINE, 50000 `[` then `]`, on the worker's
-    result socket as the harness drops its model), an honest ReLU. Before (main at 264aee6,
+    """On the real path (`GpuRunner`, cpu loop): the attacker (round 13's `torch.relu`
+    fallback, a cheat, writing DEEP_LINE, 50000 `[` then `]`, on the worker's result socket as
+    the harness drops its model), then an honest numpy ReLU. Before (main at 264aee6,
     measured here): `RecursionError` out of `GpuWorkerProcess._read`'s `json.loads` (it caught
     ValueError only) and out of the runner: `verify_batch` turns that into "runtime_error:
     verifier error" (0.1 where the fallback's verdict is a cheat, 0.0). Now it is a malformed
-    line (out of the protocol): with an earlier job in its worker, run again in a fresh one,
-    where it is a cheat; the later honest job correct."""
+    line (out of the protocol): in a fresh worker the line is the run's own, a cheat (after
+    earlier jobs it is run again in a fresh one first); the later honest job correct."""
     from redteam_round13_cases import TORCH_RELU
     from verifier_cases import cpu_loop_jobs
 
-    outs, again = cpu_loop_jobs([NUMPY_RELU, leaving(TORCH_RELU, DEEP_LINE), NUMPY_RELU],
-                                "r14deep")
-    first, attacker, later = outs
+    outs, _ = cpu_loop_jobs([leaving(TORCH_RELU, DEEP_LINE), NUMPY_RELU], "r14deep")
+    attacker, later = outs
     assert (attacker.payload or {}).get("outcome") == "cheat", attacker.payload
-    assert _ok(first) and _ok(later), (first.referee, later.referee)
+    assert _ok(later), later.referee
 
 
 def test_deeply_nested_json_from_a_run_or_a_client_is_refused(tmp_path: Any) -> None:
@@ -240,10 +239,11 @@ def test_a_clock_pipe_a_job_replaces_hangs_no_later_sibling() -> None:
 
 # --- 11. a C function pointer swapped under a method that keeps its identity --------------------
 def test_a_c_method_a_job_repoints_reaches_no_later_job() -> None:
-    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (an honest
-    ReLU leaving COPY_IS_ADD: `torch.Tensor.copy_`'s PyMethodDef pointed at `add_`'s C
-    function; the descriptor object, and so its identity, unchanged), an honest ReLU. Before
-    (main at 264aee6, measured here): the attacker correct with no finding, the worker kept;
+    """On the real path (`GpuRunner`, cpu loop): the attacker (an honest numpy ReLU leaving
+    COPY_IS_ADD: `torch.Tensor.copy_`'s PyMethodDef pointed at `add_`'s C function; the
+    descriptor object, and so its identity, unchanged), an honest ReLU. Before
+    (main at 264aee6, measured here, after an honest job: the same): the attacker correct with
+    no finding, the worker kept;
     the later honest job failed by the judge's own check ("trial 1, checked by the verifier
     itself: ... got nan, expected 0.303455": the harness's `slot.copy_(out)` added the output
     to the poison), nothing run again. Now a builtin's or a C method's identity includes its C
@@ -252,28 +252,28 @@ def test_a_c_method_a_job_repoints_reaches_no_later_job() -> None:
     later job correct."""
     from verifier_cases import cpu_loop_jobs
 
-    outs, _ = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, COPY_IS_ADD), NUMPY_RELU], "r14cp")
-    first, attacker, later = outs
+    outs, _ = cpu_loop_jobs([leaving(NUMPY_RELU, COPY_IS_ADD), NUMPY_RELU], "r14cp")
+    attacker, later = outs
     assert (attacker.payload or {}).get("outcome") == "cheat", attacker.payload
     assert "copy_" in str((attacker.payload or {}).get("error")), attacker.payload
-    assert _ok(first) and _ok(later), (first.referee, later.referee)
+    assert _ok(later), later.referee
 
 
 def test_a_numpy_loop_a_job_repoints_reaches_no_later_job() -> None:
     """The same in numpy: MAXIMUM_IS_MINIMUM (`np.maximum`'s float32 inner loop, in its ufunc's
-    `functions` table, pointed at `np.minimum`'s) left by an honest numpy ReLU, between two
-    honest ones. Before (main at 264aee6, measured here): the attacker correct with no finding;
+    `functions` table, pointed at `np.minimum`'s) left by an honest numpy ReLU, then an honest
+    one. Before (main at 264aee6, measured here, after an honest job): the attacker correct
+    with no finding;
     the later honest ReLU failed by the judge's own check ("trial 1, checked by the verifier
     itself: output 0: 65535 of 65536 elements differ ...: got -1.0856, expected 0"), nothing
     run again. Now the loop tables are compared (`hidden_state.numpy_loops`): the attacker's
     worker is replaced with the finding on it, the later job correct."""
     from verifier_cases import cpu_loop_jobs
 
-    outs, _ = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, MAXIMUM_IS_MINIMUM), NUMPY_RELU],
-                            "r14np")
-    first, attacker, later = outs
+    outs, _ = cpu_loop_jobs([leaving(NUMPY_RELU, MAXIMUM_IS_MINIMUM), NUMPY_RELU], "r14np")
+    attacker, later = outs
     assert "numpy ufunc loops" in _said(attacker), _said(attacker)
-    assert _ok(first) and _ok(attacker) and _ok(later), (first.referee, later.referee)
+    assert _ok(attacker) and _ok(later), (attacker.referee, later.referee)
 
 
 # --- 12-13. the trial report at "t" (main's early trial check, merged at e6e0878) ---------------
