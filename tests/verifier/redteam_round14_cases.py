@@ -18,6 +18,11 @@ here stands for what a compiled candidate does in C++, which no static check rea
   waits with a timeout end up to that late.
 A canary sibling (an honest numpy ReLU whose output is off by one when its process is not as
 the test's own: what a later honest job runs under) is the independent check.
+Then (each block below says what it does): a C signal handler on a POSIX timer, a descriptor
+`dup2`'d over the clock pipe, C function pointers swapped under objects that keep their
+identity (a torch method, a numpy ufunc loop), a line nested past the parser's depth on the
+result socket, writes into the caches a later verdict reads, and two runs that act on what the
+early trial check at "t" tells them (a forged HOST_ONLY after failing, a death after passing).
 """
 
 from __future__ import annotations
