@@ -11,7 +11,9 @@ hooks, C-level signal handlers and POSIX timers, the descriptor table, the C env
 a C method's function pointer swapped under its unchanged descriptor (`tamper.identity`) or a
 numpy ufunc's inner loop (`hidden_state.numpy_loops`); a
 JSON line or file nested past the parser's depth (the worker's result socket, a sandbox's
-result.json, the trial report at "t": a RecursionError was a verifier error). Held: the caches
+result.json, the trial report at "t": a RecursionError was a verifier error); the variants a
+verdict records as checked (the end's list, where the judge had checked the one sent at "t").
+Held: the caches
 a later verdict reads (the worker writes none), a run told at "t" that its trials failed that
 forges the worker's HOST_ONLY for a second draw (`incorrect` stands). Open (xfail): a run that
 voids its slow windows by dying after earlier jobs gets a second timing draw.
@@ -360,3 +362,34 @@ def test_a_run_told_its_trials_passed_cannot_void_its_slow_windows() -> None:
     assert _ok(attacker), attacker.referee
     runtime = ((attacker.clock or {}).get("figures") or {}).get("runtime_us") or 0.0
     assert not runtime or runtime > 3000.0, (runtime, attacker.confirmed)
+
+
+def test_the_variants_a_verdict_records_are_the_ones_the_judge_checked_at_t(
+        tmp_path: Any) -> None:
+    """The run's report at "t" says it checked no variant (`variants_checked` [False]: the
+    judge's reference cannot run it), and its result at the end says it did ([True]: the
+    verdict's `generalised` finding, a parent rule no worker finding may carry, names the
+    variants the end's list marks). Before (attack14 with e6e0878 merged, measured here):
+    the judge checked [False] at "t" (`clock.trials`), and `GpuRunner._judged_here` left the
+    end's [True] in the payload `stages.record_generalisation` reads: a claim of
+    generalisation no one checked. Now the payload says what was checked at "t"."""
+    import json
+    from types import SimpleNamespace
+
+    from test_early_trials import _serve, _Trials
+
+    from verifier.protocol import VerifyOptions
+    from verifier.run.gpu_runner import GpuRunner
+    from verifier.run.outcome import RunOutcome
+
+    body = json.dumps({"trial_report": {"values": [[[], [], []], []]},
+                       "variants_checked": [False]}).encode()
+    result, _, _ = _serve(tmp_path, _Trials(True), f"t {len(body)}\n".encode(), body)
+    assert result["trials"][0] is True, result
+    out = RunOutcome({"nonce": "n1", "outcome": "ok", "findings": [],
+                      "variants_checked": [True], "trial_report": {"values": []}},
+                     clock=result)
+    judged = GpuRunner._judged_here(SimpleNamespace(opts=VerifyOptions(trials=3)), out,
+                                    SimpleNamespace(spec={"trials": 3}))
+    assert judged.payload["variants_checked"] == [False], judged.payload
+    assert judged.referee is not None and judged.referee("run", {})[0] is True
