@@ -304,7 +304,7 @@ def collect_result(cwd: Path, returncode: int | None, timed_out: bool, wall_s: f
     if result_path.is_file() and not timed_out:
         try:
             payload = json.loads(result_path.read_text(encoding="utf-8"))
-        except (ValueError, OSError):
+        except (ValueError, OSError, RecursionError):  # (nested past the parser's depth)
             payload = None
     sig = signal.Signals(-returncode).name if returncode is not None and returncode < 0 else None
     return SandboxResult(returncode, timed_out, wall_s, _read_capped(cwd / ".stdout"),

@@ -140,8 +140,9 @@ def trials_checked(clock: Any, msg: str) -> bool:
     """At "t": where the worker sent its trials' report with it ("t <bytes>", then the report's
     JSON: `trial_io.ArenaTrials.early`), the job's trial judge (the window judge's `trials`)
     checks the trials now, before any window, and the answer is the trials' (`clock.trials`,
-    [ok, why, stats, seconds]: `verifier.run.gpu_runner.GpuRunner._judged_here` reads it; none is made
-    again as the run ends). False where they failed: no window is served ("e" at once), and
+    [ok, why, stats, seconds, the variants checked]: `verifier.run.gpu_runner.GpuRunner.
+    _judged_here` reads it, and the verdict records those variants, not the ones the run's end
+    names; none is made again as the run ends). False where they failed: no window is served ("e" at once), and
     that failure stands whatever the run does next (`verifier.run.outcome.judged_failure`). A
     wrong candidate (two in five of KernelBench's) then costs no timing at all. A plain "t"
     (no trial judge: a sandboxed run's seeded trials): its trials are checked as it ends."""
@@ -157,16 +158,19 @@ def trials_checked(clock: Any, msg: str) -> bool:
         return True
     try:
         sent = json.loads(data)
-    except ValueError:  # the harness sends JSON: the check says what it misses
+    # the harness sends JSON: the check says what it misses (nested past the parser's depth:
+    # RecursionError, a RuntimeError, was the verifier's own failure, `judge_error`)
+    except (ValueError, RecursionError):
         sent = None
     sent = sent if isinstance(sent, dict) else {}
     began = time.monotonic()
     try:
-        ok, why, stats = trials.check(sent.get("trial_report"), sent.get("variants_checked"))
+        checked = sent.get("variants_checked")
+        ok, why, stats = trials.check(sent.get("trial_report"), checked)
     except RuntimeError as exc:  # the referee failed: the verifier's, not the run's
-        clock.trials = [None, str(exc), {}, time.monotonic() - began]
+        clock.trials = [None, str(exc), {}, time.monotonic() - began, checked]
         raise
-    clock.trials = [ok, why, stats, time.monotonic() - began]
+    clock.trials = [ok, why, stats, time.monotonic() - began, checked]
     return bool(ok)
 
 

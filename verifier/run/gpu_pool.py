@@ -210,7 +210,7 @@ class GpuWorkerProcess:
         line, self.buf = self.buf.split(b"\n", 1)
         try:
             msg = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser's depth: the candidate's
             msg = None
         # not the worker's loop's: a line out of its protocol (`verifier.run.outcome`)
         return msg if isinstance(msg, dict) else {"malformed": line[:80].decode("latin-1")}

@@ -343,9 +343,10 @@ class GpuRunner:
         p = out.payload
         if p is None or p.get("outcome") != "ok" or trials is None:
             return out
-        out.rechecked = True  # the worker's "ok" is not believed
-        out.judge_compared = True
+        out.rechecked = out.judge_compared = True  # the worker's "ok" is not believed
         began, early = time.monotonic(), (out.clock or {}).get("trials")
+        if early:  # the variants the judge checked at "t" (the run's end may say others)
+            p["variants_checked"] = early[4]
         report = p.pop("trial_report", None)
         try:  # checked at the clock's "t" (`trial_pace.trials_checked`): that answer stands
             ok, why, stats = early[:3] if early else trials.check(report, p.get("variants_checked"))
@@ -353,8 +354,7 @@ class GpuRunner:
             ok, why, stats = None, str(exc), {}
         out.referee_s += early[3] if early else time.monotonic() - began  # the profile
         p.update(stats)
-        held = int(trials.spec["trials"])
-        p["trials"] = held
+        p["trials"] = held = int(trials.spec["trials"])
         if held < max(1, self.opts.trials):
             p.setdefault("findings", []).append({
                 "rule": "trials_admitted", "severity": "warning", "line": None,

@@ -23,6 +23,10 @@ public callables) misses: read by its effects, or by value.
   slept 5 ms ran it at every later floating-point error of any job's numpy call: an honest
   sibling whose numpy kernel underflows was timed at 5435 us a call instead of 20 (no failure
   anywhere: nothing was run again; tests/verifier/test_redteam_round13.py).
+- numpy's ufunc loop tables: each ufunc's C inner loops (`PyUFuncObject.functions` and
+  `data`, one per type signature) are plain memory behind an object whose identity stays:
+  `np.maximum`'s float32 loop pointed at `np.minimum`'s computed the minimum for every later
+  job (an honest numpy ReLU judged wrong). Read by value (`numpy_loops`).
 - a loaded package's `__path__`, the list its submodules are found on (not callable: the walk
   skips it; changed in place, its identity stays). A job that put /dev/shm first on
   `json.__path__` ran its file at a later job's `import json.tool`, which added 1 to that
@@ -75,6 +79,28 @@ def numpy_errors() -> tuple[Any, ...]:
     return tuple(sorted(numpy.geterr().items())) + (id(numpy.geterrcall()),)
 
 
+def numpy_loops() -> int:
+    """A figure of every numpy ufunc's inner-loop tables (the functions and their data, per
+    type signature; 0 where numpy is not loaded or its ufunc layout is not the one read here:
+    PyObject_HEAD, four ints, `functions`, `data`, `ntypes`)."""
+    import ctypes
+
+    numpy = sys.modules.get("numpy")
+    kind = getattr(numpy, "ufunc", None)
+    if kind is None:
+        return 0
+    word, out = ctypes.sizeof(ctypes.c_void_p), []
+    for name, uf in sorted((n, u) for n, u in list(vars(numpy).items()) if type(u) is kind):
+        at = id(uf) + 2 * word + 16  # after PyObject_HEAD and nin, nout, nargs, identity
+        functions, data = (ctypes.c_void_p.from_address(at + k * word).value for k in (0, 1))
+        if ctypes.c_int.from_address(at + 2 * word).value != uf.ntypes:
+            return 0  # another layout: nothing read
+        out.append((name, functions, data) + tuple(
+            ctypes.c_void_p.from_address(table + i * word).value
+            for table in (functions, data) if table for i in range(uf.ntypes)))
+    return hash(tuple(out))
+
+
 NUMPY_DEFAULT = (("divide", "warn"), ("invalid", "warn"), ("over", "warn"), ("under", "ignore"),
                  id(None))
 
@@ -120,4 +146,5 @@ def snapshot() -> dict[str, int]:
     """The keys `process_state` compares for this module."""
     return {**package_paths(), "floating-point environment": hash(float_environment()),
             "codecs search path": hash(codec_search()),
-            "numpy floating-point error state": hash(numpy_errors())}
+            "numpy floating-point error state": hash(numpy_errors()),
+            "numpy ufunc loops": numpy_loops()}

@@ -113,7 +113,7 @@ class SandboxRunner:
             try:
                 stage = json.loads((workdir / "progress.json").read_text()).get(
                     "stage", "correctness")
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):  # the run's file: any text
                 stage = "correctness"
             # Python ignores SIGXFSZ, so a flood ends in failed writes, not a signal: sizes.
             outputs = load_outputs(workdir / "outputs.pt") if res.payload else None

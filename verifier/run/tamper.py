@@ -13,7 +13,8 @@ import types
 from itertools import compress
 from typing import Any
 
-from verifier.run import hidden_state, import_residue
+from verifier.run import hidden_state, import_residue, thread_settings
+from verifier.run.c_identity import c_function_pointer
 
 # Functions the harness relies on; a candidate that replaces any of them is tampering.
 GUARDED = (
@@ -42,20 +43,6 @@ def harness_modules() -> tuple[str, ...]:
     main = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", "") or ""
     return tuple(sorted(n for n in list(sys.modules) if n.startswith("verifier."))) + (
         ("__main__",) if main.startswith("verifier.") else ())
-
-
-def c_function_pointer(fn: Any) -> int | None:
-    """The C function behind a builtin (PyCFunctionObject.m_ml->ml_meth): C++ can swap it while
-    the Python object, and so its identity, stays the same."""
-    if type(fn).__name__ != "builtin_function_or_method":
-        return None
-    import ctypes
-
-    ptr = ctypes.sizeof(ctypes.c_ssize_t) + ctypes.sizeof(ctypes.c_void_p)  # after PyObject_HEAD
-    method_def = ctypes.c_void_p.from_address(id(fn) + ptr).value
-    if not method_def:
-        return None
-    return ctypes.c_void_p.from_address(method_def + ctypes.sizeof(ctypes.c_void_p)).value
 
 
 def guard_snapshot() -> dict[str, Any]:
@@ -95,12 +82,14 @@ def identity(fn: Any) -> int:
     if kind is types.MethodType:
         return hash((id(fn), identity(fn.__func__)))
     if kind is not types.FunctionType:  # not read through `getattr`: an object that
-        return id(fn)  # answers any name (unittest.mock.call) answers a new one each time
+        meth = c_function_pointer(fn)  # answers any name (unittest.mock.call) answers a new
+        return id(fn) if meth is None else hash((id(fn), meth))  # one each time
     return hash((id(fn), id(fn.__code__), id(fn.__defaults__), id(fn.__kwdefaults__)))
 
 
-# the types whose `identity` is more than `id` (neither can be subclassed)
-_CODED = frozenset({types.FunctionType, types.MethodType})
+# the types whose `identity` is more than `id` (none can be subclassed): code, or a C function
+_CODED = frozenset({types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+                    types.MethodDescriptorType, types.ClassMethodDescriptorType})
 
 # threads of the process the interpreter does not list (a ctypes `pthread_create` of a Python
 # callback, a detached C++ thread): more than when ready, one may run in a later job
@@ -137,7 +126,8 @@ def process_state() -> dict[str, int]:
              "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
              **{k: hash(str(v)) for k, v in torch_switches().items()},
              **class_attributes(), **process_settings(), **protocol_state(),
-             **torch_private(), **interpreter_private(), **hidden_state.snapshot()}
+             **torch_private(), **interpreter_private(), **hidden_state.snapshot(),
+             **thread_settings.snapshot()}
     # keys of no exact str in sys.modules or a module's namespace: a job's own str class there
     # runs its `__eq__` at every later lookup of a name of equal hash (`import numpy` in the
     # next job ran it: tests/verifier/test_redteam_later_code.py)
@@ -171,16 +161,20 @@ CLASS_MODULES = ("torch._tensor", "torch.nn", "torch.autograd.function", "weakre
 
 def class_attributes() -> dict[str, int]:
     """Identity of the attributes, dunders included, of every class in a module of
-    CLASS_MODULES (or a submodule): one figure per class (torch.Tensor says it is `torch`'s)."""
+    CLASS_MODULES (or a submodule) and of its bases (torch.Tensor's C base, TensorBase, holds
+    `copy_` and every method torch defines in C): one figure per class (torch.Tensor says it
+    is `torch`'s)."""
     out = {}
     under = tuple(m + "." for m in CLASS_MODULES)
     for name, module in list(sys.modules.items()):
         if name not in CLASS_MODULES and not name.startswith(under):
             continue
         for v in list(vars(module).values()):
-            key = f"{getattr(v, '__module__', '')}.{getattr(v, '__qualname__', '')} attributes"
-            if isinstance(v, type) and key not in out:
-                out[key] = hash(frozenset((a, identity(b)) for a, b in list(vars(v).items())))
+            for cls in v.__mro__[:-1] if isinstance(v, type) else ():  # (not `object`)
+                key = f"{getattr(cls, '__module__', '')}.{cls.__qualname__} attributes"
+                if key not in out:
+                    out[key] = hash(frozenset((a, identity(b))
+                                              for a, b in list(vars(cls).items())))
     return out
 
 
