@@ -69,6 +69,14 @@ def build_cache(opts: VerifyOptions) -> Path:
     return Path(opts.build_cache_dir) if opts.build_cache_dir else default_cache_dir() / "builds"
 
 
+CPU_STANDBYS = 3  # the cpu loop's spares at most: one starts in ~3 s (a GPU worker: ~12 s)
+
+
+def _standbys(opts: VerifyOptions, backend: str) -> int:
+    spares = opts.standby_workers if opts.standby_worker else 0
+    return min(spares, CPU_STANDBYS) if backend == "cpu" else spares
+
+
 def verify_batch(requests: list[VerifyRequest], options: VerifyOptions | None = None,
                  progress: Callable[[VerdictData], None] | None = None,
                  timings: dict[str, dict[str, float]] | None = None,
@@ -177,8 +185,8 @@ def _verify_group(items: list[Item], backend: Backend, opts: VerifyOptions,
             chosen = chosen[:opts.gpus]
         for slot in chosen:
             runner: SandboxRunner | GpuRunner = (
-                GpuRunner(opts, slot.env, backend.name,
-                           opts.standby_workers if opts.standby_worker else 0) if persistent else
+                GpuRunner(opts, slot.env, backend.name, _standbys(opts, backend.name))
+                if persistent else
                 SandboxRunner(launcher, backend, opts, slot.env, threads=1))
             runners.append(runner)
             lanes[id(runner)] = slot.label

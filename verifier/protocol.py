@@ -84,8 +84,10 @@ class VerifyOptions:
     # GPU backends: warm standby workers per GPU replace one a candidate killed at once
     standby_worker: bool = True
     # how many (with standby_worker): a crash and its confirmation in a fresh worker take two;
-    # with two, the next job waited ~10 s for a spare (an H200 KernelBench batch, 3 of them)
-    standby_workers: int = 3
+    # with two, the next job waited ~10 s for a spare (an H200 KernelBench batch, 3 of them);
+    # with three, an H100 batch waited 34 s in all, mostly in runs of runtime fallbacks (each a
+    # cheat and its confirmation: two workers) faster than a spare starts (~12 s)
+    standby_workers: int = 5
     compile_workers: int = 2
     compile_batch: int = 16  # most specs a build unit (verifier.compile.compile_plan sizes them)
     compile_timeout_s: float = 600.0

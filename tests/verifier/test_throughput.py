@@ -148,3 +148,15 @@ def test_a_second_killed_worker_is_replaced_by_the_second_spare_without_waiting(
     for t in runner.threads.values():
         t.join()
     assert not any(s.alive() for s in runner.spares) and not runner.worker.alive()
+
+
+def test_a_gpu_slot_keeps_more_spares_than_the_cpu_loop() -> None:
+    """A GPU worker starts in ~12 s: an H100 batch with three spares waited 34 s for them in
+    runs of runtime fallbacks (each a cheat and its confirmation); the cpu loop's start in ~3 s
+    and the 2-core CI host keeps three."""
+    from verifier.api import CPU_STANDBYS, _standbys
+
+    opts = VerifyOptions(backend="cuda")
+    assert _standbys(opts, "cuda") == opts.standby_workers == 5
+    assert _standbys(opts, "cpu") == CPU_STANDBYS == 3
+    assert _standbys(VerifyOptions(standby_worker=False), "cuda") == 0
