@@ -15,8 +15,10 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
-from verifier.run import disarm, hidden_state
+from verifier.run import disarm, hidden_state, tamper
+from verifier.run.c_identity import c_function_pointer
 from verifier.run.tamper import OS_THREADS, PER_JOB, identity, left_in_process, process_state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,8 +98,9 @@ def test_the_residue_named_as_before() -> None:
 
 
 def test_identity_by_exact_type_is_identity_as_before() -> None:
-    """Functions (code, defaults) and bound methods (their function's code) as before;
-    anything else by `id`."""
+    """Functions (code, defaults) and bound methods (their function's code) as before; a
+    builtin or a C method with its C function (round 14, `c_identity`); anything else by `id`.
+    The module walk's inlined form (`identity` only for `_CODED` types) is `identity`."""
     def f(x: int = 1) -> int:
         return x
 
@@ -110,7 +113,9 @@ def test_identity_by_exact_type_is_identity_as_before() -> None:
     f.__defaults__ = (2,)
     C.m.__code__ = f.__code__
     assert identity(f) != first and identity(bound) != method
-    assert identity(len) == id(len) and identity(C) == id(C)
+    assert identity(len) == hash((id(len), c_function_pointer(len))) and identity(C) == id(C)
+    for v in (len, torch.relu, torch.Tensor.copy_, dict.fromkeys, f, bound, C, sys, 3, "s"):
+        assert (identity(v) if type(v) in tamper._CODED else id(v)) == identity(v), v
 
 
 def test_writable_roots_are_read_at_each_scan(tmp_path: Path,
