@@ -90,7 +90,10 @@ def test_hidden_process_state_is_residue(route: str) -> None:
         if fn is not None:
             codecs.unregister(fn)
     assert left, route
-    assert not left_in_process(before), left_in_process(before)  # restored: nothing left
+    # restored: nothing left (but this test process's descriptor table, which a full suite's
+    # earlier threads move: `thread_settings`' key, tested in the worker loop by round 14)
+    after = [x for x in left_in_process(before) if x != "file descriptors"]
+    assert not after, after
 
 
 def test_rounding_left_upward_does_not_fail_a_later_honest_sibling() -> None:
