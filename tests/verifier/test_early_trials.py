@@ -205,3 +205,32 @@ def test_wrong_runs_on_the_worker_loop_skip_the_windows() -> None:
     assert "checked by the verifier itself" in dies.payload["error"], dies.payload
     assert confirmations == 0, confirmations
     assert time.monotonic() - began < 120
+
+
+def test_a_report_of_the_wrong_form_after_earlier_jobs_is_made_again() -> None:
+    """Trials that failed at "t" by the form of the report alone (their slots passed: `on_word`)
+    rest on the worker's word, which an earlier job's code may have garbled: after earlier jobs
+    the run is made again in a fresh worker. A failure of the slots stands (no second draw)."""
+    from verifier.run.outcome import confirmed
+
+    for why, again in (("the worker's trial report: no trial report", 1),
+                       ("trial 1, checked by the verifier itself: output 0: differ", 0)):
+        timed = {"figures": {}, "failure": "", "judge_error": "", "failed_check": "",
+                 "trials": [False, why, {}, 0.01, None]}
+
+        for payload in ({"nonce": "n1", "outcome": "ok"},  # told "e", it says ok: the
+                        {"nonce": "n1", "outcome": "incorrect", "error": why}):  # or not
+            runs: list[int] = []
+
+            def run(payload: dict[str, Any] = payload, runs: list[int] = runs,
+                    timed: dict[str, Any] = timed) -> RunOutcome:
+                runs.append(1)  # the run as `GpuRunner._judged_here` leaves it
+                judged = RunOutcome(dict(payload), clock=timed)
+                judged.judge_compared = True
+                return run_ended(judged, None, "n1", 2)
+
+            out = confirmed(run, lambda: None)
+            assert len(runs) == 1 + again, (why, payload, runs)
+            assert (judged_failure(out) == "") is bool(again)
+            notes = [f["rule"] for f in out.payload.get("findings") or ()]
+            assert ("confirmed_fresh" in notes) is bool(again), notes

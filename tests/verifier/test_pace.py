@@ -130,6 +130,17 @@ def test_hang_deadlines_follow_the_steps_and_the_judges_windows() -> None:
     assert "the run's report" in w.why(_clock(), now=now + 9.0)
 
 
+def test_the_watch_keeps_the_seconds_of_the_first_call_and_the_slowest_later_one() -> None:
+    w = HangWatch(Pace(eager_s=0.01), 0.0, timeout_s=600.0)
+    for step, at in (("correctness", 2.0), ("trial", 4.0), ("trial", 5.5), ("kernels", 5.75),
+                     ("trial", 6.0), ("performance", 6.25)):
+        w.on(step, now=at)
+    assert w.spent() == {"first_call": 1.5, "call_max": 0.25}  # the windows' step: not a call
+    w = HangWatch(None, 0.0, timeout_s=600.0)  # no pace: still measured
+    w.on("trial", now=time.monotonic() - 2.0)
+    assert w.spent()["first_call"] >= 2.0
+
+
 def test_without_a_baseline_every_step_has_the_run_timeout() -> None:
     w = HangWatch(None, 50.0, timeout_s=30.0)
     for step in ("correctness", "trial", "kernels"):

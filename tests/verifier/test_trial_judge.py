@@ -92,13 +92,38 @@ def test_wrong_missing_and_mutating_outputs_are_caught() -> None:
     assert not ok and why.startswith("trial 1, checked by the verifier itself: output 0: "), why
     ok, why, _ = fresh.check({"values": [[[], None, []]]}, None)
     assert not ok and "trial 1" in why
-    ok, why, _ = fresh.check({"values": [[[]]]}, None)
-    assert not ok and why == "the worker returned 1 trial outputs, expected 3", why
-    ok, why, _ = fresh.check({"values": "x"}, None)
-    assert not ok and why.startswith("the worker's trial report"), why
+    for bad in ({"values": [[[]]]}, {"values": "x"}):  # a report of the wrong form: the
+        ok, why, _ = fresh.check(bad, None)  # judge reads the slots all the same (poisoned)
+        assert not ok and why.startswith("trial 1, checked by the verifier itself"), why
     for j in (judge, fresh):
         j.close()
     io.close()
+
+
+def test_a_report_of_the_wrong_form_over_right_slots_is_the_workers_word() -> None:
+    """An honest worker's slots with a report of the wrong form (an earlier job's code in the
+    worker can garble it): the slots pass the judge's comparison, so the failure rests on the
+    report alone (`on_word`: made again in a fresh worker, `verifier.run.outcome`); over wrong
+    slots the judge's own comparison is the answer (it stands). A task with plain values in its
+    output cannot be read without the report: the report's failure, the worker's word."""
+    from verifier.judge.trial_io import on_word
+
+    for model, judged in ((torch.relu, False), (lambda x: torch.relu(x) + 1.0, True)):
+        judge = TrialJudge(_args(), 1 << 30, 16 << 20)
+        io = _worker(judge, model)
+        for bad in (None, {"values": [[[], []]]}, {"values": [[[], [], []], []]}, [1] * 4):
+            ok, why, _ = judge.check(bad, None)
+            assert not ok and on_word(why) is not judged, (bad, why)
+            assert why.startswith("trial 1, checked by the verifier itself") is judged, why
+        assert judge.check(io.report()["trial_report"], None)[0] is not judged
+        io.close()
+        judge.close()
+    judge = TrialJudge(_args(TUPLE_TASK), 1 << 30, 16 << 20)
+    io = _worker(judge, lambda x: (x * 2.0 + 1.0, 24, None))  # wrong, but unreadable unreported
+    ok, why, _ = judge.check({"values": [[]]}, None)
+    assert not ok and on_word(why) and "0 trial outputs, expected 3" in why, why
+    io.close()
+    judge.close()
 
 
 def test_the_judge_sees_what_the_worker_sees_not_what_it_kept() -> None:

@@ -322,3 +322,13 @@ def fill(target: Any, source: Any) -> None:
             fill(t, s)
     elif target != source:
         raise ArenaError(f"a plain input changed between draws ({target!r} -> {source!r})")
+
+
+def shift(layout: Any, start: int) -> Any:
+    """A layout planned from byte 0, moved to `start` (a multiple of the arena's alignment)."""
+    kind, value = next(iter(layout.items()))
+    if kind == "t":
+        return {"t": {**value, "offset": int(value["offset"]) + start}}
+    if kind == "v":
+        return layout
+    return {kind: [shift(v, start) for v in value]}

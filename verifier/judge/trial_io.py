@@ -79,6 +79,16 @@ def rebuild(slot: Any, values: Any) -> Any:
     return out
 
 
+REPORT_WORD = "the worker's trial report"  # a failure of the report's form: `on_word`
+
+
+def on_word(why: str) -> bool:
+    """Whether a trials' failure rests on the form of the worker's report alone, not on a slot
+    the judge compared (`verifier.judge.trial_judge.TrialJudge._unreported`): the worker's word,
+    made again in a fresh worker after earlier jobs (`verifier.run.outcome.judged_failure`)."""
+    return why.startswith(REPORT_WORD)
+
+
 def values_of_report(report: Any, blocks: int) -> list[list[Any]]:
     """Per block, per trial: the plain values a worker reported (None: no output kept)."""
     if not isinstance(report, dict) or not isinstance(report.get("values"), list):

@@ -12,11 +12,10 @@ pristine inputs from the seed, compares them with the arena's (input mutation), 
 reference output and compares the slot with it in chunks (`verifier.judge.device_compare`): nothing
 of output size leaves the device, and the answer is a few figures. Only torch and the stdlib.
 
-Stepped trials (`args["stepped"]`: a job whose trials the judge's clock paces,
-`verifier.judge.trial_pace`): the task's trial inputs are not in the arena at first (their bytes
-are the judge's poison); the clock calls `publish(t)` at trial t's "p", before its "g", and
-`seal(t)` at its "q". So no trial can compute a later trial's output (its inputs do not exist
-yet), and what the worker writes into a slot after its "q" does not count. How `seal` keeps the
+Stepped trials (`args["stepped"]`, paced by the clock: `verifier.judge.trial_pace`): the trial
+inputs are the judge's poison at first; the clock calls `publish(t)` at trial t's "p" and
+`seal(t)` at its "q": no trial can compute a later one's output, and what the worker writes into
+a slot after its "q" does not count. How `seal` keeps the
 slot, within what admission counts: a cpu judge reads it into its own copy of the arena (its
 private memory, already counted as the arena: nothing more is held) and `check` pulls no sealed
 slot again; a device arena has no private copy, and a clone of every trial's slot kept to the
@@ -43,11 +42,11 @@ from typing import Any
 
 from verifier.judge import decide, trial_pace
 from verifier.judge.admission import Admission, Footprint, admit
-from verifier.judge.arena import Arena, fill, plan, views
+from verifier.judge.arena import Arena, fill, plan, shift, views
 from verifier.judge.construct import DEVICE
 from verifier.judge.fingerprint import fingerprint
 from verifier.judge.tensors import clone, same, varies
-from verifier.judge.trial_io import tensors_only
+from verifier.judge.trial_io import REPORT_WORD, tensors_only
 
 POISON = 0xFF  # slot bytes before the worker writes: NaN in every float type
 
@@ -176,7 +175,7 @@ class TrialJudge:
             for t in range(n):
                 lo = end
                 inputs, end = plan(block.sample, end)
-                out, end = _shift(block.out_layout, end), end + block.out_bytes
+                out, end = shift(block.out_layout, end), end + block.out_bytes
                 block.spans.append((lo, end - block.out_bytes, end))
                 block.seeds.append(self.input_seed + 1000 + t)
                 block.cases.append({"inputs": inputs, "out": out})
@@ -306,20 +305,31 @@ class TrialJudge:
             return False, f"the trials' arena is unreadable: {exc}", {}
         if self.early:  # a trial whose set was reused, checked at its "q" (`_check_now`)
             return False, self.early, dict(self.early_worst)
+        worst: dict[str, float] = dict(self.early_worst)
         try:
             values = values_of_report(report, len(self.variants) + 1)
+            main = values[0]
+            if self.paced > len(self.main.cases):  # the sets' last trials (others: checked)
+                if not isinstance(main, list) or len(main) != self.paced:
+                    raise ValueError(f"not its {self.paced} paced trials' outputs")
+                main = [main[t] for t in self.in_slot]
+            if len(main) != len(self.main.cases):
+                raise ValueError(f"{len(main)} trial outputs, expected {len(self.main.cases)}")
         except ValueError as exc:
-            return False, f"the worker's trial report: {exc}", {}
-        worst: dict[str, float] = dict(self.early_worst)
-        main = values[0]
-        if self.paced > len(self.main.cases):  # the sets' last trials (others: checked)
-            if not isinstance(main, list) or len(main) != self.paced:
-                return False, f"the worker did not report its {self.paced} trials' outputs"
-            main = [main[t] for t in self.in_slot]
+            return False, self._unreported(f"{REPORT_WORD}: {exc}", worst), worst
         ok, why = self._check_block(self.main, main, "", worst)
         if ok:
             ok, why = self._check_variants(values[1:], checked)
         return ok, why, worst
+
+    def _unreported(self, why: str, worst: dict[str, float]) -> str:
+        """A report that fails its form: where the outputs are tensors only (no plain value it
+        must give), a slot that fails the comparison is the judge's own answer (it stands); else
+        `why`, the worker's word (`on_word`: an earlier job's code may have garbled it)."""
+        if not tensors_only(self.main.out_layout):
+            return why
+        ok, slots = self._check_block(self.main, [[]] * len(self.main.cases), "", worst)
+        return why if ok else slots
 
     def _check_variants(self, values: list[Any], checked: Any) -> tuple[bool, str]:
         if not self.variants:
@@ -401,16 +411,6 @@ class TrialJudge:
         self.main = None  # type: ignore[assignment]
         self.variants = []
         self.arena.close()
-
-
-def _shift(layout: Any, start: int) -> Any:
-    """A layout planned from byte 0, moved to `start` (a multiple of the arena's alignment)."""
-    kind, value = next(iter(layout.items()))
-    if kind == "t":
-        return {"t": {**value, "offset": int(value["offset"]) + start}}
-    if kind == "v":
-        return layout
-    return {kind: [_shift(v, start) for v in value]}
 
 
 def _synchronize() -> None:

@@ -16,8 +16,7 @@ nothing of output size comes back; the parent-clocked timing windows (`verifier.
 run over two more pipes the worker inherits. A worker that exceeds a job's timeout, dies, floods its output or
 reports a broken CUDA context is killed and replaced before the next job; only the job in
 flight is affected. The worker says {"started": nonce} as it takes a job; a line out of that
-protocol is tampering, and a failure it reports after earlier jobs is made again in a fresh
-worker by its runner (`verifier.run.outcome`).
+protocol is tampering; a failure it reports after earlier jobs is made again in a fresh worker.
 """
 
 from __future__ import annotations
@@ -89,8 +88,7 @@ class GpuWorkerProcess:
         self.clock_fds: tuple[int, ...] = ()
         self.clock: JudgeClock | None = None
         self.watch: HangWatch | None = None  # the job in flight's hang deadlines
-        self.jobs = 0
-        self.arena_fd = self.trials_fd = -1
+        self.jobs, self.arena_fd, self.trials_fd = 0, -1, -1
         self.ext_id: tuple[int, int] = (0, 0)
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
@@ -256,7 +254,9 @@ class GpuWorkerProcess:
             self.earlier += 1
             if clock is not None:
                 clock.stop()
+            calls = self.watch.spent()  # for the profile
             self.clock, self.watch, self.arena_fd, self.trials_fd = None, None, -1, -1
+        out.spans.update(calls)
         out = self.settle(check(out) if check is not None else out, nonce, earlier)
         return run_ended(out, clock, nonce, earlier)  # the worker's word, the clock's checks
 

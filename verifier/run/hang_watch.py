@@ -25,6 +25,7 @@ from typing import Any
 from verifier.judge.pace import HANG_FACTOR, HANG_FLOOR_S, LOAD_FACTOR, Pace
 
 ONE_CALL = ("trial", "kernels", "performance")  # steps of one call of the candidate
+MEASURED = ("trial", "kernels")  # ("performance" ends where the clock's windows begin, unseen)
 
 
 class HangWatch:
@@ -36,10 +37,14 @@ class HangWatch:
         self.end, self.what, self.budget = self.hard, "the reference's load", timeout_s
         self.clock_seen = False
         self.first_call = True
+        self.began, self.kind = start, ""  # the step in flight: when, and which (`spent`)
+        self.calls: dict[str, float] = {}  # "first_call", "call_max": seconds, as they ended
 
     def on(self, step: str, now: float | None = None) -> None:
         """The worker began `step` (a progress or step line)."""
         now = time.monotonic() if now is None else now
+        self._ended(now)
+        self.began, self.kind = now, step
         if self.pace is None:
             return
         if step == "correctness":  # the reference is loaded: the candidate loads next
@@ -51,6 +56,20 @@ class HangWatch:
                        f"{step}: one call" + (" (the first)" if first else ""))
         else:  # variants (sizes never timed), done, anything else: the run timeout
             self._step(now, self.hard - now, step)
+
+    def _ended(self, now: float) -> None:
+        """The step in flight ended at `now`: a call's seconds, kept for the profile (what the
+        floor of a first call and of a later one is measured against)."""
+        if self.kind in MEASURED:
+            key = "call_max" if "first_call" in self.calls else "first_call"
+            self.calls[key] = max(self.calls.get(key, 0.0), now - self.began)
+        self.kind = ""
+
+    def spent(self) -> dict[str, float]:
+        """The seconds of the job's first call and of its slowest later one (trials, the kernel
+        profile), for the profile (`verifier.run.spans`)."""
+        self._ended(time.monotonic())
+        return dict(self.calls)
 
     def _step(self, now: float, budget: float, what: str) -> None:
         self.end, self.budget, self.what = min(self.hard, now + budget), budget, what

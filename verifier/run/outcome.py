@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verifier.judge.construct import HOST_ONLY
+from verifier.judge.trial_io import on_word
 from verifier.judge.trial_pace import timed_finding
 from verifier.run.settle import charge_settled
 
@@ -162,7 +163,24 @@ def reported_failure(out: RunOutcome, nonce: Any) -> str:
         return "the result was not the harness's (its nonce)"
     if p.get("outcome") not in NOT_FAILED:
         return f"the worker reported {p.get('outcome')} ({str(p.get('error') or '')[:200]})"
-    return out.unsettled
+    return _report_failed(out) or out.unsettled
+
+
+def _report_failed(out: RunOutcome) -> str:
+    """Why the judge failed an "ok" run's trials on the form of its report alone (`on_word`:
+    the worker's word, not a slot it compared); "" otherwise."""
+    early = out.clock.get("trials") if isinstance(out.clock, dict) else None
+    if early:
+        ok, why = early[0], str(early[1])
+    elif out.judge_compared and out.referee is not None:
+        try:
+            ok, why = out.referee("run", {})
+        except RuntimeError:
+            return ""
+    else:
+        return ""
+    return f"its trials' report failed the judge's reading ({why[:200]})" \
+        if ok is False and on_word(str(why)) else ""
 
 
 def judged_failure(out: RunOutcome) -> str:
@@ -174,14 +192,17 @@ def judged_failure(out: RunOutcome) -> str:
         return f"a timed window failed the judge's checks ({str(failed)[:200]})"
     early = out.clock.get("trials") if isinstance(out.clock, dict) else None
     if early and early[0] is False:  # checked at the clock's "t" (`trial_pace.trials_checked`)
-        return f"the judge compared its trials ({str(early[1])[:200]})"
+        # a report of the wrong form whose slots passed (or could not be read without it):
+        # the worker's word, which an earlier job's code may have garbled (`on_word`)
+        return "" if on_word(str(early[1])) else \
+            f"the judge compared its trials ({str(early[1])[:200]})"
     if not out.judge_compared or out.referee is None:
         return ""
     try:
         ok, why = out.referee("run", {})  # the answer already made (no argument is read)
     except RuntimeError:  # the referee itself failed: nothing was established
         return ""
-    return "" if ok else f"the judge compared its trials ({str(why)[:200]})"
+    return "" if ok or on_word(str(why)) else f"the judge compared its trials ({str(why)[:200]})"
 
 
 def window_failed(out: RunOutcome, timed: dict[str, Any] | None, nonce: Any) -> RunOutcome:
