@@ -32,9 +32,9 @@ harness's loop: a window is believed for what the judge checks and measures itse
   after each check until the run is quiet (an honest OpenMP pool spins ~5-10 ms after its last
   parallel region; loaded, it waits for a cpu: `runnable`), reads the meter, fills, reads it
   again at "w": the run's cpu time in between, less a noise allowance (`FILL_NOISE_S`, at most
-  `NOISE_SHARE` of the window), is added to the window's time. Charged, not a cheat: cpu seconds are at least the wall seconds the work would have taken inside the window (on any
-  number of threads), so the attack gains nothing, and an honest run that was not quiet in
-  time (a loaded host) is slowed a little instead of called a cheat. Cpu time inside the
+  `NOISE_SHARE` of the window), is added to the window's time. Charged, not a cheat: cpu
+  seconds are at least the wall seconds the work would have taken inside the window, so the
+  attack gains nothing, and an honest run not quiet in time (a loaded host) is slowed a little. Cpu time inside the
   window (an honest multi-threaded kernel's) is never charged. Work after "d" is: the meter is
   read as "d" is in, before any slot, so slots written after "d" while the judge's thread
   waited for a cpu are in the window's cpu time (with `cpus`), and later ones lose the race to
@@ -52,9 +52,8 @@ the judge's own time for the calls' output copies (at most half): load only adds
 window runs faster than its calls truly take. The reference's baseline is timed by this very
 clock in a process that never ran candidate code: on cpu a sandboxed child serves a judge's
 windows with the reference as its forward (`verifier.run.runners.SandboxRunner.baseline`;
-`time_windows` in-process read hot inputs and copied one output per window: ~2x faster than
-the same forward judged here, issue 28); on a GPU a worker that only ever loads references
-serves it (`verifier.run.gpu_runner.GpuRunner.baseline`), the referee's `time_windows` where not.
+`time_windows` in-process was ~2x faster than the same forward judged here, issue 28); on a GPU
+a worker that only ever loads references serves it (`GpuRunner.baseline`).
 That deduction is the price of a slot per call: an output computed in place in its slot would
 make the harness's copy a no-op (torch skips a copy of memory onto itself) and still be
 deducted (a 2x claim for a copy-bound op like ReLU), so the harness refuses an output in the
@@ -63,9 +62,8 @@ process timed for that size (`window_judge.fastest_copy`: a copy timed under loa
 a later runtime). A worker that patches the harness is deducted copies it never made (at most
 half a window, which the physics floor then weighs); an honest kernel's figure is unchanged.
 
-A window faster per call than every one before it has all its calls checked (`deep`): the one
-that sets the runtime cannot have skipped calls the random draw missed (on a GPU: as far as
-`window_judge.DEEP_CLONE_BYTES` allows). A window whose sets are all published at "w" lets a
+A window faster per call than every one before it has all its calls checked (`deep`, on a GPU
+as far as `window_judge.DEEP_CLONE_BYTES` allows): the fastest cannot have skipped calls. A window whose sets are all published at "w" lets a
 first call compute every set's output in one batch and the later calls answer from it (the
 window then times the batch): the cpu runner's clock is `stepped` (`verifier.judge.stepped`:
 "s n", each call's set published once the call before it wrote its slot, read then); a device
@@ -97,8 +95,6 @@ FILL_NOISE_S, NOISE_SHARE = 0.0005, 0.05  # the run's cpu time during a fill tha
 # window capped by its input sets may be a single short call)
 QUIET_S, QUIET_MAX_S = 0.002, 0.05  # the run is quiet: under 10% cpu over QUIET_S and no
 # thread runnable (waited for at most QUIET_MAX_S, then the fill is charged as it is)
-
-
 
 
 def calls_for(call_s: float, round_trip_s: float = 0.0) -> int:
@@ -196,8 +192,8 @@ class JudgeClock:
         self.trials_due: int | None = None  # how many the job has (set by the runner)
         self.fastest = math.inf  # the fastest checked window's time per call so far
         self.pace: Any = None  # the reference's `verifier.judge.pace.Pace` (set by the runner)
-        self.serving = False  # from "t" to "e"; (monotonic start, calls) of a window in flight:
-        self.open_window: tuple[float, int] | None = None  # for `verifier.run.hang_watch`
+        self.serving, self.open_window = False, None  # from "t" to "e"; (start, calls) of a
+        # window in flight, for `verifier.run.hang_watch`
         self.failure = ""  # why the windows do not stand (the worker's doing)
         self.failed_check = ""  # the first window whose outputs or inputs failed the checks
         self.judge_error = ""  # why the judge could not time them (not the worker's doing)
@@ -239,22 +235,33 @@ class JudgeClock:
         """The worker's next message (one byte at a time, or `size` bytes where every message
         it may send is that long: nothing of a later one is lost)."""
         buf = b""
-        while not buf.endswith(b"\n"):
+        while not buf.endswith(b"\n") and len(buf) <= 64:
+            buf += self._chunk(deadline, max(1, size - len(buf)), "no message from the worker")
+        if len(buf) > 64:
+            raise ValueError("an oversized clock message")
+        return buf.decode(errors="replace").strip()
+
+    def read_bytes(self, deadline: float, n: int) -> bytes:
+        """The next `n` bytes the worker sends (a trial report after its "t")."""
+        buf = b""
+        while len(buf) < n:
+            buf += self._chunk(deadline, n - len(buf), "no trial report from the worker")
+        return buf
+
+    def _chunk(self, deadline: float, most: int, missing: str) -> bytes:
+        while True:
             left = deadline - time.perf_counter()
             if self._stop.is_set() or left <= 0:
-                raise TimeoutError("no message from the worker")
+                raise TimeoutError(missing)
             if not select.select([self.rfd], [], [], min(left, 0.1))[0]:
                 continue
             try:
-                chunk = os.read(self.rfd, max(1, size - len(buf)))
+                chunk = os.read(self.rfd, most)
             except BlockingIOError:
                 continue
             if not chunk:
                 raise OSError("the worker closed the clock pipe")
-            buf += chunk
-            if len(buf) > 64:
-                raise ValueError("an oversized clock message")
-        return buf.decode(errors="replace").strip()
+            return chunk
 
     def _window(self, n: int) -> float:
         if self.stepped and n > 1:  # no call sees a later call's set (a batch of them)
@@ -320,10 +327,9 @@ class JudgeClock:
                 break
         figures = summarize(per_call)
         set_by = self.charged[-len(per_call):][per_call.index(min(per_call))]  # runtime's
-        figures.update(calls=n, round_trip_us=round(round_trip * 1e6, 2),
-                       copy_us=round(self.judge.copy_s * 1e6, 2), sets=self.judge.sets,
-                       step_us=round(self.step_s * 1e6, 2),
-                       out_bytes=int(self.judge.out_bytes))
+        figures.update(calls=n, round_trip_us=round(round_trip * 1e6, 2), sets=self.judge.sets,
+                       copy_us=round(self.judge.copy_s * 1e6, 2),
+                       step_us=round(self.step_s * 1e6, 2), out_bytes=int(self.judge.out_bytes))
         figures.update({"early_stop": settled} if settled else {})
         figures.update(trial_figures(self.trial_s))  # the trials', against the windows'
         if len(self.window_cores) >= len(per_call):  # the runtime's window's cpu over wall

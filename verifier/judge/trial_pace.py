@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -152,7 +151,7 @@ def trials_checked(clock: Any, msg: str) -> bool:
     n = int(size) if size.isdigit() else -1
     if not 0 < n <= REPORT_MAX:
         raise ValueError(f"a trial report of {size[:20]!r} bytes")
-    data = _read_exact(clock, n)
+    data = clock.read_bytes(time.perf_counter() + clock.wait_s, n)
     trials = getattr(clock.judge, "trials", None)
     if trials is None:  # nothing here checks trials (a seeded run's parent compares them)
         return True
@@ -172,24 +171,6 @@ def trials_checked(clock: Any, msg: str) -> bool:
         raise
     clock.trials = [ok, why, stats, time.monotonic() - began, checked]
     return bool(ok)
-
-
-def _read_exact(clock: Any, n: int) -> bytes:
-    """The next `n` bytes from the worker's clock pipe (within the clock's `wait_s`)."""
-    deadline, buf = time.perf_counter() + clock.wait_s, b""
-    while len(buf) < n:
-        if clock._stop.is_set() or time.perf_counter() > deadline:
-            raise TimeoutError("no trial report from the worker")
-        if not select.select([clock.rfd], [], [], 0.1)[0]:
-            continue
-        try:
-            chunk = os.read(clock.rfd, n - len(buf))
-        except BlockingIOError:
-            continue
-        if not chunk:
-            raise OSError("the worker closed the clock pipe")
-        buf += chunk
-    return buf
 
 
 def _step(clock: Any, step: Any, t: int) -> None:
