@@ -108,8 +108,9 @@ def test_hang_deadlines_follow_the_steps_and_the_judges_windows() -> None:
     assert w.deadline() == start + 600.0 and w.why() == ""  # the reference loads: trusted
     w.on("correctness", now=start + 2.0)  # the reference took 2 s: the candidate gets 5 + 6
     assert w.deadline() == start + 2.0 + pace.HANG_FLOOR_S + pace.LOAD_FACTOR * 2.0
-    w.on("trial", now=start + 4.0)  # the first call: one floor more (lazy loads)
-    assert w.deadline() == start + 4.0 + 2 * pace.HANG_FLOOR_S + pace.HANG_FACTOR * 0.01
+    w.on("trial", now=start + 4.0)  # the first call: its lazy loads' allowance more
+    assert w.deadline() == start + 4.0 + pace.HANG_FLOOR_S + pace.FIRST_CALL_S \
+        + pace.HANG_FACTOR * 0.01
     w.on("trial", now=start + 5.0)
     assert w.deadline() == start + 5.0 + pace.HANG_FLOOR_S + pace.HANG_FACTOR * 0.01
     assert w.deadline(_clock(serving=True)) == start + 600.0  # the judge fills: its time
@@ -128,6 +129,19 @@ def test_hang_deadlines_follow_the_steps_and_the_judges_windows() -> None:
     assert "a timed window of 4 calls" in w.why(_clock(True, (now - 60.0, 4)), now=now)
     assert w.deadline(_clock(), now=now + 3.0) == now + 3.0 + pace.HANG_FLOOR_S
     assert "the run's report" in w.why(_clock(), now=now + 9.0)
+
+
+def test_a_candidate_that_compiles_at_its_first_call_keeps_the_jit_allowance() -> None:
+    for source, jit in (("from torch.utils.cpp_extension import load_inline", False),
+                        ("import triton\nimport triton.language as tl", True),
+                        ("self.f = torch.compile(self.f)", True), ("import cupy as cp", True),
+                        ("from numba import cuda", True), ("torch.relu(x)", False)):
+        assert pace.jits(source) is jit, source
+        w = HangWatch(Pace(eager_s=0.01), 0.0, 600.0, jit=pace.jits(source))
+        w.on("trial", now=1.0)
+        first = pace.JIT_FIRST_CALL_S if jit else pace.FIRST_CALL_S
+        assert w.deadline() == 1.0 + pace.HANG_FLOOR_S + first + pace.HANG_FACTOR * 0.01
+        assert "(the first)" in w.why(now=1.0)
 
 
 def test_the_watch_keeps_the_seconds_of_the_first_call_and_the_slowest_later_one() -> None:

@@ -12,16 +12,20 @@ rest on it, so a run costs what its task costs, not a flat budget:
   costs 1 window of 1 call, where it cost a calibration window and 3 windows of 3 calls.
 - **Hang deadlines** (`step_s`): a step of a run that calls the candidate `calls` times (a
   trial, the kernel profile, a timed window of n calls) must end within `HANG_FLOOR_S` +
-  `HANG_FACTOR` x eager x calls (the first call one floor more), and loading the candidate
+  `HANG_FACTOR` x eager x calls (the first call `first_call_s` more), and loading the candidate
   within `HANG_FLOOR_S` + `LOAD_FACTOR` x the reference's own load
   (`verifier.run.hang_watch`); a run past it is a `timeout` whose
   reason names the deadline, long before the flat run timeout. Why these numbers: an honest
   kernel 50x slower than eager uses half of HANG_FACTOR; the other half covers the harness's
   work that grows with the call (the dispatcher trace of a trial, the copy of every output
-  into the judge's slot: at most one more eager call for an elementwise op), and the floor the
-  fixed costs of a first call (the extension's module load, cuBLAS/cuDNN handles, the caching
-  allocator's first GB-sized blocks: tenths of a second) on a host whose cores also compile
-  (16 nvcc beside the worker), with margin. A candidate's model is built from the same init
+  into the judge's slot: at most one more eager call for an elementwise op), and the floor a
+  step's fixed costs on a host whose cores also compile (16 nvcc beside the worker), with
+  margin. A first call's lazy loads (the kernel's module, cuBLAS/cuDNN handles, the caching
+  allocator's first GB-sized blocks) took at most 0.13 s over KernelBench's 146 first calls on
+  an H100 (median 0.04 s; `benchmarks/job_spans.py`): `FIRST_CALL_S` more, 8x that; a
+  candidate that compiles at its first call (Triton, torch.compile, CuPy, Numba, NVRTC:
+  `jits`) keeps `JIT_FIRST_CALL_S`. Each hanging candidate waits its deadline out twice
+  after earlier jobs (its confirmation in a fresh worker, `verifier.run.outcome`). A candidate's model is built from the same init
   inputs as the reference's (the same weights: the reference's own load is the measure); 3x
   covers a layout change of every weight. Steps with no such measure (the generalisation
   variants, at sizes never timed) keep the run timeout.
@@ -29,6 +33,7 @@ rest on it, so a run costs what its task costs, not a flat budget:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +42,17 @@ SETTLE_MIN_S = 0.02  # the settling window is at least this long (clock.TARGET_S
 HANG_FLOOR_S = 5.0  # every step's fixed allowance
 HANG_FACTOR = 100.0  # eager calls' worth a call may take (an honest kernel: up to 50x eager)
 LOAD_FACTOR = 3.0  # the reference's own load time the candidate's load may take
+FIRST_CALL_S = 1.0  # a first call's lazy loads (a prebuilt extension's: at most 0.13 s seen)
+JIT_FIRST_CALL_S = 5.0  # a first call that compiles its kernel (`jits`)
+_JIT = re.compile(r"triton|torch\s*\.\s*compile|_dynamo|torch\s*\.\s*jit|cupy|numba|nvrtc|"
+                  r"\bjit\b", re.I)
+
+
+def jits(candidate_source: str) -> bool:
+    """Whether a candidate may compile its kernel at its first call (a JIT's name in its
+    source): its first call keeps `JIT_FIRST_CALL_S`. A candidate that hides its JIT only
+    shortens its own deadline."""
+    return bool(_JIT.search(candidate_source or ""))
 
 
 @dataclass(frozen=True)

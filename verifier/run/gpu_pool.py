@@ -45,7 +45,7 @@ from verifier.isolation.membound import host_memory_bound
 from verifier.isolation.sandbox import SandboxLimits, sandboxed_argv, scrubbed_env, stop_process
 from verifier.judge.clock import JudgeClock, no_judge
 from verifier.judge.clock_serve import FDS_ENV
-from verifier.judge.pace import Pace
+from verifier.judge.pace import Pace, jits
 from verifier.run import outcome
 from verifier.run.hang_watch import HangWatch
 from verifier.run.outcome import Measured, RunOutcome, run_ended, settle_charged, tampered
@@ -245,7 +245,7 @@ class GpuWorkerProcess:
             clock.pace = pace
             clock.trials_due = (message["job"].get("trials_arena") or {}).get("trials")
             clock.watch(run_meter(self.cgroup), runnable=run_runnable(self.cgroup))  # v2 only
-        self.watch = HangWatch(pace, start, timeout_s)
+        self.watch = HangWatch(pace, start, timeout_s, jits(message.get("candidate_source", "")))
         self.arena_fd, self.trials_fd = arena_fd, trials_fd
         nonce, earlier = message["job"].get("nonce"), self.earlier
         try:

@@ -7,8 +7,9 @@ judge's clock runs its windows (`verifier.judge.clock.JudgeClock.open_window`):
   that time is the measure of the candidate's load;
 - "correctness" to the first "trial": the candidate loads: `HANG_FLOOR_S` + `LOAD_FACTOR` x it;
 - each "trial", "kernels" (the kernel profile) and "performance" (up to the clock's first
-  window): one call, `Pace.step_s(1)`; the first of them one more `HANG_FLOOR_S` (a first
-  call's lazy loads: the extension's device code, cuBLAS/cuDNN handles, a JIT);
+  window): one call, `Pace.step_s(1)`; the first of them `FIRST_CALL_S` more (a first call's
+  lazy loads: the kernel's module, cuBLAS/cuDNN handles), `JIT_FIRST_CALL_S` where the
+  candidate may compile then (`pace.jits`);
 - a timed window of n calls: `Pace.step_s(n)` from the judge's order; while the judge fills and
   checks (its own time, not the worker's) only the run timeout;
 - after the last window (the run's report): `HANG_FLOOR_S`;
@@ -22,7 +23,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from verifier.judge.pace import HANG_FACTOR, HANG_FLOOR_S, LOAD_FACTOR, Pace
+from verifier.judge.pace import (
+    FIRST_CALL_S,
+    HANG_FACTOR,
+    HANG_FLOOR_S,
+    JIT_FIRST_CALL_S,
+    LOAD_FACTOR,
+    Pace,
+)
 
 ONE_CALL = ("trial", "kernels", "performance")  # steps of one call of the candidate
 MEASURED = ("trial", "kernels")  # ("performance" ends where the clock's windows begin, unseen)
@@ -31,8 +39,11 @@ MEASURED = ("trial", "kernels")  # ("performance" ends where the clock's windows
 class HangWatch:
     """The deadline of the step the job in flight is at (`deadline`), and why it ended it."""
 
-    def __init__(self, pace: Pace | None, start: float, timeout_s: float) -> None:
+    def __init__(self, pace: Pace | None, start: float, timeout_s: float,
+                 jit: bool = False) -> None:
+        """`jit`: the candidate may compile at its first call (`verifier.judge.pace.jits`)."""
         self.pace, self.start, self.timeout_s = pace, start, timeout_s
+        self.first_s = JIT_FIRST_CALL_S if jit else FIRST_CALL_S
         self.hard = start + timeout_s
         self.end, self.what, self.budget = self.hard, "the reference's load", timeout_s
         self.clock_seen = False
@@ -52,7 +63,7 @@ class HangWatch:
                        f"loading the candidate (the reference loaded in {now - self.start:.1f} s)")
         elif step in ONE_CALL:
             first, self.first_call = self.first_call, False
-            self._step(now, self.pace.step_s(1) + (HANG_FLOOR_S if first else 0.0),
+            self._step(now, self.pace.step_s(1) + (self.first_s if first else 0.0),
                        f"{step}: one call" + (" (the first)" if first else ""))
         else:  # variants (sizes never timed), done, anything else: the run timeout
             self._step(now, self.hard - now, step)
