@@ -17,7 +17,7 @@ watched torch function, a cheat). What makes it run in a later job:
 from __future__ import annotations
 
 from redteam_later_cases import LATER
-from redteam_round7_cases import NUMPY_RELU
+from redteam_round7_cases import NUMPY_RELU, on_worker_device
 
 BUILD_CLASS = LATER + """
 import builtins
@@ -85,6 +85,7 @@ def ks_build(func, name, *a, **k):
 
 builtins.__build_class__ = ks_build
 """
+BUILD_CLASS_WRONG = on_worker_device(BUILD_CLASS_WRONG)  # its cuda form on a cuda worker
 
 # BUILD_CLASS_WRONG as a candidate past the static checks would plant it: a static initializer
 # of its compiled ReLU runs the Python (the C API, as `redteam_cases.PYRUN_CPP`) as the worker
@@ -200,6 +201,7 @@ def ks_hook(mod, args, out):
 
 ks_module.register_module_forward_hook(ks_hook)
 """
+GLOBAL_HOOK = on_worker_device(GLOBAL_HOOK)  # its cuda form on a cuda worker
 
 # the import system's `_find_and_load`, which the interpreter looks up on
 # `importlib._bootstrap` at every import of a module not yet loaded: a private name

@@ -18,7 +18,7 @@ the job's own checks) so that what is tested is the runtime layer:
 from __future__ import annotations
 
 from redteam_later_cases import LATER
-from redteam_round7_cases import NUMPY_RELU
+from redteam_round7_cases import NUMPY_RELU, on_worker_device
 
 # the worker's main thread left rounding up (glibc: both the x87 word and MXCSR)
 ROUND_UP = """
@@ -75,6 +75,7 @@ class ModelNew(torch.nn.Module):
         import numpy as np
         return torch.from_numpy(np.cumsum(x.numpy(), axis=1, dtype=np.float32))
 '''
+NUMPY_CUMSUM = on_worker_device(NUMPY_CUMSUM)  # its cuda form on a cuda worker
 
 # the attacker as an honest numpy cumsum too, leaving `code` as round 12's `_leaving` does
 def leaving_cumsum(code: str) -> str:
@@ -125,6 +126,7 @@ class ModelNew(torch.nn.Module):
         import numpy as np
         return torch.from_numpy(np.exp(np.float32(-50.0) * x.numpy() * x.numpy()))
 '''
+NUMPY_GAUSS = on_worker_device(NUMPY_GAUSS)  # its cuda form on a cuda worker
 
 
 def leaving(base: str, code: str) -> str:
@@ -189,6 +191,7 @@ class ModelNew(torch.nn.Module):
         weakref.finalize(out, ks_extra)
         return out
 '''
+EXTRA_TRIAL = on_worker_device(EXTRA_TRIAL)  # its cuda form on a cuda worker
 
 # --- a loaded package's `__path__`, changed in place ---------------------------------------------
 # `sys.path` is compared by value, `sys.path_importer_cache`'s finders by what they hold, but a
@@ -211,6 +214,7 @@ with open(os.path.join(where, "tool.py"), "w") as f:
             "m._global_forward_hooks[-13] = ks_hook\\n")
 json.__path__.insert(0, where)
 '''
+PACKAGE_PATH = on_worker_device(PACKAGE_PATH)  # its cuda form on a cuda worker
 
 # an honest numpy ReLU that imports a submodule of a package the worker loaded (json.tool)
 SUBMODULE_RELU = NUMPY_RELU.replace("import torch\n", "import json.tool  # noqa: F401\nimport torch\n", 1)

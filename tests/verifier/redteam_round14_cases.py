@@ -27,7 +27,7 @@ early trial check at "t" tells them (a forged HOST_ONLY after failing, a death a
 
 from __future__ import annotations
 
-from redteam_round7_cases import NUMPY_RELU
+from redteam_round7_cases import NUMPY_RELU, on_worker_device
 
 
 # the canary: an honest ReLU that is wrong when its process is not as the test's own (`state`,
@@ -61,6 +61,7 @@ class ModelNew(torch.nn.Module):
         off = float(state() != FRESH)
         return torch.from_numpy(np.maximum(x.numpy(), 0) + np.float32(off))
 '''
+_CANARY = on_worker_device(_CANARY)  # its cuda form on a cuda worker
 
 
 def canary(expected: dict) -> str:
@@ -149,6 +150,7 @@ class ModelNew(torch.nn.Module):
                 obj.data["findings"].append({"rule": "r14_forged", "severity": "info",
                                              "line": None, "message": "forged"})
 '''
+REROLL = on_worker_device(REROLL)  # its cuda form on a cuda worker
 
 
 def reroll(mark: str) -> str:
@@ -255,6 +257,7 @@ class ModelNew(torch.nn.Module):
                 os._exit(3)
         return torch.from_numpy(np.maximum(x.numpy(), 0))
 """
+VOIDS_SLOW = on_worker_device(VOIDS_SLOW)  # its cuda form on a cuda worker
 
 # --- a C function pointer swapped under a method that keeps its identity ------------------------
 # `torch.Tensor.copy_` is a method descriptor whose PyMethodDef (in libtorch_python's writable

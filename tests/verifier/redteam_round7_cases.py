@@ -8,6 +8,7 @@ line per call, "<mode> <seconds>", to LOG, a file the judge never reads).
 from __future__ import annotations
 
 import os
+import re
 
 from redteam_cases import candidate
 from redteam_round5_cases import COMMON
@@ -117,6 +118,24 @@ class ModelNew(torch.nn.Module):
 # the backend of the persistent-worker rounds (8, 9, 9b): cpu here; `KS_REDTEAM_WORKER_BACKEND=
 # cuda` runs the same jobs in a CUDA worker on a GPU host (the GPU form of those rounds)
 WORKER_BACKEND = os.environ.get("KS_REDTEAM_WORKER_BACKEND", "cpu")
+
+
+def on_worker_device(src: str) -> str:
+    """`src` (candidate code written for cpu tensors: `x.numpy()`, `torch.from_numpy(...)` as
+    an output, numpy's in-place `out.detach().numpy()[...] += 1.0` on an output) as it means
+    the same in a WORKER_BACKEND worker: unchanged on cpu; on cuda the input read on the host,
+    the output moved back to the input's device, and the in-place +1 written back through
+    `copy_` (a copy in the dispatcher trace, no compute op, as on cpu)."""
+    if WORKER_BACKEND == "cpu":
+        return src
+    out = re.sub(r"\bx\.numpy\(\)", "x.cpu().numpy()", src)
+    out = re.sub(r"^(\s*(?:return |\w+ = )torch\.from_numpy\(.*\))$", r"\1.to(x.device)", out,
+                 flags=re.M)
+    out = re.sub(r"out\.detach\(\)(?:\.cpu\(\))?\.numpy\(\)\[\.\.\.\] \+= 1\.0",
+                 "out.detach().copy_(__import__('torch').from_numpy("
+                 "out.detach().cpu().numpy() + 1.0))", out)
+    assert out != src, src  # a case with nothing of the cpu's in it needs no cuda form
+    return out
 
 NUMPY_RELU = MODE_LEFT_BEHIND[MODE_LEFT_BEHIND.index("class ModelNew"):]
 NUMPY_RELU = "import torch\n\n\n" + NUMPY_RELU

@@ -57,6 +57,11 @@ operator's option) only one trial is past the uncounted first, fewer than the ru
 is off, and round 10's blinded run itself passes. Both closed: the trials are stepped (each
 trial's inputs published at its "p", its slot sealed at its "q") and a paced job has at least
 three trials (`verifier.judge.trial_pace`).
+
+GPU form: with `KS_REDTEAM_WORKER_BACKEND=cuda` on a GPU host the job loops (the chain, round 9's
+`_jobs`; the real path, `verifier_cases.cpu_loop_jobs`) run in a CUDA worker, the numpy
+attackers in their cuda form (`redteam_round7_cases.on_worker_device`); the `verify_batch`
+cases of compiled cpu (C++) candidates are skipped there (`CPU_BATCH`).
 """
 
 from __future__ import annotations
@@ -69,6 +74,9 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from verifier_cases import LOOP_BACKEND, skip_without_worker_device  # noqa: E402
+
+skip_without_worker_device()
 from redteam_round7_cases import NUMPY_RELU  # noqa: E402
 from redteam_round10_cases import BLIND_EXTRA, BLIND_FORWARD  # noqa: E402
 from redteam_round12_cases import (  # noqa: E402
@@ -98,6 +106,12 @@ RESIDUE_FIX = ("compare the private callables of `builtins` (at least `__build_c
                "and `warnings.filters`, `sys.path_importer_cache` and torch's global module "
                "hooks by value, in "
                "`tamper.process_state`")
+
+# the `verify_batch` cases: a batch of compiled C++ ReLUs on the cpu backend, whatever the loop's
+# backend (their GPU form would be CUDA candidates on the cuda backend: not written)
+CPU_BATCH = pytest.mark.skipif(LOOP_BACKEND != "cpu", reason=(
+    "a verify_batch of compiled cpu (C++) candidates on the cpu backend: it does not run in the "
+    "cuda worker; it runs in the cpu suite (no CUDA form written)"))
 
 
 @pytest.fixture(scope="module")
@@ -348,6 +362,7 @@ def paced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {v.candidate_id: v for v in got}
 
 
+@CPU_BATCH
 def test_the_blinded_run_over_a_slow_kernel_is_still_caught_by_the_trials_pace(
         paced: dict[str, Any]) -> None:
     """The control: the honest slow kernel is correct; round 10's blinded run over it is a
@@ -364,6 +379,7 @@ def test_the_blinded_run_over_a_slow_kernel_is_still_caught_by_the_trials_pace(
     assert {"timed_not_traced", "confirmed_fresh"} <= rules, blind.findings
 
 
+@CPU_BATCH
 def test_a_blinded_run_that_computes_its_trials_ahead_is_caught(paced: dict[str, Any]) -> None:
     """Before (measured here): "ahead" correct_slow with no finding, timed at 2374 us a call
     (torch.relu's speed; its own kernel, the honest run: 32974 us), reward 0.557 against the
@@ -380,6 +396,7 @@ def test_a_blinded_run_that_computes_its_trials_ahead_is_caught(paced: dict[str,
     assert "timed_not_traced" in {f["rule"] for f in there.findings}, there
 
 
+@CPU_BATCH
 def test_a_blinded_run_with_two_trials_is_caught(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Round 10's blinded run over the slow kernel, as `paced` runs it (there: trials=5, a
@@ -448,6 +465,7 @@ def warned(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {v.candidate_id: v for v in got}
 
 
+@CPU_BATCH
 def test_an_honest_sibling_after_a_warnings_error_filter_is_still_correct(
         warned: dict[str, Any]) -> None:
     """Caught at the verdict (by `outcome.confirmed`): the sibling that warns failed in the
@@ -460,6 +478,7 @@ def test_an_honest_sibling_after_a_warnings_error_filter_is_still_correct(
     assert "confirmed_fresh" in rules or not rules, warned["warner"].findings
 
 
+@CPU_BATCH
 def test_a_warnings_error_filter_is_charged_to_the_job_that_left_it(
         warned: dict[str, Any]) -> None:
     """Before (main at 96c4477, measured here): the attacker correct_slow with no finding, the
@@ -475,6 +494,7 @@ def test_a_warnings_error_filter_is_charged_to_the_job_that_left_it(
 
 
 
+@CPU_BATCH
 def test_a_candidate_cannot_slow_a_later_siblings_warnings(tmp_path: Path) -> None:
     """`verify_batch` on the persistent cpu loop, static checks on: an honest ReLU that warns
     in forward, the attacker (SLOW_WARNINGS_EXTRA at module level of a compiled ReLU), the

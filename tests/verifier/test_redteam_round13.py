@@ -13,15 +13,24 @@ flush-to-zero), the codecs search path, numpy's error state and every package's 
 (`verifier.run.hidden_state`), a finder kept but changed in place
 (`import_residue.held`), contextlib's and the harness's own classes (`tamper.CLASS_MODULES`).
 Not tried here: `ip_sampler` (ptrace and a cgroup-v2 cpu meter: this host's is v1) and the
-device fingerprint of stepped trials (GPU).
+device fingerprint of stepped trials (GPU). GPU form: with `KS_REDTEAM_WORKER_BACKEND=cuda` on a
+GPU host every job loop below runs in a CUDA worker (`verifier_cases.cpu_loop_jobs`, round 9's
+`_jobs`), the numpy candidates in their cuda form (`redteam_round7_cases.on_worker_device`).
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
-from redteam_round13_cases import (
+
+sys.path.insert(0, str(Path(__file__).parent))  # the cases (as conftest does; --noconftest)
+from verifier_cases import skip_without_worker_device  # noqa: E402
+
+skip_without_worker_device()
+from redteam_round13_cases import (  # noqa: E402
     CLASSIFIER,
     CODEC_SEARCH,
     CONTEXT_EXIT,

@@ -18,16 +18,26 @@ a later verdict reads (the worker writes none), a run told at "t" that its trial
 forges the worker's HOST_ONLY for a second draw (`incorrect` stands). Open (xfail): a run that
 voids its slow windows by dying after earlier jobs gets a second timing draw.
 Not tried here: a GPU's device arena (fingerprints), cgroup-v2 metering (this host is v1).
+GPU form: with `KS_REDTEAM_WORKER_BACKEND=cuda` on a GPU host every job loop below runs in a
+CUDA worker (`verifier_cases.cpu_loop_jobs`: `GpuRunner(opts, {}, "cuda")`, the judge in its
+referee), the numpy candidates in their cuda form (`redteam_round7_cases.on_worker_device`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
-from redteam_round14_cases import (
+
+sys.path.insert(0, str(Path(__file__).parent))  # the cases (as conftest does; --noconftest)
+from verifier_cases import skip_without_worker_device  # noqa: E402
+
+skip_without_worker_device()
+from redteam_round14_cases import (  # noqa: E402
     COPY_IS_ADD,
     DEEP_LINE,
     DUP2_CLOCK,
@@ -310,24 +320,17 @@ def test_told_early_its_trials_failed_a_run_gets_no_second_draw_as_host_construc
     verdict (`outcome._trials_failed`: `incorrect`), the job is not run again."""
     from types import SimpleNamespace
 
-    from verifier_cases import relu_task
+    from verifier_cases import loop_runner, relu_task
 
     from verifier.judge.construct import DEVICE
-    from verifier.judge.inputs import trial_input_seed
-    from verifier.protocol import VerifyOptions
-    from verifier.run.gpu_runner import GpuRunner
-    from verifier.stages import JOB_OPTIONS, run_constructed
+    from verifier.stages import run_constructed
 
     mark = f"/dev/shm/ks_r14_mark_{uuid.uuid4().hex}"
-    opts = VerifyOptions(backend="cpu", workers=1, run_timeout_s=60, trials=2, perf_trials=2,
-                         perf_warmup=1)
-    runner = GpuRunner(opts, {}, "cpu")
+    runner, job_of = loop_runner(60)
     item = SimpleNamespace(req=SimpleNamespace(task_source=relu_task(256, 256), task_id="relu"),
                            built={}, specs=[], code=reroll(mark), timing={},
                            verdict=SimpleNamespace(findings=[]))
-    job = {"nonce": "r14rr-0", "backend": "cpu", "input_seed": trial_input_seed(),
-           "variants": [], "options": {**{k: getattr(opts, k) for k in JOB_OPTIONS},
-                                       "construct": DEVICE}}
+    job = job_of("r14rr-0")
     try:
         out, ran = run_constructed(item, runner, job, None)
     finally:

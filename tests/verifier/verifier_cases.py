@@ -415,33 +415,72 @@ def tmp_venv(root: Path) -> Path:
     return venv
 
 
-def cpu_loop_jobs(sources: list[str], prefix: str, task: str | None = None,
-                  timeout_s: float = 60.0) -> tuple[list[Any], int]:
-    """One `GpuRunner` on its cpu loop (one worker, the judge's arena and clock), a job of
-    `task` (a 256 x 256 relu when None) per source (nonces `prefix`-i), in order: the
-    outcomes, and how many runs it made again in a fresh worker. Jobs after jobs in one worker
-    are where one job's residue reaches another."""
-    from types import SimpleNamespace
+# the backend of the persistent-worker loop below (as `redteam_round7_cases.WORKER_BACKEND`):
+# cpu here; `KS_REDTEAM_WORKER_BACKEND=cuda` on a GPU host runs the same jobs in a CUDA worker
+# (the task's inputs drawn on the GPU, the judge in its referee process beside it)
+LOOP_BACKEND = os.environ.get("KS_REDTEAM_WORKER_BACKEND", "cpu")
 
+
+def skip_without_worker_device() -> None:
+    """Skip the calling test module when the loop's backend is cuda and no GPU is visible (or
+    no numpy: the honest siblings of the worker rounds are numpy models)."""
+    if LOOP_BACKEND == "cuda":
+        import importlib.util
+
+        import pytest
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("KS_REDTEAM_WORKER_BACKEND=cuda: torch.cuda.is_available() is False "
+                        "(run these on a GPU host, or unset it for the cpu loop)",
+                        allow_module_level=True)
+        if importlib.util.find_spec("numpy") is None:
+            pytest.skip("KS_REDTEAM_WORKER_BACKEND=cuda: numpy is not installed here, and the "
+                        "honest siblings of these rounds are numpy models",
+                        allow_module_level=True)
+
+
+def loop_runner(timeout_s: float = 60.0, backend: str | None = None
+                ) -> tuple[Any, Callable[[str], dict[str, Any]]]:
+    """A `GpuRunner` on `backend`'s persistent loop (LOOP_BACKEND when None: cpu, the judge
+    in this process; cuda, the judge in a referee process on the GPU), one worker, and the
+    job of a nonce as `verifier.stages.execute` makes it (built on the device)."""
     from verifier.judge.construct import DEVICE
     from verifier.judge.inputs import trial_input_seed
     from verifier.protocol import VerifyOptions
     from verifier.run.gpu_runner import GpuRunner
     from verifier.stages import JOB_OPTIONS
 
-    opts = VerifyOptions(backend="cpu", workers=1, run_timeout_s=timeout_s, trials=2,
+    backend = backend or LOOP_BACKEND
+    opts = VerifyOptions(backend=backend, workers=1, run_timeout_s=timeout_s, trials=2,
                          perf_trials=2, perf_warmup=1)
-    runner = GpuRunner(opts, {}, "cpu")
+    runner = GpuRunner(opts, {}, backend)
+
+    def job(nonce: str) -> dict[str, Any]:
+        return {"nonce": nonce, "backend": backend, "input_seed": trial_input_seed(),
+                "variants": [], "options": {**{k: getattr(opts, k) for k in JOB_OPTIONS},
+                                            "construct": DEVICE}}
+
+    return runner, job
+
+
+def cpu_loop_jobs(sources: list[str], prefix: str, task: str | None = None,
+                  timeout_s: float = 60.0, backend: str | None = None) -> tuple[list[Any], int]:
+    """One `GpuRunner` on its persistent loop (one worker, the judge's arena and clock; cpu
+    unless `backend` or LOOP_BACKEND says cuda), a job of `task` (a 256 x 256 relu when None)
+    per source (nonces `prefix`-i), in order: the outcomes, and how many runs it made again
+    in a fresh worker. Jobs after jobs in one worker are where one job's residue reaches
+    another."""
+    from types import SimpleNamespace
+
+    runner, job_of = loop_runner(timeout_s, backend)
     task = task or relu_task(256, 256)
     outs = []
     try:
         for i, src in enumerate(sources):
             item = SimpleNamespace(req=SimpleNamespace(task_source=task, task_id="relu"),
                                    built={}, specs=[], code=src)
-            job = {"nonce": f"{prefix}-{i}", "backend": "cpu", "input_seed": trial_input_seed(),
-                   "variants": [], "options": {**{k: getattr(opts, k) for k in JOB_OPTIONS},
-                                               "construct": DEVICE}}
-            outs.append(runner.run(item, job))
+            outs.append(runner.run(item, job_of(f"{prefix}-{i}")))
     finally:
         runner.close()
     return outs, runner.confirmations
