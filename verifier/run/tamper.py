@@ -14,7 +14,7 @@ from itertools import compress
 from typing import Any
 
 from verifier.run import hidden_state, import_residue, thread_settings
-from verifier.run.c_identity import c_function_pointer
+from verifier.run.c_identity import c_function_pointer, common_type_slots, type_slots
 
 # Functions the harness relies on; a candidate that replaces any of them is tampering.
 GUARDED = (
@@ -124,6 +124,7 @@ def process_state() -> dict[str, int]:
              "torch.library registrations": hash(frozenset(_py_kernels())),
              "logging handlers": hash(logging_hooks()), "sys.monitoring": monitoring(),
              "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
+             "C type slots (builtins, numpy, torch)": common_type_slots(),
              **{k: hash(str(v)) for k, v in torch_switches().items()},
              **class_attributes(), **process_settings(), **protocol_state(),
              **torch_private(), **interpreter_private(), **hidden_state.snapshot(),
@@ -173,8 +174,8 @@ def class_attributes() -> dict[str, int]:
             for cls in v.__mro__[:-1] if isinstance(v, type) else ():  # (not `object`)
                 key = f"{getattr(cls, '__module__', '')}.{cls.__qualname__} attributes"
                 if key not in out:
-                    out[key] = hash(frozenset((a, identity(b))
-                                              for a, b in list(vars(cls).items())))
+                    out[key] = hash((type_slots(cls), frozenset(  # and its C slots
+                        (a, identity(b)) for a, b in list(vars(cls).items()))))
     return out
 
 

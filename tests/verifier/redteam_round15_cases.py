@@ -1,0 +1,49 @@
+"""Candidate code for tests/verifier/test_redteam_round15.py (red-team round 15).
+
+Planted as rounds 12-14 plant residue (the model's `__del__`, after the job's own checks:
+Python and ctypes here stand for what a compiled candidate does in C++, which no static check
+reads). Each block says what it does.
+"""
+
+from __future__ import annotations
+
+from redteam_round7_cases import NUMPY_RELU
+from redteam_round14_cases import leaving
+
+# --- a C type slot repointed: every attribute of the type keeps its identity -------------------
+# `a + b` on two ndarrays calls `PyArray_Type.tp_as_number->nb_add` (numpy's static table, in
+# its writable data); no attribute of the type changes (`ndarray.__add__` is a wrapper of the
+# table as it was), so the identity walk and the class walk saw nothing. Pointed at
+# `nb_subtract`, every later job's `a + b` on arrays is `a - b`.
+NDARRAY_ADD_IS_SUB = """
+import ctypes
+import numpy as np
+word = ctypes.sizeof(ctypes.c_void_p)
+table = ctypes.c_void_p.from_address(id(np.ndarray) + 12 * word).value
+ctypes.c_void_p.from_address(table).value = ctypes.c_void_p.from_address(table + word).value
+"""
+
+# the same on torch.Tensor, a heap type: its `nb_add` (the generic `slot_nb_add`, which looks
+# up `__add__`) pointed at its `slot_nb_subtract` (which looks up `__sub__`): every later
+# job's tensor `+` subtracts
+TENSOR_ADD_IS_SUB = NDARRAY_ADD_IS_SUB.replace("import numpy as np\n", "import torch\n").replace(
+    "id(np.ndarray)", "id(torch.Tensor)")
+
+SLOT_ROUTES = {"ndarray": NDARRAY_ADD_IS_SUB, "tensor": TENSOR_ADD_IS_SUB}
+
+# an honest numpy ReLU whose arithmetic goes through `+` on arrays: (x + |x|) / 2, exact in
+# fp32 (x > 0: 2x * 0.5; x < 0: 0)
+ADDING_RELU = '''import torch
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        import numpy as np
+        a = x.numpy()
+        return torch.from_numpy((a + np.abs(a)) * np.float32(0.5))
+'''
+
+
+def slot_attacker(route: str) -> str:
+    """An honest numpy ReLU that repoints SLOT_ROUTES[route] as the harness drops its model."""
+    return leaving(NUMPY_RELU, SLOT_ROUTES[route])

@@ -1,0 +1,73 @@
+"""Red-team round 15 on the cpu backend: attacks on branch attack15 (from main at 9c0b911), as a
+policy rewarded for holes would try them (cases in tests/verifier/redteam_round15_cases.py).
+Each was measured first (the "Before" of each test); an open one is a strict xfail naming its
+fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from redteam_round15_cases import ADDING_RELU, SLOT_ROUTES, slot_attacker
+
+
+def _said(out: Any) -> str:
+    return " ".join(f.get("message", "") for f in (out.payload or {}).get("findings", ()))
+
+
+def _ok(out: Any) -> bool:
+    return out.referee is not None and bool(out.referee("run", {})[0])
+
+
+def _why(out: Any) -> Any:
+    return out.referee("run", {}) if out.referee else out.payload
+
+
+# --- 1. a C type slot repointed under a type whose attributes keep their identity --------------
+def test_a_type_slot_a_job_repoints_reaches_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU that adds arrays
+    (ADDING_RELU, (x + |x|) / 2), the attacker (an honest ReLU leaving NDARRAY_ADD_IS_SUB:
+    numpy.ndarray's `tp_as_number->nb_add` pointed at its `nb_subtract` by ctypes), the
+    honest ReLU again. Before (attack15 at 9c0b911, measured here): the attacker correct with
+    no finding, its worker kept; the later honest ReLU failed by the judge's own check (its
+    `a + |a|` a difference: min(x, 0) for relu(x)), nothing run again. Now a type's C slots
+    and tables are in its identity (`c_identity.type_slots`: the class walk's classes, and
+    builtins', numpy's and torch's types): the attacker's worker is replaced with the finding
+    on it, the later job correct."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, _ = cpu_loop_jobs([ADDING_RELU, slot_attacker("ndarray"), ADDING_RELU], "r15slot")
+    first, attacker, later = outs
+    assert _ok(first) and "replaced" not in _said(first), (_why(first), _said(first))
+    assert _ok(attacker), _why(attacker)
+    assert "C type slots" in _said(attacker), _said(attacker)
+    assert _ok(later), _why(later)
+
+
+@pytest.mark.parametrize("route", sorted(SLOT_ROUTES))
+def test_a_repointed_type_slot_is_residue(route: str) -> None:
+    """Each route planted in this process (numpy's static type, torch.Tensor's heap type) is
+    residue, and nothing once undone. Before (attack15 at 9c0b911, measured here):
+    `left_in_process` empty for both."""
+    import ctypes
+
+    import numpy as np
+    import torch
+
+    from verifier.run.tamper import left_in_process, process_state
+
+    cls = np.ndarray if route == "ndarray" else torch.Tensor
+    word = ctypes.sizeof(ctypes.c_void_p)
+    add = ctypes.c_void_p.from_address(ctypes.c_void_p.from_address(id(cls) + 12 * word).value)
+    before, was = process_state(), add.value
+    try:
+        exec(SLOT_ROUTES[route], {})
+        assert add.value != was
+        left = left_in_process(before)
+    finally:
+        add.value = was
+    after = left_in_process(before)
+    left, after = ([x for x in found if x != "file descriptors"] for found in (left, after))
+    assert any("C type slots" in x or "torch.Tensor attributes" in x for x in left), left
+    assert not after, after
