@@ -47,3 +47,39 @@ class ModelNew(torch.nn.Module):
 def slot_attacker(route: str) -> str:
     """An honest numpy ReLU that repoints SLOT_ROUTES[route] as the harness drops its model."""
     return leaving(NUMPY_RELU, SLOT_ROUTES[route])
+
+# --- a thread of the ready worker swapped for the job's own: the count of threads kept --------
+# The residue check counted the worker's native threads (/proc/self/task: more than when ready
+# is residue). The ready cpu worker has two (its main thread and a library's pool thread,
+# waiting on a futex). A job points SIGUSR2 at libc's `pthread_exit` (a C handler: the thread
+# unwinds and ends wherever it waits), sends it to that thread with `tgkill`, restores the
+# signal's disposition, and starts its own thread with `pthread_create` (a ctypes callback, no
+# `threading` object): two threads again. Its thread sleeps past the settle and then runs Python
+# (holds the GIL) through the next job: an honest sibling's calls wait for the GIL.
+SWAPPED_THREAD = """
+import ctypes, os, signal, time, builtins
+libc = ctypes.CDLL(None)
+libc.signal.restype = ctypes.c_void_p
+libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+others = [int(t) for t in os.listdir("/proc/self/task") if int(t) != os.getpid()]
+if others:
+    old = libc.signal(signal.SIGUSR2, ctypes.cast(libc.pthread_exit, ctypes.c_void_p).value)
+    libc.syscall(234, os.getpid(), others[0], signal.SIGUSR2)  # tgkill
+    for _ in range(200):
+        if len(os.listdir("/proc/self/task")) == len(others):
+            break
+        time.sleep(0.005)
+    libc.signal(signal.SIGUSR2, old)
+
+def hog(_):
+    time.sleep(0.3)  # past the settle
+    end = time.monotonic() + 20.0
+    while time.monotonic() < end:
+        pass
+    return None
+
+cb = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(hog)
+builtins.__dict__.setdefault("_ks_r15_keep", []).append(cb)
+handle = ctypes.c_ulong()
+libc.pthread_create(ctypes.byref(handle), None, cb, None)
+"""

@@ -9,7 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from redteam_round15_cases import ADDING_RELU, SLOT_ROUTES, slot_attacker
+from redteam_round7_cases import NUMPY_RELU
+from redteam_round15_cases import (
+    ADDING_RELU,
+    SLOT_ROUTES,
+    SWAPPED_THREAD,
+    leaving,
+    slot_attacker,
+)
 
 
 def _said(out: Any) -> str:
@@ -71,3 +78,30 @@ def test_a_repointed_type_slot_is_residue(route: str) -> None:
     left, after = ([x for x in found if x != "file descriptors"] for found in (left, after))
     assert any("C type slots" in x or "torch.Tensor attributes" in x for x in left), left
     assert not after, after
+
+
+def _runtime(out: Any) -> float:
+    return float(((out.clock or {}).get("figures") or {}).get("runtime_us") or 0.0)
+
+
+# --- 2. a thread of the ready worker swapped for the job's own ---------------------------------
+def test_a_thread_swapped_for_the_jobs_own_slows_no_later_sibling() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (an honest
+    ReLU leaving SWAPPED_THREAD: the ready worker's second thread ended by a SIGUSR2 whose C
+    handler is libc's `pthread_exit`, its own `pthread_create`d in its place, which holds the
+    GIL from 0.3 s on), an honest ReLU. Before (attack15 at 4d9030c, measured here): no
+    finding, the worker kept (two threads, as when ready); the later honest ReLU correct,
+    timed at 1397 us a call against 72-167 us before it, nothing run again (or run again
+    for its trials' pace, "the judge's windows beat its traced trials", where the hog slowed
+    its trials more than its windows). Now the newest thread id is compared too
+    (`tamper.NEWEST_THREAD`: ids only grow in the worker's pid namespace): the attacker's
+    worker is replaced, the sibling's time its own."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, SWAPPED_THREAD), NUMPY_RELU],
+                                "r15thr")
+    first, attacker, later = outs
+    assert "native threads (the newest)" in _said(attacker), _said(attacker)
+    assert _ok(first) and _ok(attacker) and _ok(later), (_why(first), _why(later))
+    assert 0 < _runtime(later) < 3 * _runtime(first) + 100.0, (_runtime(first), _runtime(later))
+    assert again == 0 and not later.confirmed, (again, later.confirmed)
