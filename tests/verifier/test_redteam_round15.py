@@ -12,6 +12,7 @@ import pytest
 from redteam_round7_cases import NUMPY_RELU
 from redteam_round15_cases import (
     ADDING_RELU,
+    NONBLOCKING_CLOCK,
     SLOT_ROUTES,
     SWAPPED_THREAD,
     leaving,
@@ -105,3 +106,22 @@ def test_a_thread_swapped_for_the_jobs_own_slows_no_later_sibling() -> None:
     assert _ok(first) and _ok(attacker) and _ok(later), (_why(first), _why(later))
     assert 0 < _runtime(later) < 3 * _runtime(first) + 100.0, (_runtime(first), _runtime(later))
     assert again == 0 and not later.confirmed, (again, later.confirmed)
+
+
+# --- 3. a descriptor's flags: the clock pipes not blocking -------------------------------------
+def test_clock_pipes_a_job_leaves_non_blocking_fail_no_later_sibling() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (an honest
+    ReLU leaving NONBLOCKING_CLOCK: O_NONBLOCK on the worker's inherited clock pipes, which
+    the harness's per-job `dup` of them shares), two honest ReLUs. Before (attack15 at
+    0a9d9b5, measured here): no finding, the worker kept; the next honest ReLU's first run
+    failed ("the worker reported runtime_error (BlockingIOError: [Errno 11] ...)") and it was
+    run again in a fresh worker (a run's throughput per attack). Now a descriptor's status
+    flags and signal owner are compared (`thread_settings.descriptors`): the attacker's
+    worker is replaced, the siblings correct at once, nothing run again."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, NONBLOCKING_CLOCK), NUMPY_RELU,
+                                 NUMPY_RELU], "r15nb")
+    assert "file descriptors" in _said(outs[1]), _said(outs[1])
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert again == 0 and not any(o.confirmed for o in outs), again

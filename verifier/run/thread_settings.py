@@ -124,15 +124,22 @@ def kernel_signals() -> tuple[str, ...]:
         return ()
 
 
-def descriptors() -> tuple[tuple[int, str], ...]:
-    """The process's open descriptors and what each is (the listing's own one left out): one
-    `dup2`'d over an inherited one (the judge's clock pipes, `clock_serve.FDS_ENV`; the result
-    socket) gives every later job's messages to whatever the job put there."""
+def descriptors() -> tuple[tuple[int, str, int, int], ...]:
+    """The process's open descriptors, what each is, its status flags and its signal owner
+    (the listing's own one left out): one `dup2`'d over an inherited one (the judge's clock
+    pipes, `clock_serve.FDS_ENV`; the result socket) gives every later job's messages to
+    whatever the job put there; O_NONBLOCK set on the clock pipes (shared by every `dup` of
+    them) failed the next job's first read (BlockingIOError: run again in a fresh worker,
+    tests/verifier/test_redteam_round15.py), O_ASYNC with an owner signals it at each write."""
+    import fcntl
+
     out = []
     with os.scandir("/proc/self/fd") as listing:
         for entry in listing:
             with contextlib.suppress(OSError):
-                out.append((int(entry.name), os.readlink(entry.path)))
+                fd = int(entry.name)
+                out.append((fd, os.readlink(entry.path), fcntl.fcntl(fd, fcntl.F_GETFL),
+                            fcntl.fcntl(fd, fcntl.F_GETOWN)))
     return tuple(sorted(x for x in out if x[1] != f"/proc/{os.getpid()}/fd"))
 
 
