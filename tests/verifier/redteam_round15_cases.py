@@ -56,7 +56,7 @@ def slot_attacker(route: str) -> str:
 # signal's disposition, and starts its own thread with `pthread_create` (a ctypes callback, no
 # `threading` object): two threads again. Its thread sleeps past the settle and then runs Python
 # (holds the GIL) through the next job: an honest sibling's calls wait for the GIL.
-SWAPPED_THREAD = """
+END_A_THREAD = """
 import ctypes, os, signal, time, builtins
 libc = ctypes.CDLL(None)
 libc.signal.restype = ctypes.c_void_p
@@ -71,6 +71,9 @@ if others:
         time.sleep(0.005)
     libc.signal(signal.SIGUSR2, old)
 
+"""
+
+SWAPPED_THREAD = END_A_THREAD + """
 def hog(_):
     time.sleep(0.3)  # past the settle
     end = time.monotonic() + 20.0
@@ -94,3 +97,49 @@ import os
 for fd in os.environ["KS_CLOCK_FDS"].split(","):
     os.set_blocking(int(fd), False)
 """
+
+# --- the floating-point environment of a library's pool thread ---------------------------------
+# The residue check reads the main thread's rounding mode (`hidden_state.float_environment`);
+# numpy's OpenBLAS (one thread in the worker: OMP_NUM_THREADS=1) makes its pool threads with
+# the creating thread's environment. A job that ends a thread of the ready worker
+# (END_A_THREAD), rounds upward on the main thread, asks OpenBLAS for two threads (its pool
+# made again at one small matmul: `blas_thread_shutdown_`, exported) and rounds to nearest
+# again leaves a pool thread rounding upward for every later job's numpy matmul (in this
+# process: a tenth of the elements of 512 x 4096 @ 4096 x 512 beyond the tolerance), with as
+# many threads as before.
+BLAS_POOL_UPWARD = END_A_THREAD + """
+import ctypes
+import numpy as np
+path = next(ln.split()[-1] for ln in open("/proc/self/maps") if "openblas" in ln.lower())
+blas, libm = ctypes.CDLL(path), ctypes.CDLL("libm.so.6")
+libm.fesetround(0x800)
+blas.blas_thread_shutdown_()
+blas.scipy_openblas_set_num_threads64_(2)
+np.ones((64, 512), np.float32) @ np.ones((512, 64), np.float32)
+libm.fesetround(0)
+"""
+
+MATMUL_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.matmul(a, b)
+
+
+def get_inputs():
+    return [torch.randn(256, 4096), torch.randn(4096, 256)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+NUMPY_MATMUL = '''import torch
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.from_numpy(a.numpy() @ b.numpy())
+'''

@@ -12,7 +12,10 @@ import pytest
 from redteam_round7_cases import NUMPY_RELU
 from redteam_round15_cases import (
     ADDING_RELU,
+    BLAS_POOL_UPWARD,
+    MATMUL_TASK,
     NONBLOCKING_CLOCK,
+    NUMPY_MATMUL,
     SLOT_ROUTES,
     SWAPPED_THREAD,
     leaving,
@@ -125,3 +128,24 @@ def test_clock_pipes_a_job_leaves_non_blocking_fail_no_later_sibling() -> None:
     assert "file descriptors" in _said(outs[1]), _said(outs[1])
     assert all(map(_ok, outs)), [_why(o) for o in outs]
     assert again == 0 and not any(o.confirmed for o in outs), again
+
+
+def test_a_library_pool_made_again_in_another_environment_reaches_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop, a 256 x 4096 @ 4096 x 256 matmul): an honest
+    numpy matmul, the attacker (the same leaving BLAS_POOL_UPWARD: a ready thread ended, then
+    OpenBLAS's pool made again at two threads while the main thread rounded upward, the main
+    thread's rounding restored), the honest matmul again. Before (attack15 at 4d9030c, the
+    count of threads only, measured here): no finding, the worker kept; the later honest
+    matmul correct (the judge's matmul tolerance held the upward rounding) but timed at 13012
+    us a call against 6180 us before it (two BLAS threads beside the judge on two cores),
+    nothing run again. Held now by the newest thread id (`tamper.NEWEST_THREAD`): the
+    attacker's worker is replaced, the later job's time its own."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_MATMUL, leaving(NUMPY_MATMUL, BLAS_POOL_UPWARD),
+                                 NUMPY_MATMUL], "r15blas", task=MATMUL_TASK)
+    first, attacker, later = outs
+    assert "native threads (the newest)" in _said(attacker), _said(attacker)
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert 0 < _runtime(later) < 1.6 * _runtime(first), (_runtime(first), _runtime(later))
+    assert again == 0
