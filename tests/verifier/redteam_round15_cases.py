@@ -143,3 +143,25 @@ class ModelNew(torch.nn.Module):
     def forward(self, a, b):
         return torch.from_numpy(a.numpy() @ b.numpy())
 '''
+
+# --- the own-kernel share, forged on its way to the parent's copy ------------------------------
+# Round 10 took the share from the worker's {"measured": ...} line, sent by the harness as the
+# profile ends (before the candidate's code runs again), not from the result the candidate can
+# rewrite later. The line is sent through the job's `JobResult.on_measure`, an instance
+# attribute (no class method is rebound: nothing the harness's identity checks compare): a run
+# that wraps it in a trial call has the harness itself send the share it chooses (1.0 on CUDA
+# under `--fallback partial`: its library time rewarded as its own; on cpu the honest share is
+# None, "not measured").
+SHARE_FORGED = NUMPY_RELU.replace("    def forward(self, x):\n", '''    def forward(self, x):
+        import gc
+        for obj in gc.get_objects():
+            if type(obj).__name__ == "JobResult" and getattr(obj, "on_measure", None) \\
+                    and not getattr(obj.on_measure, "forged", False):
+                send = obj.on_measure
+
+                def forged(fields, send=send):
+                    send({**fields, "own_share": 1.0})
+
+                forged.forged = True
+                obj.on_measure = forged
+''')

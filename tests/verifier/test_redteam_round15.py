@@ -16,6 +16,7 @@ from redteam_round15_cases import (
     MATMUL_TASK,
     NONBLOCKING_CLOCK,
     NUMPY_MATMUL,
+    SHARE_FORGED,
     SLOT_ROUTES,
     SWAPPED_THREAD,
     leaving,
@@ -149,3 +150,26 @@ def test_a_library_pool_made_again_in_another_environment_reaches_no_later_job()
     assert all(map(_ok, outs)), [_why(o) for o in outs]
     assert 0 < _runtime(later) < 1.6 * _runtime(first), (_runtime(first), _runtime(later))
     assert again == 0
+
+
+# --- 4. the own-kernel share, forged through the harness's own measurement line ---------------
+@pytest.mark.xfail(strict=True, reason=(
+    "open: the own-kernel share (`--fallback partial`'s reward factor on CUDA) is measured by "
+    "the profiler in the candidate's process and sent through the job's `JobResult.on_measure`, "
+    "an instance attribute a trial call can wrap; fix: measure it outside that process (the "
+    "referee's profile of the device) or keep it out of the reward"))
+def test_the_own_kernel_share_is_not_the_candidates_to_choose() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, then SHARE_FORGED (the
+    same, whose first trial call wraps its JobResult's `on_measure` so that the harness's own
+    measurement line says `own_share` 1.0). Measured (attack15 at 18bf22e): the honest run's
+    share None (not measured on cpu), the forger's 1.0: the parent's copy
+    (`RunOutcome.own_share`, which `stages.record_measurements` puts in the verdict's reward
+    components), no finding, nothing changed that an identity check compares. On CUDA under
+    the partial policy that is a library-bound run's speed reward in full."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, _ = cpu_loop_jobs([NUMPY_RELU, SHARE_FORGED], "r15share")
+    honest, forger = outs
+    assert _ok(honest) and _ok(forger), (_why(honest), _why(forger))
+    assert honest.own_share is None
+    assert forger.own_share is None, forger.own_share
