@@ -165,3 +165,13 @@ SHARE_FORGED = NUMPY_RELU.replace("    def forward(self, x):\n", '''    def forw
                 forged.forged = True
                 obj.on_measure = forged
 ''')
+
+# --- a module namespace made huge: every later settle's walk pays for it -------------------------
+# The residue check compares the names each module had when the worker was ready (a name added
+# is no residue: lazy attributes, submodules); it walks them all at each settle. A job that
+# gives `os` a million public names (one builtin function: ~70 MB) made every later job of the
+# worker take ~3 s instead of ~0.7 (the walk), with no finding.
+MODULE_BLOAT = """
+import os
+os.__dict__.update(dict.fromkeys([f"ks_r15_{i}" for i in range(1_000_000)], len))
+"""

@@ -14,6 +14,7 @@ from redteam_round15_cases import (
     ADDING_RELU,
     BLAS_POOL_UPWARD,
     MATMUL_TASK,
+    MODULE_BLOAT,
     NONBLOCKING_CLOCK,
     NUMPY_MATMUL,
     SHARE_FORGED,
@@ -173,3 +174,23 @@ def test_the_own_kernel_share_is_not_the_candidates_to_choose() -> None:
     assert _ok(honest) and _ok(forger), (_why(honest), _why(forger))
     assert honest.own_share is None
     assert forger.own_share is None, forger.own_share
+
+
+# --- 5. a module namespace made huge: every later settle slower -----------------------------
+def test_a_namespace_a_job_bloats_slows_no_later_settle() -> None:
+    """On the real path (`GpuRunner`, cpu loop): two honest numpy ReLUs, the attacker (an
+    honest ReLU leaving MODULE_BLOAT: a million names in `os`), two honest ReLUs. Before
+    (attack15 at facf07d, measured here): no finding, the worker kept; the honest jobs took
+    0.66 and 0.73 s each before it and 2.93 and 3.48 s after it (each settle walks the names):
+    a worker's throughput a quarter, for its life. Now a module of the ready worker that
+    gained more than `tamper.NAMES_SLACK` names is residue: the attacker's worker is replaced,
+    the later jobs run in a fresh one."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_RELU, NUMPY_RELU, leaving(NUMPY_RELU, MODULE_BLOAT),
+                                 NUMPY_RELU, NUMPY_RELU], "r15bloat")
+    assert "os (names)" in _said(outs[2]), _said(outs[2])
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    pids = [(o.payload or {}).get("worker_pid") for o in outs]
+    assert pids[2] == pids[0] and pids[3] == pids[4] != pids[2], pids
+    assert again == 0
