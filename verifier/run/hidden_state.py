@@ -142,9 +142,24 @@ def writable(path: str, roots: tuple[str, ...] | None = None) -> bool:
                for d in (writable_roots() if roots is None else roots))
 
 
+# a count that may grow by at most `verifier.run.tamper.NAMES_SLACK` (a module's names too)
+NAMES = " (names)"
+
+
+def registries() -> dict[str, int]:
+    """How many loggers and import-cache entries the process holds: each settle walks both (new
+    ones are not compared), so a million of either made every later settle slower."""
+    logging = sys.modules.get("logging")
+    loggers = getattr(getattr(getattr(logging, "Logger", None), "manager", None), "loggerDict",
+                      ())
+    return {"logging loggers" + NAMES: len(loggers),
+            "sys.path_importer_cache" + NAMES: len(sys.path_importer_cache)}
+
+
 def snapshot() -> dict[str, int]:
     """The keys `process_state` compares for this module."""
-    return {**package_paths(), "floating-point environment": hash(float_environment()),
+    return {**package_paths(), **registries(),
+            "floating-point environment": hash(float_environment()),
             "codecs search path": hash(codec_search()),
             "numpy floating-point error state": hash(numpy_errors()),
             "numpy ufunc loops": numpy_loops()}

@@ -102,7 +102,7 @@ _GROWS = (OS_THREADS, NEWEST_THREAD)  # residue only where more, or newer, than 
 # names a module of the ready worker may gain (lazy attributes, submodules imported); a job
 # that gave `os` a million names (new names are not compared) made every later settle's walk
 # 3 s (tests/verifier/test_redteam_round15.py)
-NAMES, NAMES_SLACK = " (names)", 1000
+NAMES, NAMES_SLACK = hidden_state.NAMES, 1000
 
 
 def process_state() -> dict[str, int]:
