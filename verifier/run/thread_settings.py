@@ -143,6 +143,20 @@ def descriptors() -> tuple[tuple[int, str, int, int], ...]:
     return tuple(sorted(x for x in out if x[1] != f"/proc/{os.getpid()}/fd"))
 
 
+def namespaces() -> tuple[str, ...]:
+    """The process's namespaces and its mount table: a job whose worker had one thread
+    (another ended: tests/verifier/test_redteam_round15.py) entered a user namespace of its own
+    (`unshare`: every capability there) with a mount namespace, and bind-mounted its file over
+    a standard-library module: a later job's import of it ran that file as the interpreter's."""
+    out = []
+    with contextlib.suppress(OSError):
+        out = [f"{n}={os.readlink('/proc/self/ns/' + n)}" for n in sorted(os.listdir(
+            "/proc/self/ns"))]
+        with open("/proc/self/mountinfo") as f:
+            out.append(f.read())
+    return tuple(out)
+
+
 def c_environment() -> frozenset[bytes]:
     """The process's environment as C code reads it (libc's `environ`)."""
     import ctypes
@@ -167,4 +181,5 @@ def snapshot() -> dict[str, int]:
             "numpy buffer size": numpy_buffer(), "signal wake-up fd": wakeup_fd(),
             "coroutine hooks": hash(coroutine_hooks()),
             "signal handlers and POSIX timers (kernel)": hash(kernel_signals()),
-            "file descriptors": hash(descriptors()), "C environment": hash(c_environment())}
+            "file descriptors": hash(descriptors()), "C environment": hash(c_environment()),
+            "namespaces and mounts": hash(namespaces())}
