@@ -2,6 +2,19 @@
 policy rewarded for holes would try them (cases in tests/verifier/redteam_round15_cases.py).
 Each was measured first (the "Before" of each test); an open one is a strict xfail naming its
 fix.
+
+Closed here (residue of the persistent worker the residue check did not compare): a C type's
+slots repointed under attributes that keep their identity (`c_identity.type_slots`); a thread
+of the ready worker ended (a C handler that is `pthread_exit`) and swapped for the job's own,
+the count kept (`tamper.NEWEST_THREAD`), and with it OpenBLAS's pool made again in another
+floating-point environment and a user and mount namespace of the job's own with a module file
+mounted over (`thread_settings.namespaces`: the one-thread process `unshare(CLONE_NEWUSER)`
+needs); O_NONBLOCK on the clock pipes (`thread_settings.descriptors`: flags and owner); a
+walked registry (a module's names, loggers, the import cache) grown a million-fold, which
+slowed every later settle (`tamper.NAMES_SLACK`).
+Open (xfail): the own-kernel share (`--fallback partial` on CUDA) forged through the harness's
+own measurement line.
+Not tried here: a GPU's device state, the build sandbox (compiles cost minutes on this host).
 """
 
 from __future__ import annotations
