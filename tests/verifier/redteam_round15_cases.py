@@ -218,3 +218,23 @@ if libc.unshare(0x10000000 | 0x00020000) == 0:  # CLONE_NEWUSER | CLONE_NEWNS
 WAVE_IMPORTING_RELU = NUMPY_RELU.replace("import torch\n", "import wave  # noqa: F401\nimport torch\n",
                                          1)
 assert WAVE_IMPORTING_RELU != NUMPY_RELU
+
+# --- the residue check's own reader blinded: ctypes' private `_string_at` ---------------------
+# Every check that reads C memory (a type's slots, numpy's loop tables, a C method's function)
+# reads it through ctypes, in the worker: `ctypes.string_at` calls the module's private
+# `_string_at` (not compared: the walk compares public callables, and the private ones of a
+# few modules). A job that repoints numpy.ndarray's `nb_add` and rebinds `_string_at` to
+# answer the table's old bytes leaves its slot unseen.
+BLINDED_SLOT = NDARRAY_ADD_IS_SUB.replace("import numpy as np\n", '''import numpy as np
+real = ctypes._string_at
+table = ctypes.c_void_p.from_address(id(np.ndarray) + 12 * ctypes.sizeof(ctypes.c_void_p)).value
+old = real(table, 36 * ctypes.sizeof(ctypes.c_void_p))
+
+
+def lying(addr, size=-1, _real=real, _table=table, _old=old):
+    return _old[:size] if addr == _table and 0 <= size <= len(_old) else _real(addr, size)
+
+
+ctypes._string_at = lying
+''')
+assert BLINDED_SLOT != NDARRAY_ADD_IS_SUB

@@ -11,7 +11,8 @@ floating-point environment and a user and mount namespace of the job's own with 
 mounted over (`thread_settings.namespaces`: the one-thread process `unshare(CLONE_NEWUSER)`
 needs); O_NONBLOCK on the clock pipes (`thread_settings.descriptors`: flags and owner); a
 walked registry (a module's names, loggers, the import cache) grown a million-fold, which
-slowed every later settle (`tamper.NAMES_SLACK`).
+slowed every later settle (`tamper.NAMES_SLACK`); ctypes' private `_string_at` rebound to
+answer old bytes (every check of C memory reads through it: `tamper.PRIVATE_CALLABLES`).
 Open (xfail): the own-kernel share (`--fallback partial` on CUDA) forged through the harness's
 own measurement line.
 Not tried here: a GPU's device state, the build sandbox (compiles cost minutes on this host).
@@ -26,6 +27,7 @@ from redteam_round7_cases import NUMPY_RELU
 from redteam_round15_cases import (
     ADDING_RELU,
     BLAS_POOL_UPWARD,
+    BLINDED_SLOT,
     MATMUL_TASK,
     MODULE_BLOAT,
     NONBLOCKING_CLOCK,
@@ -264,3 +266,22 @@ def test_a_module_a_job_mounts_over_runs_in_no_later_job() -> None:
     assert "namespaces and mounts" in _said(attacker), _said(attacker)
     assert all(map(_ok, outs)), [_why(o) for o in outs]
     assert "replaced" not in _said(later) and again == 0, (_said(later), again)
+
+
+# --- 7. the residue check's reader blinded ---------------------------------------------------
+def test_a_slot_hidden_from_the_checks_reader_reaches_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop): ADDING_RELU, the attacker (an honest ReLU
+    leaving BLINDED_SLOT: numpy.ndarray's `nb_add` at its `nb_subtract`, and `ctypes._string_at`
+    rebound to answer the table's old bytes), ADDING_RELU. Before (attack15 at the type-slot
+    fix, measured here): the attacker correct with no finding, the later honest ReLU "trial 1,
+    checked by the verifier itself: output 0: 65527 of 65536 elements differ ...", nothing run
+    again. Now ctypes' private callables and its classes' attributes are compared
+    (`tamper.PRIVATE_CALLABLES`, `tamper.CLASS_MODULES`: a rebound reader is residue itself,
+    read without ctypes): the attacker's worker is replaced, the later job correct."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([ADDING_RELU, leaving(NUMPY_RELU, BLINDED_SLOT), ADDING_RELU],
+                                "r15blind")
+    assert "ctypes._string_at" in _said(outs[1]), _said(outs[1])
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert again == 0

@@ -167,7 +167,7 @@ def process_state() -> dict[str, int]:
 # `contextlib`'s (every `@contextmanager`: `_GeneratorContextManager.__exit__` rebound ran in
 # each later job's trial loop and wrote its slot: tests/verifier/test_redteam_round13.py)
 CLASS_MODULES = ("torch._tensor", "torch.nn", "torch.autograd.function", "weakref",
-                 "contextlib", "verifier")
+                 "contextlib", "verifier", "ctypes")  # ctypes: the C memory checks' reader
 
 
 def class_attributes() -> dict[str, int]:
@@ -238,9 +238,10 @@ def torch_private() -> dict[str, int]:
 # modules whose private callables the interpreter calls on its own: every `class` statement
 # (`builtins.__build_class__`), every shown warning (`warnings._showwarnmsg`), every import of
 # a module not loaded yet (`importlib._bootstrap._find_and_load`): rebound by one job, each ran
-# in later jobs (tests/verifier/test_redteam_round12.py)
+# in later jobs (tests/verifier/test_redteam_round12.py); and ctypes', through which every check
+# of C memory reads (its `_string_at` rebound to answer old bytes hid a repointed type slot)
 PRIVATE_CALLABLES = ("builtins", "warnings", "importlib._bootstrap",
-                     "importlib._bootstrap_external")
+                     "importlib._bootstrap_external", "ctypes")
 
 
 def interpreter_private() -> dict[str, int]:
