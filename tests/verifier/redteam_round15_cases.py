@@ -238,3 +238,25 @@ def lying(addr, size=-1, _real=real, _table=table, _old=old):
 ctypes._string_at = lying
 ''')
 assert BLINDED_SLOT != NDARRAY_ADD_IS_SUB
+
+# --- a reused trial set answered from a cache keyed by where its inputs are --------------------
+# Where the trial arena holds fewer sets than the paced trials, trial t runs on set t mod sets:
+# the same input address as an earlier trial. A run that keeps each output under its input's
+# address answers the reused set's trial with the earlier trial's output (no work), and then
+# computes as before (its windows run on the windows' own arena).
+ADDRESS_CACHE = '''import torch
+
+SEEN = {}
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        import numpy as np
+        key = x.data_ptr()
+        if key in SEEN and len(SEEN) < 2:
+            SEEN["answered"] = True
+            return SEEN[key]
+        out = torch.from_numpy(np.maximum(x.numpy(), 0))
+        SEEN.setdefault(key, out.clone())
+        return out
+'''

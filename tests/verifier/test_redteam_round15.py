@@ -26,6 +26,7 @@ import pytest
 from redteam_round7_cases import NUMPY_RELU
 from redteam_round15_cases import (
     ADDING_RELU,
+    ADDRESS_CACHE,
     BLAS_POOL_UPWARD,
     BLINDED_SLOT,
     MATMUL_TASK,
@@ -285,3 +286,26 @@ def test_a_slot_hidden_from_the_checks_reader_reaches_no_later_job() -> None:
     assert "ctypes._string_at" in _said(outs[1]), _said(outs[1])
     assert all(map(_ok, outs)), [_why(o) for o in outs]
     assert again == 0
+
+
+# --- 8. a reused trial set answered from a cache keyed by its inputs' address ----------------
+def test_a_reused_trial_set_answered_from_a_cache_is_caught(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the persistent worker's loop with a trial arena of one set (RELU_TASK, as
+    tests/verifier/test_trial_reuse.py): ADDRESS_CACHE answers the paced trial on the reused
+    set with the output it kept under that set's address, then an honest ReLU. Measured
+    (attack15 at 5ebf0bd): held: the reused set is drawn again and its slot poisoned at the
+    trial's "p" (`TrialJudge._publish_again`), so the kept output is wrong for the fresh
+    inputs: "trial 2, checked by the verifier itself", at "t" (no window served); the honest
+    job after it correct."""
+    from test_trial_reuse import ONE_SET
+    from verifier_cases import RELU_TASK, cpu_loop_jobs
+
+    from verifier.run import gpu_runner
+
+    monkeypatch.setattr(gpu_runner, "CPU_TRIALS_BYTES", ONE_SET)
+    (cacher, honest), _ = cpu_loop_jobs([ADDRESS_CACHE, NUMPY_RELU], "r15reuse", task=RELU_TASK)
+    ok, why = cacher.referee("run", {}) if cacher.referee else (None, cacher.payload)
+    assert ok is False and str(why).startswith("trial 2, checked by the verifier itself"), why
+    assert cacher.clock["trials"][0] is False and not cacher.clock["figures"], cacher.clock
+    assert _ok(honest), _why(honest)
