@@ -260,3 +260,28 @@ class ModelNew(torch.nn.Module):
         SEEN.setdefault(key, out.clone())
         return out
 '''
+
+# --- a rebound function's key in the residue snapshot overwritten by a sys.modules entry -------
+# The snapshot keys a module by its name and each public callable of it by "module.name" in one
+# dict, filled in sys.modules' order: an entry placed in sys.modules under the name
+# "numpy.where" (the key of `numpy.where` itself) and holding the original function writes
+# that function's identity over the key after numpy's walk; the entry's name was in the
+# snapshot before the job, so it is not a new module either. `numpy.where` rebound to add 1
+# (no ufunc: numpy's loop tables are not involved) is then no residue.
+WHERE_RELU = '''import torch
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        import numpy as np
+        a = x.numpy()
+        return torch.from_numpy(np.where(a > 0, a, np.float32(0)))
+'''
+
+SHADOWED_KEY = """
+import sys
+import numpy as np
+real = np.where
+np.where = lambda *args, **kwargs: real(*args, **kwargs) + np.float32(1)
+sys.modules["numpy.where"] = real
+"""

@@ -12,7 +12,9 @@ mounted over (`thread_settings.namespaces`: the one-thread process `unshare(CLON
 needs); O_NONBLOCK on the clock pipes (`thread_settings.descriptors`: flags and owner); a
 walked registry (a module's names, loggers, the import cache) grown a million-fold, which
 slowed every later settle (`tamper.NAMES_SLACK`); ctypes' private `_string_at` rebound to
-answer old bytes (every check of C memory reads through it: `tamper.PRIVATE_CALLABLES`).
+answer old bytes (every check of C memory reads through it: `tamper.PRIVATE_CALLABLES`); a
+rebound function hidden by a sys.modules entry named as its snapshot key (`tamper.MODULE`).
+Held: a reused trial set answered from a cache keyed by its inputs' address.
 Open (xfail): the own-kernel share (`--fallback partial` on CUDA) forged through the harness's
 own measurement line.
 Not tried here: a GPU's device state, the build sandbox (compiles cost minutes on this host).
@@ -34,10 +36,12 @@ from redteam_round15_cases import (
     NONBLOCKING_CLOCK,
     NUMPY_MATMUL,
     OWN_NAMESPACES,
+    SHADOWED_KEY,
     SHARE_FORGED,
     SLOT_ROUTES,
     SWAPPED_THREAD,
     WAVE_IMPORTING_RELU,
+    WHERE_RELU,
     leaving,
     slot_attacker,
 )
@@ -309,3 +313,23 @@ def test_a_reused_trial_set_answered_from_a_cache_is_caught(
     assert ok is False and str(why).startswith("trial 2, checked by the verifier itself"), why
     assert cacher.clock["trials"][0] is False and not cacher.clock["figures"], cacher.clock
     assert _ok(honest), _why(honest)
+
+
+# --- 9. a rebound function's snapshot key written over by a sys.modules entry ----------------
+def test_a_rebinding_hidden_under_a_module_entrys_key_reaches_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU by `np.where`, the
+    attacker (an honest ReLU leaving SHADOWED_KEY: `numpy.where` rebound to add 1, and the
+    original function put in sys.modules as "numpy.where"), the `np.where` ReLU again. Before
+    (attack15 at c2e5e7d, measured here): the attacker correct with no finding (the entry's
+    key, its name, is the key of `numpy.where`: walked after numpy, it wrote the original's
+    identity over it; and its name was in the snapshot, so no new module either), the later
+    honest ReLU "trial 1, checked by the verifier itself: ... got 1, expected 0", nothing run
+    again. Now a module is keyed as "<name> (module)" (`tamper.MODULE`): the rebinding and the
+    entry are residue, the attacker's worker is replaced, the later job correct."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([WHERE_RELU, leaving(NUMPY_RELU, SHADOWED_KEY), WHERE_RELU],
+                                "r15key")
+    assert "numpy.where" in _said(outs[1]), _said(outs[1])
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert again == 0

@@ -103,6 +103,8 @@ _GROWS = (OS_THREADS, NEWEST_THREAD)  # residue only where more, or newer, than 
 # that gave `os` a million names (new names are not compared) made every later settle's walk
 # 3 s (tests/verifier/test_redteam_round15.py)
 NAMES, NAMES_SLACK = hidden_state.NAMES, 1000
+# a module's key: by its bare name, an entry sys.modules["numpy.where"] holding the original
+MODULE = " (module)"  # function wrote its identity over the rebound `numpy.where`'s key
 
 
 def process_state() -> dict[str, int]:
@@ -146,7 +148,7 @@ def process_state() -> dict[str, int]:
     for name, module in list(sys.modules.items()):
         if type(name) is not str:
             continue
-        state[name] = id(module)
+        state[name + MODULE] = id(module)  # (round 15: `MODULE`)
         try:
             names = list(vars(module).items())
         except TypeError:  # not a module (an object placed in sys.modules)
@@ -376,7 +378,7 @@ def left_in_process(before: dict[str, int]) -> list[str]:
                and (not k.endswith(NAMES) or now.get(k, 0) - before[k] > NAMES_SLACK)]
     changed += import_residue.added(before)
     return changed + [f"{name} (not imported from a file)" for name, m in list(
-        sys.modules.items()) if name not in before and not _imported(m)]
+        sys.modules.items()) if name + MODULE not in before and not _imported(m)]
 
 
 def _imported(module: Any) -> bool:
