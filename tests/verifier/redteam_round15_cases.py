@@ -285,3 +285,24 @@ real = np.where
 np.where = lambda *args, **kwargs: real(*args, **kwargs) + np.float32(1)
 sys.modules["numpy.where"] = real
 """
+
+# --- a module's namespace as the walk reads it, not as its functions are looked up -------------
+# The residue walk reads each module's namespace with `vars(module)`, which is `module.__dict__`
+# as the module's class answers it. A module's class can be assigned (any ModuleType
+# subclass): a subclass whose `__dict__` is a property answering a copy taken before the job
+# rebound `numpy.where` hides the rebinding (attribute lookups still read the real namespace).
+QUIET_MODULE = """
+import types
+import numpy as np
+real, snap = np.where, dict(vars(np))
+
+
+class Quiet(types.ModuleType):
+    @property
+    def __dict__(self):
+        return snap
+
+
+np.where = lambda *args, **kwargs: real(*args, **kwargs) + np.float32(1)
+np.__class__ = Quiet
+"""

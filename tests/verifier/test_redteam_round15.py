@@ -13,7 +13,8 @@ needs); O_NONBLOCK on the clock pipes (`thread_settings.descriptors`: flags and 
 walked registry (a module's names, loggers, the import cache) grown a million-fold, which
 slowed every later settle (`tamper.NAMES_SLACK`); ctypes' private `_string_at` rebound to
 answer old bytes (every check of C memory reads through it: `tamper.PRIVATE_CALLABLES`); a
-rebound function hidden by a sys.modules entry named as its snapshot key (`tamper.MODULE`).
+rebound function hidden by a sys.modules entry named as its snapshot key (`tamper.MODULE`) or
+by a module class whose `__dict__` answers an old copy (`c_identity.namespace`).
 Held: a reused trial set answered from a cache keyed by its inputs' address.
 Open (xfail): the own-kernel share (`--fallback partial` on CUDA) forged through the harness's
 own measurement line.
@@ -36,6 +37,7 @@ from redteam_round15_cases import (
     NONBLOCKING_CLOCK,
     NUMPY_MATMUL,
     OWN_NAMESPACES,
+    QUIET_MODULE,
     SHADOWED_KEY,
     SHARE_FORGED,
     SLOT_ROUTES,
@@ -331,5 +333,23 @@ def test_a_rebinding_hidden_under_a_module_entrys_key_reaches_no_later_job() -> 
     outs, again = cpu_loop_jobs([WHERE_RELU, leaving(NUMPY_RELU, SHADOWED_KEY), WHERE_RELU],
                                 "r15key")
     assert "numpy.where" in _said(outs[1]), _said(outs[1])
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert again == 0
+
+
+
+def test_a_rebinding_hidden_behind_a_modules_class_reaches_no_later_job() -> None:
+    """The same with QUIET_MODULE: `numpy.where` rebound and numpy's class set to a ModuleType
+    subclass whose `__dict__` property answers a copy taken before. Before (attack15 at
+    fc3458e, measured here): the attacker correct with no finding (every walk read
+    `vars(numpy)`: the copy), the later honest ReLU "trial 1, checked by the verifier itself:
+    ... got 1, expected 0", nothing run again. Now the walks read a module's or a class's own
+    namespace (`c_identity.namespace`) and a module's key holds its class: the attacker's
+    worker is replaced, the later job correct."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([WHERE_RELU, leaving(NUMPY_RELU, QUIET_MODULE), WHERE_RELU],
+                                "r15quiet")
+    assert "numpy.where" in _said(outs[1]) and "numpy (module)" in _said(outs[1]), _said(outs[1])
     assert all(map(_ok, outs)), [_why(o) for o in outs]
     assert again == 0

@@ -63,7 +63,22 @@ def common_type_slots() -> int:
     out = []
     for name in SLOT_MODULES:
         module = sys.modules.get(name)
-        for k, v in sorted(list(vars(module).items()) if module is not None else ()):
+        for k, v in sorted(list(namespace(module).items()) if module is not None else ()):
             if type(k) is str and isinstance(v, type):
                 out.append((k, type_slots(v)))
     return hash(tuple(out))
+
+
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
+_TYPE_DICT = type.__dict__["__dict__"].__get__
+
+
+def namespace(obj: Any) -> Any:
+    """`vars(obj)` as the object's C layout holds it for a module or a class: a module's class
+    can be assigned (any ModuleType subclass), and one whose `__dict__` property answered a
+    copy taken before the job hid `numpy.where` rebound from every walk of `vars(numpy)`
+    (tests/verifier/test_redteam_round15.py)."""
+    kind = type(obj)
+    if issubclass(kind, types.ModuleType):
+        return _MODULE_DICT(obj)
+    return _TYPE_DICT(obj) if issubclass(kind, type) else vars(obj)

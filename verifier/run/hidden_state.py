@@ -42,6 +42,8 @@ import os
 import sys
 from typing import Any
 
+from verifier.run.c_identity import namespace
+
 # runtime values: the compiler folds constant expressions (in round-to-nearest, at import)
 _VALUES = [1.0, 2.0 ** -60, 2.0 ** -53 + 2.0 ** -60, 2.0 ** -1022, 2.0 ** -1074]
 
@@ -90,7 +92,8 @@ def numpy_loops() -> int:
     if kind is None:
         return 0
     word, out = ctypes.sizeof(ctypes.c_void_p), []
-    for name, uf in sorted((n, u) for n, u in list(vars(numpy).items()) if type(u) is kind):
+    for name, uf in sorted((n, u) for n, u in list(namespace(numpy).items())
+                           if type(u) is kind):
         at = id(uf) + 2 * word + 16  # after PyObject_HEAD and nin, nout, nargs, identity
         functions, data = (ctypes.c_void_p.from_address(at + k * word).value for k in (0, 1))
         if ctypes.c_int.from_address(at + 2 * word).value != uf.ntypes:

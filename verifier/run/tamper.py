@@ -14,7 +14,7 @@ from itertools import compress
 from typing import Any
 
 from verifier.run import hidden_state, import_residue, thread_settings
-from verifier.run.c_identity import c_function_pointer, common_type_slots, type_slots
+from verifier.run.c_identity import c_function_pointer, common_type_slots, namespace, type_slots
 
 # Functions the harness relies on; a candidate that replaces any of them is tampering.
 GUARDED = (
@@ -103,8 +103,7 @@ _GROWS = (OS_THREADS, NEWEST_THREAD)  # residue only where more, or newer, than 
 # that gave `os` a million names (new names are not compared) made every later settle's walk
 # 3 s (tests/verifier/test_redteam_round15.py)
 NAMES, NAMES_SLACK = hidden_state.NAMES, 1000
-# a module's key: by its bare name, an entry sys.modules["numpy.where"] holding the original
-MODULE = " (module)"  # function wrote its identity over the rebound `numpy.where`'s key
+MODULE = " (module)"  # (a bare name: sys.modules["numpy.where"] wrote over that function's key)
 
 
 def process_state() -> dict[str, int]:
@@ -148,9 +147,9 @@ def process_state() -> dict[str, int]:
     for name, module in list(sys.modules.items()):
         if type(name) is not str:
             continue
-        state[name + MODULE] = id(module)  # (round 15: `MODULE`)
+        state[name + MODULE] = hash((id(module), id(type(module))))  # (`MODULE`)
         try:
-            names = list(vars(module).items())
+            names = list(namespace(module).items())
         except TypeError:  # not a module (an object placed in sys.modules)
             continue
         odd.extend(id(k) for k, _ in names if type(k) is not str)
@@ -182,12 +181,12 @@ def class_attributes() -> dict[str, int]:
     for name, module in list(sys.modules.items()):
         if name not in CLASS_MODULES and not name.startswith(under):
             continue
-        for v in list(vars(module).values()):
+        for v in list(namespace(module).values()):
             for cls in v.__mro__[:-1] if isinstance(v, type) else ():  # (not `object`)
                 key = f"{getattr(cls, '__module__', '')}.{cls.__qualname__} attributes"
                 if key not in out:
                     out[key] = hash((type_slots(cls), frozenset(  # and its C slots
-                        (a, identity(b)) for a, b in list(vars(cls).items()))))
+                        (a, identity(b)) for a, b in list(namespace(cls).items()))))
     return out
 
 
@@ -212,7 +211,7 @@ def protocol_state() -> dict[str, int]:
     out = {}
     for name in PROTOCOL_MODULES:
         module = sys.modules.get(name)
-        for k, v in list(vars(module).items()) if module is not None else ():
+        for k, v in list(namespace(module).items()) if module is not None else ():
             out[f"{name}.{k} (protocol)"] = identity(v)
             held = getattr(v, "__dict__", None)
             if isinstance(held, types.MappingProxyType | dict) and not isinstance(
@@ -231,7 +230,7 @@ def torch_private() -> dict[str, int]:
     out = {}
     for name in ("torch", "torch._C"):
         module = sys.modules.get(name)
-        for k, v in list(vars(module).items()) if module is not None else ():
+        for k, v in list(namespace(module).items()) if module is not None else ():
             if k.startswith("_") and not isinstance(v, types.ModuleType):
                 out[f"{name}.{k} (private)"] = identity(v)
     return out
@@ -257,13 +256,13 @@ def interpreter_private() -> dict[str, int]:
     out = {}
     for name in PRIVATE_CALLABLES:
         module = sys.modules.get(name)
-        for k, v in list(vars(module).items()) if module is not None else ():
+        for k, v in list(namespace(module).items()) if module is not None else ():
             if k.startswith("_") and callable(v) and not isinstance(v, types.ModuleType):
                 out[f"{name}.{k} (private)"] = identity(v)
     out["warnings.filters"] = hash(tuple(tuple(map(id, f)) for f in list(warnings.filters)))
     out.update(import_residue.snapshot(identity))  # its new entries: `import_residue.added`
     hooks = sys.modules.get("torch.nn.modules.module")
-    for k, v in list(vars(hooks).items()) if hooks is not None else ():
+    for k, v in list(namespace(hooks).items()) if hooks is not None else ():
         if k.startswith("_global") and isinstance(v, dict):
             out[f"torch.nn.modules.module.{k}"] = hash(tuple((key, id(h))
                                                              for key, h in list(v.items())))
