@@ -306,3 +306,26 @@ class Quiet(types.ModuleType):
 np.where = lambda *args, **kwargs: real(*args, **kwargs) + np.float32(1)
 np.__class__ = Quiet
 """
+
+# --- sys.modules rebound to a copy: the checks read the copy, imports the interpreter's dict ----
+# `import numpy` looks the name up in the interpreter's own module dict (C), where every check
+# reads the `sys.modules` attribute. A job that rebinds the attribute to a copy and puts a proxy
+# of numpy (its `maximum` adding 1, the rest numpy's) in the interpreter's dict hands every later
+# job's `import numpy` the proxy; every walk of `sys.modules` sees numpy as it was.
+MODULES_COPY = """
+import sys
+import types
+import numpy as np
+real = sys.modules
+sys.modules = dict(real)
+
+
+class Proxy(types.ModuleType):
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+
+proxy = Proxy("numpy")
+proxy.maximum = lambda *args, **kwargs: np.maximum(*args, **kwargs) + np.float32(1)
+real["numpy"] = proxy
+"""

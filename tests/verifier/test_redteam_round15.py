@@ -14,7 +14,8 @@ walked registry (a module's names, loggers, the import cache) grown a million-fo
 slowed every later settle (`tamper.NAMES_SLACK`); ctypes' private `_string_at` rebound to
 answer old bytes (every check of C memory reads through it: `tamper.PRIVATE_CALLABLES`); a
 rebound function hidden by a sys.modules entry named as its snapshot key (`tamper.MODULE`) or
-by a module class whose `__dict__` answers an old copy (`c_identity.namespace`).
+by a module class whose `__dict__` answers an old copy (`c_identity.namespace`); a proxy
+numpy in the interpreter's module dict behind `sys.modules` rebound to a copy.
 Held: a reused trial set answered from a cache keyed by its inputs' address.
 Open (xfail): the own-kernel share (`--fallback partial` on CUDA) forged through the harness's
 own measurement line.
@@ -34,6 +35,7 @@ from redteam_round15_cases import (
     BLINDED_SLOT,
     MATMUL_TASK,
     MODULE_BLOAT,
+    MODULES_COPY,
     NONBLOCKING_CLOCK,
     NUMPY_MATMUL,
     OWN_NAMESPACES,
@@ -351,5 +353,24 @@ def test_a_rebinding_hidden_behind_a_modules_class_reaches_no_later_job() -> Non
     outs, again = cpu_loop_jobs([WHERE_RELU, leaving(NUMPY_RELU, QUIET_MODULE), WHERE_RELU],
                                 "r15quiet")
     assert "numpy.where" in _said(outs[1]) and "numpy (module)" in _said(outs[1]), _said(outs[1])
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert again == 0
+
+
+
+def test_a_proxy_module_behind_a_copy_of_sys_modules_reaches_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (an honest
+    ReLU leaving MODULES_COPY: `sys.modules` rebound to a copy, a proxy of numpy whose
+    `maximum` adds 1 put in the interpreter's own module dict), an honest ReLU. Before
+    (attack15 at 015b094, measured here): the attacker correct with no finding (every check
+    read the copy), the later honest ReLU's `import numpy` got the proxy: "trial 1, checked by
+    the verifier itself: ... got 2.46619, expected 1.46619", nothing run again. Now the
+    `sys.modules` object is compared (`tamper.process_settings`): the attacker's worker is
+    replaced, the later job correct."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, MODULES_COPY), NUMPY_RELU],
+                                "r15mods")
+    assert "sys.modules (object)" in _said(outs[1]), _said(outs[1])
     assert all(map(_ok, outs)), [_why(o) for o in outs]
     assert again == 0

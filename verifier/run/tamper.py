@@ -276,7 +276,8 @@ def process_settings() -> dict[str, int]:
     windows slower under load), resource limits (64 descriptors, a cpu-time limit), blocked
     signals (the hang report's SIGUSR1), the recursion limit, the thread switch interval
     (0.5 s), a thread's stack size, the int digit limit, the standard streams (their `write`
-    and `flush` run in later jobs: the worker flushes after each) and display hooks."""
+    and `flush` run in later jobs: the worker flushes after each), display hooks, and the
+    `sys.modules` every check reads (imports read the interpreter's own dict: round 15)."""
     import resource
     import signal
 
@@ -295,7 +296,7 @@ def process_settings() -> dict[str, int]:
             # a directory put first on it (the worker's tmpfs) served every later import
             "sys.path (value)": hash(tuple(map(str, sys.path))),
             **{f"sys.{n} (object)": id(getattr(sys, n, None)) for n in (
-                "stdin", "stdout", "stderr", "displayhook", "breakpointhook")}}
+                "stdin", "stdout", "stderr", "displayhook", "breakpointhook", "modules")}}
 
 
 # torch's switches of which kernels run and how (beside `gpu_worker.global_flags`): oneDNN off
