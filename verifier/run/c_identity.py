@@ -26,3 +26,59 @@ def c_function_pointer(fn: Any) -> int | None:
     if not method_def:
         return None
     return ctypes.c_void_p.from_address(method_def + ctypes.sizeof(ctypes.c_void_p)).value
+
+
+# PyTypeObject (3.11, 3.12: the same words to tp_vectorcall): the words that hold the type's
+# own C functions, and its method tables (word: entries) whose entries are C functions
+_SLOT_WORDS = (6, 8, 9, 11, 15, 16, 17, 18, 19, 23, 24, 25, 27, 28, 34, 35, 37, 38, 39, 40, 41,
+               47, 49, 50)
+_TABLES = ((10, 4), (12, 36), (13, 10), (14, 3), (20, 2))  # async, number, sequence, mapping,
+_TYPE_WORDS = 51  # buffer
+
+
+def type_slots(cls: type) -> int:
+    """A figure of a type's C slots (`tp_call`, `tp_richcompare`, ...) and of its number,
+    sequence, mapping, async and buffer tables: plain memory that C++ or ctypes can repoint
+    while every attribute of the type keeps its identity (numpy.ndarray's `nb_add` pointed at
+    its `nb_subtract` made every later job's `a + b` a difference:
+    tests/verifier/test_redteam_round15.py)."""
+    import ctypes
+    import struct
+
+    word = ctypes.sizeof(ctypes.c_void_p)
+    words = struct.unpack(f"{_TYPE_WORDS}P", ctypes.string_at(id(cls), _TYPE_WORDS * word))
+    return hash(tuple(words[i] for i in _SLOT_WORDS) + tuple(
+        ctypes.string_at(words[i], n * word) if words[i] else b"" for i, n in _TABLES))
+
+
+SLOT_MODULES = ("builtins", "numpy", "torch")  # their namespaces' types: every job's operands
+
+
+def common_type_slots() -> int:
+    """`type_slots` of the types in SLOT_MODULES' namespaces (`object` among builtins'), in
+    name order: the classes of the walk of `verifier.run.tamper.class_attributes` have theirs
+    in its figure."""
+    import sys
+
+    out = []
+    for name in SLOT_MODULES:
+        module = sys.modules.get(name)
+        for k, v in sorted(list(namespace(module).items()) if module is not None else ()):
+            if type(k) is str and isinstance(v, type):
+                out.append((k, type_slots(v)))
+    return hash(tuple(out))
+
+
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
+_TYPE_DICT = type.__dict__["__dict__"].__get__
+
+
+def namespace(obj: Any) -> Any:
+    """`vars(obj)` as the object's C layout holds it for a module or a class: a module's class
+    can be assigned (any ModuleType subclass), and one whose `__dict__` property answered a
+    copy taken before the job hid `numpy.where` rebound from every walk of `vars(numpy)`
+    (tests/verifier/test_redteam_round15.py)."""
+    kind = type(obj)
+    if issubclass(kind, types.ModuleType):
+        return _MODULE_DICT(obj)
+    return _TYPE_DICT(obj) if issubclass(kind, type) else vars(obj)

@@ -42,6 +42,8 @@ import os
 import sys
 from typing import Any
 
+from verifier.run.c_identity import namespace
+
 # runtime values: the compiler folds constant expressions (in round-to-nearest, at import)
 _VALUES = [1.0, 2.0 ** -60, 2.0 ** -53 + 2.0 ** -60, 2.0 ** -1022, 2.0 ** -1074]
 
@@ -90,7 +92,8 @@ def numpy_loops() -> int:
     if kind is None:
         return 0
     word, out = ctypes.sizeof(ctypes.c_void_p), []
-    for name, uf in sorted((n, u) for n, u in list(vars(numpy).items()) if type(u) is kind):
+    for name, uf in sorted((n, u) for n, u in list(namespace(numpy).items())
+                           if type(u) is kind):
         at = id(uf) + 2 * word + 16  # after PyObject_HEAD and nin, nout, nargs, identity
         functions, data = (ctypes.c_void_p.from_address(at + k * word).value for k in (0, 1))
         if ctypes.c_int.from_address(at + 2 * word).value != uf.ntypes:
@@ -142,9 +145,24 @@ def writable(path: str, roots: tuple[str, ...] | None = None) -> bool:
                for d in (writable_roots() if roots is None else roots))
 
 
+# a count that may grow by at most `verifier.run.tamper.NAMES_SLACK` (a module's names too)
+NAMES = " (names)"
+
+
+def registries() -> dict[str, int]:
+    """How many loggers and import-cache entries the process holds: each settle walks both (new
+    ones are not compared), so a million of either made every later settle slower."""
+    logging = sys.modules.get("logging")
+    loggers = getattr(getattr(getattr(logging, "Logger", None), "manager", None), "loggerDict",
+                      ())
+    return {"logging loggers" + NAMES: len(loggers),
+            "sys.path_importer_cache" + NAMES: len(sys.path_importer_cache)}
+
+
 def snapshot() -> dict[str, int]:
     """The keys `process_state` compares for this module."""
-    return {**package_paths(), "floating-point environment": hash(float_environment()),
+    return {**package_paths(), **registries(),
+            "floating-point environment": hash(float_environment()),
             "codecs search path": hash(codec_search()),
             "numpy floating-point error state": hash(numpy_errors()),
             "numpy ufunc loops": numpy_loops()}

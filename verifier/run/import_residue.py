@@ -31,6 +31,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from verifier.run.c_identity import namespace
+
 PREFIX = "sys.path_importer_cache "
 NONE_DIR = " (None for a directory)"  # a snapshot key that marks such an entry, not compared
 # the classes behind every finder the stock path hooks make and every loader they hand out
@@ -52,7 +54,7 @@ def snapshot(identity: Callable[[Any], int]) -> dict[str, int]:
             out[f"{PREFIX}{path}{NONE_DIR}"] = 0
     for cls in _import_classes():
         out[f"{cls.__module__}.{cls.__qualname__} attributes (import)"] = hash(frozenset(
-            (a, identity(b)) for a, b in list(vars(cls).items())))
+            (a, identity(b)) for a, b in list(namespace(cls).items())))
     return out
 
 

@@ -14,7 +14,7 @@ from itertools import compress
 from typing import Any
 
 from verifier.run import hidden_state, import_residue, thread_settings
-from verifier.run.c_identity import c_function_pointer
+from verifier.run.c_identity import c_function_pointer, common_type_slots, namespace, type_slots
 
 # Functions the harness relies on; a candidate that replaces any of them is tampering.
 GUARDED = (
@@ -94,6 +94,16 @@ _CODED = frozenset({types.FunctionType, types.MethodType, types.BuiltinFunctionT
 # threads of the process the interpreter does not list (a ctypes `pthread_create` of a Python
 # callback, a detached C++ thread): more than when ready, one may run in a later job
 OS_THREADS = "native threads"
+# the newest of them (thread ids only grow in the worker's pid namespace): a job that ended a
+# thread of the ready worker (a signal whose handler is libc's `pthread_exit`) and started its
+# own kept the count, and its thread ran in later jobs (tests/verifier/test_redteam_round15.py)
+NEWEST_THREAD = "native threads (the newest)"
+_GROWS = (OS_THREADS, NEWEST_THREAD)  # residue only where more, or newer, than before
+# names a module of the ready worker may gain (lazy attributes, submodules imported); a job
+# that gave `os` a million names (new names are not compared) made every later settle's walk
+# 3 s (tests/verifier/test_redteam_round15.py)
+NAMES, NAMES_SLACK = hidden_state.NAMES, 1000
+MODULE = " (module)"  # (a bare name: sys.modules["numpy.where"] wrote over that function's key)
 
 
 def process_state() -> dict[str, int]:
@@ -118,12 +128,14 @@ def process_state() -> dict[str, int]:
              "gc.threshold": hash(gc.get_threshold()), "gc.debug": gc.get_debug(),
              "sys.meta_path": hash(tuple(map(id, sys.meta_path))),
              "sys.path_hooks": hash(tuple(map(id, sys.path_hooks))),
-             OS_THREADS: len(os.listdir("/proc/self/task")),
+             OS_THREADS: len(tasks := os.listdir("/proc/self/task")),
+             NEWEST_THREAD: max(map(int, tasks)),
              # kernels registered from Python (`torch.library.Library(...).impl`): one for
              # aten::relu on cpu made every later job's reference wrong ("incorrect")
              "torch.library registrations": hash(frozenset(_py_kernels())),
              "logging handlers": hash(logging_hooks()), "sys.monitoring": monitoring(),
              "os.environ": hash(frozenset(os.environ.items())),  # what libraries read at use
+             "C type slots (builtins, numpy, torch)": common_type_slots(),
              **{k: hash(str(v)) for k, v in torch_switches().items()},
              **class_attributes(), **process_settings(), **protocol_state(),
              **torch_private(), **interpreter_private(), **hidden_state.snapshot(),
@@ -135,13 +147,13 @@ def process_state() -> dict[str, int]:
     for name, module in list(sys.modules.items()):
         if type(name) is not str:
             continue
-        state[name] = id(module)
+        state[name + MODULE] = hash((id(module), id(type(module))))  # (`MODULE`)
         try:
-            names = list(vars(module).items())
+            names = list(namespace(module).items())
         except TypeError:  # not a module (an object placed in sys.modules)
             continue
         odd.extend(id(k) for k, _ in names if type(k) is not str)
-        dot = name + "."  # (a list, `+`, `identity` inlined: it runs twice a job, 45k names)
+        state[name + NAMES], dot = len(names), name + "."  # (a list, `+`, `identity` inlined: it runs twice a job, 45k names)
         state.update([(dot + k, identity(v) if type(v) in _CODED else id(v)) for k, v in names
                       if type(k) is str and k[:1] != "_" and callable(v)])
     state["keys of no str"] = hash(frozenset(odd))
@@ -156,7 +168,7 @@ def process_state() -> dict[str, int]:
 # `contextlib`'s (every `@contextmanager`: `_GeneratorContextManager.__exit__` rebound ran in
 # each later job's trial loop and wrote its slot: tests/verifier/test_redteam_round13.py)
 CLASS_MODULES = ("torch._tensor", "torch.nn", "torch.autograd.function", "weakref",
-                 "contextlib", "verifier")
+                 "contextlib", "verifier", "ctypes")  # ctypes: the C memory checks' reader
 
 
 def class_attributes() -> dict[str, int]:
@@ -169,12 +181,12 @@ def class_attributes() -> dict[str, int]:
     for name, module in list(sys.modules.items()):
         if name not in CLASS_MODULES and not name.startswith(under):
             continue
-        for v in list(vars(module).values()):
+        for v in list(namespace(module).values()):
             for cls in v.__mro__[:-1] if isinstance(v, type) else ():  # (not `object`)
                 key = f"{getattr(cls, '__module__', '')}.{cls.__qualname__} attributes"
                 if key not in out:
-                    out[key] = hash(frozenset((a, identity(b))
-                                              for a, b in list(vars(cls).items())))
+                    out[key] = hash((type_slots(cls), frozenset(  # and its C slots
+                        (a, identity(b)) for a, b in list(namespace(cls).items()))))
     return out
 
 
@@ -199,7 +211,7 @@ def protocol_state() -> dict[str, int]:
     out = {}
     for name in PROTOCOL_MODULES:
         module = sys.modules.get(name)
-        for k, v in list(vars(module).items()) if module is not None else ():
+        for k, v in list(namespace(module).items()) if module is not None else ():
             out[f"{name}.{k} (protocol)"] = identity(v)
             held = getattr(v, "__dict__", None)
             if isinstance(held, types.MappingProxyType | dict) and not isinstance(
@@ -218,7 +230,7 @@ def torch_private() -> dict[str, int]:
     out = {}
     for name in ("torch", "torch._C"):
         module = sys.modules.get(name)
-        for k, v in list(vars(module).items()) if module is not None else ():
+        for k, v in list(namespace(module).items()) if module is not None else ():
             if k.startswith("_") and not isinstance(v, types.ModuleType):
                 out[f"{name}.{k} (private)"] = identity(v)
     return out
@@ -227,9 +239,10 @@ def torch_private() -> dict[str, int]:
 # modules whose private callables the interpreter calls on its own: every `class` statement
 # (`builtins.__build_class__`), every shown warning (`warnings._showwarnmsg`), every import of
 # a module not loaded yet (`importlib._bootstrap._find_and_load`): rebound by one job, each ran
-# in later jobs (tests/verifier/test_redteam_round12.py)
+# in later jobs (tests/verifier/test_redteam_round12.py); and ctypes', through which every check
+# of C memory reads (its `_string_at` rebound to answer old bytes hid a repointed type slot)
 PRIVATE_CALLABLES = ("builtins", "warnings", "importlib._bootstrap",
-                     "importlib._bootstrap_external")
+                     "importlib._bootstrap_external", "ctypes")
 
 
 def interpreter_private() -> dict[str, int]:
@@ -243,13 +256,13 @@ def interpreter_private() -> dict[str, int]:
     out = {}
     for name in PRIVATE_CALLABLES:
         module = sys.modules.get(name)
-        for k, v in list(vars(module).items()) if module is not None else ():
+        for k, v in list(namespace(module).items()) if module is not None else ():
             if k.startswith("_") and callable(v) and not isinstance(v, types.ModuleType):
                 out[f"{name}.{k} (private)"] = identity(v)
     out["warnings.filters"] = hash(tuple(tuple(map(id, f)) for f in list(warnings.filters)))
     out.update(import_residue.snapshot(identity))  # its new entries: `import_residue.added`
     hooks = sys.modules.get("torch.nn.modules.module")
-    for k, v in list(vars(hooks).items()) if hooks is not None else ():
+    for k, v in list(namespace(hooks).items()) if hooks is not None else ():
         if k.startswith("_global") and isinstance(v, dict):
             out[f"torch.nn.modules.module.{k}"] = hash(tuple((key, id(h))
                                                              for key, h in list(v.items())))
@@ -263,7 +276,8 @@ def process_settings() -> dict[str, int]:
     windows slower under load), resource limits (64 descriptors, a cpu-time limit), blocked
     signals (the hang report's SIGUSR1), the recursion limit, the thread switch interval
     (0.5 s), a thread's stack size, the int digit limit, the standard streams (their `write`
-    and `flush` run in later jobs: the worker flushes after each) and display hooks."""
+    and `flush` run in later jobs: the worker flushes after each), display hooks, and the
+    `sys.modules` every check reads (imports read the interpreter's own dict: round 15)."""
     import resource
     import signal
 
@@ -282,7 +296,7 @@ def process_settings() -> dict[str, int]:
             # a directory put first on it (the worker's tmpfs) served every later import
             "sys.path (value)": hash(tuple(map(str, sys.path))),
             **{f"sys.{n} (object)": id(getattr(sys, n, None)) for n in (
-                "stdin", "stdout", "stderr", "displayhook", "breakpointhook")}}
+                "stdin", "stdout", "stderr", "displayhook", "breakpointhook", "modules")}}
 
 
 # torch's switches of which kernels run and how (beside `gpu_worker.global_flags`): oneDNN off
@@ -360,10 +374,11 @@ def left_in_process(before: dict[str, int]) -> list[str]:
     # the keys whose value differs first, in C (each rule below needs a difference: ~50k keys)
     differ = compress(before, map(operator.ne, map(now.get, before), before.values()))
     changed = [k for k in differ if k not in PER_JOB and import_residue.compared(k, now)
-               and (k != OS_THREADS or now[k] > before[k])]
+               and (k not in _GROWS or now[k] > before[k])
+               and (not k.endswith(NAMES) or now.get(k, 0) - before[k] > NAMES_SLACK)]
     changed += import_residue.added(before)
     return changed + [f"{name} (not imported from a file)" for name, m in list(
-        sys.modules.items()) if name not in before and not _imported(m)]
+        sys.modules.items()) if name + MODULE not in before and not _imported(m)]
 
 
 def _imported(module: Any) -> bool:
