@@ -49,14 +49,7 @@ from redteam_round15_cases import (
     leaving,
     slot_attacker,
 )
-
-
-def _said(out: Any) -> str:
-    return " ".join(f.get("message", "") for f in (out.payload or {}).get("findings", ()))
-
-
-def _ok(out: Any) -> bool:
-    return out.referee is not None and bool(out.referee("run", {})[0])
+from test_redteam_round14 import _ok, _said  # the rounds' shared readers
 
 
 def _why(out: Any) -> Any:
