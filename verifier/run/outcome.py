@@ -169,40 +169,39 @@ def reported_failure(out: RunOutcome, nonce: Any) -> str:
 def _report_failed(out: RunOutcome) -> str:
     """Why the judge failed an "ok" run's trials on the form of its report alone (`on_word`:
     the worker's word, not a slot it compared); "" otherwise."""
+    ok, why = _trials_answer(out) or (None, "")
+    return f"its trials' report failed the judge's reading ({why[:200]})" \
+        if ok is False and on_word(why) else ""
+
+
+def _trials_answer(out: RunOutcome) -> tuple[Any, str] | None:
+    """The judge's answer on the run's trials, (ok, why): checked at the clock's "t"
+    (`trial_pace.trials_checked`), else as the run ended (`GpuRunner._judged_here`); None
+    where it made none (or the referee itself failed: nothing was established)."""
     early = out.clock.get("trials") if isinstance(out.clock, dict) else None
     if early:
-        ok, why = early[0], str(early[1])
-    elif out.judge_compared and out.referee is not None:
-        try:
-            ok, why = out.referee("run", {})
-        except RuntimeError:
-            return ""
-    else:
-        return ""
-    return f"its trials' report failed the judge's reading ({why[:200]})" \
-        if ok is False and on_word(str(why)) else ""
+        return early[0], str(early[1])
+    if not out.judge_compared or out.referee is None:
+        return None
+    try:
+        ok, why = out.referee("run", {})  # the answer already made (no argument is read)
+    except RuntimeError:
+        return None
+    return ok, str(why)
 
 
 def judged_failure(out: RunOutcome) -> str:
     """Why the trusted judge itself failed this run ("" when it did not): a timed window whose
     outputs or inputs failed its checks (the clock's `failed_check`), or trials it compared
-    (`judge_compared`) and found wrong; its answer as `GpuRunner._judged_here` recorded it."""
+    (`judge_compared`) and found wrong; its answer as `GpuRunner._judged_here` recorded it.
+    A report of the wrong form whose slots passed (or could not be read without it) is the
+    worker's word, which an earlier job's code may have garbled (`on_word`)."""
     failed = out.clock.get("failed_check") if isinstance(out.clock, dict) else ""
     if failed:
         return f"a timed window failed the judge's checks ({str(failed)[:200]})"
-    early = out.clock.get("trials") if isinstance(out.clock, dict) else None
-    if early and early[0] is False:  # checked at the clock's "t" (`trial_pace.trials_checked`)
-        # a report of the wrong form whose slots passed (or could not be read without it):
-        # the worker's word, which an earlier job's code may have garbled (`on_word`)
-        return "" if on_word(str(early[1])) else \
-            f"the judge compared its trials ({str(early[1])[:200]})"
-    if not out.judge_compared or out.referee is None:
-        return ""
-    try:
-        ok, why = out.referee("run", {})  # the answer already made (no argument is read)
-    except RuntimeError:  # the referee itself failed: nothing was established
-        return ""
-    return "" if ok or on_word(str(why)) else f"the judge compared its trials ({str(why)[:200]})"
+    ok, why = _trials_answer(out) or (None, "")
+    return f"the judge compared its trials ({why[:200]})" if ok is False and not on_word(why) \
+        else ""
 
 
 def window_failed(out: RunOutcome, timed: dict[str, Any] | None, nonce: Any) -> RunOutcome:

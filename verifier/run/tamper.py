@@ -153,7 +153,7 @@ def process_state() -> dict[str, int]:
         except TypeError:  # not a module (an object placed in sys.modules)
             continue
         odd.extend(id(k) for k, _ in names if type(k) is not str)
-        state[name + NAMES], dot = len(names), name + "."  # (a list, `+`, `identity` inlined: it runs twice a job, 45k names)
+        state[name + NAMES], dot = len(names), name + "."  # (`identity` inlined: 45k names)
         state.update([(dot + k, identity(v) if type(v) in _CODED else id(v)) for k, v in names
                       if type(k) is str and k[:1] != "_" and callable(v)])
     state["keys of no str"] = hash(frozenset(odd))
