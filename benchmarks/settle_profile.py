@@ -122,7 +122,7 @@ def in_process(jobs: int) -> tuple[list[str], list[float], dict[str, float]]:
     from verifier.run.settle import armed_finalizers, held_memory
     from verifier.run.worker import run_job
 
-    gpu_worker._warm_up("cpu")
+    gpu_worker._warm_up("cpu", {})
     state, flags = gpu_worker.watched_state(), gpu_worker.global_flags()
     threads = __import__("threading").active_count()
     residue = tamper.process_state()

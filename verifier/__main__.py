@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--compile-workers", type=int, default=2)
     ap.add_argument("--compile-batch", type=int, default=16)
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--standby-workers", type=int, default=VerifyOptions.standby_workers,
+                    help="GPU backends: warm spare workers per GPU that replace one a candidate "
+                         "killed at once (0: none; the cpu loop keeps at most 3)")
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--perf-trials", type=int, default=20)
     ap.add_argument("--torch-compile", action="store_true",
@@ -80,7 +83,9 @@ def _options(a: argparse.Namespace) -> VerifyOptions:
                          torch_compile_baseline=a.torch_compile, build_cache_dir=a.cache_dir,
                          build_cache_max_gb=a.cache_max_gb,
                          fallback=a.fallback, generalize=a.generalize,
-                         tolerance=a.tolerance, namespace=a.namespace)
+                         tolerance=a.tolerance, namespace=a.namespace,
+                         standby_worker=a.standby_workers > 0,
+                         standby_workers=max(0, a.standby_workers))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,6 +36,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -204,29 +205,35 @@ def after_job(result: dict[str, Any], state: dict[str, int], flags: dict[str, An
     return False
 
 
-def _warm_up(backend_name: str) -> Any:
+def _warm_up(backend_name: str, marks: dict[str, float]) -> Any:
     """The backend, warmed: the profiler's first session and torch's first-use rebinding paid
-    before the first candidate (so only candidates change what the snapshot holds)."""
+    before the first candidate (so only candidates change what the snapshot holds); `marks`:
+    when each step ended (CLOCK_MONOTONIC, host-wide: `benchmarks/worker_start.py`)."""
     import torch
 
     from verifier.backends import get_backend
     from verifier.run.worker import run_job
 
     backend = get_backend(backend_name)
+    marks["torch"] = time.monotonic()
     if backend_name == "cuda":
         torch.cuda.init()
+    marks["device"] = time.monotonic()
     # the profiler's first session costs seconds: pay it before the first candidate
     backend.kernel_names(lambda: torch.ones(4, device=backend.device()).add_(1))
+    marks["profiler"] = time.monotonic()
     if backend_name != "cpu":  # the math libraries' first use maps them (host memory that
         x = torch.ones(1, 1, 8, 8, device=backend.device())  # stays): before `ready` is taken
         torch.nn.functional.conv2d(x, torch.ones(1, 1, 3, 3, device=x.device)).sum().item()
         (x[0, 0] @ x[0, 0]).sum().item()
     backend.synchronize()
+    marks["libraries"] = time.monotonic()
     # torch rebinds some of its functions on first use (importing torch._dynamo wraps
     # torch.manual_seed): one harness run before the snapshot, so only candidates change it
     run_job({"nonce": "warm-up", "backend": backend_name, "extensions": {},
              "options": {"trials": 1, "perf_trials": 2, "perf_max_trials": 2, "perf_warmup": 1}},
             _WARMUP_TASK, _WARMUP_CANDIDATE)
+    marks["harness"] = time.monotonic()
     return backend
 
 
@@ -328,7 +335,8 @@ def main(argv: list[str]) -> int:
     os.set_inheritable(out.fileno(), False)
     sock = socket.socket(fileno=os.dup(out.fileno()))
     refuse_audit_hooks()  # before any job: a hook added by one would run in all later ones
-    backend = _warm_up(argv[1] if len(argv) > 1 else "cuda")
+    marks = {"imported": time.monotonic()}  # the start's steps, before any candidate ran
+    backend = _warm_up(argv[1] if len(argv) > 1 else "cuda", marks)
     state, flags, threads = watched_state(), global_flags(), threading.active_count()
     residue = process_state()
     ident = device_ident(backend)
@@ -336,8 +344,9 @@ def main(argv: list[str]) -> int:
     gc.freeze()  # the harness's objects: no collection between or in jobs scans them again
     ready = ReadyState(state=state, flags=flags, threads=threads, memory=held_memory(),
                        armed=armed_finalizers(), residue=residue)
+    marks["snapshot"] = time.monotonic()
     out.write(json.dumps({"ready": True, "pid": os.getpid(), "device": backend.device_name(),
-                          "worker_device": ident}) + "\n")
+                          "worker_device": ident, "marks": marks}) + "\n")
 
     def progress(stage: str) -> None:
         out.write(json.dumps({"progress": stage}) + "\n")
