@@ -59,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="batch mode: where the wall time went (phases, GPU lanes), at the end")
     ap.add_argument("--fallback", default="strict", choices=["strict", "partial"],
                     help="strict: no library compute in forward (default); partial: library "
-                         "ops allowed if an own kernel runs, own-kernel share in the reward")
+                         "ops allowed if an own kernel runs (the reward is the judge's "
+                         "speedup either way)")
     ap.add_argument("--generalize", action="store_true",
                     help="also check correctness at another size set and other constructor "
                          "arguments (a batch row's `variants`, else derived from the task)")

@@ -117,7 +117,7 @@ class VerifyOptions:
     baseline_cache_dir: str | None = None
     seed: int = 0
     # strict (MooreEval): no library compute in forward; partial (KernelBench): library ops
-    # allowed, at least one own kernel on the hot path, own-kernel share scales the reward
+    # allowed, at least one own kernel on the hot path (the own-kernel share: a diagnostic)
     fallback: str = "strict"
     # generalisation check: also correct at another size set and other constructor arguments
     # (verifier.judge.generalize); the pipeline turns it on for dataset builds

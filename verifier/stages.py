@@ -114,7 +114,8 @@ def execute(item: Item, backend: Backend, opts: VerifyOptions, baselines: Baseli
     variants = request_variants(item.req, opts)
     job["variants"] = variants
     with baselines.turn():  # never beside a baseline's timing (verifier.run.baselines)
-        out, job = run_constructed(item, runner, job, Pace.of(base))  # settled, hang deadlines
+        # settled timing, hang deadlines
+        out, job = run_constructed(item, runner, job, Pace.of(base, backend.name))
     nonce = job["nonce"]
     item.timing["exec_s"] = out.wall_s
     item.timing["exec_end"] = time.monotonic()  # run order (builds land in any order)

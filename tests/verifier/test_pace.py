@@ -91,11 +91,30 @@ def test_pace_of_a_baseline_and_its_settling_bound() -> None:
 
 
 def test_an_honest_kernel_50x_behind_eager_fits_every_step() -> None:
-    """The deadline of n calls holds 50x eager twice over, plus the floor, at any pace."""
-    for eager_s in (1e-6, 1e-3, 0.05, 2.0):
-        for n in (1, 3, 100):
-            budget = Pace(eager_s=eager_s).step_s(n)
-            assert budget >= pace.HANG_FLOOR_S + 2 * 50 * eager_s * n
+    """The deadline of n calls holds 50x eager twice over, plus the floor, at any pace, on
+    either backend's floor."""
+    for backend, floor in (("cpu", pace.HANG_FLOOR_S), ("cuda", pace.DEVICE_CALL_FLOOR_S)):
+        for eager_s in (1e-6, 1e-3, 0.05, 2.0):
+            for n in (1, 3, 100):
+                budget = Pace.of({"eager_us": eager_s * 1e6}, backend).step_s(n)
+                assert budget >= floor + 2 * 50 * eager_s * n
+
+
+def test_a_gpus_call_floor_is_its_own_and_a_timeout_names_it() -> None:
+    """A GPU's call steps get `DEVICE_CALL_FLOOR_S` (KernelBench's slowest honest later call on
+    an H100: 0.54 s); the candidate's load keeps `HANG_FLOOR_S`; the reason names the floor."""
+    gpu, cpu = Pace.of({"eager_us": 10.0}, "cuda"), Pace.of({"eager_us": 10.0}, "cpu")
+    assert gpu is not None and cpu is not None
+    assert pace.DEVICE_CALL_FLOOR_S < pace.HANG_FLOOR_S
+    assert abs(gpu.step_s(1) - (pace.DEVICE_CALL_FLOOR_S + pace.HANG_FACTOR * 1e-5)) < 1e-9
+    assert abs(cpu.step_s(1) - (pace.HANG_FLOOR_S + pace.HANG_FACTOR * 1e-5)) < 1e-9
+    w = HangWatch(gpu, 0.0, timeout_s=600.0)
+    w.on("correctness", now=2.0)  # the candidate's load: the floor of every backend
+    assert w.deadline() == 2.0 + pace.HANG_FLOOR_S + pace.LOAD_FACTOR * 2.0
+    w.on("trial", now=3.0)
+    assert abs(w.deadline() - (3.0 + gpu.step_s(1) + pace.FIRST_CALL_S)) < 1e-9
+    why = w.why(now=3.0)
+    assert f"({pace.DEVICE_CALL_FLOOR_S:g} s + {pace.HANG_FACTOR:g}x a call" in why, why
 
 
 def _clock(serving: bool = False, window: tuple[float, int] | None = None) -> SimpleNamespace:

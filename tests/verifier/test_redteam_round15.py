@@ -173,26 +173,37 @@ def test_a_library_pool_made_again_in_another_environment_reaches_no_later_job()
 
 
 # --- 4. the own-kernel share, forged through the harness's own measurement line ---------------
-@pytest.mark.xfail(strict=True, reason=(
-    "open: the own-kernel share (`--fallback partial`'s reward factor on CUDA) is measured by "
-    "the profiler in the candidate's process and sent through the job's `JobResult.on_measure`, "
-    "an instance attribute a trial call can wrap; fix: measure it outside that process (the "
-    "referee's profile of the device) or keep it out of the reward"))
 def test_the_own_kernel_share_is_not_the_candidates_to_choose() -> None:
     """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, then SHARE_FORGED (the
     same, whose first trial call wraps its JobResult's `on_measure` so that the harness's own
     measurement line says `own_share` 1.0). Measured (attack15 at 18bf22e): the honest run's
     share None (not measured on cpu), the forger's 1.0: the parent's copy
     (`RunOutcome.own_share`, which `stages.record_measurements` puts in the verdict's reward
-    components), no finding, nothing changed that an identity check compares. On CUDA under
-    the partial policy that is a library-bound run's speed reward in full."""
+    components), no finding. On CUDA under the partial policy that was a library-bound run's
+    speed reward in full. Nothing in that process can make the share safe, so it no longer
+    scales the reward (`verifier.judge.reward`): the forger's verdict, its forged share in
+    its components, gets the very reward of the same verdict with no share, under both
+    policies; the share stays a diagnostic."""
     from verifier_cases import cpu_loop_jobs
+
+    from verifier.judge.reward import record_share, reward_of
+    from verifier.protocol import VerdictData
 
     outs, _ = cpu_loop_jobs([NUMPY_RELU, SHARE_FORGED], "r15share")
     honest, forger = outs
     assert _ok(honest) and _ok(forger), (_why(honest), _why(forger))
     assert honest.own_share is None
-    assert forger.own_share is None, forger.own_share
+    assert forger.own_share == 1.0, forger.own_share  # the attack reached the line
+    for speedup in (0.05, 0.9, 2.5):  # a library-bound kernel's share would be ~0
+        plain, forged = (VerdictData(candidate_id="c", task_id="t", status="correct_slow",
+                                     stage="performance", backend="cuda", speedup=speedup)
+                         for _ in range(2))
+        record_share(plain, 0.02, 1)
+        record_share(forged, forger.own_share, 1)
+        for policy in ("strict", "partial"):
+            got, comps = reward_of(forged, policy)
+            assert got == reward_of(plain, policy)[0], (speedup, policy)
+            assert comps["own_share"] == 1.0  # kept, as the worker said it
 
 
 # --- 5. a module namespace made huge: every later settle slower -----------------------------

@@ -161,7 +161,8 @@ def test_a_share_forged_in_the_result_during_timed_calls_does_not_reach_the_rewa
     own_share 1.0 and reward 0.633 where the same forward unforged had 0.494 and 0.506. Now the
     worker sends the share as it measures it, before the candidate's code runs again, and the
     verdict takes that copy. The cpu loop with a profiler that reads 0.25 (share_probe): both
-    runs' share is 0.25 and their speed terms are the measured share's."""
+    runs' share is 0.25. Since round 15 (a forger reached the measurement line itself) the
+    share never scales the reward: both speed terms are their speedups' alone."""
     from redteam_cases import candidate
     from redteam_round10_cases import SHARE_EXTRA, SHARE_FORWARD, SHARE_HONEST_FORWARD
     from verifier_cases import relu_task
@@ -186,4 +187,4 @@ def test_a_share_forged_in_the_result_during_timed_calls_does_not_reach_the_rewa
         assert v.status.startswith("correct"), v
         assert comps["own_share"] == 0.25, (name, comps)
         unscaled = min(1.0, math.log2(1.0 + max(0.0, v.speedup or 0.0)) / 2.0)
-        assert comps["speed"] == pytest.approx(0.25 * unscaled, abs=1e-5), (name, comps)
+        assert comps["speed"] == pytest.approx(unscaled, abs=1e-5), (name, comps)

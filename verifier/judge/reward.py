@@ -10,10 +10,15 @@ Hierarchical reward in [0, 1] (documented in the verdict's `reward_components`):
     correct_slow / correct_fast                    0.5 + 0.5 * s,  s = min(1, log2(1 + speedup) / 2)
 so any correct kernel beats any incorrect one, and the speedup scales the rest (s reaches 1 at a
 3x speedup; a correct kernel with no timing gets 0.5 + 0.5 * 0.5 = 0.75 at speedup 1).
-Under the `partial` fallback policy the speed term is multiplied by the share of device time
-spent in the candidate's own kernels (`own_share`, measured on CUDA; 1 where not measured), so
-a kernel that leaves most of the work to cuBLAS earns little for the library's speed. Every
-verdict's components record `fallback` (the policy) and `own_share` (None: not measured).
+The speedup is the judge's: its own windows against a baseline timed where no candidate ran.
+Under the `partial` fallback policy (library ops allowed beside an own kernel) the reward is the
+same function of that speedup: the library's speed is in the eager baseline too, so a kernel
+that leaves the work to cuBLAS gets about 1x, and only what it adds earns more. The share of
+device time in the candidate's own kernels (`own_share`, from the profiler on CUDA) is kept in
+the components as a diagnostic and never scales the reward: it is measured in the candidate's
+process, where a trial call can rewrite it (red-team round 15: a forged 1.0), and no number
+from that process is a figure of the reward. Every verdict's components record `fallback`
+(the policy) and `own_share` (None: not measured).
 """
 
 from __future__ import annotations
@@ -66,8 +71,6 @@ def reward_of(v: VerdictData, policy: str = "strict") -> tuple[float, dict[str, 
     # a speedup of 0.0 is a (very slow) speedup, not a missing timing
     speed = min(1.0, math.log2(1.0 + max(0.0, v.speedup)) / 2.0) if v.speedup is not None \
         else 0.5
-    if policy == "partial" and share is not None:
-        speed *= max(0.0, min(1.0, float(share)))
     r = 0.5 + 0.5 * speed
     return round(r, 6), {"level": v.status, "base": 0.5, "speed": round(speed, 6),
                          "speedup": v.speedup, **extra}

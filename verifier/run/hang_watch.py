@@ -122,5 +122,6 @@ class HangWatch:
         if self.pace is None or end >= self.hard:
             return ""
         return (f"passed its hang deadline: {what} may take {budget:.1f} s, scaled to "
-                f"the reference's {self.pace.eager_s * 1e6:.0f} us a call ({HANG_FLOOR_S:g} s + "
+                f"the reference's {self.pace.eager_s * 1e6:.0f} us a call "
+                f"({self.pace.call_floor_s:g} s + "
                 f"{HANG_FACTOR:g}x a call; the run timeout is {self.timeout_s:.0f} s)")
