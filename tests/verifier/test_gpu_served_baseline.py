@@ -6,6 +6,7 @@ for (the reference itself judged as a candidate: 0.65x), so every speedup was co
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from verifier_cases import relu_task
@@ -100,5 +101,40 @@ def test_the_gpu_slot_picks_its_method_by_a_size_probe_that_times_nothing(monkey
         own = runner.baseline(task, {})
         assert own is not None and own["method"] == "referee" and own["eager_us"] > 0, own
         assert ops == ["sizes", "baseline"] and runner.served_failures == 0
+    finally:
+        runner.close()
+
+
+def test_the_baselines_worker_starts_beside_the_candidates_worker(monkeypatch: Any) -> None:
+    """On a GPU (a referee: here a stand-in while `warm` runs) the timer starts in the
+    background beside the worker, not in series at the first baseline (an H100 batch's first
+    baseline waited ~12 s for it); the first baseline then uses that very process."""
+    from verifier.run.gpu_pool import GpuWorkerProcess
+
+    spans: dict[int, tuple[float, float]] = {}
+    start = GpuWorkerProcess.start
+
+    def timed(self: GpuWorkerProcess) -> bool:
+        began = time.monotonic()
+        try:
+            return start(self)
+        finally:
+            spans[id(self)] = (began, time.monotonic())
+
+    monkeypatch.setattr(GpuWorkerProcess, "start", timed)
+    runner = GpuRunner(VerifyOptions(backend="cpu"), {}, "cpu")
+    try:
+        runner.referee = object()  # type: ignore[assignment]  (only `warm` reads it)
+        runner.warm()
+        runner.referee = None
+        assert runner.timer is not None
+        runner.timer_start.join()
+        timer, worker = spans[id(runner.timer)], spans[id(runner.worker)]
+        assert timer[0] < worker[1] and worker[0] < timer[1], (timer, worker)  # overlapped
+        assert runner.timer.alive()
+        pid = runner.timer.proc.pid
+        figures = runner._served_baseline(relu_task(256, 1024), {})
+        assert figures is not None and runner.timer.proc.pid == pid
+        assert len(spans) == 2  # no second start of either
     finally:
         runner.close()

@@ -31,11 +31,9 @@ from verifier.run.spans import Spans
 GPU_ARENA_BYTES = 8 << 30  # on a GPU (at most a quarter of its free memory)
 CPU_TRIALS_BYTES = 4 << 30  # what the cpu loop's trials may hold (`verifier.judge.admission`)
 RUNTIME_MB = 2048  # a GPU worker's host memory beyond the run's limit: torch, the CUDA runtime
-# the eager baseline served by a reference-only worker (`GpuRunner._served_baseline`) for tasks
-# whose input set and output are at most this: where the per-call costs of the worker path
-# matter (an H100's in-process eager was 0.65x the served one at 64 MB, 0.98x at 1 GB). Above
-# it the referee's in-process figure stands: a served 6 GiB ReLU on an H100 did not finish in
-# 45 s (not understood yet; the in-process one takes ~0.3 s)
+# the eager baseline served by a reference-only worker (`_served_baseline`) for tasks whose
+# inputs and output are at most this (an H100's in-process eager was 0.65x the served one at
+# 64 MB, 0.98x at 1 GB); above it the referee's figure (a served 6 GiB ReLU took > 45 s)
 SERVED_MAX_BYTES = 1 << 30
 SERVED_TIMEOUT_S = 20.0  # a served baseline's job; past it the referee's figure stands
 SERVED_FAILURES_MAX = 2  # then this runner stops asking its timer (a batch never stalls on it)
@@ -59,6 +57,8 @@ class GpuRunner:
         # the eager baseline's worker: a process like the candidates' that only ever loads
         # references, started at the first baseline (`baseline`)
         self.timer: GpuWorkerProcess | None = None
+        self.timer_start = threading.Thread(target=int)  # its start (`warm`)
+        self.timer_start.start()
         self.env, self.host_memory_mb = env, mem
         self.served_failures = 0
         self.spares = [GpuWorkerProcess(env, backend, host_memory_mb=mem)
@@ -77,15 +77,21 @@ class GpuRunner:
         self.lock = threading.Lock()  # warm() and run() never drive the process at once
 
     def warm(self) -> None:
-        """Start the worker ahead of the first job (it warms while candidates compile)."""
+        """Start the worker ahead of the first job (it warms while candidates compile), and
+        beside it the baselines' worker (the first baseline waited ~12 s for it, in series)."""
         with self.lock:
+            if self.referee is not None and self.timer is None:
+                self.timer = GpuWorkerProcess(self.env, self.backend,
+                                              host_memory_mb=self.host_memory_mb)
+                self.timer_start = threading.Thread(target=self.timer.start, daemon=True)
+                self.timer_start.start()
             if not self.worker.alive():
                 self.worker.start()
             self._refill()
 
     def wait_ready(self) -> None:  # once warm() is done (a profile counts no start-up as a job)
         with self.lock:
-            return
+            pass
 
     def _refill(self) -> None:
         """Start every spare that is neither up nor starting, in the background (lock held)."""
@@ -136,9 +142,8 @@ class GpuRunner:
         built = [r for r in item.built.values() if r.ok]
         changed = [r.path for r in built if not verify_artefact(r)]
         if changed:
-            return RunOutcome(None, "correctness", False, "verifier build cache: built object "
-                              f"{Path(changed[0]).name} changed after the build (hash mismatch)",
-                              False, 0.0)
+            return RunOutcome(None, "correctness", False, f"verifier build cache: built object "
+                              f"{Path(changed[0]).name} changed after the build (hash mismatch)")
         job = {**job, "device_sources": [src for s in item.specs
                                          for src in (*s.cuda_sources, *s.cpp_sources)]}
         with self.lock:
@@ -187,9 +192,8 @@ class GpuRunner:
                 self._swap_in_standby(wait=False)
 
     def _trials(self, item: Any, job: dict[str, Any]) -> tuple[Any, int]:
-        """The job's trial judge (`verifier.judge.trial_judge`) and its arena's descriptor: the
-        referee's on its GPU; on the cpu loop this process's, in a memfd. DoesNotFit when the
-        task's run cannot fit the device."""
+        """The job's trial judge and its arena's descriptor: the referee's on its GPU; on the
+        cpu loop this process's, in a memfd. DoesNotFit when the task's run cannot fit."""
         from verifier.judge.trial_judge import DoesNotFit, TrialJudge
 
         opts = self.opts
@@ -218,8 +222,7 @@ class GpuRunner:
 
     def _judge(self, item: Any, budget: int = GPU_ARENA_BYTES,
                construct: str = DEVICE) -> tuple[Any, int]:
-        """The job's window judge and its arena's descriptor (for the worker): the referee's on
-        its GPU; on the cpu loop (no referee) this process's, in a memfd."""
+        """The job's window judge and its arena's descriptor, as `_trials`'."""
         opts = self.opts
         tol = (opts.atol_fp32, opts.rtol_fp32, opts.atol_low, opts.rtol_low)
         if self.referee is None:
@@ -230,8 +233,7 @@ class GpuRunner:
                 raise RuntimeError(f"{type(exc).__name__}: {exc}") from exc
             return judge, os.dup(judge.arena.fd)
         reply, fd = self.referee.prepare({"task_source": item.req.task_source, "seed": opts.seed,
-                                          "tol": tol, "budget_bytes": budget,
-                                          "construct": construct})
+                                          "tol": tol, "budget_bytes": budget, "construct": construct})
         return RemoteJudge(self.referee, reply), fd
 
     def _release_judge(self, judge: Any) -> None:
@@ -244,11 +246,9 @@ class GpuRunner:
     def baseline(self, task_source: str, job_options: dict[str, Any]) -> dict[str, Any] | None:
         """The reference's baselines, timed by the candidates' very method: on a GPU a worker
         that only ever loads references serves the referee's windows with the reference as its
-        forward (`_served_baseline`), for a task whose input set and output are at most
-        `SERVED_MAX_BYTES` (the referee's `sizes`: one call, nothing timed); where that worker
-        cannot run, or above it, the referee times it in-process
-        (`verifier.judge.timed_calls.time_reference`; the cpu loop: this process). None when
-        they cannot be timed."""
+        forward (`_served_baseline`) for a task of at most `SERVED_MAX_BYTES`; else the
+        referee times it in-process (`timed_calls.time_reference`; the cpu loop: here). None
+        when they cannot be timed."""
         args = {"task_source": task_source, "seed": self.opts.seed, "backend": self.backend,
                 "torch_compile": bool(job_options.get("torch_compile_baseline")),
                 "budget_bytes": GPU_ARENA_BYTES if self.referee is not None else CPU_ARENA_BYTES}
@@ -301,6 +301,7 @@ class GpuRunner:
             if self.timer is None:
                 self.timer = GpuWorkerProcess(self.env, self.backend,
                                               host_memory_mb=self.host_memory_mb)
+            self.timer_start.join()  # started by `warm`
             if not self.timer.alive():
                 self.timer.stop()
                 if not self.timer.start():
@@ -338,8 +339,7 @@ class GpuRunner:
 
     def _judged_here(self, out: RunOutcome, trials: Any) -> RunOutcome:
         """The judge's check of a run its worker called ok: the trials' outputs in their slots
-        against its references, on its device (`verifier.judge.trial_judge`); its figures replace
-        the worker's, and the parent's check (`verifier.judge.decide.parent_check`) reads its answer."""
+        against its references; its figures replace the worker's (`decide.parent_check`)."""
         p = out.payload
         if p is None or p.get("outcome") != "ok" or trials is None:
             return out
@@ -404,10 +404,10 @@ class GpuRunner:
                 shutil.rmtree(staged, ignore_errors=True)
 
     def close(self) -> None:
-        """Stop every process; a spare still starting stops itself once it is up (the batch
-        does not wait for it)."""
+        """Stop every process; a spare still starting stops itself once it is up."""
         with self.lock:
             self.worker.stop()
+            self.timer_start.join()
             if self.timer is not None:
                 self.timer.stop()
             with self.state_lock:
