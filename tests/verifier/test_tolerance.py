@@ -81,3 +81,16 @@ def test_verdict_schema_has_the_policy_column() -> None:
     schema = Verdict.arrow_schema()
     assert "tolerance_policy" in schema.names and "tolerance" not in schema.names
     assert schema.metadata[b"kernelsynth.schema_version"] == b"2"
+
+
+def test_the_standby_workers_flag_reaches_the_options() -> None:
+    """`--standby-workers N`: N warm spares per GPU; 0 turns them off (`api._standbys`)."""
+    from verifier.__main__ import _options, _parser
+    from verifier.api import _standbys
+
+    default = _options(_parser().parse_args([]))
+    assert default.standby_worker and default.standby_workers == VerifyOptions.standby_workers
+    eight = _options(_parser().parse_args(["--standby-workers", "8"]))
+    assert _standbys(eight, "cuda") == 8 and _standbys(eight, "cpu") == 3
+    none = _options(_parser().parse_args(["--standby-workers", "0"]))
+    assert not none.standby_worker and _standbys(none, "cuda") == 0
