@@ -41,7 +41,10 @@ import signal
 import sys
 from typing import Any
 
-PR_GET_DUMPABLE, PR_GET_TIMERSLACK = 3, 30
+from verifier.run import relocations
+
+PR_GET_DUMPABLE, PR_GET_TIMERSLACK, PR_GET_THP_DISABLE = 3, 30, 42
+_GET_MEMPOLICY = {"x86_64": 239, "aarch64": 236}  # the syscall's number (libc has no wrapper)
 
 
 def scheduling() -> tuple[Any, ...]:
@@ -59,6 +62,21 @@ def prctl(option: int) -> int:
         return int(ctypes.CDLL(None, use_errno=True).prctl(option, 0, 0, 0, 0))
     except (OSError, AttributeError):
         return -1
+
+
+def memory_policy() -> tuple[int, int]:
+    """The thread's NUMA memory policy (`set_mempolicy`: its mode, its node mask's first word;
+    (-1, -1) where it cannot be read): a policy bound to a far node slows every later job's
+    host memory (red-team round 16)."""
+    import ctypes
+    import platform
+
+    number = _GET_MEMPOLICY.get(platform.machine())
+    mode, mask = ctypes.c_int(-1), (ctypes.c_ulong * 16)()
+    if number is None or ctypes.CDLL(None).syscall(number, ctypes.byref(mode), mask, 1024,
+                                                   None, 0) != 0:
+        return -1, -1
+    return mode.value, mask[0]
 
 
 def torch_configs() -> tuple[tuple[str, str, str], ...]:
@@ -176,10 +194,12 @@ def snapshot() -> dict[str, int]:
     """The keys `process_state` compares for this module."""
     return {"scheduling (policy, cpus)": hash(scheduling()),
             "timer slack": prctl(PR_GET_TIMERSLACK), "dumpable": prctl(PR_GET_DUMPABLE),
+            "THP disabled": prctl(PR_GET_THP_DISABLE), "memory policy": hash(memory_policy()),
             "torch thread-local dispatch state": hash(torch_thread_state()),
             "torch config modules (value)": hash(torch_configs()),
             "numpy buffer size": numpy_buffer(), "signal wake-up fd": wakeup_fd(),
             "coroutine hooks": hash(coroutine_hooks()),
             "signal handlers and POSIX timers (kernel)": hash(kernel_signals()),
             "file descriptors": hash(descriptors()), "C environment": hash(c_environment()),
-            "namespaces and mounts": hash(namespaces())}
+            "namespaces and mounts": hash(namespaces()),
+            **relocations.snapshot()}  # libraries' GOT and RELRO pages
