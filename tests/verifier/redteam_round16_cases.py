@@ -127,3 +127,16 @@ print("LEFT", left)
 '''.replace("GOT_REPOINT", repr(GOT_REPOINT))
 
 assert NUMPY_RELU and leaving
+
+# --- the verdict's device named by the candidate ----------------------------------------------
+# The worker's harness writes `device` into its JobResult before the candidate loads, and the
+# result line carries it to the verdict (`stages.record_measurements`). A forward that finds
+# its JobResult (gc) names the device itself, a new name at each run: the dataset's check that
+# a program's timings repeat on one device (`pipeline.datasets.pairs`) groups by it, and a
+# perf-analysis row reads the device's peaks by it.
+DEVICE_FORGED = NUMPY_RELU.replace("    def forward(self, x):\n", '''    def forward(self, x):
+        import gc, os
+        for obj in gc.get_objects():
+            if type(obj).__name__ == "JobResult" and isinstance(getattr(obj, "data", None), dict):
+                obj.data["device"] = "NVIDIA B200 run " + os.urandom(4).hex()
+''')

@@ -7,12 +7,14 @@ Closed here: a loaded library's GOT entry repointed (`mprotect` of its RELRO pag
 read-only again: numpy's `memmove` as libc's `memset` made a later honest ReLU that copies
 "incorrect" by the judge's own check, which stands; as `usleep`, a later honest job timed out
 and was run again) and a lazily bound entry outside RELRO (`verifier.run.relocations`); the
-thread's NUMA memory policy and THP switch (`thread_settings`: neither was compared).
+thread's NUMA memory policy and THP switch (`thread_settings`: neither was compared); the
+verdict's device name, the candidate's to write (now the worker's ready line's,
+`gpu_pool`).
 Held: the worker's start-up `marks` reach no verdict; nothing of the candidate's process
 reaches a reward figure; a candidate's JIT words lengthen only its own first call's deadline,
 and a GPU's 2.5 s call floor is not the cpu loop's.
 Open (xfail): a lazy GOT entry not yet bound when the worker was ready; glibc's allocator
-settings (`mallopt`: no getter).
+settings (`mallopt`: no getter); `disarm.MARK` rewritten (its documented open, measured).
 Not tried here: `PR_SET_TSC` (PR_TSC_SIGSEGV: the process's next `clock_gettime` through the
 vDSO faults, here the test process died: the worker dies in its own settle), util clamps
 (`sched_setattr`: EOPNOTSUPP on this host's kernel), Triton/inductor caches (compiles cost
@@ -30,6 +32,7 @@ import pytest
 from redteam_round7_cases import NUMPY_RELU
 from redteam_round16_cases import (
     COPYING_RELU,
+    DEVICE_FORGED,
     GOT_MEMMOVE_IS_MEMSET,
     GOT_MEMMOVE_SLEEPS,
     GOT_ROUTE_CHECK,
@@ -252,3 +255,48 @@ def test_a_candidate_chooses_only_its_own_first_calls_deadline() -> None:
     assert jit.deadline() == plain.deadline() == pytest.approx(3.0 + pace.step_s(1))
     jit.on("variants", 4.0)  # a step it is not at: the run timeout, no further
     assert jit.deadline() == 60.0
+
+
+# --- 5. the verdict's device named by the candidate ---------------------------------------------
+def test_the_verdicts_device_is_not_the_candidates_to_name() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, then DEVICE_FORGED (the
+    same, whose forward writes "NVIDIA B200 run <random>" over its JobResult's `device`).
+    Before (attack16 at 6c37eec, measured here): the forger's outcome carried its own device
+    name, which `stages.record_measurements` puts in the verdict: a forger that names a new
+    device at each run is never grouped with its other timings by the dataset's repeat check
+    (`pipeline.datasets.pairs`: same task, device and program), and a perf-analysis row reads
+    a B200's peaks for a cpu run. Now the parent names the device from the worker's ready
+    line (written before any candidate ran, `GpuWorkerProcess.ready`): both say the host's."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, _ = cpu_loop_jobs([NUMPY_RELU, DEVICE_FORGED], "r16device")
+    honest, forger = outs
+    assert _ok(honest) and _ok(forger), (_why(honest), _why(forger))
+    devices = [(o.payload or {}).get("device") for o in outs]
+    assert devices[0] == devices[1] and "B200" not in str(devices[1]), devices
+
+
+# --- 6. the harness's freeze mark rewritten ------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason=(
+    "open: `disarm.MARK` is harness data in the job's process; a job that freezes its own "
+    "`__del__` object (`gc.freeze()`) and puts a fresh list in `MARK[0]` hides the freeze from "
+    "`disarm.frozen_since`, so the settle scans only unfrozen objects and the object is not "
+    "pinned: its `__del__` runs when a later job drops it; fix: scan every object at every "
+    "settle (`gc.unfreeze()` first: 0.17 s on the 2-core CI host), or a mark the job cannot "
+    "name (its identity kept outside the process: the parent, by a line at ready)"))
+@pytest.mark.parametrize("how", ["plain", "compensate"])
+def test_a_freeze_hidden_by_a_rewritten_mark_is_pinned_too(how: str) -> None:
+    """tests/verifier/test_redteam_later_code.py's FROZEN (a settle as the worker makes them,
+    then a job that leaves a `__del__` object frozen by its own `gc.freeze()`), the job also
+    writing a fresh list over `disarm.MARK[0]` after its freeze. Measured (attack16 at
+    6c37eec): its `__del__` ran when it was dropped after the settle ("1"), with and without
+    the compensating dead frozen objects; without the rewrite, "0" (pinned)."""
+    from test_redteam_later_code import FROZEN
+
+    line = "gc.freeze()  # the job's own: its objects leave the collector's lists\n"
+    code = FROZEN.replace(line, line + "from verifier.run import disarm\ndisarm.MARK[0] = []\n")
+    out = subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True,
+                         cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "0"
