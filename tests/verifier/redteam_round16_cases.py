@@ -140,3 +140,11 @@ DEVICE_FORGED = NUMPY_RELU.replace("    def forward(self, x):\n", '''    def for
             if type(obj).__name__ == "JobResult" and isinstance(getattr(obj, "data", None), dict):
                 obj.data["device"] = "NVIDIA B200 run " + os.urandom(4).hex()
 ''')
+
+# --- the time stamp counter made to fault -----------------------------------------------------
+# `prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`: every later `rdtsc` of the process faults, the vDSO's
+# `clock_gettime` (every `time.monotonic`) among them.
+TSC_FAULTS = """
+import ctypes
+ctypes.CDLL(None).prctl(26, 2, 0, 0, 0)  # PR_SET_TSC, PR_TSC_SIGSEGV
+"""

@@ -9,14 +9,15 @@ read-only again: numpy's `memmove` as libc's `memset` made a later honest ReLU t
 and was run again) and a lazily bound entry outside RELRO (`verifier.run.relocations`); the
 thread's NUMA memory policy and THP switch (`thread_settings`: neither was compared); the
 verdict's device name, the candidate's to write (now the worker's ready line's,
-`gpu_pool`).
+`gpu_pool`; on cpu's sandboxed path the parent's own, `runners`).
 Held: the worker's start-up `marks` reach no verdict; nothing of the candidate's process
 reaches a reward figure; a candidate's JIT words lengthen only its own first call's deadline,
 and a GPU's 2.5 s call floor is not the cpu loop's.
 Open (xfail): a lazy GOT entry not yet bound when the worker was ready; glibc's allocator
 settings (`mallopt`: no getter); `disarm.MARK` rewritten (its documented open, measured).
-Not tried here: `PR_SET_TSC` (PR_TSC_SIGSEGV: the process's next `clock_gettime` through the
-vDSO faults, here the test process died: the worker dies in its own settle), util clamps
+Held too: `PR_SET_TSC` (PR_TSC_SIGSEGV: the worker's next `clock_gettime` through the vDSO
+faults, in the attacker's own job).
+Not tried here: util clamps
 (`sched_setattr`: EOPNOTSUPP on this host's kernel), Triton/inductor caches (compiles cost
 minutes on this host), a GPU's device state.
 """
@@ -37,6 +38,7 @@ from redteam_round16_cases import (
     GOT_MEMMOVE_SLEEPS,
     GOT_ROUTE_CHECK,
     MALLOPT_SLOW,
+    TSC_FAULTS,
     leaving,
 )
 from test_redteam_round14 import _ok, _said  # the rounds' shared readers
@@ -300,3 +302,52 @@ def test_a_freeze_hidden_by_a_rewritten_mark_is_pinned_too(how: str) -> None:
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "0"
+
+
+# --- 7. the time stamp counter made to fault -----------------------------------------------------
+def test_a_faulting_time_stamp_counter_reaches_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (an honest
+    ReLU leaving TSC_FAULTS: `prctl(PR_SET_TSC, PR_TSC_SIGSEGV)` as its model is dropped), an
+    honest ReLU. Held (attack16 at 6c37eec, measured here): the worker died with SIGSEGV in the
+    attacker's own job (the harness reads the clock before the settle), the attacker was run
+    again in a fresh worker and died again (its verdict a failure of its own); the later
+    honest ReLU ran in a third worker, correct, 0.54 s, nothing confirmed."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, TSC_FAULTS), NUMPY_RELU],
+                                "r16tsc")
+    first, attacker, later = outs
+    assert _ok(first) and _ok(later), (_why(first), _why(later))
+    assert _pid(later) != _pid(attacker) and not later.confirmed, list(map(_pid, outs))
+
+
+def test_the_verdicts_device_is_not_the_candidates_to_name_in_a_batch(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The same through `verify_batch` on cpu (its production path: a sandboxed child per
+    run, `SandboxRunner`; static checks off, as round 10 did): a compiled ReLU, then the same
+    whose forward writes "NVIDIA B200 run <random>" over its JobResult's device. Before
+    (attack16 at 6c37eec, measured here): the forger's verdict's device "NVIDIA B200 run
+    a8ec0ac0", a new one per run (the honest one's "cpu:AMD EPYC"). Now the parent names its
+    own host's cpu (`SandboxRunner.run`)."""
+    from verifier_cases import relu_task
+
+    import verifier.stages as stages
+    from verifier.api import verify_batch
+    from verifier.protocol import VerifyOptions, VerifyRequest
+
+    monkeypatch.setattr(stages, "check_python", lambda *a, **k: [])
+    monkeypatch.setattr(stages, "check_cpp", lambda *a, **k: [])
+    from redteam_cases import candidate
+
+    forge = ("[o.data.__setitem__('device', 'NVIDIA B200 run ' + __import__('os').urandom(4)"
+             ".hex()) for o in __import__('gc').get_objects() if type(o).__name__ == "
+             "'JobResult']; return ext.relu_fwd(x)")
+    rows = [("honest", candidate(name="r16_dev", prelude=False)),
+            ("forger", candidate(forward=forge, name="r16_dev", prelude=False))]
+    reqs = [VerifyRequest(name, "relu", relu_task(16, 256), code, "cpu") for name, code in rows]
+    got = {v.candidate_id: v for v in verify_batch(reqs, VerifyOptions(
+        backend="cpu", workers=1, build_cache_dir=str(tmp_path / "builds"),
+        baseline_cache_dir=str(tmp_path / "baselines")))}
+    assert got["honest"].status.startswith("correct"), got["honest"]
+    assert got["forger"].device == got["honest"].device, (got["forger"].device,
+                                                           got["honest"].device)
