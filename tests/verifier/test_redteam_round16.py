@@ -8,6 +8,7 @@ read-only again: numpy's `memmove` as libc's `memset` made a later honest ReLU t
 "incorrect" by the judge's own check, which stands; as `usleep`, a later honest job timed out
 and was run again) and a lazily bound entry outside RELRO (`verifier.run.relocations`); the
 thread's NUMA memory policy and THP switch (`thread_settings`: neither was compared); the
+`mlockall(MCL_FUTURE)` (a later job's allocation refused, run again: `locked_memory`); the
 verdict's device name, the candidate's to write (now the worker's ready line's,
 `gpu_pool`; on cpu's sandboxed path the parent's own, `runners`).
 Held: the worker's start-up `marks` reach no verdict; nothing of the candidate's process
@@ -37,6 +38,7 @@ from redteam_round16_cases import (
     GOT_MEMMOVE_IS_MEMSET,
     GOT_MEMMOVE_SLEEPS,
     GOT_ROUTE_CHECK,
+    LOCKED_FUTURE,
     MALLOPT_SLOW,
     TSC_FAULTS,
     leaving,
@@ -351,3 +353,22 @@ def test_the_verdicts_device_is_not_the_candidates_to_name_in_a_batch(
     assert got["honest"].status.startswith("correct"), got["honest"]
     assert got["forger"].device == got["honest"].device, (got["forger"].device,
                                                            got["honest"].device)
+
+
+# --- 8. every later mapping locked ---------------------------------------------------------------
+def test_memory_a_job_locks_for_later_mappings_reaches_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (an honest
+    ReLU leaving LOCKED_FUTURE: `mlockall(MCL_FUTURE)`), two honest ReLUs. Before (attack16 at
+    6c37eec, measured here): no finding, the worker kept; the next honest ReLU "the worker
+    reported runtime_error (during timing: BlockingIOError: [Errno 11] Resource temporarily
+    unavailable)" (a mapping past RLIMIT_MEMLOCK refused) and was run again in a fresh worker:
+    correct, a run's throughput per attack (as root, where no limit applies, a numpy ReLU
+    26.6 -> 36.7 us a call in one process). Now a new page's lock is read
+    (`thread_settings.locked_memory`): the attacker's worker is replaced, nothing run again."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, LOCKED_FUTURE), NUMPY_RELU,
+                                 NUMPY_RELU], "r16lock")
+    assert "locked memory" in _said(outs[1]), _said(outs[1])
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert _pid(outs[2]) != _pid(outs[1]) and again == 0, (list(map(_pid, outs)), again)

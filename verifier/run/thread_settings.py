@@ -31,6 +31,9 @@ its worker is not as a fresh one is, was wrong after each, and nothing was run a
   `os.environ`, the copy `process_state` compares.
 - the thread's async generator hooks and coroutine origin tracking (code or cost at every
   later coroutine), and the process's dumpable flag (off: its /proc files are root's).
+- round 16: the NUMA memory policy and the THP switch (not measured on this one-node host),
+  `mlockall(MCL_FUTURE)` (a later job's allocation refused), and the libraries' GOT and RELRO
+  pages (`verifier.run.relocations`).
 """
 
 from __future__ import annotations
@@ -77,6 +80,28 @@ def memory_policy() -> tuple[int, int]:
                                                    None, 0) != 0:
         return -1, -1
     return mode.value, mask[0]
+
+
+def locked_memory() -> tuple[int, bool]:
+    """(the process's locked memory in kB, whether a new mapping is locked as it is made):
+    `mlockall(MCL_FUTURE)` locks every later mapping (past RLIMIT_MEMLOCK one fails: a later
+    job's allocation raised EAGAIN and was run again in a fresh worker, red-team round 16);
+    no getter shows it but a new page's lock (or its refusal)."""
+    import mmap
+
+    def locked_kb() -> int:
+        with open("/proc/self/status") as f:
+            return next((int(ln.split()[1]) for ln in f if ln.startswith("VmLck:")), -1)
+
+    before = locked_kb()
+    try:
+        page = mmap.mmap(-1, mmap.PAGESIZE)
+    except OSError:
+        return before, True
+    page[0] = 1
+    future = locked_kb() > before
+    page.close()
+    return before, future
 
 
 def torch_configs() -> tuple[tuple[str, str, str], ...]:
@@ -195,6 +220,7 @@ def snapshot() -> dict[str, int]:
     return {"scheduling (policy, cpus)": hash(scheduling()),
             "timer slack": prctl(PR_GET_TIMERSLACK), "dumpable": prctl(PR_GET_DUMPABLE),
             "THP disabled": prctl(PR_GET_THP_DISABLE), "memory policy": hash(memory_policy()),
+            "locked memory": hash(locked_memory()),
             "torch thread-local dispatch state": hash(torch_thread_state()),
             "torch config modules (value)": hash(torch_configs()),
             "numpy buffer size": numpy_buffer(), "signal wake-up fd": wakeup_fd(),
