@@ -157,3 +157,21 @@ LOCKED_FUTURE = """
 import ctypes
 ctypes.CDLL(None).mlockall(2)  # MCL_FUTURE
 """
+
+# --- a seccomp filter left for every later job ------------------------------------------------
+# A filter stays for the process's life (no_new_privs first, as any process may): here `mlock`
+# refused with EPERM (a stand-in: any syscall a later job or the harness makes could be refused
+# or answered with an error of the job's choosing).
+SECCOMP_FILTER = """
+import ctypes
+class F(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                ("k", ctypes.c_uint)]
+class P(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(F))]
+prog = (F * 4)(F(0x20, 0, 0, 0), F(0x15, 0, 1, 149), F(0x06, 0, 0, 0x50001),
+               F(0x06, 0, 0, 0x7FFF0000))
+libc = ctypes.CDLL(None)
+libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+libc.prctl(22, 2, ctypes.byref(P(4, prog)), 0, 0)  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+"""

@@ -8,7 +8,8 @@ read-only again: numpy's `memmove` as libc's `memset` made a later honest ReLU t
 "incorrect" by the judge's own check, which stands; as `usleep`, a later honest job timed out
 and was run again) and a lazily bound entry outside RELRO (`verifier.run.relocations`); the
 thread's NUMA memory policy and THP switch (`thread_settings`: neither was compared); the
-`mlockall(MCL_FUTURE)` (a later job's allocation refused, run again: `locked_memory`); the
+`mlockall(MCL_FUTURE)` (a later job's allocation refused, run again: `locked_memory`); a
+seccomp filter (`status_flags`); the
 verdict's device name, the candidate's to write (now the worker's ready line's,
 `gpu_pool`; on cpu's sandboxed path the parent's own, `runners`).
 Held: the worker's start-up `marks` reach no verdict; nothing of the candidate's process
@@ -40,6 +41,7 @@ from redteam_round16_cases import (
     GOT_ROUTE_CHECK,
     LOCKED_FUTURE,
     MALLOPT_SLOW,
+    SECCOMP_FILTER,
     TSC_FAULTS,
     leaving,
 )
@@ -370,5 +372,23 @@ def test_memory_a_job_locks_for_later_mappings_reaches_no_later_job() -> None:
     outs, again = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, LOCKED_FUTURE), NUMPY_RELU,
                                  NUMPY_RELU], "r16lock")
     assert "locked memory" in _said(outs[1]), _said(outs[1])
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert _pid(outs[2]) != _pid(outs[1]) and again == 0, (list(map(_pid, outs)), again)
+
+
+# --- 9. a seccomp filter left for every later job -------------------------------------------------
+def test_a_seccomp_filter_a_job_leaves_reaches_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (an honest
+    ReLU leaving SECCOMP_FILTER: `mlock` refused with EPERM for the process's life, a stand-in
+    for any syscall), an honest ReLU. Before (attack16 at 6c37eec, measured here): the
+    attacker correct with no finding, its worker kept (in this process: `left_in_process`
+    empty after an allow-all filter and no_new_privs). Now the process's
+    seccomp, no_new_privs and speculation flags are read (`thread_settings.status_flags`):
+    the attacker's worker is replaced."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, SECCOMP_FILTER), NUMPY_RELU],
+                                "r16seccomp")
+    assert "seccomp and speculation" in _said(outs[1]), _said(outs[1])
     assert all(map(_ok, outs)), [_why(o) for o in outs]
     assert _pid(outs[2]) != _pid(outs[1]) and again == 0, (list(map(_pid, outs)), again)

@@ -32,8 +32,8 @@ its worker is not as a fresh one is, was wrong after each, and nothing was run a
 - the thread's async generator hooks and coroutine origin tracking (code or cost at every
   later coroutine), and the process's dumpable flag (off: its /proc files are root's).
 - round 16: the NUMA memory policy and the THP switch (not measured on this one-node host),
-  `mlockall(MCL_FUTURE)` (a later job's allocation refused), and the libraries' GOT and RELRO
-  pages (`verifier.run.relocations`).
+  `mlockall(MCL_FUTURE)` (a later job's allocation refused), a seccomp filter, and the
+  libraries' GOT and RELRO pages (`verifier.run.relocations`).
 """
 
 from __future__ import annotations
@@ -102,6 +102,15 @@ def locked_memory() -> tuple[int, bool]:
     future = locked_kb() > before
     page.close()
     return before, future
+
+
+def status_flags() -> tuple[str, ...]:
+    """The kernel's flags of the process that no getter of Python's reads: seccomp (a filter
+    a job installs stays for every later job: any syscall refused or answered with an error)
+    and no_new_privs, and the speculation controls (`PR_SET_SPECULATION_CTRL`)."""
+    with open("/proc/self/status") as f:
+        return tuple(ln.strip() for ln in f if ln.startswith(
+            ("Seccomp", "NoNewPrivs", "Speculation")))
 
 
 def torch_configs() -> tuple[tuple[str, str, str], ...]:
@@ -220,7 +229,8 @@ def snapshot() -> dict[str, int]:
     return {"scheduling (policy, cpus)": hash(scheduling()),
             "timer slack": prctl(PR_GET_TIMERSLACK), "dumpable": prctl(PR_GET_DUMPABLE),
             "THP disabled": prctl(PR_GET_THP_DISABLE), "memory policy": hash(memory_policy()),
-            "locked memory": hash(locked_memory()),
+            "locked memory": hash(locked_memory()), "seccomp and speculation": hash(
+                status_flags()),
             "torch thread-local dispatch state": hash(torch_thread_state()),
             "torch config modules (value)": hash(torch_configs()),
             "numpy buffer size": numpy_buffer(), "signal wake-up fd": wakeup_fd(),
