@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import struct
 from array import array
 from functools import cache
@@ -85,6 +86,8 @@ def _objects() -> dict[str, tuple[int, int, int]]:
 
 def _digest(mem: int, path: str, where: tuple[int, int, int]) -> int:
     st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):  # a device's mapping (/dev/nvidia*): never read
+        return 0
     first, (relro, size), slots, (plt_lo, plt_hi) = _layout(path, (st.st_ino, st.st_mtime_ns))
     base = where[0] - (first & ~0xFFF)
     h = hashlib.blake2b(digest_size=8)
