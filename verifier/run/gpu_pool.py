@@ -57,8 +57,7 @@ FLOOD_BYTES = 16 << 20
 # it): DISK_MB in all. After a job that leaves more than JOB_DISK_MB there (the sandboxed
 # path's limit per run, `verifier.run.runners`), the worker is replaced, so every job starts with
 # at least JOB_DISK_MB free; a job that writes more gets ENOSPC.
-JOB_DISK_MB = 128
-DISK_MB = 2 * JOB_DISK_MB
+JOB_DISK_MB, DISK_MB = 128, 256  # DISK_MB: twice JOB_DISK_MB
 WRITABLE = "/tmp/w"  # the worker's caches and job directories (in the tmpfs) when isolated
 _announced: set[str] = set()
 EXIT_GRACE_S = 10.0  # from the worker's pipe closing to its exit status being there
@@ -344,8 +343,9 @@ class GpuWorkerProcess:
                 continue
             flood = self.log_size() - log_before >= FLOOD_BYTES
             msg["error"] = sandbox.candidates_words(str(msg["error"])) if msg.get("error") else None
-            # the worker is pid 1 of its own namespace: name it by the host's pid
+            # the worker is pid 1 of its own namespace: name it by the host's pid; its device
             msg["worker_ns_pid"], msg["worker_pid"] = msg.get("worker_pid"), self.proc.pid
+            msg["device"] = (self.ready or {}).get("device")  # as ready, before any candidate
             if flood or msg.get("sticky_cuda_error") or msg.get("outcome") == "cheat" \
                     or msg.get("worker_leaves"):  # (it exits: a job sent now would fail)
                 self.stop()  # the next candidate gets a clean process

@@ -139,6 +139,8 @@ class SandboxRunner:
         if res.started and isinstance((res.payload or {}).get("error"), str):
             # written in the candidate's process: its words, never the environment's
             res.payload["error"] = candidates_words(res.payload["error"])
+        if self.backend.name == "cpu" and res.payload is not None:  # this host's, not the run's
+            res.payload["device"] = self.backend.device_name()  # (its JobResult is its own)
         # references on this host's cpu match cpu runs; device backends: the worker's checks
         out = RunOutcome(res.payload, stage, res.timed_out, failure, flood, res.wall_s,
                          outputs, self.backend.name == "cpu", clock_data)

@@ -31,6 +31,9 @@ its worker is not as a fresh one is, was wrong after each, and nothing was run a
   `os.environ`, the copy `process_state` compares.
 - the thread's async generator hooks and coroutine origin tracking (code or cost at every
   later coroutine), and the process's dumpable flag (off: its /proc files are root's).
+- round 16: the NUMA memory policy and the THP switch (not measured on this one-node host),
+  `mlockall(MCL_FUTURE)` (a later job's allocation refused), a seccomp filter, and the
+  libraries' GOT and RELRO pages (`verifier.run.relocations`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,10 @@ import signal
 import sys
 from typing import Any
 
-PR_GET_DUMPABLE, PR_GET_TIMERSLACK = 3, 30
+from verifier.run import relocations
+
+PR_GET_DUMPABLE, PR_GET_TIMERSLACK, PR_GET_THP_DISABLE = 3, 30, 42
+_GET_MEMPOLICY = {"x86_64": 239, "aarch64": 236}  # the syscall's number (libc has no wrapper)
 
 
 def scheduling() -> tuple[Any, ...]:
@@ -59,6 +65,52 @@ def prctl(option: int) -> int:
         return int(ctypes.CDLL(None, use_errno=True).prctl(option, 0, 0, 0, 0))
     except (OSError, AttributeError):
         return -1
+
+
+def memory_policy() -> tuple[int, int]:
+    """The thread's NUMA memory policy (`set_mempolicy`: its mode, its node mask's first word;
+    (-1, -1) where it cannot be read): a policy bound to a far node slows every later job's
+    host memory (red-team round 16)."""
+    import ctypes
+    import platform
+
+    number = _GET_MEMPOLICY.get(platform.machine())
+    mode, mask = ctypes.c_int(-1), (ctypes.c_ulong * 16)()
+    if number is None or ctypes.CDLL(None).syscall(number, ctypes.byref(mode), mask, 1024,
+                                                   None, 0) != 0:
+        return -1, -1
+    return mode.value, mask[0]
+
+
+def locked_memory() -> tuple[int, bool]:
+    """(the process's locked memory in kB, whether a new mapping is locked as it is made):
+    `mlockall(MCL_FUTURE)` locks every later mapping (past RLIMIT_MEMLOCK one fails: a later
+    job's allocation raised EAGAIN and was run again in a fresh worker, red-team round 16);
+    no getter shows it but a new page's lock (or its refusal)."""
+    import mmap
+
+    def locked_kb() -> int:
+        with open("/proc/self/status") as f:
+            return next((int(ln.split()[1]) for ln in f if ln.startswith("VmLck:")), -1)
+
+    before = locked_kb()
+    try:
+        page = mmap.mmap(-1, mmap.PAGESIZE)
+    except OSError:
+        return before, True
+    page[0] = 1
+    future = locked_kb() > before
+    page.close()
+    return before, future
+
+
+def status_flags() -> tuple[str, ...]:
+    """The kernel's flags of the process that no getter of Python's reads: seccomp (a filter
+    a job installs stays for every later job: any syscall refused or answered with an error)
+    and no_new_privs, and the speculation controls (`PR_SET_SPECULATION_CTRL`)."""
+    with open("/proc/self/status") as f:
+        return tuple(ln.strip() for ln in f if ln.startswith(
+            ("Seccomp", "NoNewPrivs", "Speculation")))
 
 
 def torch_configs() -> tuple[tuple[str, str, str], ...]:
@@ -176,10 +228,14 @@ def snapshot() -> dict[str, int]:
     """The keys `process_state` compares for this module."""
     return {"scheduling (policy, cpus)": hash(scheduling()),
             "timer slack": prctl(PR_GET_TIMERSLACK), "dumpable": prctl(PR_GET_DUMPABLE),
+            "THP disabled": prctl(PR_GET_THP_DISABLE), "memory policy": hash(memory_policy()),
+            "locked memory": hash(locked_memory()), "seccomp and speculation": hash(
+                status_flags()),
             "torch thread-local dispatch state": hash(torch_thread_state()),
             "torch config modules (value)": hash(torch_configs()),
             "numpy buffer size": numpy_buffer(), "signal wake-up fd": wakeup_fd(),
             "coroutine hooks": hash(coroutine_hooks()),
             "signal handlers and POSIX timers (kernel)": hash(kernel_signals()),
             "file descriptors": hash(descriptors()), "C environment": hash(c_environment()),
-            "namespaces and mounts": hash(namespaces())}
+            "namespaces and mounts": hash(namespaces()),
+            **relocations.snapshot()}  # libraries' GOT and RELRO pages

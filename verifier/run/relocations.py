@@ -1,0 +1,125 @@
+"""The dynamic linker's tables of the worker's loaded libraries, as residue
+(`verifier.run.tamper.process_state`, through `thread_settings.snapshot`).
+
+A library calls another's function through its global offset table: an address the dynamic
+linker wrote at load. A job that writes another address there (`mprotect` the RELRO page
+writable, write, make it read-only again: /proc/self/maps reads as before, no Python object
+changes) sends every later job's call elsewhere: numpy's `memmove` pointed at libc's `memset`
+made a later honest ReLU that copies its result "incorrect", the judge's own failure, which
+stands (tests/verifier/test_redteam_round16.py). So each library loaded when the worker was
+ready keeps, by its path:
+- a hash of its RELRO pages (`PT_GNU_RELRO`: the GOT of a library linked `-z now`, vtables;
+  constant after loading);
+- a hash of its lazily bound GOT entries (`.rela.plt` outside RELRO) that were bound at its
+  first snapshot (the ready worker's: `_BOUND`; pointing outside its `.plt` stubs); an entry
+  not yet bound then is bound at its first call, by any job, and is not compared (open: a job
+  may repoint it; `LD_BIND_NOW` in the worker's environment would bind them all at load).
+Read through /proc/self/mem (no ctypes object of the process's answers it). Headers are parsed
+once per file; the hashes cost ~9 ms a snapshot on the 2-core CI host (`process_state`: 47 ->
+56 ms with torch and numpy loaded).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import struct
+from array import array
+from functools import cache
+
+_PT_LOAD, _PT_GNU_RELRO, _SHT_RELA, _R_JUMP_SLOT = 1, 0x6474E552, 4, 7
+_BOUND: dict[str, tuple[int, ...] | None] = {}  # lazy GOT entries bound at the first snapshot
+
+
+@cache
+def _layout(path: str, _stamp: tuple[int, int]) -> tuple[int, tuple[int, int], tuple[int, ...],
+                                                     tuple[int, int]]:
+    """(the first PT_LOAD's vaddr, RELRO (vaddr, size), lazily bound GOT entries' vaddrs outside
+    it, the PLT stubs' (start, end)) of an ELF file; zeros for what is no 64-bit ELF."""
+    with open(path, "rb") as f:
+        data = f.read(64)
+        if data[:6] != b"\x7fELF\x02\x01":
+            return 0, (0, 0), (), (0, 0)
+        phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+        phsize, phnum, shsize, shnum, shstr = struct.unpack_from("<HHHHH", data, 0x36)
+        f.seek(phoff)
+        heads = [struct.unpack_from("<IIQQQQQQ", f.read(phsize)) for _ in range(phnum)]
+        first = min((h[3] for h in heads if h[0] == _PT_LOAD), default=0)
+        relro = next(((h[3], h[5]) for h in heads if h[0] == _PT_GNU_RELRO), (0, 0))
+        f.seek(shoff)
+        secs = [struct.unpack("<IIQQQQIIQQ", f.read(shsize)) for _ in range(shnum)]
+        if shstr >= len(secs):
+            return first, relro, (), (0, 0)
+        f.seek(secs[shstr][4])
+        names = f.read(secs[shstr][5])
+        slots: list[int] = []
+        plt = [(s[3], s[3] + s[5]) for s in secs if names[s[0]:s[0] + 5] == b".plt\0"
+               or names[s[0]:s[0] + 9] == b".plt.sec\0"]
+        for s in secs:
+            if s[1] == _SHT_RELA and names[s[0]:names.index(b"\0", s[0])] == b".rela.plt":
+                f.seek(s[4])
+                table = f.read(s[5])
+                slots += [where for where, info, _ in struct.iter_unpack("<QQq", table)
+                          if info & 0xFFFFFFFF == _R_JUMP_SLOT
+                          and not relro[0] <= where < relro[0] + relro[1]]
+    stubs = (min(p[0] for p in plt), max(p[1] for p in plt)) if plt else (0, 0)
+    return first, relro, tuple(slots), stubs
+
+
+def _objects() -> dict[str, tuple[int, int, int]]:
+    """Each file mapped from offset 0: (its first mapping's start, the end of its last, inode)."""
+    out: dict[str, tuple[int, int, int]] = {}
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) < 6 or not parts[5].startswith("/"):
+                continue
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            path = parts[5].rstrip("\n")
+            if path in out:
+                out[path] = (out[path][0], hi, out[path][2])
+            elif int(parts[2], 16) == 0:
+                out[path] = (lo, hi, int(parts[4]))
+    return out
+
+
+def _digest(mem: int, path: str, where: tuple[int, int, int]) -> int:
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):  # a device's mapping (/dev/nvidia*): never read
+        return 0
+    first, (relro, size), slots, (plt_lo, plt_hi) = _layout(path, (st.st_ino, st.st_mtime_ns))
+    base = where[0] - (first & ~0xFFF)
+    h = hashlib.blake2b(digest_size=8)
+    if size:
+        h.update(os.pread(mem, size, base + relro))
+    if slots:  # one read of the table (`.got.plt`: the slots are contiguous)
+        lo = min(slots)
+        table = os.pread(mem, max(slots) + 8 - lo, base + lo)
+        values = memoryview(table).cast("Q")
+        if path not in _BOUND:  # the entries not at a PLT stub: bound (None: all of the table)
+            bound = [(s - lo) // 8 for s in slots if not plt_lo <= values[(s - lo) // 8] - base
+                     < plt_hi]
+            _BOUND[path] = None if len(bound) == len(values) else tuple(bound)
+        index = _BOUND[path]
+        h.update(table if index is None else array("Q", map(values.__getitem__, index)))
+    return int.from_bytes(h.digest(), "little")
+
+
+def snapshot() -> dict[str, int]:
+    """A key per loaded library: the hash of its RELRO pages and bound lazy GOT entries (-1
+    where it cannot be read)."""
+    out: dict[str, int] = {}
+    try:
+        mem = os.open("/proc/self/mem", os.O_RDONLY)
+    except OSError:
+        return {"GOT and RELRO pages (unreadable)": -1}
+    try:
+        for path, where in _objects().items():
+            try:
+                out[f"{path} (GOT and RELRO pages)"] = _digest(mem, path, where)
+            except (OSError, ValueError, struct.error):
+                out[f"{path} (GOT and RELRO pages)"] = -1
+    finally:
+        os.close(mem)
+    return out
