@@ -8,8 +8,13 @@ changes) sends every later job's call elsewhere: numpy's `memmove` pointed at li
 made a later honest ReLU that copies its result "incorrect", the judge's own failure, which
 stands (tests/verifier/test_redteam_round16.py). So each library loaded when the worker was
 ready keeps, by its path:
-- a hash of its RELRO pages (`PT_GNU_RELRO`: the GOT of a library linked `-z now`, vtables;
-  constant after loading);
+- a hash of its GOT inside RELRO (`PT_GNU_RELRO`: `.got`, and `.got.plt` of a library linked
+  `-z now`; constant after loading). Not the rest of RELRO (`.data.rel.ro`: vtables, typeinfo):
+  on an H100 hashing every library's whole RELRO (cuBLAS, cuDNN, libtorch_cuda) made each
+  settle 0.14 s slower (0.29 -> 0.43 s median over KernelBench's batch), a 7% throughput cost;
+  the GOTs are a sixth of it here (594 of 3600 KiB with torch and numpy loaded). Open: a job
+  that repoints a vtable entry there (every library's whole RELRO, or its pages' soft-dirty
+  bits, which a job can clear itself, would be the check);
 - a hash of its lazily bound GOT entries (`.rela.plt` outside RELRO) that were bound at its
   first snapshot (the ready worker's: `_BOUND`; pointing outside its `.plt` stubs); an entry
   not yet bound then is bound at its first call, by any job, and is not compared (open: a job
@@ -33,14 +38,15 @@ _BOUND: dict[str, tuple[int, ...] | None] = {}  # lazy GOT entries bound at the 
 
 
 @cache
-def _layout(path: str, _stamp: tuple[int, int]) -> tuple[int, tuple[int, int], tuple[int, ...],
-                                                     tuple[int, int]]:
-    """(the first PT_LOAD's vaddr, RELRO (vaddr, size), lazily bound GOT entries' vaddrs outside
-    it, the PLT stubs' (start, end)) of an ELF file; zeros for what is no 64-bit ELF."""
+def _layout(path: str, _stamp: tuple[int, int]) -> tuple[int, tuple[tuple[int, int], ...],
+                                                     tuple[int, ...], tuple[int, int]]:
+    """(the first PT_LOAD's vaddr, the (vaddr, size) of its GOT sections inside RELRO (all of
+    RELRO where the file has no section names), lazily bound GOT entries' vaddrs outside it,
+    the PLT stubs' (start, end)) of an ELF file; zeros for what is no 64-bit ELF."""
     with open(path, "rb") as f:
         data = f.read(64)
         if data[:6] != b"\x7fELF\x02\x01":
-            return 0, (0, 0), (), (0, 0)
+            return 0, (), (), (0, 0)
         phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
         phsize, phnum, shsize, shnum, shstr = struct.unpack_from("<HHHHH", data, 0x36)
         f.seek(phoff)
@@ -50,12 +56,16 @@ def _layout(path: str, _stamp: tuple[int, int]) -> tuple[int, tuple[int, int], t
         f.seek(shoff)
         secs = [struct.unpack("<IIQQQQIIQQ", f.read(shsize)) for _ in range(shnum)]
         if shstr >= len(secs):
-            return first, relro, (), (0, 0)
+            return first, (relro,), (), (0, 0)
         f.seek(secs[shstr][4])
         names = f.read(secs[shstr][5])
         slots: list[int] = []
         plt = [(s[3], s[3] + s[5]) for s in secs if names[s[0]:s[0] + 5] == b".plt\0"
                or names[s[0]:s[0] + 9] == b".plt.sec\0"]
+        end = relro[0] + relro[1]  # each GOT section's bytes inside RELRO
+        got = tuple((max(s[3], relro[0]), min(s[3] + s[5], end) - max(s[3], relro[0]))
+                    for s in secs if names[s[0]:names.index(b"\0", s[0])]
+                    in (b".got", b".got.plt") and s[3] < end and relro[0] < s[3] + s[5])
         for s in secs:
             if s[1] == _SHT_RELA and names[s[0]:names.index(b"\0", s[0])] == b".rela.plt":
                 f.seek(s[4])
@@ -64,7 +74,7 @@ def _layout(path: str, _stamp: tuple[int, int]) -> tuple[int, tuple[int, int], t
                           if info & 0xFFFFFFFF == _R_JUMP_SLOT
                           and not relro[0] <= where < relro[0] + relro[1]]
     stubs = (min(p[0] for p in plt), max(p[1] for p in plt)) if plt else (0, 0)
-    return first, relro, tuple(slots), stubs
+    return first, got, tuple(slots), stubs
 
 
 def _objects() -> dict[str, tuple[int, int, int]]:
@@ -88,11 +98,11 @@ def _digest(mem: int, path: str, where: tuple[int, int, int]) -> int:
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):  # a device's mapping (/dev/nvidia*): never read
         return 0
-    first, (relro, size), slots, (plt_lo, plt_hi) = _layout(path, (st.st_ino, st.st_mtime_ns))
+    first, got, slots, (plt_lo, plt_hi) = _layout(path, (st.st_ino, st.st_mtime_ns))
     base = where[0] - (first & ~0xFFF)
     h = hashlib.blake2b(digest_size=8)
-    if size:
-        h.update(os.pread(mem, size, base + relro))
+    for at, size in got:
+        h.update(os.pread(mem, size, base + at))
     if slots:  # one read of the table (`.got.plt`: the slots are contiguous)
         lo = min(slots)
         table = os.pread(mem, max(slots) + 8 - lo, base + lo)
@@ -107,7 +117,7 @@ def _digest(mem: int, path: str, where: tuple[int, int, int]) -> int:
 
 
 def snapshot() -> dict[str, int]:
-    """A key per loaded library: the hash of its RELRO pages and bound lazy GOT entries (-1
+    """A key per loaded library: the hash of its GOT in RELRO and its bound lazy GOT entries (-1
     where it cannot be read)."""
     out: dict[str, int] = {}
     try:
