@@ -119,6 +119,7 @@ def in_process(jobs: int) -> tuple[list[str], list[float], dict[str, float]]:
     from verifier_cases import relu_task
 
     from verifier.run import gpu_worker, tamper
+    from verifier.run.disarm import note_frozen
     from verifier.run.settle import armed_finalizers, held_memory
     from verifier.run.worker import run_job
 
@@ -128,9 +129,11 @@ def in_process(jobs: int) -> tuple[list[str], list[float], dict[str, float]]:
     residue = tamper.process_state()
     gc.collect()
     gc.freeze()
-    ready = gpu_worker.ReadyState(state=state, flags=flags, threads=threads,
-                                  memory=held_memory(), armed=armed_finalizers(),
-                                  residue=residue)
+    mark = note_frozen(freeze=False)
+    ready = gpu_worker.ReadyState(state=tuple(state.items()), flags=tuple(flags.items()),
+                                  threads=threads, memory=held_memory(),
+                                  armed=tuple(armed_finalizers().items()),
+                                  residue=tuple(residue.items()))
     task, held, walls = relu_task(256, 256), [], []
     refs: dict[str, list[float]] = defaultdict(list)
     for i in range(jobs):
@@ -144,12 +147,12 @@ def in_process(jobs: int) -> tuple[list[str], list[float], dict[str, float]]:
         held[:] = [result, result.pop("raw_outputs", None)]
         assert not gpu_worker._hygiene(result, ready, held[1]), result.get("error")
         if i == 0:  # the first job's settle pays one-time costs (lazy imports): not counted
-            gpu_worker._settle(held, ready)
+            _, mark = gpu_worker._settle(held, ready, mark)
             continue
         spent = {k: v[1] for k, v in SPENT.items()}
         ON[0] = True
         t = time.perf_counter()
-        report = gpu_worker._settle(held, ready)
+        report, mark = gpu_worker._settle(held, ready, mark)
         walls.append(time.perf_counter() - t)
         ON[0] = False
         for label in parts:

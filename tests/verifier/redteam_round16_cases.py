@@ -83,7 +83,8 @@ libc.mallopt(-6, 0xA5)  # M_PERTURB
 # residue `left_in_process` found, one line. ROUTE: "relro" (numpy's `memmove` entry, in RELRO,
 # pointed at libc's `mempcpy`), "bound" (a lazily bound entry of libpython outside RELRO, bound
 # when the check's snapshot was taken, pointed 16 bytes on), "unbound" (one not bound then: its
-# PLT stub's address moved to the next stub's, so its first call runs another function)
+# PLT stub's address moved to the next stub's, so its first call runs another function; under
+# LD_BIND_NOW none is a stub: a bound one moved, as "bound" does)
 GOT_ROUTE_CHECK = '''
 import ctypes, os, sys
 import numpy as np, torch
@@ -115,8 +116,10 @@ else:
         return (info.sname or b"") if libc.dladdr(addr, ctypes.byref(info)) else b""
 
     quiet = (b"hypot", b"fmod", b"atan2", b"round", b"modf", b"pow", b"log1p", b"expm1")
-    pick = [s for s in slots if ((not stub(s) and name(s) in quiet) if ROUTE == "bound"
-                                 else stub(s))][-1]
+    stubs = [s for s in slots if stub(s)]  # none under LD_BIND_NOW, the workers' (gpu_pool)
+    print("STUBS", len(stubs))
+    quiet_ones = [s for s in slots if not stub(s) and name(s) in quiet]
+    pick = (quiet_ones if ROUTE == "bound" else stubs or quiet_ones)[-1]
     cell = base + pick
     value = ctypes.c_void_p.from_address(cell).value
     ctypes.c_void_p.from_address(cell).value = value + 16
@@ -175,3 +178,31 @@ libc = ctypes.CDLL(None)
 libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
 libc.prctl(22, 2, ctypes.byref(P(4, prog)), 0, 0)  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 """
+
+
+# --- what a later job meets of glibc's allocator ------------------------------------------------
+# an honest numpy ReLU that first asks the allocator two questions, and fails (a runtime error)
+# if either says a job's `mallopt` is still in force: is every fresh 4 KiB block (past the
+# thread cache, so `_int_malloc`'s own path) filled with M_PERTURB's byte (0xA5 ^ 0xFF), and is
+# the heap's top given back at the free of an 8 MiB block (M_TRIM_THRESHOLD 0)?
+ALLOCATOR_PROBE = NUMPY_RELU.replace("class ModelNew(torch.nn.Module):\n", """class ModelNew(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.malloc.restype, libc.sbrk.restype = ctypes.c_void_p, ctypes.c_void_p
+        libc.malloc.argtypes, libc.free.argtypes = [ctypes.c_size_t], [ctypes.c_void_p]
+        libc.sbrk.argtypes = [ctypes.c_long]
+        blocks = [libc.malloc(4096) for _ in range(16)]
+        filled = all(ctypes.string_at(b, 4096) == b"\\x5a" * 4096 for b in blocks)
+        for b in blocks:
+            libc.free(b)
+        block = libc.malloc(8 << 20)
+        top = libc.sbrk(0)
+        libc.free(block)
+        trimmed = libc.sbrk(0) < top
+        if filled or trimmed:
+            raise RuntimeError(f"allocator settings of an earlier job: filled {filled}, "
+                               f"trimmed {trimmed}")
+
+""")

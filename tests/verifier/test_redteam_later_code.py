@@ -172,16 +172,17 @@ def test_a_name_generator_a_job_left_does_not_run_in_a_later_job(
     assert honest["outcome"] == "ok" and honest["worker_pid"] != attacker["worker_pid"], honest
 
 
-# a settle as the worker makes them (its ready froze what lived; `leftover_code` freezes what
-# lives on), then a job that leaves a `__del__` object frozen by its own `gc.freeze()`; with
+# a settle as the worker makes them (its ready froze what lived and made the mark), then a job that leaves a `__del__` object frozen by its own `gc.freeze()`; with
 # `compensate`, it first lets as many frozen objects die (a cache the harness froze, cleared)
 FROZEN = """
 import gc, sys
+from verifier.run.disarm import note_frozen
 from verifier.run.settle import armed_finalizers, leftover_code
 
 cache = [[] for _ in range(200_000)]
 gc.collect()
 gc.freeze()
+mark = note_frozen(freeze=False)  # the worker's loop holds it in a local too
 before = armed_finalizers()
 ran = []
 
@@ -195,7 +196,7 @@ holder = [Later()]
 if sys.argv[1] == "compensate":
     cache.clear()
 gc.freeze()  # the job's own: its objects leave the collector's lists
-leftover_code(before)
+leftover_code(before, mark)
 holder.clear()
 print(len(ran))
 """
@@ -223,7 +224,7 @@ def test_an_object_a_job_froze_behind_dead_frozen_objects_is_pinned_too() -> Non
     """The same, after clearing a frozen list of 200k lists. Before (main at 264aee6, a strict
     xfail there, measured: `__del__` ran): the freeze was seen by the permanent generation's
     growth past what the harness froze, which the dead lists hid. Now by the harness's mark
-    (`disarm.MARK`), whatever the generation's size: pinned."""
+    (`disarm.note_frozen`'s), whatever the generation's size: pinned."""
     assert _frozen("compensate") == "0"
 
 

@@ -269,10 +269,12 @@ DETACHED = """
 import functools, gc, sys, weakref
 import torch
 from torch._library.utils import RegistrationHandle
+from verifier.run.disarm import note_frozen
 from verifier.run.settle import armed_finalizers, leftover_code
 
 gc.collect()
 gc.freeze()
+mark = note_frozen(freeze=False)
 before = armed_finalizers()
 ran = []
 
@@ -300,7 +302,7 @@ for on_destroy in (later, functools.partial(later), Job().method):
                      set(), set(), [RegistrationHandle(on_destroy)], None, {})
     weakref.finalize(anchor, RegistrationHandle(on_destroy).destroy)
     kept.append(anchor)
-left = leftover_code(before)
+left = leftover_code(before, mark)
 for anchor in kept:
     torch.library._keep_alive.remove(anchor)
 del anchor

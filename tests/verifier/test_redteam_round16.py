@@ -15,8 +15,10 @@ verdict's device name, the candidate's to write (now the worker's ready line's,
 Held: the worker's start-up `marks` reach no verdict; nothing of the candidate's process
 reaches a reward figure; a candidate's JIT words lengthen only its own first call's deadline,
 and a GPU's 2.5 s call floor is not the cpu loop's.
-Open (xfail): a lazy GOT entry not yet bound when the worker was ready; glibc's allocator
-settings (`mallopt`: no getter); `disarm.MARK` rewritten (its documented open, measured).
+Open at first (strict xfails), closed in session 23: a lazy GOT entry not yet bound when the
+worker was ready (the workers run with LD_BIND_NOW); glibc's allocator settings (`mallopt`: no
+getter; set again at every settle, `verifier.run.allocator`); `disarm.MARK` rewritten (the
+mark is the worker loop's local now).
 Held too: `PR_SET_TSC` (PR_TSC_SIGSEGV: the worker's next `clock_gettime` through the vDSO
 faults, in the attacker's own job).
 Not tried here: util clamps
@@ -26,6 +28,7 @@ minutes on this host), a GPU's device state.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +37,7 @@ from typing import Any
 import pytest
 from redteam_round7_cases import NUMPY_RELU
 from redteam_round16_cases import (
+    ALLOCATOR_PROBE,
     COPYING_RELU,
     DEVICE_FORGED,
     GOT_MEMMOVE_IS_MEMSET,
@@ -103,29 +107,48 @@ def test_a_got_entry_that_hangs_a_later_job_reaches_no_later_job() -> None:
     assert again == 0 and later.wall_s < 20.0 and not later.confirmed, (again, later.wall_s)
 
 
-def _route(route: str) -> str:
+def _route(route: str, env: dict[str, str] | None = None) -> str:
     run = subprocess.run([sys.executable, "-c", GOT_ROUTE_CHECK, route], capture_output=True,
-                         text=True, cwd=ROOT, timeout=120)
+                         text=True, cwd=ROOT, timeout=120, env={**os.environ, **(env or {})})
     line = next((ln for ln in run.stdout.splitlines() if ln.startswith("LEFT")), "")
     assert run.returncode == 0 and line, (run.returncode, run.stderr[-800:])
-    return line
+    return line + "".join(ln for ln in run.stdout.splitlines() if ln.startswith("STUBS"))
 
 
-@pytest.mark.parametrize("route", [
-    "relro", "bound",
-    pytest.param("unbound", marks=pytest.mark.xfail(strict=True, reason=(
-        "open: a lazy GOT entry not yet bound when the worker was ready (its PLT stub) may be "
-        "bound by any later job's first call, so it is not compared; a job that points it at "
-        "another stub (or a function) sends that first call elsewhere; fix: LD_BIND_NOW=1 in "
-        "the worker's environment (every entry bound at load, then compared: import of torch "
-        "and numpy 1.43 -> 1.39 s here; a GPU's libraries not tried), or the stub's own "
-        "address per entry checked")))])
+@pytest.mark.parametrize("route", ["relro", "bound", "unbound"])
 def test_each_got_route_is_residue(route: str) -> None:
-    """Each route planted in a fresh process (GOT_ROUTE_CHECK: numpy's `memmove` entry in RELRO
-    at `mempcpy`; a lazily bound libpython entry outside RELRO moved 16 bytes) is residue.
-    Before (attack16 at 6c37eec, measured here): `left_in_process` empty for each."""
-    line = _route(route)
+    """Each route planted in a fresh process with the persistent workers' environment
+    (`gpu_pool.WORKER_ENV`; GOT_ROUTE_CHECK: numpy's `memmove` entry in RELRO at `mempcpy`; a
+    lazily bound libpython entry outside RELRO moved 16 bytes) is residue. Before (attack16
+    at 6c37eec, measured here): `left_in_process` empty for each; then "unbound" (an entry
+    still at its PLT stub when the snapshot was taken, moved to the next stub) stayed empty
+    (not compared: it is bound at its first call, by any job). Now the workers run with
+    LD_BIND_NOW: no entry is at a stub, each is compared."""
+    from verifier.run.gpu_pool import WORKER_ENV
+
+    assert WORKER_ENV["LD_BIND_NOW"] == "1"
+    line = _route(route, WORKER_ENV)
     assert "(GOT and RELRO pages)" in line, line
+    if route == "unbound":
+        assert line.endswith("STUBS 0"), line
+
+
+def test_without_bind_now_an_unbound_entry_is_not_compared() -> None:
+    """The "Before" of the route above, kept: in a process that binds lazily, the moved stub
+    is no residue (why the workers need LD_BIND_NOW)."""
+    line = _route("unbound", {"LD_BIND_NOW": ""})
+    assert "(GOT and RELRO pages)" not in line and "STUBS 0" not in line, line
+
+
+def test_the_workers_run_with_every_entry_bound() -> None:
+    """On the real path (`GpuRunner`, cpu loop): a job's model that reads the environment its
+    worker was started with fails unless LD_BIND_NOW is there; it passes."""
+    from verifier_cases import cpu_loop_jobs
+
+    seen = NUMPY_RELU.replace("    def forward(self, x):\n", "    def forward(self, x):\n"
+                              "        assert __import__('os').environ['LD_BIND_NOW'] == '1'\n")
+    outs, again = cpu_loop_jobs([seen], "r16bindnow")
+    assert _ok(outs[0]) and again == 0, _why(outs[0])
 
 
 # --- 2. NUMA memory policy and the THP switch ---------------------------------------------------
@@ -162,25 +185,29 @@ def test_memory_settings_a_job_leaves_are_residue(route: str) -> None:
 
 
 # --- 3. glibc's allocator settings --------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason=(
-    "open: glibc's mallopt settings have no getter (its `mp_` is private), so the residue "
-    "check cannot read them; measured ~15% on a numpy ReLU; fix: a worker whose job called "
-    "mallopt replaced (an LD_PRELOAD'd or GOT-hooked `mallopt` that notes a call), or the "
-    "settings reset at each settle (M_MMAP_THRESHOLD's dynamic switch stays off once set)"))
 def test_allocator_settings_a_job_leaves_reach_no_later_job() -> None:
-    """On the real path: two honest numpy ReLUs, the attacker (leaving MALLOPT_SLOW: no mmap
-    for any block, the heap trimmed at every free, every block filled at malloc and free),
-    two honest ReLUs. Measured (attack16 at 6c37eec): no finding, the worker kept; the honest
-    ReLUs 69 and 76 us a call before, 81 and 134 after (this 2-core host's noise is of that
-    order: in one process, best of 30 x 100 calls, 26.5 -> 31.2 us, M_PERTURB alone 27.3 ->
-    31.3). All correct: an honest kernel writes every output element, so the fill is not
-    seen. The worker should be replaced."""
+    """On the real path: an honest numpy ReLU, the attacker (leaving MALLOPT_SLOW: no mmap for
+    any block, the heap trimmed at every free, every block filled at malloc and free), then
+    ALLOCATOR_PROBE (an honest ReLU that fails if a fresh 4 KiB block is filled with
+    M_PERTURB's byte or an 8 MiB block's free trims the heap). Before (attack16 at 6c37eec:
+    no finding, the worker kept; the honest ReLUs 69 and 76 us a call before, 81 and 134
+    after; and this session, the pin left out, measured here: the probe failed in the
+    attacker's worker and was run again in a fresh one). Now the worker sets glibc's settings at its
+    start and at every settle (`verifier.run.allocator`): the probe passes in the same worker,
+    nothing run again."""
     from verifier_cases import cpu_loop_jobs
 
-    outs, again = cpu_loop_jobs([NUMPY_RELU, NUMPY_RELU, leaving(NUMPY_RELU, MALLOPT_SLOW),
-                                 NUMPY_RELU, NUMPY_RELU], "r16malloc")
+    outs, again = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, MALLOPT_SLOW),
+                                 ALLOCATOR_PROBE], "r16malloc")
     assert all(map(_ok, outs)), [_why(o) for o in outs]
-    assert _pid(outs[3]) != _pid(outs[2]), list(map(_pid, outs))
+    assert again == 0 and _pid(outs[2]) == _pid(outs[1]), (again, list(map(_pid, outs)))
+
+
+def test_the_pinned_allocator_settings_are_all_taken() -> None:
+    """glibc takes every setting `allocator.pin` makes (none refused), in this process too."""
+    from verifier.run.allocator import PINNED, pin
+
+    assert pin() == [] and len(PINNED) == 8
 
 
 # --- 4. this session's changes: the ready line's marks, the reward, the hang deadlines ---------
@@ -283,25 +310,58 @@ def test_the_verdicts_device_is_not_the_candidates_to_name() -> None:
 
 
 # --- 6. the harness's freeze mark rewritten ------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason=(
-    "open: `disarm.MARK` is harness data in the job's process; a job that freezes its own "
-    "`__del__` object (`gc.freeze()`) and puts a fresh list in `MARK[0]` hides the freeze from "
-    "`disarm.frozen_since`, so the settle scans only unfrozen objects and the object is not "
-    "pinned: its `__del__` runs when a later job drops it; fix: scan every object at every "
-    "settle (`gc.unfreeze()` first: 0.17 s on the 2-core CI host), or a mark the job cannot "
-    "name (its identity kept outside the process: the parent, by a line at ready)"))
+# the settle as the worker's loop makes it: the mark in the loop's local (`gpu_worker.main`), the
+# job called from the loop; the job freezes its `__del__` object and then tries each way a job
+# has of rewriting the mark (the loop frame's `f_locals`, a module global of `disarm`)
+LOOP_FROZEN = """
+import gc, sys
+from verifier.run import disarm
+from verifier.run.settle import armed_finalizers, leftover_code
+ran = []
+
+
+class Later:
+    def __del__(self):
+        ran.append(1)
+
+
+def job(holder):
+    holder.append(Later())
+    gc.freeze()  # the job's own
+    f = sys._getframe(1)
+    f.f_locals["mark"] = []
+    disarm.MARK = [[]]
+
+
+def loop():
+    gc.collect()
+    gc.freeze()
+    mark = disarm.note_frozen(freeze=False)
+    before = armed_finalizers()
+    holder = []
+    job(holder)
+    leftover_code(before, mark)
+    holder.clear()
+
+
+loop()
+print(len(ran))
+"""
+
+
 @pytest.mark.parametrize("how", ["plain", "compensate"])
 def test_a_freeze_hidden_by_a_rewritten_mark_is_pinned_too(how: str) -> None:
     """tests/verifier/test_redteam_later_code.py's FROZEN (a settle as the worker makes them,
     then a job that leaves a `__del__` object frozen by its own `gc.freeze()`), the job also
-    writing a fresh list over `disarm.MARK[0]` after its freeze. Measured (attack16 at
-    6c37eec): its `__del__` ran when it was dropped after the settle ("1"), with and without
-    the compensating dead frozen objects; without the rewrite, "0" (pinned)."""
-    from test_redteam_later_code import FROZEN
-
-    line = "gc.freeze()  # the job's own: its objects leave the collector's lists\n"
-    code = FROZEN.replace(line, line + "from verifier.run import disarm\ndisarm.MARK[0] = []\n")
-    out = subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True,
+    writing a fresh list over the harness's mark after its freeze. Before (attack16 at
+    6c37eec, where the mark was `disarm.MARK[0]`): its `__del__` ran when it was dropped after
+    the settle ("1"), with and without the compensating dead frozen objects. Now the mark is
+    the loop's local, passed down (`disarm.note_frozen` returns it): LOOP_FROZEN's rewrites
+    (the loop frame's `f_locals`, a module global) reach nothing, the object is pinned."""
+    code = LOOP_FROZEN if how == "plain" else LOOP_FROZEN.replace(
+        "def loop():\n", "cache = [[] for _ in range(200_000)]\n\n\ndef loop():\n").replace(
+        "    gc.freeze()  # the job's own", "    cache.clear()\n    gc.freeze()  # the job's own")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -29,24 +29,23 @@ def unfrozen() -> object:
     """Leave the test process's collector as it found it (nothing frozen)."""
     yield
     gc.unfreeze()
-    disarm.MARK[0] = None
 
 
 def test_a_freeze_is_seen_whatever_it_froze_and_only_a_freeze(unfrozen: object) -> None:
     """The mark leaves the listed objects at any `gc.freeze()` (the old count needed more
     than FREEZE_SLACK, 8, objects frozen past what died), and a collection keeps it listed."""
-    assert not disarm.frozen_since()  # no mark yet: nothing to compare (as FROZEN -1 was)
-    disarm.note_frozen()
-    assert not disarm.frozen_since()
+    assert disarm.frozen_since(None)  # no mark: nothing tells, so every object is scanned
+    mark = disarm.note_frozen()
+    assert not disarm.frozen_since(mark)
     gc.collect()  # generations 0-2 only: no freeze
-    assert not disarm.frozen_since()
+    assert not disarm.frozen_since(mark)
     gc.freeze()  # whatever it moved (here: the mark, and few others)
-    assert disarm.frozen_since()
-    disarm.note_frozen()  # the harness's own freeze makes the next mark
-    assert not disarm.frozen_since()
+    assert disarm.frozen_since(mark)
+    mark = disarm.note_frozen()  # the harness's own freeze makes the next mark
+    assert not disarm.frozen_since(mark)
     gc.freeze()
     gc.unfreeze()  # a freeze undone: every object listed again, the mark too
-    assert not disarm.frozen_since()
+    assert not disarm.frozen_since(mark)
 
 
 def test_a_job_that_froze_its_object_has_it_pinned(unfrozen: object) -> None:
@@ -57,12 +56,12 @@ def test_a_job_that_froze_its_object_has_it_pinned(unfrozen: object) -> None:
         def __del__(self) -> None:
             ran.append(1)
 
-    disarm.note_frozen()
+    mark = disarm.note_frozen()
     holder = [Later()]
     gc.freeze()
     before = len(disarm.PINNED)
     try:
-        assert disarm.pin_mortal() >= 1
+        assert disarm.pin_mortal(mark) >= 1
         assert any(type(x) is Later for x in disarm.PINNED[before:])
         holder.clear()
         assert ran == []
@@ -156,13 +155,16 @@ from verifier.run.tamper import process_state
 state, flags, residue = gpu_worker.watched_state(), gpu_worker.global_flags(), process_state()
 gc.collect()
 gc.freeze()
-ready = gpu_worker.ReadyState(state=state, flags=flags, threads=threading.active_count(),
-                              memory=held_memory(), armed=armed_finalizers(), residue=residue)
+mark = disarm.note_frozen(freeze=False)
+ready = gpu_worker.ReadyState(state=tuple(state.items()), flags=tuple(flags.items()),
+                              threads=threading.active_count(), memory=held_memory(),
+                              armed=tuple(armed_finalizers().items()),
+                              residue=tuple(residue.items()))
 out, ran = {}, []
 for i in range(2):
-    report = gpu_worker._settle([{"result": i}], ready)
-    out[f"honest {i}"] = [report["outcome"], report["worker_leaves"], disarm.frozen_since(),
-                          gc.get_freeze_count() > 1000]
+    report, mark = gpu_worker._settle([{"result": i}], ready, mark)
+    out[f"honest {i}"] = [report["outcome"], report["worker_leaves"],
+                          disarm.frozen_since(mark), gc.get_freeze_count() > 1000]
 
 
 class Later:
@@ -172,7 +174,7 @@ class Later:
 
 holder = [Later()]
 gc.freeze()  # the job's own
-report = gpu_worker._settle([], ready)
+report, mark = gpu_worker._settle([], ready, mark)
 holder.clear()
 out["froze"] = [report["worker_leaves"], len(ran)]
 
@@ -185,7 +187,7 @@ class Cycle:
 c = Cycle()
 c.me = c
 del c
-report = gpu_worker._settle([], ready)
+report, mark = gpu_worker._settle([], ready, mark)
 out["finalizer"] = [report["worker_leaves"], " ".join(f["message"] for f in report["findings"])]
 print(json.dumps(out))
 """

@@ -19,13 +19,17 @@ The scan lists the objects made since the harness last froze the collector's gen
 (`note_frozen`); a job that froze its own objects (`gc.freeze()`) moved them out of that list,
 and then every object is scanned (`gc.unfreeze()` first: 0.17 s for a warm cpu worker's 290k
 objects on the 2-core CI host). The job's freeze is seen by a mark, not by a count: a list the
-harness makes just after each of its own freezes (`MARK`) stays listed by `gc.get_objects()`
-until the next `gc.freeze()`, whoever calls it (objects leave the collector's generations for
-its permanent one only there: `gc.collect` moves them between generations 0-2, all listed), so
-a mark missing from the list is a freeze since; lists are never untracked. (The permanent
-generation's size, `gc.get_freeze_count()`, was compared before: a walk of its 290k objects,
-30 ms, twice a settle; a job that let as many frozen objects die as it froze hid its freeze.)
-Open: a job that rewrites `MARK` (harness data, as any in the process) hides it.
+harness makes just after each of its own freezes (`note_frozen`'s) stays listed by
+`gc.get_objects()` until the next `gc.freeze()`, whoever calls it (objects leave the collector's
+generations for its permanent one only there: `gc.collect` moves them between generations 0-2,
+all listed), so a mark missing from the list is a freeze since; lists are never untracked. (The
+permanent generation's size, `gc.get_freeze_count()`, was compared before: a walk of its 290k
+objects, 30 ms, twice a settle; a job that let as many frozen objects die as it froze hid its
+freeze.) The mark is held by the worker's loop in a local and passed down, never in data of a
+module: a job that froze its object and wrote a fresh list over such a global (`MARK[0]`)
+hid its freeze (tests/verifier/test_redteam_round16.py); a frame's locals are not Python's to
+rebind. Open: a job with ctypes (`PyFrame_LocalsToFast` on the loop's frame, or its object
+untracked with `PyObject_GC_UnTrack`, which no scan of the collector's lists sees).
 """
 
 from __future__ import annotations
@@ -36,24 +40,21 @@ from typing import Any
 
 # what earlier jobs left that would run code as it dies: held for the worker's life
 PINNED: list[Any] = []
-# a list made just after the harness last froze the collector's generations (None: not yet):
-# listed by `gc.get_objects()` until the next `gc.freeze()`
-MARK: list[Any] = [None]
 
 
-def note_frozen(freeze: bool = True) -> None:
-    """Freeze what lives now (`freeze`: the worker's ready froze it already) and make the mark
-    that a later freeze moves out of the collector's lists."""
+def note_frozen(freeze: bool = True) -> list[Any]:
+    """Freeze what lives now (`freeze`: the worker's ready froze it already); the mark that a
+    later freeze moves out of the collector's lists (the caller holds it, in a local)."""
     if freeze:
         gc.freeze()
-    MARK[0] = []
+    return []
 
 
-def frozen_since() -> bool:
-    """Whether `gc.freeze()` ran since the harness's last `note_frozen` (its mark is no longer
-    among the objects the collector lists: young objects only, not the frozen ones)."""
-    mark = MARK[0]
-    return mark is not None and not any(obj is mark for obj in gc.get_objects())
+def frozen_since(mark: list[Any] | None) -> bool:
+    """Whether `gc.freeze()` ran since the `note_frozen` that made `mark` (no longer among the
+    objects the collector lists: young objects only, not the frozen ones); with no mark, True
+    (nothing tells: every object is scanned)."""
+    return mark is None or not any(obj is mark for obj in gc.get_objects())
 
 
 def detach_all() -> list[tuple[Any, Any]]:
@@ -67,11 +68,11 @@ def detach_all() -> list[tuple[Any, Any]]:
     return found
 
 
-def pin_mortal() -> int:
-    """Hold every object the collector lists (those created since the last `gc.freeze`) that
-    has a `__del__`, and the live referent of every weak reference among them with a
-    callback; how many were pinned."""
-    if frozen_since():
+def pin_mortal(mark: list[Any] | None) -> int:
+    """Hold every object the collector lists (those created since the last `gc.freeze`, `mark`
+    made then) that has a `__del__`, and the live referent of every weak reference among them
+    with a callback; how many were pinned."""
+    if frozen_since(mark):
         gc.unfreeze()  # the job froze objects itself: listed only once unfrozen
     has_del: dict[type, bool] = {}
     held = []

@@ -65,9 +65,9 @@ MAX_LINE_BYTES = 64 << 20  # a result line's bound (honest ones: KBs); past it, 
 SETTLE_S = 30.0  # for the worker to collect a job's garbage (its finalizers run) and check
 REAP_S = 30.0  # a killed worker not reaped by then is left behind (state D in the GPU driver)
 # torch.compile baselines compile in the worker itself: inductor's default pool of compile
-# subprocesses kept running beside the timed kernels (H100: 100-200 us kernels timed with a
-# repeat CV of 7-15% next to it, 1.7% without)
-_QUIET_COMPILE = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+# subprocesses beside the timed kernels (H100: 100-200 us kernels' repeat CV 7-15%, 1.7% without).
+# LD_BIND_NOW: every GOT entry bound at load, all compared (`verifier.run.relocations`)
+WORKER_ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "LD_BIND_NOW": "1"}
 
 
 class GpuWorkerProcess:
@@ -121,7 +121,7 @@ class GpuWorkerProcess:
         self.log = open(self.workdir / "worker.log", "wb")  # noqa: SIM115 (lives with the worker)
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
-            env=scrubbed_env({"PYTHONPATH": _PKG_ROOT, **_QUIET_COMPILE,
+            env=scrubbed_env({"PYTHONPATH": _PKG_ROOT, **WORKER_ENV,
                               **self.private_caches(), **self.env,
                               FDS_ENV: f"{req_w},{go_r}"}),
             pass_fds=(wfd, req_w, go_r),

@@ -38,9 +38,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+from verifier.run.allocator import pin as pin_allocator
 from verifier.run.disarm import note_frozen
 from verifier.run.settle import (
     armed_finalizers,
@@ -284,16 +284,17 @@ def _run_one(msg: dict[str, Any], sock: socket.socket, base: str,
                 os.close(fd)
 
 
-@dataclass
-class ReadyState:
-    """The worker as it was when ready: what each job's hygiene checks compare with."""
+class ReadyState(NamedTuple):
+    """The worker as it was when ready: what each job's hygiene checks compare with. Immutable,
+    held in the loop's locals: a job that refreshed its dicts after leaving residue kept its
+    worker, a later honest ReLU incorrect (tests/verifier/test_redteam_round17b.py)."""
 
-    state: dict[str, int]  # `watched_state`: the harness's and torch's functions
-    flags: dict[str, Any]  # `global_flags`: torch's process-wide settings, hooks, modes
+    state: tuple[tuple[str, int], ...]  # `watched_state`: the harness's and torch's functions
+    flags: tuple[tuple[str, Any], ...]  # `global_flags`: torch's settings, hooks, modes
     threads: int  # Python threads (torch.compile's own raise it: a result's `harness_threads`)
     memory: tuple[int, int]  # `held_memory`: host resident and device allocated bytes
-    armed: dict[Any, str]  # `armed_finalizers`: the harness's own `weakref.finalize`s
-    residue: dict[str, int]  # `process_state`: interpreter hooks, modules, environment
+    armed: tuple[tuple[Any, str], ...]  # `armed_finalizers`: the harness's `weakref.finalize`s
+    residue: tuple[tuple[str, int], ...]  # `process_state`: hooks, modules, environment
 
 
 def _hygiene(result: dict[str, Any], ready: ReadyState, settling: bool = True) -> bool:
@@ -302,19 +303,21 @@ def _hygiene(result: dict[str, Any], ready: ReadyState, settling: bool = True) -
     (a patch a finalizer undoes at the settle is caught here) and its processes; at its settle,
     its garbage collected, those again and what later jobs would meet (memory held, residue:
     only the settle's state reaches them; ~0.3 s a job, once, not twice)."""
-    leave = after_job(result, ready.state, ready.flags, ready.threads)
+    leave = after_job(result, dict(ready.state), dict(ready.flags), ready.threads)
     leave = strays_end_it(result) or leave
     return leave or settling and (memory_ends_it(result, ready.memory, None)
-                                  or residue_ends_it(result, ready.residue))
+                                  or residue_ends_it(result, dict(ready.residue)))
 
 
-def _settle(held: list[Any], ready: ReadyState) -> dict[str, Any]:
+def _settle(held: list[Any], ready: ReadyState, mark: list[Any]) -> tuple[dict[str, Any],
+                                                                          list[Any]]:
     """Between jobs, once the parent has checked the last job's trials: what that job left is
     let go and its garbage collected (its finalizers run now, charged to it), then the checks
-    run again (`verifier.run.settle`); the report for that job, as a result's fields."""
+    run again (`verifier.run.settle`); the report for that job, as a result's fields, and the
+    next settle's freeze mark (`disarm.note_frozen`)."""
     held.clear()
     report: dict[str, Any] = {"settled": True, "outcome": "ok", "findings": []}
-    left = leftover_code(ready.armed)
+    left = leftover_code(dict(ready.armed), mark)
     leave = _hygiene(report, ready)
     if report["outcome"] != "ok":
         report["error"] += " (found after the run, once its garbage was collected)"
@@ -324,8 +327,9 @@ def _settle(held: list[Any], ready: ReadyState) -> dict[str, Any]:
                                    "jobs: " + "; ".join(left) + ": its worker was replaced"})
     report["worker_leaves"] = leave = leave or bool(left)
     if not leave:  # what lives on is no later collection's work: each one scans its job's only
-        note_frozen()  # (and the mark of the next settle's `disarm.frozen_since`, made after)
-    return report
+        mark = note_frozen()  # (and the mark of the next settle's `disarm.frozen_since`)
+    pin_allocator()  # glibc's settings as at ready, whatever the job left (`allocator`)
+    return report, mark
 
 
 def main(argv: list[str]) -> int:
@@ -335,6 +339,7 @@ def main(argv: list[str]) -> int:
     os.set_inheritable(out.fileno(), False)
     sock = socket.socket(fileno=os.dup(out.fileno()))
     refuse_audit_hooks()  # before any job: a hook added by one would run in all later ones
+    pin_allocator()  # and again at every settle: no job's `mallopt` reaches the next
     marks = {"imported": time.monotonic()}  # the start's steps, before any candidate ran
     backend = _warm_up(argv[1] if len(argv) > 1 else "cuda", marks)
     state, flags, threads = watched_state(), global_flags(), threading.active_count()
@@ -342,8 +347,10 @@ def main(argv: list[str]) -> int:
     ident = device_ident(backend)
     gc.collect()
     gc.freeze()  # the harness's objects: no collection between or in jobs scans them again
-    ready = ReadyState(state=state, flags=flags, threads=threads, memory=held_memory(),
-                       armed=armed_finalizers(), residue=residue)
+    mark = note_frozen(freeze=False)  # held here only: a job rewrote one in `disarm`'s data
+    ready = ReadyState(state=tuple(state.items()), flags=tuple(flags.items()), threads=threads,
+                       memory=held_memory(), armed=tuple(armed_finalizers().items()),
+                       residue=tuple(residue.items()))
     marks["snapshot"] = time.monotonic()
     out.write(json.dumps({"ready": True, "pid": os.getpid(), "device": backend.device_name(),
                           "worker_device": ident, "marks": marks}) + "\n")
@@ -365,7 +372,7 @@ def main(argv: list[str]) -> int:
     for line in sys.stdin:
         msg = json.loads(line)
         if msg.get("settle"):  # the parent judged the last job's trials
-            report = _settle(held, ready)
+            report, mark = _settle(held, ready, mark)
             out.write(json.dumps(report, default=str) + "\n")
             if report["worker_leaves"]:
                 return 3
@@ -384,7 +391,8 @@ def main(argv: list[str]) -> int:
         sys.stderr.flush()
         leave = _hygiene(result, ready, settling=False)
         # torch.compile's own threads
-        ready.threads = max(ready.threads, int(result.get("harness_threads") or 0))
+        ready = ready._replace(threads=max(ready.threads,
+                                           int(result.get("harness_threads") or 0)))
         if job_free and free_bytes(base) < job_free:  # the next job gets a fresh tmpfs
             leave = True
         result["worker_pid"], result["worker_device"] = os.getpid(), ident

@@ -16,9 +16,10 @@ ready keeps, by its path:
   that repoints a vtable entry there (every library's whole RELRO, or its pages' soft-dirty
   bits, which a job can clear itself, would be the check);
 - a hash of its lazily bound GOT entries (`.rela.plt` outside RELRO) that were bound at its
-  first snapshot (the ready worker's: `_BOUND`; pointing outside its `.plt` stubs); an entry
-  not yet bound then is bound at its first call, by any job, and is not compared (open: a job
-  may repoint it; `LD_BIND_NOW` in the worker's environment would bind them all at load).
+  first snapshot (the ready worker's: `_BOUND`; pointing outside its `.plt` stubs). An entry
+  not yet bound then would be bound at its first call, by any job, and could not be compared (a
+  job repointed one), so the persistent workers run with `LD_BIND_NOW`
+  (`verifier.run.gpu_pool.WORKER_ENV`): every entry is bound at load, and all are compared.
 Read through /proc/self/mem (no ctypes object of the process's answers it). Headers are parsed
 once per file; the hashes cost ~9 ms a snapshot on the 2-core CI host (`process_state`: 47 ->
 56 ms with torch and numpy loaded).

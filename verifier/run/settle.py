@@ -26,7 +26,7 @@ import types
 import weakref
 from typing import Any
 
-from verifier.run.disarm import detach_all, note_frozen, pin_mortal
+from verifier.run.disarm import detach_all, pin_mortal
 
 # collections in a row that may still find garbage (a finalizer's own garbage, then that of
 # its finalizers) before the garbage counts as renewing itself
@@ -117,7 +117,6 @@ def armed_finalizers() -> dict[Any, str]:
     """Live `weakref.finalize` registrations other than torch's own: {the finalizer: its
     function's name} (held, so a later one cannot take a dead one's identity)."""
     _first_found(TORCH_FINALIZERS + TORCH_TYPES)  # at the worker's ready, before any job
-    note_frozen(freeze=False)  # (the worker froze its objects just before)
     registry = weakref.finalize._registry  # type: ignore[attr-defined]
     return {fin: _named(info) for fin, info in list(registry.items()) if not torch_own(info)}
 
@@ -127,11 +126,12 @@ def gc_callbacks() -> tuple[int, ...]:
     return tuple(id(c) for c in gc.callbacks)
 
 
-def leftover_code(armed_before: dict[Any, str]) -> list[str]:
+def leftover_code(armed_before: dict[Any, str], mark: list[Any] | None) -> list[str]:
     """What the last job left to run in a later one, its garbage collected (its finalizers
     have run): garbage that renews itself, `weakref.finalize` callbacks it armed other than
     torch's. Then every finalizer is detached, torch's too, and what the job left alive that
-    would run code as it dies is held for the worker's life (`verifier.run.disarm`)."""
+    would run code as it dies is held for the worker's life (`verifier.run.disarm`; `mark`:
+    `disarm.note_frozen`'s at the harness's last freeze, None to scan every object)."""
     _, renewing = collect_left_garbage()
     left = []
     if renewing:
@@ -140,8 +140,7 @@ def leftover_code(armed_before: dict[Any, str]) -> list[str]:
     _first_found(TORCH_FINALIZERS + TORCH_TYPES)
     armed = [_named(info) for fin, info in detach_all()
              if fin not in armed_before and not torch_own(info)]
-    pin_mortal()
-    note_frozen()  # what lives on is no later collection's work, nor a later scan's
+    pin_mortal(mark)
     if armed:
         left.append("weakref.finalize callbacks armed (" + ", ".join(sorted(set(armed))[:3])
                     + ")")
