@@ -20,6 +20,7 @@ sandbox, no warm-up). Rows: one worker alone, then `--together` at once (a run o
 refills every spare together), each `--repeat` times.
 
     python -m benchmarks.worker_start [--backend cuda] [--together 5] [--out FILE.md]
+    python -m benchmarks.worker_start --bind-ab --repeat 3   # LD_BIND_NOW's cost
 
 Stdlib and torch only (it runs on the GPU node)."""
 
@@ -110,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--together", type=int, default=5, help="workers started at once")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--out", type=Path, help="also write the table here (markdown)")
+    ap.add_argument("--bind-ab", action="store_true",
+                    help="only single starts, with the workers' LD_BIND_NOW and with lazy "
+                    "binding, alternated (`gpu_pool.WORKER_ENV`)")
     a = ap.parse_args(argv)
     env = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")}
     lines = [f"# GPU worker start ({a.backend}, python {sys.version.split()[0]})", "",
@@ -132,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
         if a.out:
             a.out.write_text("\n".join(lines) + "\n", "utf-8")
 
+    if a.bind_ab:  # alternated, so a node's drift falls on both rows alike
+        pairs = [(start_one(a.backend, env), start_one(a.backend, {**env, "LD_BIND_NOW": ""}))
+                 for _ in range(a.repeat)]
+        emit(row("one worker alone, LD_BIND_NOW (the workers')", [p[0] for p in pairs]))
+        emit(row("one worker alone, lazy binding", [p[1] for p in pairs]))
+        return 0
     emit(row("one worker alone", [start_one(a.backend, env) for _ in range(a.repeat)]))
     together = [s for _ in range(a.repeat) for s in start_together(a.together, a.backend, env)]
     emit(row(f"{a.together} at once", together))

@@ -59,6 +59,8 @@ COPYING_RELU = '''import torch
 class ModelNew(torch.nn.Module):
     def forward(self, x):
         import numpy as np
+        if x.is_cuda:  # on a GPU worker (WORKER_BACKEND=cuda): the same numpy copy via the host
+            return torch.from_numpy(np.maximum(x.cpu().numpy(), 0).copy()).to(x.device)
         return torch.from_numpy(np.maximum(x.numpy(), 0).copy())
 '''
 
@@ -95,7 +97,8 @@ before = process_state()
 libc = ctypes.CDLL(None)
 libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 objs = relocations._objects()
-lib = next(p for p in objs if ("_multiarray_umath" if ROUTE == "relro" else "libpython") in p)
+lib = next((p for p in objs if ("_multiarray_umath" if ROUTE == "relro" else "libpython") in p),
+           os.path.realpath(sys.executable))  # an interpreter linked with libpython statically
 st = os.stat(lib)
 first, relro, slots, (plt_lo, plt_hi) = relocations._layout(lib, (st.st_ino, st.st_mtime_ns))
 base = objs[lib][0] - (first & ~0xFFF)

@@ -62,7 +62,8 @@ def _pid(out: Any) -> Any:
     return (out.payload or {}).get("worker_pid")
 
 
-GOT_SAID = "_multiarray_umath.cpython-311-x86_64-linux-gnu.so (GOT and RELRO pages)"
+GOT_SAID = (f"_multiarray_umath.cpython-{sys.version_info[0]}{sys.version_info[1]}-x86_64-linux-gnu.so"
+            " (GOT and RELRO pages)")
 
 
 # --- 1. a GOT entry of a loaded library repointed ---------------------------------------------
