@@ -232,30 +232,37 @@ class DeviceBackend(Backend):
         return [f.as_finding() for f in fallback_findings(kernels, own)]
 
 
-_REGISTRY: dict[str, type[Backend]] = {}
+# Each registered class is a global of this module (`_backend_<name>`), not an entry of a dict:
+# a persistent worker looks its backend up at every job, and compares every global of the
+# harness's modules by identity after each (`verifier.run.gpu_worker.watched_state`). A job
+# that put its own subclass in a dict registry, whose `synchronize` slept, had every later
+# job's forward timed through it (tests/verifier/test_redteam_round17b.py).
+_PREFIX = "_backend_"
 # Backends that live in their own modules; imported on first lookup so a missing one (or one
 # whose module fails to import) only affects requests for it.
-_MODULES = {"cpu": "verifier.backends.cpu", "cuda": "verifier.backends.cuda",
-            "musa": "verifier.backends.musa"}
+_MODULES = (("cpu", "verifier.backends.cpu"), ("cuda", "verifier.backends.cuda"),
+            ("musa", "verifier.backends.musa"))
 
 
 def register(cls: type[Backend]) -> type[Backend]:
     """Class decorator: make `cls` available under `cls.name`."""
-    _REGISTRY[cls.name] = cls
+    globals()[_PREFIX + cls.name] = cls
     return cls
 
 
 def backend_class(name: str) -> type[Backend]:
     """The registered class for `name`, importing its module on first use."""
-    if name not in _REGISTRY and name in _MODULES:
+    modules = dict(_MODULES)
+    if _PREFIX + name not in globals() and name in modules:
         try:
-            importlib.import_module(_MODULES[name])
+            importlib.import_module(modules[name])
         except ImportError as exc:
-            raise BackendUnavailable(f"backend {name!r}: cannot import {_MODULES[name]} "
+            raise BackendUnavailable(f"backend {name!r}: cannot import {modules[name]} "
                                      f"({exc})") from None
-    if name not in _REGISTRY:
-        raise BackendUnavailable(f"unknown backend {name!r} (known: {', '.join(_MODULES)})")
-    return _REGISTRY[name]
+    cls = globals().get(_PREFIX + name)
+    if cls is None:
+        raise BackendUnavailable(f"unknown backend {name!r} (known: {', '.join(modules)})")
+    return cls
 
 
 def get_backend(name: str) -> Backend:
