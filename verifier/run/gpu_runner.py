@@ -55,10 +55,10 @@ class GpuRunner:
         mem = opts.memory_limit_mb + RUNTIME_MB if opts.memory_limit_mb > 0 else 0
         self.worker = GpuWorkerProcess(env, backend, host_memory_mb=mem)
         # the eager baseline's worker: a process like the candidates' that only ever loads
-        # references, started at the first baseline (`baseline`)
+        # references, started beside the candidates' worker (`warm`; on the cpu loop, at the
+        # first baseline, `_served_baseline`); `timer_start`: that start, in the background
         self.timer: GpuWorkerProcess | None = None
-        self.timer_start = threading.Thread(target=int)  # its start (`warm`)
-        self.timer_start.start()
+        self.timer_start: threading.Thread | None = None
         self.env, self.host_memory_mb = env, mem
         self.served_failures = 0
         self.spares = [GpuWorkerProcess(env, backend, host_memory_mb=mem)
@@ -81,9 +81,7 @@ class GpuRunner:
         beside it the baselines' worker (the first baseline waited ~12 s for it, in series)."""
         with self.lock:
             if self.referee is not None and self.timer is None:
-                self.timer = GpuWorkerProcess(self.env, self.backend,
-                                              host_memory_mb=self.host_memory_mb)
-                self.timer_start = threading.Thread(target=self.timer.start, daemon=True)
+                self.timer_start = threading.Thread(target=self._new_timer().start, daemon=True)
                 self.timer_start.start()
             if not self.worker.alive():
                 self.worker.start()
@@ -289,28 +287,29 @@ class GpuRunner:
 
     def _served_baseline(self, task_source: str, job_options: dict[str, Any]
                          ) -> dict[str, Any] | None:
-        """Eager (and torch.compile) served to the referee's windows by `self.timer`, exactly
-        as a candidate's forward is: cross-process inputs in the arena, one slot copy per call,
-        the same deduction. (On an H100 the in-process method gave eager 48 us for a 64 MB
-        ReLU that the worker path, honest float4 kernel or the reference itself, took 70-75 us
-        for: every speedup was 0.65x what it is.) None when the timer cannot serve them."""
+        """Eager (and torch.compile) served to the referee's windows by `self.timer` as a
+        candidate's forward is (an in-process eager made every H100 speedup 0.65x what it
+        is); None when the timer cannot serve them."""
         forwards = baseline_forwards(get_backend(self.backend), job_options)
         job = {"backend": self.backend, "options": job_options, "extensions": {},
                "device_sources": []}
         with self.lock:
-            if self.timer is None:
-                self.timer = GpuWorkerProcess(self.env, self.backend,
-                                              host_memory_mb=self.host_memory_mb)
-            self.timer_start.join()  # started by `warm`
-            if not self.timer.alive():
-                self.timer.stop()
-                if not self.timer.start():
+            timer = self.timer or self._new_timer()
+            if self.timer_start is not None:
+                self.timer_start.join()  # started by `warm`
+            if not timer.alive():
+                timer.stop()
+                if not timer.start():
                     print("kernelsynth verifier: the baseline worker did not start "
-                          f"({self.timer.describe_exit()}); the referee times eager itself",
+                          f"({timer.describe_exit()}); the referee times eager itself",
                           file=sys.stderr)
-                    self.timer.stop()
+                    timer.stop()
                     return None
             return serve_baselines(task_source, forwards, job, self._serve_one)
+
+    def _new_timer(self) -> GpuWorkerProcess:  # the baselines' worker, not started yet
+        self.timer = GpuWorkerProcess(self.env, self.backend, host_memory_mb=self.host_memory_mb)
+        return self.timer
 
     def _serve_one(self, item: Any, job: dict[str, Any]) -> RunOutcome:
         """One baseline job on the timer, served to a fresh window judge (lock held)."""
@@ -407,7 +406,8 @@ class GpuRunner:
         """Stop every process; a spare still starting stops itself once it is up."""
         with self.lock:
             self.worker.stop()
-            self.timer_start.join()
+            if self.timer_start is not None:
+                self.timer_start.join()
             if self.timer is not None:
                 self.timer.stop()
             with self.state_lock:
