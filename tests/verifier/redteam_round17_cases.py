@@ -1,0 +1,137 @@
+"""Candidate code for tests/verifier/test_redteam_round17.py (red-team round 17).
+
+Planted as rounds 9-16 plant residue (cyclic garbage whose finalizer runs at the worker's
+settle: `test_redteam_round9b._at_settle`; Python and ctypes here stand for what a compiled
+candidate does in C++, which no static check reads). Each block says what it does.
+"""
+
+from __future__ import annotations
+
+from redteam_later_cases import ANCHOR
+
+# --- code that runs as an object dies, hidden from the settle's scan ---------------------------
+# The settle (`verifier.run.disarm.pin_mortal`) holds every object the collector lists whose
+# type `hasattr(kind, "__del__")`, and the referent of every listed weak reference whose
+# `__callback__` is not None, so that none dies in a later job. Each way below hangs `later`
+# on `msg["ks"]` (in the worker: the settle's message in its loop, `ANCHOR`, which dies as the
+# loop reads the next job's) so that the scan misses it; "plain" is the control, as round 10
+# left it (held).
+WAYS = {
+    "plain": """
+class Mortal:
+    def __del__(self):
+        later()
+
+
+msg["ks"] = Mortal()
+""",
+    # a metaclass whose `__getattribute__` denies `__del__`: `hasattr` says False, the type's
+    # C slot (tp_finalize, set from the class body) still runs it
+    "metaclass": """
+class Quiet(type):
+    def __getattribute__(cls, name):
+        if name == "__del__":
+            raise AttributeError(name)
+        return type.__getattribute__(cls, name)
+
+
+class Mortal(metaclass=Quiet):
+    def __del__(self):
+        later()
+
+
+msg["ks"] = Mortal()
+""",
+    # a weak reference of a subclass whose class attribute `__callback__` is None (it shadows
+    # the base's member descriptor): the scan reads None, the C callback slot is `later`; the
+    # reference is kept under a new private name of `weakref` (new names are not compared)
+    "callback": """
+class Quiet(weakref.ref):
+    __callback__ = None
+
+
+class Target:
+    pass
+
+
+msg["ks"] = Target()
+sys.modules["weakref"]._ks_kept = Quiet(msg["ks"], later)
+""",
+    # an object of a class with `__del__` taken out of the collector's lists
+    # (`PyObject_GC_UnTrack`): `gc.get_objects()` does not list it
+    "untracked": """
+import ctypes
+
+
+class Mortal:
+    def __del__(self):
+        later()
+
+
+msg["ks"] = Mortal()
+ctypes.pythonapi.PyObject_GC_UnTrack(ctypes.py_object(msg["ks"]))
+""",
+}
+
+# what `later` does in the next job: a thread that holds the GIL in 50 ms slices for 10 s
+# (past that job's end), then ends; nothing of the harness changed (its id, newer than
+# the ready worker's, replaces the worker after that job: too late for that job's timing)
+HOG = """
+import weakref  # (not sys: `_at_settle`'s own, which it reads first)
+
+
+def later(*_a):
+    import threading, time
+
+    def hog():
+        end = time.monotonic() + 10.0
+        while time.monotonic() < end:
+            t = time.monotonic() + 0.05
+            while time.monotonic() < t:
+                pass
+            time.sleep(0.001)
+
+    threading.Thread(target=hog, daemon=True).start()
+
+"""
+
+
+def hidden_hog(way: str) -> str:
+    """The code the attacker runs as its worker settles it: WAYS[way], `later` the hog."""
+    return HOG + ANCHOR + WAYS[way]
+
+
+# the same in one process: a settle as the worker makes them (`settle.leftover_code`, the
+# collector frozen first as at the worker's ready), then the anchor dropped and collected;
+# prints how many times `later` ran. argv: the way, and "fixed" to scan with
+# `verifier.run.mortal.mortal_of` in place of `disarm.pin_mortal`'s own reading
+SETTLED = """
+import gc, sys, weakref
+from verifier.run import disarm, settle
+from verifier.run.mortal import mortal_of
+
+if sys.argv[2] == "fixed":
+    def pin_mortal():
+        if disarm.frozen_since():
+            gc.unfreeze()
+        held = mortal_of(gc.get_objects())
+        disarm.PINNED.extend(held)
+        return len(held)
+    settle.pin_mortal = pin_mortal
+gc.collect()
+gc.freeze()
+before = settle.armed_finalizers()
+ran = []
+
+
+def later(*_a):
+    ran.append(1)
+
+
+msg = {}
+exec(WAYS[sys.argv[1]])
+settle.leftover_code(before)
+msg.clear()  # the anchor dies as the next job begins
+gc.collect()
+print(len(ran))
+""".replace("WAYS", repr(WAYS))
