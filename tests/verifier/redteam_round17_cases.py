@@ -7,7 +7,7 @@ candidate does in C++, which no static check reads). Each block says what it doe
 
 from __future__ import annotations
 
-from redteam_later_cases import ANCHOR
+from redteam_later_cases import ANCHOR, LATER
 
 # --- code that runs as an object dies, hidden from the settle's scan ---------------------------
 # The settle (`verifier.run.disarm.pin_mortal`) holds every object the collector lists whose
@@ -71,6 +71,17 @@ class Mortal:
 msg["ks"] = Mortal()
 ctypes.pythonapi.PyObject_GC_UnTrack(ctypes.py_object(msg["ks"]))
 """,
+    # a capsule (not a collected type: never listed) whose C destructor is a ctypes callback
+    # into `later`; the callback object kept under a new private name of `weakref`
+    "capsule": """
+import ctypes
+
+Destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+sys.modules["weakref"]._ks_destructor = destructor = Destructor(lambda _capsule: later())
+new = ctypes.pythonapi.PyCapsule_New
+new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, Destructor]
+msg["ks"] = new(1, None, destructor)
+""",
 }
 
 # what `later` does in the next job: a thread that holds the GIL in 50 ms slices for 10 s
@@ -101,20 +112,27 @@ def hidden_hog(way: str) -> str:
     return HOG + ANCHOR + WAYS[way]
 
 
+def hidden_death(way: str) -> str:
+    """The same, `later` rebinding torch.relu (`redteam_later_cases.LATER`): the next job is
+    called a cheat where it runs, whatever the host's noise."""
+    return LATER + ANCHOR + WAYS[way]
+
+
 # the same in one process: a settle as the worker makes them (`settle.leftover_code`, the
-# collector frozen first as at the worker's ready), then the anchor dropped and collected;
-# prints how many times `later` ran. argv: the way, and "fixed" to scan with
-# `verifier.run.mortal.mortal_of` in place of `disarm.pin_mortal`'s own reading
+# collector frozen first as at the worker's ready) while the anchor is a local of the loop that
+# calls it, then the anchor dropped as the next message comes, and collected; prints how many
+# times `later` ran. argv: the way, and "fixed" to scan with `verifier.run.mortal` (what the
+# collector lists and the stack's locals) in place of `disarm.pin_mortal`'s own reading
 SETTLED = """
 import gc, sys, weakref
 from verifier.run import disarm, settle
-from verifier.run.mortal import mortal_of
+from verifier.run.mortal import mortal_of, stack_roots
 
 if sys.argv[2] == "fixed":
     def pin_mortal():
         if disarm.frozen_since():
             gc.unfreeze()
-        held = mortal_of(gc.get_objects())
+        held = mortal_of(gc.get_objects() + stack_roots())
         disarm.PINNED.extend(held)
         return len(held)
     settle.pin_mortal = pin_mortal
@@ -128,10 +146,18 @@ def later(*_a):
     ran.append(1)
 
 
-msg = {}
-exec(WAYS[sys.argv[1]])
-settle.leftover_code(before)
-msg.clear()  # the anchor dies as the next job begins
+def loop():
+    msg = {"settle": True}
+    code = WAYS[sys.argv[1]]
+    ns = {"msg": msg, "later": later, "sys": sys, "weakref": weakref}
+    exec(code, ns)
+    del ns["msg"]  # (its functions' globals: only the loop holds the message)
+    settle.leftover_code(before)
+    msg = {"job": 1}  # the next job's message
+    gc.collect()
+
+
+loop()
 gc.collect()
 print(len(ran))
 """.replace("WAYS", repr(WAYS))

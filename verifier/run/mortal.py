@@ -8,15 +8,19 @@ none dies in a later job. It asked Python: `hasattr(kind, "__del__")` (a metacla
 the class body, still runs it) and `obj.__callback__` (a subclass's class attribute
 `__callback__ = None` shadows the member; the C slot still holds the callback); and it saw
 only what the collector lists (an object taken out of its lists by `PyObject_GC_UnTrack` is
-not). Each hid a `__del__` or callback hung on the settle's message in the worker's loop,
-which ran as the next job began. `mortal_of` answers from the C slots and also walks the
-untracked objects the listed ones hold.
+not), nor a capsule (`PyCapsule_New`, never listed) whose C destructor is a ctypes callback.
+Each hid code hung on the settle's message in the worker's loop, which ran as the next job
+began. `mortal_of` answers from the C slots, walks the untracked objects the listed ones hold,
+and holds each capsule they hold that has a destructor; the scan's objects are what the
+collector lists and the locals of every frame (`stack_roots`: the loop's message is an
+untracked dict when it holds only a capsule).
 """
 
 from __future__ import annotations
 
 import ctypes
 import gc
+import sys
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -27,6 +31,12 @@ _DICT = type.__dict__["__dict__"].__get__
 _CALLBACK = weakref.ReferenceType.__dict__["__callback__"].__get__  # the C member's reader
 WALK_MAX = 1_000_000  # untracked objects walked at most per scan
 _HAVE_GC = 1 << 14  # Py_TPFLAGS_HAVE_GC
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype, _capsule_new.argtypes = ctypes.py_object, [ctypes.c_void_p,
+                                                                ctypes.c_char_p, ctypes.c_void_p]
+CAPSULE = type(_capsule_new(1, None, None))  # (not a collected type: never listed)
+_destructor = ctypes.pythonapi.PyCapsule_GetDestructor
+_destructor.restype, _destructor.argtypes = ctypes.c_void_p, [ctypes.py_object]
 
 
 class _Dies:
@@ -66,7 +76,8 @@ def weak_callback(ref: Any) -> Any:
 def mortal_of(objects: Iterable[Any]) -> list[Any]:
     """What of `objects` (the collector's listing), and of the untracked objects of collected
     types they hold (and those hold), runs code as it dies: each object whose type
-    `dies_with_code`, and the live referent of each weak reference with a callback."""
+    `dies_with_code`, the live referent of each weak reference with a callback, and each
+    capsule they hold that has a destructor; each once."""
     has: dict[type, bool] = {}
     held: list[Any] = []
     seen: set[int] = set()
@@ -83,10 +94,31 @@ def mortal_of(objects: Iterable[Any]) -> list[Any]:
             if target is not None:
                 held.append(target)
         for r in gc.get_referents(obj) if walked < WALK_MAX else ():
+            if type(r) is CAPSULE and _destructor(r):  # a C function runs as it dies
+                held.append(r)
             # an untracked object of a collected type: auto-untracked tuples and dicts of
             # atomic values, or one a job took out of the collector's lists
             if type(r).__flags__ & _HAVE_GC and not gc.is_tracked(r) and id(r) not in seen:
                 seen.add(id(r))
                 stack.append(r)
                 walked += 1
-    return held
+    return list({id(x): x for x in held}.values())
+
+
+_OPTIMIZED = 0x1  # CO_OPTIMIZED: a function's frame (its f_locals a snapshot, not its globals)
+
+
+def stack_roots() -> list[Any]:
+    """The locals of every frame of every thread (the worker's loop's message among them: an
+    untracked dict, never listed, that dies as the next message comes), each a copy; a
+    function frame's snapshot of its locals is cleared after (it would hold them on)."""
+    roots: list[Any] = []
+    for top in list(sys._current_frames().values()):
+        f: Any = top
+        while f is not None:
+            snap = f.f_locals
+            roots.append(dict(snap))
+            if f.f_code.co_flags & _OPTIMIZED:
+                snap.clear()
+            f = f.f_back
+    return roots
