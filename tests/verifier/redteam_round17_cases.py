@@ -8,6 +8,7 @@ candidate does in C++, which no static check reads). Each block says what it doe
 from __future__ import annotations
 
 from redteam_later_cases import ANCHOR, LATER
+from redteam_round7_cases import NUMPY_RELU
 
 # --- code that runs as an object dies, hidden from the settle's scan ---------------------------
 # The settle (`verifier.run.disarm.pin_mortal`) holds every object the collector lists whose
@@ -124,14 +125,13 @@ def hidden_death(way: str) -> str:
 # times `later` ran. argv: the way, and "fixed" to scan with `verifier.run.mortal` (what the
 # collector lists and the stack's locals) in place of `disarm.pin_mortal`'s own reading
 SETTLED = """
-import gc, sys, weakref
+import gc, inspect, sys, weakref
 from verifier.run import disarm, settle
 from verifier.run.mortal import mortal_of, stack_roots
 
 if sys.argv[2] == "fixed":
-    def pin_mortal():
-        if disarm.frozen_since():
-            gc.unfreeze()
+    def pin_mortal(*_mark):  # every object scanned (whatever the harness's freeze mark says)
+        gc.unfreeze()
         held = mortal_of(gc.get_objects() + stack_roots())
         disarm.PINNED.extend(held)
         return len(held)
@@ -152,7 +152,8 @@ def loop():
     ns = {"msg": msg, "later": later, "sys": sys, "weakref": weakref}
     exec(code, ns)
     del ns["msg"]  # (its functions' globals: only the loop holds the message)
-    settle.leftover_code(before)
+    marked = "mark" in inspect.signature(settle.leftover_code).parameters  # (main's, since)
+    settle.leftover_code(before, *([None] if marked else []))
     msg = {"job": 1}  # the next job's message
     gc.collect()
 
@@ -161,3 +162,28 @@ loop()
 gc.collect()
 print(len(ran))
 """.replace("WAYS", repr(WAYS))
+
+# --- the interpreter's bytecode cache moved to the job's own directory --------------------------
+# `sys.pycache_prefix` (3.8): where every later import looks for a module's cached bytecode. A
+# .pyc there whose header matches its source's size and mtime is loaded without reading the
+# source: here `graphlib` (not loaded in the worker), its code the job's own (torch.relu
+# rebound). Written under the worker's private tmpfs, outside the job's own folder.
+PYCACHE_PREFIX = """
+import importlib.util, marshal, os, sys, tempfile
+src = importlib.util.find_spec("graphlib").origin
+root = os.path.join(os.environ.get("KS_WORKER_TMP") or tempfile.gettempdir(), ".ks_pyc")
+sys.pycache_prefix = root
+pyc = importlib.util.cache_from_source(src)
+os.makedirs(os.path.dirname(pyc), exist_ok=True)
+st = os.stat(src)
+code = compile(open(src).read() + "\\nimport torch\\ntorch.relu = lambda x: x\\n", src, "exec")
+with open(pyc, "wb") as f:
+    f.write(importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little")
+            + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+            + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little") + marshal.dumps(code))
+"""
+
+# an honest numpy ReLU that imports a module of the standard library the worker has not loaded
+IMPORTING_RELU = NUMPY_RELU.replace("        import numpy as np\n",
+                                    "        import graphlib  # noqa: F401\n"
+                                    "        import numpy as np\n")

@@ -11,6 +11,9 @@ an honest sibling's ReLU up to 50x slower, its verdict standing, or had it run a
 fix's reader is here (`verifier.run.mortal`: C slots, the C callback, untracked objects and
 capsules walked from what the collector lists and the stack's locals); its use is the
 lead's (`disarm.py`).
+
+Closed here: `sys.pycache_prefix` pointed at the worker's tmpfs with a forged .pyc
+(`hidden_state.snapshot`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,14 @@ from typing import Any
 
 import pytest
 from redteam_round7_cases import NUMPY_RELU
-from redteam_round17_cases import SETTLED, WAYS, hidden_death
+from redteam_round14_cases import leaving
+from redteam_round17_cases import (
+    IMPORTING_RELU,
+    PYCACHE_PREFIX,
+    SETTLED,
+    WAYS,
+    hidden_death,
+)
 from test_redteam_round9b import _at_settle
 from test_redteam_round14 import _ok, _said  # the rounds' shared readers
 
@@ -92,3 +102,22 @@ def test_a_settle_holds_what_runs_code_as_it_dies(way: str, scan: str) -> None:
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "0", out.stdout
+
+
+# --- 2. the bytecode cache moved to the job's own directory ----------------------------------
+def test_a_bytecode_cache_a_job_moves_serves_no_later_import() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU, the attacker (an honest
+    ReLU leaving PYCACHE_PREFIX: `sys.pycache_prefix` at a directory of the worker's tmpfs
+    holding a .pyc for `graphlib` whose header matches the source's size and mtime, its code
+    the job's own), two honest ReLUs that `import graphlib`. Before (attack17 at b4493cd,
+    measured here): the attacker correct with no finding, its worker kept; the next honest
+    ReLU a cheat there ("the candidate changed the harness's process: torch.relu", the .pyc's
+    code), run again in a fresh worker. Now the prefix is compared
+    (`hidden_state.snapshot`): the attacker's worker is replaced, nothing run again."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_RELU, leaving(NUMPY_RELU, PYCACHE_PREFIX),
+                                 IMPORTING_RELU, IMPORTING_RELU], "r17pyc")
+    assert "sys.pycache_prefix" in _said(outs[1]), _said(outs[1])
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert again == 0 and not any(o.confirmed for o in outs), (again, _said(outs[2]))

@@ -33,6 +33,10 @@ public callables) misses: read by its effects, or by value.
   job's outputs (the judge's failure, charged to the honest job). Each package's path is
   compared by value, and a path into a directory a job can write (`writable`) is residue
   whichever package holds it, one loaded since too.
+- where imports look for cached bytecode (`sys.pycache_prefix`, a str: the walk skips it). A
+  job that set it to its worker's tmpfs, with a .pyc for `graphlib` whose header matched the
+  source's size and mtime, ran its own code at a later job's `import graphlib` (torch.relu
+  rebound: the honest sibling a cheat, run again; tests/verifier/test_redteam_round17.py).
 """
 
 from __future__ import annotations
@@ -165,4 +169,5 @@ def snapshot() -> dict[str, int]:
             "floating-point environment": hash(float_environment()),
             "codecs search path": hash(codec_search()),
             "numpy floating-point error state": hash(numpy_errors()),
-            "numpy ufunc loops": numpy_loops()}
+            "numpy ufunc loops": numpy_loops(),
+            "sys.pycache_prefix": hash(str(getattr(sys, "pycache_prefix", None)))}
