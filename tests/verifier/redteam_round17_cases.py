@@ -187,3 +187,32 @@ with open(pyc, "wb") as f:
 IMPORTING_RELU = NUMPY_RELU.replace("        import numpy as np\n",
                                     "        import graphlib  # noqa: F401\n"
                                     "        import numpy as np\n")
+
+# --- a C++ vtable entry repointed (`.data.rel.ro`: in RELRO, outside the GOT) --------------------
+# `c10::TensorImpl`'s vtable (libc10.so, `.data.rel.ro`): its deleting destructor's entry (every
+# dense tensor's, called as its last reference goes) pointed at a ctypes callback that waits
+# 0.5 ms and calls the original; the page made read-only again. The residue check hashes each
+# library's GOT inside RELRO only (`verifier.run.relocations`: its documented open).
+VTABLE_SLOW = """
+import ctypes, sys, time
+import torch
+c10 = ctypes.CDLL(torch.__file__.rsplit("/", 1)[0] + "/lib/libc10.so")
+cell = ctypes.cast(c10._ZTVN3c1010TensorImplE, ctypes.c_void_p).value + 3 * 8
+original = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(ctypes.c_void_p.from_address(cell).value)
+
+
+def release(this):
+    end = time.perf_counter() + 0.0005
+    while time.perf_counter() < end:
+        pass
+    original(this)
+
+
+hook = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(release)
+sys.modules["weakref"]._ks_hook = (hook, original)
+libc = ctypes.CDLL(None)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc.mprotect(cell & ~4095, 4096, 3)
+ctypes.c_void_p.from_address(cell).value = ctypes.cast(hook, ctypes.c_void_p).value
+libc.mprotect(cell & ~4095, 4096, 1)
+"""

@@ -10,7 +10,9 @@ callback (never listed: not a collected type): it ran as the next job began (a G
 an honest sibling's ReLU up to 50x slower, its verdict standing, or had it run again). The
 fix's reader is here (`verifier.run.mortal`: C slots, the C callback, untracked objects and
 capsules walked from what the collector lists and the stack's locals); its use is the
-lead's (`disarm.py`).
+lead's (`disarm.py`). And `relocations`' documented open, shown: a C++ vtable entry
+(`c10::TensorImpl`'s deleting destructor, `.data.rel.ro`) repointed at a slow hook made every
+later honest ReLU 13x slower, its verdict standing.
 
 Closed here: `sys.pycache_prefix` pointed at the worker's tmpfs with a forged .pyc
 (`hidden_state.snapshot`).
@@ -30,6 +32,7 @@ from redteam_round17_cases import (
     IMPORTING_RELU,
     PYCACHE_PREFIX,
     SETTLED,
+    VTABLE_SLOW,
     WAYS,
     hidden_death,
 )
@@ -121,3 +124,31 @@ def test_a_bytecode_cache_a_job_moves_serves_no_later_import() -> None:
     assert "sys.pycache_prefix" in _said(outs[1]), _said(outs[1])
     assert all(map(_ok, outs)), [_why(o) for o in outs]
     assert again == 0 and not any(o.confirmed for o in outs), (again, _said(outs[2]))
+
+
+def _runtime(out: Any) -> float:
+    return float(((out.clock or {}).get("figures") or {}).get("runtime_us") or 0.0)
+
+
+# --- 3. a C++ vtable entry in RELRO outside the GOT -----------------------------------------------
+@pytest.mark.xfail(strict=True, reason=(
+    "open (documented in verifier.run.relocations): only each library's GOT inside RELRO is "
+    "hashed, not `.data.rel.ro` (vtables); fix: in `relocations._layout`, hash all of "
+    "PT_GNU_RELRO (3600 KiB against 594 of GOT with torch and numpy here; 0.14 s a settle on "
+    "an H100 with cuBLAS/cuDNN), at least for the libraries every job runs (libc10, "
+    "libtorch_cpu, libtorch_python, numpy's, libpython), the GPU's vendor libraries' GOT only"))
+def test_a_vtable_entry_a_job_repoints_slows_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop): two honest numpy ReLUs, the attacker (an honest
+    ReLU leaving VTABLE_SLOW: `c10::TensorImpl`'s deleting destructor in its vtable, libc10's
+    `.data.rel.ro`, pointed at a ctypes hook that waits 0.5 ms and calls the original; in one
+    process a loop of two tensors made and freed went 57 -> 1566 us), two honest ReLUs.
+    Before (attack17 at b4493cd, measured here): the attacker correct with no finding, its
+    worker kept; the later ReLUs correct at 1112 and 1186 us a call (before: 70-91 us), nothing
+    run again: their speedups a thirteenth of their own."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([NUMPY_RELU, NUMPY_RELU, leaving(NUMPY_RELU, VTABLE_SLOW),
+                                 NUMPY_RELU, NUMPY_RELU], "r17vtable")
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    floor = max(map(_runtime, outs[:2]))
+    assert all(0 < _runtime(o) < 3 * floor + 100.0 for o in outs[3:]), list(map(_runtime, outs))
