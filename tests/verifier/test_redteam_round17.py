@@ -15,7 +15,8 @@ lead's (`disarm.py`). And `relocations`' documented open, shown: a C++ vtable en
 later honest ReLU 13x slower, its verdict standing.
 
 Closed here: `sys.pycache_prefix` pointed at the worker's tmpfs with a forged .pyc
-(`hidden_state.snapshot`).
+(`hidden_state.snapshot`); cuBLAS's fp16 accumulation and the math attention's fp16/bf16
+reduction switched on for every later job (`tamper.SWITCHES`).
 """
 
 from __future__ import annotations
@@ -152,3 +153,34 @@ def test_a_vtable_entry_a_job_repoints_slows_no_later_job() -> None:
     assert all(map(_ok, outs)), [_why(o) for o in outs]
     floor = max(map(_runtime, outs[:2]))
     assert all(0 < _runtime(o) < 3 * floor + 100.0 for o in outs[3:]), list(map(_runtime, outs))
+
+
+# --- 4. torch switches of reduced precision no check read ----------------------------------------
+@pytest.mark.parametrize("switch", ["cublas_allow_fp16_accumulation",
+                                    "math_sdp_allow_fp16_bf16_reduction"])
+def test_reduced_precision_switches_a_job_leaves_are_residue(switch: str) -> None:
+    """`torch.backends.cuda.matmul.allow_fp16_accumulation = True` (torch 2.7+: every later
+    job's fp16 cuBLAS GEMM accumulates in fp16, faster and less exact, an honest sibling's
+    torch.matmul included) and the math attention's fp16/bf16 reduction
+    (`allow_fp16_bf16_reduction_math_sdp(True)`), set in this process through torch._C's
+    setters (a cpu build keeps the flags) and undone. Before (attack17 at b4493cd, measured
+    here, a sweep of torch._C's `_set_*` booleans): `left_in_process` empty for both, and
+    neither in `gpu_worker.global_flags`. Now both are `tamper.SWITCHES`: residue, and nothing
+    once undone. (Also not compared, judged harmless to a later verdict here: the fill of
+    uninitialized memory, compared deterministic mode's only; nnpack, after oneDNN on x86;
+    TorchScript's executor, forward AD, autograd threading, view replay.)"""
+    import torch
+
+    from verifier.run.tamper import left_in_process, process_state
+
+    get, put = (getattr(torch._C, f"_{x}_{switch}") for x in ("get", "set"))
+    before, was = process_state(), get()
+    try:
+        put(not was)
+        left = left_in_process(before)
+    finally:
+        put(was)
+    after = left_in_process(before)
+    left, after = ([x for x in found if x != "file descriptors"] for found in (left, after))
+    assert any("fp16" in x for x in left), left
+    assert not after, after
