@@ -16,7 +16,8 @@ later honest ReLU 13x slower, its verdict standing.
 
 Closed here: `sys.pycache_prefix` pointed at the worker's tmpfs with a forged .pyc
 (`hidden_state.snapshot`); cuBLAS's fp16 accumulation and the math attention's fp16/bf16
-reduction switched on for every later job (`tamper.SWITCHES`).
+reduction switched on for every later job (`tamper.SWITCHES`); the worker's OOM score
+adjustment and I/O priority (`hidden_state.kernel_standing`).
 """
 
 from __future__ import annotations
@@ -183,4 +184,41 @@ def test_reduced_precision_switches_a_job_leaves_are_residue(switch: str) -> Non
     after = left_in_process(before)
     left, after = ([x for x in found if x != "file descriptors"] for found in (left, after))
     assert any("fp16" in x for x in left), left
+    assert not after, after
+
+
+# --- 5. the worker's standing with the kernel: OOM score, I/O priority ---------------------------
+@pytest.mark.parametrize("route", ["oom score", "io priority"])
+def test_the_workers_standing_a_job_lowers_is_residue(route: str) -> None:
+    """`/proc/self/oom_score_adj` raised to 1000 (any process may raise its own: its worker is
+    then the host OOM killer's first pick while every later job runs, an honest sibling's run
+    killed for another's memory) and `ioprio_set` to the idle class (a later job's reads, its
+    extension's .so among them, wait behind all other I/O), planted in this process and
+    undone. Before (attack17 at b4493cd, measured here): `left_in_process` empty for both
+    (neither read anywhere; the harm was not measured on this host: no memory or I/O
+    pressure made). Now both are read (`hidden_state.kernel_standing`): residue, and nothing
+    once undone."""
+    import ctypes
+    import platform
+
+    from verifier.run.tamper import left_in_process, process_state
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    get, put = {"x86_64": (252, 251), "aarch64": (31, 30)}[platform.machine()]
+    path = "/proc/self/oom_score_adj"
+    before, oom, io = process_state(), open(path).read().strip(), libc.syscall(get, 1, 0)
+    try:
+        if route == "oom score":
+            with open(path, "w") as f:
+                f.write("1000")
+        else:
+            assert libc.syscall(put, 1, 0, 3 << 13) == 0  # IOPRIO_CLASS_IDLE
+        left = left_in_process(before)
+    finally:
+        with open(path, "w") as f:
+            f.write(oom)
+        libc.syscall(put, 1, 0, io)
+    after = left_in_process(before)
+    left, after = ([x for x in found if x != "file descriptors"] for found in (left, after))
+    assert "OOM score and I/O priority" in left, left
     assert not after, after

@@ -163,6 +163,23 @@ def registries() -> dict[str, int]:
             "sys.path_importer_cache" + NAMES: len(sys.path_importer_cache)}
 
 
+def kernel_standing() -> tuple[str, int]:
+    """The process's OOM score adjustment (raised to 1000 by a job, its worker was the host OOM
+    killer's first pick in every later job) and its thread's I/O priority (`ioprio_set`'s idle
+    class: a later job's reads, its extension's .so, wait behind any other I/O); round 17."""
+    import ctypes
+    import platform
+
+    try:
+        with open("/proc/self/oom_score_adj") as f:
+            oom = f.read().strip()
+    except OSError:
+        oom = "?"
+    number = {"x86_64": 252, "aarch64": 31}.get(platform.machine())  # ioprio_get
+    io = ctypes.CDLL(None, use_errno=True).syscall(number, 1, 0) if number else -1
+    return oom, io
+
+
 def snapshot() -> dict[str, int]:
     """The keys `process_state` compares for this module."""
     return {**package_paths(), **registries(),
@@ -170,4 +187,5 @@ def snapshot() -> dict[str, int]:
             "codecs search path": hash(codec_search()),
             "numpy floating-point error state": hash(numpy_errors()),
             "numpy ufunc loops": numpy_loops(),
-            "sys.pycache_prefix": hash(str(getattr(sys, "pycache_prefix", None)))}
+            "sys.pycache_prefix": hash(str(getattr(sys, "pycache_prefix", None))),
+            "OOM score and I/O priority": hash(kernel_standing())}
