@@ -17,7 +17,8 @@ later honest ReLU 13x slower, its verdict standing.
 Closed here: `sys.pycache_prefix` pointed at the worker's tmpfs with a forged .pyc
 (`hidden_state.snapshot`); cuBLAS's fp16 accumulation and the math attention's fp16/bf16
 reduction switched on for every later job (`tamper.SWITCHES`); the worker's OOM score
-adjustment and I/O priority (`hidden_state.kernel_standing`).
+adjustment and I/O priority (`hidden_state.kernel_standing`); `copy`'s and `copyreg`'s dispatch
+tables (`hidden_state.copy_tables`).
 """
 
 from __future__ import annotations
@@ -222,3 +223,42 @@ def test_the_workers_standing_a_job_lowers_is_residue(route: str) -> None:
     left, after = ([x for x in found if x != "file descriptors"] for found in (left, after))
     assert "OOM score and I/O priority" in left, left
     assert not after, after
+
+
+# --- 6. what deepcopy dispatches on -----------------------------------------------------------------
+@pytest.mark.parametrize("route", ["deepcopy int", "copyreg"])
+def test_deepcopy_dispatch_a_job_leaves_is_residue(route: str) -> None:
+    """The worker deep-copies the reference's data into a candidate's globals (`--namespace
+    kernelbench`: `namespace.candidate_globals`) and the reference model for the fp64 second
+    opinion (`device_compare.against_fp64`). `copy._deepcopy_dispatch[int]` set to add one
+    (private dict: the walk skips it) and `copyreg.dispatch_table[nn.Linear]` (not callable:
+    skipped) planted in this process and undone. Before (attack17 at b4493cd, measured
+    here): `left_in_process` empty for both, and with the first `candidate_globals` of
+    {batch_size 16, dim 16384, shape [16, 16384]} gave 17, 16385, [17, 16385] (every later
+    job's copies). Now the tables are read (`hidden_state.copy_tables`): residue, and nothing
+    once undone."""
+    import copy
+    import copyreg
+
+    import torch
+
+    from verifier.checks.namespace import candidate_globals
+    from verifier.run.tamper import left_in_process, process_state
+
+    ref = {"batch_size": 16, "dim": 16384, "shape": [16, 16384]}
+    before, was = process_state(), copy._deepcopy_dispatch[int]  # type: ignore[attr-defined]
+    try:
+        if route == "deepcopy int":
+            copy._deepcopy_dispatch[int] = lambda x, memo: x + 1  # type: ignore[attr-defined]
+            assert candidate_globals(ref, "kernelbench")["shape"] == [17, 16385]
+        else:
+            copyreg.dispatch_table[torch.nn.Linear] = lambda m: (torch.nn.Identity, ())
+        left = left_in_process(before)
+    finally:
+        copy._deepcopy_dispatch[int] = was  # type: ignore[attr-defined]
+        copyreg.dispatch_table.pop(torch.nn.Linear, None)
+    after = left_in_process(before)
+    left, after = ([x for x in found if x != "file descriptors"] for found in (left, after))
+    assert "copy and copyreg dispatch tables" in left, left
+    assert not after, after
+    assert candidate_globals(ref, "kernelbench") == ref

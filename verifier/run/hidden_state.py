@@ -163,6 +163,20 @@ def registries() -> dict[str, int]:
             "sys.path_importer_cache" + NAMES: len(sys.path_importer_cache)}
 
 
+def copy_tables() -> int:
+    """What `copy.deepcopy` and `copy.copy` dispatch on (`copy._deepcopy_dispatch`, a private
+    dict; `copyreg.dispatch_table`, not callable: the walk skips both). The worker deep-copies
+    the reference's data into a candidate's globals (`namespace.candidate_globals`) and the
+    model for the fp64 second opinion (`device_compare.against_fp64`): a job that set
+    `_deepcopy_dispatch[int]` to add one gave every later job's copies sizes off by one
+    (tests/verifier/test_redteam_round17.py)."""
+    tables = [getattr(sys.modules.get(m), t, None) for m, t in (
+        ("copy", "_deepcopy_dispatch"), ("copy", "_copy_dispatch"), ("copyreg", "dispatch_table"))]
+    return hash(tuple(frozenset((id(k), id(v), id(getattr(v, "__code__", None)))
+                                for k, v in list(t.items())) if isinstance(t, dict) else None
+                      for t in tables))
+
+
 def kernel_standing() -> tuple[str, int]:
     """The process's OOM score adjustment (raised to 1000 by a job, its worker was the host OOM
     killer's first pick in every later job) and its thread's I/O priority (`ioprio_set`'s idle
@@ -188,4 +202,5 @@ def snapshot() -> dict[str, int]:
             "numpy floating-point error state": hash(numpy_errors()),
             "numpy ufunc loops": numpy_loops(),
             "sys.pycache_prefix": hash(str(getattr(sys, "pycache_prefix", None))),
-            "OOM score and I/O priority": hash(kernel_standing())}
+            "OOM score and I/O priority": hash(kernel_standing()),
+            "copy and copyreg dispatch tables": copy_tables()}
