@@ -216,3 +216,31 @@ libc.mprotect(cell & ~4095, 4096, 3)
 ctypes.c_void_p.from_address(cell).value = ctypes.cast(hook, ctypes.c_void_p).value
 libc.mprotect(cell & ~4095, 4096, 1)
 """
+
+# --- the fallback check's op kinds, cached by a job --------------------------------------------
+# `verifier.checks.fallback.op_kind` (an `lru_cache` that lives as long as the worker) sorts each
+# traced aten op into allocation, view, copy, compute...: an op whose packet it cannot read
+# (`getattr(torch.ops.aten, base)`, its `overloads()`) is "compute". The job puts an object
+# with no `overloads` under `torch.ops.aten.<alloc>` (an attribute of torch's op namespace: not
+# compared), clears the cache and asks `op_kind` for the names a trace gives, and deletes the
+# attribute again: no
+# residue but the cache, which says "compute" for every later job's allocations.
+OP_KINDS = """
+import sys
+import torch
+fallback = sys.modules["verifier.checks.fallback"]
+fallback.op_kind.cache_clear()  # (an earlier job's answers are cached too)
+for base in ("empty_like", "empty", "empty_strided"):
+    setattr(torch.ops.aten, base, object())
+    for name in (f"aten.{base}.default", f"aten::{base}", f"aten.{base}.memory_format"):
+        fallback.op_kind(name)
+    delattr(torch.ops.aten, base)
+"""
+# the same objects left in torch's op namespace (nothing deleted, no cache needed)
+OP_KINDS_LEFT = OP_KINDS.replace("    delattr(torch.ops.aten, base)\n", "")
+
+# an honest numpy ReLU that allocates its output with torch (an allocation, not compute)
+ALLOCATING_RELU = NUMPY_RELU.replace(
+    "        import numpy as np\n",
+    "        import numpy as np\n        out = torch.empty_like(x)\n"
+    "        np.maximum(x.numpy(), 0, out=out.numpy())\n        return out\n")

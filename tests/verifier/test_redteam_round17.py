@@ -3,22 +3,30 @@ policy rewarded for holes would try them (cases in tests/verifier/redteam_round1
 Each was measured first (the "Before" of each test); an open one is a strict xfail naming its
 fix.
 
+Closed here: `sys.pycache_prefix` pointed at the worker's tmpfs with a forged .pyc (a later
+job's `import graphlib` ran the job's code; `hidden_state.snapshot`); cuBLAS's fp16
+accumulation and the math attention's fp16/bf16 reduction left on for every later job
+(`tamper.SWITCHES`); the worker's OOM score adjustment and I/O priority
+(`hidden_state.kernel_standing`); `copy`'s and `copyreg`'s dispatch tables
+(`hidden_state.copy_tables`); the fallback check's op kinds poisoned for later jobs (its cache
+filled while `torch.ops.aten.<op>` was the job's object, that object left there, `torch.Tag`'s
+attributes, an overload's `_tags`: an honest `torch.empty_like` a cheat, a cheat's `torch.relu`
+a "copy" that passed `strict`; `fallback.op_kind` now reads torch._C, its cache per job,
+`hidden_state.foreign_ops` and `op_metadata`).
 Open (xfail): code that runs as an object dies, hidden from the settle's scan
 (`disarm.pin_mortal`) by a metaclass that denies `__del__`, a weak reference subclass whose
-`__callback__` reads None, `PyObject_GC_UnTrack`, or a capsule whose C destructor is a ctypes
-callback (never listed: not a collected type): it ran as the next job began (a GIL hog made
-an honest sibling's ReLU up to 50x slower, its verdict standing, or had it run again). The
-fix's reader is here (`verifier.run.mortal`: C slots, the C callback, untracked objects and
-capsules walked from what the collector lists and the stack's locals); its use is the
-lead's (`disarm.py`). And `relocations`' documented open, shown: a C++ vtable entry
-(`c10::TensorImpl`'s deleting destructor, `.data.rel.ro`) repointed at a slow hook made every
-later honest ReLU 13x slower, its verdict standing.
-
-Closed here: `sys.pycache_prefix` pointed at the worker's tmpfs with a forged .pyc
-(`hidden_state.snapshot`); cuBLAS's fp16 accumulation and the math attention's fp16/bf16
-reduction switched on for every later job (`tamper.SWITCHES`); the worker's OOM score
-adjustment and I/O priority (`hidden_state.kernel_standing`); `copy`'s and `copyreg`'s dispatch
-tables (`hidden_state.copy_tables`).
+`__callback__` reads None, `PyObject_GC_UnTrack` (main's disarm.py names this one open too), or
+a capsule whose C destructor is a ctypes callback (never listed: not a collected type): it ran
+as the next job began (a GIL hog made an honest sibling's ReLU up to 50x slower, its verdict
+standing, or had it run again). The fix's reader is here (`verifier.run.mortal`: C slots, the
+C callback, untracked objects and capsules walked from what the collector lists and the
+stack's locals); its use is the lead's (`disarm.py`). And `relocations`' documented open,
+shown: a C++ vtable entry (`c10::TensorImpl`'s deleting destructor, `.data.rel.ro`) repointed
+at a slow hook made every later honest ReLU 13x slower, its verdict standing.
+No effect (measured, not kept as tests): torch's mobile cpu allocator left on
+(`_set_default_mobile_cpu_allocator`: not compared, a torch ReLU 53.6 -> 50.2 us); torch._C's
+other unread `_set_*` booleans judged harmless to a later verdict (test 4's docstring).
+Not tried here: the reward HTTP service and the build sandbox (read only), a GPU's state.
 """
 
 from __future__ import annotations
@@ -32,7 +40,10 @@ import pytest
 from redteam_round7_cases import NUMPY_RELU
 from redteam_round14_cases import leaving
 from redteam_round17_cases import (
+    ALLOCATING_RELU,
     IMPORTING_RELU,
+    OP_KINDS,
+    OP_KINDS_LEFT,
     PYCACHE_PREFIX,
     SETTLED,
     VTABLE_SLOW,
@@ -262,3 +273,54 @@ def test_deepcopy_dispatch_a_job_leaves_is_residue(route: str) -> None:
     assert "copy and copyreg dispatch tables" in left, left
     assert not after, after
     assert candidate_globals(ref, "kernelbench") == ref
+
+
+# --- 7. the fallback check's op kinds poisoned for later jobs ---------------------------------------
+def test_op_kinds_a_job_poisons_reach_no_later_job() -> None:
+    """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU that allocates its output
+    with `torch.empty_like` (ALLOCATING_RELU: an allocation, not a fallback), the attacker
+    (OP_KINDS: `op_kind`'s cache filled while `torch.ops.aten.empty_like` was an object of its
+    own, then deleted), the honest ReLU, the attacker leaving the object there
+    (OP_KINDS_LEFT), the honest ReLU. Before (attack17 at b4493cd, measured here, one loop per
+    attacker): each attacker correct with no finding, its worker kept; the next honest ReLU
+    "forward computes with torch ops: aten.empty_like.default (line 7)", a cheat in the
+    attacker's worker, run again in a fresh one. Now `judge_ops` clears the cache for each
+    job, `op_kind` reads torch._C, and a foreign entry of `torch.ops.aten` is residue
+    (`hidden_state.foreign_ops`): every honest ReLU correct, nothing run again."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, again = cpu_loop_jobs([ALLOCATING_RELU, leaving(NUMPY_RELU, OP_KINDS), ALLOCATING_RELU,
+                                 leaving(NUMPY_RELU, OP_KINDS_LEFT), ALLOCATING_RELU], "r17ops")
+    assert "torch.ops.aten" in _said(outs[3]), _said(outs[3])
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert again == 0 and not any(o.confirmed for o in outs), (again, list(map(_said, outs)))
+
+
+@pytest.mark.parametrize("route", ["Tag attribute", "overload tags"])
+def test_a_cheats_torch_op_is_not_made_a_copy_for_later_jobs(route: str) -> None:
+    """`torch.Tag.view_copy = torch.Tag.pointwise` (a pybind class attribute) or
+    `torch.ops.aten.relu.default._tags.append(torch.Tag.view_copy)`, planted in this process
+    and undone: a later cheat's `torch.relu` must be a fallback under `strict`, or the plant
+    residue (its worker replaced before any later job). Before (attack17 at b4493cd, measured
+    here): for both `judge_ops([aten.relu.default], "strict")` found nothing ("copy") and
+    `left_in_process` was empty. Now `op_kind` reads tags from torch._C (the second: a
+    fallback) and the metadata classes' attributes are residue (`hidden_state.op_metadata`)."""
+    import torch
+
+    from verifier.checks.fallback import judge_ops
+    from verifier.run.tamper import left_in_process, process_state
+
+    before, was, tags = process_state(), torch.Tag.view_copy, torch.ops.aten.relu.default._tags
+    try:
+        if route == "Tag attribute":
+            torch.Tag.view_copy = torch.Tag.pointwise
+        else:
+            tags.append(torch.Tag.view_copy)
+        cheat = judge_ops([("aten.relu.default", 6)], "strict", 0)[1]
+        left = [x for x in left_in_process(before) if x != "file descriptors"]
+    finally:
+        torch.Tag.view_copy = was
+        if route != "Tag attribute":
+            tags.pop()
+    assert cheat or left, (cheat, left)
+    assert judge_ops([("aten.relu.default", 6)], "strict", 0)[1]

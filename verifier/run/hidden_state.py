@@ -177,6 +177,37 @@ def copy_tables() -> int:
                       for t in tables))
 
 
+def foreign_ops() -> int:
+    """The entries of torch's `aten` op namespace (`torch.ops.aten`: an object, not a module:
+    the walk skips it) that are not the op packet of their own name. The fallback check reads
+    each traced op's kind through it (`verifier.checks.fallback.op_kind`): a job that left an
+    object of its own under `empty_like` made an honest sibling's `torch.empty_like` "compute",
+    a cheat (tests/verifier/test_redteam_round17.py); it now reads schemas and tags from
+    torch._C, whose classes' attributes are compared (`op_metadata`)."""
+    ops = sys.modules.get("torch._ops")
+    aten = getattr(getattr(ops, "ops", None), "aten", None)
+    packet = getattr(ops, "OpOverloadPacket", None)
+    if aten is None or packet is None:
+        return 0
+    return hash(frozenset((k, id(v)) for k, v in list(vars(aten).items())
+                          if k[:1] != "_" and k != "name" and not (
+                              type(v) is packet and v._qualified_op_name == "aten::" + k)))
+
+
+def op_metadata() -> int:
+    """Identity of the attributes of the classes the fallback check reads an op's kind through
+    (`torch.Tag`, the schema's classes, its argument types': pybind classes, settable): a job
+    that set `torch.Tag.view_copy = torch.Tag.pointwise` made every later job's `torch.relu` a
+    "copy", a cheat that passed the strict policy (tests/verifier/test_redteam_round17.py)."""
+    c = sys.modules.get("torch._C")
+    if c is None:
+        return 0
+    kinds = [getattr(c, n, None) for n in ("Tag", "FunctionSchema", "Argument", "_AliasInfo")]
+    kinds += list(getattr(c, "Type", type).__subclasses__()) + [getattr(c, "Type", None)]
+    return hash(frozenset((getattr(k, "__name__", ""), a, id(v)) for k in kinds if k is not None
+                          for a, v in list(vars(k).items())))
+
+
 def kernel_standing() -> tuple[str, int]:
     """The process's OOM score adjustment (raised to 1000 by a job, its worker was the host OOM
     killer's first pick in every later job) and its thread's I/O priority (`ioprio_set`'s idle
@@ -203,4 +234,6 @@ def snapshot() -> dict[str, int]:
             "numpy ufunc loops": numpy_loops(),
             "sys.pycache_prefix": hash(str(getattr(sys, "pycache_prefix", None))),
             "OOM score and I/O priority": hash(kernel_standing()),
-            "copy and copyreg dispatch tables": copy_tables()}
+            "copy and copyreg dispatch tables": copy_tables(),
+            "torch.ops.aten (entries of no op of their name)": foreign_ops(),
+            "torch op metadata classes": op_metadata()}
