@@ -31,11 +31,12 @@ _DICT = type.__dict__["__dict__"].__get__
 _CALLBACK = weakref.ReferenceType.__dict__["__callback__"].__get__  # the C member's reader
 WALK_MAX = 1_000_000  # untracked objects walked at most per scan
 _HAVE_GC = 1 << 14  # Py_TPFLAGS_HAVE_GC
-_capsule_new = ctypes.pythonapi.PyCapsule_New
+_API = ctypes.PyDLL(None)  # its own function objects: `ctypes.pythonapi`'s argtypes are shared
+_capsule_new = _API.PyCapsule_New
 _capsule_new.restype, _capsule_new.argtypes = ctypes.py_object, [ctypes.c_void_p,
                                                                 ctypes.c_char_p, ctypes.c_void_p]
 CAPSULE = type(_capsule_new(1, None, None))  # (not a collected type: never listed)
-_destructor = ctypes.pythonapi.PyCapsule_GetDestructor
+_destructor = _API.PyCapsule_GetDestructor
 _destructor.restype, _destructor.argtypes = ctypes.c_void_p, [ctypes.py_object]
 
 
