@@ -244,3 +244,19 @@ ALLOCATING_RELU = NUMPY_RELU.replace(
     "        import numpy as np\n",
     "        import numpy as np\n        out = torch.empty_like(x)\n"
     "        np.maximum(x.numpy(), 0, out=out.numpy())\n        return out\n")
+
+# --- the fallback check's trace made blind for later jobs ---------------------------------------
+# The worker traces each job's forward with a `TorchDispatchMode` subclass of its own
+# (`fallback.make_trace_mode`); the base class's `__enter__` pushes it on torch's mode stack
+# through `torch.utils._python_dispatch._push_mode`, a private function of a module the walk
+# reads only the public callables of. A job that makes both stack functions do nothing leaves
+# every later job's trace empty: a later forward that is `torch.relu` is no fallback.
+BLIND_TRACE = """
+import sys
+dispatch = sys.modules["torch.utils._python_dispatch"]
+dispatch._push_mode = lambda mode, *a, **k: None
+dispatch._pop_mode = lambda *a, **k: None
+"""
+
+# a library fallback: the forward is torch's own ReLU
+TORCH_RELU = NUMPY_RELU.replace("        import numpy as np\n", "        return torch.relu(x)\n")

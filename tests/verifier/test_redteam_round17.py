@@ -12,7 +12,9 @@ accumulation and the math attention's fp16/bf16 reduction left on for every late
 filled while `torch.ops.aten.<op>` was the job's object, that object left there, `torch.Tag`'s
 attributes, an overload's `_tags`: an honest `torch.empty_like` a cheat, a cheat's `torch.relu`
 a "copy" that passed `strict`; `fallback.op_kind` now reads torch._C, its cache per job,
-`hidden_state.foreign_ops` and `op_metadata`).
+`hidden_state.foreign_ops` and `op_metadata`); the op trace made blind for later jobs
+(`torch.utils._python_dispatch._push_mode`/`_pop_mode` no-ops: a later `torch.relu` forward
+passed `strict`; `hidden_state.trace_machinery`).
 Open (xfail): code that runs as an object dies, hidden from the settle's scan
 (`disarm.pin_mortal`) by a metaclass that denies `__del__`, a weak reference subclass whose
 `__callback__` reads None, `PyObject_GC_UnTrack` (main's disarm.py names this one open too), or
@@ -41,11 +43,13 @@ from redteam_round7_cases import NUMPY_RELU
 from redteam_round14_cases import leaving
 from redteam_round17_cases import (
     ALLOCATING_RELU,
+    BLIND_TRACE,
     IMPORTING_RELU,
     OP_KINDS,
     OP_KINDS_LEFT,
     PYCACHE_PREFIX,
     SETTLED,
+    TORCH_RELU,
     VTABLE_SLOW,
     WAYS,
     hidden_death,
@@ -324,3 +328,27 @@ def test_a_cheats_torch_op_is_not_made_a_copy_for_later_jobs(route: str) -> None
             tags.pop()
     assert cheat or left, (cheat, left)
     assert judge_ops([("aten.relu.default", 6)], "strict", 0)[1]
+
+
+# --- 8. the op trace made blind for later jobs ---------------------------------------------------
+def test_a_trace_a_job_blinds_passes_no_later_fallback() -> None:
+    """On the real path (`GpuRunner`, cpu loop): a library fallback (TORCH_RELU: `forward` is
+    `torch.relu(x)`), an honest numpy ReLU, the attacker (an honest ReLU leaving BLIND_TRACE:
+    `torch.utils._python_dispatch._push_mode` and `_pop_mode` made no-ops, private functions
+    of a module whose public callables alone were compared), the fallback again, an honest
+    ReLU. Before (attack17 at b4493cd, measured here): the first fallback a cheat ("forward
+    computes with torch ops: aten.relu.default (line 6)"); the attacker correct with no
+    finding, its worker kept; the second fallback CORRECT in that worker (its trace empty),
+    nothing run again. Now every callable of the trace's modules and their classes'
+    attributes are residue (`hidden_state.trace_machinery`): the attacker's worker is
+    replaced, the second fallback a cheat as the first."""
+    from verifier_cases import cpu_loop_jobs
+
+    outs, _ = cpu_loop_jobs([TORCH_RELU, NUMPY_RELU, leaving(NUMPY_RELU, BLIND_TRACE),
+                             TORCH_RELU, NUMPY_RELU], "r17blind")
+    first, honest, attacker, second, last = outs
+    assert "op trace machinery" in _said(attacker), _said(attacker)
+    assert _ok(honest) and _ok(attacker) and _ok(last), [_why(o) for o in outs]
+    for cheat in (first, second):
+        assert not _ok(cheat) and "aten.relu" in str((cheat.payload or {}).get("error")), \
+            (cheat.payload or {}).get("error")

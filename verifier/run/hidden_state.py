@@ -208,6 +208,30 @@ def op_metadata() -> int:
                           for a, v in list(vars(k).items())))
 
 
+# torch's modules the worker's op trace runs through (`fallback.make_trace_mode`: a dispatch mode
+# pushed by `_python_dispatch._push_mode`; `op_trace.OpNames`: the profiler; `torch._ops`: each
+# op's call): the walk reads only their public callables
+TRACE_MODULES = ("torch.utils._python_dispatch", "torch.overrides", "torch._ops",
+                 "torch.autograd.profiler", "torch.profiler.profiler")
+
+
+def trace_machinery() -> int:
+    """Identity of every callable of TRACE_MODULES, private ones too, and of the attributes of
+    their classes: a job that made `_push_mode` and `_pop_mode` do nothing left every later
+    job's trace empty, and a later forward that was `torch.relu` passed the strict policy
+    (tests/verifier/test_redteam_round17.py)."""
+    out = []
+    for name in TRACE_MODULES:
+        module = sys.modules.get(name)
+        for k, v in list(namespace(module).items()) if module is not None else ():
+            if isinstance(v, type) and getattr(v, "__module__", None) == name:
+                out.extend((name, k, a, id(b), id(getattr(b, "__code__", None)))
+                           for a, b in list(vars(v).items()))
+            elif callable(v):
+                out.append((name, k, "", id(v), id(getattr(v, "__code__", None))))
+    return hash(frozenset(out))
+
+
 def kernel_standing() -> tuple[str, int]:
     """The process's OOM score adjustment (raised to 1000 by a job, its worker was the host OOM
     killer's first pick in every later job) and its thread's I/O priority (`ioprio_set`'s idle
@@ -236,4 +260,5 @@ def snapshot() -> dict[str, int]:
             "OOM score and I/O priority": hash(kernel_standing()),
             "copy and copyreg dispatch tables": copy_tables(),
             "torch.ops.aten (entries of no op of their name)": foreign_ops(),
-            "torch op metadata classes": op_metadata()}
+            "torch op metadata classes": op_metadata(),
+            "torch's op trace machinery": trace_machinery()}
