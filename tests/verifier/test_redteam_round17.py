@@ -14,7 +14,9 @@ attributes, an overload's `_tags`: an honest `torch.empty_like` a cheat, a cheat
 a "copy" that passed `strict`; `fallback.op_kind` now reads torch._C, its cache per job,
 `hidden_state.foreign_ops` and `op_metadata`); the op trace made blind for later jobs
 (`torch.utils._python_dispatch._push_mode`/`_pop_mode` no-ops: a later `torch.relu` forward
-passed `strict`; `hidden_state.trace_machinery`).
+passed `strict`; `hidden_state.trace_machinery`); torch's Python front's private names
+(`torch._VF.einsum` the job's: every later `torch.einsum`; `torch.nn.functional`'s helpers;
+`hidden_state.torch_front`).
 Open (xfail): code that runs as an object dies, hidden from the settle's scan
 (`disarm.pin_mortal`) by a metaclass that denies `__del__`, a weak reference subclass whose
 `__callback__` reads None, `PyObject_GC_UnTrack` (main's disarm.py names this one open too), or
@@ -352,3 +354,38 @@ def test_a_trace_a_job_blinds_passes_no_later_fallback() -> None:
     for cheat in (first, second):
         assert not _ok(cheat) and "aten.relu" in str((cheat.payload or {}).get("error")), \
             (cheat.payload or {}).get("error")
+
+
+# --- 9. torch's Python front: names the walk skipped ---------------------------------------------
+@pytest.mark.parametrize("route", ["torch._VF.einsum", "F._canonical_mask"])
+def test_torchs_private_front_a_job_rebinds_is_residue(route: str) -> None:
+    """`torch._VF` answers torch's C functions by `__getattr__` (`torch.einsum`, `torch.norm`,
+    `torch.meshgrid`, nn.LSTM and dropout call through it), so a name set on it is no key of
+    the walk; `torch.nn.functional`'s private helpers (`_canonical_mask`: every attention
+    mask) are skipped as private. Planted in this process and undone. Before (attack17 at
+    b4493cd, measured here): `left_in_process` empty for both, and with the first every
+    `torch.einsum` was the job's (here: its sum plus one). Now every callable and module of
+    `hidden_state.FRONT_MODULES` is compared, private ones too: residue, and nothing once
+    undone (nor after an honest LSTM, einsum and norm)."""
+    import torch
+
+    from verifier.run.tamper import left_in_process, process_state
+
+    vf, fn = sys.modules["torch._VF"], sys.modules["torch.nn.functional"]
+    real, mask = torch._C._VariableFunctions.einsum, fn._canonical_mask
+    before = process_state()
+    try:
+        if route == "torch._VF.einsum":
+            vf.einsum = lambda eq, ops, **kw: real(eq, ops) + 1
+            assert torch.einsum("ij->j", torch.ones(2, 2)).tolist() == [3.0, 3.0]
+        else:
+            fn._canonical_mask = lambda *a, **k: None
+        left = left_in_process(before)
+    finally:
+        vf.__dict__.pop("einsum", None)
+        fn._canonical_mask = mask
+    assert torch.einsum("ij->j", torch.ones(2, 2)).tolist() == [2.0, 2.0]
+    after = left_in_process(before)
+    left, after = ([x for x in found if x != "file descriptors"] for found in (left, after))
+    assert "torch's Python front (private names too)" in left, left
+    assert "torch's Python front (private names too)" not in after, after

@@ -232,6 +232,23 @@ def trace_machinery() -> int:
     return hash(frozenset(out))
 
 
+# torch's Python front whose private names the walk skips: `torch._VF` (an object answering
+# torch's C functions by `__getattr__`: `torch.einsum`, `torch.norm`, `torch.meshgrid`, nn.LSTM
+# and dropout call through it) and the modules that hold it or their own helpers
+FRONT_MODULES = ("torch._VF", "torch.functional", "torch.nn.functional", "torch.nn.modules.rnn")
+
+
+def torch_front() -> int:
+    """Identity of every callable and module object of FRONT_MODULES, private ones too: a job
+    that put its own `einsum` on `torch._VF` (a name `__getattr__` would answer, so never
+    walked) made every later job's `torch.einsum` its own (tests/verifier/
+    test_redteam_round17.py)."""
+    loaded = [(n, sys.modules[n]) for n in FRONT_MODULES if sys.modules.get(n) is not None]
+    return hash(frozenset((name, k, id(v)) for name, module in loaded
+                          for k, v in list(namespace(module).items())
+                          if callable(v) or isinstance(v, type(sys))))
+
+
 def kernel_standing() -> tuple[str, int]:
     """The process's OOM score adjustment (raised to 1000 by a job, its worker was the host OOM
     killer's first pick in every later job) and its thread's I/O priority (`ioprio_set`'s idle
@@ -261,4 +278,5 @@ def snapshot() -> dict[str, int]:
             "copy and copyreg dispatch tables": copy_tables(),
             "torch.ops.aten (entries of no op of their name)": foreign_ops(),
             "torch op metadata classes": op_metadata(),
-            "torch's op trace machinery": trace_machinery()}
+            "torch's op trace machinery": trace_machinery(),
+            "torch's Python front (private names too)": torch_front()}
