@@ -242,7 +242,7 @@ def test_the_workers_standing_a_job_lowers_is_residue(route: str) -> None:
     assert not after, after
 
 
-# --- 6. what deepcopy dispatches on -----------------------------------------------------------------
+# --- 6. what deepcopy dispatches on --------------------------------------------------------------
 @pytest.mark.parametrize("route", ["deepcopy int", "copyreg"])
 def test_deepcopy_dispatch_a_job_leaves_is_residue(route: str) -> None:
     """The worker deep-copies the reference's data into a candidate's globals (`--namespace
@@ -281,7 +281,7 @@ def test_deepcopy_dispatch_a_job_leaves_is_residue(route: str) -> None:
     assert candidate_globals(ref, "kernelbench") == ref
 
 
-# --- 7. the fallback check's op kinds poisoned for later jobs ---------------------------------------
+# --- 7. the fallback check's op kinds poisoned for later jobs ------------------------------------
 def test_op_kinds_a_job_poisons_reach_no_later_job() -> None:
     """On the real path (`GpuRunner`, cpu loop): an honest numpy ReLU that allocates its output
     with `torch.empty_like` (ALLOCATING_RELU: an allocation, not a fallback), the attacker
