@@ -58,6 +58,28 @@ def _tensor_type(t: Any) -> bool:
     return "Tensor" in s
 
 
+def _overloads(base: str) -> list[str] | None:
+    """The overload names of `aten::<base>` ("default" for the unnamed one), None when there is
+    no such op; read from torch._C, fresh: never through `torch.ops`' Python objects, whose
+    attributes (a packet under a name, an overload's `_schema` and `_tags`) a job can set for
+    every later job of its worker (tests/verifier/test_redteam_round17.py)."""
+    import torch
+
+    found = torch._C._jit_get_operation(f"aten::{base}")
+    if not found or found[0] is None:
+        return None
+    return ["default" if not o else o for o in found[1]]
+
+
+def _facts(base: str, overload: str) -> tuple[Any, set[Any]]:
+    """(schema, tags) of one overload, from torch._C (`_overloads`)."""
+    import torch
+
+    name = "" if overload == "default" else overload
+    tags = torch._C._get_operation_overload(f"aten::{base}", name)[2]
+    return torch._C._get_schema(f"aten::{base}", name), set(tags)
+
+
 @lru_cache(maxsize=4096)
 def op_kind(op_name: str) -> str:
     """The kind of one aten op overload, from its schema and tags (see the module doc)."""
@@ -68,16 +90,17 @@ def op_kind(op_name: str) -> str:
     if ns != "aten":
         return "other"
     try:
-        packet = getattr(torch.ops.aten, base)
-        if not overload and "default" not in packet.overloads():  # a profiler's name: the kind
+        overloads = _overloads(base)
+        if overloads is None:
+            return "compute"
+        if not overload and "default" not in overloads:  # a profiler's name: the kind
             # of its overloads (`aten::empty` has memory_format, names and out, all allocation)
-            plain = [o for o in packet.overloads() if "out" not in o] or packet.overloads()
+            plain = [o for o in overloads if "out" not in o] or overloads
             kinds = {op_kind(f"aten.{base}.{o}") for o in plain}
             return kinds.pop() if len(kinds) == 1 else op_kind(f"aten.{base}.{plain[0]}")
-        op = getattr(packet, overload or "default")
+        schema, tags = _facts(base, overload or "default")
     except (AttributeError, RuntimeError):
         return "compute"
-    schema, tags = op._schema, set(op.tags)
     if base in DATA_MOVEMENT or torch.Tag.view_copy in tags:
         return "copy"
     if base in VALUE_FREE:
@@ -107,12 +130,10 @@ def op_kind(op_name: str) -> str:
 
 
 def functional_kind(base: str) -> str:
-    import torch
-
-    packet = getattr(torch.ops.aten, base, None)
-    if packet is None:
+    try:
+        overloads = _overloads(base)
+    except RuntimeError:
         return "compute"
-    overloads = packet.overloads()
     if not overloads:
         return "compute"
     name = "default" if "default" in overloads else overloads[0]
@@ -180,6 +201,10 @@ def judge_ops(events: list[tuple[str, int | None]], policy: str,
     """(findings, cheat message or "") for the traced ops of forward under `policy`."""
     if policy not in POLICIES:
         raise ValueError(f"fallback policy {policy!r} is not one of {', '.join(POLICIES)}")
+    # each job's kinds its own: an earlier job of the worker that asked `op_kind` while
+    # `torch.ops.aten.<op>` was an object of its own (then deleted) left "compute" cached for
+    # torch.empty_like: an honest sibling was a cheat (tests/verifier/test_redteam_round17.py)
+    op_kind.cache_clear()
     first_line: dict[str, int | None] = {}
     for op, line in events:
         if op.startswith("aten") and is_fallback(op_kind(op)):

@@ -33,6 +33,10 @@ public callables) misses: read by its effects, or by value.
   job's outputs (the judge's failure, charged to the honest job). Each package's path is
   compared by value, and a path into a directory a job can write (`writable`) is residue
   whichever package holds it, one loaded since too.
+- where imports look for cached bytecode (`sys.pycache_prefix`, a str: the walk skips it). A
+  job that set it to its worker's tmpfs, with a .pyc for `graphlib` whose header matched the
+  source's size and mtime, ran its own code at a later job's `import graphlib` (torch.relu
+  rebound: the honest sibling a cheat, run again; tests/verifier/test_redteam_round17.py).
 """
 
 from __future__ import annotations
@@ -159,10 +163,120 @@ def registries() -> dict[str, int]:
             "sys.path_importer_cache" + NAMES: len(sys.path_importer_cache)}
 
 
+def copy_tables() -> int:
+    """What `copy.deepcopy` and `copy.copy` dispatch on (`copy._deepcopy_dispatch`, a private
+    dict; `copyreg.dispatch_table`, not callable: the walk skips both). The worker deep-copies
+    the reference's data into a candidate's globals (`namespace.candidate_globals`) and the
+    model for the fp64 second opinion (`device_compare.against_fp64`): a job that set
+    `_deepcopy_dispatch[int]` to add one gave every later job's copies sizes off by one
+    (tests/verifier/test_redteam_round17.py)."""
+    tables = [getattr(sys.modules.get(m), t, None) for m, t in (
+        ("copy", "_deepcopy_dispatch"), ("copy", "_copy_dispatch"), ("copyreg", "dispatch_table"))]
+    return hash(tuple(frozenset((id(k), id(v), id(getattr(v, "__code__", None)))
+                                for k, v in list(t.items())) if isinstance(t, dict) else None
+                      for t in tables))
+
+
+def foreign_ops() -> int:
+    """The entries of torch's `aten` op namespace (`torch.ops.aten`: an object, not a module:
+    the walk skips it) that are not the op packet of their own name. The fallback check reads
+    each traced op's kind through it (`verifier.checks.fallback.op_kind`): a job that left an
+    object of its own under `empty_like` made an honest sibling's `torch.empty_like` "compute",
+    a cheat (tests/verifier/test_redteam_round17.py); it now reads schemas and tags from
+    torch._C, whose classes' attributes are compared (`op_metadata`)."""
+    ops = sys.modules.get("torch._ops")
+    aten = getattr(getattr(ops, "ops", None), "aten", None)
+    packet = getattr(ops, "OpOverloadPacket", None)
+    if aten is None or packet is None:
+        return 0
+    return hash(frozenset((k, id(v)) for k, v in list(vars(aten).items())
+                          if k[:1] != "_" and k != "name" and not (
+                              type(v) is packet and v._qualified_op_name == "aten::" + k)))
+
+
+def op_metadata() -> int:
+    """Identity of the attributes of the classes the fallback check reads an op's kind through
+    (`torch.Tag`, the schema's classes, its argument types': pybind classes, settable): a job
+    that set `torch.Tag.view_copy = torch.Tag.pointwise` made every later job's `torch.relu` a
+    "copy", a cheat that passed the strict policy (tests/verifier/test_redteam_round17.py)."""
+    c = sys.modules.get("torch._C")
+    if c is None:
+        return 0
+    kinds = [getattr(c, n, None) for n in ("Tag", "FunctionSchema", "Argument", "_AliasInfo")]
+    kinds += list(getattr(c, "Type", type).__subclasses__()) + [getattr(c, "Type", None)]
+    return hash(frozenset((getattr(k, "__name__", ""), a, id(v)) for k in kinds if k is not None
+                          for a, v in list(vars(k).items())))
+
+
+# torch's modules the worker's op trace runs through (`fallback.make_trace_mode`: a dispatch mode
+# pushed by `_python_dispatch._push_mode`; `op_trace.OpNames`: the profiler; `torch._ops`: each
+# op's call): the walk reads only their public callables
+TRACE_MODULES = ("torch.utils._python_dispatch", "torch.overrides", "torch._ops",
+                 "torch.autograd.profiler", "torch.profiler.profiler")
+
+
+def trace_machinery() -> int:
+    """Identity of every callable of TRACE_MODULES, private ones too, and of the attributes of
+    their classes: a job that made `_push_mode` and `_pop_mode` do nothing left every later
+    job's trace empty, and a later forward that was `torch.relu` passed the strict policy
+    (tests/verifier/test_redteam_round17.py)."""
+    out = []
+    for name in TRACE_MODULES:
+        module = sys.modules.get(name)
+        for k, v in list(namespace(module).items()) if module is not None else ():
+            if isinstance(v, type) and getattr(v, "__module__", None) == name:
+                out.extend((name, k, a, id(b), id(getattr(b, "__code__", None)))
+                           for a, b in list(vars(v).items()))
+            elif callable(v):
+                out.append((name, k, "", id(v), id(getattr(v, "__code__", None))))
+    return hash(frozenset(out))
+
+
+# torch's Python front whose private names the walk skips: `torch._VF` (an object answering
+# torch's C functions by `__getattr__`: `torch.einsum`, `torch.norm`, `torch.meshgrid`, nn.LSTM
+# and dropout call through it) and the modules that hold it or their own helpers
+FRONT_MODULES = ("torch._VF", "torch.functional", "torch.nn.functional", "torch.nn.modules.rnn")
+
+
+def torch_front() -> int:
+    """Identity of every callable and module object of FRONT_MODULES, private ones too: a job
+    that put its own `einsum` on `torch._VF` (a name `__getattr__` would answer, so never
+    walked) made every later job's `torch.einsum` its own (tests/verifier/
+    test_redteam_round17.py)."""
+    loaded = [(n, sys.modules[n]) for n in FRONT_MODULES if sys.modules.get(n) is not None]
+    return hash(frozenset((name, k, id(v)) for name, module in loaded
+                          for k, v in list(namespace(module).items())
+                          if callable(v) or isinstance(v, type(sys))))
+
+
+def kernel_standing() -> tuple[str, int]:
+    """The process's OOM score adjustment (raised to 1000 by a job, its worker was the host OOM
+    killer's first pick in every later job) and its thread's I/O priority (`ioprio_set`'s idle
+    class: a later job's reads, its extension's .so, wait behind any other I/O); round 17."""
+    import ctypes
+    import platform
+
+    try:
+        with open("/proc/self/oom_score_adj") as f:
+            oom = f.read().strip()
+    except OSError:
+        oom = "?"
+    number = {"x86_64": 252, "aarch64": 31}.get(platform.machine())  # ioprio_get
+    io = ctypes.CDLL(None, use_errno=True).syscall(number, 1, 0) if number else -1
+    return oom, io
+
+
 def snapshot() -> dict[str, int]:
     """The keys `process_state` compares for this module."""
     return {**package_paths(), **registries(),
             "floating-point environment": hash(float_environment()),
             "codecs search path": hash(codec_search()),
             "numpy floating-point error state": hash(numpy_errors()),
-            "numpy ufunc loops": numpy_loops()}
+            "numpy ufunc loops": numpy_loops(),
+            "sys.pycache_prefix": hash(str(getattr(sys, "pycache_prefix", None))),
+            "OOM score and I/O priority": hash(kernel_standing()),
+            "copy and copyreg dispatch tables": copy_tables(),
+            "torch.ops.aten (entries of no op of their name)": foreign_ops(),
+            "torch op metadata classes": op_metadata(),
+            "torch's op trace machinery": trace_machinery(),
+            "torch's Python front (private names too)": torch_front()}

@@ -300,14 +300,14 @@ def process_settings() -> dict[str, int]:
 
 
 # torch's switches of which kernels run and how (beside `gpu_worker.global_flags`): oneDNN off
-# gave every later job's convolutions and matmuls torch's slower paths; the attention
-# backends, the BLAS and linear-algebra libraries likewise on a GPU
+# gave later jobs' convolutions and matmuls slower paths; attention, BLAS, fp16 sums on a GPU
 SWITCHES = ("mkldnn.enabled", "mkldnn.deterministic", "cudnn.deterministic",
             "cuda.matmul.allow_bf16_reduced_precision_reduction", "cuda.flash_sdp_enabled()",
             "cuda.mem_efficient_sdp_enabled()", "cuda.math_sdp_enabled()",
             "cuda.cudnn_sdp_enabled()", "cuda.preferred_linalg_library()",
             "cuda.preferred_blas_library()", "opt_einsum.enabled", "opt_einsum.strategy",
-            "mha.get_fastpath_enabled()")
+            "mha.get_fastpath_enabled()", "cuda.matmul.allow_fp16_accumulation",
+            "cuda.fp16_bf16_reduction_math_sdp_allowed()")  # (the last two: round 17)
 
 
 def torch_switches() -> dict[str, Any]:
