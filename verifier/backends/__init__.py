@@ -232,33 +232,26 @@ class DeviceBackend(Backend):
         return [f.as_finding() for f in fallback_findings(kernels, own)]
 
 
-# Each registered class is a global of this module (`_backend_<name>`), not an entry of a dict:
-# a persistent worker looks its backend up at every job, and compares every global of the
-# harness's modules by identity after each (`verifier.run.gpu_worker.watched_state`). A job
-# that put its own subclass in a dict registry, whose `synchronize` slept, had every later
-# job's forward timed through it (tests/verifier/test_redteam_round17b.py).
+# Each class a global (`_backend_<name>`), compared by identity after every job of a worker: one
+# put in a dict registry timed later jobs through the job's class (test_redteam_round17b.py)
 _PREFIX = "_backend_"
-# Backends that live in their own modules; imported on first lookup so a missing one (or one
-# whose module fails to import) only affects requests for it.
-_MODULES = (("cpu", "verifier.backends.cpu"), ("cuda", "verifier.backends.cuda"),
-            ("musa", "verifier.backends.musa"))
+# Backends in their own modules, imported on first lookup: a missing one affects only its own
+_MODULES = tuple((n, f"verifier.backends.{n}") for n in ("cpu", "cuda", "musa"))
 
 
-def register(cls: type[Backend]) -> type[Backend]:
-    """Class decorator: make `cls` available under `cls.name`."""
+def register(cls: type[Backend]) -> type[Backend]:  # a class decorator: `cls` as `cls.name`
     globals()[_PREFIX + cls.name] = cls
     return cls
 
 
-def backend_class(name: str) -> type[Backend]:
-    """The registered class for `name`, importing its module on first use."""
+def backend_class(name: str) -> type[Backend]:  # importing its module on first use
     modules = dict(_MODULES)
     if _PREFIX + name not in globals() and name in modules:
         try:
             importlib.import_module(modules[name])
         except ImportError as exc:
-            raise BackendUnavailable(f"backend {name!r}: cannot import {modules[name]} "
-                                     f"({exc})") from None
+            raise BackendUnavailable(f"backend {name!r}: cannot import {modules[name]} ({exc})"
+                                     ) from None
     cls = globals().get(_PREFIX + name)
     if cls is None:
         raise BackendUnavailable(f"unknown backend {name!r} (known: {', '.join(modules)})")

@@ -28,8 +28,7 @@ objects, 30 ms, twice a settle; a job that let as many frozen objects die as it 
 freeze.) The mark is held by the worker's loop in a local and passed down, never in data of a
 module: a job that froze its object and wrote a fresh list over such a global (`MARK[0]`)
 hid its freeze (tests/verifier/test_redteam_round16.py); a frame's locals are not Python's to
-rebind. Open: a job with ctypes (`PyFrame_LocalsToFast` on the loop's frame, or its object
-untracked with `PyObject_GC_UnTrack`, which no scan of the collector's lists sees).
+rebind. Open: a job with ctypes that rebinds the loop frame's local (`PyFrame_LocalsToFast`).
 """
 
 from __future__ import annotations
@@ -37,6 +36,8 @@ from __future__ import annotations
 import gc
 import weakref
 from typing import Any
+
+from verifier.run.mortal import mortal_of, stack_roots
 
 # what earlier jobs left that would run code as it dies: held for the worker's life
 PINNED: list[Any] = []
@@ -68,23 +69,16 @@ def detach_all() -> list[tuple[Any, Any]]:
     return found
 
 
-def pin_mortal(mark: list[Any] | None) -> int:
+def pin_mortal(mark: list[Any] | None, skip: tuple[Any, ...] = ()) -> int:
     """Hold every object the collector lists (those created since the last `gc.freeze`, `mark`
-    made then) that has a `__del__`, and the live referent of every weak reference among them
-    with a callback; how many were pinned."""
+    made then), or that they or any frame's locals hold untracked, that runs code as it dies,
+    and the live referent of every weak reference among them with a callback, as the
+    interpreter reads them (`verifier.run.mortal`: a metaclass that denied `__del__`, a
+    shadowed `__callback__`, an object taken out of the collector's lists and a capsule's C
+    destructor each hid one: tests/verifier/test_redteam_round17.py; `skip`: the harness's
+    own immutable objects, not walked); how many were pinned."""
     if frozen_since(mark):
         gc.unfreeze()  # the job froze objects itself: listed only once unfrozen
-    has_del: dict[type, bool] = {}
-    held = []
-    for obj in gc.get_objects():
-        kind = type(obj)
-        if kind not in has_del:
-            has_del[kind] = hasattr(kind, "__del__")
-        if has_del[kind]:
-            held.append(obj)
-        if isinstance(obj, weakref.ReferenceType) and obj.__callback__ is not None:
-            target = obj()
-            if target is not None:
-                held.append(target)
+    held = mortal_of(gc.get_objects() + stack_roots(), skip)
     PINNED.extend(held)
     return len(held)

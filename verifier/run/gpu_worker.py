@@ -317,7 +317,7 @@ def _settle(held: list[Any], ready: ReadyState, mark: list[Any]) -> tuple[dict[s
     next settle's freeze mark (`disarm.note_frozen`)."""
     held.clear()
     report: dict[str, Any] = {"settled": True, "outcome": "ok", "findings": []}
-    left = leftover_code(dict(ready.armed), mark)
+    left = leftover_code(dict(ready.armed), mark, (ready, *ready))
     leave = _hygiene(report, ready)
     if report["outcome"] != "ok":
         report["error"] += " (found after the run, once its garbage was collected)"

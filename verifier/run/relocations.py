@@ -8,13 +8,15 @@ changes) sends every later job's call elsewhere: numpy's `memmove` pointed at li
 made a later honest ReLU that copies its result "incorrect", the judge's own failure, which
 stands (tests/verifier/test_redteam_round16.py). So each library loaded when the worker was
 ready keeps, by its path:
-- a hash of its GOT inside RELRO (`PT_GNU_RELRO`: `.got`, and `.got.plt` of a library linked
-  `-z now`; constant after loading). Not the rest of RELRO (`.data.rel.ro`: vtables, typeinfo):
-  on an H100 hashing every library's whole RELRO (cuBLAS, cuDNN, libtorch_cuda) made each
-  settle 0.14 s slower (0.29 -> 0.43 s median over KernelBench's batch), a 7% throughput cost;
-  the GOTs are a sixth of it here (594 of 3600 KiB with torch and numpy loaded). Open: a job
-  that repoints a vtable entry there (every library's whole RELRO, or its pages' soft-dirty
-  bits, which a job can clear itself, would be the check);
+- a hash of its RELRO (`PT_GNU_RELRO`: the GOT, and `.data.rel.ro`'s vtables and typeinfo;
+  constant after loading) where that is at most `WHOLE_RELRO_MAX` (torch's, numpy's,
+  libpython's: libtorch_cpu's is 2.7 MiB), else of its GOT inside RELRO only (`.got`, and
+  `.got.plt` of a library linked `-z now`). Hashing every library's whole RELRO on an H100
+  (cuBLAS, cuDNN: 31 MB) made each settle 0.14 s slower (0.29 -> 0.43 s median over
+  KernelBench's batch); GOTs alone left the vtables open, and a job that pointed
+  `c10::TensorImpl`'s deleting destructor at a slow hook made later honest ReLUs 13x slower,
+  verdicts standing (tests/verifier/test_redteam_round17.py). Open: a vtable of a vendor
+  library past the bound;
 - a hash of its lazily bound GOT entries (`.rela.plt` outside RELRO) that were bound at its
   first snapshot (the ready worker's: `_BOUND`; pointing outside its `.plt` stubs). An entry
   not yet bound then would be bound at its first call, by any job, and could not be compared (a
@@ -36,14 +38,16 @@ from functools import cache
 
 _PT_LOAD, _PT_GNU_RELRO, _SHT_RELA, _R_JUMP_SLOT = 1, 0x6474E552, 4, 7
 _BOUND: dict[str, tuple[int, ...] | None] = {}  # lazy GOT entries bound at the first snapshot
+WHOLE_RELRO_MAX = 4 << 20  # bytes of RELRO hashed whole; a larger one: its GOT only
 
 
 @cache
 def _layout(path: str, _stamp: tuple[int, int]) -> tuple[int, tuple[tuple[int, int], ...],
                                                      tuple[int, ...], tuple[int, int]]:
-    """(the first PT_LOAD's vaddr, the (vaddr, size) of its GOT sections inside RELRO (all of
-    RELRO where the file has no section names), lazily bound GOT entries' vaddrs outside it,
-    the PLT stubs' (start, end)) of an ELF file; zeros for what is no 64-bit ELF."""
+    """(the first PT_LOAD's vaddr, the (vaddr, size) of what is hashed of RELRO (all of it
+    up to WHOLE_RELRO_MAX or where the file has no section names, else its GOT sections),
+    lazily bound GOT entries' vaddrs outside it, the PLT stubs' (start, end)) of an ELF file;
+    zeros for what is no 64-bit ELF."""
     with open(path, "rb") as f:
         data = f.read(64)
         if data[:6] != b"\x7fELF\x02\x01":
@@ -63,10 +67,11 @@ def _layout(path: str, _stamp: tuple[int, int]) -> tuple[int, tuple[tuple[int, i
         slots: list[int] = []
         plt = [(s[3], s[3] + s[5]) for s in secs if names[s[0]:s[0] + 5] == b".plt\0"
                or names[s[0]:s[0] + 9] == b".plt.sec\0"]
-        end = relro[0] + relro[1]  # each GOT section's bytes inside RELRO
-        got = tuple((max(s[3], relro[0]), min(s[3] + s[5], end) - max(s[3], relro[0]))
-                    for s in secs if names[s[0]:names.index(b"\0", s[0])]
-                    in (b".got", b".got.plt") and s[3] < end and relro[0] < s[3] + s[5])
+        end = relro[0] + relro[1]  # each GOT section's bytes inside RELRO (all of a small one)
+        got = ((relro,) if relro[1] <= WHOLE_RELRO_MAX else ()) or tuple(
+            (max(s[3], relro[0]), min(s[3] + s[5], end) - max(s[3], relro[0]))
+            for s in secs if names[s[0]:names.index(b"\0", s[0])] in (b".got", b".got.plt")
+            and s[3] < end and relro[0] < s[3] + s[5])
         for s in secs:
             if s[1] == _SHT_RELA and names[s[0]:names.index(b"\0", s[0])] == b".rela.plt":
                 f.seek(s[4])

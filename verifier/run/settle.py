@@ -126,12 +126,14 @@ def gc_callbacks() -> tuple[int, ...]:
     return tuple(id(c) for c in gc.callbacks)
 
 
-def leftover_code(armed_before: dict[Any, str], mark: list[Any] | None) -> list[str]:
+def leftover_code(armed_before: dict[Any, str], mark: list[Any] | None,
+                  skip: tuple[Any, ...] = ()) -> list[str]:
     """What the last job left to run in a later one, its garbage collected (its finalizers
     have run): garbage that renews itself, `weakref.finalize` callbacks it armed other than
     torch's. Then every finalizer is detached, torch's too, and what the job left alive that
     would run code as it dies is held for the worker's life (`verifier.run.disarm`; `mark`:
-    `disarm.note_frozen`'s at the harness's last freeze, None to scan every object)."""
+    `disarm.note_frozen`'s at the harness's last freeze, None to scan every object; `skip`:
+    the harness's immutable objects, not walked)."""
     _, renewing = collect_left_garbage()
     left = []
     if renewing:
@@ -140,7 +142,7 @@ def leftover_code(armed_before: dict[Any, str], mark: list[Any] | None) -> list[
     _first_found(TORCH_FINALIZERS + TORCH_TYPES)
     armed = [_named(info) for fin, info in detach_all()
              if fin not in armed_before and not torch_own(info)]
-    pin_mortal(mark)
+    pin_mortal(mark, skip)
     if armed:
         left.append("weakref.finalize callbacks armed (" + ", ".join(sorted(set(armed))[:3])
                     + ")")
