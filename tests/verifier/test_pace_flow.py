@@ -42,8 +42,10 @@ def test_a_slow_candidate_is_settled_and_a_hanging_one_ends_at_its_deadline(
     clock = timings["slow"]["judge_clock"]
     assert clock["calls"] == 1 and len(clock["windows_us"]) == 1 and clock["early_stop"]
     assert slow.runtime_us >= 100_000 and slow.speedup is not None and slow.speedup < 1 / 3
-    calls = timings["slow"]["spans"]  # each trial sleeps 0.1 s: the profile's call seconds
-    assert calls["first_call"] >= 0.1 and calls["call_max"] >= 0.1, calls
+    # each trial sleeps 0.1 s: the profile's call seconds, as the parent saw the worker's lines
+    # (a step's line read late by a busy parent shortens it; the landing CI measured 98.5 ms)
+    calls = timings["slow"]["spans"]
+    assert calls["first_call"] >= 0.09 and calls["call_max"] >= 0.09, calls
     assert hang.status == "timeout", (hang.status, hang.error)
     assert "passed its hang deadline: trial: one call (the first) may take" in hang.error, \
         hang.error
