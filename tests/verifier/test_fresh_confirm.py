@@ -122,3 +122,27 @@ def test_confirmed_runs_a_suspect_outcome_once_more_and_keeps_the_fresh_one() ->
     assert calls == ["run", "fresh", "run"]
     assert got.confirmed == "the worker reported it" and got.wall_s == 5
     assert got.payload is not None and got.payload["findings"][0]["rule"] == "confirmed_fresh"
+
+
+def test_a_fresh_run_is_held_to_the_first_runs_fastest_checked_window() -> None:
+    """`held_to_first`: the second run's runtime is no faster than the fastest window the judge
+    checked in the first (a run that dies once its windows are slow gets no second draw); a
+    slower second run, a first run with no checked window, or one whose worker held an
+    earlier job's residue (none of it stands) leave the fresh figure as it is."""
+    def fresh(runtime_us: float) -> RunOutcome:
+        return RunOutcome({"outcome": "ok"}, clock={"figures": {"runtime_us": runtime_us}})
+
+    def first(fastest_us: float | None, residue: str = "") -> RunOutcome:
+        return RunOutcome(None, failure="worker exited with code 3", suspect="the worker failed",
+                          fastest_us=fastest_us, residue=residue)
+
+    for before, after, held in [(first(3300.0), 68.0, 3300.0), (first(3300.0), 4000.0, 4000.0),
+                                (first(None), 68.0, 68.0),
+                                (first(3300.0, residue="a line before"), 68.0, 68.0)]:
+        outs = [before, fresh(after)]
+        got = confirmed(lambda o=outs: o.pop(0), lambda: None)
+        assert got.clock["figures"]["runtime_us"] == held, (before, after, got.clock)
+        rules = [f["rule"] for f in got.payload["findings"]]
+        assert ("held_to_first_windows" in rules) == (held != after), rules
+        if held != after:
+            assert got.clock["figures"]["fresh_runtime_us"] == after

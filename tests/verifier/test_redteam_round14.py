@@ -15,8 +15,8 @@ result.json, the trial report at "t": a RecursionError was a verifier error); th
 verdict records as checked (the end's list, where the judge had checked the one sent at "t").
 Held: the caches
 a later verdict reads (the worker writes none), a run told at "t" that its trials failed that
-forges the worker's HOST_ONLY for a second draw (`incorrect` stands). Open (xfail): a run that
-voids its slow windows by dying after earlier jobs gets a second timing draw.
+forges the worker's HOST_ONLY for a second draw (`incorrect` stands). Closed in session 24: a run
+that voids its slow windows by dying after earlier jobs got a second timing draw.
 Not tried here: a GPU's device arena (fingerprints), cgroup-v2 metering (this host is v1).
 GPU form: with `KS_REDTEAM_WORKER_BACKEND=cuda` on a GPU host every job loop below runs in a
 CUDA worker (`verifier_cases.cpu_loop_jobs`: `GpuRunner(opts, {}, "cuda")`, the judge in its
@@ -344,12 +344,6 @@ def test_told_early_its_trials_failed_a_run_gets_no_second_draw_as_host_construc
     assert "checked by the verifier itself" in out.payload["error"], out.payload
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open: a run whose trials passed the judge's check at \"t\" and that then fails by its own "
-    "word in a worker with earlier jobs is made again in a fresh worker with a clean slate; fix: "
-    "keep the first run's judged windows (JudgeClock: each checked window's time per call in "
-    "its result) and let `outcome.confirmed` hold the second run's runtime to no faster than "
-    "the first run's fastest judged window"))
 def test_a_run_told_its_trials_passed_cannot_void_its_slow_windows() -> None:
     """On the real path (`GpuRunner`, cpu loop): an honest ReLU that imports `wave` (a real
     module stays in its worker), then VOIDS_SLOW: correct; in a worker that ran an earlier job
@@ -360,14 +354,20 @@ def test_a_run_told_its_trials_passed_cannot_void_its_slow_windows() -> None:
     where its calls are fast: the verdict's runtime 68 us a call, where the judge had timed
     its first run's windows at ~3300 us: a second timing draw, taken only when the first was
     bad. (Not new with the early check: a run that trusts its own kernel can do it without
-    the judge's word; the early "pass" only confirms that the windows are all that is left.)"""
+    the judge's word; the early "pass" only confirms that the windows are all that is left.)
+    Now the first run's fastest checked window holds the second run's runtime
+    (`outcome.held_to_first`, session 24)."""
     from verifier_cases import cpu_loop_jobs
 
     outs, _ = cpu_loop_jobs([WAVE_RELU, VOIDS_SLOW], "r14void")
     attacker = outs[1]
     assert _ok(attacker), attacker.referee
-    runtime = ((attacker.clock or {}).get("figures") or {}).get("runtime_us") or 0.0
+    figures = (attacker.clock or {}).get("figures") or {}
+    runtime = figures.get("runtime_us") or 0.0
     assert not runtime or runtime > 3000.0, (runtime, attacker.confirmed)
+    if attacker.confirmed:  # made again: the fresh run was fast, held to the first's windows
+        assert figures.get("fresh_runtime_us", 1e9) < 3000.0 and "held_to_first_windows" in \
+            [f["rule"] for f in attacker.payload["findings"]], (figures, attacker.payload)
 
 
 def test_the_variants_a_verdict_records_are_the_ones_the_judge_checked_at_t(

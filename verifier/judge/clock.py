@@ -63,11 +63,11 @@ a later runtime). A worker that patches the harness is deducted copies it never 
 half a window, which the physics floor then weighs); an honest kernel's figure is unchanged.
 
 A window faster per call than every one before it has all its calls checked (`deep`, on a GPU
-as far as `window_judge.DEEP_CLONE_BYTES` allows): the fastest cannot have skipped calls. A window whose sets are all published at "w" lets a
-first call compute every set's output in one batch and the later calls answer from it (the
-window then times the batch): the cpu runner's clock is `stepped` (`verifier.judge.stepped`:
-"s n", each call's set published once the call before it wrote its slot, read then); a device
-judge's windows are not (open there; the device form of the gate is in that module).
+as far as `window_judge.DEEP_CLONE_BYTES` allows): the fastest cannot have skipped calls. A
+window whose sets are all published at "w" lets a first call compute every set's output in one
+batch and the later calls answer from it (the window then times the batch): the cpu runner's
+clock is `stepped` (`verifier.judge.stepped`: "s n", each call's set published once the call
+before it wrote its slot); a device judge's windows are not (the device form is in that module).
 """
 
 from __future__ import annotations
@@ -156,9 +156,7 @@ def time_windows(call: Callable[..., Any], sets: list[list[Any]],
     want = min(calls_for(wall / n), cap)  # the calibration's last window counts if it had n
     per_call = [wall / n] if want == n else []
     per_call += [window(want) / want for _ in range(WINDOWS - len(per_call))]
-    figures = summarize(per_call)
-    figures["calls"] = want
-    return figures
+    return {**summarize(per_call), "calls": want}
 
 
 # --- judge side ---------------------------------------------------------------------------
@@ -373,11 +371,13 @@ class JudgeClock:
 
     def result(self) -> dict[str, Any]:
         """What the judge measured once the windows are over: {"figures", "failure" (the
-        worker's doing), "judge_error" (the verifier's), "failed_check" (its checks')}."""
+        worker's doing), "judge_error" (the verifier's), "failed_check" (its checks'),
+        "fastest_us" (of the windows checked, a failed run's too: `outcome.held_to_first`)}."""
         figures = self.stop()
+        fastest = round(self.fastest * 1e6, 4) if math.isfinite(self.fastest) else None
         return {"figures": {} if self.failed_check else figures, "judge_error": self.judge_error,
                 "failure": self.failed_check or self.failure, "failed_check": self.failed_check,
-                "trials": self.trials}
+                "trials": self.trials, "fastest_us": fastest}
 
     def stop(self) -> dict[str, Any]:
         """The figures once the windows are over (or abandoned: the worker is gone)."""

@@ -82,6 +82,7 @@ class RunOutcome:
     # the candidate's code ran again: the verdict's (the result's own is the candidate's to
     # write during its timed calls: tests/verifier/test_redteam_round10.py, share_forged)
     own_share: Any = None
+    fastest_us: float | None = None  # the judge's fastest checked window, a failed run's too
     spans: dict[str, float] = field(default_factory=dict)  # `verifier.run.spans`: the profile's
 
 
@@ -245,6 +246,7 @@ def run_ended(out: RunOutcome, clock: Any, nonce: Any, earlier: int) -> RunOutco
     if earlier and not out.suspect:
         out.suspect = reported_failure(out, nonce)
     timed = clock.result() if clock is not None and out.clock is None else None
+    out.fastest_us = (timed or out.clock or {}).get("fastest_us")
     return window_failed(out, timed, nonce)
 
 
@@ -291,4 +293,19 @@ def confirmed(run: Callable[[], RunOutcome], fresh_worker: Callable[[], None]) -
     why = out.suspect if out.suspect == RETIMED else \
         f"its first worker had run earlier jobs, and {out.suspect}"
     _note(again, "confirmed_fresh", f"run again in a fresh worker: {why}")
+    return held_to_first(again, None if out.residue else out.fastest_us)
+
+
+def held_to_first(again: RunOutcome, first_us: float | None) -> RunOutcome:
+    """The second run's runtime no faster than the fastest window the judge checked in the
+    first (`first_us`): a run that dies once its windows are slow must not get a second timing
+    draw (tests/verifier/test_redteam_round14.py). None: the first run left no checked window,
+    or the parent found an earlier job's residue in its worker (none of that run stands)."""
+    figures = (again.clock or {}).get("figures") or {}
+    runtime = figures.get("runtime_us")
+    if first_us is None or not runtime or runtime >= first_us:
+        return again
+    figures.update(runtime_us=first_us, fresh_runtime_us=runtime)
+    _note(again, "held_to_first_windows", f"runtime held to {first_us:.1f} us a call, the "
+          f"fastest window the judge checked in its first run (the fresh run's: {runtime:.1f} us)")
     return again
