@@ -63,6 +63,14 @@ def _ok(out: Any) -> bool:
     return out.referee is not None and bool(out.referee("run", {})[0])
 
 
+def _why(out: Any) -> Any:  # the judge's answer on the trials, or the worker's payload
+    return out.referee("run", {}) if out.referee else out.payload
+
+
+def _pid(out: Any) -> Any:  # the worker that ran the job
+    return (out.payload or {}).get("worker_pid")
+
+
 # --- 1-6. residue a later job runs under: scheduling, dispatch keys, numpy, timer slack ---------
 def test_process_settings_a_job_leaves_reach_no_later_job() -> None:
     """On the real path (`GpuRunner`, cpu loop): the canary (an honest numpy ReLU, off by one

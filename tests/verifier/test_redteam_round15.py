@@ -49,11 +49,7 @@ from redteam_round15_cases import (
     leaving,
     slot_attacker,
 )
-from test_redteam_round14 import _ok, _said  # the rounds' shared readers
-
-
-def _why(out: Any) -> Any:
-    return out.referee("run", {}) if out.referee else out.payload
+from test_redteam_round14 import _ok, _said, _why  # the rounds' shared readers
 
 
 # --- 1. a C type slot repointed under a type whose attributes keep their identity --------------

@@ -32,7 +32,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from redteam_round7_cases import NUMPY_RELU
@@ -49,17 +48,9 @@ from redteam_round16_cases import (
     TSC_FAULTS,
     leaving,
 )
-from test_redteam_round14 import _ok, _said  # the rounds' shared readers
+from test_redteam_round14 import _ok, _pid, _said, _why  # the rounds' shared readers
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _why(out: Any) -> Any:
-    return out.referee("run", {}) if out.referee else out.payload
-
-
-def _pid(out: Any) -> Any:
-    return (out.payload or {}).get("worker_pid")
 
 
 GOT_SAID = (f"_multiarray_umath.cpython-{sys.version_info[0]}{sys.version_info[1]}-x86_64-linux-gnu.so"

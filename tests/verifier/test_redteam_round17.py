@@ -58,13 +58,9 @@ from redteam_round17_cases import (
     hidden_death,
 )
 from test_redteam_round9b import _at_settle
-from test_redteam_round14 import _ok, _said  # the rounds' shared readers
+from test_redteam_round14 import _ok, _said, _why  # the rounds' shared readers
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _why(out: Any) -> Any:
-    return out.referee("run", {}) if out.referee else out.payload
 
 
 # --- 1. code hung on an object that dies in the next job, hidden from the settle's scan ---------

@@ -5,19 +5,9 @@ Each was measured first (the "Before" of each test).
 
 from __future__ import annotations
 
-from typing import Any
-
 from redteam_round16_cases import COPYING_RELU
 from redteam_round17b_cases import READY_REFRESHED
-from test_redteam_round14 import _ok, _said  # the rounds' shared readers
-
-
-def _why(out: Any) -> Any:
-    return out.referee("run", {}) if out.referee else out.payload
-
-
-def _pid(out: Any) -> Any:
-    return (out.payload or {}).get("worker_pid")
+from test_redteam_round14 import _ok, _pid, _said, _why  # the rounds' shared readers
 
 
 def test_a_job_cannot_rewrite_what_the_worker_saw_when_ready() -> None:
