@@ -232,10 +232,10 @@ class DeviceBackend(Backend):
         return [f.as_finding() for f in fallback_findings(kernels, own)]
 
 
-# Each class a global (`_backend_<name>`), compared by identity after every job of a worker: one
-# put in a dict registry timed later jobs through the job's class (test_redteam_round17b.py)
+# Each class a global (`_backend_<name>`), compared by identity after every job of a worker (a
+# dict registry's entry timed later jobs through a job's class: test_redteam_round17b.py); the
+# modules, imported on first lookup, a tuple for the same reason (its rebinding is seen)
 _PREFIX = "_backend_"
-# Backends in their own modules, imported on first lookup: a missing one affects only its own
 _MODULES = tuple((n, f"verifier.backends.{n}") for n in ("cpu", "cuda", "musa"))
 
 
