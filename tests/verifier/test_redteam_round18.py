@@ -120,13 +120,13 @@ def test_a_job_cannot_fill_the_harness_caches_for_later_jobs() -> None:
 
 def test_the_settle_empties_every_harness_cache() -> None:
     """`clear_harness_caches` finds `allocator._mallopt` (and every `functools` cache of a
-    loaded harness module) and empties it."""
+    loaded harness module but `KEPT_CACHES`) and empties it."""
     from verifier.run import allocator
     from verifier.run.settle import clear_harness_caches
 
     allocator.pin()
     assert allocator._mallopt.cache_info().currsize == 1
-    assert clear_harness_caches() >= 2  # `_mallopt`, `relocations._layout`
+    assert clear_harness_caches() >= 1
     assert allocator._mallopt.cache_info().currsize == 0
 
 

@@ -152,20 +152,25 @@ def leftover_code(armed_before: dict[Any, str], mark: list[Any] | None,
 
 
 def clear_harness_caches() -> int:
-    """Empty every `functools` cache among the harness's module globals; how many. What a job
-    computed through them with the process patched for its own run stays for later jobs once the
-    patch is undone: a job that made `ctypes.CDLL` answer no `mallopt` for one call of
-    `verifier.run.allocator._mallopt` left every later settle's `pin` undoing nothing, and its
-    M_PERTURB filled every later job's blocks (tests/verifier/test_redteam_round18.py);
-    `verifier.checks.fallback.op_kind` is such a cache of each op's kind (~11 ms a settle, most
-    of it ELF headers read again: `verifier.run.relocations._layout`)."""
+    """Empty every `functools` cache among the harness's module globals but `KEPT_CACHES`; how
+    many. What a job computed through them with the process patched for its own run stays for
+    later jobs once the patch is undone: a job that made `ctypes.CDLL` answer no `mallopt` for
+    one call of `verifier.run.allocator._mallopt` left every later settle's `pin` undoing
+    nothing, and its M_PERTURB filled every later job's blocks
+    (tests/verifier/test_redteam_round18.py)."""
     from verifier.run.tamper import harness_modules
 
-    caches = [v for name in harness_modules() for v in list(vars(sys.modules[name]).values())
-              if type(v) is functools._lru_cache_wrapper]
+    caches = [v for name in harness_modules() for k, v in list(vars(sys.modules[name]).items())
+              if type(v) is functools._lru_cache_wrapper and f"{name}.{k}" not in KEPT_CACHES]
     for cache in caches:
         cache.cache_clear()
     return len(caches)
+
+
+# ELF headers by file and stamp (11 ms a settle to read again): a layout forged there changes the
+# libraries' hashes from the ready snapshot's unless the job also forged, by ctypes, a copy of
+# the tables it wrote (open, as ctypes writes are: `verifier.run.audit`)
+KEPT_CACHES = ("verifier.run.relocations._layout",)
 
 
 def charge_settled(payload: dict[str, Any], reply: dict[str, Any] | None, why: str) -> bool:
