@@ -98,3 +98,16 @@ def trial(self):
 
 cell.cell_contents = trial
 """
+
+# --- the residue check's own probe values rewritten -----------------------------------------------
+# `hidden_state.float_environment` reads the rounding mode from sums of a module list's values
+# (its default argument). The job leaves the main thread rounding upward (round 13's ROUND_UP),
+# then writes two of the values, 0 and 2^-52, whose sums are exact in every mode: the probe
+# answers as it did when the worker was ready.
+ROUND_UP_UNSEEN = """
+import ctypes
+ctypes.CDLL("libm.so.6").fesetround(0x800)
+from verifier.run import hidden_state
+hidden_state._VALUES[1] = 0.0
+hidden_state._VALUES[2] = 2.0 ** -52
+"""

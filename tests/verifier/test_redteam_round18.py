@@ -11,7 +11,8 @@ filled while the process was patched (`allocator._mallopt`: every later `pin` un
 `settle.clear_harness_caches` empties them at each settle); a closure cell of a harness method
 (`WorkerPace.trial`), in a harness module first imported by a job, so named in no snapshot
 (`c_identity.identity` reads a function's closure cells; `harness_imports.load_lazy_imports`
-imports such modules before the worker's snapshot).
+imports such modules before the worker's snapshot); the floating-point probe's values, a list
+a job rewrote to hide rounding left upward (`hidden_state._VALUES`, a tuple now).
 GPU form: with `KS_REDTEAM_WORKER_BACKEND=cuda` on a GPU host every job loop below runs in a
 CUDA worker (honest sources through `on_worker_device`).
 Open: the same rewrites by ctypes (a function's code pointer or a defaults tuple's item written
@@ -26,7 +27,14 @@ from typing import Any
 from redteam_round7_cases import on_worker_device
 from redteam_round14_cases import leaving
 from redteam_round16_cases import ALLOCATOR_PROBE, NUMPY_RELU
-from redteam_round18_cases import CACHED_MALLOPT, CLIP_CODE, CLIP_RELU, PRIVATE_HELPER, TRIAL_CELL
+from redteam_round18_cases import (
+    CACHED_MALLOPT,
+    CLIP_CODE,
+    CLIP_RELU,
+    PRIVATE_HELPER,
+    ROUND_UP_UNSEEN,
+    TRIAL_CELL,
+)
 from test_redteam_round14 import _ok, _said
 from verifier_cases import cpu_loop_jobs, skip_without_worker_device
 
@@ -169,3 +177,22 @@ def test_the_worker_snapshot_holds_the_harness_modules_a_job_imports() -> None:
         assert identity(WorkerPace.trial) != before
     finally:
         cell.cell_contents = original
+
+
+def test_a_job_cannot_rewrite_the_floating_point_probe() -> None:
+    """On the real path: round 13's honest numpy cumsum (sequential fp32), the attacker (the
+    same leaving ROUND_UP_UNSEEN: `fesetround(FE_UPWARD)`, then `hidden_state._VALUES`'s two
+    rounding values made 0 and 2^-52), the honest cumsum. Before (attack24 at c185562,
+    measured here): the attacker's worker kept with no finding; the later honest cumsum "trial
+    1, checked by the verifier itself: output 0: 101518 of 131072 elements differ ... against
+    an fp64 reference too: error 0.0938", the judge's failure standing. Now the values are a
+    tuple: the write raises, the rounding is found ("floating-point environment"), the
+    attacker's worker replaced, the later cumsum correct."""
+    from redteam_round13_cases import CUMSUM_TASK, NUMPY_CUMSUM, leaving_cumsum
+    from test_redteam_round13 import _loop
+
+    outs, again = _loop([NUMPY_CUMSUM, leaving_cumsum(ROUND_UP_UNSEEN), NUMPY_CUMSUM],
+                        CUMSUM_TASK, "r18fp")
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert "floating-point environment" in _said(outs[1]), _said(outs[1])
+    assert _pid(outs[2]) != _pid(outs[1]) and again == 0, (again, list(map(_pid, outs)))
