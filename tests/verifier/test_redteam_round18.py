@@ -16,7 +16,15 @@ a job rewrote to hide rounding left upward (`hidden_state._VALUES`, a tuple now)
 GPU form: with `KS_REDTEAM_WORKER_BACKEND=cuda` on a GPU host every job loop below runs in a
 CUDA worker (honest sources through `on_worker_device`).
 Open: the same rewrites by ctypes (a function's code pointer or a defaults tuple's item written
-in memory: no audited event, identities unchanged).
+in memory: no audited event, identities unchanged), and a closure cell of a function no module
+names (`verifier.run.audit`'s docstring); a layout forged in `relocations._layout`'s cache, kept
+across settles (`settle.KEPT_CACHES`), hides a GOT write only with a forged copy of its bytes.
+No effect (measured, not kept as tests): `F.leaky_relu.__defaults__`'s slope written by ctypes
+(the judge computes the reference outside the worker; an honest candidate calling it would be
+reached: the ctypes open above); `fallback.op_kind`'s cache refilled while `_overloads` said
+"compute" (cleared for each job since round 17); `extspec.OWN_MODULES` given "torch" (under
+`partial`, the attacker without an extension of its own is a cheat itself, its worker replaced:
+one with its own extension is not tried here, compiles cost minutes on this host).
 """
 
 from __future__ import annotations

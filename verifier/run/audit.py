@@ -13,7 +13,9 @@
   `code.replace(...)` of a function's own code, the same instructions), and where defaults that
   were set become other objects (dynamo sets them on functions it has just made, from None).
 A refused change raises in the job (an error of its own, or nothing where its `__del__` did it).
-Open: the same by ctypes (a function's code pointer written in its memory), no audited event.
+Open: the same by ctypes (a function's code pointer written in its memory), no audited event;
+a closure cell of a function named by no module (`cell_contents` is set with no event; a named
+function's cells are compared: `verifier.run.c_identity.identity`).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ def same_code(old: Any, new: Any) -> bool:
     """Whether code object `new` runs as `old` does: the same instructions, exception table,
     counts and flags, and the very constants and names (by identity: a constant of the job's
     own type could answer any comparison)."""
+    table = "co_exceptiontable"  # (3.11+)
     if type(new) is not types.CodeType or new.co_code != old.co_code or (
-            new.co_exceptiontable != old.co_exceptiontable):
+            getattr(new, table, b"") != getattr(old, table, b"")):
         return False
     flags = (new.co_flags | CO_ITERABLE_COROUTINE) == (old.co_flags | CO_ITERABLE_COROUTINE)
     return flags and all(getattr(new, n) == getattr(old, n) for n in _CODE_INTS) and all(
@@ -58,7 +61,7 @@ def rewrites_function(fn: types.FunctionType, name: Any, value: Any) -> bool:
     if name == "__code__":
         return not same_code(fn.__code__, value)
     if name in ("__defaults__", "__kwdefaults__"):
-        return not same_defaults(getattr(fn, name), None if value is None else value)
+        return not same_defaults(getattr(fn, name), value)
     return False
 
 
