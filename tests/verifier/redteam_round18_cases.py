@@ -111,3 +111,41 @@ from verifier.run import hidden_state
 hidden_state._VALUES[1] = 0.0
 hidden_state._VALUES[2] = 2.0 ** -52
 """
+
+# --- the worker loop's ready snapshot rebound in its frame ---------------------------------------
+# `gpu_worker.ReadyState` is immutable, a local of the worker's loop. Round 16's GOT residue
+# (numpy's `memmove` as `memset`) left, then the loop frame's `ready` made one whose libraries'
+# hashes are today's: through ctypes' `PyFrame_LocalsToFast` (READY_REBOUND), or with no ctypes
+# at all by a trace function on the loop frame (3.11 writes a trace function's `f_locals` back
+# into the frame: READY_TRACED; `sys.settrace(None)` before the settle reads it).
+_FIND_READY = """
+import sys
+from verifier.run.tamper import process_state
+f = sys._getframe()
+while f is not None and "ready" not in f.f_locals:
+    f = f.f_back
+now = process_state()
+
+
+def refreshed(ready):
+    return ready._replace(residue=tuple((k, now.get(k, v) if "GOT" in k else v)
+                                        for k, v in ready.residue))
+"""
+READY_REBOUND = _FIND_READY + """
+import ctypes
+loc = f.f_locals
+loc["ready"] = refreshed(loc["ready"])
+ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(f), ctypes.c_int(0))
+"""
+READY_TRACED = _FIND_READY + """
+def tracer(frame, event, arg):
+    if frame is f and event == "line":
+        frame.f_locals["ready"] = refreshed(frame.f_locals["ready"])
+        frame.f_trace = None
+        sys.settrace(None)
+    return tracer
+
+
+f.f_trace, f.f_trace_lines = tracer, True
+sys.settrace(lambda *a: None)
+"""

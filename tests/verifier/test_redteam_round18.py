@@ -32,6 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from redteam_round7_cases import on_worker_device
 from redteam_round14_cases import leaving
 from redteam_round16_cases import ALLOCATOR_PROBE, NUMPY_RELU
@@ -40,6 +41,8 @@ from redteam_round18_cases import (
     CLIP_CODE,
     CLIP_RELU,
     PRIVATE_HELPER,
+    READY_REBOUND,
+    READY_TRACED,
     ROUND_UP_UNSEEN,
     TRIAL_CELL,
 )
@@ -204,3 +207,28 @@ def test_a_job_cannot_rewrite_the_floating_point_probe() -> None:
     assert all(map(_ok, outs)), [_why(o) for o in outs]
     assert "floating-point environment" in _said(outs[1]), _said(outs[1])
     assert _pid(outs[2]) != _pid(outs[1]) and again == 0, (again, list(map(_pid, outs)))
+
+
+@pytest.mark.xfail(strict=True, reason="open: the worker loop's `ready` is a frame local, which "
+                   "ctypes' PyFrame_LocalsToFast or a trace/profile function's f_locals (3.11 "
+                   "writes it back) rebinds; fix: hold the ready snapshot where no frame's "
+                   "locals are merged (e.g. refuse sys.settrace and ctypes' PyFrame_LocalsToFast "
+                   "in the worker's audit hook, and keep the harness's own sys.setprofile the "
+                   "only profile a job may set)")
+@pytest.mark.parametrize("route", ["PyFrame_LocalsToFast", "trace function"])
+def test_a_job_cannot_rebind_the_loops_ready_snapshot(route: str) -> None:
+    """On the real path: round 16's COPYING_RELU, the attacker (COPYING_RELU leaving numpy's
+    `memmove` GOT entry pointed at `memset`, then the loop frame's `ready` rebound to a
+    ReadyState whose libraries' hashes are today's: READY_REBOUND through ctypes, READY_TRACED
+    with a trace function and no ctypes), COPYING_RELU. Before (attack24 at ca2de08, measured
+    here, both routes): the attacker correct, no finding, its worker kept; the later honest ReLU
+    "output 0: 32608 of 65536 elements differ ... got -1.1801e-38" (the judge's own failure:
+    it stands, nothing run again)."""
+    from redteam_round16_cases import COPYING_RELU, GOT_MEMMOVE_IS_MEMSET
+
+    code = GOT_MEMMOVE_IS_MEMSET + (READY_REBOUND if route == "PyFrame_LocalsToFast"
+                                    else READY_TRACED)
+    outs, again = cpu_loop_jobs([COPYING_RELU, leaving(COPYING_RELU, code), COPYING_RELU],
+                                "r18ready")
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert "GOT and RELRO pages" in _said(outs[1]), _said(outs[1])
