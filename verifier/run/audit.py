@@ -65,14 +65,57 @@ def rewrites_function(fn: types.FunctionType, name: Any, value: Any) -> bool:
     return False
 
 
+def harness_codes() -> tuple[tuple[Any, ...], Any]:
+    """The code of the harness's calls of `sys.setprofile` (`fallback.make_trace_mode`'s
+    `__enter__` and `__exit__`), and that of the only profile they may set (`own_counter`'s)."""
+    from verifier.checks import fallback
+
+    def nested(code: Any) -> list[Any]:
+        inner = [c for c in code.co_consts if type(c) is types.CodeType]
+        return inner + [d for c in inner for d in nested(c)]
+
+    setters = tuple(c for c in nested(fallback.make_trace_mode.__code__)
+                    if c.co_name in ("__enter__", "__exit__"))
+    counter = [c for c in nested(fallback.own_counter.__code__) if c.co_name == "count"]
+    assert len(setters) == 2 and len(counter) == 1, (setters, counter)
+    return setters, counter[0]
+
+
+def harness_profile(caller: Any, setters: tuple[Any, ...], counter: Any) -> bool:
+    """Whether the `sys.setprofile` that `caller` (a frame) makes is the harness's: from one
+    of `setters`, its `profile` None or an `own_counter` function with its own defaults."""
+    if not any(caller.f_code is c for c in setters):
+        return False
+    fn = caller.f_locals.get("profile")
+    if fn is None:
+        return True
+    d = fn.__defaults__ if type(fn) is types.FunctionType and fn.__code__ is counter else None
+    return type(d) is tuple and len(d) == 5 and type(d[0]) is list and type(
+        d[1]) is frozenset and all(type(m) is str for m in d[1]) and d[2:] == (type, str, getattr
+                                                                                ) and not (
+        fn.__closure__ or fn.__kwdefaults__)
+
+
 def refuse_audit_hooks() -> None:
-    """Install an audit hook that refuses every later one and every rewrite of a function's
-    code or defaults (`rewrites_function`)."""
-    def refuse(event: str, args: tuple[Any, ...]) -> None:
+    """Install an audit hook that refuses every later one, every rewrite of a function's
+    code or defaults (`rewrites_function`), and every trace or profile function but the
+    harness's own (`harness_profile`): the interpreter writes a trace or profile function's
+    `frame.f_locals` back into the frame it was called for, and a job's trace function rebound
+    the worker loop's `ready` snapshot (its GOT write then unseen, a later honest ReLU
+    "incorrect": tests/verifier/test_redteam_round18.py). Open: ctypes' `PyFrame_LocalsToFast`
+    (a foreign call raises no audit event in 3.11), as any ctypes write of the process."""
+    setters, counter = harness_codes()
+
+    def refuse(event: str, args: tuple[Any, ...], setters: tuple[Any, ...] = setters,
+               counter: Any = counter) -> None:
         if event == "object.__setattr__" and type(args[0]) is types.FunctionType and type(
                 args[1]) is str and rewrites_function(*args):
             raise RuntimeError(f"rewriting a function's {args[1]} is refused in this process")
         if event == "sys.addaudithook":
             raise RuntimeError("audit hooks are refused in this process")  # the add is dropped
+        if event in ("sys.settrace", "sys.setprofile") and not (
+                event == "sys.setprofile" and harness_profile(sys._getframe(1), setters,
+                                                              counter)):
+            raise RuntimeError(f"{event} is refused in this process (but the harness's own)")
 
     sys.addaudithook(refuse)
