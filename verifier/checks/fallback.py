@@ -162,9 +162,27 @@ def _candidate_line() -> int | None:
     return None
 
 
+def own_counter(own: frozenset[str]) -> tuple[Callable[..., None], list[None]]:
+    """A profile function counting C calls into the modules `own` (one item appended to the
+    list returned beside it a call). It looks nothing up and runs no object's code: its names
+    are its defaults (which the persistent worker refuses to rewrite, `verifier.run.audit`, as
+    it refuses every profile but this one: a profile's frame locals are written back into its
+    frame, and a job's rebound the worker loop's, tests/verifier/test_redteam_round18.py)."""
+    hits: list[None] = []
+
+    def count(frame: Any, event: str, arg: Any, hits: list[None] = hits,
+              own: frozenset[str] = own, type_: type = type, str_: type = str,
+              getattr_: Callable[..., Any] = getattr) -> None:
+        if event == "c_call" and type_(m := getattr_(arg, "__module__", None)) is str_ and (
+                m in own):
+            hits.append(None)
+
+    return count, hits
+
+
 def make_trace_mode() -> Any:
     """A TorchDispatchMode recording (op, candidate line) and counting calls into the
-    candidate's extension functions (`own_calls`, via a profile hook on C calls)."""
+    candidate's extension functions (`own_calls`, via a profile hook on C calls: `own_counter`)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from verifier.checks.extspec import OWN_MODULES
@@ -173,24 +191,26 @@ def make_trace_mode() -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.ops: list[tuple[str, int | None]] = []
-            self.own_calls = 0
+            self._count, self._hits = own_counter(frozenset(map(str, OWN_MODULES)))
             self._prev: Callable | None = None
+
+        @property
+        def own_calls(self) -> int:
+            return len(self._hits)
 
         def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
             self.ops.append((str(func), _candidate_line()))
             return func(*args, **(kwargs or {}))
 
-        def _profile(self, frame: Any, event: str, arg: Any) -> None:
-            if event == "c_call" and getattr(arg, "__module__", None) in OWN_MODULES:
-                self.own_calls += 1
-
         def __enter__(self) -> OpTrace:
             self._prev = sys.getprofile()
-            sys.setprofile(self._profile)
+            profile = self._count  # (the worker's audit hook checks it: `audit.harness_profile`)
+            sys.setprofile(profile)
             return super().__enter__()
 
         def __exit__(self, *exc: Any) -> Any:
-            sys.setprofile(self._prev)
+            profile = self._prev
+            sys.setprofile(profile)
             return super().__exit__(*exc)
 
     return OpTrace()

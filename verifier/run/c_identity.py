@@ -1,5 +1,6 @@
-"""The C function behind a builtin or a C type's method: what `verifier.run.tamper.identity`
-adds to a C callable's identity (C++ can swap it under an unchanged Python object)."""
+"""What a callable is, by identity (`identity`, the residue checks' reader: `verifier.run.
+tamper`): a Python function's code, defaults and closure, and the C function behind a builtin
+or a C type's method (C++ can swap it under an unchanged Python object)."""
 
 from __future__ import annotations
 
@@ -82,3 +83,35 @@ def namespace(obj: Any) -> Any:
     if issubclass(kind, types.ModuleType):
         return _MODULE_DICT(obj)
     return _TYPE_DICT(obj) if issubclass(kind, type) else vars(obj)
+
+
+def identity(fn: Any) -> int:
+    """`fn`'s identity and, for a Python function, its code's and defaults' (a function keeps
+    its identity when `fn.__code__` is assigned: a harness function so rewritten in one job
+    framed the next, tests/verifier/test_redteam_round9.py) and what callables its closure's
+    cells hold (a `@contextmanager` method is a closure over its generator function: one put
+    in `WorkerPace.trial`'s cell wrote every later job's trial outputs, round 18)."""
+    kind = type(fn)  # (`is`: neither type can be subclassed, so it is `isinstance`, faster)
+    if kind is types.MethodType:
+        return hash((id(fn), identity(fn.__func__)))
+    if kind is not types.FunctionType:  # not read through `getattr`: an object that
+        meth = c_function_pointer(fn)  # answers any name (unittest.mock.call) answers a new
+        return id(fn) if meth is None else hash((id(fn), meth))  # one each time
+    cells = fn.__closure__
+    return hash((id(fn), id(fn.__code__), id(fn.__defaults__), id(fn.__kwdefaults__),
+                 cells and tuple(map(_held_callable, cells))))
+
+
+def _held_callable(cell: Any) -> int:
+    """Identity of what a closure's cell holds where it is callable, else 0 (a counter or a
+    cache a library's closure updates is no code)."""
+    try:
+        held = cell.cell_contents
+    except ValueError:  # empty
+        return 0
+    return id(held) if callable(held) else 0
+
+
+# the types whose `identity` is more than `id` (none can be subclassed): code, or a C function
+CODED = frozenset({types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+                    types.MethodDescriptorType, types.ClassMethodDescriptorType})

@@ -49,10 +49,12 @@ from typing import Any
 from verifier.run.c_identity import namespace
 
 # runtime values: the compiler folds constant expressions (in round-to-nearest, at import)
-_VALUES = [1.0, 2.0 ** -60, 2.0 ** -53 + 2.0 ** -60, 2.0 ** -1022, 2.0 ** -1074]
+# (a tuple: a job that wrote a list's items, 0 and 2^-52 for the two that tell the rounding,
+# left rounding upward with the probe's answer unchanged: round 18)
+_VALUES = (1.0, 2.0 ** -60, 2.0 ** -53 + 2.0 ** -60, 2.0 ** -1022, 2.0 ** -1074)
 
 
-def float_environment(values: list[float] = _VALUES) -> tuple[float, ...]:
+def float_environment(values: tuple[float, ...] = _VALUES) -> tuple[float, ...]:
     """What this thread's arithmetic makes of a few sums and products whose results differ by
     rounding mode, flush-to-zero and denormals-are-zero (the same tuple for the same mode)."""
     one, tiny, over_half, smallest_normal, smallest = values

@@ -130,11 +130,13 @@ def leftover_code(armed_before: dict[Any, str], mark: list[Any] | None,
                   skip: tuple[Any, ...] = ()) -> list[str]:
     """What the last job left to run in a later one, its garbage collected (its finalizers
     have run): garbage that renews itself, `weakref.finalize` callbacks it armed other than
-    torch's. Then every finalizer is detached, torch's too, and what the job left alive that
-    would run code as it dies is held for the worker's life (`verifier.run.disarm`; `mark`:
-    `disarm.note_frozen`'s at the harness's last freeze, None to scan every object; `skip`:
-    the harness's immutable objects, not walked)."""
+    torch's (the harness's caches emptied first: `clear_harness_caches`). Then every finalizer
+    is detached, torch's too, and what the job left alive that would run code as it dies is
+    held for the worker's life (`verifier.run.disarm`; `mark`: `disarm.note_frozen`'s at the
+    harness's last freeze, None to scan every object; `skip`: the harness's immutable objects,
+    not walked)."""
     _, renewing = collect_left_garbage()
+    clear_harness_caches()
     left = []
     if renewing:
         left.append(f"cyclic garbage whose finalizers leave more ({RENEW_ROUNDS} collections "
@@ -147,6 +149,28 @@ def leftover_code(armed_before: dict[Any, str], mark: list[Any] | None,
         left.append("weakref.finalize callbacks armed (" + ", ".join(sorted(set(armed))[:3])
                     + ")")
     return left
+
+
+def clear_harness_caches() -> int:
+    """Empty every `functools` cache among the harness's module globals but `KEPT_CACHES`; how
+    many. What a job computed through them with the process patched for its own run stays for
+    later jobs once the patch is undone: a job that made `ctypes.CDLL` answer no `mallopt` for
+    one call of `verifier.run.allocator._mallopt` left every later settle's `pin` undoing
+    nothing, and its M_PERTURB filled every later job's blocks
+    (tests/verifier/test_redteam_round18.py)."""
+    from verifier.run.tamper import harness_modules
+
+    caches = [v for name in harness_modules() for k, v in list(vars(sys.modules[name]).items())
+              if type(v) is functools._lru_cache_wrapper and f"{name}.{k}" not in KEPT_CACHES]
+    for cache in caches:
+        cache.cache_clear()
+    return len(caches)
+
+
+# ELF headers by file and stamp (11 ms a settle to read again): a layout forged there changes the
+# libraries' hashes from the ready snapshot's unless the job also forged, by ctypes, a copy of
+# the tables it wrote (open, as ctypes writes are: `verifier.run.audit`)
+KEPT_CACHES = ("verifier.run.relocations._layout",)
 
 
 def charge_settled(payload: dict[str, Any], reply: dict[str, Any] | None, why: str) -> bool:

@@ -14,7 +14,15 @@ from itertools import compress
 from typing import Any
 
 from verifier.run import hidden_state, import_residue, thread_settings
-from verifier.run.c_identity import c_function_pointer, common_type_slots, namespace, type_slots
+from verifier.run.audit import refuse_audit_hooks as refuse_audit_hooks  # the worker's
+from verifier.run.c_identity import CODED as _CODED  # (the module walk's inlined `identity`)
+from verifier.run.c_identity import (
+    c_function_pointer,
+    common_type_slots,
+    identity,
+    namespace,
+    type_slots,
+)
 
 # Functions the harness relies on; a candidate that replaces any of them is tampering.
 GUARDED = (
@@ -74,23 +82,6 @@ def check_tamper(res: Any, guard: dict[str, Any], threads_before: int) -> None:
         res.finish("cheat", "the candidate started threads that outlive forward")
 
 
-def identity(fn: Any) -> int:
-    """`fn`'s identity and, for a Python function, its code's and defaults' (a function keeps
-    its identity when `fn.__code__` is assigned: a harness function so rewritten in one job
-    framed the next, tests/verifier/test_redteam_round9.py)."""
-    kind = type(fn)  # (`is`: neither type can be subclassed, so it is `isinstance`, faster)
-    if kind is types.MethodType:
-        return hash((id(fn), identity(fn.__func__)))
-    if kind is not types.FunctionType:  # not read through `getattr`: an object that
-        meth = c_function_pointer(fn)  # answers any name (unittest.mock.call) answers a new
-        return id(fn) if meth is None else hash((id(fn), meth))  # one each time
-    return hash((id(fn), id(fn.__code__), id(fn.__defaults__), id(fn.__kwdefaults__)))
-
-
-# the types whose `identity` is more than `id` (none can be subclassed): code, or a C function
-_CODED = frozenset({types.FunctionType, types.MethodType, types.BuiltinFunctionType,
-                    types.MethodDescriptorType, types.ClassMethodDescriptorType})
-
 # threads of the process the interpreter does not list (a ctypes `pthread_create` of a Python
 # callback, a detached C++ thread): more than when ready, one may run in a later job
 OS_THREADS = "native threads"
@@ -110,9 +101,10 @@ def process_state() -> dict[str, int]:
     """What code left by one job could run or answer through in a later job of the same
     process, by identity: the hooks the interpreter calls on its own (profile, trace, import,
     collection, unraisable and excepthooks), the import machinery, and every loaded module and
-    its public callables (`numpy.maximum` rebound made an honest sibling's numpy ReLU
-    "incorrect"; tests/verifier/test_redteam_round9.py), and its threads. Audit hooks cannot
-    be listed: the persistent worker refuses new ones (`refuse_audit_hooks`)."""
+    its callables (`numpy.maximum` rebound made an honest sibling's numpy ReLU "incorrect":
+    tests/verifier/test_redteam_round9.py; private ones too: numpy's `fromnumeric._wrapfunc`,
+    round 18), and its threads. Audit hooks cannot be listed: the persistent worker refuses
+    new ones, and rewrites of a function's code or defaults (`verifier.run.audit`)."""
     import builtins
     import gc
 
@@ -155,7 +147,7 @@ def process_state() -> dict[str, int]:
         odd.extend(id(k) for k, _ in names if type(k) is not str)
         state[name + NAMES], dot = len(names), name + "."  # (`identity` inlined: 45k names)
         state.update([(dot + k, identity(v) if type(v) in _CODED else id(v)) for k, v in names
-                      if type(k) is str and k[:1] != "_" and callable(v)])
+                      if type(k) is str and callable(v)])
     state["keys of no str"] = hash(frozenset(odd))
     return state
 
@@ -396,16 +388,6 @@ def _imported(module: Any) -> bool:
         return bool(places) and not any(map(hidden_state.writable, places))
     return origin in ("built-in", "frozen") or (os.path.isfile(origin)
                                                  and not hidden_state.writable(origin))
-
-
-def refuse_audit_hooks() -> None:
-    """Install an audit hook that refuses every later one: a hook cannot be removed or listed,
-    and would run candidate code at every audited event of every later job."""
-    def refuse(event: str, _args: tuple[Any, ...]) -> None:
-        if event == "sys.addaudithook":
-            raise RuntimeError("audit hooks are refused in this process")  # the add is dropped
-
-    sys.addaudithook(refuse)
 
 
 def residue_ends_it(result: dict[str, Any], residue: dict[str, int]) -> bool:
