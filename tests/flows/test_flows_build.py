@@ -23,6 +23,8 @@ from flows_harness import child_env
 from pipeline.workspace import Workspace
 from schemas import Candidate, RawModule, Rejection, Task, Verdict
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 FAKES = "flows_fake_stages:STAGES"
 CONFIG = {"generate": {"variants_per_task": 2}, "repair": {"turns": 1},
           "flows": {"batch_size": 3}, "publish": {"name": "kstest"}}

@@ -19,6 +19,8 @@ from pipeline.stages import builtin_stages
 from pipeline.workspace import Workspace
 from schemas import Candidate, Task
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 FAKES = "flows_fake_stages:STAGES"
 
 

@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 import yaml
 from flows_harness import VENV_BIN, child_env
+
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 
 # Three structurally different modules (curation dedups on a canonicalized AST).
 MODULES = {

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -22,6 +23,8 @@ from pipeline.datasets.versions import read_version
 from pipeline.plan import STEPS
 from pipeline.workspace import Workspace
 from schemas import Candidate, RawModule, Rejection, Task, Verdict
+
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 
 FAKES = "flows_fake_stages:STAGES"
 CONFIG = {"generate": {"variants_per_task": 2, "mutations_per_kernel": 1, "mutation_rounds": 2,

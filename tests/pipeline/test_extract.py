@@ -156,6 +156,7 @@ def built() -> tuple[list[Task], list, list[RawModule]]:
     return tasks, rejections, modules
 
 
+@pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 def test_every_module_accounted_for(built) -> None:
     tasks, rejections, modules = built
     ids = [t.module_id for t in tasks] + [r.item_id for r in rejections]

@@ -82,6 +82,7 @@ def test_llm_errors_and_bad_config_are_reported() -> None:
         generate_candidates([], GenerateConfig(generators=["magic"]), "cpu")
 
 
+@pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 def test_generate_step_skips_done_work_and_mutate_step_mutates_verified(
         workspace: Workspace) -> None:
     tasks = [_task("a", RELU_TASK), _task("b", RELU_TASK.replace("16", "32"))]

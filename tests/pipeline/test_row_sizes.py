@@ -23,6 +23,8 @@ from pipeline.tasks.probe.pool import ProbePool
 from schemas import RawModule
 from sources.seed import SEED_DIR
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 SEEDS = ("norm_layer_norm", "pooling_max_pool1d", "embedding_embedding_lookup",
          "conv_conv2d_relu_maxpool")
 

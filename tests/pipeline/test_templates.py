@@ -146,6 +146,7 @@ def traced() -> None:
     trace_sources(sources)
 
 
+@pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 def test_seed_level1_coverage_and_candidate_format(traced) -> None:
     import ast
 
@@ -221,6 +222,7 @@ def test_template_candidates_are_schema_records(traced) -> None:
         assert "```python" in c.raw_response and "load_inline" in c.code
 
 
+@pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 def test_cpu_candidates_match_reference_in_one_build(traced) -> None:
     cases, labels = [], []
     for name in TASKS:

@@ -44,6 +44,7 @@ def test_cuda_sources_on_cpu_are_a_compile_error(tmp_path: Path) -> None:
     assert v.status == "compile_error" and "cuda_sources" in v.compile_log
 
 
+@pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 def test_a_cached_compile_error_names_each_candidate_s_own_line(tmp_path: Path) -> None:
     """Two candidates with the same kernel at different places in their files share one cache
     entry; each verdict's log names the failing line in its own file, the cached one too."""

@@ -23,6 +23,8 @@ from verifier.compile.build_reads import UNKNOWN_READ
 from verifier.compile.builder import REFUSED, BuildContext, Builder, BuildResult
 from verifier.isolation.build_sandbox import BuildSandboxError
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 HONEST = ExtensionSpec("e", ["int twice(int x) { return 2 * x; }"], functions=["twice"])
 
 

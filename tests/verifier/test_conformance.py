@@ -56,6 +56,7 @@ def cpu_verdicts(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], 
     return rows, out
 
 
+@pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 def test_cpu_cases_get_their_expected_verdicts(cpu_verdicts: tuple[list[dict], dict]) -> None:
     rows, verdicts = cpu_verdicts
     report = corpus.table(rows, verdicts)
@@ -64,6 +65,7 @@ def test_cpu_cases_get_their_expected_verdicts(cpu_verdicts: tuple[list[dict], d
     assert not bad, report
 
 
+@pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 def test_no_flag_or_view_op_is_a_finding(cpu_verdicts: tuple[list[dict], dict]) -> None:
     rows, verdicts = cpu_verdicts
     for r in rows:
@@ -73,6 +75,7 @@ def test_no_flag_or_view_op_is_a_finding(cpu_verdicts: tuple[list[dict], dict]) 
             assert f["severity"] != "error", (r["name"], f)
 
 
+@pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 def test_fallback_feedback_names_op_line_and_fix(cpu_verdicts: tuple[list[dict], dict]) -> None:
     _, verdicts = cpu_verdicts
     v = verdicts["strict"]["cpu_hidden_partial"]

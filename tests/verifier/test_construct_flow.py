@@ -20,6 +20,8 @@ from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import LINEAR_TASK, linear_candidate  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
 RENAMED = linear_candidate().replace("self.fc", "self.lin")  # same draws, other names
 # a draw before its layer: other weights than the reference's, from the same seed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from verifier_cases import relu_task
 
 from verifier.backends.cpu import CpuBackend
@@ -19,6 +20,8 @@ from verifier.run import gpu_runner
 from verifier.run.baselines import serve_baselines
 from verifier.run.gpu_runner import GpuRunner
 from verifier.run.runners import CPU_ARENA_BYTES, SandboxRunner
+
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 
 
 def test_the_baseline_is_served_by_its_own_worker_through_the_judges_clock() -> None:

@@ -39,6 +39,7 @@ def _opts(tmp_path: Path) -> VerifyOptions:
                          build_cache_dir=str(CACHE), baseline_cache_dir=str(tmp_path / "bl"))
 
 
+@pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 def test_one_process_many_jobs_and_bad_jobs_end_only_themselves(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(CpuBackend, "persistent_worker", True)

@@ -17,6 +17,8 @@ from verifier.protocol import VerifyOptions, VerifyRequest
 sys.path.insert(0, str(Path(__file__).parent))
 from verifier_cases import RELU_LOOP, RELU_TASK, relu_candidate  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
 BODY = RELU_LOOP.format(fn="relu_fwd", pragma="")  # the build other tests cached
 SLOW = relu_candidate(BODY, extra="import time\n",

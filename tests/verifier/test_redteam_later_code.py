@@ -46,6 +46,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RNG = LATER + """
 import random, tempfile
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 
 class Rng(random.Random):
     def choices(self, *a, **k):

@@ -67,6 +67,8 @@ from test_redteam_round9 import _jobs  # noqa: E402
 
 from verifier.run.settle import armed_finalizers, torch_own  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

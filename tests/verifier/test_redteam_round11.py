@@ -79,6 +79,8 @@ from verifier.isolation.started import REACHED  # noqa: E402
 from verifier.judge import decide  # noqa: E402
 from verifier.judge.tensors import varies  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 
 # --- whose doing a failed build is --------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(OWN_FAILURE_LOGS))

@@ -101,6 +101,8 @@ from test_redteam_round9 import _jobs, _leaving, _said  # noqa: E402
 
 from verifier.run.tamper import left_in_process, process_state  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 RESIDUE_FIX = ("compare the private callables of `builtins` (at least `__build_class__`), "
                "`warnings` (`_showwarnmsg`) and `importlib._bootstrap` (`_find_and_load`), "
                "and `warnings.filters`, `sys.path_importer_cache` and torch's global module "

@@ -50,6 +50,8 @@ from redteam_round13_cases import (  # noqa: E402
     leaving_cumsum,
 )
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 
 def _loop(sources: list[str], task: str, prefix: str = "r13", timeout_s: float = 60.0
           ) -> tuple[list[Any], int]:

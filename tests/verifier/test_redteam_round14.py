@@ -54,6 +54,8 @@ from redteam_round14_cases import (  # noqa: E402
     writer,
 )
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 
 def _said(out: Any) -> str:
     return " ".join(f.get("message", "") for f in (out.payload or {}).get("findings", ()))

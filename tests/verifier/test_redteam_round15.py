@@ -51,6 +51,8 @@ from redteam_round15_cases import (
 )
 from test_redteam_round14 import _ok, _said, _why  # the rounds' shared readers
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 
 # --- 1. a C type slot repointed under a type whose attributes keep their identity --------------
 def test_a_type_slot_a_job_repoints_reaches_no_later_job() -> None:

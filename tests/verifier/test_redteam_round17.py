@@ -60,6 +60,8 @@ from redteam_round17_cases import (
 from test_redteam_round9b import _at_settle
 from test_redteam_round14 import _ok, _said, _why  # the rounds' shared readers
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -5,9 +5,12 @@ Each was measured first (the "Before" of each test).
 
 from __future__ import annotations
 
+import pytest
 from redteam_round16_cases import COPYING_RELU
 from redteam_round17b_cases import READY_REFRESHED
 from test_redteam_round14 import _ok, _pid, _said, _why  # the rounds' shared readers
+
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 
 
 def test_a_job_cannot_rewrite_what_the_worker_saw_when_ready() -> None:

@@ -30,7 +30,6 @@ one with its own extension is not tried here, compiles cost minutes on this host
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from redteam_round7_cases import on_worker_device
@@ -46,18 +45,12 @@ from redteam_round18_cases import (
     ROUND_UP_UNSEEN,
     TRIAL_CELL,
 )
-from test_redteam_round14 import _ok, _said
+from test_redteam_round14 import _ok, _pid, _said, _why  # the rounds' shared readers
 from verifier_cases import cpu_loop_jobs, skip_without_worker_device
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 skip_without_worker_device()
-
-
-def _why(out: Any) -> Any:
-    return out.referee("run", {}) if out.referee else out.payload
-
-
-def _pid(out: Any) -> Any:
-    return (out.payload or {}).get("worker_pid")
 
 
 def test_a_job_cannot_rewrite_the_code_of_a_function_no_module_names() -> None:

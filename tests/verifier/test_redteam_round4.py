@@ -36,6 +36,8 @@ from verifier.checks.extspec import specs_from_source  # noqa: E402
 from verifier.checks.static import check_cpp, check_python  # noqa: E402
 from verifier.protocol import CORRECT_STATUSES, VerifyOptions, VerifyRequest  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
 ATTACKS = {name: (cls, code) for name, cls, code in attacks()}

@@ -35,6 +35,8 @@ from redteam_observer import TASK  # noqa: E402
 from sampled_child import spawn, tasks_of  # noqa: E402
 from service_cases import exchange, get_health, recording_server  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 
 # --- reward service: a head sent a byte at a time -------------------------------------------
 def _dribble(url: str, stop: threading.Event, every_s: float) -> None:

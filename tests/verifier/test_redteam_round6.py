@@ -31,6 +31,8 @@ from verifier.judge.clock import JudgeClock  # noqa: E402
 from verifier.judge.clock_serve import open_worker_pipes, serve_windows  # noqa: E402
 from verifier.judge.window_judge import WindowJudge  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)
 SET_BYTES = 64 * 32 * 4  # SCALE_TASK's one input
 CALL_S = 0.002  # what a true call costs (a sleep: the judge's time, not the test's cpu)

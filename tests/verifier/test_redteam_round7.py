@@ -55,6 +55,8 @@ from verifier.judge import ip_sampler as ips  # noqa: E402
 from verifier.judge.clock import JudgeClock  # noqa: E402
 from verifier.judge.window_judge import WindowJudge  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 TOL = (1e-4, 1e-4, 1e-2, 1e-2)
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
 from redteam_cases import candidate  # noqa: E402
 from redteam_round7_cases import NUMPY_RELU, WORKER_BACKEND  # noqa: E402
@@ -21,6 +23,8 @@ from verifier_cases import relu_task  # noqa: E402
 from verifier.protocol import VerifyOptions  # noqa: E402
 from verifier.run.gpu_pool import GpuWorkerProcess  # noqa: E402
 from verifier.run.gpu_runner import GpuRunner  # noqa: E402
+
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 
 BUILD_CACHE = Path.home() / ".cache" / "kernelsynth-tests" / "verifier-builds"
 _EXT = "honest_r7"  # round 7's extension (one build, cached)

@@ -34,6 +34,8 @@ from verifier_cases import relu_task  # noqa: E402
 from verifier.run.gpu_pool import GpuWorkerProcess  # noqa: E402
 from verifier.run.outcome import RunOutcome, confirmed  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 TASK = relu_task(256, 256)
 
 

@@ -31,6 +31,8 @@ from verifier.run import gpu_pool  # noqa: E402
 # it at each job; rebound, the next job (an honest sibling's) runs another candidate
 MAINER = _leaving("""
 import sys
+
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 m = sys.modules["__main__"]
 run_one = m._run_one
 m._run_one = lambda msg, *a: run_one({**msg, "candidate_source": "raise RuntimeError("

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from pipeline.candidates.templates import TaskView, template_kernels
 from tests.pipeline.candidates.fake_cuda import build
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 HEAD = "import torch\nimport torch.nn as nn\n\n"
 # name: (module, input shape, groups, L, S, T, gdiv, gmod, cdiv, cmod) of the kernels' view
 CASES = {

@@ -17,6 +17,8 @@ from pipeline.candidates.templates import TaskView, reduction_split, template_ke
 from tests.pipeline.candidates.fake_cuda import build
 from tests.pipeline.candidates.nvcc_once import assert_nvcc_compiles
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 HEAD = "import torch\nimport torch.nn as nn\n\n"
 TASKS = {
     "sum_rows": ("torch.sum(x, dim=1)", (4, 40000)),

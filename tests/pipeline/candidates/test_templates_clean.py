@@ -64,6 +64,7 @@ def _kernels_text(code: str) -> str:
     return re.search(r'KERNELS = r"""(.*?)"""', code, re.S).group(1)
 
 
+@pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 def test_no_switches_unused_macros_helpers_or_duplicate_kernels(seed_kernels) -> None:
     assert len(seed_kernels["cpu"]) >= 110, len(seed_kernels["cpu"])
     problems = []

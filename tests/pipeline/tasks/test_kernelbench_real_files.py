@@ -127,6 +127,7 @@ def _multi_op_level1(count: int) -> list[str]:
     return multi[::step][:count]
 
 
+@pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 @needs_snapshot
 def test_renamed_reformatted_level1_files_with_two_or_more_ops_are_contaminated() -> None:
     picked = _multi_op_level1(10)

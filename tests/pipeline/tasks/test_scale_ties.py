@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 import textwrap
 
+import pytest
+
 from pipeline.tasks.probe.budget import time_budget
 from pipeline.tasks.probe.dims import (
     derived_refresher,
@@ -140,6 +142,7 @@ def get_init_inputs():
 '''
 
 
+@pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 def test_a_heavy_task_gets_the_time_a_light_one_does_not():
     heavy = SLOW.format(op="a @ b", m=4096)  # 137 GFLOP at GPU size: the 12 s cap
     light = SLOW.format(op="a + b", m=64)  # no FLOPs counted: the 3 s base
