@@ -89,7 +89,7 @@ def test_no_message_before_the_end_is_no_failure(tmp_path: Path) -> None:
     res = jc.result()
     judge.close()
     assert res == {"figures": {}, "failure": "", "judge_error": "", "failed_check": "",
-                   "trials": None}
+                   "trials": None, "fastest_us": None}
 
 
 def test_calls_for_keeps_the_round_trip_under_one_percent() -> None:

@@ -39,14 +39,14 @@ from redteam_round7_cases import NUMPY_RELU  # noqa: E402
 from test_redteam_round9 import _jobs, _leaving, _said  # noqa: E402
 from test_redteam_round9b import _at_settle  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # the next job's `tempfile` names are drawn by a generator of the job's own class: no object
 # dies, its method is called (`tempfile._name_sequence.rng.choices`)
 RNG = LATER + """
 import random, tempfile
-
-pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 
 
 class Rng(random.Random):

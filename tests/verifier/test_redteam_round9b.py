@@ -26,13 +26,13 @@ from verifier.compile import cache_bound  # noqa: E402
 from verifier.compile.cache_bound import hold, hold_made  # noqa: E402
 from verifier.run import gpu_pool  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
 # the worker's loop runs as `python -m verifier.run.gpu_worker`: its module is `__main__`, not
 # `verifier.run.gpu_worker`, and its private functions (`_run_one`, `_settle`) are looked up in
 # it at each job; rebound, the next job (an honest sibling's) runs another candidate
 MAINER = _leaving("""
 import sys
-
-pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
 m = sys.modules["__main__"]
 run_one = m._run_one
 m._run_one = lambda msg, *a: run_one({**msg, "candidate_source": "raise RuntimeError("
