@@ -107,7 +107,8 @@ w = sys.modules["verifier.run.worker"]
 w._trials = (lambda trials: lambda *a, **k: trials(*a, **k))(w._trials)
 # a constant the checks read (what counts as data movement, not compute)
 sys.modules["verifier.checks.fallback"].DATA_MOVEMENT = frozenset()
-# and one rewritten in place: the function object (its identity) stays
+# and one rewritten in place: the function object (its identity) stays; the worker's audit
+# hook refuses it now (`verifier.run.audit`), and `__del__` swallows the error
 same = sys.modules["verifier.judge.tensors"].same
 same.__code__ = (lambda a, b: not isinstance(a, tuple) and a is b).__code__
 """)
@@ -119,7 +120,8 @@ def test_a_harness_function_rebound_for_the_next_job_is_the_rebinders_cheat(chai
     its worker, an honest sibling's numpy ReLU, was called a cheat ("forward computes with
     torch ops"), the same worker; `JobResult.finish` rebound (a method of a harness class)
     made the next job's "ok" a cheat the same way, and so did `judge_ops.__code__` assigned (the
-    function's identity unchanged). Now every loaded `verifier.*` module's
+    function's identity unchanged; since round 18 the worker's audit hook refuses that rewrite
+    as it is made, so the check after the job has no `tensors.same` to name). Now every loaded `verifier.*` module's
     globals (private functions too: the worker's loop calls `_trials` by its module's name;
     constants such as `fallback.DATA_MOVEMENT`) and its classes' methods are watched, by
     identity and code: the rebinding job is the cheat, its worker goes, the sibling
@@ -130,9 +132,11 @@ def test_a_harness_function_rebound_for_the_next_job_is_the_rebinders_cheat(chai
     assert framer["outcome"] == "cheat", framer
     said = " ".join(_said(framer, "patched_function"))
     for name in ("verifier.checks.fallback.judge_ops", "verifier.run.job_result.JobResult.finish",
-                 "verifier.run.worker._trials", "verifier.judge.tensors.same",
-                 "verifier.checks.fallback.DATA_MOVEMENT"):
+                 "verifier.run.worker._trials", "verifier.checks.fallback.DATA_MOVEMENT"):
         assert name in said, (name, framer["findings"])
+    # the rewrite of `same.__code__` was refused as it was made (round 18's audit hook): the
+    # function was never changed, so the check after the job has nothing of it to name
+    assert "verifier.judge.tensors.same" not in said, framer["findings"]
     assert framer["worker_pid"] == honest0["worker_pid"]
     for p in (honest1, honest2):
         assert p["outcome"] == "ok" and not p["failure"], p
