@@ -202,11 +202,7 @@ def test_a_job_cannot_rewrite_the_floating_point_probe() -> None:
     assert _pid(outs[2]) != _pid(outs[1]) and again == 0, (again, list(map(_pid, outs)))
 
 
-@pytest.mark.parametrize("route", [pytest.param("PyFrame_LocalsToFast", marks=pytest.mark.xfail(
-    strict=True, reason="open: ctypes' PyFrame_LocalsToFast rebinds a frame local (a foreign "
-    "call raises no audit event in 3.11), as any ctypes write of the process; fix: hold the "
-    "ready snapshot where no frame's locals are merged (a constant of the loop's code)")),
-    "trace function"])
+@pytest.mark.parametrize("route", ["PyFrame_LocalsToFast", "trace function"])
 def test_a_job_cannot_rebind_the_loops_ready_snapshot(route: str) -> None:
     """On the real path: round 16's COPYING_RELU, the attacker (COPYING_RELU leaving numpy's
     `memmove` GOT entry pointed at `memset`, then the loop frame's `ready` rebound to a
@@ -215,16 +211,26 @@ def test_a_job_cannot_rebind_the_loops_ready_snapshot(route: str) -> None:
     here, both routes): the attacker correct, no finding, its worker kept; the later honest ReLU
     "output 0: 32608 of 65536 elements differ ... got -1.1801e-38" (the judge's own failure:
     it stands, nothing run again). Now the trace route is refused: the worker's audit hook
-    allows no trace function and no profile but the harness's own (`audit.harness_profile`);
-    the ctypes route is open (xfail)."""
+    allows no trace function and no profile but the harness's own (`audit.harness_profile`),
+    and the GOT write is residue. The ctypes route (no audit event) rebinds `ready`, but the
+    parent holds what the worker was ready with (`verifier.run.seal`): the settle's snapshot
+    is not it, the run is made again in a fresh worker, where it is a cheat, and the later
+    honest ReLU runs in a fresh worker too."""
     from redteam_round16_cases import COPYING_RELU, GOT_MEMMOVE_IS_MEMSET
 
     code = GOT_MEMMOVE_IS_MEMSET + (READY_REBOUND if route == "PyFrame_LocalsToFast"
                                     else READY_TRACED)
     outs, again = cpu_loop_jobs([COPYING_RELU, leaving(COPYING_RELU, code), COPYING_RELU],
                                 "r18ready")
-    assert all(map(_ok, outs)), [_why(o) for o in outs]
-    assert "GOT and RELRO pages" in _said(outs[1]), _said(outs[1])
+    if route == "trace function":
+        assert all(map(_ok, outs)), [_why(o) for o in outs]
+        assert "GOT and RELRO pages" in _said(outs[1]), _said(outs[1])
+        return
+    assert _ok(outs[0]) and _ok(outs[2]), [_why(o) for o in outs]
+    attacker = outs[1].payload or {}
+    assert attacker.get("outcome") == "cheat" and outs[1].confirmed, (attacker, outs[1].confirmed)
+    assert "ready snapshot" in _said(outs[1]) and "changed during the run" in _said(outs[1])
+    assert _pid(outs[2]) not in (_pid(outs[0]), _pid(outs[1])) and again, (again, _pid(outs[2]))
 
 
 def test_the_worker_allows_no_trace_and_no_profile_but_the_harness_counter() -> None:

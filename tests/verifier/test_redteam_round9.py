@@ -151,7 +151,6 @@ HOOKS = _leaving("""
 import builtins, os, sys
 import numpy
 os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
-sys.setprofile(lambda *a: None)
 class Finder:
     def find_spec(self, *a, **k):
         return None
@@ -159,6 +158,8 @@ sys.meta_path.insert(0, Finder())
 imp = builtins.__import__
 builtins.__import__ = lambda *a, **k: imp(*a, **k)
 numpy.maximum = lambda a, b: a
+# last: refused as it is made since round 18 (`verifier.run.audit`), `__del__` swallows it
+sys.setprofile(lambda *a: None)
 """)
 
 
@@ -171,13 +172,14 @@ def test_hooks_and_modules_a_job_leaves_are_not_handed_to_the_next_job(chain: di
     candidate code in it unseen. Now the worker compares them (and every loaded module and its
     public callables, by identity) with what it held when ready: the job passes (what it left
     is not its answer), an info finding names each, its worker is replaced. (A collection
-    callback left behind is a cheat: tests/verifier/test_redteam_round8.py.)"""
+    callback left behind is a cheat: tests/verifier/test_redteam_round8.py.) Since round 18 the
+    profile hook is refused as it is set (`verifier.run.audit`): none is left to name."""
     leaver, honest = chain["hooks"]
     assert leaver["outcome"] == "ok", leaver
     said = " ".join(_said(leaver, "worker_replaced"))
-    for name in ("sys.profile", "sys.meta_path", "builtins.__import__", "numpy.maximum",
-                 "os.environ"):
+    for name in ("sys.meta_path", "builtins.__import__", "numpy.maximum", "os.environ"):
         assert name in said, (name, leaver["findings"])
+    assert "sys.profile" not in said, leaver["findings"]
     assert honest["outcome"] == "ok" and not honest["failure"], honest
     assert honest["worker_pid"] != leaver["worker_pid"]
 

@@ -102,8 +102,9 @@ def refuse_audit_hooks() -> None:
     harness's own (`harness_profile`): the interpreter writes a trace or profile function's
     `frame.f_locals` back into the frame it was called for, and a job's trace function rebound
     the worker loop's `ready` snapshot (its GOT write then unseen, a later honest ReLU
-    "incorrect": tests/verifier/test_redteam_round18.py). Open: ctypes' `PyFrame_LocalsToFast`
-    (a foreign call raises no audit event in 3.11), as any ctypes write of the process."""
+    "incorrect": tests/verifier/test_redteam_round18.py). Not refused: ctypes'
+    `PyFrame_LocalsToFast` (a foreign call raises no audit event in 3.11); the parent holds what
+    `ready` was (`verifier.run.seal`)."""
     setters, counter = harness_codes()
 
     def refuse(event: str, args: tuple[Any, ...], setters: tuple[Any, ...] = setters,

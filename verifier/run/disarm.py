@@ -27,10 +27,11 @@ permanent generation's size, `gc.get_freeze_count()`, was compared before: a wal
 objects, 30 ms, twice a settle; a job that let as many frozen objects die as it froze hid its
 freeze.) The mark is held by the worker's loop in a local and passed down, never in data of a
 module: a job that froze its object and wrote a fresh list over such a global (`MARK[0]`)
-hid its freeze (tests/verifier/test_redteam_round16.py). Open: a job that rebinds the loop
-frame's local, with ctypes (`PyFrame_LocalsToFast`) or with none (a trace function's
-`f_locals` is written back into its frame on 3.11): the ready snapshot too
-(tests/verifier/test_redteam_round18.py, strict xfails).
+hid its freeze (tests/verifier/test_redteam_round16.py). A job that rebinds the loop frame's
+local: with a trace function (its `f_locals` written back into its frame on 3.11) it is
+refused (`verifier.run.audit`); with ctypes (`PyFrame_LocalsToFast`) the settle reports the
+mark's identity to the parent, which holds the one the last settle made (`verifier.run.seal`).
+Open: a fresh list the allocator puts where the old mark was freed (its identity the same).
 """
 
 from __future__ import annotations

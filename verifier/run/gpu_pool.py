@@ -49,6 +49,7 @@ from verifier.judge.pace import Pace, jits
 from verifier.run import outcome
 from verifier.run.hang_watch import HangWatch
 from verifier.run.outcome import Measured, RunOutcome, run_ended, settle_charged, tampered
+from verifier.run.seal import Sealed
 
 _PKG_ROOT = str(Path(__file__).resolve().parents[2])
 STARTUP_S = 300.0  # import torch, CUDA context, the profiler's first session
@@ -112,8 +113,7 @@ class GpuWorkerProcess:
         self.cgroup = make_pids_cgroup(self.limits.processes)
         self.mem_cgroup, data_mb, self.memory_bound = host_memory_bound(self.host_memory_mb,
                                                                         self.cgroup)
-        kind = self.memory_bound.split(" (")[0]
-        if kind not in _announced:  # say once per process which bound applies
+        if (kind := self.memory_bound.split(" (")[0]) not in _announced:  # said once a process
             _announced.add(kind)
             sys.stderr.write(f"[gpu worker] host memory bound: {self.memory_bound}\n")
         cmd = sandboxed_argv([sys.executable, "-m", "verifier.run.gpu_worker", str(wfd),
@@ -127,8 +127,7 @@ class GpuWorkerProcess:
             pass_fds=(wfd, req_w, go_r),
             cwd=self.workdir, start_new_session=True)
         theirs.close()
-        for fd in (req_w, go_r):
-            os.close(fd)
+        os.close(req_w), os.close(go_r)
         self.clock_fds = (req_r, go_w)
         self.sock, self.buf, self.eof = mine, b"", False
         self.starts, self.earlier = self.starts + 1, 0
@@ -136,13 +135,11 @@ class GpuWorkerProcess:
         if self.ready is None or not self.ready.get("ready"):
             self.ready = None
             return False
-        # job objects go here: made after the sandbox took over the directory, so it stays
-        # the verifier's (read-only to the worker)
-        ext = self.workdir / "ext"
-        ext.mkdir(mode=0o755)
+        self.sealed = Sealed(self.ready)  # what it holds as ready, held here (`seal`)
+        # job objects: made after the sandbox took the directory, so it stays the verifier's
+        (ext := self.workdir / "ext").mkdir(mode=0o755)
         os.chmod(ext, 0o755)
-        st = os.lstat(ext)
-        self.ext_id = (st.st_dev, st.st_ino)
+        self.ext_id = ((st := os.lstat(ext)).st_dev, st.st_ino)
         return True
 
     @property
@@ -273,9 +270,10 @@ class GpuWorkerProcess:
         odd = outcome.unexpected_line(reply, "settle", nonce) or (
             f"more after the settle reply ({self.buf[:80]!r})"
             if reply is not None and self.buf.strip() else "")
-        if odd:
+        broken = "" if odd or reply is None else self.sealed.broken(reply, out.payload)
+        if odd or broken:  # (a snapshot not as it was ready: rebound in the worker, `seal`)
             self.stop()
-            return tampered(out, odd, earlier, nonce)
+            return tampered(out, odd or broken, earlier, nonce, said="" if broken else outcome.PROTOCOL)
         if settle_charged(out, reply, why or f"no reply within {SETTLE_S:g} s"):
             self.stop()
         return out

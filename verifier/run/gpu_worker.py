@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 
 from verifier.run.allocator import pin as pin_allocator
 from verifier.run.disarm import note_frozen
+from verifier.run.seal import figures
 from verifier.run.settle import (
     armed_finalizers,
     free_bytes,
@@ -57,7 +58,6 @@ from verifier.run.tamper import process_state, refuse_audit_hooks, residue_ends_
 _WATCHED = ("torch", "torch.nn.functional", "torch.Tensor", "torch.cuda", "torch.nn.Module",
             "torch.testing", "time", "threading", "verifier.run.worker", "verifier.backends.gpu_timing",
             "verifier.backends.gpu_anticheat", "verifier.checks.extspec")
-
 
 _WARMUP_TASK = """import torch
 class Model(torch.nn.Module):
@@ -301,8 +301,7 @@ def _hygiene(result: dict[str, Any], ready: ReadyState, settling: bool = True) -
     """What a job left in the process, compared with `ready`: findings and outcome into
     `result`; True when the worker must go. Right after the job (not `settling`): the harness
     (a patch a finalizer undoes at the settle is caught here) and its processes; at its settle,
-    its garbage collected, those again and what later jobs would meet (memory held, residue:
-    only the settle's state reaches them; ~0.3 s a job, once, not twice)."""
+    its garbage collected, those again and what later jobs would meet (memory held, residue)."""
     leave = after_job(result, dict(ready.state), dict(ready.flags), ready.threads)
     leave = strays_end_it(result) or leave
     return leave or settling and (memory_ends_it(result, ready.memory, None)
@@ -313,8 +312,8 @@ def _settle(held: list[Any], ready: ReadyState, mark: list[Any]) -> tuple[dict[s
                                                                           list[Any]]:
     """Between jobs, once the parent has checked the last job's trials: what that job left is
     let go and its garbage collected (its finalizers run now, charged to it), then the checks
-    run again (`verifier.run.settle`); the report for that job, as a result's fields, and the
-    next settle's freeze mark (`disarm.note_frozen`)."""
+    run again (`verifier.run.settle`); the report for that job, as a result's fields (with what
+    `ready` and `mark` were: the parent holds them, `verifier.run.seal`), and the next mark."""
     held.clear()
     report: dict[str, Any] = {"settled": True, "outcome": "ok", "findings": []}
     left = leftover_code(dict(ready.armed), mark, (ready, *ready))
@@ -326,10 +325,10 @@ def _settle(held: list[Any], ready: ReadyState, mark: list[Any]) -> tuple[dict[s
                                    "line": None, "message": "the run left code to run in later "
                                    "jobs: " + "; ".join(left) + ": its worker was replaced"})
     report["worker_leaves"] = leave = leave or bool(left)
-    if not leave:  # what lives on is no later collection's work: each one scans its job's only
-        mark = note_frozen()  # (and the mark of the next settle's `disarm.frozen_since`)
+    fresh = mark if leave else note_frozen()  # what lives on: no later collection's work (each
+    report.update(figures(ready, mark, fresh))  # scans its job's only; the next settle's mark)
     pin_allocator()  # glibc's settings as at ready, whatever the job left (`allocator`)
-    return report, mark
+    return report, fresh
 
 
 def main(argv: list[str]) -> int:
@@ -353,7 +352,7 @@ def main(argv: list[str]) -> int:
                        residue=tuple(residue.items()))
     marks["snapshot"] = time.monotonic()
     out.write(json.dumps({"ready": True, "pid": os.getpid(), "device": backend.device_name(),
-                          "worker_device": ident, "marks": marks}) + "\n")
+                          "worker_device": ident, "marks": marks, **figures(ready, mark)}) + "\n")
 
     def progress(stage: str) -> None:
         out.write(json.dumps({"progress": stage}) + "\n")

@@ -126,13 +126,18 @@ def _shown(msg: dict[str, Any]) -> str:
     return ", ".join(sorted(str(k) for k in msg)[:6])
 
 
-def tampered(out: RunOutcome, why: str, earlier_jobs: int, nonce: Any) -> RunOutcome:
-    """A line out of the worker's protocol (`unexpected_line`; the worker is stopped): with
-    earlier jobs in its worker it may be theirs, and the run is made again (`suspect`; a line
-    before the job's start is theirs: `residue`); in a fresh worker only this job's code ran,
-    and it wrote the line: a cheat."""
+PROTOCOL = "the worker wrote a line its protocol does not have: "
+
+
+def tampered(out: RunOutcome, why: str, earlier_jobs: int, nonce: Any,
+             said: str = PROTOCOL) -> RunOutcome:
+    """A line out of the worker's protocol (`unexpected_line`; the worker is stopped), or a
+    settle whose ready snapshot is not the one the parent holds (`verifier.run.seal`; `said`
+    ""): with earlier jobs in its worker it may be theirs, and the run is made again
+    (`suspect`; a line before the job's start is theirs: `residue`); in a fresh worker only
+    this job's code ran, and it wrote the line: a cheat."""
     residue = why.startswith(BEFORE_START)
-    why = f"the worker wrote a line its protocol does not have: {why}"
+    why = said + why
     if earlier_jobs:
         out.suspect = why
         out.residue = why if residue else ""
