@@ -158,15 +158,18 @@ def test_a_forged_result_with_the_next_jobs_nonce_is_confirmed_in_a_fresh_worker
     """A finalizer run at the settle writes a settle reply, blocks reading the worker's stdin
     until the parent sends the next job, and so learns its nonce: it writes that job's start
     line and a failing result with the right nonce ("runtime_error", "framed by an earlier
-    job"). No protocol check can tell it from the worker's loop (it shares the process). Its
-    worker ran an earlier job, so the failure it reports is made again in a fresh worker
-    (`confirmed`): the honest sibling passes there, and its verdict says why it was run
-    again (the forged error is in that reason: the forgery was read, then confirmed away)."""
+    job"). No line check can tell it from the worker's loop (it shares the process). Before
+    the parent held the worker's ready figures (e138203): the forged settle reply stood (the
+    reader "ok"), and the sibling's forged failure, its worker having run an earlier job, was
+    made again in a fresh worker (`confirmed`), where it passed. Now a settle reply carries the
+    figures of the snapshot it compared with (`verifier.run.seal`), which a forger's reply
+    lacks: the reader's run is `tampered` (a cheat where it ran first in its worker, as here;
+    made again in a fresh worker otherwise), its worker goes before the next job is sent, and
+    the sibling passes in a fresh worker, read by no forger."""
     reader, honest = forged["nonce"]
-    assert reader["outcome"] == "ok", reader  # its forged reply stood for its settle
-    assert honest["outcome"] == "ok", honest
-    assert "framed by an earlier job" in honest["confirmed"], honest
-    assert _said(honest, "confirmed_fresh"), honest
+    assert reader["outcome"] == "cheat", reader
+    assert any("changed during the run" in m for m in _said(reader, "forged_result")), reader
+    assert honest["outcome"] == "ok" and not honest["failure"], honest
     assert honest["worker_pid"] != reader["worker_pid"]
 
 
