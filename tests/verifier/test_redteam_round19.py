@@ -1,0 +1,128 @@
+"""Red-team round 19 on the cpu backend: attacks on branch attack25 (from main at e138203: the
+parent's seal of the worker's ready snapshot, relocations keyed by ELF objects only, the audit
+hook's refusals), as a policy rewarded for holes would try them (cases in
+tests/verifier/redteam_round19_cases.py). Each was measured first (the "Before" of each test):
+the attacker an honest model leaving its residue in its `__del__`, then an honest sibling in the
+same worker.
+
+Closed here: the worker's own check function rebound in its module (`_hygiene`, no ctypes), and
+a field of its `ReadyState` class made a property that answers the checks alone (the loop pins
+every harness global, harness class attribute and builtin at ready and checks them, through
+names it holds in its locals, before and after each check: `verifier.run.pins`); a decoy copy
+of a library mapped below it, whose GOT the residue check hashed (`relocations._digest` hashes
+where the library starts).
+Open (xfail): code of the job that runs inside the checks (a module's class given a property the
+checks read) and moves a name only while they run.
+Tried, no effect (measured, not kept): a result's `harness_threads` raised by the job to keep a
+thread it left (the thread is a native one too: `tamper.OS_THREADS` at the settle).
+"""
+
+from __future__ import annotations
+
+import pytest
+from redteam_round14_cases import leaving
+from redteam_round16_cases import COPYING_RELU, GOT_MEMMOVE_IS_MEMSET
+from redteam_round19_cases import (
+    DECOY_MAPPED,
+    DECOY_SAVED,
+    HYGIENE_REBOUND,
+    INSIDE_CHECKS,
+    READY_FIELD,
+)
+from test_redteam_round14 import _ok, _pid, _said, _why  # the rounds' shared readers
+from verifier_cases import cpu_loop_jobs, skip_without_worker_device
+
+pytestmark = pytest.mark.heavy  # out of the default run: CI runs it (-m heavy)
+
+skip_without_worker_device()
+
+
+def _got_then(code: str, tag: str) -> tuple[list, int]:
+    """COPYING_RELU, the attacker (COPYING_RELU leaving round 16's GOT write, numpy's `memmove`
+    pointed at `memset`, and `code`), COPYING_RELU: the outcomes and the runs made again."""
+    return cpu_loop_jobs([COPYING_RELU, leaving(COPYING_RELU, GOT_MEMMOVE_IS_MEMSET + code),
+                          COPYING_RELU], tag)
+
+
+@pytest.mark.parametrize("route", ["_hygiene rebound", "ReadyState field"])
+def test_a_job_cannot_move_the_names_the_checks_run_through(route: str) -> None:
+    """On the real path (`GpuRunner`, cpu loop): COPYING_RELU, the attacker (round 16's GOT
+    write, then HYGIENE_REBOUND: the worker module's `_hygiene` made `lambda *a, **k: False`; or
+    READY_FIELD: `ReadyState.residue` made a property that answers a `_hygiene` frame with
+    today's GOT figures, the seal's digest with the tuple's own), COPYING_RELU. Before (attack25
+    at e138203, measured here): the attacker correct, no finding, its worker kept; the later
+    honest ReLU "output 0: 65536 of 65536 elements differ ... got 6.46721e+19" (rebound) or
+    "32830 of 65536 elements differ ... got -5.70207e-29" (the field), the judge's own failure
+    standing, nothing run again: the seal held (the snapshot itself was not touched). Now the
+    loop's pins (`verifier.run.pins`) find the moved name before the check runs: the attacker
+    is run again in a fresh worker, a cheat there ("the harness's names moved during the run:
+    __main__._hygiene"), and the later ReLU correct in a fresh worker."""
+    code, moved = {"_hygiene rebound": (HYGIENE_REBOUND, "__main__._hygiene"),
+                   "ReadyState field": (READY_FIELD, "__main__.ReadyState.residue")}[route]
+    outs, again = _got_then(code, "r19pins")
+    first, attacker, later = outs
+    assert _ok(first) and _ok(later), (_why(first), _why(later))
+    assert (attacker.payload or {}).get("outcome") == "cheat", attacker.payload
+    assert moved in _said(attacker) and attacker.confirmed and again == 1, (_said(attacker),
+                                                                           again)
+    assert _pid(later) not in (_pid(first), _pid(attacker)), list(map(_pid, outs))
+
+
+def test_the_pins_check_looks_up_no_name() -> None:
+    """`moved` (the loop's check) names no global and no builtin: only the methods of `dict`,
+    `list` and `str`; it finds a harness global, a harness class's attribute and a builtin
+    rebound, and makes the result given a cheat."""
+    import builtins
+
+    from verifier.run import pins, settle
+    from verifier.run.gpu_worker import ReadyState
+
+    assert set(pins.moved.__code__.co_names) <= {"get", "append", "join", "update"}
+    held = pins.pin()
+    assert pins.moved(held) == []
+    kept = settle.collect_left_garbage, builtins.len, ReadyState.__dict__["residue"]
+    result: dict = {"outcome": "ok", "findings": []}
+    try:
+        settle.collect_left_garbage, builtins.len = (lambda: (0, False)), (lambda x: 0)
+        ReadyState.residue = property(lambda self: ())
+        got = pins.moved(held, result)
+    finally:
+        settle.collect_left_garbage, builtins.len, ReadyState.residue = kept
+    assert {"verifier.run.settle.collect_left_garbage", "builtins.len",
+            "verifier.run.gpu_worker.ReadyState.residue"} <= set(got), got
+    assert result["outcome"] == "cheat" and result["findings"], result
+    assert pins.moved(held) == []
+
+
+def test_a_decoy_mapping_of_a_library_hides_no_got_write() -> None:
+    """On the real path: COPYING_RELU, the attacker (COPYING_RELU saving numpy's
+    `_multiarray_umath` as mapped, round 16's GOT write, then DECOY_MAPPED: the saved copy put
+    at a lower address, the file's first page mapped over the copy's, so /proc/self/maps lists
+    the copy first), COPYING_RELU. Before (attack25 at e138203, measured here): the attacker
+    correct, no finding, its worker kept; the later honest ReLU "65536 of 65536 elements differ
+    ... got -1.29634e+20", the judge's own failure standing, nothing run again. Now the hash
+    holds where the library starts: the library is residue ("_multiarray_umath... (GOT and
+    RELRO pages) changed"), the attacker's worker replaced, the later ReLU correct."""
+    outs, again = cpu_loop_jobs([COPYING_RELU, leaving(
+        COPYING_RELU, DECOY_SAVED + GOT_MEMMOVE_IS_MEMSET + DECOY_MAPPED), COPYING_RELU],
+        "r19decoy")
+    first, attacker, later = outs
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert "_multiarray_umath" in _said(attacker) and "GOT and RELRO" in _said(attacker)
+    assert _pid(first) == _pid(attacker) != _pid(later) and again == 0, (again, outs)
+
+
+@pytest.mark.xfail(strict=True, reason="open: a job's code that runs inside the worker's checks "
+                   "(a module's class given a property they read) moves a name only while "
+                   "they run; every check runs in the process the job ran in")
+def test_code_run_inside_the_checks_moves_no_name() -> None:
+    """On the real path: COPYING_RELU, the attacker (round 16's GOT write, then INSIDE_CHECKS:
+    `torch.backends.cudnn`'s class made a subclass whose `enabled`, read by `global_flags` at
+    every check, sets the worker module's `residue_ends_it`, in a settle's checks only, to a
+    function that puts the real one back and finds nothing), COPYING_RELU. Measured with the
+    pins (attack25): the attacker correct, no finding, its worker kept; the later honest ReLU
+    "65536 of 65536 elements differ ... got -6.02353, expected 0", the judge's own failure
+    standing. Closing it needs checks no code of the job can run inside: out of the worker's
+    process (the parent reading its memory), or with every hook the checks pass through pinned."""
+    outs, _ = _got_then(INSIDE_CHECKS, "r19inside")
+    assert _ok(outs[2]), _why(outs[2])

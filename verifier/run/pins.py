@@ -1,0 +1,82 @@
+"""The names the persistent worker's own checks run through, pinned at ready.
+
+Every check a GPU worker makes between jobs (`verifier.run.gpu_worker._hygiene`, `_settle`) runs
+in the process where candidate code ran, and finds each function it calls by name, in its
+module's namespace, at the call. The checks compare every such name with the ready snapshot,
+but only from inside the functions they call: a job that set the worker module's `_hygiene` to
+`lambda *a, **k: False` (no ctypes) was never checked again, its GOT write kept, and a later
+honest ReLU that copies its result "incorrect", the judge's own failure standing
+(tests/verifier/test_redteam_round19.py). Likewise a harness class's attribute (a `ReadyState`
+field made a property that answers the checks with a refreshed snapshot) or a builtin.
+
+So the loop pins, as it is ready, every global of every loaded harness module, every attribute
+of their own classes and every builtin (`pin`); and before each check, after any step where a
+job's code can run, it asks `moved` (held in its own locals, as the pins are) which of them is
+not as pinned: a job that moved one is a cheat, its worker ends. `moved` looks up no name (a
+global or builtin it looked up could be the job's): only its locals and the methods of `dict`
+and `list`, which no Python code can rebind.
+Open: a job whose code runs inside the checks (a property, a module's `__dir__`) and moves a
+name only while they run; ctypes writes (a function's code, a frame's locals).
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from typing import Any
+
+# namespaces, names, values, and what each is called in a finding (in step)
+Pins = tuple[list[Any], list[str], list[Any], list[str]]
+
+
+def _harness_modules() -> list[Any]:
+    main = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", "") or ""
+    names = [n for n in list(sys.modules) if n.startswith("verifier.")]
+    return [sys.modules[n] for n in names] + (
+        [sys.modules["__main__"]] if main.startswith("verifier.") else [])
+
+
+def pin() -> Pins:
+    """Every global of every loaded harness module (`verifier.*`, and `__main__` when the worker
+    runs one), every attribute of the classes they define, and every builtin."""
+    spaces: list[Any] = []
+    names: list[str] = []
+    values: list[Any] = []
+    labels: list[str] = []
+
+    def add(space: Any, owner: str) -> None:
+        for name, value in list(space.items()):
+            spaces.append(space)
+            names.append(name)
+            values.append(value)
+            labels.append(f"{owner}.{name}")
+
+    add(vars(builtins), "builtins")
+    for module in _harness_modules():
+        own = vars(module)
+        add(own, module.__name__)
+        for value in list(own.values()):
+            if isinstance(value, type) and value.__module__ == own.get("__name__"):
+                add(value.__dict__, f"{module.__name__}.{value.__qualname__}")  # (a live view)
+    return spaces, names, values, labels
+
+
+def moved(pins: Pins, result: dict[str, Any] | None = None,
+          missing: Any = object()) -> list[str]:  # noqa: B008 (a sentinel)
+    """The names of `pins` whose namespace holds another object now (or none); with `result`
+    (a job's, or its settle report) any makes it a cheat. Looks up no global and no builtin:
+    only the methods of `dict`, `mappingproxy`, `list` and `str` (none rebindable)."""
+    spaces, names, values, labels = pins
+    out: list[str] = []
+    i = -1
+    for space in spaces:
+        i += 1
+        if space.get(names[i], missing) is not values[i]:
+            out.append(labels[i])
+    if out and result is not None:
+        said = "the harness's names moved during the run: " + ", ".join(out[:5])
+        result.update(outcome="cheat", error="the candidate changed the harness's process: "
+                      + said)
+        result["findings"].append({"rule": "patched_function", "severity": "error",
+                                   "line": None, "message": said})
+    return out
