@@ -102,3 +102,12 @@ fd = os.open(path, os.O_RDONLY)
 assert libc.mmap(at, 4096, 1, 0x02 | 0x10, fd, 0) == at  # MAP_PRIVATE | MAP_FIXED
 os.close(fd)
 """
+
+# --- the comparison the residue check makes, answered "equal" ----------------------------------------
+# `tamper.left_in_process` finds the keys whose values differ with `map(operator.ne, ...)`,
+# `operator` being the standard module: its `ne` made a function that finds nothing different
+# blinds the one check that would see it rebound (the module walk compares `operator.ne` too).
+NE_BLIND = """
+import operator
+operator.ne = lambda a, b: False
+"""

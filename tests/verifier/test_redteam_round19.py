@@ -5,12 +5,13 @@ tests/verifier/redteam_round19_cases.py). Each was measured first (the "Before" 
 the attacker an honest model leaving its residue in its `__del__`, then an honest sibling in the
 same worker.
 
-Closed here: the worker's own check function rebound in its module (`_hygiene`, no ctypes), and
-a field of its `ReadyState` class made a property that answers the checks alone (the loop pins
-every harness global, harness class attribute and builtin at ready and checks them, through
-names it holds in its locals, before and after each check: `verifier.run.pins`); a decoy copy
-of a library mapped below it, whose GOT the residue check hashed (`relocations._digest` hashes
-where the library starts).
+Closed here: the worker's own check function rebound in its module (`_hygiene`, no ctypes), a
+field of its `ReadyState` class made a property that answers the checks alone, and the
+standard `operator.ne` the residue check compares through made "equal" (the loop pins every
+harness global, harness class attribute, builtin and public function of a module the harness
+holds at ready, and checks them through names in its locals before and after each check:
+`verifier.run.pins`); a decoy copy of a library mapped below it, whose GOT the residue check
+hashed (`relocations._digest` hashes where the library starts).
 Open (xfail): code of the job that runs inside the checks (a module's class given a property the
 checks read) and moves a name only while they run.
 Tried, no effect (measured, not kept): a result's `harness_threads` raised by the job to keep a
@@ -27,6 +28,7 @@ from redteam_round19_cases import (
     DECOY_SAVED,
     HYGIENE_REBOUND,
     INSIDE_CHECKS,
+    NE_BLIND,
     READY_FIELD,
 )
 from test_redteam_round14 import _ok, _pid, _said, _why  # the rounds' shared readers
@@ -44,21 +46,25 @@ def _got_then(code: str, tag: str) -> tuple[list, int]:
                           COPYING_RELU], tag)
 
 
-@pytest.mark.parametrize("route", ["_hygiene rebound", "ReadyState field"])
+@pytest.mark.parametrize("route", ["_hygiene rebound", "ReadyState field", "operator.ne"])
 def test_a_job_cannot_move_the_names_the_checks_run_through(route: str) -> None:
     """On the real path (`GpuRunner`, cpu loop): COPYING_RELU, the attacker (round 16's GOT
-    write, then HYGIENE_REBOUND: the worker module's `_hygiene` made `lambda *a, **k: False`; or
+    write, then HYGIENE_REBOUND: the worker module's `_hygiene` made `lambda *a, **k: False`;
     READY_FIELD: `ReadyState.residue` made a property that answers a `_hygiene` frame with
-    today's GOT figures, the seal's digest with the tuple's own), COPYING_RELU. Before (attack25
-    at e138203, measured here): the attacker correct, no finding, its worker kept; the later
-    honest ReLU "output 0: 65536 of 65536 elements differ ... got 6.46721e+19" (rebound) or
-    "32830 of 65536 elements differ ... got -5.70207e-29" (the field), the judge's own failure
-    standing, nothing run again: the seal held (the snapshot itself was not touched). Now the
+    today's GOT figures, the seal's digest with the tuple's own; or NE_BLIND: `operator.ne`,
+    through which the residue check compares, made `lambda a, b: False`), COPYING_RELU. Before
+    (attack25 at e138203 for the first two, with the first two closed for the third, measured
+    here): the attacker correct, no finding, its worker kept; the later honest ReLU "output 0:
+    65536 of 65536 elements differ ... got 6.46721e+19" (rebound), "32830 of 65536 elements
+    differ ... got -5.70207e-29" (the field), "65536 of 65536 ... got 1.39797e+10" (`ne`), the
+    judge's own failure standing, nothing run again: the seal held (the snapshot was not
+    touched). Now the
     loop's pins (`verifier.run.pins`) find the moved name before the check runs: the attacker
     is run again in a fresh worker, a cheat there ("the harness's names moved during the run:
     __main__._hygiene"), and the later ReLU correct in a fresh worker."""
     code, moved = {"_hygiene rebound": (HYGIENE_REBOUND, "__main__._hygiene"),
-                   "ReadyState field": (READY_FIELD, "__main__.ReadyState.residue")}[route]
+                   "ReadyState field": (READY_FIELD, "__main__.ReadyState.residue"),
+                   "operator.ne": (NE_BLIND, "operator.ne")}[route]
     outs, again = _got_then(code, "r19pins")
     first, attacker, later = outs
     assert _ok(first) and _ok(later), (_why(first), _why(later))

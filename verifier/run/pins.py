@@ -10,11 +10,13 @@ honest ReLU that copies its result "incorrect", the judge's own failure standing
 field made a property that answers the checks with a refreshed snapshot) or a builtin.
 
 So the loop pins, as it is ready, every global of every loaded harness module, every attribute
-of their own classes and every builtin (`pin`); and before each check, after any step where a
-job's code can run, it asks `moved` (held in its own locals, as the pins are) which of them is
-not as pinned: a job that moved one is a cheat, its worker ends. `moved` looks up no name (a
-global or builtin it looked up could be the job's): only its locals and the methods of `dict`
-and `list`, which no Python code can rebind.
+of their own classes, every builtin and the public functions of the other modules they hold
+(the residue check compared its snapshots through `operator.ne`: a job that made it answer
+"equal" hid its GOT write, a later honest ReLU "incorrect"), `pin`; and before each check, and
+after any step where a job's code can run, it asks `moved` (held in its own locals, as the pins
+are) which of them is not as pinned: a job that moved one is a cheat, its worker ends. `moved`
+looks up no name (a global or builtin it looked up could be the job's): only its locals and the
+methods of `dict`, `list` and `str`, which no Python code can rebind.
 Open: a job whose code runs inside the checks (a property, a module's `__dir__`) and moves a
 name only while they run; ctypes writes (a function's code, a frame's locals).
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import builtins
 import sys
+from types import ModuleType
 from typing import Any
 
 # namespaces, names, values, and what each is called in a finding (in step)
@@ -44,21 +47,29 @@ def pin() -> Pins:
     values: list[Any] = []
     labels: list[str] = []
 
-    def add(space: Any, owner: str) -> None:
+    def add(space: Any, owner: str, public_calls: bool = False) -> None:
         for name, value in list(space.items()):
+            if public_calls and (name.startswith("_") or not callable(value)):
+                continue
             spaces.append(space)
             names.append(name)
             values.append(value)
             labels.append(f"{owner}.{name}")
 
     add(vars(builtins), "builtins")
-    for module in _harness_modules():
+    harness = _harness_modules()
+    used: dict[int, Any] = {}  # the other modules they hold (`operator`, `os`, `gc`, `torch`)
+    for module in harness:
         own = vars(module)
         add(own, module.__name__)
         for value in list(own.values()):
             if isinstance(value, type) and value.__module__ == own.get("__name__"):
                 add(value.__dict__, f"{module.__name__}.{value.__qualname__}")  # (a live view)
-    return spaces, names, values, labels
+            elif isinstance(value, ModuleType) and value not in harness:
+                used[id(value)] = value
+    for module in used.values():  # their public functions: what rebinding them does to
+        add(vars(module), module.__name__, public_calls=True)  # later jobs is residue, but a
+    return spaces, names, values, labels  # comparison made through one would see none
 
 
 def moved(pins: Pins, result: dict[str, Any] | None = None,
