@@ -29,6 +29,7 @@ from redteam_round19_cases import (
     HYGIENE_REBOUND,
     INSIDE_CHECKS,
     NE_BLIND,
+    PINS_EDITED,
     READY_FIELD,
 )
 from test_redteam_round14 import _ok, _pid, _said, _why  # the rounds' shared readers
@@ -46,58 +47,75 @@ def _got_then(code: str, tag: str) -> tuple[list, int]:
                           COPYING_RELU], tag)
 
 
-@pytest.mark.parametrize("route", ["_hygiene rebound", "ReadyState field", "operator.ne"])
+@pytest.mark.parametrize("route", ["_hygiene rebound", "ReadyState field", "operator.ne",
+                                   "pins edited"])
 def test_a_job_cannot_move_the_names_the_checks_run_through(route: str) -> None:
     """On the real path (`GpuRunner`, cpu loop): COPYING_RELU, the attacker (round 16's GOT
     write, then HYGIENE_REBOUND: the worker module's `_hygiene` made `lambda *a, **k: False`;
     READY_FIELD: `ReadyState.residue` made a property that answers a `_hygiene` frame with
     today's GOT figures, the seal's digest with the tuple's own; or NE_BLIND: `operator.ne`,
-    through which the residue check compares, made `lambda a, b: False`), COPYING_RELU. Before
-    (attack25 at e138203 for the first two, with the first two closed for the third, measured
-    here): the attacker correct, no finding, its worker kept; the later honest ReLU "output 0:
-    65536 of 65536 elements differ ... got 6.46721e+19" (rebound), "32830 of 65536 elements
-    differ ... got -5.70207e-29" (the field), "65536 of 65536 ... got 1.39797e+10" (`ne`), the
-    judge's own failure standing, nothing run again: the seal held (the snapshot was not
-    touched). Now the
-    loop's pins (`verifier.run.pins`) find the moved name before the check runs: the attacker
-    is run again in a fresh worker, a cheat there ("the harness's names moved during the run:
-    __main__._hygiene"), and the later ReLU correct in a fresh worker."""
+    through which the residue check compares, made `lambda a, b: False`; or PINS_EDITED:
+    `_hygiene` rebound, and written into the values the loop pinned, read through its frame),
+    COPYING_RELU. Before (attack25 at e138203 for the first two; with the pins for the others,
+    then lists and holding no other module's functions; measured here): the attacker correct,
+    no finding, its worker kept; the later honest ReLU "output 0: 65536 of 65536 elements
+    differ ... got 6.46721e+19" (rebound), "32830 of 65536 elements differ ... got
+    -5.70207e-29" (the field), "65536 of 65536 ... got 1.39797e+10" (`ne`), "32981 of 65536
+    ... got 6.40969e-10" (edited), the judge's own failure standing, nothing run again: the
+    seal held (the snapshot was not touched). Now the loop's pins (`verifier.run.pins`) find
+    the moved name before the check runs (the edit raises: the pins are tuples). A harness
+    name: the attacker is run again in a fresh worker, a cheat there ("the harness's names
+    moved during the run: __main__._hygiene"); `operator.ne`, a library's function: residue, as
+    the module walk would name it (an info finding, "the run left operator.ne ... changed", the
+    attacker's worker replaced). The later ReLU correct in a fresh worker."""
     code, moved = {"_hygiene rebound": (HYGIENE_REBOUND, "__main__._hygiene"),
                    "ReadyState field": (READY_FIELD, "__main__.ReadyState.residue"),
-                   "operator.ne": (NE_BLIND, "operator.ne")}[route]
+                   "operator.ne": (NE_BLIND, "operator.ne"),
+                   "pins edited": (PINS_EDITED, "__main__._hygiene")}[route]
     outs, again = _got_then(code, "r19pins")
     first, attacker, later = outs
     assert _ok(first) and _ok(later), (_why(first), _why(later))
+    assert moved in _said(attacker), _said(attacker)
+    if route == "operator.ne":
+        assert _ok(attacker) and "the run left operator.ne" in _said(attacker), _why(attacker)
+        assert _pid(first) == _pid(attacker) != _pid(later), list(map(_pid, outs))
+        return
     assert (attacker.payload or {}).get("outcome") == "cheat", attacker.payload
-    assert moved in _said(attacker) and attacker.confirmed and again == 1, (_said(attacker),
-                                                                           again)
+    assert attacker.confirmed and again >= 1, (attacker.confirmed, again)
     assert _pid(later) not in (_pid(first), _pid(attacker)), list(map(_pid, outs))
 
 
 def test_the_pins_check_looks_up_no_name() -> None:
     """`moved` (the loop's check) names no global and no builtin: only the methods of `dict`,
     `list` and `str`; it finds a harness global, a harness class's attribute and a builtin
-    rebound, and makes the result given a cheat."""
+    rebound: a harness name makes the result a cheat, a builtin alone is residue (an info
+    finding, as `tamper.residue_ends_it` names it: the worker goes, the job is not a cheat)."""
     import builtins
 
     from verifier.run import pins, settle
     from verifier.run.gpu_worker import ReadyState
 
-    assert set(pins.moved.__code__.co_names) <= {"get", "append", "join", "update"}
+    names = set(pins.moved.__code__.co_names)
+    assert names <= {"get", "append", "join", "update", "startswith"}, names
     held = pins.pin()
-    assert pins.moved(held) == []
+    assert pins.moved(held) == ([], False)
     kept = settle.collect_left_garbage, builtins.len, ReadyState.__dict__["residue"]
     result: dict = {"outcome": "ok", "findings": []}
+    residue: dict = {"outcome": "ok", "findings": []}
     try:
-        settle.collect_left_garbage, builtins.len = (lambda: (0, False)), (lambda x: 0)
+        builtins.len = lambda x: 0
+        alone = pins.moved(held, residue)
+        settle.collect_left_garbage = lambda: (0, False)
         ReadyState.residue = property(lambda self: ())
-        got = pins.moved(held, result)
+        got, harness = pins.moved(held, result)
     finally:
         settle.collect_left_garbage, builtins.len, ReadyState.residue = kept
+    assert alone == (["builtins.len"], False) and residue["outcome"] == "ok", (alone, residue)
+    assert residue["findings"][0]["rule"] == "worker_replaced", residue
     assert {"verifier.run.settle.collect_left_garbage", "builtins.len",
-            "verifier.run.gpu_worker.ReadyState.residue"} <= set(got), got
+            "verifier.run.gpu_worker.ReadyState.residue"} <= set(got) and harness, got
     assert result["outcome"] == "cheat" and result["findings"], result
-    assert pins.moved(held) == []
+    assert pins.moved(held) == ([], False)
 
 
 def test_a_decoy_mapping_of_a_library_hides_no_got_write() -> None:
@@ -115,7 +133,7 @@ def test_a_decoy_mapping_of_a_library_hides_no_got_write() -> None:
     first, attacker, later = outs
     assert all(map(_ok, outs)), [_why(o) for o in outs]
     assert "_multiarray_umath" in _said(attacker) and "GOT and RELRO" in _said(attacker)
-    assert _pid(first) == _pid(attacker) != _pid(later) and again == 0, (again, outs)
+    assert _pid(first) == _pid(attacker) != _pid(later), (again, list(map(_pid, outs)))
 
 
 @pytest.mark.xfail(strict=True, reason="open: a job's code that runs inside the worker's checks "

@@ -298,8 +298,8 @@ def _hygiene(result: dict[str, Any], ready: ReadyState, settling: bool = True) -
                                   or residue_ends_it(result, dict(ready.residue)))
 
 
-def _settle(held: list[Any], ready: ReadyState, mark: list[Any], pins: Pins = ([], [], [], []),
-            check: Callable[..., list[str]] = moved) -> tuple[dict[str, Any], list[Any]]:
+def _settle(held: list[Any], ready: ReadyState, mark: list[Any], pins: Pins = ((), (), (), ()),
+            check: Callable[..., Any] = moved) -> tuple[dict[str, Any], list[Any]]:
     """Between jobs, once the parent has checked the last job's trials: what that job left is
     let go and its garbage collected (its finalizers run now, charged to it), then the checks
     run again (`verifier.run.settle`); the report for that job, as a result's fields (with what
@@ -308,13 +308,17 @@ def _settle(held: list[Any], ready: ReadyState, mark: list[Any], pins: Pins = ([
     runs (its `__del__`s here, its finalizers in `leftover_code`) and after the checks."""
     held.clear()
     report: dict[str, Any] = {"settled": True, "outcome": "ok", "findings": []}
-    unpinned = check(pins, report)  # (then no name is looked up: any may be the job's)
-    left = [] if unpinned else leftover_code(dict(ready.armed), mark, (ready, *ready))
-    unpinned = unpinned or check(pins, report)
-    leave = True if unpinned else _hygiene(report, ready)
-    if unpinned or check(pins, report):  # (the parent, missing the figures, ends the worker)
+    gone, forged = check(pins, report)  # (a harness name moved: a cheat, no check called)
+    left = [] if forged else leftover_code(dict(ready.armed), mark, (ready, *ready))
+    if not gone:
+        gone, forged = check(pins, report)
+    leave = True if forged else _hygiene(report, ready)
+    if not gone:
+        gone, forged = check(pins, report)
+    if forged:  # (the parent, missing the figures, ends the worker)
         report["worker_leaves"] = True
         return report, mark
+    leave = leave or gone != []
     if report["outcome"] != "ok":
         report["error"] += " (found after the run, once its garbage was collected)"
     if left:
@@ -371,7 +375,7 @@ def main(argv: list[str]) -> int:
         if msg.get("settle"):  # the parent judged the last job's trials
             report, mark = _settle(held, ready, mark, pins, check)
             out.write(json.dumps(report, default=str) + "\n")
-            if report["worker_leaves"]:
+            if report["worker_leaves"] or check(pins)[0]:
                 return 3
             continue
         # the parent takes no line of this job before this one (`verifier.run.outcome`)
@@ -386,9 +390,11 @@ def main(argv: list[str]) -> int:
         held[:] = [result, result.pop("raw_outputs", None)]  # seeded trials: not sent, not used
         sys.stdout.flush()
         sys.stderr.flush()
-        unpinned = check(pins, result)  # (then no name is looked up: any may be the job's)
-        leave = True if unpinned else _hygiene(result, ready, settling=False)
-        if unpinned or check(pins, result):  # (moved inside the checks, or by them)
+        gone, forged = check(pins, result)  # (then no name is looked up: any may be the job's)
+        if gone and not forged:  # a builtin or a library's function: named with all else it
+            _hygiene(result, ready)  # left (residue), and the worker goes
+        leave = True if gone else _hygiene(result, ready, settling=False)
+        if not gone and check(pins, result)[0]:  # (moved inside the checks, or by them)
             leave = True
         # torch.compile's own threads
         ready = ready._replace(threads=max(ready.threads,

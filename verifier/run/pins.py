@@ -28,8 +28,10 @@ import sys
 from types import ModuleType
 from typing import Any
 
-# namespaces, names, values, and what each is called in a finding (in step)
-Pins = tuple[list[Any], list[str], list[Any], list[str]]
+# namespaces, names, values, and what each is called in a finding (in step); tuples: the loop's
+# frame shows them to a job, which wrote its own function into a list of values (the test's
+# PINS_EDITED)
+Pins = tuple[tuple[Any, ...], tuple[str, ...], tuple[Any, ...], tuple[str, ...]]
 
 
 def _harness_modules() -> list[Any]:
@@ -65,18 +67,22 @@ def pin() -> Pins:
         for value in list(own.values()):
             if isinstance(value, type) and value.__module__ == own.get("__name__"):
                 add(value.__dict__, f"{module.__name__}.{value.__qualname__}")  # (a live view)
-            elif isinstance(value, ModuleType) and value not in harness:
+            elif isinstance(value, ModuleType) and value not in harness and value is not builtins:
                 used[id(value)] = value
-    for module in used.values():  # their public functions: what rebinding them does to
-        add(vars(module), module.__name__, public_calls=True)  # later jobs is residue, but a
-    return spaces, names, values, labels  # comparison made through one would see none
+    # their public functions: what rebinding one does to later jobs is residue, but a
+    # comparison made through it would see none
+    for module in used.values():
+        add(vars(module), module.__name__, public_calls=True)
+    return tuple(spaces), tuple(names), tuple(values), tuple(labels)
 
 
 def moved(pins: Pins, result: dict[str, Any] | None = None,
-          missing: Any = object()) -> list[str]:  # noqa: B008 (a sentinel)
-    """The names of `pins` whose namespace holds another object now (or none); with `result`
-    (a job's, or its settle report) any makes it a cheat. Looks up no global and no builtin:
-    only the methods of `dict`, `mappingproxy`, `list` and `str` (none rebindable)."""
+          missing: Any = object()) -> tuple[list[str], bool]:  # noqa: B008 (a sentinel)
+    """The names of `pins` whose namespace holds another object now (or none), and whether one
+    is the harness's. With `result` (a job's, or its settle report): a harness name moved makes
+    it a cheat (as `after_job` does); a builtin or another module's function is what it left for
+    later jobs, an info finding (as `tamper.residue_ends_it` does). Looks up no global and no
+    builtin: only the methods of `dict`, `mappingproxy`, `list` and `str` (none rebindable)."""
     spaces, names, values, labels = pins
     out: list[str] = []
     i = -1
@@ -84,10 +90,20 @@ def moved(pins: Pins, result: dict[str, Any] | None = None,
         i += 1
         if space.get(names[i], missing) is not values[i]:
             out.append(labels[i])
-    if out and result is not None:
+    harness = False
+    for label in out:
+        if label.startswith(("verifier.", "__main__.")):
+            harness = True
+    if not out or result is None:
+        return out, harness
+    if harness:
         said = "the harness's names moved during the run: " + ", ".join(out[:5])
         result.update(outcome="cheat", error="the candidate changed the harness's process: "
                       + said)
         result["findings"].append({"rule": "patched_function", "severity": "error",
                                    "line": None, "message": said})
-    return out
+        return out, harness
+    result["findings"].append({"rule": "worker_replaced", "severity": "info", "line": None,
+                               "message": "the run left " + ", ".join(out[:8]) + " changed in "
+                               "its worker: its worker was replaced"})
+    return out, harness
