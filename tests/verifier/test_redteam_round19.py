@@ -12,6 +12,9 @@ harness global, harness class attribute, builtin and public function of a module
 holds at ready, and checks them through names in its locals before and after each check:
 `verifier.run.pins`); a decoy copy of a library mapped below it, whose GOT the residue check
 hashed (`relocations._digest` hashes where the library starts).
+The worker's audit hook read its helpers and builtins by name at each event: rebound while a
+job rewrote a function's code, put back before any check (the helpers' defaults hold them now,
+`verifier.run.audit`).
 Open (xfail): code of the job that runs inside the checks (a module's class given a property the
 checks read) and moves a name only while they run.
 Tried, no effect (measured, not kept): a result's `harness_threads` raised by the job to keep a
@@ -24,6 +27,7 @@ import pytest
 from redteam_round14_cases import leaving
 from redteam_round16_cases import COPYING_RELU, GOT_MEMMOVE_IS_MEMSET
 from redteam_round19_cases import (
+    AUDIT_HELPER,
     DECOY_MAPPED,
     DECOY_SAVED,
     HYGIENE_REBOUND,
@@ -134,6 +138,39 @@ def test_a_decoy_mapping_of_a_library_hides_no_got_write() -> None:
     assert all(map(_ok, outs)), [_why(o) for o in outs]
     assert "_multiarray_umath" in _said(attacker) and "GOT and RELRO" in _said(attacker)
     assert _pid(first) == _pid(attacker) != _pid(later), (again, list(map(_pid, outs)))
+
+
+def test_the_audit_hook_reads_no_name_a_job_can_rebind() -> None:
+    """On the real path: round 18's CLIP_RELU, the attacker (CLIP_RELU leaving AUDIT_HELPER:
+    `verifier.run.audit.rewrites_function` made to answer "no" while the job gives
+    `np.clip.__wrapped__` round 18's CLIP_CODE, +1, then put back), CLIP_RELU. Before (attack25
+    with the pins, measured here): the attacker correct, no finding, its worker kept; the later
+    honest ReLU "65536 of 65536 elements differ ... got 2.40376, expected 1.40376", the judge's
+    own failure standing (the rebinding was undone before any check: nothing to find). Now the
+    hook's functions hold every name they read in their defaults (and builtins in a tuple): the
+    rewrite is refused, the later ReLU correct in the same worker."""
+    from redteam_round18_cases import CLIP_RELU
+
+    outs, _ = cpu_loop_jobs([CLIP_RELU, leaving(CLIP_RELU, AUDIT_HELPER), CLIP_RELU],
+                            "r19audit")
+    assert all(map(_ok, outs)), [_why(o) for o in outs]
+    assert _pid(outs[0]) == _pid(outs[1]) == _pid(outs[2]), list(map(_pid, outs))
+
+
+def test_the_audit_hooks_functions_look_up_no_global() -> None:
+    """Each function the hook calls at an event names no global or builtin but through its own
+    defaults: only attributes (`co_code`, `f_locals`, ...) and its locals."""
+    from verifier.run import audit
+
+    hook = [c for c in audit.refuse_audit_hooks.__code__.co_consts
+            if getattr(c, "co_name", "") == "refuse"]
+    assert len(hook) == 1, hook
+    for code in [fn.__code__ for fn in (audit.same_code, audit.same_defaults,
+                                        audit.rewrites_function, audit.harness_profile)] + hook:
+        inner = [c for c in code.co_consts if hasattr(c, "co_names")]
+        loads = {i.argval for c in [code, *inner] for i in __import__("dis").get_instructions(c)
+                 if i.opname == "LOAD_GLOBAL"}
+        assert not loads, (code.co_name, loads)
 
 
 @pytest.mark.xfail(strict=True, reason="open: a job's code that runs inside the worker's checks "
