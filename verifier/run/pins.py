@@ -14,11 +14,17 @@ of their own classes, every builtin and the public functions of the other module
 (the residue check compared its snapshots through `operator.ne`: a job that made it answer
 "equal" hid its GOT write, a later honest ReLU "incorrect"), `pin`; and before each check, and
 after any step where a job's code can run, it asks `moved` (held in its own locals, as the pins
-are) which of them is not as pinned: a job that moved one is a cheat, its worker ends. `moved`
-looks up no name (a global or builtin it looked up could be the job's): only its locals and the
-methods of `dict`, `list` and `str`, which no Python code can rebind.
-Open: a job whose code runs inside the checks (a property, a module's `__dir__`) and moves a
-name only while they run; ctypes writes (a function's code, a frame's locals).
+are) which of them is not as pinned: a harness name moved is a cheat (the checks that would
+name it are not run), a builtin or another module's function residue (named with what else the
+job left); either way its worker ends. `moved` looks up no name (a global or builtin it looked
+up could be the job's): only its locals and the methods of `dict`, `list` and `str`, which no
+Python code can rebind; the pins are tuples (a job read the loop's frame and wrote into a list).
+Open: a job whose code runs inside the checks (a property of a module's class they read, a
+signal handler, a thread) and moves a name only while they run (INSIDE_CHECKS in
+tests/verifier/redteam_round19_cases.py); ctypes writes (a function's code, a frame's locals:
+the pins are not in the parent's seal); a name not pinned that a check reaches through an
+attribute of an attribute (`torch.backends.cudnn.enabled`), rebound for good, is residue only
+where the module walk compares it.
 """
 
 from __future__ import annotations
