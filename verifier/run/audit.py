@@ -30,38 +30,51 @@ _CODE_INTS = ("co_argcount", "co_posonlyargcount", "co_kwonlyargcount", "co_nloc
 CO_ITERABLE_COROUTINE = 0x100
 
 
-def same_code(old: Any, new: Any) -> bool:
+# Every name the hook reads at an event is bound as it is made (its functions' defaults, which
+# it refuses to rewrite): a job that set this module's `rewrites_function` to one answering "no"
+# while it gave numpy's hidden `np.clip` implementation its own code, then put it back, had the
+# rewrite allowed, every later honest `np.clip` ReLU "incorrect" (the transient rebinding left
+# nothing for the pins to find: tests/verifier/test_redteam_round19.py). A tuple: nothing
+# rebinds its items.
+_BOUND = (type, getattr, all, len, zip, dict, tuple, list, str, any, frozenset)
+
+
+def same_code(old: Any, new: Any, _code: Any = types.CodeType, _ints: Any = _CODE_INTS,
+              _flag: int = CO_ITERABLE_COROUTINE, _b: Any = _BOUND) -> bool:
     """Whether code object `new` runs as `old` does: the same instructions, exception table,
     counts and flags, and the very constants and names (by identity: a constant of the job's
     own type could answer any comparison)."""
+    kind, get, every, size, pairs = _b[:5]
     table = "co_exceptiontable"  # (3.11+)
-    if type(new) is not types.CodeType or new.co_code != old.co_code or (
-            getattr(new, table, b"") != getattr(old, table, b"")):
+    if kind(new) is not _code or new.co_code != old.co_code or (
+            get(new, table, b"") != get(old, table, b"")):
         return False
-    flags = (new.co_flags | CO_ITERABLE_COROUTINE) == (old.co_flags | CO_ITERABLE_COROUTINE)
-    return flags and all(getattr(new, n) == getattr(old, n) for n in _CODE_INTS) and all(
-        len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    flags = (new.co_flags | _flag) == (old.co_flags | _flag)
+    return flags and every(get(new, n) == get(old, n) for n in _ints) and every(
+        size(a) == size(b) and every(x is y for x, y in pairs(a, b, strict=True))
         for a, b in ((new.co_consts, old.co_consts), (new.co_names, old.co_names)))
 
 
-def same_defaults(old: Any, new: Any) -> bool:
+def same_defaults(old: Any, new: Any, _b: Any = _BOUND) -> bool:
     """Whether defaults `new` are `old` (None: none set yet, any may be set), item by item."""
+    kind, _, every, size, pairs, a_dict, a_tuple, a_list, a_str = _b[:9]
     if old is None:
         return True
-    if type(old) is dict:
-        return type(new) is dict and len(new) == len(old) and all(
-            type(k) is str and k in old and new[k] is old[k] for k in list(new))
-    return type(new) is tuple and len(new) == len(old) and all(
-        x is y for x, y in zip(new, old, strict=True))
+    if kind(old) is a_dict:
+        return kind(new) is a_dict and size(new) == size(old) and every(
+            kind(k) is a_str and k in old and new[k] is old[k] for k in a_list(new))
+    return kind(new) is a_tuple and size(new) == size(old) and every(
+        x is y for x, y in pairs(new, old, strict=True))
 
 
-def rewrites_function(fn: types.FunctionType, name: Any, value: Any) -> bool:
+def rewrites_function(fn: types.FunctionType, name: Any, value: Any, _code: Any = same_code,
+                      _defaults: Any = same_defaults, _get: Any = getattr) -> bool:
     """Whether setting `name` of `fn` to `value` changes what it runs (`same_code`) or the
     defaults it runs with (`same_defaults`)."""
     if name == "__code__":
-        return not same_code(fn.__code__, value)
+        return not _code(fn.__code__, value)
     if name in ("__defaults__", "__kwdefaults__"):
-        return not same_defaults(getattr(fn, name), value)
+        return not _defaults(_get(fn, name), value)
     return False
 
 
@@ -81,18 +94,20 @@ def harness_codes() -> tuple[tuple[Any, ...], Any]:
     return setters, counter[0]
 
 
-def harness_profile(caller: Any, setters: tuple[Any, ...], counter: Any) -> bool:
+def harness_profile(caller: Any, setters: tuple[Any, ...], counter: Any,
+                    _fn: Any = types.FunctionType, _b: Any = _BOUND) -> bool:
     """Whether the `sys.setprofile` that `caller` (a frame) makes is the harness's: from one
     of `setters`, its `profile` None or an `own_counter` function with its own defaults."""
-    if not any(caller.f_code is c for c in setters):
+    kind, get, every, size, _, _, a_tuple, a_list, a_str, some, a_set = _b
+    if not some(caller.f_code is c for c in setters):
         return False
     fn = caller.f_locals.get("profile")
     if fn is None:
         return True
-    d = fn.__defaults__ if type(fn) is types.FunctionType and fn.__code__ is counter else None
-    return type(d) is tuple and len(d) == 5 and type(d[0]) is list and type(
-        d[1]) is frozenset and all(type(m) is str for m in d[1]) and d[2:] == (type, str, getattr
-                                                                                ) and not (
+    d = fn.__defaults__ if kind(fn) is _fn and fn.__code__ is counter else None
+    return kind(d) is a_tuple and size(d) == 5 and kind(d[0]) is a_list and kind(
+        d[1]) is a_set and every(kind(m) is a_str for m in d[1]) and (
+        d[2] is kind and d[3] is a_str and d[4] is get) and not (
         fn.__closure__ or fn.__kwdefaults__)
 
 
@@ -108,15 +123,16 @@ def refuse_audit_hooks() -> None:
     setters, counter = harness_codes()
 
     def refuse(event: str, args: tuple[Any, ...], setters: tuple[Any, ...] = setters,
-               counter: Any = counter) -> None:
-        if event == "object.__setattr__" and type(args[0]) is types.FunctionType and type(
-                args[1]) is str and rewrites_function(*args):
-            raise RuntimeError(f"rewriting a function's {args[1]} is refused in this process")
+               counter: Any = counter, _kind: Any = type, _fn: Any = types.FunctionType,
+               _str: Any = str, _rewrites: Any = rewrites_function, _error: Any = RuntimeError,
+               _profile: Any = harness_profile, _frame: Any = sys._getframe) -> None:
+        if event == "object.__setattr__" and _kind(args[0]) is _fn and _kind(
+                args[1]) is _str and _rewrites(*args):
+            raise _error(f"rewriting a function's {args[1]} is refused in this process")
         if event == "sys.addaudithook":
-            raise RuntimeError("audit hooks are refused in this process")  # the add is dropped
+            raise _error("audit hooks are refused in this process")  # the add is dropped
         if event in ("sys.settrace", "sys.setprofile") and not (
-                event == "sys.setprofile" and harness_profile(sys._getframe(1), setters,
-                                                              counter)):
-            raise RuntimeError(f"{event} is refused in this process (but the harness's own)")
+                event == "sys.setprofile" and _profile(_frame(1), setters, counter)):
+            raise _error(f"{event} is refused in this process (but the harness's own)")
 
     sys.addaudithook(refuse)

@@ -41,7 +41,9 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from verifier.run.allocator import pin as pin_allocator
+from verifier.run.device_state import device_ident, sticky_cuda_error
 from verifier.run.disarm import note_frozen
+from verifier.run.pins import Pins, moved, pin
 from verifier.run.seal import figures
 from verifier.run.settle import (
     armed_finalizers,
@@ -151,18 +153,6 @@ def signal_handlers() -> tuple[tuple[int, int], ...]:
             continue
         out.append((int(sig), id(handler)))
     return tuple(out)
-
-
-def sticky_cuda_error() -> str | None:
-    """The error a broken CUDA context raises, or None when it still works."""
-    import torch
-
-    try:
-        torch.cuda.synchronize()
-        torch.zeros(1, device="cuda").add_(1).item()
-        return None
-    except Exception as exc:  # the context is broken; this worker must not run more candidates
-        return f"{type(exc).__name__}: {exc}"[:500]
 
 
 def after_job(result: dict[str, Any], state: dict[str, int], flags: dict[str, Any],
@@ -308,16 +298,27 @@ def _hygiene(result: dict[str, Any], ready: ReadyState, settling: bool = True) -
                                   or residue_ends_it(result, dict(ready.residue)))
 
 
-def _settle(held: list[Any], ready: ReadyState, mark: list[Any]) -> tuple[dict[str, Any],
-                                                                          list[Any]]:
+def _settle(held: list[Any], ready: ReadyState, mark: list[Any], pins: Pins = ((), (), (), ()),
+            check: Callable[..., Any] = moved) -> tuple[dict[str, Any], list[Any]]:
     """Between jobs, once the parent has checked the last job's trials: what that job left is
     let go and its garbage collected (its finalizers run now, charged to it), then the checks
     run again (`verifier.run.settle`); the report for that job, as a result's fields (with what
-    `ready` and `mark` were: the parent holds them, `verifier.run.seal`), and the next mark."""
+    `ready` and `mark` were: the parent holds them, `verifier.run.seal`), and the next mark.
+    `pins` (`check`: `verifier.run.pins.moved`) checked after each step where the job's code
+    runs (its `__del__`s here, its finalizers in `leftover_code`) and after the checks."""
     held.clear()
     report: dict[str, Any] = {"settled": True, "outcome": "ok", "findings": []}
-    left = leftover_code(dict(ready.armed), mark, (ready, *ready))
-    leave = _hygiene(report, ready)
+    gone, forged = check(pins, report)  # (a harness name moved: a cheat, no check called)
+    left = [] if forged else leftover_code(dict(ready.armed), mark, (ready, *ready))
+    if not gone:
+        gone, forged = check(pins, report)
+    leave = True if forged else _hygiene(report, ready)
+    if not gone:
+        gone, forged = check(pins, report)
+    if forged:  # (the parent, missing the figures, ends the worker)
+        report["worker_leaves"] = True
+        return report, mark
+    leave = leave or gone != []
     if report["outcome"] != "ok":
         report["error"] += " (found after the run, once its garbage was collected)"
     if left:
@@ -350,6 +351,7 @@ def main(argv: list[str]) -> int:
     ready = ReadyState(state=tuple(state.items()), flags=tuple(flags.items()), threads=threads,
                        memory=held_memory(), armed=tuple(armed_finalizers().items()),
                        residue=tuple(residue.items()))
+    pins, check = pin(), moved  # the checks' own names (`verifier.run.pins`): locals, as `ready`
     marks["snapshot"] = time.monotonic()
     out.write(json.dumps({"ready": True, "pid": os.getpid(), "device": backend.device_name(),
                           "worker_device": ident, "marks": marks, **figures(ready, mark)}) + "\n")
@@ -371,9 +373,9 @@ def main(argv: list[str]) -> int:
     for line in sys.stdin:
         msg = json.loads(line)
         if msg.get("settle"):  # the parent judged the last job's trials
-            report, mark = _settle(held, ready, mark)
+            report, mark = _settle(held, ready, mark, pins, check)
             out.write(json.dumps(report, default=str) + "\n")
-            if report["worker_leaves"]:
+            if report["worker_leaves"] or check(pins)[0]:
                 return 3
             continue
         # the parent takes no line of this job before this one (`verifier.run.outcome`)
@@ -388,7 +390,12 @@ def main(argv: list[str]) -> int:
         held[:] = [result, result.pop("raw_outputs", None)]  # seeded trials: not sent, not used
         sys.stdout.flush()
         sys.stderr.flush()
-        leave = _hygiene(result, ready, settling=False)
+        gone, forged = check(pins, result)  # (then no name is looked up: any may be the job's)
+        if gone and not forged:  # a builtin or a library's function: named with all else it
+            _hygiene(result, ready)  # left (residue), and the worker goes
+        leave = True if gone else _hygiene(result, ready, settling=False)
+        if not gone and check(pins, result)[0]:  # (moved inside the checks, or by them)
+            leave = True
         # torch.compile's own threads
         ready = ready._replace(threads=max(ready.threads,
                                            int(result.get("harness_threads") or 0)))
@@ -401,18 +408,6 @@ def main(argv: list[str]) -> int:
         if leave:
             return 3
     return 0
-
-
-def device_ident(backend: Any) -> str:
-    """Which physical device this worker got: its pinning variable and the device's UUID."""
-    import torch
-
-    var = getattr(backend, "visible_devices_env", "")
-    if not var:
-        return backend.device()
-    props = getattr(torch, backend.device()).get_device_properties(0)
-    pinned = f"{backend.device()}[{var}={os.environ.get(var, '')}]"
-    return f"{pinned} {getattr(props, 'uuid', '')}".rstrip()
 
 
 if __name__ == "__main__":

@@ -88,7 +88,11 @@ def _objects(mem: int = -1) -> dict[str, tuple[int, int, int]]:
     inode). A file that is no ELF in memory (an arena a job or the harness maps) has no GOT and
     is no key: one mapped at ready and later unmapped read as residue (round 14's asyncgen
     case, `arena.bin`). A library whose magic a job overwrote drops its key: a key of the
-    ready snapshot gone is residue (`tamper.left_in_process`); an unreadable first page stays."""
+    ready snapshot gone is residue (`tamper.left_in_process`); an unreadable first page stays.
+    The first such mapping in address order: a job that mapped a copy of numpy's library, its
+    GOT as loaded, below it (the file's first page over the copy's) had the copy's GOT hashed,
+    its write to the real one unseen (tests/verifier/test_redteam_round19.py); the start is
+    hashed with the tables (`_digest`), a library loaded does not move."""
     if mem < 0:  # (the tests' call) its own read of the process's memory
         mem = os.open("/proc/self/mem", os.O_RDONLY)
         try:
@@ -129,6 +133,7 @@ def _digest(mem: int, path: str, where: tuple[int, int, int]) -> int:
     first, got, slots, (plt_lo, plt_hi) = _layout(path, (st.st_ino, st.st_mtime_ns))
     base = where[0] - (first & ~0xFFF)
     h = hashlib.blake2b(digest_size=8)
+    h.update(where[0].to_bytes(8, "little"))  # where it is: a decoy mapped below (`_objects`)
     for at, size in got:
         h.update(os.pread(mem, size, base + at))
     if slots:  # one read of the table (`.got.plt`: the slots are contiguous)
