@@ -61,7 +61,7 @@ class Sealed:
         ("" when it is); the held thread bound and freeze mark move on as the worker's do."""
         if isinstance(self.threads, int):
             self.threads = max(self.threads, _threads(payload))
-        said = [f"its {name}" for name, held, now in (
+        said = [name for name, held, now in (
             ("ready snapshot", self.seal, reply.get("seal")),
             ("thread bound", self.threads, reply.get("threads")),
             ("freeze mark", self.mark, reply.get("mark"))) if held is None or held != now]
