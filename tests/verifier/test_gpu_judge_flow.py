@@ -27,8 +27,11 @@ VARIANT = {"label": "sizes", "changes": {"dim": [1024, 2048]},
 
 
 def _opts(tmp_path: Path, **kw: object) -> VerifyOptions:
+    # trials=5, the default: the trials' pace rule reads the fastest past the first; with 3
+    # (two read) an honest ReLU's two traced trials both at ~3.9 ms on the 2-core CI host
+    # (typically 0.5-1.5 ms), in its run and in its fresh run again, made it a cheat once
     return VerifyOptions(backend="cpu", workers=1, compile_workers=1, run_timeout_s=30.0,
-                         trials=3, perf_trials=3, perf_warmup=1, build_cache_dir=str(CACHE),
+                         trials=5, perf_trials=3, perf_warmup=1, build_cache_dir=str(CACHE),
                          baseline_cache_dir=str(tmp_path / "bl"), **kw)  # type: ignore[arg-type]
 
 
@@ -48,7 +51,7 @@ def test_trials_and_variants_on_the_judges_arena(tmp_path: Path,
     v = {x.candidate_id: x for x in verify_batch(reqs, _opts(tmp_path, generalize=True),
                                                  timings=timings)}
     assert v["ok"].status in CORRECT_STATUSES, v["ok"].error
-    assert v["ok"].trials == 3 and v["ok"].max_abs_diff == 0.0
+    assert v["ok"].trials == 5 and v["ok"].max_abs_diff == 0.0
     assert any(f["rule"] == "generalised" for f in v["ok"].findings), v["ok"].findings
     assert timings["ok"]["referee_s"] > 0  # the judge's own check ran
     assert v["hard"].status == "incorrect", (v["hard"].status, v["hard"].error)
