@@ -25,6 +25,10 @@ from verifier.backends import get_backend
 from verifier.checks.extspec import ExtensionError, ExtensionSpec, load_extension_module
 from verifier.compile.builder import BuildContext, Builder
 
+# out of the default run: its module fixture builds every case with torch's own `load_inline`
+# (192 s of a cold-cache default run on the 2-core CI host); CI runs it (-m heavy)
+pytestmark = pytest.mark.heavy
+
 LIGHT = dict(no_implicit_headers=True, with_pytorch_error_handling=False)
 ADD = "#include <pybind11/pybind11.h>\nint add(int a, int b) { return a + b; }\n"
 SCALED = ("#include <pybind11/pybind11.h>\n#ifndef SCALE\n#define SCALE 1\n#endif\n"
