@@ -127,7 +127,8 @@ class GpuWorkerProcess:
             pass_fds=(wfd, req_w, go_r),
             cwd=self.workdir, start_new_session=True)
         theirs.close()
-        os.close(req_w), os.close(go_r)
+        for fd in (req_w, go_r):
+            os.close(fd)
         self.clock_fds = (req_r, go_w)
         self.sock, self.buf, self.eof = mine, b"", False
         self.starts, self.earlier = self.starts + 1, 0
